@@ -1,0 +1,329 @@
+//! URL canonicalisation and the identifiers derived from it.
+//!
+//! Two spellings of one page must become one task, so every URL is canonicalised before it is
+//! hashed: scheme and host lower-cased, IDN hosts in punycode, default ports, fragments and dot
+//! segments dropped, percent-encoding normalised (unreserved characters decoded, hex digits upper
+//! case). Only `http` and `https` are accepted.
+
+use md5::{Digest, Md5};
+use std::fmt;
+use thiserror::Error;
+
+/// Longest URL trawl accepts, in bytes (most servers and CDNs refuse longer request lines).
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// Why a URL was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum UrlRejection {
+    #[error("not a valid URL: {0}")]
+    Unparseable(String),
+    #[error("scheme {0:?} is not http or https")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("longer than {MAX_URL_BYTES} bytes ({0})")]
+    TooLong(usize),
+    #[error("credentials in URLs are not accepted")]
+    Credentials,
+}
+
+/// A rejected URL, with the URL (shortened for logs) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("rejected URL {url:?}: {reason}")]
+pub struct UrlError {
+    pub url: String,
+    pub reason: UrlRejection,
+}
+
+impl UrlError {
+    fn new(url: &str, reason: UrlRejection) -> Self {
+        Self {
+            url: truncate(url, 200).to_owned(),
+            reason,
+        }
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A URL in canonical form; the only kind a task is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CanonicalUrl(url::Url);
+
+impl CanonicalUrl {
+    /// Parses and canonicalises an absolute URL.
+    pub fn parse(raw: &str) -> Result<Self, UrlError> {
+        let parsed = url::Url::parse(raw.trim())
+            .map_err(|e| UrlError::new(raw, UrlRejection::Unparseable(e.to_string())))?;
+        Self::from_url(parsed, raw)
+    }
+
+    /// Resolves `href` against `base` (a page's URL or its `<base href>`) and canonicalises it.
+    pub fn join(base: &url::Url, href: &str) -> Result<Self, UrlError> {
+        let joined = base
+            .join(href.trim())
+            .map_err(|e| UrlError::new(href, UrlRejection::Unparseable(e.to_string())))?;
+        Self::from_url(joined, href)
+    }
+
+    fn from_url(mut url: url::Url, raw: &str) -> Result<Self, UrlError> {
+        match url.scheme() {
+            "http" | "https" => {}
+            other => return Err(UrlError::new(raw, UrlRejection::Scheme(other.to_owned()))),
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(UrlError::new(raw, UrlRejection::NoHost));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UrlError::new(raw, UrlRejection::Credentials));
+        }
+        url.set_fragment(None);
+        let path = normalise_percent(url.path());
+        url.set_path(&path);
+        match url.query() {
+            Some("") => url.set_query(None),
+            Some(q) => {
+                let q = normalise_percent(q);
+                url.set_query(Some(&q));
+            }
+            None => {}
+        }
+        let len = url.as_str().len();
+        if len > MAX_URL_BYTES {
+            return Err(UrlError::new(raw, UrlRejection::TooLong(len)));
+        }
+        Ok(Self(url))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    pub fn as_url(&self) -> &url::Url {
+        &self.0
+    }
+
+    /// The host, lower case (punycode for IDN hosts, brackets for IPv6).
+    pub fn host(&self) -> &str {
+        self.0.host_str().unwrap_or_default()
+    }
+
+    /// The task id: the md5 of the canonical URL, hex (fixed length, whatever the URL's).
+    pub fn task_id(&self) -> TaskId {
+        TaskId(hex::encode(Md5::digest(self.as_str().as_bytes())))
+    }
+}
+
+impl fmt::Display for CanonicalUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Decodes percent-encoded unreserved characters and upper-cases the hex of the rest.
+fn normalise_percent(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex_value(bytes[i + 1]), hex_value(bytes[i + 2]))
+        {
+            {
+                let decoded = h * 16 + l;
+                if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) {
+                    out.push(char::from(decoded));
+                } else {
+                    out.push('%');
+                    out.push(char::from(bytes[i + 1].to_ascii_uppercase()));
+                    out.push(char::from(bytes[i + 2].to_ascii_uppercase()));
+                }
+                i += 3;
+                continue;
+            }
+        }
+        // Non-ASCII cannot occur: `url` has already percent-encoded it.
+        out.push(char::from(bytes[i]));
+        i += 1;
+    }
+    out
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// A task's id: 32 hex characters, the md5 of its canonical URL.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct TaskId(String);
+
+impl TaskId {
+    /// Accepts only what `CanonicalUrl::task_id` produces.
+    pub fn parse(s: &str) -> Option<Self> {
+        (s.len() == 32
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Stable shard in `0..shards`, from the id's leading bytes (the same on every process).
+    pub fn shard(&self, shards: u32) -> u32 {
+        let lead = u32::from_str_radix(&self.0[..8], 16).unwrap_or(0);
+        lead % shards.max(1)
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a crawl id was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid crawl id {0:?}: use 1 to 64 characters of A-Z a-z 0-9 . _ -")]
+pub struct CrawlIdError(pub String);
+
+/// A crawl's id: 1 to 64 characters of `[A-Za-z0-9._-]` (it is part of keys and S3 paths).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
+pub struct CrawlId(String);
+
+impl CrawlId {
+    pub fn parse(s: &str) -> Result<Self, CrawlIdError> {
+        let ok = (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(CrawlIdError(truncate(s, 80).to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for CrawlId {
+    type Error = CrawlIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<CrawlId> for String {
+    fn from(id: CrawlId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for CrawlId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(s: &str) -> String {
+        CanonicalUrl::parse(s).unwrap().as_str().to_owned()
+    }
+
+    #[test]
+    fn canonical_forms_collapse_spellings_of_one_page() {
+        assert_eq!(
+            canon("HTTP://Example.COM:80/a/./b/../c#frag"),
+            "http://example.com/a/c"
+        );
+        assert_eq!(canon("https://example.com:443"), "https://example.com/");
+        assert_eq!(
+            canon("http://example.com/%7euser/%2f%41?q=%3d%61"),
+            "http://example.com/~user/%2FA?q=%3Da"
+        );
+        assert_eq!(canon("http://example.com/?"), "http://example.com/");
+        assert_eq!(
+            canon("http://bücher.example/"),
+            "http://xn--bcher-kva.example/"
+        );
+        assert_eq!(
+            canon("http://example.com:8080/x"),
+            "http://example.com:8080/x"
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_typed_errors_naming_the_url() {
+        let err = CanonicalUrl::parse("ftp://example.com/").unwrap_err();
+        assert_eq!(err.reason, UrlRejection::Scheme("ftp".into()));
+        assert_eq!(err.url, "ftp://example.com/");
+        assert!(matches!(
+            CanonicalUrl::parse("not a url").unwrap_err().reason,
+            UrlRejection::Unparseable(_)
+        ));
+        assert_eq!(
+            CanonicalUrl::parse("http://u:p@example.com/")
+                .unwrap_err()
+                .reason,
+            UrlRejection::Credentials
+        );
+        let long = format!("http://example.com/{}", "a".repeat(3000));
+        assert!(matches!(
+            CanonicalUrl::parse(&long).unwrap_err().reason,
+            UrlRejection::TooLong(_)
+        ));
+    }
+
+    #[test]
+    fn task_ids_are_stable_and_fixed_length() {
+        let a = CanonicalUrl::parse("http://example.com/a")
+            .unwrap()
+            .task_id();
+        let b = CanonicalUrl::parse("HTTP://EXAMPLE.com/a#x")
+            .unwrap()
+            .task_id();
+        assert_eq!(a, b);
+        assert_eq!(a.as_str().len(), 32);
+        assert_eq!(a.as_str(), "3e27a17e84f5f8486fbc14488e12e6ff");
+        assert_eq!(a.shard(8), a.shard(8));
+        assert!(a.shard(8) < 8);
+        assert!(TaskId::parse(a.as_str()).is_some());
+        assert!(TaskId::parse("../etc").is_none());
+    }
+
+    #[test]
+    fn crawl_ids_are_safe_for_keys() {
+        assert!(CrawlId::parse("news-2026.11").is_ok());
+        assert!(CrawlId::parse("a#b").is_err());
+        assert!(CrawlId::parse("").is_err());
+        assert!(CrawlId::parse(&"x".repeat(65)).is_err());
+    }
+}

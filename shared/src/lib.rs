@@ -1,0 +1,15 @@
+//! trawl-core: the domain, ports and adapters shared by trawl's Lambda functions and CLI.
+//!
+//! Ports are small traits (`store::TaskStore`, `store::CrawlStore`, `blob::BlobStore`,
+//! `queue::WorkQueue`); each has an AWS adapter (DynamoDB, S3, SQS through the real SDK) and an
+//! embedded one (SQLite, a directory, an in-process queue), in a folder of its own.
+
+pub mod blob;
+pub mod calls;
+pub mod canonical;
+pub mod crawl;
+pub mod queue;
+pub mod retry;
+pub mod settings;
+pub mod store;
+pub mod task;

@@ -1,0 +1,264 @@
+//! A task: one URL in one crawl, and everything trawl knows about it.
+
+use crate::canonical::{CrawlId, TaskId, truncate};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Milliseconds since the Unix epoch. Every store operation takes `now` from its caller, so
+/// tests can move time forward (lease expiry, backoff) without sleeping.
+pub type Millis = i64;
+
+/// The wall clock, in `Millis`.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+/// A task's status. The numeric codes are the seed's (pending 10 … ignored 50) plus gone 60.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Status {
+    Pending,
+    InProgress,
+    /// Failed transiently; claimable again once `next_attempt_at` is reached.
+    Failed,
+    Succeeded,
+    /// Given up on: permanent failure, retries exhausted, robots-denied, or out of scope.
+    Ignored,
+    /// The page no longer exists (404/410).
+    Gone,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Pending,
+        Status::InProgress,
+        Status::Failed,
+        Status::Succeeded,
+        Status::Ignored,
+        Status::Gone,
+    ];
+
+    pub fn code(self) -> u8 {
+        match self {
+            Status::Pending => 10,
+            Status::InProgress => 20,
+            Status::Failed => 30,
+            Status::Succeeded => 40,
+            Status::Ignored => 50,
+            Status::Gone => 60,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::InProgress => "in_progress",
+            Status::Failed => "failed",
+            Status::Succeeded => "succeeded",
+            Status::Ignored => "ignored",
+            Status::Gone => "gone",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether the crawl still has work to do for a task in this status.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Ignored | Status::Gone)
+    }
+}
+
+impl From<Status> for u8 {
+    fn from(s: Status) -> u8 {
+        s.code()
+    }
+}
+
+impl TryFrom<u8> for Status {
+    type Error = String;
+    fn try_from(code: u8) -> Result<Self, String> {
+        Status::from_code(code).ok_or_else(|| format!("unknown status code {code}"))
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a failure is classified; decides between retrying and giving up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 404 / 410: the page does not exist.
+    NotFound,
+    /// Other 4xx that retrying will not fix.
+    ClientError,
+    /// 5xx.
+    ServerError,
+    /// 429, or 503 with Retry-After.
+    Throttled,
+    Timeout,
+    Connection,
+    /// robots.txt disallows the URL.
+    RobotsDenied,
+    /// robots.txt could not be fetched (5xx or unreachable): retry later.
+    RobotsUnavailable,
+    /// The network guard refused the address (loopback, private, metadata …).
+    Blocked,
+    /// Off the crawl's scope (e.g. after a redirect).
+    OutOfScope,
+    TooManyRedirects,
+    /// Body larger than the configured maximum (or a decompression bomb).
+    TooLarge,
+    InvalidContent,
+    /// A storage call failed; the fetch itself may have been fine.
+    Storage,
+}
+
+impl ErrorKind {
+    /// Whether a retry could succeed.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::ServerError
+                | ErrorKind::Throttled
+                | ErrorKind::Timeout
+                | ErrorKind::Connection
+                | ErrorKind::RobotsUnavailable
+                | ErrorKind::Storage
+        )
+    }
+}
+
+/// Longest error message kept on a task.
+pub const MAX_ERROR_MESSAGE: usize = 256;
+/// How many errors a task keeps (the most recent).
+pub const ERROR_HISTORY: usize = 3;
+
+/// One entry of a task's bounded error history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    pub kind: ErrorKind,
+    #[serde(rename = "msg")]
+    pub message: String,
+    pub at: Millis,
+}
+
+impl ErrorRecord {
+    pub fn new(kind: ErrorKind, message: &str, at: Millis) -> Self {
+        Self {
+            kind,
+            message: truncate(message, MAX_ERROR_MESSAGE).to_owned(),
+            at,
+        }
+    }
+}
+
+/// Appends `error`, keeping only the last `ERROR_HISTORY` entries.
+pub fn push_error(history: &mut Vec<ErrorRecord>, error: ErrorRecord) {
+    history.push(error);
+    let excess = history.len().saturating_sub(ERROR_HISTORY);
+    history.drain(..excess);
+}
+
+/// What a successful fetch recorded (a 2xx, or a 304 that kept the previous content).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchRecord {
+    /// Key of the stored body (None when the content type is not stored).
+    pub object_key: Option<String>,
+    /// Hex md5 of the body.
+    pub md5: Option<String>,
+    pub http_status: u16,
+    pub content_type: Option<String>,
+    pub content_length: u64,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    /// The URL after redirects, when it differs from the task's.
+    pub final_url: Option<String>,
+    pub redirects: u8,
+    pub fetched_at: Millis,
+    /// When a recrawl is due (None: never).
+    pub next_fetch_at: Option<Millis>,
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub crawl_id: CrawlId,
+    pub task_id: TaskId,
+    pub url: String,
+    pub status: Status,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub depth: u32,
+    /// Task id of the page this URL was discovered on.
+    pub parent: Option<TaskId>,
+    /// Fencing token: incremented by every claim. A finish must present the current one.
+    pub token: u64,
+    pub lease_expires_at: Option<Millis>,
+    /// Transient failures so far (reset by success).
+    pub retries: u32,
+    pub next_attempt_at: Option<Millis>,
+    /// When a work message was last sent for this task.
+    pub enqueued_at: Option<Millis>,
+    pub errors: Vec<ErrorRecord>,
+    /// The last successful fetch (kept across failures, replaced by the next success).
+    pub fetch: Option<FetchRecord>,
+}
+
+/// A task to seed: a canonical URL with its crawl-graph position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    pub url: crate::canonical::CanonicalUrl,
+    pub depth: u32,
+    pub parent: Option<TaskId>,
+}
+
+/// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub crawl_id: CrawlId,
+    pub task_id: TaskId,
+    pub token: u64,
+    pub expires_at: Millis,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_are_the_seed_codes() {
+        let codes: Vec<u8> = Status::ALL.iter().map(|s| s.code()).collect();
+        assert_eq!(codes, [10, 20, 30, 40, 50, 60]);
+        assert_eq!(serde_json::to_string(&Status::Succeeded).unwrap(), "40");
+        assert_eq!(serde_json::from_str::<Status>("60").unwrap(), Status::Gone);
+        assert!(serde_json::from_str::<Status>("61").is_err());
+        assert_eq!(Status::from_name("in_progress"), Some(Status::InProgress));
+    }
+
+    #[test]
+    fn error_history_is_bounded_and_short() {
+        let mut history = Vec::new();
+        for i in 0..5 {
+            push_error(
+                &mut history,
+                ErrorRecord::new(ErrorKind::Timeout, &"é".repeat(300), i),
+            );
+        }
+        assert_eq!(history.len(), ERROR_HISTORY);
+        assert_eq!(history[0].at, 2);
+        assert!(history.iter().all(|e| e.message.len() <= MAX_ERROR_MESSAGE));
+    }
+}

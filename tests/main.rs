@@ -1,0 +1,1 @@
+//! trawl's integration tests: one binary, one module per area.
