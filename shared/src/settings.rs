@@ -17,6 +17,10 @@ pub const ENV_DELIVERY_QUEUE_URL: &str = "TRAWL_DELIVERY_QUEUE_URL";
 pub const ENV_SHARDS: &str = "TRAWL_SHARDS";
 /// Messages processed at once inside one crawler batch (optional, default 10).
 pub const ENV_CONCURRENCY: &str = "TRAWL_CONCURRENCY";
+/// Default User-Agent for crawls whose seed request names none (optional).
+pub const ENV_USER_AGENT: &str = "TRAWL_USER_AGENT";
+/// Default per-host parallelism for crawls whose seed request names none (optional, default 1).
+pub const ENV_PER_HOST: &str = "TRAWL_PER_HOST";
 
 pub const DEFAULT_SHARDS: u32 = 4;
 pub const DEFAULT_CONCURRENCY: usize = 10;
@@ -43,6 +47,8 @@ pub struct AwsSettings {
     pub delivery_queue_url: Option<String>,
     pub shards: u32,
     pub concurrency: usize,
+    pub default_user_agent: Option<String>,
+    pub default_per_host: u32,
 }
 
 impl AwsSettings {
@@ -79,6 +85,8 @@ impl AwsSettings {
             delivery_queue_url: lookup(ENV_DELIVERY_QUEUE_URL).filter(|v| !v.trim().is_empty()),
             shards: number(ENV_SHARDS, u64::from(DEFAULT_SHARDS), 256)? as u32,
             concurrency: number(ENV_CONCURRENCY, DEFAULT_CONCURRENCY as u64, 100)? as usize,
+            default_user_agent: lookup(ENV_USER_AGENT).filter(|v| !v.trim().is_empty()),
+            default_per_host: number(ENV_PER_HOST, 1, 64)? as u32,
         })
     }
 }
