@@ -226,12 +226,18 @@ pub struct NewTask {
 }
 
 /// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.
+/// It also carries what the claim saw that the fenced writes build on: the token guarantees
+/// nobody changed the task since.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     pub crawl_id: CrawlId,
     pub task_id: TaskId,
     pub token: u64,
     pub expires_at: Millis,
+    /// Transient failures before this attempt.
+    pub retries: u32,
+    /// The error history before this attempt.
+    pub errors: Vec<ErrorRecord>,
 }
 
 #[cfg(test)]

@@ -249,9 +249,10 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
 
-    /// One conditional write fenced on the token, following `policy.verdict` (the error appended
-    /// to the bounded history; `gone` for NotFound, `ignored` for other give-ups). The previous
-    /// fetch record is kept.
+    /// One conditional write fenced on the token, following
+    /// `policy.verdict(failure, lease.retries, now)`: `failed` with `retries + 1` and
+    /// `next_attempt_at`, or a give-up (`gone` for NotFound, else `ignored`). The error is appended
+    /// to `lease.errors` (bounded by `push_error`); the previous fetch record is kept.
     fn fail(
         &self,
         lease: &Lease,
