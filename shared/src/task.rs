@@ -173,22 +173,35 @@ pub fn push_error(history: &mut Vec<ErrorRecord>, error: ErrorRecord) {
 }
 
 /// What a successful fetch recorded (a 2xx, or a 304 that kept the previous content).
+/// Absent fields are not serialised: a NULL attribute would make `attribute_not_exists` false
+/// in DynamoDB, and every byte counts towards the 1 KB write unit.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchRecord {
     /// Key of the stored body (None when the content type is not stored).
+    #[serde(rename = "key", default, skip_serializing_if = "Option::is_none")]
     pub object_key: Option<String>,
     /// Hex md5 of the body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5: Option<String>,
+    #[serde(rename = "http")]
     pub http_status: u16,
+    #[serde(rename = "ctype", default, skip_serializing_if = "Option::is_none")]
     pub content_type: Option<String>,
+    #[serde(rename = "len")]
     pub content_length: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    #[serde(rename = "lastmod", default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<String>,
     /// The URL after redirects, when it differs from the task's.
+    #[serde(rename = "final", default, skip_serializing_if = "Option::is_none")]
     pub final_url: Option<String>,
+    #[serde(rename = "hops", default)]
     pub redirects: u8,
+    #[serde(rename = "at")]
     pub fetched_at: Millis,
     /// When a recrawl is due (None: never).
+    #[serde(rename = "next", default, skip_serializing_if = "Option::is_none")]
     pub next_fetch_at: Option<Millis>,
 }
 
