@@ -4,6 +4,7 @@
 //! `queue::WorkQueue`); each has an AWS adapter (DynamoDB, S3, SQS through the real SDK) and an
 //! embedded one (SQLite, a directory, an in-process queue), in a folder of its own.
 
+pub mod aws;
 pub mod blob;
 pub mod calls;
 pub mod canonical;

@@ -29,22 +29,38 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let retryable = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(_) => e.raw_response().is_some_and(|r| r.status().is_server_error()),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(_) => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
         _ => false,
     };
     let message = DisplayErrorContext(&e).to_string();
     let key = key.to_owned();
     if retryable {
-        BlobError::Unavailable { operation, key, message }
+        BlobError::Unavailable {
+            operation,
+            key,
+            message,
+        }
     } else {
-        BlobError::Backend { operation, key, message }
+        BlobError::Backend {
+            operation,
+            key,
+            message,
+        }
     }
 }
 
 impl S3BlobStore {
     pub fn new(client: Client, bucket: impl Into<String>, calls: Arc<CallCounts>) -> Self {
-        Self { client, bucket: bucket.into(), calls }
+        Self {
+            client,
+            bucket: bucket.into(),
+            calls,
+        }
     }
 
     pub fn bucket(&self) -> &str {
@@ -71,18 +87,29 @@ impl BlobStore for S3BlobStore {
 
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
         self.calls.record(Call::S3GetObject);
-        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => out,
             Err(e) if matches!(e.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => {
                 return Ok(None);
             }
             Err(e) => return Err(map_err("GetObject", key, e)),
         };
-        let body = out.body.collect().await.map_err(|e| BlobError::Unavailable {
-            operation: "GetObject",
-            key: key.to_owned(),
-            message: e.to_string(),
-        })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| BlobError::Unavailable {
+                operation: "GetObject",
+                key: key.to_owned(),
+                message: e.to_string(),
+            })?;
         Ok(Some(body.into_bytes()))
     }
 
@@ -110,7 +137,11 @@ impl BlobStore for S3BlobStore {
         while let Some(page) = pages.next().await {
             self.calls.record(Call::S3ListObjects);
             let page = page.map_err(|e| map_err("ListObjectsV2", prefix, e))?;
-            keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
         }
         keys.sort();
         Ok(keys)
@@ -181,7 +212,12 @@ impl S3Upload {
             .send()
             .await
             .map_err(|e| map_err("UploadPart", &self.key, e))?;
-        self.parts.push(CompletedPart::builder().part_number(number).set_e_tag(out.e_tag).build());
+        self.parts.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(out.e_tag)
+                .build(),
+        );
         Ok(())
     }
 }
@@ -221,7 +257,11 @@ impl BlobUpload for S3Upload {
             .bucket(&self.store.bucket)
             .key(&self.key)
             .upload_id(upload_id)
-            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(self.parts)).build())
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(self.parts))
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| map_err("CompleteMultipartUpload", &self.key, e))?;
@@ -229,7 +269,9 @@ impl BlobUpload for S3Upload {
     }
 
     async fn abort(self) -> BlobResult<()> {
-        let Some(upload_id) = self.upload_id else { return Ok(()) };
+        let Some(upload_id) = self.upload_id else {
+            return Ok(());
+        };
         self.store.calls.record(Call::S3AbortMultipartUpload);
         self.store
             .client

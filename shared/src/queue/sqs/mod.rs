@@ -8,7 +8,9 @@ use crate::task::now_ms;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
 use std::sync::Arc;
 
 /// SQS batch limit.
@@ -31,8 +33,12 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let retryable = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(_) => e.raw_response().is_some_and(|r| r.status().is_server_error()),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(_) => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
         _ => false,
     };
     let message = DisplayErrorContext(&e).to_string();
@@ -44,23 +50,38 @@ where
 }
 
 fn build_err(operation: &'static str, e: impl std::fmt::Display) -> QueueError {
-    QueueError::Backend { operation, message: e.to_string() }
+    QueueError::Backend {
+        operation,
+        message: e.to_string(),
+    }
 }
 
 impl SqsQueue {
     pub fn new(client: Client, url: impl Into<String>, calls: Arc<CallCounts>) -> Self {
         let url = url.into();
         let fifo = url.ends_with(".fifo");
-        Self { client, url, fifo, calls }
+        Self {
+            client,
+            url,
+            fifo,
+            calls,
+        }
     }
 
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    fn entry(&self, index: usize, message: &WorkMessage, sent_at: i64) -> QueueResult<SendMessageBatchRequestEntry> {
+    fn entry(
+        &self,
+        index: usize,
+        message: &WorkMessage,
+        sent_at: i64,
+    ) -> QueueResult<SendMessageBatchRequestEntry> {
         let body = serde_json::to_string(message).map_err(|e| build_err("SendMessageBatch", e))?;
-        let mut entry = SendMessageBatchRequestEntry::builder().id(index.to_string()).message_body(body);
+        let mut entry = SendMessageBatchRequestEntry::builder()
+            .id(index.to_string())
+            .message_body(body);
         if self.fifo {
             // A fresh deduplication id per send: a re-enqueue of the same task (sweeper, retry)
             // must not be swallowed by FIFO's 5-minute deduplication window.
@@ -102,7 +123,10 @@ impl WorkQueue for SqsQueue {
                     .iter()
                     .filter_map(|f| {
                         let index = f.id().parse::<usize>().ok()?;
-                        Some((index, format!("{}: {}", f.code(), f.message().unwrap_or_default())))
+                        Some((
+                            index,
+                            format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+                        ))
                     })
                     .collect();
                 // Sender faults (a malformed entry) will fail again: only retry the others.
@@ -179,7 +203,10 @@ impl WorkQueue for SqsQueue {
             if let Some(failed) = out.failed().first() {
                 // An undeleted message comes back after its visibility timeout; its claim is then
                 // rejected and it is dropped. Worth a warning, not a failure.
-                tracing::warn!(code = failed.code(), "message not deleted; it will be redelivered");
+                tracing::warn!(
+                    code = failed.code(),
+                    "message not deleted; it will be redelivered"
+                );
             }
         }
         Ok(())

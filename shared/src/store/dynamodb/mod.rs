@@ -451,10 +451,10 @@ impl TaskStore for DynamoStore {
         now: Millis,
     ) -> StoreResult<FinishOutcome> {
         let mut update =
-            "SET #s = :succeeded, gsi_pk = :g, updated = :now, fetch = :f, retries = :zero"
-                .to_owned();
+            "SET #s = :succeeded, gsi_pk = :g, updated = :now, #f = :f, retries = :zero".to_owned();
         let mut req = self
             .fenced_update(lease)
+            .expression_attribute_names("#f", "fetch")
             .expression_attribute_values(":succeeded", n(Status::Succeeded.code()))
             .expression_attribute_values(
                 ":g",

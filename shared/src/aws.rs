@@ -1,0 +1,33 @@
+//! AWS clients, built once per process from one `SdkConfig`.
+//!
+//! The SDK reads `AWS_ENDPOINT_URL` (and per-service variants) itself, so pointing trawl at moto
+//! or LocalStack needs no code path of its own; S3 then needs path-style addressing.
+
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// Loads region, credentials and endpoint from the environment (the default provider chain).
+pub async fn load_config() -> SdkConfig {
+    aws_config::load_defaults(BehaviorVersion::latest()).await
+}
+
+/// The clients trawl uses, derived from one config.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+impl Clients {
+    pub fn new(config: &SdkConfig) -> Self {
+        // Emulators serve buckets by path, not by virtual host (which needs DNS per bucket).
+        let s3_config = aws_sdk_s3::config::Builder::from(config)
+            .force_path_style(config.endpoint_url().is_some())
+            .build();
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            s3: aws_sdk_s3::Client::from_conf(s3_config),
+            sqs: aws_sdk_sqs::Client::new(config),
+        }
+    }
+}

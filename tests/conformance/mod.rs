@@ -1,0 +1,49 @@
+//! One conformance suite, run against both backends: DynamoDB (through the real SDK, on moto)
+//! and SQLite (the embedded backend). Each case is written once, generic over the ports.
+//!
+//! Race cases run against a single-threaded moto: threaded moto does not make conditional
+//! writes atomic (double claims happen that DynamoDB would reject).
+
+mod cases;
+
+use crate::support;
+
+macro_rules! on_dynamodb {
+    ($server:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let (store, _calls) = support::dynamo_store(&$server().endpoint, 4).await;
+                cases::$case(&store).await;
+            }
+        )*
+    };
+}
+
+mod dynamodb {
+    use super::*;
+
+    on_dynamodb!(support::moto::shared;
+        reseed_is_idempotent,
+        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        transient_failures_back_off_then_give_up,
+        permanent_failures_are_terminal,
+        error_history_is_bounded,
+        query_pages_through_every_shard_in_update_order,
+        counts_per_status,
+        crawl_lifecycle,
+        reschedule_and_mark_enqueued,
+        stale_objects_are_handed_to_the_next_finisher,
+        release_gives_the_task_back,
+    );
+
+    /// Races: single-threaded moto, where conditional writes are atomic as on DynamoDB.
+    mod races {
+        use super::*;
+        on_dynamodb!(support::moto::single_threaded;
+            concurrent_claimers_exactly_one_wins,
+            page_budget_is_never_exceeded,
+            completion_happens_exactly_once,
+        );
+    }
+}
