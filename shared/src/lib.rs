@@ -9,6 +9,7 @@ pub mod blob;
 pub mod calls;
 pub mod canonical;
 pub mod crawl;
+pub mod frontier;
 pub mod queue;
 pub mod retry;
 pub mod settings;
