@@ -1,0 +1,3 @@
+//! The crawler Lambda (wiring only; the logic is in trawl-core).
+
+fn main() {}
