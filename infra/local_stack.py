@@ -6,7 +6,7 @@ deployed one. Safe to run again: existing resources are kept (queues get the tem
 again; a table whose keys or indexes differ from the template is reported, not dropped).
 
 Usage: AWS_ENDPOINT_URL=http://127.0.0.1:5000 python3 infra/local_stack.py [--env-file PATH]
-Prints the environment the functions need (TRAWL_TABLE=..., one per line).
+Prints the environment the functions need locally (TRAWL_TABLE=..., AWS_ENDPOINT_URL=..., one per line).
 """
 
 import argparse
@@ -259,6 +259,14 @@ def run(argv=None):
     stack = LocalStack(cfn.load(), args.stack, session_args)
     stack.create_all()
     env = stack.function_environment()
+    # The functions, run locally (`cargo lambda watch --env-file ...`), talk to the same emulator,
+    # with throwaway credentials so they never pick up real ones.
+    env.update({
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": session_args["region_name"],
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    })
     lines = "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
     if args.env_file:
         with open(args.env_file, "w", encoding="utf-8") as handle:

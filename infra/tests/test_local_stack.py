@@ -81,7 +81,11 @@ def main():
             again = local_stack.run(args)
         check("a second run succeeds with the same environment", env == again, f"{env} != {again}")
 
-        names = set(env) - {"RUST_LOG"}
+        check("the environment points the functions at the emulator",
+              env.get("AWS_ENDPOINT_URL") == endpoint and env.get("AWS_ACCESS_KEY_ID") == "testing", f"{env}")
+        names = {name for name in env if name.startswith("TRAWL_")}
+        check("every other name is RUST_LOG or AWS_*",
+              all(n == "RUST_LOG" or n.startswith(("TRAWL_", "AWS_")) for n in env), f"{sorted(env)}")
         check("environment names == settings.rs constants", names == settings_env_names(),
               f"{sorted(names ^ settings_env_names())}")
         written = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
