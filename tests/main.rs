@@ -1,1 +1,4 @@
 //! trawl's integration tests: one binary, one module per area.
+
+mod fetching;
+mod site;

@@ -40,7 +40,7 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
                 element!("base[href]", |el| {
                     let mut raw = raw.borrow_mut();
                     if raw.base.is_none() {
-                        raw.base = el.get_attribute("href");
+                        raw.base = el.get_attribute("href").map(|h| decode_entities(&h));
                     }
                     Ok(())
                 }),
@@ -50,7 +50,7 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
                             .any(|t| t.eq_ignore_ascii_case("nofollow"))
                     });
                     if let Some(href) = el.get_attribute("href").filter(|_| !nofollow) {
-                        raw.borrow_mut().hrefs.push(href);
+                        raw.borrow_mut().hrefs.push(decode_entities(&href));
                     }
                     Ok(())
                 }),
@@ -108,6 +108,50 @@ fn resolve(page_url: &url::Url, raw: Raw) -> Links {
     }
 }
 
+/// Decodes the character references found in URLs (`&amp;` above all, numeric ones, and the
+/// few other named ones seen in hrefs); lol_html hands attribute values over undecoded.
+/// Anything unrecognised is kept as written, as browsers do.
+fn decode_entities(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let decoded = rest.find(';').filter(|&end| end <= 12).and_then(|end| {
+            let name = &rest[1..end];
+            let c = match name {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                "nbsp" => Some('\u{a0}'),
+                _ => {
+                    let number = name.strip_prefix('#')?;
+                    let code = match number.strip_prefix(['x', 'X']) {
+                        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                        None => number.parse().ok(),
+                    };
+                    code.and_then(char::from_u32)
+                }
+            };
+            c.map(|c| (c, end + 1))
+        });
+        match decoded {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +183,21 @@ mod tests {
                 "http://other.example/d",
                 "http://example.com/a/e.html",
             ]
+        );
+    }
+
+    #[test]
+    fn character_references_in_hrefs_are_decoded() {
+        assert_eq!(
+            decode_entities("/p?a=1&amp;b=2&#38;c=3&#x26;d"),
+            "/p?a=1&b=2&c=3&d"
+        );
+        assert_eq!(decode_entities("/a&b&unknown;&amp"), "/a&b&unknown;&amp");
+        assert_eq!(decode_entities("/caf&#233;"), "/café");
+        let html = r#"<base href="/x/?q=1&amp;r=2"><a href="y?a=1&amp;b=2">y</a>"#;
+        assert_eq!(
+            links("http://example.com/", html),
+            ["http://example.com/x/y?a=1&b=2"]
         );
     }
 
