@@ -315,6 +315,11 @@ async fn robots_txt_is_honoured_fetched_once_and_reports_the_crawl_delay() {
     let failure = failed(fetch(&fetcher, &site.url("/private/page.html"), &config).await);
     assert_eq!(failure.kind, ErrorKind::RobotsDenied);
     assert_eq!(site.hits("/private/page.html"), 0);
+    // Redirect targets are checked too.
+    let failure = failed(fetch(&fetcher, &site.url("/to-private"), &config).await);
+    assert_eq!(failure.kind, ErrorKind::RobotsDenied);
+    assert_eq!(site.hits("/to-private"), 1);
+    assert_eq!(site.hits("/private/page.html"), 0);
     fetched(fetch(&fetcher, &site.url("/page1.html"), &config).await);
     fetched(fetch(&fetcher, &site.url("/page2.html"), &config).await);
     assert_eq!(site.hits("/robots.txt"), 1);

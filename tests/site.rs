@@ -274,6 +274,7 @@ pub async fn fixture() -> Fixture {
         "/redirect/3",
         Route::redirect(307, &site.url("/page1.html")),
     )
+    .route("/to-private", Route::redirect(302, "/private/page.html"))
     .route("/loop/a", Route::redirect(302, "/loop/b"))
     .route("/loop/b", Route::redirect(302, "/loop/a"))
     .route("/to-internal", Route::redirect(302, &other))

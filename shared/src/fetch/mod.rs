@@ -515,3 +515,37 @@ fn media_type(content_type: &str) -> String {
         .trim()
         .to_ascii_lowercase()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_fetcher_can_be_shared_across_tasks() {
+        assert_send_sync::<Fetcher>();
+        let fetcher = Fetcher::new("").unwrap();
+        let config = CrawlConfig::default();
+        let scope = ScopeMatcher::new(&config.scope).unwrap();
+        let url = CanonicalUrl::parse("http://example.com/").unwrap();
+        let fetch = fetcher.fetch(FetchRequest {
+            url: &url,
+            config: &config,
+            previous: None,
+            scope: &scope,
+            depth: 0,
+            now: 0,
+        });
+        assert_send(&fetch);
+        let delay = fetcher.crawl_delay(&url, &config);
+        assert_send(&delay);
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        assert_eq!(media_type("Text/HTML; charset=UTF-8"), "text/html");
+        assert_eq!(media_type("application/pdf"), "application/pdf");
+    }
+}

@@ -149,10 +149,11 @@ impl Fetcher {
             Err(e) => return Ok(Rules::Unavailable(e.to_string())),
         };
         let deadline = Instant::now() + Duration::from_millis(config.fetch.timeout_ms);
-        for _ in 0..=MAX_ROBOTS_REDIRECTS {
+        for hop in 0..=MAX_ROBOTS_REDIRECTS {
             let response = match self.send(&robots_url, config, None, deadline).await {
                 Ok(r) => r,
-                Err(f) if f.kind == ErrorKind::Blocked => return Err(f),
+                // The origin itself is forbidden: the page fetch is refused, not "unavailable".
+                Err(f) if f.kind == ErrorKind::Blocked && hop == 0 => return Err(f),
                 Err(f) => return Ok(Rules::Unavailable(f.message)),
             };
             let status = response.status();
