@@ -1,4 +1,6 @@
 //! trawl's integration tests: one binary, one module per area.
 
 mod conformance;
+mod fetching;
+mod site;
 mod support;

@@ -61,6 +61,9 @@ pub struct FetchLimits {
     pub store_content_types: Vec<String>,
     /// Allow loopback and private addresses (intranet crawls, tests). Off by default (SSRF guard).
     pub allow_private_networks: bool,
+    /// `ip:port` socket addresses the network guard lets through although they are private
+    /// (for tests on 127.0.0.1 and one-off intranet hosts). Honoured for IP-literal URLs only.
+    pub guard_exempt: Vec<String>,
 }
 
 impl Default for FetchLimits {
@@ -72,6 +75,7 @@ impl Default for FetchLimits {
             max_redirects: 5,
             store_content_types: Vec::new(),
             allow_private_networks: false,
+            guard_exempt: Vec::new(),
         }
     }
 }

@@ -9,6 +9,8 @@ pub mod blob;
 pub mod calls;
 pub mod canonical;
 pub mod crawl;
+pub mod discover;
+pub mod fetch;
 pub mod frontier;
 pub mod queue;
 pub mod retry;

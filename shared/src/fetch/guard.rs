@@ -1,0 +1,183 @@
+//! The network guard: trawl must not be turned into a proxy into the network it runs in (SSRF).
+//!
+//! IP-literal hosts are checked before a request is made; host names are resolved by
+//! [`GuardedResolver`], which hands reqwest only the addresses that passed, so the connection goes
+//! to a checked address and a second, rebinding DNS answer cannot slip past.
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use thiserror::Error;
+
+/// A host refused by the guard.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{host} is (or resolves only to) a forbidden address")]
+pub struct BlockedAddress {
+    pub host: String,
+}
+
+/// Whether connecting to `ip` is refused: loopback, private, link-local (the cloud metadata
+/// address 169.254.169.254 among them), CGNAT, multicast, unspecified, broadcast, reserved and
+/// documentation ranges, and IPv6 forms that embed any of these.
+pub fn is_forbidden(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_forbidden_v4(v4),
+        IpAddr::V6(v6) => is_forbidden_v6(v6),
+    }
+}
+
+fn is_forbidden_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_multicast()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_documentation()
+        || a == 0 // "this network"
+        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64.0.0/10
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking 198.18.0.0/15
+        || a >= 240 // reserved
+}
+
+fn is_forbidden_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = embedded_v4(ip) {
+        return is_forbidden_v4(v4);
+    }
+    let first = ip.segments()[0];
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
+        || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+        || (first & 0xffc0) == 0xfec0 // deprecated site-local fec0::/10
+        || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
+}
+
+/// The IPv4 address carried by IPv4-mapped, IPv4-compatible, NAT64 and 6to4 IPv6 addresses.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] => Some(low(hi, lo)),
+        // IPv4-compatible (deprecated); `::` and `::1` are handled as IPv6.
+        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 => Some(low(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(low(hi, lo)),
+        _ => None,
+    }
+}
+
+/// Whether a request to `url` may be sent, as far as its host is an IP literal: names are left to
+/// [`GuardedResolver`]. `exempt` lists `ip:port` socket addresses the guard lets through.
+pub(crate) fn check_literal(url: &url::Url, exempt: &[String]) -> Result<(), BlockedAddress> {
+    let ip = match url.host() {
+        Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
+        Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
+        _ => return Ok(()),
+    };
+    if !is_forbidden(ip) {
+        return Ok(());
+    }
+    let port = url.port_or_known_default().unwrap_or(0);
+    let target = SocketAddr::new(ip, port);
+    let exempted = exempt
+        .iter()
+        .any(|e| e.trim().parse::<SocketAddr>().is_ok_and(|a| a == target));
+    if exempted {
+        Ok(())
+    } else {
+        Err(BlockedAddress {
+            host: url.host_str().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// A DNS resolver that drops forbidden addresses and fails when none is left.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GuardedResolver;
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let allowed: Vec<SocketAddr> = resolved.filter(|a| !is_forbidden(a.ip())).collect();
+            if allowed.is_empty() {
+                return Err(Box::new(BlockedAddress { host }) as Box<_>);
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden(s: &str) -> bool {
+        is_forbidden(s.parse().unwrap())
+    }
+
+    #[test]
+    fn internal_addresses_are_forbidden_in_every_spelling() {
+        for ip in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "224.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "192.0.2.7",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+        ] {
+            assert!(forbidden(ip), "{ip} should be forbidden");
+        }
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        for ip in [
+            "93.184.215.14",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(!forbidden(ip), "{ip} should pass");
+        }
+    }
+
+    #[test]
+    fn literal_hosts_are_checked_with_exemptions_by_socket_address() {
+        let url = |s: &str| url::Url::parse(s).unwrap();
+        let exempt = vec!["127.0.0.1:8080".to_owned()];
+        assert!(check_literal(&url("http://127.0.0.1:8080/x"), &exempt).is_ok());
+        assert!(check_literal(&url("http://127.0.0.1:8081/x"), &exempt).is_err());
+        assert!(check_literal(&url("http://169.254.169.254/"), &exempt).is_err());
+        // WHATWG parsing turns numeric spellings into the IPv4 address they mean.
+        assert!(check_literal(&url("http://2130706433/"), &[]).is_err());
+        assert!(check_literal(&url("http://[::ffff:7f00:1]/"), &[]).is_err());
+        assert!(check_literal(&url("http://example.com/"), &[]).is_ok());
+        assert!(check_literal(&url("http://8.8.8.8/"), &[]).is_ok());
+    }
+}

@@ -1,0 +1,314 @@
+//! A web site on 127.0.0.1 for the integration tests: a route table tests can extend, a count of
+//! requests per path, and the misbehaviour a crawler must survive (stalls, bombs, loops).
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use futures_util::StreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// What the site answers on one path.
+#[derive(Debug, Clone)]
+pub struct Route {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Bytes,
+    /// Send `body`, then hold the connection open without ever finishing the response.
+    stall: bool,
+    /// Answer 304 to a matching If-None-Match.
+    etag: Option<String>,
+}
+
+impl Route {
+    /// A 200 with a body of the given type.
+    pub fn content(content_type: &str, body: impl Into<Bytes>) -> Self {
+        Self {
+            status: 200,
+            headers: vec![("content-type".into(), content_type.into())],
+            body: body.into(),
+            stall: false,
+            etag: None,
+        }
+    }
+
+    pub fn html(body: impl Into<String>) -> Self {
+        Self::content("text/html; charset=utf-8", body.into())
+    }
+
+    /// A bare status with a short text body.
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            ..Self::content("text/plain", format!("status {status}"))
+        }
+    }
+
+    pub fn redirect(status: u16, location: &str) -> Self {
+        Self::status(status).header("location", location)
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn etag(self, etag: &str) -> Self {
+        Self {
+            etag: Some(etag.into()),
+            ..self.header("etag", etag)
+        }
+    }
+
+    pub fn stall_after_body(self) -> Self {
+        Self {
+            stall: true,
+            ..self
+        }
+    }
+
+    /// `body` gzip-compressed, sent with `Content-Encoding: gzip`.
+    pub fn gzip(content_type: &str, body: &[u8]) -> Self {
+        Self::gzipped(content_type, gzip(body))
+    }
+
+    /// An already gzip-compressed body, sent with `Content-Encoding: gzip`.
+    pub fn gzipped(content_type: &str, compressed: Bytes) -> Self {
+        Self::content(content_type, compressed).header("content-encoding", "gzip")
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+#[derive(Default)]
+struct State {
+    routes: Mutex<HashMap<String, Route>>,
+    hits: Mutex<HashMap<String, u64>>,
+}
+
+impl State {
+    fn respond(&self, req: &Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+        let route = self.routes.lock().unwrap().get(&path).cloned();
+        let route = route.unwrap_or_else(|| Route::status(404));
+        let not_modified = route.etag.as_deref().is_some_and(|etag| {
+            req.headers()
+                .get("if-none-match")
+                .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+        });
+        let (status, body) = if not_modified {
+            (304, Full::new(Bytes::new()).boxed())
+        } else if route.stall {
+            let first = futures_util::stream::iter([Ok(Frame::data(route.body.clone()))]);
+            let body = StreamBody::new(first.chain(futures_util::stream::pending()));
+            (route.status, BodyExt::boxed(body))
+        } else {
+            (route.status, Full::new(route.body.clone()).boxed())
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = StatusCode::from_u16(status).unwrap();
+        for (name, value) in &route.headers {
+            response.headers_mut().append(
+                hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        response
+    }
+}
+
+/// A running site; stops when dropped.
+pub struct Site {
+    addr: SocketAddr,
+    state: Arc<State>,
+    server: JoinHandle<()>,
+}
+
+impl Site {
+    /// Starts an empty site (every path 404) on 127.0.0.1 and a free port.
+    pub async fn start() -> Site {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::default());
+        let server = tokio::spawn(serve(listener, Arc::clone(&state)));
+        Site {
+            addr,
+            state,
+            server,
+        }
+    }
+
+    pub fn route(&self, path: &str, route: Route) -> &Self {
+        self.state
+            .routes
+            .lock()
+            .unwrap()
+            .insert(path.to_owned(), route);
+        self
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Requests received for `path` (query strings ignored).
+    pub fn hits(&self, path: &str) -> u64 {
+        self.state
+            .hits
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn total_hits(&self) -> u64 {
+        self.state.hits.lock().unwrap().values().sum()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn serve(listener: TcpListener, state: Arc<State>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let response = state.respond(&req);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            // Clients hanging up mid-response is part of the tests; nothing to report.
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn gzip(body: &[u8]) -> Bytes {
+    let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
+    encoder.write_all(body).unwrap();
+    encoder.finish().unwrap().into()
+}
+
+/// A gzip bomb: `BOMB_BYTES` of spaces in a few KiB (compressed once per test binary).
+pub fn gzip_bomb() -> Bytes {
+    static BOMB: OnceLock<Bytes> = OnceLock::new();
+    BOMB.get_or_init(|| gzip(&vec![b' '; BOMB_BYTES])).clone()
+}
+
+/// Decompressed size of the gzip bomb: far past the caps the tests configure.
+pub const BOMB_BYTES: usize = 16 * 1024 * 1024;
+/// Body size of `/big.html`.
+pub const BIG_BYTES: usize = 256 * 1024;
+
+/// The standard site of the fetching tests, and a second site standing for an internal host
+/// that the network guard must keep the crawler away from.
+pub struct Fixture {
+    pub site: Site,
+    pub internal: Site,
+}
+
+pub const ROBOTS_TXT: &str =
+    "User-agent: trawl\nDisallow: /private\nCrawl-delay: 2\n\nUser-agent: *\nDisallow: /\n";
+
+pub async fn fixture() -> Fixture {
+    let site = Site::start().await;
+    let internal = Site::start().await;
+    internal.route("/secret", Route::html("<p>internal</p>"));
+    let other = internal.url("/secret");
+    let metadata = "http://169.254.169.254/latest/meta-data/";
+    site.route(
+        "/index.html",
+        Route::html(format!(
+            r##"<!doctype html><html><head><title>index</title></head><body>
+            <a href="page1.html">relative</a>
+            <a href="{abs}">absolute</a>
+            <a href="#section">fragment only</a>
+            <a href="page1.html#part">duplicate with fragment</a>
+            <a href="/page2.html?b=2&amp;a=1">query</a>
+            <a href="http://offsite.example/away">off scope</a>
+            <a href="{other}">internal host</a>
+            <a href="{metadata}">metadata</a>
+            <a href="/private/page.html">robots-disallowed</a>
+            <a href="/page3.html" rel="nofollow">nofollow</a>
+            </body></html>"##,
+            abs = site.url("/page2.html"),
+        )),
+    )
+    .route(
+        "/base.html",
+        Route::html(
+            r#"<head><base href="/docs/"></head><a href="a.html">a</a><a href="../b.html">b</a>"#,
+        ),
+    )
+    .route("/page1.html", Route::html("<p>page 1</p>"))
+    .route("/page2.html", Route::html("<p>page 2</p>"))
+    .route("/private/page.html", Route::html("<p>private</p>"))
+    .route("/robots.txt", Route::content("text/plain", ROBOTS_TXT))
+    .route("/redirect/1", Route::redirect(301, "/redirect/2"))
+    .route("/redirect/2", Route::redirect(302, "3"))
+    .route(
+        "/redirect/3",
+        Route::redirect(307, &site.url("/page1.html")),
+    )
+    .route("/to-private", Route::redirect(302, "/private/page.html"))
+    .route("/loop/a", Route::redirect(302, "/loop/b"))
+    .route("/loop/b", Route::redirect(302, "/loop/a"))
+    .route("/to-internal", Route::redirect(302, &other))
+    .route("/to-metadata", Route::redirect(302, metadata))
+    .route(
+        "/to-offsite",
+        Route::redirect(301, "http://offsite.example/"),
+    )
+    .route("/missing", Route::status(404))
+    .route("/gone", Route::status(410))
+    .route("/error", Route::status(500))
+    .route(
+        "/unavailable",
+        Route::status(503).header("retry-after", "120"),
+    )
+    .route("/throttled", Route::status(429).header("retry-after", "30"))
+    .route(
+        "/stall.html",
+        Route::html("<html><body><p>the rest never comes").stall_after_body(),
+    )
+    .route("/big.html", Route::html("x".repeat(BIG_BYTES)))
+    .route("/bomb.html", Route::gzipped("text/html", gzip_bomb()))
+    .route(
+        "/small-gzip.html",
+        Route::gzip("text/html", b"<p>compressed page</p>"),
+    )
+    .route(
+        "/doc.pdf",
+        Route::content("application/pdf", &b"%PDF-1.4 tiny"[..]),
+    )
+    .route(
+        "/image.png",
+        Route::content("image/png", &b"\x89PNG\r\n\x1a\nfake"[..]),
+    )
+    .route("/etag.html", Route::html("<p>versioned</p>").etag("\"v1\""));
+    Fixture { site, internal }
+}
