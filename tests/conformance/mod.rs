@@ -20,6 +20,41 @@ macro_rules! on_dynamodb {
     };
 }
 
+macro_rules! on_sqlite {
+    ($($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let calls = std::sync::Arc::new(trawl_core::calls::CallCounts::default());
+                let store = trawl_core::store::sqlite::SqliteStore::in_memory(calls).unwrap();
+                cases::$case(&store).await;
+            }
+        )*
+    };
+}
+
+/// Every case, on the embedded backend (SQLite serialises writers itself).
+mod sqlite {
+    use super::*;
+
+    on_sqlite!(
+        reseed_is_idempotent,
+        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        transient_failures_back_off_then_give_up,
+        permanent_failures_are_terminal,
+        error_history_is_bounded,
+        query_pages_through_every_shard_in_update_order,
+        counts_per_status,
+        crawl_lifecycle,
+        reschedule_and_mark_enqueued,
+        stale_objects_are_handed_to_the_next_finisher,
+        release_gives_the_task_back,
+        concurrent_claimers_exactly_one_wins,
+        page_budget_is_never_exceeded,
+        completion_happens_exactly_once,
+    );
+}
+
 mod dynamodb {
     use super::*;
 

@@ -317,7 +317,8 @@ impl CrawlStore for DynamoStore {
             return Ok(());
         }
         self.calls.record(Call::DynamoUpdateItem);
-        self.client
+        let result = self
+            .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(crawl_pk(id)))
@@ -325,9 +326,12 @@ impl CrawlStore for DynamoStore {
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":minus", n(-(count as i64)))
             .send()
-            .await
-            .map_err(|e| map_err("UpdateItem", e))?;
-        Ok(())
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if is_conditional_failure(&e) => Err(StoreError::NoSuchCrawl(id.clone())),
+            Err(e) => Err(map_err("UpdateItem", e)),
+        }
     }
 
     async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
