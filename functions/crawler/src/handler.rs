@@ -1,0 +1,189 @@
+//! SQS batch in, partial batch failures out. Every message that must come back (retry with
+//! backoff, handed back near the deadline, malformed) is reported as a failure; nothing is
+//! acknowledged that was not handled.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use trawl_core::blob::BlobStore;
+use trawl_core::crawler::{Crawler, Disposition, MessageResult};
+use trawl_core::queue::{Received, WorkQueue};
+use trawl_core::store::{CrawlStore, TaskStore};
+
+/// Why a whole batch failed (every message is then redelivered).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("record {0} has no messageId or receiptHandle: cannot report it individually")]
+    UnidentifiedRecord(usize),
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        Diagnostic {
+            error_type: "InvalidEvent".into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// Time left before Lambda's deadline, as an `Instant`.
+fn deadline_of(ctx: &lambda_runtime::Context) -> Instant {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Instant::now() + Duration::from_millis(ctx.deadline.saturating_sub(now_ms))
+}
+
+pub async fn handle<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, HandlerError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let deadline = deadline_of(&event.context);
+    let mut batch = Vec::with_capacity(event.payload.records.len());
+    for (i, record) in event.payload.records.into_iter().enumerate() {
+        let (Some(message_id), Some(receipt)) = (record.message_id, record.receipt_handle) else {
+            return Err(HandlerError::UnidentifiedRecord(i));
+        };
+        let receive_count = record
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1);
+        batch.push(Received {
+            message_id,
+            receipt,
+            body: record.body.unwrap_or_default(),
+            receive_count,
+        });
+    }
+    let results = crawler.process_batch(batch, Some(deadline)).await;
+    Ok(respond(crawler.queue(), results).await)
+}
+
+/// Turns dispositions into the batch response, setting the delay of messages that come back.
+async fn respond<Q: WorkQueue>(queue: &Q, results: Vec<MessageResult>) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for result in results {
+        match result.disposition {
+            Disposition::Done => {}
+            Disposition::RetryAfter(delay_ms) => {
+                // If the delay cannot be set, the message still comes back (after the
+                // queue's visibility timeout).
+                if let Err(e) = queue.retry_later(&result.receipt, delay_ms).await {
+                    tracing::warn!(message_id = %result.message_id, error = %e, "could not set the retry delay");
+                }
+                response.add_failure(result.message_id);
+            }
+            Disposition::Reject(why) => {
+                tracing::warn!(message_id = %result.message_id, %why, "message returned to the queue");
+                response.add_failure(result.message_id);
+            }
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use trawl_core::blob::Layout;
+    use trawl_core::blob::fs::FsBlobStore;
+    use trawl_core::calls::CallCounts;
+    use trawl_core::canonical::{CanonicalUrl, CrawlId};
+    use trawl_core::crawl::{Crawl, CrawlConfig};
+    use trawl_core::fetch::Fetcher;
+    use trawl_core::queue::local::LocalQueue;
+    use trawl_core::store::sqlite::SqliteStore;
+    use trawl_core::task::{ErrorKind, NewTask, Status};
+
+    const EVENT: &str = include_str!("../../../events/crawler-sqs.json");
+
+    #[tokio::test]
+    async fn sample_event_blocks_loopback_and_returns_the_malformed_record() {
+        // GIVEN the crawl the sample event names, with its two URLs seeded (the SSRF guard on)
+        let calls = Arc::new(CallCounts::default());
+        let store = SqliteStore::in_memory(calls.clone()).unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("trawl-crawler-handler-{}", std::process::id()));
+        let crawl = Crawl::new(
+            CrawlId::parse("example").unwrap(),
+            CrawlConfig::default(),
+            0,
+        );
+        store.create_crawl(&crawl).await.unwrap();
+        let urls = ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"];
+        let tasks: Vec<NewTask> = urls
+            .iter()
+            .map(|u| NewTask {
+                url: CanonicalUrl::parse(u).unwrap(),
+                depth: 0,
+                parent: None,
+            })
+            .collect();
+        store.seed(&crawl.id, &tasks, 0).await.unwrap();
+        let crawler = Crawler::new(
+            store,
+            FsBlobStore::new(&dir, calls.clone()),
+            LocalQueue::new(Duration::from_secs(30), calls),
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::default(),
+            10,
+        );
+
+        // WHEN the sample event is handled
+        let event: SqsEvent = serde_json::from_str(EVENT).unwrap();
+        let mut context = lambda_runtime::Context::default();
+        context.deadline = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 60_000;
+        let response = handle(&crawler, LambdaEvent::new(event, context))
+            .await
+            .unwrap();
+
+        // THEN only the malformed record comes back; loopback was refused, recorded, not fetched
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, ["c5f6e7a1-0000-4000-8000-000000000bad"]);
+        for url in urls {
+            let id = CanonicalUrl::parse(url).unwrap().task_id();
+            let task = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+            assert_eq!(task.status, Status::Ignored);
+            assert_eq!(task.errors[0].kind, ErrorKind::Blocked);
+        }
+        assert!(crawler.blobs().list("").await.unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_record_without_id_fails_the_whole_batch_so_nothing_is_lost() {
+        let mut event: SqsEvent = serde_json::from_str(EVENT).unwrap();
+        event.records[1].message_id = None;
+        let calls = Arc::new(CallCounts::default());
+        let crawler = Crawler::new(
+            SqliteStore::in_memory(calls.clone()).unwrap(),
+            FsBlobStore::new(std::env::temp_dir().join("trawl-unused"), calls.clone()),
+            LocalQueue::new(Duration::from_secs(30), calls),
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::default(),
+            10,
+        );
+        let err = handle(
+            &crawler,
+            LambdaEvent::new(event, lambda_runtime::Context::default()),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, HandlerError::UnidentifiedRecord(1)));
+    }
+}
