@@ -5,6 +5,7 @@
 //! writes atomic (double claims happen that DynamoDB would reject).
 
 mod cases;
+mod item_size;
 
 use crate::support;
 

@@ -48,3 +48,40 @@ pub async fn dynamo_store(endpoint: &str, shards: u32) -> (DynamoStore, Arc<Call
         calls,
     )
 }
+
+/// A full AWS stack on moto for one test: table, bucket and FIFO queue of its own.
+pub struct AwsStack {
+    pub store: DynamoStore,
+    pub blobs: trawl_core::blob::s3::S3BlobStore,
+    pub queue: trawl_core::queue::sqs::SqsQueue,
+    pub calls: Arc<CallCounts>,
+}
+
+pub async fn aws_stack(endpoint: &str) -> AwsStack {
+    let (store, calls) = dynamo_store(endpoint, 4).await;
+    let clients = clients(endpoint).await;
+    let bucket = unique("pages");
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    let queue_url = clients
+        .sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", unique("crawl")))
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url
+        .expect("queue url");
+    AwsStack {
+        store,
+        blobs: trawl_core::blob::s3::S3BlobStore::new(clients.s3.clone(), bucket, calls.clone()),
+        queue: trawl_core::queue::sqs::SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone()),
+        calls,
+    }
+}

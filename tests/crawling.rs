@@ -1,0 +1,473 @@
+//! The crawler against the loopback site, on DynamoDB + S3 + SQS (moto): task statuses, stored
+//! objects, returned messages, politeness, leases, and the calls a URL costs.
+
+use crate::site::{Fixture, Route, Site, fixture};
+use crate::support::{AwsStack, aws_stack, moto, unique};
+use std::sync::Arc;
+use trawl_core::blob::s3::S3BlobStore;
+use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::calls::Call;
+use trawl_core::canonical::{CanonicalUrl, CrawlId};
+use trawl_core::crawl::{Crawl, CrawlConfig};
+use trawl_core::crawler::{Crawler, Disposition, MessageResult, StoredPage, record_page};
+use trawl_core::fetch::Fetcher;
+use trawl_core::frontier::add_tasks;
+use trawl_core::queue::WorkQueue;
+use trawl_core::queue::sqs::SqsQueue;
+use trawl_core::store::dynamodb::DynamoStore;
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
+use trawl_core::task::{ErrorKind, FetchRecord, Lease, NewTask, Status, Task, now_ms};
+
+type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
+
+/// A crawl of the site: guard on (only the site's own address exempt), robots honoured with
+/// its Crawl-delay capped low so tests stay fast, short timeouts.
+fn config(site: &Site) -> CrawlConfig {
+    let mut config = CrawlConfig::default();
+    config.fetch.guard_exempt = vec![site.addr().to_string()];
+    config.fetch.timeout_ms = 1_500;
+    config.scope.allowed_domains = vec!["127.0.0.1".into()];
+    config.politeness.max_crawl_delay_ms = 50;
+    config.retry.base_delay_ms = 1_000;
+    config
+}
+
+async fn start(stack: AwsStack, config: CrawlConfig) -> (AwsCrawler, Crawl) {
+    let crawl = Crawl::new(CrawlId::parse(&unique("crawl")).unwrap(), config, now_ms());
+    stack.store.create_crawl(&crawl).await.unwrap();
+    let crawler = Crawler::new(
+        stack.store,
+        stack.blobs,
+        stack.queue,
+        Arc::new(Fetcher::new("").unwrap()),
+        Layout::new("pages"),
+        4,
+    );
+    (crawler, crawl)
+}
+
+async fn seed(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
+    let tasks = urls
+        .iter()
+        .map(|u| NewTask {
+            url: CanonicalUrl::parse(u).unwrap(),
+            depth: 0,
+            parent: None,
+        })
+        .collect();
+    let report = add_tasks(crawler.store(), crawler.queue(), crawl, tasks, now_ms())
+        .await
+        .unwrap();
+    assert!(report.enqueue_failed.is_empty());
+}
+
+/// Receives and processes until the queue has nothing visible, deleting handled messages as
+/// the Lambda runtime would. A message to retry later would come back after its delay, holding
+/// its FIFO group (the host slot) meanwhile; tests do not wait for it: it is deleted here and
+/// the task's recorded state is what they assert. Bounded in rounds.
+async fn drain(crawler: &AwsCrawler) -> Vec<MessageResult> {
+    let mut all = Vec::new();
+    for _ in 0..40 {
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for result in crawler.process_batch(batch, None).await {
+            if !matches!(result.disposition, Disposition::Reject(_)) {
+                crawler
+                    .queue()
+                    .ack(std::slice::from_ref(&result.receipt))
+                    .await
+                    .unwrap();
+            }
+            all.push(result);
+        }
+    }
+    all
+}
+
+async fn task(crawler: &AwsCrawler, crawl: &Crawl, url: &str) -> Task {
+    let id = CanonicalUrl::parse(url).unwrap().task_id();
+    crawler
+        .store()
+        .get(&crawl.id, &id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no task for {url}"))
+}
+
+async fn objects(crawler: &AwsCrawler, crawl: &Crawl) -> Vec<String> {
+    crawler
+        .blobs()
+        .list(&Layout::new("pages").crawl_prefix(&crawl.id))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_site_is_crawled_within_scope_with_links_discovered() {
+    // GIVEN the fixture site and a crawl seeded with its index
+    let Fixture { site, internal } = fixture().await;
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config(&site)).await;
+    seed(&crawler, &crawl, &[site.url("/index.html")]).await;
+
+    // WHEN the queue is drained
+    drain(&crawler).await;
+
+    // THEN the index and its in-scope links are stored, once each
+    for path in [
+        "/index.html",
+        "/page1.html",
+        "/page2.html",
+        "/page2.html?b=2&a=1",
+    ] {
+        let t = task(&crawler, &crawl, &site.url(path)).await;
+        assert_eq!(t.status, Status::Succeeded, "{path}: {:?}", t.errors);
+        let fetch = t.fetch.unwrap();
+        let key = fetch.object_key.unwrap();
+        let body = crawler
+            .blobs()
+            .get(&key)
+            .await
+            .unwrap()
+            .expect("stored body");
+        assert_eq!(
+            hex::encode(<md5::Md5 as md5::Digest>::digest(&body)),
+            fetch.md5.unwrap()
+        );
+    }
+    assert_eq!(
+        task(&crawler, &crawl, &site.url("/page1.html")).await.depth,
+        1
+    );
+    assert_eq!(
+        site.hits("/page1.html"),
+        1,
+        "the duplicate link is fetched once"
+    );
+    // AND robots-disallowed and internal links are recorded, refused, never fetched
+    let private = task(&crawler, &crawl, &site.url("/private/page.html")).await;
+    assert_eq!(
+        (private.status, private.errors[0].kind),
+        (Status::Ignored, ErrorKind::RobotsDenied)
+    );
+    assert_eq!(site.hits("/private/page.html"), 0);
+    let secret = task(&crawler, &crawl, &internal.url("/secret")).await;
+    assert_eq!(
+        (secret.status, secret.errors[0].kind),
+        (Status::Ignored, ErrorKind::Blocked)
+    );
+    assert_eq!(internal.total_hits(), 0);
+    // AND off-scope, metadata and nofollow links are not even seeded
+    let counts = crawler.store().counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.values().sum::<u64>(), 6, "{counts:?}");
+    assert_eq!(objects(&crawler, &crawl).await.len(), 4);
+}
+
+#[tokio::test]
+async fn failures_end_in_the_right_status_with_nothing_stored() {
+    // GIVEN a crawl open to any host (so the network guard, not the scope, must refuse
+    // internal addresses) with bodies capped at 64 KiB
+    let Fixture { site, .. } = fixture().await;
+    let mut config = config(&site);
+    config.scope.allowed_domains.clear();
+    config.fetch.max_body_bytes = 64 * 1024;
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config).await;
+    let paths = [
+        "/missing",
+        "/gone",
+        "/error",
+        "/unavailable",
+        "/throttled",
+        "/big.html",
+        "/bomb.html",
+        "/stall.html",
+        "/loop/a",
+        "/to-metadata",
+        "/to-internal",
+        "/doc.pdf",
+    ];
+    let urls: Vec<String> = paths.iter().map(|p| site.url(p)).collect();
+    seed(&crawler, &crawl, &urls).await;
+
+    // WHEN the queue is drained
+    let results = drain(&crawler).await;
+
+    let status = |p: &'static str| {
+        let crawler = &crawler;
+        let crawl = &crawl;
+        let url = site.url(p);
+        async move { task(crawler, crawl, &url).await }
+    };
+    assert_eq!(status("/missing").await.status, Status::Gone);
+    assert_eq!(status("/gone").await.status, Status::Gone);
+    for p in ["/error", "/unavailable", "/throttled", "/stall.html"] {
+        let t = status(p).await;
+        assert_eq!((t.status, t.retries), (Status::Failed, 1), "{p}");
+    }
+    let unavailable = status("/unavailable").await;
+    let wait = unavailable.next_attempt_at.unwrap() - unavailable.updated_at;
+    assert!(
+        (119_000..=121_000).contains(&wait),
+        "Retry-After 120 s honoured: {wait}"
+    );
+    assert_eq!(
+        status("/throttled").await.errors[0].kind,
+        ErrorKind::Throttled
+    );
+    assert_eq!(
+        status("/stall.html").await.errors[0].kind,
+        ErrorKind::Timeout
+    );
+    assert_eq!(
+        status("/bomb.html").await.errors[0].kind,
+        ErrorKind::TooLarge
+    );
+    assert_eq!(
+        status("/loop/a").await.errors[0].kind,
+        ErrorKind::TooManyRedirects
+    );
+    assert_eq!(
+        status("/to-metadata").await.errors[0].kind,
+        ErrorKind::Blocked
+    );
+    assert_eq!(
+        status("/to-internal").await.errors[0].kind,
+        ErrorKind::Blocked
+    );
+    // A PDF is recorded (status, type, length) but not stored.
+    let pdf = status("/doc.pdf").await;
+    assert_eq!(pdf.status, Status::Succeeded);
+    let record = pdf.fetch.unwrap();
+    assert_eq!(
+        (record.object_key, record.content_type.as_deref()),
+        (None, Some("application/pdf"))
+    );
+    assert!(
+        objects(&crawler, &crawl).await.is_empty(),
+        "no object for any failure"
+    );
+    // The retrying ones came back to the queue with their delay; the rest were deleted.
+    let retried = results
+        .iter()
+        .filter(|r| matches!(r.disposition, Disposition::RetryAfter(_)))
+        .count();
+    assert_eq!(retried, 4);
+}
+
+#[tokio::test]
+async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl_no_put() {
+    // GIVEN a leaf page and an ETag'd page, seeded
+    let site = Site::start().await;
+    site.route("/leaf.html", Route::html("<p>leaf</p>"))
+        .route("/etag.html", Route::html("<p>v</p>").etag("\"v1\""));
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let calls = stack.calls.clone();
+    let (crawler, crawl) = start(stack, config(&site)).await;
+    let urls = [site.url("/leaf.html"), site.url("/etag.html")];
+    calls.reset();
+    seed(&crawler, &crawl, &urls).await;
+    assert_eq!(
+        calls.get(Call::DynamoPutItem),
+        2,
+        "one write per seeded URL"
+    );
+    assert_eq!(
+        calls.get(Call::SqsSendMessageBatch),
+        1,
+        "messages go out in batches"
+    );
+
+    // WHEN they are crawled
+    calls.reset();
+    drain(&crawler).await;
+
+    // THEN each cost one claim and one finish (conditional updates) and one PUT
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 4);
+    assert_eq!(calls.get(Call::S3PutObject), 2);
+    assert_eq!(
+        calls.get(Call::DynamoGetItem),
+        1,
+        "the crawl's config, once per worker"
+    );
+
+    // WHEN both are recrawled (content unchanged: one by md5, one by 304)
+    for url in &urls {
+        let id = CanonicalUrl::parse(url).unwrap().task_id();
+        assert!(
+            crawler
+                .store()
+                .reschedule(&crawl.id, &id, &[Status::Succeeded], now_ms())
+                .await
+                .unwrap()
+        );
+    }
+    seed_messages(&crawler, &crawl, &urls).await;
+    calls.reset();
+    drain(&crawler).await;
+
+    // THEN nothing is uploaded, and both are succeeded again
+    assert_eq!(calls.get(Call::S3PutObject), 0);
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 4);
+    for url in &urls {
+        assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
+    }
+    assert_eq!(site.hits("/etag.html"), 2);
+    assert_eq!(objects(&crawler, &crawl).await.len(), 2);
+}
+
+/// Sends work messages for known tasks (as the sweeper does).
+async fn seed_messages(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
+    let messages: Vec<_> = urls
+        .iter()
+        .map(|u| {
+            let url = CanonicalUrl::parse(u).unwrap();
+            trawl_core::queue::WorkMessage::new(crawl.id.clone(), url.task_id(), &url, 0, 1)
+        })
+        .collect();
+    crawler.queue().send(&messages).await.unwrap();
+}
+
+async fn claim_at(crawler: &AwsCrawler, crawl: &Crawl, url: &str, at: i64) -> (Task, Lease) {
+    let id = CanonicalUrl::parse(url).unwrap().task_id();
+    match crawler
+        .store()
+        .claim(&crawl.id, &id, crawl.config.lease_ms, at)
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { task, lease } => (*task, lease),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static str) -> StoredPage {
+    let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(body.as_bytes()).into();
+    let record = FetchRecord {
+        http_status: 200,
+        content_type: Some("text/html".into()),
+        fetched_at: now_ms(),
+        ..FetchRecord::default()
+    };
+    let url = CanonicalUrl::parse(&task.url).unwrap();
+    let layout = Layout::new("pages");
+    record_page(
+        crawler.store(),
+        crawler.blobs(),
+        &layout,
+        task,
+        lease,
+        &url,
+        record,
+        Some((body.into(), md5)),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_zombie_writer_disturbs_nothing_and_leaves_no_orphan() {
+    let site = Site::start().await;
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config(&site)).await;
+    let url = site.url("/z");
+    seed(&crawler, &crawl, std::slice::from_ref(&url)).await;
+    let lease_ms = crawl.config.lease_ms as i64;
+
+    // GIVEN a worker whose lease expired, and a second worker that took the task over
+    let (zombie_task, zombie) = claim_at(&crawler, &crawl, &url, now_ms() - lease_ms - 1_000).await;
+    let (fresh_task, fresh) = claim_at(&crawler, &crawl, &url, now_ms()).await;
+
+    // WHEN the zombie writes while the new holder is still working (concurrent writers)
+    assert_eq!(
+        write(&crawler, &zombie_task, &zombie, "zombie body").await,
+        StoredPage::LostLease
+    );
+    // THEN its object is left for the holder, who deletes it when it finishes
+    assert_eq!(objects(&crawler, &crawl).await.len(), 1);
+    assert_eq!(
+        write(&crawler, &fresh_task, &fresh, "fresh body").await,
+        StoredPage::Finished { put: true }
+    );
+    let keys = objects(&crawler, &crawl).await;
+    let current = task(&crawler, &crawl, &url).await.fetch.unwrap();
+    assert_eq!(keys, [current.object_key.clone().unwrap()]);
+
+    // WHEN a zombie writes after the task is finished
+    assert_eq!(
+        write(&crawler, &zombie_task, &zombie, "late body").await,
+        StoredPage::LostLease
+    );
+    // THEN the newer result stands and the late object is gone
+    assert_eq!(objects(&crawler, &crawl).await, keys);
+    let body = crawler
+        .blobs()
+        .get(keys[0].as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&body[..], b"fresh body");
+    assert_eq!(task(&crawler, &crawl, &url).await.fetch.unwrap(), current);
+}
+
+#[tokio::test]
+async fn two_writers_of_the_same_content_keep_their_shared_object() {
+    let site = Site::start().await;
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config(&site)).await;
+    let url = site.url("/same");
+    seed(&crawler, &crawl, std::slice::from_ref(&url)).await;
+    let lease_ms = crawl.config.lease_ms as i64;
+    let (zombie_task, zombie) = claim_at(&crawler, &crawl, &url, now_ms() - lease_ms - 1_000).await;
+    let (fresh_task, fresh) = claim_at(&crawler, &crawl, &url, now_ms()).await;
+
+    // WHEN both write the same body, the zombie first
+    write(&crawler, &zombie_task, &zombie, "same").await;
+    write(&crawler, &fresh_task, &fresh, "same").await;
+
+    // THEN the pointer names an object that exists
+    let key = task(&crawler, &crawl, &url)
+        .await
+        .fetch
+        .unwrap()
+        .object_key
+        .unwrap();
+    assert_eq!(objects(&crawler, &crawl).await, [key.clone()]);
+    assert!(crawler.blobs().get(&key).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_crashed_workers_task_is_recovered_through_its_expired_lease_and_stored_once() {
+    // GIVEN a worker that claimed a page and died (its lease has expired), its message back
+    let site = Site::start().await;
+    site.route("/crash.html", Route::html("<p>survivor</p>"));
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config(&site)).await;
+    let url = site.url("/crash.html");
+    seed(&crawler, &crawl, std::slice::from_ref(&url)).await;
+    claim_at(
+        &crawler,
+        &crawl,
+        &url,
+        now_ms() - crawl.config.lease_ms as i64 - 1,
+    )
+    .await;
+
+    // WHEN the message is processed again
+    drain(&crawler).await;
+
+    // THEN the task is recovered and stored exactly once
+    let t = task(&crawler, &crawl, &url).await;
+    assert_eq!((t.status, t.token), (Status::Succeeded, 2));
+    assert_eq!(site.hits("/crash.html"), 1);
+    assert_eq!(objects(&crawler, &crawl).await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_page_budget_caps_discovery() {
+    let Fixture { site, .. } = fixture().await;
+    let mut config = config(&site);
+    config.scope.max_pages = Some(3);
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config).await;
+    seed(&crawler, &crawl, &[site.url("/index.html")]).await;
+    drain(&crawler).await;
+    let counts = crawler.store().counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.values().sum::<u64>(), 3, "{counts:?}");
+}
