@@ -430,7 +430,7 @@ async fn two_writers_of_the_same_content_keep_their_shared_object() {
         .unwrap()
         .object_key
         .unwrap();
-    assert_eq!(objects(&crawler, &crawl).await, [key.clone()]);
+    assert_eq!(objects(&crawler, &crawl).await, std::slice::from_ref(&key));
     assert!(crawler.blobs().get(&key).await.unwrap().is_some());
 }
 
