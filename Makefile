@@ -2,18 +2,21 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test fmt-check clippy unit deps
+.PHONY: test deps fmt-check clippy cargo-test
 
-## Everything CI runs: formatting, lints, all tests.
-test: deps fmt-check clippy
-	cargo test --workspace --all-targets
+## Everything CI runs: formatting, lints, the template checks and all tests.
+test: deps fmt-check clippy validate cargo-test
 
 ## Test-only tools: moto server (the offline AWS API the integration tests start).
-deps:
-	@python3 -c 'import moto.server' 2>/dev/null || python3 -m pip install --quiet 'moto[server]'
+deps: infra-deps
 
 fmt-check:
 	cargo fmt --all -- --check
 
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+
+cargo-test:
+	cargo test --workspace --all-targets
+
+include infra/Makefile.inc
