@@ -9,6 +9,7 @@ pub mod blob;
 pub mod calls;
 pub mod canonical;
 pub mod crawl;
+pub mod deliver;
 pub mod discover;
 pub mod fetch;
 pub mod frontier;
