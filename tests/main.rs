@@ -1,6 +1,7 @@
 //! trawl's integration tests: one binary, one module per area.
 
 mod conformance;
+mod delivering;
 mod fetching;
 mod site;
 mod support;
