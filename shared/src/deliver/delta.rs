@@ -150,3 +150,86 @@ impl Previous {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+
+    fn line(n: u8, status: &str, md5: &str) -> ManifestLine {
+        ManifestLine {
+            url: format!("http://example.com/{n}"),
+            task_id: hex::encode([n; 16]),
+            final_url: None,
+            status: status.to_owned(),
+            http_status: Some(200),
+            content_type: None,
+            md5: Some(md5.to_owned()),
+            object: None,
+            bytes: Some(1),
+            fetched_at: Some("2027-01-15T08:00:00Z".to_owned()),
+            depth: 0,
+            retries: 0,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn compares_with_the_previous_manifest_and_finds_vanished_tasks() {
+        // GIVEN a previous manifest: 1..=3 delivered, 4 gone
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        for l in [
+            line(1, "succeeded", "a"),
+            line(2, "succeeded", "b"),
+            line(3, "succeeded", "c"),
+            line(4, "gone", "d"),
+        ] {
+            gz.write_all(&serde_json::to_vec(&l).unwrap()).unwrap();
+            gz.write_all(b"\n").unwrap();
+        }
+        let manifest = Bytes::from(gz.finish().unwrap());
+        let mut previous = Previous::load("gen-000000".into(), "k".into(), manifest).unwrap();
+        let id = |n: u8| hex::encode([n; 16]);
+
+        // WHEN this delivery has 1 unchanged, 2 changed, 4 back, 5 new, 6 never fetched; 3 vanished
+        let changes = [
+            previous.compare(&id(1), true, Some("a")),
+            previous.compare(&id(2), true, Some("b2")),
+            previous.compare(&id(4), true, Some("d")),
+            previous.compare(&id(5), true, Some("e")),
+            previous.compare(&id(6), false, None),
+        ];
+        let vanished: Vec<DeltaLine> = previous.vanished().map(Result::unwrap).collect();
+
+        // THEN each change is named, and only 3 is reported gone at the end
+        assert_eq!(
+            changes,
+            [
+                Some(Change::Unchanged),
+                Some(Change::Changed),
+                Some(Change::New),
+                Some(Change::New),
+                None
+            ]
+        );
+        assert_eq!(
+            vanished,
+            [DeltaLine {
+                change: Change::Gone,
+                url: "http://example.com/3".into(),
+                md5: Some("c".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_corrupt_manifest_is_a_typed_error() {
+        let result = Previous::load("gen-000000".into(), "k".into(), Bytes::from_static(b"nope"));
+        assert!(matches!(
+            result,
+            Err(DeliverError::CorruptDelivery { key, .. }) if key == "k"
+        ));
+    }
+}
