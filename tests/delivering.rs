@@ -710,6 +710,46 @@ async fn purge_refuses_a_running_crawl_then_removes_everything<
     );
 }
 
+/// Incompressible bytes (xorshift), so the compressed WARC really is as large as the pages.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// S3 only: a WARC larger than one part goes up as a multipart upload and reads back whole.
+#[tokio::test]
+async fn a_large_warc_is_uploaded_in_parts() {
+    // GIVEN a completed crawl of 3 pages of 4 MiB of noise each (12 MiB > the 8 MiB part size)
+    let b = aws().await;
+    let crawl = b.create(T0).await;
+    b.seed(&crawl, &urls(0..3), T0).await;
+    let bodies: Vec<Vec<u8>> = (0..3).map(|i| noise(4 << 20, i + 1)).collect();
+    for (i, body) in bodies.iter().enumerate() {
+        b.succeed(&crawl, &url(i), body, T0 + 1).await;
+    }
+    assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+    let parts_before = b.calls.get(trawl_core::calls::Call::S3UploadPart);
+
+    // WHEN it is delivered
+    let report = b.deliverer().deliver(&crawl, None, T0 + 3).await.unwrap();
+
+    // THEN the WARC went up in two parts and holds the three bodies intact
+    let parts = b.calls.get(trawl_core::calls::Call::S3UploadPart) - parts_before;
+    assert_eq!(parts, 2);
+    let pages = warc_pages(&read_warc(&b.file(&report, deliver::WARC_FILE).await));
+    for (i, body) in bodies.iter().enumerate() {
+        assert!(pages[&url(i)] == *body, "page {i} differs");
+    }
+    assert!(report.summary.files[deliver::WARC_FILE] > 12 << 20);
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod embedded {

@@ -20,8 +20,8 @@ pub(crate) struct GzipFile<U> {
     compressed: u64,
 }
 
-fn compress_error(e: std::io::Error) -> DeliverError {
-    DeliverError::Compress(e.to_string())
+fn encode_error(e: std::io::Error) -> DeliverError {
+    DeliverError::Encode(e.to_string())
 }
 
 impl<U: BlobUpload> GzipFile<U> {
@@ -39,7 +39,7 @@ impl<U: BlobUpload> GzipFile<U> {
         let encoder = self
             .member
             .get_or_insert_with(|| GzEncoder::new(Vec::new(), Compression::default()));
-        encoder.write_all(data).map_err(compress_error)?;
+        encoder.write_all(data).map_err(encode_error)?;
         if encoder.get_ref().len() >= CHUNK {
             let chunk = std::mem::take(encoder.get_mut());
             self.send(&chunk).await?;
@@ -50,7 +50,7 @@ impl<U: BlobUpload> GzipFile<U> {
     /// Closes the current member; the next write starts a new one.
     pub(crate) async fn end_member(&mut self) -> Result<(), DeliverError> {
         if let Some(encoder) = self.member.take() {
-            let rest = encoder.finish().map_err(compress_error)?;
+            let rest = encoder.finish().map_err(encode_error)?;
             self.members += 1;
             self.send(&rest).await?;
         }

@@ -138,8 +138,9 @@ pub enum DeliverError {
     /// An earlier delivery that cannot be read back (its manifest or summary).
     #[error("delivery file {key} is unreadable: {reason}")]
     CorruptDelivery { key: String, reason: String },
-    #[error("compression failed: {0}")]
-    Compress(String),
+    /// Serialising or compressing a delivery file failed (not expected with in-memory buffers).
+    #[error("encoding failed: {0}")]
+    Encode(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -166,7 +167,7 @@ impl DeliverError {
             DeliverError::UnknownGeneration { .. } => "UnknownGeneration",
             DeliverError::Superseded { .. } => "Superseded",
             DeliverError::CorruptDelivery { .. } => "CorruptDelivery",
-            DeliverError::Compress(_) => "Compress",
+            DeliverError::Encode(_) => "Encode",
             DeliverError::Store(_) => "Store",
             DeliverError::Blob(_) => "Blob",
         }
@@ -190,7 +191,7 @@ fn error_kind_name(kind: ErrorKind) -> String {
 }
 
 fn json_line<T: Serialize>(value: &T) -> Result<Vec<u8>, DeliverError> {
-    let mut line = serde_json::to_vec(value).map_err(|e| DeliverError::Compress(e.to_string()))?;
+    let mut line = serde_json::to_vec(value).map_err(|e| DeliverError::Encode(e.to_string()))?;
     line.push(b'\n');
     Ok(line)
 }
@@ -327,7 +328,7 @@ where
             &format!("{prefix}{SUMMARY_FILE}"),
             "application/json",
             &serde_json::to_vec_pretty(&summary)
-                .map_err(|e| DeliverError::Compress(e.to_string()))?,
+                .map_err(|e| DeliverError::Encode(e.to_string()))?,
         )
         .await?;
         self.write_plain(&format!("{prefix}{SUCCESS_FILE}"), "text/plain", b"")
