@@ -2,6 +2,7 @@
 
 mod conformance;
 mod crawling;
+mod delivering;
 mod fetching;
 mod site;
 mod support;

@@ -10,6 +10,7 @@ pub mod calls;
 pub mod canonical;
 pub mod crawl;
 pub mod crawler;
+pub mod deliver;
 pub mod discover;
 pub mod fetch;
 pub mod frontier;
