@@ -14,6 +14,8 @@ pub mod fetch;
 pub mod frontier;
 pub mod queue;
 pub mod retry;
+pub mod seed;
 pub mod settings;
 pub mod store;
+pub mod sweep;
 pub mod task;
