@@ -2,5 +2,7 @@
 
 mod conformance;
 mod fetching;
+mod seeding;
 mod site;
 mod support;
+mod sweeping;
