@@ -4,5 +4,7 @@ mod conformance;
 mod crawling;
 mod delivering;
 mod fetching;
+mod seeding;
 mod site;
 mod support;
+mod sweeping;

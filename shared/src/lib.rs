@@ -17,6 +17,8 @@ pub mod frontier;
 pub mod logging;
 pub mod queue;
 pub mod retry;
+pub mod seed;
 pub mod settings;
 pub mod store;
+pub mod sweep;
 pub mod task;
