@@ -1,19 +1,28 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
-use crate::args::{Command, CrawlSelector, PurgeArgs, RetryArgs, SetupArgs, TasksCommand, TasksListArgs, TasksShowArgs};
+use crate::args::{
+    Command, CrawlSelector, PurgeArgs, RetryArgs, SetupArgs, TasksCommand, TasksListArgs,
+    TasksShowArgs,
+};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
 use serde_json::json;
 use trawl_core::blob::BlobStore;
+use trawl_core::blob::Layout;
+use trawl_core::calls::CallCounts;
 use trawl_core::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_core::crawl::{Crawl, CrawlState};
-use trawl_core::deliver::{Deliverer, DeliveryRequest, purge};
+use trawl_core::deliver::{Deliverer, purge};
 use trawl_core::queue::{WorkMessage, WorkQueue};
 use trawl_core::store::{CrawlStore, StatusCounts, TaskQuery, TaskStore};
 use trawl_core::task::{Status, now_ms};
 
-pub async fn dispatch<S, B, Q>(backend: Backend<S, B, Q>, command: Command, json: bool) -> Result<(), CliError>
+pub async fn dispatch<S, B, Q>(
+    backend: Backend<S, B, Q>,
+    command: Command,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
     B: BlobStore,
@@ -27,7 +36,22 @@ where
         Command::Retry(args) => retry(&backend, &args, json).await,
         Command::Deliver(selector) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
-            deliver(&backend, &crawl, json).await.map(|_| ())
+            let b = &backend;
+            let location = deliver(
+                &b.store,
+                &b.blobs,
+                &b.layout,
+                &b.uri_base,
+                &b.calls,
+                &crawl.id,
+            )
+            .await?;
+            if json {
+                output::json(&json!({"crawl_id": crawl.id.as_str(), "delivery": location}));
+            } else {
+                println!("delivery: {location}");
+            }
+            Ok(())
         }
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
@@ -41,23 +65,37 @@ fn parse_crawl_id(raw: &str) -> Result<CrawlId, CliError> {
 fn parse_status(raw: &str) -> Result<Status, CliError> {
     Status::from_name(raw).ok_or_else(|| {
         let names: Vec<&str> = Status::ALL.iter().map(|s| s.name()).collect();
-        CliError::Usage(format!("unknown status {raw:?}: use one of {}", names.join(", ")))
+        CliError::Usage(format!(
+            "unknown status {raw:?}: use one of {}",
+            names.join(", ")
+        ))
     })
 }
 
 /// The crawl named, or the only crawl there is.
-pub async fn resolve_crawl<S: CrawlStore>(store: &S, crawl_id: Option<&str>) -> Result<Crawl, CliError> {
+pub async fn resolve_crawl<S: CrawlStore>(
+    store: &S,
+    crawl_id: Option<&str>,
+) -> Result<Crawl, CliError> {
     if let Some(raw) = crawl_id {
         let id = parse_crawl_id(raw)?;
-        return store.get_crawl(&id).await?.ok_or_else(|| CliError::NoSuchCrawl(raw.to_owned()));
+        return store
+            .get_crawl(&id)
+            .await?
+            .ok_or_else(|| CliError::NoSuchCrawl(raw.to_owned()));
     }
     let mut crawls = store.list_crawls(None).await?;
     match crawls.len() {
-        0 => Err(CliError::Usage("there is no crawl yet: start one with `trawl crawl URL`".into())),
+        0 => Err(CliError::Usage(
+            "there is no crawl yet: start one with `trawl crawl URL`".into(),
+        )),
         1 => Ok(crawls.remove(0)),
         _ => {
             let ids: Vec<String> = crawls.iter().map(|c| c.id.to_string()).collect();
-            Err(CliError::Usage(format!("there are several crawls: pass --crawl-id (one of {})", ids.join(", "))))
+            Err(CliError::Usage(format!(
+                "there are several crawls: pass --crawl-id (one of {})",
+                ids.join(", ")
+            )))
         }
     }
 }
@@ -67,10 +105,18 @@ fn count(counts: &StatusCounts, status: Status) -> u64 {
 }
 
 fn counts_json(counts: &StatusCounts) -> serde_json::Value {
-    Status::ALL.iter().map(|s| (s.name().to_owned(), json!(count(counts, *s)))).collect::<serde_json::Map<_, _>>().into()
+    Status::ALL
+        .iter()
+        .map(|s| (s.name().to_owned(), json!(count(counts, *s))))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
-async fn status<S, B, Q>(backend: &Backend<S, B, Q>, selector: &CrawlSelector, json: bool) -> Result<(), CliError>
+async fn status<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    selector: &CrawlSelector,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
 {
@@ -83,7 +129,11 @@ where
     for crawl in &crawls {
         let counts = backend.store.counts(&crawl.id).await?;
         let total: u64 = counts.values().sum();
-        let mut row = vec![crawl.id.to_string(), crawl.state.name().to_owned(), crawl.generation.to_string()];
+        let mut row = vec![
+            crawl.id.to_string(),
+            crawl.state.name().to_owned(),
+            crawl.generation.to_string(),
+        ];
         row.extend(Status::ALL.iter().map(|s| count(&counts, *s).to_string()));
         row.push(total.to_string());
         rows.push(row);
@@ -108,7 +158,11 @@ where
     Ok(())
 }
 
-async fn tasks_list<S, B, Q>(backend: &Backend<S, B, Q>, args: &TasksListArgs, json: bool) -> Result<(), CliError>
+async fn tasks_list<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    args: &TasksListArgs,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
 {
@@ -118,7 +172,13 @@ where
     let mut cursor = None;
     while tasks.len() < args.limit as usize {
         let want = args.limit - tasks.len() as u32;
-        let query = TaskQuery { crawl_id: crawl.id.clone(), status, updated_before: None, limit: want.min(100), cursor };
+        let query = TaskQuery {
+            crawl_id: crawl.id.clone(),
+            status,
+            updated_before: None,
+            limit: want.min(100),
+            cursor,
+        };
         let page = backend.store.query(&query).await?;
         tasks.extend(page.tasks);
         cursor = page.cursor;
@@ -136,27 +196,42 @@ where
     } else {
         let rows: Vec<Vec<String>> = tasks
             .iter()
-            .map(|t| vec![t.task_id.to_string(), output::time(t.updated_at), t.retries.to_string(), t.url.clone()])
+            .map(|t| {
+                vec![
+                    t.task_id.to_string(),
+                    output::time(t.updated_at),
+                    t.retries.to_string(),
+                    t.url.clone(),
+                ]
+            })
             .collect();
         output::table(&["task", "updated", "retries", "url"], &rows);
     }
     Ok(())
 }
 
-async fn task_show<S, B, Q>(backend: &Backend<S, B, Q>, args: &TasksShowArgs, json: bool) -> Result<(), CliError>
+async fn task_show<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    args: &TasksShowArgs,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
 {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let task_id = match TaskId::parse(&args.task) {
         Some(id) => id,
-        None => CanonicalUrl::parse(&args.task).map_err(|e| CliError::Usage(format!("{e}: give a URL or a task id")))?.task_id(),
+        None => CanonicalUrl::parse(&args.task)
+            .map_err(|e| CliError::Usage(format!("{e}: give a URL or a task id")))?
+            .task_id(),
     };
     let task = backend
         .store
         .get(&crawl.id, &task_id)
         .await?
-        .ok_or_else(|| CliError::Usage(format!("crawl {} has no task {:?}", crawl.id, args.task)))?;
+        .ok_or_else(|| {
+            CliError::Usage(format!("crawl {} has no task {:?}", crawl.id, args.task))
+        })?;
     let fetch = task.fetch.as_ref();
     let value = json!({
         "crawl_id": task.crawl_id.as_str(),
@@ -190,30 +265,51 @@ where
     Ok(())
 }
 
-async fn retry<S, B, Q>(backend: &Backend<S, B, Q>, args: &RetryArgs, json: bool) -> Result<(), CliError>
+async fn retry<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    args: &RetryArgs,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
     Q: WorkQueue,
 {
     let status = parse_status(&args.status)?;
     if !matches!(status, Status::Failed | Status::Ignored) {
-        return Err(CliError::Usage("retry takes --status failed or --status ignored".into()));
+        return Err(CliError::Usage(
+            "retry takes --status failed or --status ignored".into(),
+        ));
     }
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let now = now_ms();
     let mut moved = Vec::new();
     // Rescheduled tasks leave the status, so the first page is always the next one.
     for _ in 0..100_000 {
-        let query = TaskQuery { crawl_id: crawl.id.clone(), status, updated_before: Some(now), limit: 100, cursor: None };
+        let query = TaskQuery {
+            crawl_id: crawl.id.clone(),
+            status,
+            updated_before: Some(now),
+            limit: 100,
+            cursor: None,
+        };
         let page = backend.store.query(&query).await?;
         if page.tasks.is_empty() {
             break;
         }
         for task in page.tasks {
-            if backend.store.reschedule(&crawl.id, &task.task_id, &[status], now).await?
+            if backend
+                .store
+                .reschedule(&crawl.id, &task.task_id, &[status], now)
+                .await?
                 && let Ok(url) = CanonicalUrl::parse(&task.url)
             {
-                moved.push(WorkMessage::new(crawl.id.clone(), task.task_id, &url, task.depth, crawl.config.politeness.per_host));
+                moved.push(WorkMessage::new(
+                    crawl.id.clone(),
+                    task.task_id,
+                    &url,
+                    task.depth,
+                    crawl.config.politeness.per_host,
+                ));
             }
         }
     }
@@ -221,52 +317,94 @@ where
         backend.store.reopen_crawl(&crawl.id, now).await?;
     }
     // A local queue lives in `trawl crawl`, which rebuilds it from the table.
-    let enqueued = if backend.local || moved.is_empty() { 0 } else { backend.queue.send(&moved).await.map_err(CliError::other)?.sent };
-    if json {
-        output::json(&json!({"crawl_id": crawl.id.as_str(), "rescheduled": moved.len(), "enqueued": enqueued}));
-    } else if backend.local {
-        println!("{} {} task(s) of {} are pending again: run `trawl crawl --crawl-id {}` to crawl them", moved.len(), status, crawl.id, crawl.id);
+    let enqueued = if backend.local || moved.is_empty() {
+        0
     } else {
-        println!("{} {} task(s) of {} rescheduled and enqueued", moved.len(), status, crawl.id);
+        backend
+            .queue
+            .send(&moved)
+            .await
+            .map_err(CliError::other)?
+            .sent
+    };
+    if json {
+        output::json(
+            &json!({"crawl_id": crawl.id.as_str(), "rescheduled": moved.len(), "enqueued": enqueued}),
+        );
+    } else if backend.local {
+        println!(
+            "{} {} task(s) of {} are pending again: run `trawl crawl --crawl-id {}` to crawl them",
+            moved.len(),
+            status,
+            crawl.id,
+            crawl.id
+        );
+    } else {
+        println!(
+            "{} {} task(s) of {} rescheduled and enqueued",
+            moved.len(),
+            status,
+            crawl.id
+        );
     }
     Ok(())
 }
 
 /// Writes (or finds) the delivery of the crawl's current generation; returns where it is.
-pub async fn deliver<S, B, Q>(backend: &Backend<S, B, Q>, crawl: &Crawl, json: bool) -> Result<String, CliError>
+pub async fn deliver<S, B>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    uri_base: &str,
+    calls: &CallCounts,
+    crawl_id: &CrawlId,
+) -> Result<String, CliError>
 where
     S: TaskStore + CrawlStore,
     B: BlobStore,
 {
     let deliverer = Deliverer {
-        store: &backend.store,
-        blobs: &backend.blobs,
-        layout: &backend.layout,
-        uri_base: &backend.uri_base,
-        calls: &backend.calls,
+        store,
+        blobs,
+        layout,
+        uri_base,
+        calls,
     };
-    let request = DeliveryRequest { crawl_id: crawl.id.clone(), generation: None };
-    let report = deliverer.deliver(&request, now_ms()).await.map_err(CliError::other)?;
-    let location = format!("{}/{}", backend.uri_base, report.prefix);
-    if json {
-        output::json(&json!({"crawl_id": crawl.id.as_str(), "delivery": location}));
-    } else {
-        println!("delivery: {location}");
-    }
-    Ok(location)
+    let report = deliverer
+        .deliver(crawl_id, None, now_ms())
+        .await
+        .map_err(CliError::other)?;
+    Ok(report.location)
 }
 
-async fn purge_crawl<S, B, Q>(backend: &Backend<S, B, Q>, args: &PurgeArgs, json: bool) -> Result<(), CliError>
+async fn purge_crawl<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    args: &PurgeArgs,
+    json: bool,
+) -> Result<(), CliError>
 where
     S: TaskStore + CrawlStore,
     B: BlobStore,
 {
     let id = parse_crawl_id(&args.crawl_id)?;
-    let report = purge(&backend.store, &backend.blobs, &backend.layout, &id, args.force).await.map_err(CliError::other)?;
+    let report = purge(
+        &backend.store,
+        &backend.blobs,
+        &backend.layout,
+        &id,
+        args.force,
+    )
+    .await
+    .map_err(CliError::other)?;
     if json {
-        output::json(&json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}));
+        output::json(
+            &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),
+        );
     } else {
-        println!("purged {id}: {} task(s), {} object(s)", report.tasks_deleted, report.objects_deleted);
+        println!(
+            "purged {id}: {} task(s), {} object(s)",
+            report.tasks_deleted, report.objects_deleted
+        );
     }
     Ok(())
 }
@@ -275,10 +413,18 @@ where
 /// variables that point trawl at them.
 pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
     let clients = trawl_core::aws::Clients::new(&trawl_core::aws::load_config().await);
-    let stack = trawl_core::aws::create_stack(&clients, &args.name).await.map_err(CliError::other)?;
+    let stack = trawl_core::aws::create_stack(&clients, &args.name)
+        .await
+        .map_err(CliError::other)?;
     let vars = stack.env();
     if json {
-        output::json(&vars.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>().into());
+        output::json(
+            &vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+        );
     } else {
         for (k, v) in vars {
             println!("export {k}={v}");

@@ -21,7 +21,12 @@ pub struct Global {
     #[arg(long, global = true, value_enum, default_value_t = BackendKind::Local, env = "TRAWL_BACKEND")]
     pub backend: BackendKind,
     /// The local backend's directory.
-    #[arg(long, global = true, default_value = "./trawl-data", env = "TRAWL_DATA_DIR")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "./trawl-data",
+        env = "TRAWL_DATA_DIR"
+    )]
     pub data_dir: PathBuf,
     /// Print results as JSON (one object) instead of tables.
     #[arg(long, global = true)]

@@ -31,7 +31,6 @@ pub struct Backend<S, B, Q> {
     pub uri_base: String,
     /// Whether the queue lives in this process (so it is rebuilt from the table on start).
     pub local: bool,
-    pub aws: Option<Clients>,
     /// Held for the process's life: one process per local data directory.
     _lock: Option<File>,
 }
@@ -42,7 +41,10 @@ pub type AwsBackend = Backend<DynamoStore, S3BlobStore, SqsQueue>;
 /// SQLite + files under `data_dir`, and an in-process queue.
 pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
     let shown = data_dir.display().to_string();
-    let dir_err = |e: std::io::Error| CliError::DataDir { path: shown.clone(), reason: e.to_string() };
+    let dir_err = |e: std::io::Error| CliError::DataDir {
+        path: shown.clone(),
+        reason: e.to_string(),
+    };
     std::fs::create_dir_all(data_dir).map_err(dir_err)?;
     let lock = File::create(data_dir.join(".lock")).map_err(dir_err)?;
     match lock.try_lock() {
@@ -61,7 +63,6 @@ pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
         layout: Layout::default(),
         uri_base: root.display().to_string(),
         local: true,
-        aws: None,
         _lock: Some(lock),
     })
 }
@@ -72,14 +73,18 @@ pub async fn aws() -> Result<AwsBackend, CliError> {
     let clients = Clients::new(&trawl_core::aws::load_config().await);
     let calls = Arc::new(CallCounts::default());
     Ok(Backend {
-        store: DynamoStore::new(clients.dynamodb.clone(), &settings.table, settings.shards, calls.clone()),
+        store: DynamoStore::new(
+            clients.dynamodb.clone(),
+            &settings.table,
+            settings.shards,
+            calls.clone(),
+        ),
         blobs: S3BlobStore::new(clients.s3.clone(), &settings.bucket, calls.clone()),
         queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
         calls,
         layout: Layout::new(&settings.prefix),
         uri_base: format!("s3://{}", settings.bucket),
         local: false,
-        aws: Some(clients),
         _lock: None,
     })
 }

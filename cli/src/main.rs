@@ -4,8 +4,10 @@
 mod admin;
 mod args;
 mod backend;
+mod crawl;
 mod error;
 mod output;
+mod progress;
 
 use args::{BackendKind, Cli, Command};
 use clap::Parser;
@@ -20,7 +22,7 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -29,19 +31,26 @@ async fn main() -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     let global = cli.global;
     if let Command::Setup(args) = &cli.command {
         if global.backend != BackendKind::Aws {
-            return Err(CliError::Usage("`trawl setup` creates AWS resources: add --backend aws".into()));
+            return Err(CliError::Usage(
+                "`trawl setup` creates AWS resources: add --backend aws".into(),
+            ));
         }
         return admin::setup(args, global.json).await;
     }
     match global.backend {
-        BackendKind::Local => admin::dispatch(backend::local(&global.data_dir)?, cli.command, global.json).await,
+        BackendKind::Local => {
+            admin::dispatch(backend::local(&global.data_dir)?, cli.command, global.json).await
+        }
         BackendKind::Aws => admin::dispatch(backend::aws().await?, cli.command, global.json).await,
     }
 }

@@ -67,7 +67,10 @@ pub struct SetupError {
 /// template, whose definitions `infra/tests` checks against these).
 pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupError> {
     use aws_sdk_dynamodb::error::DisplayErrorContext;
-    let fail = |resource: &str, message: String| SetupError { resource: resource.to_owned(), message };
+    let fail = |resource: &str, message: String| SetupError {
+        resource: resource.to_owned(),
+        message,
+    };
     let table = format!("{name}-tasks");
     let bucket = format!("{name}-pages");
     crate::store::dynamodb::create_table(&clients.dynamodb, &table)

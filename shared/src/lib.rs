@@ -17,6 +17,7 @@ pub mod frontier;
 pub mod logging;
 pub mod queue;
 pub mod retry;
+pub mod runner;
 pub mod seed;
 pub mod settings;
 pub mod store;

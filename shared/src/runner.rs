@@ -99,7 +99,13 @@ where
     for status in [Status::InProgress, Status::Pending, Status::Failed] {
         let mut cursor = None;
         loop {
-            let query = TaskQuery { crawl_id: crawl.id.clone(), status, updated_before: None, limit: 500, cursor };
+            let query = TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status,
+                updated_before: None,
+                limit: 500,
+                cursor,
+            };
             let page = store.query(&query).await?;
             let mut messages = Vec::with_capacity(page.tasks.len());
             for task in page.tasks {
@@ -112,7 +118,13 @@ where
                         store.release(&lease, now_ms()).await?;
                     }
                 } else if let Ok(url) = CanonicalUrl::parse(&task.url) {
-                    messages.push(WorkMessage::new(crawl.id.clone(), task.task_id, &url, task.depth, per_host));
+                    messages.push(WorkMessage::new(
+                        crawl.id.clone(),
+                        task.task_id,
+                        &url,
+                        task.depth,
+                        per_host,
+                    ));
                 }
             }
             sent += queue.send(&messages).await?.sent as u64;
@@ -143,11 +155,12 @@ where
     let last_work = std::sync::Mutex::new(Instant::now());
     let worker = || async {
         while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
-            busy.fetch_add(1, Ordering::SeqCst);
-            let result = work_once(crawler, stats).await;
-            busy.fetch_sub(1, Ordering::SeqCst);
-            match result {
-                Ok(true) => *last_work.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now(),
+            match work_once(crawler, stats, &busy).await {
+                Ok(true) => {
+                    *last_work
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "queue error; retrying");
@@ -158,14 +171,23 @@ where
     };
     let coordinator = async {
         let trigger = LocalDeliveryTrigger::default();
-        let sweeper = Sweeper { store: crawler.store(), queue: crawler.queue(), trigger: &trigger, options: SweepOptions::default() };
+        let sweeper = Sweeper {
+            store: crawler.store(),
+            queue: crawler.queue(),
+            trigger: &trigger,
+            options: SweepOptions::default(),
+        };
         let end = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(RunEnd::Stopped);
             }
             tokio::time::sleep(Duration::from_millis(RECEIVE_WAIT_MS)).await;
             let quiet = busy.load(Ordering::SeqCst) == 0
-                && last_work.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed() >= QUIET;
+                && last_work
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .elapsed()
+                    >= QUIET;
             if !quiet {
                 continue;
             }
@@ -175,11 +197,17 @@ where
                 Err(e) => break Err(e.into()),
             };
             if crawl.state == CrawlState::Completed {
-                break Ok(RunEnd::Completed { generation: crawl.generation });
+                break Ok(RunEnd::Completed {
+                    generation: crawl.generation,
+                });
             }
             let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
             match sweeper.sweep_crawl(&crawl, now_ms(), &mut budget).await {
-                Ok(report) if report.completed => break Ok(RunEnd::Completed { generation: crawl.generation }),
+                Ok(report) if report.completed => {
+                    break Ok(RunEnd::Completed {
+                        generation: crawl.generation,
+                    });
+                }
                 Ok(_) => {}
                 Err(e) => break Err(e.into()),
             }
@@ -187,12 +215,20 @@ where
         done.store(true, Ordering::Relaxed);
         end
     };
-    let (end, _) = tokio::join!(coordinator, futures_util::future::join_all((0..workers.max(1)).map(|_| worker())));
+    let (end, _) = tokio::join!(
+        coordinator,
+        futures_util::future::join_all((0..workers.max(1)).map(|_| worker()))
+    );
     end
 }
 
 /// One receive → process → settle round. Returns whether there was work.
-async fn work_once<S, B, Q>(crawler: &Crawler<S, B, Q>, stats: &RunStats) -> Result<bool, QueueError>
+/// `busy` counts workers holding messages (not those waiting on an empty queue).
+async fn work_once<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    stats: &RunStats,
+    busy: &AtomicUsize,
+) -> Result<bool, QueueError>
 where
     S: TaskStore + CrawlStore,
     B: BlobStore,
@@ -202,6 +238,23 @@ where
     if batch.is_empty() {
         return Ok(false);
     }
+    busy.fetch_add(1, Ordering::SeqCst);
+    let settled = settle(crawler, stats, batch).await;
+    busy.fetch_sub(1, Ordering::SeqCst);
+    settled.map(|()| true)
+}
+
+/// Processes a batch and acts on each message's disposition.
+async fn settle<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    stats: &RunStats,
+    batch: Vec<crate::queue::Received>,
+) -> Result<(), QueueError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
     let results = crawler.process_batch(batch, None).await;
     let mut handled = Vec::new();
     for result in results {
@@ -209,9 +262,13 @@ where
         match result.disposition {
             Disposition::Done => handled.push(result.receipt),
             Disposition::RetryAfter(ms) => crawler.queue().retry_later(&result.receipt, ms).await?,
-            Disposition::Reject(_) => crawler.queue().retry_later(&result.receipt, REJECT_DELAY_MS).await?,
+            Disposition::Reject(_) => {
+                crawler
+                    .queue()
+                    .retry_later(&result.receipt, REJECT_DELAY_MS)
+                    .await?
+            }
         }
     }
-    crawler.queue().ack(&handled).await?;
-    Ok(true)
+    crawler.queue().ack(&handled).await
 }
