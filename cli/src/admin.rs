@@ -30,6 +30,34 @@ where
 {
     match command {
         Command::Crawl(args) => crate::crawl::run(backend, args, json).await,
+        Command::Demo => {
+            let site = crate::demo::start_site().await.map_err(CliError::other)?;
+            let exempt = site
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_owned();
+            if !json {
+                eprintln!(
+                    "demo site: {site} ({} pages); the network guard stays on, exempting only it",
+                    crate::demo::DEMO_PAGES
+                );
+            }
+            let args = crate::args::CrawlArgs {
+                urls: vec![site],
+                seeds_file: None,
+                sitemap: Vec::new(),
+                crawl_id: None,
+                max_pages: None,
+                max_depth: None,
+                allow_domain: Vec::new(),
+                concurrency: 8,
+                per_host: 4,
+                user_agent: None,
+                allow_private_networks: false,
+                guard_exempt: vec![exempt],
+            };
+            crate::crawl::run(backend, args, json).await
+        }
         Command::Status(selector) => status(&backend, &selector, json).await,
         Command::Tasks(TasksCommand::List(args)) => tasks_list(&backend, &args, json).await,
         Command::Tasks(TasksCommand::Show(args)) => task_show(&backend, &args, json).await,

@@ -43,6 +43,8 @@ pub enum BackendKind {
 pub enum Command {
     /// Crawl from seed URLs until done, then deliver. Re-run the same command to resume.
     Crawl(CrawlArgs),
+    /// Serve a small generated site on 127.0.0.1 and crawl it: trawl at work, offline.
+    Demo,
     /// Tasks per status, per crawl.
     Status(CrawlSelector),
     /// List or inspect tasks.
@@ -92,6 +94,9 @@ pub struct CrawlArgs {
     /// Allow loopback and private addresses (intranet crawls, local test sites).
     #[arg(long)]
     pub allow_private_networks: bool,
+    /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
+    #[arg(skip)]
+    pub guard_exempt: Vec<String>,
 }
 
 #[derive(Debug, Args)]

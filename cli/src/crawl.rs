@@ -24,7 +24,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
 use trawl_core::task::{Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
@@ -97,6 +97,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
     config.scope.max_depth = args.max_depth;
     config.politeness.per_host = args.per_host.max(1);
     config.fetch.allow_private_networks = args.allow_private_networks;
+    config.fetch.guard_exempt = args.guard_exempt.clone();
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
@@ -301,6 +302,7 @@ where
             .map(|s| vec![s.name().to_owned(), count(*s).to_string()])
             .collect();
         output::table(&["status", "tasks"], &rows);
+        print_given_up(crawler.store(), &crawl_id).await?;
         println!("{pages} page(s) this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)");
         match &delivery {
             Some(location) => println!("delivered to {location}"),
@@ -311,6 +313,39 @@ where
         RunEnd::Completed { .. } => Ok(()),
         RunEnd::Stopped => Err(CliError::Interrupted),
     }
+}
+
+/// Shows a few tasks that were given up, with why (the full list: `trawl tasks list`).
+async fn print_given_up<S: TaskStore>(store: &S, crawl_id: &CrawlId) -> Result<(), CliError> {
+    const SHOWN: u32 = 5;
+    for status in [Status::Ignored, Status::Gone] {
+        let query = TaskQuery {
+            crawl_id: crawl_id.clone(),
+            status,
+            updated_before: None,
+            limit: SHOWN,
+            cursor: None,
+        };
+        for summary in store.query(&query).await?.tasks {
+            let why = match store
+                .get(crawl_id, &summary.task_id)
+                .await?
+                .and_then(|t| t.errors.last().cloned())
+            {
+                Some(error) => format!(
+                    "{}: {}",
+                    serde_json::to_value(error.kind)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or("error"),
+                    error.message
+                ),
+                None => String::new(),
+            };
+            println!("{status}  {}  {why}", summary.url);
+        }
+    }
+    Ok(())
 }
 
 /// First Ctrl-C: stop taking new work, finish what is in flight. Second: quit at once.

@@ -5,6 +5,7 @@ mod admin;
 mod args;
 mod backend;
 mod crawl;
+mod demo;
 mod error;
 mod output;
 mod progress;
