@@ -14,7 +14,6 @@ pub mod deliver;
 pub mod discover;
 pub mod fetch;
 pub mod frontier;
-pub mod logging;
 pub mod queue;
 pub mod retry;
 pub mod runner;

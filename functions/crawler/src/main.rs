@@ -16,7 +16,7 @@ use trawl_core::store::dynamodb::DynamoStore;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    trawl_core::logging::init_lambda();
+    lambda_runtime::tracing::init_default_subscriber();
     let settings = AwsSettings::from_env()?;
     let clients = trawl_core::aws::Clients::new(&trawl_core::aws::load_config().await);
     let calls = Arc::new(CallCounts::default());

@@ -14,11 +14,7 @@ use trawl_core::{aws, task::now_ms};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .without_time()
-        .init();
+    lambda_runtime::tracing::init_default_subscriber();
     let settings = AwsSettings::from_env()?;
     let clients = aws::Clients::new(&aws::load_config().await);
     let calls = Arc::new(CallCounts::default());
