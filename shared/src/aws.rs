@@ -4,6 +4,8 @@
 //! or LocalStack needs no code path of its own; S3 then needs path-style addressing.
 
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::SdkError;
 
 /// Loads region, credentials and endpoint from the environment (the default provider chain).
 pub async fn load_config() -> SdkConfig {
@@ -104,4 +106,18 @@ pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupE
         queue_url: queue.queue_url.unwrap_or_default(),
         delivery_queue_url: deliveries.queue_url.unwrap_or_default(),
     })
+}
+
+/// Whether an SDK call may succeed if retried later: transport failures, timeouts and 5xx
+/// answers (throttling included), judged by the error's type and status, never its text.
+pub(crate) fn is_retryable<E>(e: &SdkError<E, HttpResponse>) -> bool {
+    match e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(_) => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
+        _ => false,
+    }
 }

@@ -28,15 +28,7 @@ fn map_err<E>(operation: &'static str, key: &str, e: SdkError<E, HttpResponse>) 
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    let retryable = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        SdkError::ServiceError(_) => e
-            .raw_response()
-            .is_some_and(|r| r.status().is_server_error()),
-        _ => false,
-    };
+    let retryable = crate::aws::is_retryable(&e);
     let message = DisplayErrorContext(&e).to_string();
     let key = key.to_owned();
     if retryable {

@@ -32,15 +32,7 @@ fn map_err<E>(operation: &'static str, e: SdkError<E, HttpResponse>) -> QueueErr
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    let retryable = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        SdkError::ServiceError(_) => e
-            .raw_response()
-            .is_some_and(|r| r.status().is_server_error()),
-        _ => false,
-    };
+    let retryable = crate::aws::is_retryable(&e);
     let message = DisplayErrorContext(&e).to_string();
     if retryable {
         QueueError::Unavailable { operation, message }

@@ -1,7 +1,8 @@
 //! SDK errors, matched by type: conditional-check failures become outcomes, throttling and
 //! transport failures become `StoreError::Unavailable`, the rest `StoreError::Backend`.
 
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreResult};
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -80,5 +81,16 @@ where
             StoreError::Unavailable { operation, message }
         }
         _ => StoreError::Backend { operation, message },
+    }
+}
+
+/// The outcome of a conditional UpdateItem: true if applied, false if its condition failed.
+pub(super) fn applied<O>(
+    result: Result<O, SdkError<UpdateItemError, HttpResponse>>,
+) -> StoreResult<bool> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if is_conditional_failure(&e) => Ok(false),
+        Err(e) => Err(map_err("UpdateItem", e)),
     }
 }

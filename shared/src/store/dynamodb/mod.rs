@@ -13,7 +13,7 @@ mod errors;
 mod items;
 pub mod schema;
 
-use self::errors::{conditional_item, is_conditional_failure, map_err};
+use self::errors::{applied, conditional_item, is_conditional_failure, map_err};
 use self::items::{CrawlItem, TaskItem, crawl_pk, gsi_pk, task_pk};
 use super::{
     ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts,
@@ -241,11 +241,7 @@ impl CrawlStore for DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
+        applied(result)
     }
 
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
@@ -267,11 +263,7 @@ impl CrawlStore for DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
+        applied(result)
     }
 
     async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
@@ -585,11 +577,7 @@ impl TaskStore for DynamoStore {
             .expression_attribute_values(":md5", s(md5))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
+        applied(result)
     }
 
     async fn reschedule(
@@ -622,11 +610,7 @@ impl TaskStore for DynamoStore {
             req = req.expression_attribute_values(placeholder, n(status.code()));
         }
         self.calls.record(Call::DynamoUpdateItem);
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
+        applied(req.send().await)
     }
 
     async fn mark_enqueued(
@@ -649,11 +633,7 @@ impl TaskStore for DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
+        applied(result)
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
