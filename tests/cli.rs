@@ -336,3 +336,97 @@ async fn bad_arguments_and_refused_seeds_give_one_clear_line() {
     assert!(stdout.contains("blocked"), "{stdout}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn the_aws_backend_sets_up_and_crawls_through_dynamodb_s3_and_sqs() {
+    // GIVEN a moto server, and trawl pointed at it by the environment only
+    let site = linked_site(40).await;
+    let dir = temp_dir("aws");
+    let endpoint = &crate::support::moto::shared().endpoint;
+    let name = crate::support::unique("cli");
+    let aws_env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let run = |args: Vec<String>, extra: Vec<(String, String)>| {
+        let mut command = Command::new(trawl_bin());
+        command
+            .args(&args)
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .envs(aws_env)
+            .envs(extra);
+        async move { command.output().await.unwrap() }
+    };
+
+    // WHEN `trawl setup` creates the resources
+    let setup = run(
+        vec![
+            "--backend".into(),
+            "aws".into(),
+            "setup".into(),
+            "--name".into(),
+            name,
+            "--json".into(),
+        ],
+        vec![],
+    )
+    .await;
+    assert!(
+        setup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let vars: Vec<(String, String)> = json_of(&setup)
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    assert!(
+        vars.iter()
+            .any(|(k, v)| k == "TRAWL_QUEUE_URL" && v.ends_with(".fifo"))
+    );
+
+    // AND a crawl runs on them
+    let start = site.url("/p/0.html");
+    let args = [
+        "--backend",
+        "aws",
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--json",
+    ];
+    let output = run(args.iter().map(|a| a.to_string()).collect(), vars.clone()).await;
+
+    // THEN every page is stored once, and `trawl status` on the same backend agrees
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = json_of(&output);
+    assert_eq!(summary["counts"]["succeeded"], 40);
+    assert!(summary["delivery"].as_str().unwrap().starts_with("s3://"));
+    assert!(paths(40).iter().all(|p| site.hits(p) == 1));
+    let status = run(
+        ["--backend", "aws", "status", "--json"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        vars,
+    )
+    .await;
+    let status = json_of(&status);
+    let crawl = status["crawls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["crawl_id"] == summary["crawl_id"])
+        .unwrap();
+    assert_eq!(crawl["counts"], summary["counts"]);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// How long a worker waits on an empty queue before looking again.
-const RECEIVE_WAIT_MS: u64 = 200;
+/// How long a worker waits on an empty queue (SQS long polling: an empty queue costs one
+/// request per second per worker, not a busy loop; the local queue wakes at once on a send).
+const RECEIVE_WAIT_MS: u64 = 1_000;
+/// How often the coordinator looks whether the queue went quiet.
+const COORDINATOR_TICK: Duration = Duration::from_millis(200);
 /// How long the queue must stay quiet before the sweeper runs.
 const QUIET: Duration = Duration::from_millis(500);
 /// Delay before a rejected (malformed) message is offered again.
@@ -181,7 +184,7 @@ where
             if stop.load(Ordering::Relaxed) {
                 break Ok(RunEnd::Stopped);
             }
-            tokio::time::sleep(Duration::from_millis(RECEIVE_WAIT_MS)).await;
+            tokio::time::sleep(COORDINATOR_TICK).await;
             let quiet = busy.load(Ordering::SeqCst) == 0
                 && last_work
                     .lock()
