@@ -1,0 +1,540 @@
+// trawl's stack in CDK: the same resources, properties and permissions as infra/template.yaml.
+// infra/tests/test_cdk_matches_sam.py compares the synthesised template with the SAM one, so a
+// change to either must be made to both.
+//
+// Logical ids are set to the SAM template's (Table, CrawlQueue, CrawlerFunction, ...): the two
+// templates then read alike, and the comparison can match resources and references by name.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  Aws,
+  CfnCondition,
+  CfnMapping,
+  CfnOutput,
+  CfnParameter,
+  CfnResource,
+  Duration,
+  Fn,
+  RemovalPolicy,
+  Stack,
+  StackProps,
+  Token,
+  Validations,
+} from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as scheduler from 'aws-cdk-lib/aws-scheduler';
+import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { RustFunction } from 'cargo-lambda-cdk';
+import { Construct, IConstruct } from 'constructs';
+
+const REPO_ROOT = join(__dirname, '..', '..', '..');
+
+// Crawler timeouts a deployment may choose; the crawl queue's visibility timeout is 6x the chosen
+// one (AWS's guidance for SQS event sources), looked up from a mapping so the two cannot drift.
+const CRAWLER_TIMEOUTS = [30, 60, 120, 300, 600, 900];
+const VISIBILITY_PER_TIMEOUT = 6;
+
+// The deliverer's timeout (seconds); the delivery queue's visibility timeout is 6x it.
+const DELIVERER_TIMEOUT = 900;
+
+const LOG_RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+  3288, 3653,
+];
+
+// What the DynamoDB adapter (shared/src/store/dynamodb) stores in the status index besides its keys.
+const STATUS_INDEX_ATTRIBUTES = [
+  'crawl_id',
+  'task_id',
+  'url',
+  'status',
+  'depth',
+  'retries',
+  'lease_until',
+  'next_attempt',
+  'next_fetch',
+  'enqueued',
+];
+
+const DLQ_RETENTION = Duration.days(14);
+const MAX_RECEIVE_COUNT = 5;
+
+/** Gives a construct's CloudFormation resource the logical id it has in the SAM template. */
+function samLogicalId(construct: IConstruct, logicalId: string): void {
+  (construct.node.defaultChild as CfnResource).overrideLogicalId(logicalId);
+}
+
+export class TrawlStack extends Stack {
+  constructor(scope: Construct, id: string, props?: StackProps) {
+    super(scope, id, props);
+
+    // ------------------------------------------------------------ parameters
+    const userAgent = new CfnParameter(this, 'UserAgent', {
+      type: 'String',
+      default: '',
+      description:
+        "Default User-Agent for crawls whose seed request names none (empty = the code's default).",
+    });
+    const maxConcurrency = new CfnParameter(this, 'MaxConcurrency', {
+      type: 'Number',
+      default: 10,
+      minValue: 2,
+      maxValue: 1000,
+      description:
+        'Global cap on concurrent crawler invocations (SQS event source ScalingConfig.MaximumConcurrency).',
+    });
+    const batchSize = new CfnParameter(this, 'BatchSize', {
+      type: 'Number',
+      default: 10,
+      minValue: 1,
+      maxValue: 10,
+      description: 'Crawl-queue messages per crawler invocation (a FIFO queue allows at most 10).',
+    });
+    const batchConcurrency = new CfnParameter(this, 'BatchConcurrency', {
+      type: 'Number',
+      default: 10,
+      minValue: 1,
+      maxValue: 100,
+      description: 'Messages of one batch the crawler fetches at once.',
+    });
+    const shards = new CfnParameter(this, 'Shards', {
+      type: 'Number',
+      default: 4,
+      minValue: 1,
+      maxValue: 256,
+      description: 'Status-index shards per crawl and status (spreads hot GSI partitions).',
+    });
+    const perHost = new CfnParameter(this, 'PerHost', {
+      type: 'Number',
+      default: 1,
+      minValue: 1,
+      maxValue: 64,
+      description: 'Default per-host parallelism for crawls whose seed request names none.',
+    });
+    const sweeperRate = new CfnParameter(this, 'SweeperRate', {
+      type: 'String',
+      default: 'rate(5 minutes)',
+      allowedPattern: '^(rate|cron)\\(.+\\)$',
+      description: 'EventBridge Scheduler expression for the sweeper.',
+    });
+    const crawlerTimeout = new CfnParameter(this, 'CrawlerTimeout', {
+      type: 'Number',
+      default: 120,
+      allowedValues: CRAWLER_TIMEOUTS.map(String),
+      description:
+        "Crawler timeout in seconds. The crawl queue's visibility timeout is looked up from it " +
+        "(6x, AWS's guidance for SQS event sources), so the two cannot drift apart.",
+    });
+    const prefix = new CfnParameter(this, 'Prefix', {
+      type: 'String',
+      default: 'pages/',
+      description: 'Key prefix for everything trawl writes to the bucket.',
+    });
+    const seedBucketArn = new CfnParameter(this, 'SeedBucketArn', {
+      type: 'String',
+      default: '',
+      allowedPattern: '^(arn:aws[a-z-]*:s3:::[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$',
+      description:
+        'ARN of the bucket the seeder reads seed manifests from (empty = the trawl bucket).',
+    });
+    const alarmTopicArn = new CfnParameter(this, 'AlarmTopicArn', {
+      type: 'String',
+      default: '',
+      allowedPattern: '^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+(\\.fifo)?)?$',
+      description: 'SNS topic notified by the alarms (empty = alarms without actions).',
+    });
+    const logRetentionDays = new CfnParameter(this, 'LogRetentionDays', {
+      type: 'Number',
+      default: 30,
+      allowedValues: LOG_RETENTION_DAYS.map(String),
+      description: "Retention of the functions' log groups.",
+    });
+    const logLevel = new CfnParameter(this, 'LogLevel', {
+      type: 'String',
+      default: 'info',
+      description: 'RUST_LOG filter for the functions (e.g. info, trawl_core=debug).',
+    });
+
+    const hasSeedBucket = new CfnCondition(this, 'HasSeedBucket', {
+      expression: Fn.conditionNot(Fn.conditionEquals(seedBucketArn.valueAsString, '')),
+    });
+    const hasAlarmTopic = new CfnCondition(this, 'HasAlarmTopic', {
+      expression: Fn.conditionNot(Fn.conditionEquals(alarmTopicArn.valueAsString, '')),
+    });
+
+    const crawlQueueVisibility = new CfnMapping(this, 'CrawlQueueVisibility', {
+      mapping: Object.fromEntries(
+        CRAWLER_TIMEOUTS.map((seconds) => [
+          String(seconds),
+          { Seconds: VISIBILITY_PER_TIMEOUT * seconds },
+        ]),
+      ),
+    });
+
+    // ------------------------------------------------------------ storage
+    // The one definition of the key schema and the status index besides the SAM template's; the
+    // DynamoDB adapter in shared/src/store/dynamodb uses exactly these names.
+    const table = new dynamodb.Table(this, 'Table', {
+      partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+    table.addGlobalSecondaryIndex({
+      indexName: 'status-index',
+      partitionKey: { name: 'gsi_pk', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'updated', type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.INCLUDE,
+      nonKeyAttributes: STATUS_INDEX_ATTRIBUTES,
+    });
+    samLogicalId(table, 'Table');
+
+    const bucket = new s3.Bucket(this, 'Bucket', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      // A bucket policy that denies every request not made over TLS.
+      enforceSSL: true,
+      lifecycleRules: [
+        {
+          // The deliverer writes large outputs as multipart uploads; a crash leaves parts behind.
+          id: 'abort-incomplete-multipart-uploads',
+          abortIncompleteMultipartUploadAfter: Duration.days(1),
+        },
+      ],
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+    samLogicalId(bucket, 'Bucket');
+    if (bucket.policy) {
+      samLogicalId(bucket.policy, 'BucketPolicy');
+    }
+
+    // ------------------------------------------------------------ queues
+    const crawlDeadLetterQueue = new sqs.Queue(this, 'CrawlDeadLetterQueue', {
+      fifo: true,
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      retentionPeriod: DLQ_RETENTION,
+    });
+    samLogicalId(crawlDeadLetterQueue, 'CrawlDeadLetterQueue');
+
+    // FIFO: each message's group is its politeness slot (`{host}#{n}`, WorkMessage.group), so no
+    // slot is crawled by two workers at once; the code sets the deduplication id itself.
+    const crawlQueue = new sqs.Queue(this, 'CrawlQueue', {
+      fifo: true,
+      contentBasedDeduplication: false,
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      visibilityTimeout: Duration.seconds(
+        Token.asNumber(crawlQueueVisibility.findInMap(crawlerTimeout.valueAsString, 'Seconds')),
+      ),
+      deadLetterQueue: { queue: crawlDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
+    });
+    samLogicalId(crawlQueue, 'CrawlQueue');
+
+    const deliveryDeadLetterQueue = new sqs.Queue(this, 'DeliveryDeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      retentionPeriod: DLQ_RETENTION,
+    });
+    samLogicalId(deliveryDeadLetterQueue, 'DeliveryDeadLetterQueue');
+
+    const deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      visibilityTimeout: Duration.seconds(VISIBILITY_PER_TIMEOUT * DELIVERER_TIMEOUT),
+      deadLetterQueue: { queue: deliveryDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
+    });
+    samLogicalId(deliveryQueue, 'DeliveryQueue');
+
+    // ------------------------------------------------------------ functions
+    // Every function builds AwsSettings::from_env, which needs these.
+    const commonEnvironment: Record<string, string> = {
+      TRAWL_TABLE: table.tableName,
+      TRAWL_BUCKET: bucket.bucketName,
+      TRAWL_PREFIX: prefix.valueAsString,
+      TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+      TRAWL_SHARDS: shards.valueAsString,
+      RUST_LOG: logLevel.valueAsString,
+    };
+
+    // One log group, role and function per function package. The roles are explicit: the default
+    // Lambda role carries AWSLambdaBasicExecutionRole, which may write to every log group.
+    const rustFunction = (
+      name: string,
+      props: {
+        description: string;
+        timeout: Duration;
+        memorySize?: number;
+        environment?: Record<string, string>;
+        recursiveLoop?: lambda.RecursiveLoop;
+      },
+    ): { fn: RustFunction; role: iam.Role } => {
+      const title = name.charAt(0).toUpperCase() + name.slice(1);
+      const logGroup = new logs.LogGroup(this, `${title}LogGroup`, {
+        logGroupName: `/aws/lambda/${Aws.STACK_NAME}/${name}`,
+        retention: logRetentionDays.valueAsNumber as logs.RetentionDays,
+        removalPolicy: RemovalPolicy.DESTROY,
+      });
+      samLogicalId(logGroup, `${title}LogGroup`);
+      const role = new iam.Role(this, `${title}Role`, {
+        assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      });
+      samLogicalId(role, `${title}Role`);
+      // Only the function's own log group (logGroup.grantWrite would add its name-form ARN too).
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+          resources: [logGroup.logGroupArn],
+        }),
+      );
+      const fn = new RustFunction(this, `${title}Function`, {
+        manifestPath: join(REPO_ROOT, 'functions', name, 'Cargo.toml'),
+        binaryName: name,
+        architecture: lambda.Architecture.ARM_64,
+        description: props.description,
+        role,
+        timeout: props.timeout,
+        memorySize: props.memorySize ?? 256,
+        loggingFormat: lambda.LoggingFormat.JSON,
+        logGroup,
+        recursiveLoop: props.recursiveLoop,
+        environment: { ...commonEnvironment, ...props.environment },
+      });
+      samLogicalId(fn, `${title}Function`);
+      return { fn, role };
+    };
+
+    const seeder = rustFunction('seeder', {
+      description: 'Starts a crawl from a seed request or an S3 manifest (invoked directly).',
+      timeout: Duration.seconds(300),
+      environment: {
+        TRAWL_USER_AGENT: userAgent.valueAsString,
+        TRAWL_PER_HOST: perHost.valueAsString,
+      },
+    });
+    const crawler = rustFunction('crawler', {
+      description: 'Fetches the pages of crawl-queue messages and enqueues the links it finds.',
+      timeout: Duration.seconds(crawlerTimeout.valueAsNumber),
+      memorySize: 512,
+      // Deliberate: the crawler sends the links it discovers to the very queue that triggers it.
+      // Lambda's recursive-loop detection would stop that after ~16 rounds and drop the messages;
+      // the loop is bounded by the crawl's depth/page limits and the dedup in the task table.
+      recursiveLoop: lambda.RecursiveLoop.ALLOW,
+      environment: {
+        TRAWL_CONCURRENCY: batchConcurrency.valueAsString,
+        TRAWL_USER_AGENT: userAgent.valueAsString,
+        TRAWL_PER_HOST: perHost.valueAsString,
+      },
+    });
+    const sweeper = rustFunction('sweeper', {
+      description:
+        'Re-queues expired leases and due retries; announces finished crawls to the deliverer.',
+      // Above the schedule input's time_budget_ms (50 s).
+      timeout: Duration.seconds(60),
+      environment: { TRAWL_DELIVERY_QUEUE_URL: deliveryQueue.queueUrl },
+    });
+    const deliverer = rustFunction('deliverer', {
+      description:
+        "Writes a finished crawl's delivery (triggered by the sweeper through the delivery queue).",
+      timeout: Duration.seconds(DELIVERER_TIMEOUT),
+      memorySize: 1024,
+    });
+
+    // ------------------------------------------------------------ permissions
+    // Each function gets the actions its code uses, on the resources it uses (grant(), not the
+    // grantRead/grantWrite bundles, which add actions the code never calls).
+    table.grant(
+      seeder.role,
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:GetItem',
+      'dynamodb:Query',
+    );
+    crawlQueue.grant(seeder.role, 'sqs:SendMessage');
+    seeder.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject'],
+        resources: [
+          Fn.conditionIf(
+            hasSeedBucket.logicalId,
+            `${seedBucketArn.valueAsString}/*`,
+            bucket.arnForObjects('*'),
+          ).toString(),
+        ],
+      }),
+    );
+
+    table.grant(
+      crawler.role,
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:Query',
+    );
+    crawler.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
+        resources: [bucket.arnForObjects('*')],
+      }),
+    );
+    // Receive/Delete/GetQueueAttributes for the event source mapping; SendMessage for the links
+    // it discovers; ChangeMessageVisibility to delay retries.
+    crawlQueue.grant(
+      crawler.role,
+      'sqs:SendMessage',
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+      'sqs:ChangeMessageVisibility',
+      'sqs:GetQueueAttributes',
+    );
+
+    table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem');
+    crawlQueue.grant(sweeper.role, 'sqs:SendMessage');
+    deliveryQueue.grant(sweeper.role, 'sqs:SendMessage');
+
+    // BatchWriteItem: TaskStore::delete_tasks removes a delivered crawl's tasks in batches.
+    table.grant(
+      deliverer.role,
+      'dynamodb:Query',
+      'dynamodb:GetItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:DeleteItem',
+      'dynamodb:BatchWriteItem',
+    );
+    deliverer.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [bucket.bucketArn] }),
+    );
+    deliverer.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: [
+          's3:GetObject',
+          's3:PutObject',
+          's3:DeleteObject',
+          's3:AbortMultipartUpload',
+          's3:ListMultipartUploadParts',
+        ],
+        resources: [bucket.arnForObjects('*')],
+      }),
+    );
+    // GetQueueAttributes: the event source mapping cannot be created without it.
+    deliveryQueue.grant(
+      deliverer.role,
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+      'sqs:GetQueueAttributes',
+    );
+
+    // ------------------------------------------------------------ triggers
+    // Event source mappings rather than SqsEventSource: that one also grants sqs:GetQueueUrl and
+    // sqs:ChangeMessageVisibility, which the deliverer's code does not use.
+    const crawlerTrigger = crawler.fn.addEventSourceMapping('CrawlQueue', {
+      eventSourceArn: crawlQueue.queueArn,
+      batchSize: batchSize.valueAsNumber,
+      reportBatchItemFailures: true,
+      maxConcurrency: maxConcurrency.valueAsNumber,
+    });
+    samLogicalId(crawlerTrigger, 'CrawlerFunctionCrawlQueue');
+    const delivererTrigger = deliverer.fn.addEventSourceMapping('DeliveryQueue', {
+      eventSourceArn: deliveryQueue.queueArn,
+      batchSize: 1,
+      reportBatchItemFailures: true,
+    });
+    samLogicalId(delivererTrigger, 'DelivererFunctionDeliveryQueue');
+
+    // The sweeper's schedule input is events/sweeper-schedule.json itself (the file that
+    // `cargo lambda invoke sweeper` uses), so the two cannot differ.
+    const sweeperInput = readFileSync(join(REPO_ROOT, 'events', 'sweeper-schedule.json'), 'utf8');
+    const scheduleRole = new iam.Role(this, 'SweeperFunctionScheduleRole', {
+      assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com'),
+    });
+    samLogicalId(scheduleRole, 'SweeperFunctionScheduleRole');
+    const schedule = new scheduler.Schedule(this, 'SweeperFunctionSchedule', {
+      schedule: scheduler.ScheduleExpression.expression(sweeperRate.valueAsString),
+      target: new targets.LambdaInvoke(sweeper.fn, {
+        role: scheduleRole,
+        input: scheduler.ScheduleTargetInput.fromText(sweeperInput.trim()),
+        // A missed sweep is made up by the next one.
+        retryAttempts: 0,
+      }),
+    });
+    samLogicalId(schedule, 'SweeperFunctionSchedule');
+
+    // ------------------------------------------------------------ alarms
+    const alarm = (
+      id: string,
+      description: string,
+      metric: cloudwatch.IMetric,
+    ): cloudwatch.Alarm => {
+      const created = new cloudwatch.Alarm(this, id, {
+        alarmDescription: description,
+        metric,
+        threshold: 0,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
+      const resource = created.node.defaultChild as cloudwatch.CfnAlarm;
+      resource.overrideLogicalId(id);
+      // The topic is optional: without one the alarms exist but notify nobody.
+      resource.alarmActions = Token.asList(
+        Fn.conditionIf(hasAlarmTopic.logicalId, [alarmTopicArn.valueAsString], Aws.NO_VALUE),
+      );
+      Validations.of(created).acknowledge({
+        id: 'CloudFormation-Validate::W1030',
+        reason:
+          "The topic ARN's empty default is only used when HasAlarmTopic is false, and then " +
+          'AlarmActions is AWS::NoValue.',
+      });
+      return created;
+    };
+    const period = Duration.minutes(5);
+    alarm(
+      'CrawlDeadLetterAlarm',
+      'Crawl tasks reached the crawl dead-letter queue.',
+      crawlDeadLetterQueue.metricApproximateNumberOfMessagesVisible({
+        statistic: 'Maximum',
+        period,
+      }),
+    );
+    alarm(
+      'DeliveryDeadLetterAlarm',
+      'Delivery requests reached the delivery dead-letter queue.',
+      deliveryDeadLetterQueue.metricApproximateNumberOfMessagesVisible({
+        statistic: 'Maximum',
+        period,
+      }),
+    );
+    alarm(
+      'CrawlerErrorsAlarm',
+      'The crawler failed whole invocations (per-message failures are not counted here).',
+      crawler.fn.metricErrors({ statistic: 'Sum', period }),
+    );
+    alarm(
+      'CrawlerThrottlesAlarm',
+      'The crawler was throttled (account concurrency below MaxConcurrency).',
+      crawler.fn.metricThrottles({ statistic: 'Sum', period }),
+    );
+
+    // ------------------------------------------------------------ outputs
+    const output = (id: string, value: string, description?: string): void => {
+      new CfnOutput(this, id, { value, description });
+    };
+    output('TableName', table.tableName, 'DynamoDB table (TRAWL_TABLE).');
+    output('BucketName', bucket.bucketName, 'S3 bucket (TRAWL_BUCKET).');
+    output('CrawlQueueUrl', crawlQueue.queueUrl, 'Crawl queue (TRAWL_QUEUE_URL).');
+    output('CrawlDeadLetterQueueUrl', crawlDeadLetterQueue.queueUrl, 'Crawl dead-letter queue.');
+    output('DeliveryQueueUrl', deliveryQueue.queueUrl, 'Delivery queue (TRAWL_DELIVERY_QUEUE_URL).');
+    output(
+      'DeliveryDeadLetterQueueUrl',
+      deliveryDeadLetterQueue.queueUrl,
+      'Delivery dead-letter queue.',
+    );
+    output('SeederFunctionName', seeder.fn.functionName, 'Invoke this to start a crawl.');
+    output('CrawlerFunctionName', crawler.fn.functionName);
+    output('SweeperFunctionName', sweeper.fn.functionName);
+    output('DelivererFunctionName', deliverer.fn.functionName);
+  }
+}
