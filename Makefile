@@ -4,8 +4,8 @@ export CARGO_TERM_COLOR ?= never
 
 .PHONY: test deps fmt-check clippy cargo-test
 
-## Everything CI runs: formatting, lints, the template checks and all tests.
-test: deps fmt-check clippy validate cargo-test
+## Everything CI runs: formatting, lints, the SAM and CDK checks and all tests.
+test: deps fmt-check clippy validate cdk-check cargo-test
 
 ## Test-only tools: moto server (the offline AWS API the integration tests start).
 ## 5.2.5 at least: earlier 5.2 releases answer CompleteMultipartUpload with the wrong XML root
