@@ -388,7 +388,12 @@ pub async fn run(
             &of(|s| s.ready_ms),
         )
         .at_most(50.0),
-        Figure::of(SECTION, "CPU to ready", "ms", &of(|s| s.init_cpu_ms)),
+        Figure::of(
+            SECTION,
+            "CPU to ready (10 ms clock ticks)",
+            "ms",
+            &of(|s| s.init_cpu_ms),
+        ),
         Figure::of(
             SECTION,
             format!("CPU per batch of {BATCH} (loopback site, moto)"),

@@ -136,6 +136,11 @@ async fn measure(args: &Args) -> Report {
         skipped: Vec::new(),
         details: serde_json::Map::new(),
     };
+    if cfg!(debug_assertions) {
+        report
+            .skipped
+            .push("representative figures (this is a debug build: run with --release)".to_owned());
+    }
     let failed = |report: &mut Report, section: &str, e: error::BenchError| {
         eprintln!("trawl-bench: {section}: {e}");
         report.skipped.push(format!("{section}: FAILED: {e}"));

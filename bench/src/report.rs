@@ -62,7 +62,12 @@ impl Figure {
 
     /// Holds the median to `<= bound`.
     pub fn at_most(mut self, bound: f64) -> Self {
-        self.target = Some(format!("<= {}", trim(bound)));
+        let bound_text = if bound.fract() == 0.0 {
+            format!("{bound:.0}")
+        } else {
+            trim(bound)
+        };
+        self.target = Some(format!("<= {bound_text}"));
         self.meets_target = Some(self.median <= bound);
         self
     }
@@ -87,8 +92,8 @@ fn trim(v: f64) -> String {
         return "n/a".to_owned();
     }
     let a = v.abs();
-    if a == 0.0 {
-        "0".to_owned()
+    if v.fract() == 0.0 && a < 1e9 {
+        format!("{v:.0}")
     } else if a >= 1000.0 {
         format!("{v:.0}")
     } else if a >= 100.0 {
