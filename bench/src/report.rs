@@ -92,9 +92,7 @@ fn trim(v: f64) -> String {
         return "n/a".to_owned();
     }
     let a = v.abs();
-    if v.fract() == 0.0 && a < 1e9 {
-        format!("{v:.0}")
-    } else if a >= 1000.0 {
+    if v.fract() == 0.0 || a >= 1000.0 {
         format!("{v:.0}")
     } else if a >= 100.0 {
         format!("{v:.1}")
