@@ -32,6 +32,8 @@ const WORKERS: usize = 4;
 /// Longest one crawl may take before the run is abandoned.
 const CRAWL_TIMEOUT: Duration = Duration::from_secs(180);
 const SITE: &str = "127.0.0.1";
+/// A memory-backed file system, when the machine has one.
+const TMPFS: &str = "/dev/shm";
 
 /// A crawl config for the loopback fixture: private networks allowed, robots respected, no
 /// politeness delay, `PER_HOST` slots on the one host.
@@ -50,7 +52,11 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(label: &str) -> BenchResult<TempDir> {
-        let path = std::env::temp_dir().join(format!(
+        Self::new_in(&std::env::temp_dir(), label)
+    }
+
+    pub fn new_in(root: &Path, label: &str) -> BenchResult<TempDir> {
+        let path = root.join(format!(
             "trawl-bench-{label}-{}-{}",
             std::process::id(),
             fastrand::u64(..)
@@ -202,9 +208,29 @@ async fn work(crawler: Arc<EmbeddedCrawler>, deadline: Instant) -> BenchResult<(
     Err(check("crawl", "timed out"))
 }
 
+/// Crawls the site in a child with its data under `root`; checks every page was stored and
+/// fetched exactly once.
+async fn checked_crawl(
+    site: &Site,
+    client: &reqwest::Client,
+    root: &Path,
+) -> BenchResult<CrawlOnce> {
+    site.reset(client).await?;
+    let crawl = crawl_child(site, root)?;
+    let stats = site.stats(client).await?;
+    let pages = site.pages as u64;
+    if crawl.succeeded != pages || stats.distinct != pages || stats.max_per_page != 1 {
+        return Err(check(
+            "local crawl",
+            format!("{crawl:?}, site saw {stats:?}: expected every page stored, each fetched once"),
+        ));
+    }
+    Ok(crawl)
+}
+
 /// Runs the `crawl-once` child and returns what it reports.
-fn crawl_child(site: &Site) -> BenchResult<CrawlOnce> {
-    let dir = TempDir::new("crawl")?;
+fn crawl_child(site: &Site, root: &Path) -> BenchResult<CrawlOnce> {
+    let dir = TempDir::new_in(root, "crawl")?;
     let exe = std::env::current_exe().step("locate trawl-bench")?;
     let output = Command::new(exe)
         .args(["crawl-once", "--start", &site.page_url(0), "--dir"])
@@ -274,30 +300,25 @@ pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<V
     let (mut raw, mut rate, mut cpu, mut rss, mut fraction) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut cli_rate, mut cli_cpu, mut cli_rss) = (vec![], vec![], vec![]);
+    // The same crawl with its data on tmpfs, where fsync is free: the disk's share of the cost.
+    let in_memory = Some(PathBuf::from(TMPFS)).filter(|p| p.is_dir());
+    let (mut memory_rate, mut memory_cpu) = (vec![], vec![]);
     for run in 0..runs {
         eprintln!("  local crawl: run {}/{runs} ({pages} pages)", run + 1);
         let limit = raw_fetch(&site, &client).await?;
         raw.push(limit);
-        site.reset(&client).await?;
         // Blocking waits on child processes: nothing else runs in this process meanwhile.
-        let crawl = crawl_child(&site)?;
-        let stats = site.stats(&client).await?;
-        if crawl.succeeded != pages as u64
-            || stats.distinct != pages as u64
-            || stats.max_per_page != 1
-        {
-            return Err(check(
-                "local crawl",
-                format!(
-                    "{crawl:?}, site saw {stats:?}: expected every page stored, each fetched once"
-                ),
-            ));
-        }
+        let crawl = checked_crawl(&site, &client, &std::env::temp_dir()).await?;
         let pages_per_s = pages as f64 / crawl.elapsed_s;
         rate.push(pages_per_s);
         fraction.push(pages_per_s / limit);
         cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
         rss.push(crawl.peak_rss_mib);
+        if let Some(root) = &in_memory {
+            let crawl = checked_crawl(&site, &client, root).await?;
+            memory_rate.push(pages as f64 / crawl.elapsed_s);
+            memory_cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
+        }
         if let Some(cli) = cli {
             site.reset(&client).await?;
             let (elapsed, cpu_s, peak) = crawl_cli(cli, &site)?;
@@ -328,6 +349,17 @@ pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<V
         Figure::of(SECTION, "… CPU per page", "ms", &cpu),
         Figure::of(SECTION, "… peak RSS", "MiB", &rss),
     ];
+    if in_memory.is_some() {
+        figures.extend([
+            Figure::of(
+                SECTION,
+                format!("… same, data on tmpfs ({TMPFS}, no disk sync)"),
+                "pages/s",
+                &memory_rate,
+            ),
+            Figure::of(SECTION, "… … CPU per page", "ms", &memory_cpu),
+        ]);
+    }
     if cli.is_some() {
         figures.extend([
             Figure::of(
