@@ -92,7 +92,7 @@ fn trim(v: f64) -> String {
         return "n/a".to_owned();
     }
     let a = v.abs();
-    if v.fract() == 0.0 || a >= 1000.0 {
+    if (v - v.round()).abs() < 1e-9 || a >= 1000.0 {
         format!("{v:.0}")
     } else if a >= 100.0 {
         format!("{v:.1}")
