@@ -2,18 +2,26 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test fmt-check clippy unit deps
+.PHONY: test deps fmt-check clippy cargo-test
 
-## Everything CI runs: formatting, lints, all tests.
-test: deps fmt-check clippy
-	cargo test --workspace --all-targets
+## Everything CI runs: formatting, lints, the template checks and all tests.
+test: deps fmt-check clippy validate cargo-test
 
 ## Test-only tools: moto server (the offline AWS API the integration tests start).
-deps:
-	@python3 -c 'import moto.server' 2>/dev/null || python3 -m pip install --quiet 'moto[server]'
+## 5.2.5 at least: earlier 5.2 releases answer CompleteMultipartUpload with the wrong XML root
+## element (getmoto/moto#10055), which the SDK rejects.
+MOTO_MIN := 5.2.5
+deps: infra-deps
+	@python3 -c 'import moto.server, sys, importlib.metadata as m; sys.exit(tuple(int(x) for x in m.version("moto").split(".")[:3]) < tuple(int(x) for x in "$(MOTO_MIN)".split(".")))' 2>/dev/null \
+		|| python3 -m pip install --quiet 'moto[server]>=$(MOTO_MIN)'
 
 fmt-check:
 	cargo fmt --all -- --check
 
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+
+cargo-test:
+	cargo test --workspace --all-targets
+
+include infra/Makefile.inc

@@ -1,7 +1,11 @@
 //! trawl's integration tests: one binary, one module per area.
 
+mod cli;
 mod conformance;
 mod crawling;
+mod delivering;
 mod fetching;
+mod seeding;
 mod site;
 mod support;
+mod sweeping;

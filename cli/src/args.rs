@@ -1,0 +1,158 @@
+//! The command line, as clap sees it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
+/// AWS (DynamoDB + S3 + SQS) with `--backend aws`.
+#[derive(Debug, Parser)]
+#[command(name = "trawl", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Where crawls live: `local` (SQLite + files under --data-dir) or `aws` (the resources
+    /// named by TRAWL_TABLE, TRAWL_BUCKET, TRAWL_QUEUE_URL …).
+    #[arg(long, global = true, value_enum, default_value_t = BackendKind::Local, env = "TRAWL_BACKEND")]
+    pub backend: BackendKind,
+    /// The local backend's directory.
+    #[arg(
+        long,
+        global = true,
+        default_value = "./trawl-data",
+        env = "TRAWL_DATA_DIR"
+    )]
+    pub data_dir: PathBuf,
+    /// Print results as JSON (one object) instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    Local,
+    Aws,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Crawl from seed URLs until done, then deliver. Re-run the same command to resume.
+    Crawl(CrawlArgs),
+    /// Serve a small generated site on 127.0.0.1 and crawl it: trawl at work, offline.
+    Demo,
+    /// Tasks per status, per crawl.
+    Status(CrawlSelector),
+    /// List or inspect tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+    /// Make failed or ignored tasks claimable again.
+    Retry(RetryArgs),
+    /// Write a delivery (manifest, WARC, summary, delta) for a crawl.
+    Deliver(CrawlSelector),
+    /// Delete a crawl's tasks and stored pages (refuses a running crawl unless --force).
+    Purge(PurgeArgs),
+    /// Create the AWS table, bucket and queues (for moto and development accounts).
+    Setup(SetupArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CrawlArgs {
+    /// Seed URLs.
+    pub urls: Vec<String>,
+    /// A file of seed URLs, one per line (`#` comments and blank lines skipped).
+    #[arg(long)]
+    pub seeds_file: Option<PathBuf>,
+    /// A sitemap (or sitemap index) whose URLs are seeded.
+    #[arg(long)]
+    pub sitemap: Vec<String>,
+    /// The crawl's id (default: derived from the first seed's host).
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+    /// Stop discovering after this many pages.
+    #[arg(long)]
+    pub max_pages: Option<u64>,
+    /// Follow links at most this many levels from the seeds.
+    #[arg(long)]
+    pub max_depth: Option<u32>,
+    /// Also crawl this domain (default scope: the seeds' hosts). Repeatable.
+    #[arg(long)]
+    pub allow_domain: Vec<String>,
+    /// Pages fetched at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Requests in flight per host at most.
+    #[arg(long, default_value_t = 1)]
+    pub per_host: u32,
+    /// User-Agent header (put a contact URL in it).
+    #[arg(long)]
+    pub user_agent: Option<String>,
+    /// Allow loopback and private addresses (intranet crawls, local test sites).
+    #[arg(long)]
+    pub allow_private_networks: bool,
+    /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
+    #[arg(skip)]
+    pub guard_exempt: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CrawlSelector {
+    /// Only this crawl (default: every crawl for `status`, the only crawl otherwise).
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Tasks in one status, oldest update first.
+    List(TasksListArgs),
+    /// One task, by URL or task id.
+    Show(TasksShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TasksListArgs {
+    #[arg(long)]
+    pub status: String,
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TasksShowArgs {
+    /// A URL or a task id.
+    pub task: String,
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// `failed` or `ignored`.
+    #[arg(long)]
+    pub status: String,
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[arg(long)]
+    pub crawl_id: String,
+    /// Purge even a running crawl.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Name prefix for the table, bucket and queues.
+    #[arg(long, default_value = "trawl")]
+    pub name: String,
+}

@@ -1,0 +1,90 @@
+//! The two backends the CLI runs on, built from the command line or the environment.
+
+use crate::error::CliError;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use trawl_core::aws::Clients;
+use trawl_core::blob::Layout;
+use trawl_core::blob::fs::FsBlobStore;
+use trawl_core::blob::s3::S3BlobStore;
+use trawl_core::calls::CallCounts;
+use trawl_core::queue::local::LocalQueue;
+use trawl_core::queue::sqs::SqsQueue;
+use trawl_core::settings::AwsSettings;
+use trawl_core::store::dynamodb::DynamoStore;
+use trawl_core::store::sqlite::SqliteStore;
+
+/// How long a received local message stays invisible before it is handed out again (a worker
+/// that holds one longer than this has died with the process anyway).
+const LOCAL_VISIBILITY: Duration = Duration::from_secs(300);
+
+/// The ports of one backend, plus what commands need to describe it.
+pub struct Backend<S, B, Q> {
+    pub store: S,
+    pub blobs: B,
+    pub queue: Q,
+    pub calls: Arc<CallCounts>,
+    pub layout: Layout,
+    /// Prefix of object URIs in deliveries and listings.
+    pub uri_base: String,
+    /// Whether the queue lives in this process (so it is rebuilt from the table on start).
+    pub local: bool,
+    /// Held for the process's life: one process per local data directory.
+    _lock: Option<File>,
+}
+
+pub type LocalBackend = Backend<SqliteStore, FsBlobStore, LocalQueue>;
+pub type AwsBackend = Backend<DynamoStore, S3BlobStore, SqsQueue>;
+
+/// SQLite + files under `data_dir`, and an in-process queue.
+pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
+    let shown = data_dir.display().to_string();
+    let dir_err = |e: std::io::Error| CliError::DataDir {
+        path: shown.clone(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(data_dir).map_err(dir_err)?;
+    let lock = File::create(data_dir.join(".lock")).map_err(dir_err)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Err(CliError::Locked(shown)),
+        Err(std::fs::TryLockError::Error(e)) => return Err(dir_err(e)),
+    }
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::open(data_dir.join("trawl.db"), calls.clone())?;
+    let root = std::fs::canonicalize(data_dir).map_err(dir_err)?;
+    Ok(Backend {
+        store,
+        blobs: FsBlobStore::new(&root, calls.clone()),
+        queue: LocalQueue::new(LOCAL_VISIBILITY, calls.clone()),
+        calls,
+        layout: Layout::default(),
+        uri_base: root.display().to_string(),
+        local: true,
+        _lock: Some(lock),
+    })
+}
+
+/// DynamoDB + S3 + SQS named by the environment (moto or a real account).
+pub async fn aws() -> Result<AwsBackend, CliError> {
+    let settings = AwsSettings::from_env()?;
+    let clients = Clients::new(&trawl_core::aws::load_config().await);
+    let calls = Arc::new(CallCounts::default());
+    Ok(Backend {
+        store: DynamoStore::new(
+            clients.dynamodb.clone(),
+            &settings.table,
+            settings.shards,
+            calls.clone(),
+        ),
+        blobs: S3BlobStore::new(clients.s3.clone(), &settings.bucket, calls.clone()),
+        queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
+        calls,
+        layout: Layout::new(&settings.prefix),
+        uri_base: format!("s3://{}", settings.bucket),
+        local: false,
+        _lock: None,
+    })
+}

@@ -1,0 +1,365 @@
+//! `trawl crawl`: seed, crawl with in-process workers, sweep, deliver — the very code the Lambda
+//! functions run. Re-running the same command resumes: known URLs are never fetched again.
+
+use crate::admin::deliver;
+use crate::args::CrawlArgs;
+use crate::backend::Backend;
+use crate::error::CliError;
+use crate::output;
+use crate::progress::Progress;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use trawl_core::blob::BlobStore;
+use trawl_core::canonical::{CanonicalUrl, CrawlId};
+use trawl_core::crawl::{CrawlConfig, CrawlState};
+use trawl_core::crawler::Crawler;
+use trawl_core::fetch::Fetcher;
+use trawl_core::queue::WorkQueue;
+use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
+use trawl_core::seed::{
+    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
+    Seeder,
+};
+use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
+use trawl_core::task::{Status, now_ms};
+
+/// Seed URLs per seed request (bounded memory for large seed files).
+const SEED_CHUNK: usize = 10_000;
+
+/// The CLI reads seed files itself: S3 manifests are for the seeder Lambda.
+struct NoManifests;
+
+impl ManifestSource for NoManifests {
+    async fn open(
+        &self,
+        bucket: &str,
+        key: &str,
+        _: u64,
+        _: Option<&str>,
+    ) -> Result<OpenManifest, ManifestError> {
+        Err(ManifestError::Unreadable {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            message: "the CLI reads seed files with --seeds-file".into(),
+        })
+    }
+}
+
+/// Reads the seed file's URLs (blank lines and `#` comments skipped).
+fn seed_file_lines(
+    path: &std::path::Path,
+) -> Result<impl Iterator<Item = Result<String, CliError>>, CliError> {
+    let file = std::fs::File::open(path).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read the seeds file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let shown = path.display().to_string();
+    Ok(std::io::BufReader::new(file)
+        .lines()
+        .filter_map(move |line| match line {
+            Ok(line) => {
+                let line = line.trim();
+                (!line.is_empty() && !line.starts_with('#')).then(|| Ok(line.to_owned()))
+            }
+            Err(e) => Some(Err(CliError::Usage(format!(
+                "cannot read the seeds file {shown}: {e}"
+            )))),
+        }))
+}
+
+/// A crawl id from a host: `example.com`, `127.0.0.1-8080`.
+fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
+    let host = url
+        .host()
+        .trim_matches(|c| c == '[' || c == ']')
+        .replace(':', "-");
+    let raw = match url.as_url().port() {
+        Some(port) => format!("{host}-{port}"),
+        None => host,
+    };
+    CrawlId::parse(&raw).map_err(|e| CliError::Usage(format!("{e}; pass --crawl-id")))
+}
+
+fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
+    let mut config = CrawlConfig::default();
+    config.scope.allowed_domains = hosts
+        .iter()
+        .cloned()
+        .chain(args.allow_domain.iter().cloned())
+        .collect();
+    config.scope.max_pages = args.max_pages;
+    config.scope.max_depth = args.max_depth;
+    config.politeness.per_host = args.per_host.max(1);
+    config.fetch.allow_private_networks = args.allow_private_networks;
+    config.fetch.guard_exempt = args.guard_exempt.clone();
+    if let Some(ua) = &args.user_agent {
+        config.user_agent = ua.clone();
+    }
+    config
+}
+
+pub async fn run<S, B, Q>(
+    backend: Backend<S, B, Q>,
+    args: CrawlArgs,
+    json: bool,
+) -> Result<(), CliError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let started = Instant::now();
+    // Every seed is checked before anything is written.
+    let mut first: Option<CanonicalUrl> = None;
+    let mut hosts = BTreeSet::new();
+    let mut seen_seed = false;
+    let inline = args.urls.iter().cloned().map(Ok);
+    let from_file = match &args.seeds_file {
+        Some(path) => Some(seed_file_lines(path)?),
+        None => None,
+    };
+    for raw in inline.chain(from_file.into_iter().flatten()) {
+        let raw = raw?;
+        let url = CanonicalUrl::parse(&raw)
+            .map_err(|e| CliError::Usage(format!("invalid seed URL: {e}")))?;
+        hosts.insert(url.host().to_owned());
+        first.get_or_insert(url);
+        seen_seed = true;
+    }
+    for raw in &args.sitemap {
+        let url = CanonicalUrl::parse(raw)
+            .map_err(|e| CliError::Usage(format!("invalid sitemap URL: {e}")))?;
+        hosts.insert(url.host().to_owned());
+        first.get_or_insert(url);
+    }
+    let crawl_id = match (&args.crawl_id, &first) {
+        (Some(raw), _) => CrawlId::parse(raw).map_err(|e| CliError::Usage(e.to_string()))?,
+        (None, Some(url)) => crawl_id_from(url)?,
+        (None, None) => {
+            return Err(CliError::Usage(
+                "nothing to crawl: give seed URLs, --seeds-file FILE or --sitemap URL (or --crawl-id ID to resume)".into(),
+            ));
+        }
+    };
+    let config = config_from(&args, &hosts);
+    let Backend {
+        store,
+        blobs,
+        queue,
+        calls,
+        layout,
+        uri_base,
+        local,
+        ..
+    } = backend;
+    let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
+
+    // Seed (idempotent: a re-run adds nothing it already has).
+    let defaults = SeedDefaults::default();
+    let seeder = Seeder {
+        store: &store,
+        queue: &queue,
+        fetcher: &fetcher,
+        manifests: &NoManifests,
+        defaults: &defaults,
+    };
+    let mut sources = Vec::new();
+    if seen_seed {
+        let inline = args.urls.iter().cloned().map(Ok);
+        let from_file = match &args.seeds_file {
+            Some(path) => Some(seed_file_lines(path)?),
+            None => None,
+        };
+        let mut chunk = Vec::new();
+        for raw in inline.chain(from_file.into_iter().flatten()) {
+            chunk.push(raw?);
+            if chunk.len() == SEED_CHUNK {
+                sources.push(SeedSource::Urls(std::mem::take(&mut chunk)));
+            }
+        }
+        if !chunk.is_empty() {
+            sources.push(SeedSource::Urls(chunk));
+        }
+    }
+    if !args.sitemap.is_empty() {
+        sources.push(SeedSource::Sitemaps(args.sitemap.clone()));
+    }
+    let mut accepted = 0;
+    for source in sources {
+        let mut request = SeedRequest {
+            crawl_id: crawl_id.clone(),
+            config: Some(config.clone()),
+            source,
+            cursor: None,
+        };
+        for _ in 0..100_000 {
+            let response = seeder
+                .seed(request.clone(), SeedBudget::default(), now_ms())
+                .await
+                .map_err(CliError::other)?;
+            accepted += response.accepted;
+            if let Some(rejection) = response.rejections.first() {
+                tracing::warn!(rejected = response.rejected, first = ?rejection, "some seeds were rejected");
+                if !json {
+                    eprintln!(
+                        "warning: {} seed(s) rejected, e.g. {rejection:?}",
+                        response.rejected
+                    );
+                }
+            }
+            match response.cursor {
+                Some(cursor) => request.cursor = Some(cursor),
+                None => break,
+            }
+        }
+    }
+    let crawl = store
+        .get_crawl(&crawl_id)
+        .await?
+        .ok_or_else(|| CliError::NoSuchCrawl(crawl_id.to_string()))?;
+    if local {
+        rebuild_local_queue(&store, &queue, &crawl)
+            .await
+            .map_err(CliError::other)?;
+    }
+    if !json {
+        let state = if crawl.state == CrawlState::Completed {
+            "completed"
+        } else {
+            "running"
+        };
+        eprintln!("crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}");
+    }
+
+    let crawler = Crawler::new(
+        store,
+        blobs,
+        queue,
+        fetcher,
+        layout.clone(),
+        args.concurrency,
+    );
+    let stats = RunStats::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let signals = tokio::spawn(watch_ctrl_c(stop.clone(), json));
+    let progress = Progress::start(json);
+    let end = tokio::select! {
+        end = run_crawl(&crawler, &crawl_id, args.concurrency, &stats, &stop) => end,
+        never = progress.tick_loop(&stats, crawler.store(), &crawl_id, started) => match never {},
+    };
+    signals.abort();
+    progress.finish();
+    let end = end.map_err(CliError::other)?;
+
+    let delivery = match end {
+        RunEnd::Completed { .. } => Some(
+            deliver(
+                crawler.store(),
+                crawler.blobs(),
+                &layout,
+                &uri_base,
+                &calls,
+                &crawl_id,
+            )
+            .await?,
+        ),
+        RunEnd::Stopped => None,
+    };
+    let counts = crawler.store().counts(&crawl_id).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let pages = stats.finished();
+    let bytes = stats.bytes.load(Ordering::Relaxed);
+    let rate = if elapsed > 0.0 {
+        pages as f64 / elapsed
+    } else {
+        0.0
+    };
+    let count = |s: Status| counts.get(&s).copied().unwrap_or(0);
+    if json {
+        let per_status: serde_json::Map<String, serde_json::Value> = Status::ALL
+            .iter()
+            .map(|s| (s.name().to_owned(), json!(count(*s))))
+            .collect();
+        output::json(&json!({
+            "crawl_id": crawl_id.as_str(),
+            "completed": delivery.is_some(),
+            "counts": per_status,
+            "pages": pages,
+            "bytes": bytes,
+            "elapsed_seconds": (elapsed * 1000.0).round() / 1000.0,
+            "pages_per_second": (rate * 10.0).round() / 10.0,
+            "delivery": delivery,
+        }));
+    } else {
+        let rows: Vec<Vec<String>> = Status::ALL
+            .iter()
+            .map(|s| vec![s.name().to_owned(), count(*s).to_string()])
+            .collect();
+        output::table(&["status", "tasks"], &rows);
+        print_given_up(crawler.store(), &crawl_id).await?;
+        println!("{pages} page(s) this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)");
+        match &delivery {
+            Some(location) => println!("delivered to {location}"),
+            None => println!("stopped: run the same command again to resume"),
+        }
+    }
+    match end {
+        RunEnd::Completed { .. } => Ok(()),
+        RunEnd::Stopped => Err(CliError::Interrupted),
+    }
+}
+
+/// Shows a few tasks that were given up, with why (the full list: `trawl tasks list`).
+async fn print_given_up<S: TaskStore>(store: &S, crawl_id: &CrawlId) -> Result<(), CliError> {
+    const SHOWN: u32 = 5;
+    for status in [Status::Ignored, Status::Gone] {
+        let query = TaskQuery {
+            crawl_id: crawl_id.clone(),
+            status,
+            updated_before: None,
+            limit: SHOWN,
+            cursor: None,
+        };
+        for summary in store.query(&query).await?.tasks {
+            let why = match store
+                .get(crawl_id, &summary.task_id)
+                .await?
+                .and_then(|t| t.errors.last().cloned())
+            {
+                Some(error) => format!(
+                    "{}: {}",
+                    serde_json::to_value(error.kind)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or("error"),
+                    error.message
+                ),
+                None => String::new(),
+            };
+            println!("{status}  {}  {why}", summary.url);
+        }
+    }
+    Ok(())
+}
+
+/// First Ctrl-C: stop taking new work, finish what is in flight. Second: quit at once.
+async fn watch_ctrl_c(stop: Arc<AtomicBool>, json: bool) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    stop.store(true, Ordering::Relaxed);
+    if !json {
+        eprintln!(
+            "\nstopping: finishing the pages in flight (Ctrl-C again to quit now; nothing is lost either way)"
+        );
+    }
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(130);
+    }
+}

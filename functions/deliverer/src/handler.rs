@@ -1,0 +1,424 @@
+//! The deliverer's events: a delivery-queue batch (the sweeper's completion message) or an
+//! on-demand request, both naming a crawl and optionally a generation.
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::Diagnostic;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use thiserror::Error;
+use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::calls::CallCounts;
+use trawl_core::deliver::{DeliverError, Deliverer, DeliveryReport, DeliveryRequest};
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::task::Millis;
+
+/// What the function accepts: an SQS event from the delivery queue, or a direct request
+/// `{"crawl_id": "...", "generation": N}` (generation optional).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum DelivererEvent {
+    Queue(SqsEvent),
+    Direct(DeliveryRequest),
+}
+
+impl DelivererEvent {
+    /// Decodes an event, naming what is wrong with a malformed one.
+    pub fn parse(payload: serde_json::Value) -> Result<Self, HandlerError> {
+        let is_queue = payload.get("Records").is_some();
+        match serde_json::from_value::<DelivererEvent>(payload.clone()) {
+            Ok(event) => Ok(event),
+            // The untagged error says only "no variant matched": decode the intended variant
+            // again for the precise reason.
+            Err(untagged) => {
+                let reason = if is_queue {
+                    serde_json::from_value::<SqsEvent>(payload).err()
+                } else {
+                    serde_json::from_value::<DeliveryRequest>(payload).err()
+                };
+                Err(HandlerError::MalformedEvent(
+                    reason.unwrap_or(untagged).to_string(),
+                ))
+            }
+        }
+    }
+}
+
+/// What the function answers.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum DelivererResponse {
+    /// To the queue: the records to retry (ReportBatchItemFailures).
+    Batch(SqsBatchResponse),
+    /// To a direct caller: the delivery.
+    Delivery(Box<DeliveryReport>),
+}
+
+#[derive(Debug, Error)]
+pub enum HandlerError {
+    #[error("malformed event: {0}")]
+    MalformedEvent(String),
+    #[error(transparent)]
+    Deliver(#[from] DeliverError),
+}
+
+impl HandlerError {
+    /// The stable `errorType` a caller sees.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            HandlerError::MalformedEvent(_) => "MalformedEvent",
+            HandlerError::Deliver(e) => e.kind(),
+        }
+    }
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        Diagnostic {
+            error_type: e.error_type().to_owned(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// The ports, built once per process and shared by every invocation.
+pub struct Handler<S, B> {
+    pub store: S,
+    pub blobs: B,
+    pub layout: Layout,
+    /// `s3://bucket` (or a directory for the embedded backend).
+    pub uri_base: String,
+    pub calls: Arc<CallCounts>,
+}
+
+impl<S, B> Handler<S, B>
+where
+    S: CrawlStore + TaskStore,
+    B: BlobStore,
+{
+    pub async fn handle(
+        &self,
+        payload: serde_json::Value,
+        now: Millis,
+    ) -> Result<DelivererResponse, HandlerError> {
+        match DelivererEvent::parse(payload)? {
+            DelivererEvent::Direct(request) => {
+                let report = self.deliver(&request, now).await?;
+                Ok(DelivererResponse::Delivery(Box::new(report)))
+            }
+            DelivererEvent::Queue(event) => {
+                let mut response = SqsBatchResponse::default();
+                for record in &event.records {
+                    if !self.deliver_record(record, now).await {
+                        let mut failure = BatchItemFailure::default();
+                        // An empty id makes Lambda retry the whole batch: still no record lost.
+                        failure.item_identifier = record.message_id.clone().unwrap_or_default();
+                        response.batch_item_failures.push(failure);
+                    }
+                }
+                Ok(DelivererResponse::Batch(response))
+            }
+        }
+    }
+
+    async fn deliver(
+        &self,
+        request: &DeliveryRequest,
+        now: Millis,
+    ) -> Result<DeliveryReport, DeliverError> {
+        Deliverer {
+            store: &self.store,
+            blobs: &self.blobs,
+            layout: &self.layout,
+            uri_base: &self.uri_base,
+            calls: &self.calls,
+        }
+        .deliver(&request.crawl_id, request.generation, now)
+        .await
+    }
+
+    /// Delivers one queue record; false when the record must come back (or go to the DLQ).
+    async fn deliver_record(&self, record: &SqsMessage, now: Millis) -> bool {
+        let id = record.message_id.as_deref().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or_default();
+        let request = match serde_json::from_str::<DeliveryRequest>(body) {
+            Ok(request) => request,
+            Err(e) => {
+                // Kept as a failure: after the queue's retries it lands in the DLQ for a human.
+                tracing::error!(message_id = id, error = %e, "malformed delivery message");
+                return false;
+            }
+        };
+        match self.deliver(&request, now).await {
+            Ok(report) => {
+                tracing::info!(
+                    message_id = id,
+                    crawl = %report.crawl_id,
+                    delivery = %report.delivery_id,
+                    already_delivered = report.already_delivered,
+                    "delivered"
+                );
+                true
+            }
+            // A later generation completed first: its own delivery covers the crawl.
+            Err(e @ DeliverError::Superseded { .. }) => {
+                tracing::warn!(message_id = id, error = %e, "delivery skipped");
+                true
+            }
+            Err(e) => {
+                tracing::error!(
+                    message_id = id,
+                    error = %e,
+                    error_type = e.kind(),
+                    retryable = e.is_retryable(),
+                    "delivery failed"
+                );
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use md5::{Digest, Md5};
+    use std::path::PathBuf;
+    use trawl_core::blob::ObjectMeta;
+    use trawl_core::blob::fs::FsBlobStore;
+    use trawl_core::canonical::{CanonicalUrl, CrawlId};
+    use trawl_core::crawl::{Crawl, CrawlConfig};
+    use trawl_core::store::sqlite::SqliteStore;
+    use trawl_core::store::{ClaimOutcome, FinishOutcome};
+    use trawl_core::task::{FetchRecord, NewTask};
+
+    const DIRECT: &str = include_str!("../../../events/deliverer.json");
+    const QUEUE: &str = include_str!("../../../events/deliverer-sqs.json");
+    const T0: Millis = 1_800_000_000_000;
+
+    /// A directory under the system temp dir, removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The handler on the embedded backend, with the sample events' crawl: two pages, one
+    /// stored, completed (generation 0).
+    async fn handler(name: &str) -> (Handler<SqliteStore, FsBlobStore>, TempDir) {
+        let dir = TempDir(std::env::temp_dir().join(format!(
+            "trawl-deliverer-{name}-{}-{}",
+            std::process::id(),
+            nanos()
+        )));
+        let calls = Arc::new(CallCounts::default());
+        let handler = Handler {
+            store: SqliteStore::in_memory(calls.clone()).unwrap(),
+            blobs: FsBlobStore::new(dir.0.clone(), calls.clone()),
+            layout: Layout::new(""),
+            uri_base: dir.0.display().to_string(),
+            calls,
+        };
+        let crawl = CrawlId::parse("news-2026").unwrap();
+        let store = &handler.store;
+        store
+            .create_crawl(&Crawl::new(crawl.clone(), CrawlConfig::default(), T0))
+            .await
+            .unwrap();
+        let urls = ["http://example.com/", "http://example.com/about"];
+        let tasks: Vec<NewTask> = urls
+            .iter()
+            .map(|u| NewTask {
+                url: CanonicalUrl::parse(u).unwrap(),
+                depth: 0,
+                parent: None,
+            })
+            .collect();
+        store.seed(&crawl, &tasks, T0).await.unwrap();
+        let task_id = tasks[0].url.task_id();
+        let ClaimOutcome::Claimed { lease, .. } =
+            store.claim(&crawl, &task_id, 60_000, T0).await.unwrap()
+        else {
+            panic!("claim refused");
+        };
+        let body = b"<html>home</html>";
+        let md5 = hex::encode(Md5::digest(body));
+        let key = handler.layout.html_key(&crawl, &task_id, &md5);
+        let meta = ObjectMeta {
+            content_type: "text/html".into(),
+            md5: Md5::digest(body).into(),
+            source_url: urls[0].into(),
+        };
+        handler
+            .blobs
+            .put(&key, Bytes::from_static(body), &meta)
+            .await
+            .unwrap();
+        let record = FetchRecord {
+            object_key: Some(key),
+            md5: Some(md5),
+            http_status: 200,
+            content_type: Some("text/html".into()),
+            content_length: body.len() as u64,
+            fetched_at: T0 + 1,
+            ..FetchRecord::default()
+        };
+        assert!(matches!(
+            store.finish(&lease, &record, T0 + 1).await.unwrap(),
+            FinishOutcome::Finished { .. }
+        ));
+        assert!(store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+        (handler, dir)
+    }
+
+    fn nanos() -> u128 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    }
+
+    fn event(json: &str) -> serde_json::Value {
+        serde_json::from_str(json).unwrap()
+    }
+
+    async fn delivery_keys(handler: &Handler<SqliteStore, FsBlobStore>) -> Vec<String> {
+        handler.blobs.list("deliveries/").await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_sample_direct_event_delivers_once() {
+        // GIVEN the sample crawl, completed
+        let (handler, _dir) = handler("direct").await;
+
+        // WHEN the sample direct event arrives twice
+        let first = handler.handle(event(DIRECT), T0 + 10).await.unwrap();
+        let second = handler.handle(event(DIRECT), T0 + 20).await.unwrap();
+
+        // THEN one delivery is written, and the second call returns it
+        let (DelivererResponse::Delivery(first), DelivererResponse::Delivery(second)) =
+            (first, second)
+        else {
+            panic!("direct events answer with the delivery");
+        };
+        assert!(!first.already_delivered);
+        assert!(second.already_delivered);
+        assert_eq!(first.delivery_id, "gen-000000");
+        assert_eq!(first.summary.tasks, 2);
+        assert_eq!(first.summary.warc.pages, 1);
+        assert_eq!(delivery_keys(&handler).await.len(), 5);
+        let json = serde_json::to_value(DelivererResponse::Delivery(first)).unwrap();
+        assert_eq!(json["crawl_id"], "news-2026");
+    }
+
+    #[tokio::test]
+    async fn the_sample_queue_event_delivers_and_reports_no_failure() {
+        // GIVEN the sample crawl, completed
+        let (handler, _dir) = handler("queue").await;
+
+        // WHEN the sample SQS event arrives
+        let response = handler.handle(event(QUEUE), T0 + 10).await.unwrap();
+
+        // THEN the record succeeded and the delivery exists
+        let DelivererResponse::Batch(batch) = response else {
+            panic!("queue events answer with a batch response");
+        };
+        assert!(batch.batch_item_failures.is_empty());
+        assert!(
+            delivery_keys(&handler)
+                .await
+                .contains(&"deliveries/crawl=news-2026/gen-000000/_SUCCESS".to_owned())
+        );
+        let json = serde_json::to_value(DelivererResponse::Batch(batch)).unwrap();
+        assert_eq!(json, serde_json::json!({"batchItemFailures": []}));
+    }
+
+    #[tokio::test]
+    async fn malformed_events_are_typed_errors_and_change_nothing() {
+        // GIVEN the sample crawl
+        let (handler, _dir) = handler("malformed").await;
+        let bad = [
+            r#"{}"#,
+            r#"{"crawl_id": "no/slashes"}"#,
+            r#"{"crawl_id": "news-2026", "generation": "zero"}"#,
+            r#"{"crawl_id": "news-2026", "extra": true}"#,
+            r#"{"Records": "not a list"}"#,
+            r#"[1, 2]"#,
+        ];
+
+        for json in bad {
+            // WHEN a malformed event arrives
+            let result = handler.handle(event(json), T0 + 10).await;
+
+            // THEN it is a MalformedEvent naming the problem, and nothing is delivered
+            let Err(e) = result else {
+                panic!("{json} was accepted");
+            };
+            let diagnostic = Diagnostic::from(e);
+            assert_eq!(diagnostic.error_type, "MalformedEvent", "{json}");
+            assert!(!diagnostic.error_message.is_empty());
+        }
+        let diagnostic = Diagnostic::from(
+            handler
+                .handle(event(r#"{"crawl_id": "news-2026", "extra": true}"#), T0)
+                .await
+                .unwrap_err(),
+        );
+        assert!(
+            diagnostic.error_message.contains("extra"),
+            "{}",
+            diagnostic.error_message
+        );
+        assert!(delivery_keys(&handler).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_bad_queue_record_fails_alone() {
+        // GIVEN a batch with a malformed body, an unknown crawl and the sample record
+        let (handler, _dir) = handler("records").await;
+        let mut batch = event(QUEUE);
+        let good = batch["Records"][0].clone();
+        let mut malformed = good.clone();
+        malformed["messageId"] = "malformed".into();
+        malformed["body"] = "{not json".into();
+        let mut unknown = good.clone();
+        unknown["messageId"] = "unknown".into();
+        unknown["body"] = r#"{"crawl_id":"nobody"}"#.into();
+        batch["Records"] = serde_json::json!([malformed, unknown, good]);
+
+        // WHEN it is handled
+        let response = handler.handle(batch, T0 + 10).await.unwrap();
+
+        // THEN only the two bad records are failures; the good one is delivered
+        let DelivererResponse::Batch(batch) = response else {
+            panic!("queue events answer with a batch response");
+        };
+        let failed: Vec<&str> = batch
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, ["malformed", "unknown"]);
+        assert_eq!(delivery_keys(&handler).await.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_running_crawl_is_not_delivered() {
+        // GIVEN the sample crawl reopened (running again, generation 1)
+        let (handler, _dir) = handler("running").await;
+        let crawl = CrawlId::parse("news-2026").unwrap();
+        assert!(handler.store.reopen_crawl(&crawl, T0 + 5).await.unwrap());
+
+        // WHEN it is requested without a generation
+        let e = handler
+            .handle(event(r#"{"crawl_id": "news-2026"}"#), T0 + 10)
+            .await
+            .unwrap_err();
+
+        // THEN the error says so, and nothing is written
+        assert_eq!(Diagnostic::from(e).error_type, "NotCompleted");
+        assert!(delivery_keys(&handler).await.is_empty());
+    }
+}

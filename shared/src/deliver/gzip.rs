@@ -1,0 +1,85 @@
+//! A gzip stream written through a `BlobUpload`, in chunks, so memory stays bounded by one chunk
+//! (plus the upload's own part buffer) whatever the file's size.
+//!
+//! A file is one or more gzip members: JSON Lines files are one member; a WARC file has one member
+//! per record (the Common Crawl convention, so readers can seek to a record).
+
+use super::DeliverError;
+use crate::blob::BlobUpload;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use std::io::Write;
+
+/// Compressed bytes handed to the upload at once.
+const CHUNK: usize = 256 * 1024;
+
+pub(crate) struct GzipFile<U> {
+    upload: U,
+    member: Option<GzEncoder<Vec<u8>>>,
+    members: u64,
+    compressed: u64,
+}
+
+fn encode_error(e: std::io::Error) -> DeliverError {
+    DeliverError::Encode(e.to_string())
+}
+
+impl<U: BlobUpload> GzipFile<U> {
+    pub(crate) fn new(upload: U) -> Self {
+        Self {
+            upload,
+            member: None,
+            members: 0,
+            compressed: 0,
+        }
+    }
+
+    /// Appends `data` to the current member (starting one if needed).
+    pub(crate) async fn write(&mut self, data: &[u8]) -> Result<(), DeliverError> {
+        let encoder = self
+            .member
+            .get_or_insert_with(|| GzEncoder::new(Vec::new(), Compression::default()));
+        encoder.write_all(data).map_err(encode_error)?;
+        if encoder.get_ref().len() >= CHUNK {
+            let chunk = std::mem::take(encoder.get_mut());
+            self.send(&chunk).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes the current member; the next write starts a new one.
+    pub(crate) async fn end_member(&mut self) -> Result<(), DeliverError> {
+        if let Some(encoder) = self.member.take() {
+            let rest = encoder.finish().map_err(encode_error)?;
+            self.members += 1;
+            self.send(&rest).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, chunk: &[u8]) -> Result<(), DeliverError> {
+        if !chunk.is_empty() {
+            self.upload.write(chunk).await?;
+            self.compressed += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Ends the last member and makes the file visible. Returns its compressed size. A file with
+    /// nothing written still gets one empty member: a zero-byte file is not valid gzip.
+    pub(crate) async fn complete(mut self) -> Result<u64, DeliverError> {
+        if self.members == 0 && self.member.is_none() {
+            self.write(&[]).await?;
+        }
+        self.end_member().await?;
+        self.upload.complete().await?;
+        Ok(self.compressed)
+    }
+
+    /// Discards the file. Best effort: it is only called on a path that already failed.
+    pub(crate) async fn abort(self) {
+        if let Err(e) = self.upload.abort().await {
+            tracing::warn!(error = %e, "could not abort a delivery upload");
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The seeder end to end: URL lists, S3 manifests, sitemaps (from the loopback site) and
+//! pagination templates, on DynamoDB + SQS (moto) and on the embedded backend; idempotent
+//! re-seeds, malformed requests that change nothing, and continuation cursors.
+
+use crate::site::{Route, Site};
+use crate::support::{self, moto, unique};
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use trawl_core::calls::{Call, CallCounts};
+use trawl_core::canonical::CrawlId;
+use trawl_core::fetch::Fetcher;
+use trawl_core::queue::local::LocalQueue;
+use trawl_core::queue::sqs::SqsQueue;
+use trawl_core::seed::{
+    S3Manifests, SeedBudget, SeedDefaults, SeedError, SeedRequest, SeedResponse, Seeder,
+};
+use trawl_core::store::sqlite::SqliteStore;
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::task::Status;
+
+const NOW: i64 = 1_700_000_000_000;
+
+fn urlset(urls: &[String]) -> String {
+    let entries: String = urls
+        .iter()
+        .map(|u| {
+            format!(
+                "<url><loc>{u}</loc><lastmod>2024-03-0{}</lastmod></url>",
+                u.len() % 9 + 1
+            )
+        })
+        .collect();
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>"#
+    )
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(data).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A site with a sitemap index of two sitemaps (one gzip-compressed file), three pages each,
+/// plus a broken child (404) and a nested index.
+async fn sitemap_site() -> Site {
+    let site = Site::start().await;
+    let a: Vec<String> = (1..=3).map(|i| site.url(&format!("/a/{i}"))).collect();
+    let b: Vec<String> = (1..=3).map(|i| site.url(&format!("/b/{i}"))).collect();
+    let index = format!(
+        r#"<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+        <sitemap><loc>{}</loc></sitemap><sitemap><loc>{}</loc></sitemap>
+        <sitemap><loc>{}</loc></sitemap><sitemap><loc>{}</loc></sitemap></sitemapindex>"#,
+        site.url("/sitemap-a.xml"),
+        site.url("/sitemap-b.xml.gz"),
+        site.url("/missing.xml"),
+        site.url("/nested.xml"),
+    );
+    site.route(
+        "/sitemap.xml",
+        Route::content("application/xml", index.clone()),
+    )
+    .route("/sitemap-a.xml", Route::content("text/xml", urlset(&a)))
+    .route(
+        "/sitemap-b.xml.gz",
+        Route::content("application/gzip", gzip(urlset(&b).as_bytes())),
+    )
+    .route("/nested.xml", Route::content("application/xml", index));
+    site
+}
+
+/// The crawl configuration every test uses: the loopback site must be reachable.
+fn config() -> serde_json::Value {
+    json!({"fetch": {"allow_private_networks": true}})
+}
+
+fn request(crawl: &str, source: serde_json::Value) -> SeedRequest {
+    SeedRequest::from_json(json!({"crawl_id": crawl, "config": config(), "source": source}))
+        .unwrap()
+}
+
+async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap();
+    out.attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+pub async fn fifo_queue(sqs: &aws_sdk_sqs::Client) -> String {
+    sqs.create_queue()
+        .queue_name(format!("{}.fifo", unique("crawl")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = fifo_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
+    let fetcher = Fetcher::new("").unwrap();
+    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
+    let defaults = SeedDefaults::default();
+    let seeder = Seeder {
+        store: &store,
+        queue: &queue,
+        fetcher: &fetcher,
+        manifests: &manifests,
+        defaults: &defaults,
+    };
+    let site = sitemap_site().await;
+    let crawl = unique("seed");
+    let requests = [
+        request(
+            &crawl,
+            json!({"urls": [site.url("/"), site.url("/a/1"), "javascript:alert(1)"]}),
+        ),
+        request(&crawl, json!({"sitemaps": [site.url("/sitemap.xml")]})),
+        request(
+            &crawl,
+            json!({"pagination": [
+                {"template": site.url("/list?page={page}"), "start": 1, "stop": 5},
+                {"template": site.url("/tag/{page}"), "values": ["x", "y"]}
+            ]}),
+        ),
+    ];
+    let mut first = Vec::new();
+    for r in &requests {
+        first.push(
+            seeder
+                .seed(r.clone(), SeedBudget::default(), NOW)
+                .await
+                .unwrap(),
+        );
+    }
+    // List: 2 new, 1 rejected. Sitemaps: 6 pages, /a/1 already known; the 404 and the nested
+    // index rejected with reasons. Pagination: 4 + 2.
+    let counts = |r: &SeedResponse| (r.accepted, r.already_known, r.rejected);
+    assert_eq!(counts(&first[0]), (2, 0, 1));
+    assert!(first[0].created);
+    assert_eq!(counts(&first[1]), (5, 1, 2), "{:?}", first[1].rejections);
+    let reasons: Vec<&str> = first[1]
+        .rejections
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert!(reasons[0].contains("NotFound"), "{reasons:?}");
+    assert!(reasons[1].contains("inside a sitemap index"), "{reasons:?}");
+    let lastmod = first[1].lastmod.clone().unwrap();
+    assert_eq!(lastmod.entries, 6);
+    assert!(lastmod.newest.unwrap().starts_with("2024-03-0"));
+    assert_eq!(counts(&first[2]), (6, 0, 0));
+    assert!(
+        first
+            .iter()
+            .all(|r| r.cursor.is_none() && r.enqueue_failed == 0)
+    );
+
+    let id = CrawlId::parse(&crawl).unwrap();
+    let stored = store.get_crawl(&id).await.unwrap().unwrap();
+    assert_eq!(stored.config.scope.allowed_domains, ["127.0.0.1"]);
+    let pending = store.counts(&id).await.unwrap()[&Status::Pending];
+    assert_eq!(pending, 13);
+    assert_eq!(queue_depth(&clients.sqs, &queue_url).await, 13);
+
+    // Re-running every seed is a no-op: nothing new, nothing sent, nothing reset.
+    for r in &requests {
+        let again = seeder
+            .seed(r.clone(), SeedBudget::default(), NOW + 1)
+            .await
+            .unwrap();
+        assert_eq!(again.accepted, 0);
+        assert!(!again.created);
+    }
+    assert_eq!(queue_depth(&clients.sqs, &queue_url).await, 13);
+    assert_eq!(store.counts(&id).await.unwrap()[&Status::Pending], 13);
+    assert!(calls.get(Call::DynamoPutItem) >= 13);
+}
+
+#[tokio::test]
+async fn malformed_requests_change_nothing() {
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = fifo_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
+    let fetcher = Fetcher::new("").unwrap();
+    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
+    let defaults = SeedDefaults::default();
+    let seeder = Seeder {
+        store: &store,
+        queue: &queue,
+        fetcher: &fetcher,
+        manifests: &manifests,
+        defaults: &defaults,
+    };
+    let crawl = unique("bad");
+    let bad = [
+        json!({"crawl_id": crawl, "source": {"urls": ["http://127.0.0.1/"]},
+               "config": {"scope": {"include": ["[unclosed"]}}}),
+        json!({"crawl_id": crawl, "source": {"urls": ["not a url", "gopher://x/"]}}),
+        json!({"crawl_id": crawl, "source": {"pagination": [{"template": "http://x/{page}"}]}}),
+        json!({"crawl_id": crawl, "source": {"s3": {"bucket": "no-such-bucket", "key": "k"}}}),
+        json!({"crawl_id": crawl, "source": {"sitemaps": ["http://127.0.0.1/s.xml"]},
+               "cursor": "eyJmcCI6IngiLCJwb3MiOnt9fQ"}),
+    ];
+    for event in bad {
+        let result = match SeedRequest::from_json(event.clone()) {
+            Err(e) => Err(e),
+            Ok(r) => seeder.seed(r, SeedBudget::default(), NOW).await,
+        };
+        assert!(
+            matches!(result, Err(SeedError::InvalidRequest(_))),
+            "{event}: {result:?}"
+        );
+    }
+    assert!(store.list_crawls(None).await.unwrap().is_empty());
+    assert_eq!(calls.get(Call::DynamoPutItem), 0);
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 0);
+    assert_eq!(queue_depth(&clients.sqs, &queue_url).await, 0);
+}
+
+/// Runs `request` with `budget` until no cursor is returned (bounded); returns every response.
+async fn until_done<S, Q, M>(
+    seeder: &Seeder<'_, S, Q, M>,
+    mut request: SeedRequest,
+    max_urls: u64,
+) -> Vec<SeedResponse>
+where
+    S: TaskStore + CrawlStore,
+    Q: trawl_core::queue::WorkQueue,
+    M: trawl_core::seed::ManifestSource,
+{
+    let budget = SeedBudget {
+        max_urls,
+        deadline: None,
+    };
+    let mut responses = Vec::new();
+    for _ in 0..100 {
+        let response = seeder.seed(request.clone(), budget, NOW).await.unwrap();
+        request.cursor = response.cursor.clone();
+        responses.push(response);
+        if request.cursor.is_none() {
+            return responses;
+        }
+    }
+    panic!("the seed never finished");
+}
+
+fn totals(responses: &[SeedResponse]) -> (u64, u64, u64) {
+    responses.iter().fold((0, 0, 0), |(a, k, r), x| {
+        (a + x.accepted, k + x.already_known, r + x.rejected)
+    })
+}
+
+#[tokio::test]
+async fn continuations_seed_everything_exactly_once() {
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    let fetcher = Fetcher::new("").unwrap();
+    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
+    let defaults = SeedDefaults::default();
+    let seeder = Seeder {
+        store: &store,
+        queue: &queue,
+        fetcher: &fetcher,
+        manifests: &manifests,
+        defaults: &defaults,
+    };
+
+    // An S3 manifest of 1,000 URLs with comments, blank and bad lines, read 70 lines at a time.
+    let bucket = unique("seeds");
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let mut manifest = String::from("# seeds\n");
+    for i in 0..1000 {
+        manifest.push_str(&format!("http://127.0.0.1:9/m/{i}\n"));
+        if i % 250 == 0 {
+            manifest.push_str("\nftp://127.0.0.1/x\n");
+        }
+    }
+    clients
+        .s3
+        .put_object()
+        .bucket(&bucket)
+        .key("m.txt")
+        .body(manifest.into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let crawl = unique("s3");
+    let s3 = request(&crawl, json!({"s3": {"bucket": bucket, "key": "m.txt"}}));
+    let responses = until_done(&seeder, s3.clone(), 70).await;
+    assert!(responses.len() >= 14, "{} invocations", responses.len());
+    assert_eq!(totals(&responses), (1000, 0, 4));
+    assert_eq!(queue.len(), 1000);
+    let id = CrawlId::parse(&crawl).unwrap();
+    assert_eq!(store.counts(&id).await.unwrap()[&Status::Pending], 1000);
+
+    // A cursor does not survive a change of the manifest.
+    let cursor = seeder
+        .seed(
+            s3.clone(),
+            SeedBudget {
+                max_urls: 10,
+                deadline: None,
+            },
+            NOW,
+        )
+        .await
+        .unwrap()
+        .cursor
+        .unwrap();
+    // Same length, other content: only the ETag tells.
+    let other: String = (0..1000)
+        .map(|i| format!("http://127.0.0.1:9/o/{i}\n"))
+        .collect();
+    clients
+        .s3
+        .put_object()
+        .bucket(&bucket)
+        .key("m.txt")
+        .body(other.into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let changed = SeedRequest {
+        cursor: Some(cursor),
+        ..s3
+    };
+    match seeder.seed(changed, SeedBudget::default(), NOW).await {
+        Err(SeedError::InvalidRequest(problems)) => {
+            assert!(problems[0].contains("changed"), "{problems:?}")
+        }
+        other => panic!("a changed manifest was read on: {other:?}"),
+    }
+
+    // Sitemaps (an index and its children), two URLs per invocation.
+    let site = sitemap_site().await;
+    let sitemap_crawl = unique("sm");
+    let sm = request(
+        &sitemap_crawl,
+        json!({"sitemaps": [site.url("/sitemap-a.xml"), site.url("/sitemap.xml")]}),
+    );
+    let responses = until_done(&seeder, sm, 2).await;
+    assert!(responses.len() >= 3);
+    // a/1..3 twice (direct and through the index: known the second time), b/1..3 once.
+    let (accepted, known, _) = totals(&responses);
+    assert_eq!((accepted, known), (6, 3));
+
+    // Pagination and lists, 7 per invocation.
+    let pages = request(
+        &unique("pg"),
+        json!({"pagination": [
+            {"template": "http://127.0.0.1:9/p/{page}", "start": 0, "stop": 30, "step": 3},
+            {"template": "http://127.0.0.1:9/v/{page}", "values": ["a", "b", "c", "d", "e"]}
+        ]}),
+    );
+    assert_eq!(totals(&until_done(&seeder, pages, 7).await), (15, 0, 0));
+    let list: Vec<String> = (0..50)
+        .map(|i| format!("http://127.0.0.1:9/l/{i}"))
+        .collect();
+    let urls = request(&unique("ls"), json!({"urls": list}));
+    let responses = until_done(&seeder, urls, 7).await;
+    assert_eq!(responses.len(), 8);
+    assert_eq!(totals(&responses), (50, 0, 0));
+}
