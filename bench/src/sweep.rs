@@ -1,21 +1,23 @@
-//! Section 4: the sweeper's cost curve. A sweep finds due tasks through the status index
-//! (status, `updated_before` bound), never by scanning; this measures exactly that query
-//! (`TaskStore::query`, all pages) on tables of growing size holding the same number of due
-//! tasks. Items read and queries issued must stay flat as the table grows.
+//! Section 4: the sweeper's cost curve. The real sweeper (`trawl_core::sweep::Sweeper`) sweeps
+//! one crawl of growing size holding the same number of due tasks (pending, untouched for an
+//! hour: presumed lost messages). Tasks read and status queries issued must stay flat as the
+//! table grows, because every window is a status-index query bounded by `updated_before`.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::TempDir;
 use crate::moto::{Moto, clients};
 use crate::report::Figure;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use trawl_core::calls::{Call, CallCounts};
 use trawl_core::canonical::{CanonicalUrl, CrawlId};
 use trawl_core::crawl::{Crawl, CrawlConfig};
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::store::dynamodb::{DynamoStore, create_table};
 use trawl_core::store::sqlite::SqliteStore;
-use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
-use trawl_core::task::{Millis, NewTask, Status, now_ms};
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
+use trawl_core::task::{Millis, NewTask, now_ms};
 
 const SECTION: &str = "sweeper";
 /// Due tasks in every table, whatever its size.
@@ -23,15 +25,10 @@ pub const DUE: usize = 50;
 /// How long ago the due tasks were last updated, against the rest.
 const AGE_MS: Millis = 3_600_000;
 const SEED_CHUNK: usize = 1_000;
-/// Timed repetitions of the sweep query (SQLite only: moto's times are not DynamoDB's).
-const REPEATS: usize = 5;
 
-/// A table of `size` tasks, `DUE` of them updated long ago; returns the due bound.
-async fn fill<S: TaskStore + CrawlStore>(
-    store: &S,
-    crawl: &Crawl,
-    size: usize,
-) -> BenchResult<Millis> {
+/// A crawl of `size` pending tasks, `DUE` of them untouched for an hour (lost messages), the
+/// rest just created.
+async fn fill<S: TaskStore + CrawlStore>(store: &S, crawl: &Crawl, size: usize) -> BenchResult<()> {
     let now = now_ms();
     let old = now - AGE_MS;
     let urls: Vec<NewTask> = (0..size)
@@ -51,43 +48,26 @@ async fn fill<S: TaskStore + CrawlStore>(
     for chunk in rest.chunks(SEED_CHUNK) {
         store.seed(&crawl.id, chunk, now).await.step("seed")?;
     }
-    Ok(old + 60_000)
+    Ok(())
 }
 
-/// One sweep query over every page; returns the items it returned.
-async fn sweep<S: TaskStore>(store: &S, crawl: &Crawl, bound: Millis) -> BenchResult<usize> {
-    let mut cursor = None;
-    let mut items = 0;
-    for _ in 0..1_000 {
-        let page = store
-            .query(&TaskQuery {
-                crawl_id: crawl.id.clone(),
-                status: Status::Pending,
-                updated_before: Some(bound),
-                limit: 100,
-                cursor,
-            })
-            .await
-            .step("sweep query")?;
-        items += page.tasks.len();
-        cursor = page.cursor;
-        if cursor.is_none() {
-            return Ok(items);
-        }
-    }
-    Err(check("sweep", "more than 1,000 pages"))
+/// What one sweep of one crawl cost.
+struct SweepCost {
+    size: usize,
+    tasks_read: u64,
+    queries: u64,
+    ms: f64,
 }
 
-/// Fills and sweeps one crawl per size; returns (size, items, queries, median ms when
-/// `timed`) per size.
+/// Fills one crawl per size and sweeps it once with the real sweeper (messages go to a local
+/// queue: the queue is not what is measured).
 async fn curve<S: TaskStore + CrawlStore>(
     store: &S,
     calls: &CallCounts,
     query_call: Call,
     sizes: &[usize],
     label: &str,
-    timed: bool,
-) -> BenchResult<Vec<(usize, usize, u64, f64)>> {
+) -> BenchResult<Vec<SweepCost>> {
     let mut out = Vec::new();
     for &size in sizes {
         eprintln!("  sweeper: {label}, {size} tasks");
@@ -97,26 +77,35 @@ async fn curve<S: TaskStore + CrawlStore>(
             now_ms(),
         );
         store.create_crawl(&crawl).await.step("create crawl")?;
-        let bound = fill(store, &crawl, size).await?;
+        fill(store, &crawl, size).await?;
+        let queue = LocalQueue::new(Duration::from_secs(60), Arc::new(CallCounts::default()));
+        let trigger = LocalDeliveryTrigger::default();
+        let sweeper = Sweeper {
+            store,
+            queue: &queue,
+            trigger: &trigger,
+            options: SweepOptions::default(),
+        };
+        let mut budget = SweepBudget::new(10_000, Duration::from_secs(120));
         calls.reset();
-        let items = sweep(store, &crawl, bound).await?;
-        let queries = calls.get(query_call);
-        if items != DUE {
+        let started = Instant::now();
+        let report = sweeper
+            .sweep_crawl(&crawl, now_ms(), &mut budget)
+            .await
+            .step("sweep")?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if report.lost_messages != DUE as u64 || report.unfinished || queue.len() != DUE {
             return Err(check(
                 "sweep",
-                format!("{items} due tasks found in {size}, expected {DUE}"),
+                format!("{report:?} in {size} tasks, expected {DUE} re-enqueued"),
             ));
         }
-        let mut times = vec![f64::NAN];
-        for _ in 0..if timed { REPEATS } else { 0 } {
-            let started = Instant::now();
-            sweep(store, &crawl, bound).await?;
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
-        }
-        times.retain(|t| t.is_finite());
-        times.sort_by(f64::total_cmp);
-        let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
-        out.push((size, items, queries, median));
+        out.push(SweepCost {
+            size,
+            tasks_read: report.tasks_read,
+            queries: calls.get(query_call),
+            ms,
+        });
     }
     Ok(out)
 }
@@ -131,27 +120,28 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let dir = TempDir::new("sweep")?;
     let calls = Arc::new(CallCounts::default());
     let sqlite = SqliteStore::open(dir.0.join("sweep.db"), calls.clone()).step("open sqlite")?;
-    for (size, items, queries, ms) in
-        curve(&sqlite, &calls, Call::SqliteRead, sizes, "sqlite", true).await?
-    {
-        figures.push(Figure::single(
-            SECTION,
-            format!("SQLite, {size} tasks, {DUE} due: items read"),
-            "items",
-            items as f64,
-        ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("SQLite, {size} tasks: queries"),
-            "queries",
-            queries as f64,
-        ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("SQLite, {size} tasks: sweep time (median of {REPEATS})"),
-            "ms",
-            ms,
-        ));
+    for c in curve(&sqlite, &calls, Call::SqliteRead, sizes, "sqlite").await? {
+        let size = c.size;
+        figures.extend([
+            Figure::single(
+                SECTION,
+                format!("SQLite, {size} tasks, {DUE} due: tasks read"),
+                "tasks",
+                c.tasks_read as f64,
+            ),
+            Figure::single(
+                SECTION,
+                format!("SQLite, {size} tasks: reads"),
+                "reads",
+                c.queries as f64,
+            ),
+            Figure::single(
+                SECTION,
+                format!("SQLite, {size} tasks: sweep time (1 sweep)"),
+                "ms",
+                c.ms,
+            ),
+        ]);
     }
     let moto = Moto::start(true)?;
     let client = clients(&moto.endpoint).await.dynamodb;
@@ -161,28 +151,22 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let calls = Arc::new(CallCounts::default());
     let dynamo = DynamoStore::new(client, "bench-sweep", crate::moto::SHARDS, calls.clone());
     let moto_sizes: &[usize] = if quick { &[1_000] } else { &[1_000, 10_000] };
-    for (size, items, queries, _) in curve(
-        &dynamo,
-        &calls,
-        Call::DynamoQuery,
-        moto_sizes,
-        "dynamodb",
-        false,
-    )
-    .await?
-    {
-        figures.push(Figure::single(
-            SECTION,
-            format!("DynamoDB (moto), {size} tasks, {DUE} due: items read"),
-            "items",
-            items as f64,
-        ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("DynamoDB (moto), {size} tasks: Query calls"),
-            "calls",
-            queries as f64,
-        ));
+    for c in curve(&dynamo, &calls, Call::DynamoQuery, moto_sizes, "dynamodb").await? {
+        let size = c.size;
+        figures.extend([
+            Figure::single(
+                SECTION,
+                format!("DynamoDB (moto), {size} tasks, {DUE} due: tasks read"),
+                "tasks",
+                c.tasks_read as f64,
+            ),
+            Figure::single(
+                SECTION,
+                format!("DynamoDB (moto), {size} tasks: Query calls"),
+                "calls",
+                c.queries as f64,
+            ),
+        ]);
     }
     Ok(figures)
 }
