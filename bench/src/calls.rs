@@ -1,0 +1,573 @@
+//! Section 2: AWS calls per URL through the real SDK against moto: a fresh crawl, an unchanged
+//! recrawl, a URL that fails until `ignored`, and claim contention between 16 workers.
+
+use crate::error::{BenchResult, Context, check};
+use crate::local::fixture_config;
+use crate::moto::{Moto, Stack, stack};
+use crate::report::Figure;
+use crate::site::Site;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use trawl_core::blob::Layout;
+use trawl_core::blob::s3::S3BlobStore;
+use trawl_core::calls::{Call, CallCounts};
+use trawl_core::canonical::{CanonicalUrl, CrawlId};
+use trawl_core::crawl::{Crawl, CrawlConfig};
+use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
+use trawl_core::fetch::Fetcher;
+use trawl_core::frontier::add_tasks;
+use trawl_core::queue::sqs::SqsQueue;
+use trawl_core::queue::{WorkMessage, WorkQueue};
+use trawl_core::store::dynamodb::DynamoStore;
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_core::task::{NewTask, Status, now_ms};
+
+const SECTION: &str = "AWS calls";
+/// Concurrent workers in the contention measurement.
+const CONTENDERS: usize = 16;
+/// Longest any one drain may take.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
+
+type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
+
+/// Calls made by one scenario, by `service.Operation`, and per URL.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallProfile {
+    pub urls: u64,
+    pub calls: BTreeMap<String, u64>,
+}
+
+impl CallProfile {
+    fn of(calls: &CallCounts, urls: u64) -> Self {
+        Self {
+            urls,
+            calls: calls
+                .snapshot()
+                .into_iter()
+                .map(|(c, n)| (format!("{}.{}", c.service(), c.operation()), n))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, call: Call) -> u64 {
+        self.calls
+            .get(&format!("{}.{}", call.service(), call.operation()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn per_url(&self, call: Call) -> f64 {
+        self.get(call) as f64 / self.urls.max(1) as f64
+    }
+
+    /// Calls the crawler function itself makes (the SQS event source mapping's receives and
+    /// deletes excluded: the harness makes those in its place).
+    pub fn function_calls(&self) -> u64 {
+        self.calls
+            .iter()
+            .filter(|(op, _)| {
+                !matches!(op.as_str(), "sqs.ReceiveMessage" | "sqs.DeleteMessageBatch")
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Everything section 2 measured, for the cost model.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallsResult {
+    pub fresh_seed: CallProfile,
+    pub fresh: CallProfile,
+    pub recrawl_schedule: CallProfile,
+    pub recrawl: CallProfile,
+    pub failing: CallProfile,
+    pub failing_attempts: u64,
+    pub contention: BTreeMap<String, f64>,
+}
+
+/// A crawler on `stack`, its crawl, its call counter, and an uncounted store for checks.
+struct Harness {
+    crawler: AwsCrawler,
+    crawl: Crawl,
+    calls: Arc<CallCounts>,
+    probe: DynamoStore,
+}
+
+async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult<Harness> {
+    let crawl = Crawl::new(CrawlId::parse(id).step("crawl id")?, config, now_ms());
+    stack
+        .store
+        .create_crawl(&crawl)
+        .await
+        .step("create crawl")?;
+    let calls = stack.calls.clone();
+    let probe = stack.probe;
+    let crawler = Crawler::new(
+        stack.store,
+        stack.blobs,
+        stack.queue,
+        Arc::new(Fetcher::new("").step("fetcher")?),
+        Layout::new("pages"),
+        10,
+    );
+    Ok(Harness {
+        crawler,
+        crawl,
+        calls,
+        probe,
+    })
+}
+
+/// Settles a batch's results as Lambda's event source mapping would: one DeleteMessageBatch
+/// for the handled ones, a visibility change for each retry.
+async fn settle(crawler: &AwsCrawler, results: &[MessageResult]) -> BenchResult<()> {
+    let mut done = Vec::new();
+    for r in results {
+        match &r.disposition {
+            Disposition::Done => done.push(r.receipt.clone()),
+            Disposition::RetryAfter(ms) => crawler
+                .queue()
+                .retry_later(&r.receipt, *ms)
+                .await
+                .step("retry_later")?,
+            Disposition::Reject(why) => return Err(check("crawl", why.clone())),
+        }
+    }
+    if !done.is_empty() {
+        crawler.queue().ack(&done).await.step("ack")?;
+    }
+    Ok(())
+}
+
+/// One worker drains the queue until a receive finds it empty.
+async fn drain(crawler: &AwsCrawler) -> BenchResult<Vec<Outcome>> {
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    while started.elapsed() < DRAIN_TIMEOUT {
+        let batch = crawler.queue().receive(10, 0).await.step("receive")?;
+        if batch.is_empty() {
+            return Ok(outcomes);
+        }
+        let results = crawler.process_batch(batch, None).await;
+        settle(crawler, &results).await?;
+        outcomes.extend(results.iter().map(|r| r.outcome));
+    }
+    Err(check("drain", "timed out"))
+}
+
+async fn status_of(probe: &DynamoStore, crawl: &Crawl, status: Status) -> BenchResult<u64> {
+    let counts = probe.counts(&crawl.id).await.step("counts")?;
+    Ok(counts.get(&status).copied().unwrap_or(0))
+}
+
+/// Every task of `crawl` in `status`, through the status index.
+async fn tasks_in(
+    crawler: &AwsCrawler,
+    crawl: &Crawl,
+    status: Status,
+) -> BenchResult<Vec<(String, u32)>> {
+    let mut cursor = None;
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        let page = crawler
+            .store()
+            .query(&TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status,
+                updated_before: None,
+                limit: 100,
+                cursor,
+            })
+            .await
+            .step("query")?;
+        out.extend(page.tasks.into_iter().map(|t| (t.url, t.depth)));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Fresh crawl, unchanged recrawl, and a failing URL, on the threaded moto.
+async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchResult<CallsResult> {
+    let pages = site.pages as u64;
+    let Harness {
+        crawler,
+        crawl,
+        calls,
+        probe,
+    } = new_crawler(
+        stack(&moto.endpoint, "bench-fresh").await?,
+        "fresh",
+        fixture_config(),
+    )
+    .await?;
+    let config = &crawl.config;
+
+    // Fresh: the seed write of the start page apart, then the crawl.
+    calls.reset();
+    let start = NewTask {
+        url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
+        depth: 0,
+        parent: None,
+    };
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        &crawl,
+        vec![start],
+        now_ms(),
+    )
+    .await
+    .step("seed")?;
+    let fresh_seed = CallProfile::of(&calls, 1);
+    calls.reset();
+    site.reset(client).await?;
+    drain(&crawler).await?;
+    let succeeded = status_of(&probe, &crawl, Status::Succeeded).await?;
+    if succeeded != pages {
+        return Err(check(
+            "fresh crawl",
+            format!("{succeeded} of {pages} pages succeeded"),
+        ));
+    }
+    let fresh = CallProfile::of(&calls, pages);
+
+    // Unchanged recrawl: every succeeded task back to pending and enqueued (what the sweeper's
+    // recrawl pass does), then crawled again.
+    calls.reset();
+    let done = tasks_in(&crawler, &crawl, Status::Succeeded).await?;
+    let mut messages = Vec::new();
+    for (url, depth) in &done {
+        let url = CanonicalUrl::parse(url).step("stored url")?;
+        let moved = crawler
+            .store()
+            .reschedule(&crawl.id, &url.task_id(), &[Status::Succeeded], now_ms())
+            .await
+            .step("reschedule")?;
+        if moved {
+            messages.push(WorkMessage::new(
+                crawl.id.clone(),
+                url.task_id(),
+                &url,
+                *depth,
+                config.politeness.per_host,
+            ));
+        }
+    }
+    crawler
+        .queue()
+        .send(&messages)
+        .await
+        .step("enqueue recrawl")?;
+    let recrawl_schedule = CallProfile::of(&calls, pages);
+    calls.reset();
+    drain(&crawler).await?;
+    let again = status_of(&probe, &crawl, Status::Succeeded).await?;
+    if again != pages {
+        return Err(check(
+            "recrawl",
+            format!("{again} of {pages} pages succeeded"),
+        ));
+    }
+    let recrawl = CallProfile::of(&calls, pages);
+
+    // A URL that always answers 500, crawled until it is given up.
+    let mut failing_config = fixture_config();
+    failing_config.retry.base_delay_ms = 50;
+    failing_config.retry.max_delay_ms = 200;
+    let Harness {
+        crawler,
+        crawl,
+        calls,
+        probe,
+    } = new_crawler(
+        stack(&moto.endpoint, "bench-fail").await?,
+        "failing",
+        failing_config,
+    )
+    .await?;
+    let url = CanonicalUrl::parse(&site.url("/fail.html")).step("fail url")?;
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        &crawl,
+        vec![NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        }],
+        now_ms(),
+    )
+    .await
+    .step("seed failing url")?;
+    calls.reset();
+    let started = Instant::now();
+    let mut attempts = 0;
+    loop {
+        let task = probe.get(&crawl.id, &url.task_id()).await.step("get")?;
+        if task.is_some_and(|t| t.status == Status::Ignored) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(60) || attempts > 20 {
+            return Err(check("failing url", "never ignored"));
+        }
+        // The visibility change rounds up to whole seconds: wait for the message to return.
+        let batch = crawler.queue().receive(10, 2_000).await.step("receive")?;
+        let results = crawler.process_batch(batch, None).await;
+        attempts += results
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Retrying | Outcome::GaveUp))
+            .count() as u64;
+        settle(&crawler, &results).await?;
+    }
+    let failing = CallProfile::of(&calls, 1);
+    Ok(CallsResult {
+        fresh_seed,
+        fresh,
+        recrawl_schedule,
+        recrawl,
+        failing,
+        failing_attempts: attempts,
+        contention: BTreeMap::new(),
+    })
+}
+
+/// 16 workers on one single-threaded moto: (a) crawling the site from one queue, counting
+/// claims rejected per page stored; (b) racing to claim every task of one pool with no queue
+/// in between (each task must be won exactly once).
+async fn contention(
+    site: &Site,
+    client: &reqwest::Client,
+    pool: usize,
+) -> BenchResult<BTreeMap<String, f64>> {
+    let moto = Moto::start(false)?;
+    let Harness { crawler, crawl, .. } = new_crawler(
+        stack(&moto.endpoint, "bench-race").await?,
+        "race",
+        fixture_config(),
+    )
+    .await?;
+    let crawler = Arc::new(crawler);
+    site.reset(client).await?;
+    let start = NewTask {
+        url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
+        depth: 0,
+        parent: None,
+    };
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        &crawl,
+        vec![start],
+        now_ms(),
+    )
+    .await
+    .step("seed")?;
+    let finished = Arc::new(AtomicBool::new(false));
+    let rejected = Arc::new(AtomicU64::new(0));
+    let stored = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let mut workers = Vec::new();
+    for _ in 0..CONTENDERS {
+        let (crawler, crawl, finished, rejected, stored) = (
+            crawler.clone(),
+            crawl.clone(),
+            finished.clone(),
+            rejected.clone(),
+            stored.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            while !finished.load(Ordering::Relaxed) {
+                if Instant::now() > deadline {
+                    return Err(check("contention crawl", "timed out"));
+                }
+                let batch = crawler.queue().receive(10, 0).await.step("receive")?;
+                if batch.is_empty() {
+                    let counts = crawler.store().counts(&crawl.id).await.step("counts")?;
+                    let open: u64 = [Status::Pending, Status::InProgress, Status::Failed]
+                        .iter()
+                        .map(|s| counts.get(s).copied().unwrap_or(0))
+                        .sum();
+                    if open == 0 {
+                        finished.store(true, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let results = crawler.process_batch(batch, None).await;
+                for r in &results {
+                    match r.outcome {
+                        Outcome::Skipped => rejected.fetch_add(1, Ordering::Relaxed),
+                        Outcome::Succeeded { .. } => stored.fetch_add(1, Ordering::Relaxed),
+                        _ => 0,
+                    };
+                }
+                settle(&crawler, &results).await?;
+            }
+            Ok(())
+        }));
+    }
+    for w in workers {
+        w.await.step("contention worker")??;
+    }
+    let stats = site.stats(client).await?;
+    let stored = stored.load(Ordering::Relaxed);
+    if stored != site.pages as u64 || stats.max_per_page != 1 {
+        return Err(check(
+            "contention crawl",
+            format!("{stored} stored, site saw {stats:?}"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    out.insert(
+        "queue_rejected_per_success".to_owned(),
+        rejected.load(Ordering::Relaxed) as f64 / stored as f64,
+    );
+
+    // The pool race: every worker tries every task, in its own random order.
+    let ids: Vec<_> = (0..pool)
+        .map(|i| CanonicalUrl::parse(&format!("http://race.invalid/{i}")))
+        .collect::<Result<_, _>>()
+        .step("pool urls")?;
+    let tasks: Vec<NewTask> = ids
+        .iter()
+        .map(|url| NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        })
+        .collect();
+    crawler
+        .store()
+        .seed(&crawl.id, &tasks, now_ms())
+        .await
+        .step("seed pool")?;
+    let won = Arc::new(AtomicU64::new(0));
+    let lost = Arc::new(AtomicU64::new(0));
+    let mut racers = Vec::new();
+    for _ in 0..CONTENDERS {
+        let (crawler, crawl, won, lost) =
+            (crawler.clone(), crawl.clone(), won.clone(), lost.clone());
+        let mut order: Vec<_> = ids.iter().map(|u| u.task_id()).collect();
+        fastrand::shuffle(&mut order);
+        racers.push(tokio::spawn(async move {
+            for id in order {
+                match crawler
+                    .store()
+                    .claim(&crawl.id, &id, 600_000, now_ms())
+                    .await
+                    .step("claim")?
+                {
+                    ClaimOutcome::Claimed { .. } => won.fetch_add(1, Ordering::Relaxed),
+                    ClaimOutcome::Rejected(_) => lost.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+            Ok::<_, crate::error::BenchError>(())
+        }));
+    }
+    for r in racers {
+        r.await.step("racer")??;
+    }
+    let won = won.load(Ordering::Relaxed);
+    if won != pool as u64 {
+        return Err(check(
+            "pool race",
+            format!("{won} claims won for {pool} tasks"),
+        ));
+    }
+    out.insert(
+        "pool_rejected_per_success".to_owned(),
+        lost.load(Ordering::Relaxed) as f64 / won as f64,
+    );
+    Ok(out)
+}
+
+pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsResult)> {
+    let client = reqwest::Client::new();
+    let moto = Moto::start(true)?;
+    eprintln!(
+        "  AWS calls: fresh crawl, recrawl, failing URL ({} pages)",
+        site.pages
+    );
+    let mut result = profiles(&moto, site, &client).await?;
+    eprintln!("  AWS calls: {CONTENDERS} concurrent workers (single-threaded moto)");
+    result.contention = contention(site, &client, pool).await?;
+    let fresh = &result.fresh;
+    let excluding_puts =
+        (fresh.function_calls() - fresh.get(Call::DynamoPutItem)) as f64 / fresh.urls as f64;
+    let figures = vec![
+        Figure::single(
+            SECTION,
+            "fresh URL: calls excl. seed writes (PutItem)",
+            "calls/URL",
+            excluding_puts,
+        )
+        .at_most(3.3),
+        Figure::single(
+            SECTION,
+            "fresh URL: link-seed PutItems (conditional, known links too)",
+            "calls/URL",
+            fresh.per_url(Call::DynamoPutItem),
+        ),
+        Figure::single(
+            SECTION,
+            "fresh URL: all crawler calls",
+            "calls/URL",
+            fresh.function_calls() as f64 / fresh.urls as f64,
+        ),
+        Figure::single(
+            SECTION,
+            "unchanged recrawl: crawler calls",
+            "calls/URL",
+            result.recrawl.function_calls() as f64 / result.recrawl.urls as f64,
+        ),
+        Figure::single(
+            SECTION,
+            "unchanged recrawl: S3 PUTs",
+            "PUTs",
+            result.recrawl.get(Call::S3PutObject) as f64,
+        )
+        .at_most(0.0),
+        Figure::single(
+            SECTION,
+            "unchanged recrawl: scheduling (reschedule + send)",
+            "calls/URL",
+            result.recrawl_schedule.function_calls() as f64 / result.recrawl_schedule.urls as f64,
+        ),
+        Figure::single(
+            SECTION,
+            format!(
+                "failing URL (500) until ignored, {} attempts",
+                result.failing_attempts
+            ),
+            "calls/URL",
+            result.failing.function_calls() as f64,
+        ),
+        Figure::single(
+            SECTION,
+            format!("{CONTENDERS} workers, one queue: rejected claims"),
+            "per success",
+            result
+                .contention
+                .get("queue_rejected_per_success")
+                .copied()
+                .unwrap_or(f64::NAN),
+        ),
+        Figure::single(
+            SECTION,
+            format!("{CONTENDERS} workers racing over {pool} tasks, no queue"),
+            "per success",
+            result
+                .contention
+                .get("pool_rejected_per_success")
+                .copied()
+                .unwrap_or(f64::NAN),
+        ),
+    ];
+    Ok((figures, result))
+}

@@ -1,0 +1,426 @@
+//! Section 3: the crawler Lambda's release binary, run as Lambda runs it. A minimal Lambda
+//! Runtime API on 127.0.0.1 hands it SQS events of 10 work messages; the function talks to moto
+//! and fetches the fixture site. Ready = the first `GET /invocation/next` after spawn.
+
+use crate::error::{BenchResult, Context, check};
+use crate::local::fixture_config;
+use crate::machine;
+use crate::moto::{Moto, stack};
+use crate::report::Figure;
+use crate::site::Site;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, mpsc};
+use trawl_core::canonical::{CanonicalUrl, CrawlId};
+use trawl_core::crawl::Crawl;
+use trawl_core::queue::WorkMessage;
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::task::{NewTask, Status, now_ms};
+
+const SECTION: &str = "Lambda worker";
+const API: &str = "/2018-06-01/runtime";
+const BATCH: usize = 10;
+/// Memory size the function is told it has (it only reports it).
+const MEMORY_MB: &str = "128";
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An invocation's answer: request id and body (`error` set for an error report).
+struct Answer {
+    id: String,
+    body: Bytes,
+    error: bool,
+}
+
+/// The fake Runtime API's state.
+struct RuntimeApi {
+    events: Mutex<mpsc::Receiver<(String, String)>>,
+    answers: mpsc::Sender<Answer>,
+    first_next: OnceLock<Instant>,
+}
+
+impl RuntimeApi {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_owned();
+        let reply = |status: StatusCode, body: Bytes| {
+            let mut r = Response::new(Full::new(body));
+            *r.status_mut() = status;
+            r
+        };
+        if path == format!("{API}/invocation/next") {
+            let _ = self.first_next.set(Instant::now());
+            // Long poll, as Lambda does, until the harness has an event.
+            let Some((id, event)) = self.events.lock().await.recv().await else {
+                return reply(StatusCode::GONE, Bytes::new());
+            };
+            let deadline = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+                + 60_000;
+            let mut response = reply(StatusCode::OK, Bytes::from(event));
+            let headers = [
+                ("lambda-runtime-aws-request-id", id),
+                ("lambda-runtime-deadline-ms", deadline.to_string()),
+                (
+                    "lambda-runtime-invoked-function-arn",
+                    "arn:aws:lambda:us-east-1:123456789012:function:trawl-crawler".to_owned(),
+                ),
+                ("content-type", "application/json".to_owned()),
+            ];
+            for (name, value) in headers {
+                if let Ok(v) = value.parse() {
+                    response.headers_mut().insert(name, v);
+                }
+            }
+            return response;
+        }
+        let Some(rest) = path.strip_prefix(&format!("{API}/invocation/")) else {
+            // Init errors and anything else: record as an error answer.
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let _ = self
+                .answers
+                .send(Answer {
+                    id: String::new(),
+                    body,
+                    error: true,
+                })
+                .await;
+            return reply(StatusCode::ACCEPTED, Bytes::new());
+        };
+        let (id, kind) = rest.split_once('/').unwrap_or((rest, ""));
+        let id = id.to_owned();
+        let error = kind != "response";
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let _ = self.answers.send(Answer { id, body, error }).await;
+        reply(StatusCode::ACCEPTED, Bytes::new())
+    }
+}
+
+async fn serve(listener: TcpListener, api: Arc<RuntimeApi>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        let api = Arc::clone(&api);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let api = Arc::clone(&api);
+                async move { Ok::<_, std::convert::Infallible>(api.handle(req).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+#[derive(Serialize)]
+struct SqsRecord {
+    #[serde(rename = "messageId")]
+    message_id: String,
+    #[serde(rename = "receiptHandle")]
+    receipt_handle: String,
+    body: String,
+    attributes: serde_json::Value,
+    #[serde(rename = "messageAttributes")]
+    message_attributes: serde_json::Value,
+    #[serde(rename = "eventSource")]
+    event_source: &'static str,
+    #[serde(rename = "eventSourceARN")]
+    event_source_arn: &'static str,
+    #[serde(rename = "awsRegion")]
+    aws_region: &'static str,
+}
+
+/// An SQS event of the given work messages.
+fn event(messages: &[WorkMessage], batch: usize) -> BenchResult<String> {
+    let records = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Ok(SqsRecord {
+                message_id: format!("bench-{batch}-{i}"),
+                receipt_handle: format!("bench-receipt-{batch}-{i}"),
+                body: serde_json::to_string(m).step("encode message")?,
+                attributes: serde_json::json!({ "ApproximateReceiveCount": "1", "MessageGroupId": m.group }),
+                message_attributes: serde_json::json!({}),
+                event_source: "aws:sqs",
+                event_source_arn: "arn:aws:sqs:us-east-1:123456789012:trawl-crawl.fifo",
+                aws_region: "us-east-1",
+            })
+        })
+        .collect::<BenchResult<Vec<_>>>()?;
+    serde_json::to_string(&serde_json::json!({ "Records": records })).step("encode event")
+}
+
+/// One cold start of the function and `batches` invocations.
+struct Spawn {
+    ready_ms: f64,
+    init_cpu_ms: f64,
+    cpu_per_batch_ms: f64,
+    wall_per_batch_ms: f64,
+    peak_rss_mib: f64,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn spawn_once(
+    binary: &Path,
+    moto: &Moto,
+    stack: &crate::moto::Stack,
+    site: &Site,
+    run: usize,
+    batches: usize,
+) -> BenchResult<Spawn> {
+    // A crawl of its own with the first batches × 10 pages seeded (no messages: the events
+    // carry them).
+    let crawl = Crawl::new(
+        CrawlId::parse(&format!("lambda-{run}")).step("crawl id")?,
+        fixture_config(),
+        now_ms(),
+    );
+    stack
+        .probe
+        .create_crawl(&crawl)
+        .await
+        .step("create crawl")?;
+    let urls: Vec<CanonicalUrl> = (0..batches * BATCH)
+        .map(|i| CanonicalUrl::parse(&site.page_url(i % site.pages)))
+        .collect::<Result<_, _>>()
+        .step("page urls")?;
+    let tasks: Vec<NewTask> = urls
+        .iter()
+        .map(|u| NewTask {
+            url: u.clone(),
+            depth: 0,
+            parent: None,
+        })
+        .collect();
+    stack
+        .probe
+        .seed(&crawl.id, &tasks, now_ms())
+        .await
+        .step("seed")?;
+    let per_host = crawl.config.politeness.per_host;
+    let messages: Vec<WorkMessage> = urls
+        .iter()
+        .map(|u| WorkMessage::new(crawl.id.clone(), u.task_id(), u, 0, per_host))
+        .collect();
+
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .step("bind runtime api")?;
+    let addr = listener.local_addr().step("runtime api address")?;
+    let (event_tx, event_rx) = mpsc::channel(1);
+    let (answer_tx, mut answer_rx) = mpsc::channel(4);
+    let api = Arc::new(RuntimeApi {
+        events: Mutex::new(event_rx),
+        answers: answer_tx,
+        first_next: OnceLock::new(),
+    });
+    let server = tokio::spawn(serve(listener, Arc::clone(&api)));
+
+    let spawned = Instant::now();
+    let mut child = Command::new(binary)
+        .env_clear()
+        .envs([
+            ("AWS_LAMBDA_RUNTIME_API", addr.to_string()),
+            ("AWS_LAMBDA_FUNCTION_NAME", "trawl-crawler".to_owned()),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", MEMORY_MB.to_owned()),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
+            ("AWS_ENDPOINT_URL", moto.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+            ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+            ("AWS_CONFIG_FILE", "/dev/null".to_owned()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_owned()),
+            ("TRAWL_TABLE", stack.table.clone()),
+            ("TRAWL_BUCKET", stack.bucket.clone()),
+            ("TRAWL_QUEUE_URL", stack.queue_url.clone()),
+            ("RUST_LOG", "warn".to_owned()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .step("start the crawler binary")?;
+    let pid = child.id().to_string();
+    let result = drive(
+        &api,
+        &event_tx,
+        &mut answer_rx,
+        &messages,
+        &pid,
+        spawned,
+        batches,
+    )
+    .await;
+    // Ours, by its own handle: the function never exits by itself.
+    let _ = child.kill();
+    let _ = child.wait();
+    server.abort();
+    let spawn = result?;
+    let counts = stack.probe.counts(&crawl.id).await.step("counts")?;
+    let succeeded = counts.get(&Status::Succeeded).copied().unwrap_or(0);
+    if succeeded < (batches * BATCH) as u64 {
+        return Err(check(
+            "lambda worker",
+            format!(
+                "{succeeded} of {} pages succeeded: {counts:?}",
+                batches * BATCH
+            ),
+        ));
+    }
+    Ok(spawn)
+}
+
+async fn drive(
+    api: &RuntimeApi,
+    events: &mpsc::Sender<(String, String)>,
+    answers: &mut mpsc::Receiver<Answer>,
+    messages: &[WorkMessage],
+    pid: &str,
+    spawned: Instant,
+    batches: usize,
+) -> BenchResult<Spawn> {
+    let ready = loop {
+        if let Some(at) = api.first_next.get() {
+            break *at;
+        }
+        if spawned.elapsed() > READY_TIMEOUT {
+            return Err(check("lambda worker", "never asked for an invocation"));
+        }
+        if let Ok(answer) = answers.try_recv() {
+            return Err(check(
+                "lambda worker init",
+                String::from_utf8_lossy(&answer.body).into_owned(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let ready_ms = (ready - spawned).as_secs_f64() * 1000.0;
+    let init_cpu = machine::cpu_seconds(pid)?;
+    let started = Instant::now();
+    for (n, chunk) in messages.chunks(BATCH).take(batches).enumerate() {
+        let id = format!("bench-invocation-{n}");
+        events
+            .send((id.clone(), event(chunk, n)?))
+            .await
+            .step("hand over event")?;
+        let answer = tokio::time::timeout(INVOCATION_TIMEOUT, answers.recv())
+            .await
+            .step("invocation")?
+            .ok_or_else(|| check("invocation", "runtime api closed"))?;
+        let response: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+        let failures = response["batchItemFailures"].as_array().map_or(0, Vec::len);
+        if answer.error || answer.id != id || failures > 0 {
+            return Err(check(
+                "invocation",
+                format!("{}: {}", answer.id, String::from_utf8_lossy(&answer.body)),
+            ));
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = machine::cpu_seconds(pid)? - init_cpu;
+    Ok(Spawn {
+        ready_ms,
+        init_cpu_ms: init_cpu * 1000.0,
+        cpu_per_batch_ms: cpu / batches as f64 * 1000.0,
+        wall_per_batch_ms: wall / batches as f64 * 1000.0,
+        peak_rss_mib: machine::peak_rss_mib(pid).unwrap_or(f64::NAN),
+    })
+}
+
+/// What the cost model needs from section 3.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LambdaResult {
+    pub cpu_per_page_s: f64,
+    pub wall_per_page_s: f64,
+    pub peak_rss_mib: f64,
+}
+
+pub async fn run(
+    binary: &Path,
+    site: &Site,
+    runs: usize,
+    batches: usize,
+) -> BenchResult<(Vec<Figure>, LambdaResult)> {
+    let size_mib =
+        std::fs::metadata(binary).step("crawler binary")?.len() as f64 / (1024.0 * 1024.0);
+    let moto = Moto::start(true)?;
+    let stack = stack(&moto.endpoint, "bench-lambda").await?;
+    let mut spawns = Vec::new();
+    for run in 0..runs {
+        eprintln!(
+            "  Lambda worker: cold start {}/{runs}, {batches} batches of {BATCH}",
+            run + 1
+        );
+        spawns.push(spawn_once(binary, &moto, &stack, site, run, batches).await?);
+    }
+    let of = |f: fn(&Spawn) -> f64| spawns.iter().map(f).collect::<Vec<_>>();
+    let cpu = of(|s| s.cpu_per_batch_ms);
+    let wall = of(|s| s.wall_per_batch_ms);
+    let rss = of(|s| s.peak_rss_mib);
+    let figures = vec![
+        Figure::single(SECTION, "release binary size (stripped)", "MiB", size_mib),
+        Figure::of(
+            SECTION,
+            "start to ready (first /next)",
+            "ms",
+            &of(|s| s.ready_ms),
+        )
+        .at_most(50.0),
+        Figure::of(
+            SECTION,
+            "CPU to ready (10 ms clock ticks)",
+            "ms",
+            &of(|s| s.init_cpu_ms),
+        ),
+        Figure::of(
+            SECTION,
+            format!("CPU per batch of {BATCH} (loopback site, moto)"),
+            "ms",
+            &cpu,
+        ),
+        Figure::of(
+            SECTION,
+            format!("wall time per batch of {BATCH}"),
+            "ms",
+            &wall,
+        ),
+        Figure::of(
+            SECTION,
+            format!("peak RSS after {batches} batches"),
+            "MiB",
+            &rss,
+        )
+        .at_most(64.0),
+    ];
+    let median = |v: &[f64]| Figure::of(SECTION, "", "", v).median;
+    Ok((
+        figures,
+        LambdaResult {
+            cpu_per_page_s: median(&cpu) / 1000.0 / BATCH as f64,
+            wall_per_page_s: median(&wall) / 1000.0 / BATCH as f64,
+            peak_rss_mib: median(&rss),
+        },
+    ))
+}

@@ -1,0 +1,378 @@
+//! Section 1: local crawl throughput on the embedded backend, against the raw serving limit.
+
+use crate::error::{BenchResult, Context, check};
+use crate::machine;
+use crate::report::Figure;
+use crate::site::Site;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trawl_core::blob::Layout;
+use trawl_core::blob::fs::FsBlobStore;
+use trawl_core::calls::CallCounts;
+use trawl_core::canonical::{CanonicalUrl, CrawlId};
+use trawl_core::crawl::{Crawl, CrawlConfig};
+use trawl_core::crawler::{Crawler, Disposition};
+use trawl_core::fetch::Fetcher;
+use trawl_core::frontier::add_tasks;
+use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::LocalQueue;
+use trawl_core::store::sqlite::SqliteStore;
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::task::{NewTask, Status, now_ms};
+
+const SECTION: &str = "local crawl";
+/// Requests in flight, for the raw loop and per host in the crawl.
+pub const PER_HOST: u32 = 16;
+/// Crawl workers (each receives batches of 10): enough to keep every host slot busy.
+const WORKERS: usize = 4;
+/// Longest one crawl may take before the run is abandoned.
+const CRAWL_TIMEOUT: Duration = Duration::from_secs(180);
+const SITE: &str = "127.0.0.1";
+/// A memory-backed file system, when the machine has one.
+const TMPFS: &str = "/dev/shm";
+
+/// A crawl config for the loopback fixture: private networks allowed, robots respected, no
+/// politeness delay, `PER_HOST` slots on the one host.
+pub fn fixture_config() -> CrawlConfig {
+    let mut config = CrawlConfig::default();
+    config.scope.allowed_domains = vec![SITE.to_owned()];
+    config.fetch.allow_private_networks = true;
+    config.politeness.respect_robots = true;
+    config.politeness.delay_ms = 0;
+    config.politeness.per_host = PER_HOST;
+    config
+}
+
+/// A directory under the system temp dir, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> BenchResult<TempDir> {
+        Self::new_in(&std::env::temp_dir(), label)
+    }
+
+    pub fn new_in(root: &Path, label: &str) -> BenchResult<TempDir> {
+        let path = root.join(format!(
+            "trawl-bench-{label}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&path).step("create temp dir")?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Fetches every page once with `PER_HOST` requests in flight; pages/s.
+async fn raw_fetch(site: &Site, client: &reqwest::Client) -> BenchResult<f64> {
+    let start = Instant::now();
+    let fetched: Vec<BenchResult<usize>> = futures_util::stream::iter(0..site.pages)
+        .map(|i| {
+            let url = site.page_url(i);
+            async move {
+                let response = client.get(url).send().await.step("raw fetch")?;
+                Ok(response.bytes().await.step("raw fetch body")?.len())
+            }
+        })
+        .buffer_unordered(PER_HOST as usize)
+        .collect()
+        .await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let bytes: usize = fetched
+        .into_iter()
+        .collect::<BenchResult<Vec<_>>>()?
+        .iter()
+        .sum();
+    if bytes < site.pages * 20_000 {
+        return Err(check("raw fetch", format!("only {bytes} bytes fetched")));
+    }
+    Ok(site.pages as f64 / elapsed)
+}
+
+/// What one crawl child reports on its stdout.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CrawlOnce {
+    pub succeeded: u64,
+    pub not_succeeded: u64,
+    pub elapsed_s: f64,
+    pub cpu_s: f64,
+    pub peak_rss_mib: f64,
+}
+
+/// Entry point of the `crawl-once` child: crawls `start` into `dir` with the core `Crawler` on
+/// SQLite + files + the local queue, and prints a `CrawlOnce` JSON line.
+pub fn crawl_once_main(start: &str, dir: &Path) -> BenchResult<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .step("crawl runtime")?;
+    let result = runtime.block_on(crawl_embedded(start, dir))?;
+    println!("{}", serde_json::to_string(&result).step("encode result")?);
+    Ok(())
+}
+
+async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::open(dir.join("trawl.db"), calls.clone()).step("open sqlite")?;
+    let blobs = FsBlobStore::new(dir.join("objects"), calls.clone());
+    let queue = LocalQueue::new(Duration::from_secs(120), calls);
+    let crawl = Crawl::new(
+        CrawlId::parse("bench").step("crawl id")?,
+        fixture_config(),
+        now_ms(),
+    );
+    store.create_crawl(&crawl).await.step("create crawl")?;
+    let fetcher = Arc::new(Fetcher::new("").step("fetcher")?);
+    let crawler = Arc::new(Crawler::new(
+        store,
+        blobs,
+        queue,
+        fetcher,
+        Layout::default(),
+        10,
+    ));
+    let cpu_before = machine::cpu_seconds("self")?;
+    let started = Instant::now();
+    let seed = NewTask {
+        url: CanonicalUrl::parse(start).step("start url")?,
+        depth: 0,
+        parent: None,
+    };
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        &crawl,
+        vec![seed],
+        now_ms(),
+    )
+    .await
+    .step("seed")?;
+    let deadline = Instant::now() + CRAWL_TIMEOUT;
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| tokio::spawn(work(Arc::clone(&crawler), deadline)))
+        .collect();
+    for worker in workers {
+        worker.await.step("worker")??;
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let cpu_s = machine::cpu_seconds("self")? - cpu_before;
+    let counts = crawler.store().counts(&crawl.id).await.step("counts")?;
+    let succeeded = counts.get(&Status::Succeeded).copied().unwrap_or(0);
+    Ok(CrawlOnce {
+        succeeded,
+        not_succeeded: counts.values().sum::<u64>() - succeeded,
+        elapsed_s,
+        cpu_s,
+        peak_rss_mib: machine::peak_rss_mib("self").unwrap_or(f64::NAN),
+    })
+}
+
+type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
+
+/// One worker: receive → process_batch → ack / retry_later, until the queue holds nothing (not
+/// even in flight: discovery happens before a message is acked, so an empty queue is the end).
+async fn work(crawler: Arc<EmbeddedCrawler>, deadline: Instant) -> BenchResult<()> {
+    let queue = crawler.queue();
+    while Instant::now() < deadline {
+        let batch = queue.receive(10, 20).await.step("receive")?;
+        if batch.is_empty() {
+            if queue.is_empty() {
+                return Ok(());
+            }
+            continue;
+        }
+        let mut done = Vec::new();
+        for result in crawler.process_batch(batch, None).await {
+            match result.disposition {
+                Disposition::Done => done.push(result.receipt),
+                Disposition::RetryAfter(ms) => {
+                    queue
+                        .retry_later(&result.receipt, ms)
+                        .await
+                        .step("retry_later")?;
+                }
+                Disposition::Reject(why) => return Err(check("crawl", why)),
+            }
+        }
+        queue.ack(&done).await.step("ack")?;
+    }
+    Err(check("crawl", "timed out"))
+}
+
+/// Crawls the site in a child with its data under `root`; checks every page was stored and
+/// fetched exactly once.
+async fn checked_crawl(
+    site: &Site,
+    client: &reqwest::Client,
+    root: &Path,
+) -> BenchResult<CrawlOnce> {
+    site.reset(client).await?;
+    let crawl = crawl_child(site, root)?;
+    let stats = site.stats(client).await?;
+    let pages = site.pages as u64;
+    if crawl.succeeded != pages || stats.distinct != pages || stats.max_per_page != 1 {
+        return Err(check(
+            "local crawl",
+            format!("{crawl:?}, site saw {stats:?}: expected every page stored, each fetched once"),
+        ));
+    }
+    Ok(crawl)
+}
+
+/// Runs the `crawl-once` child and returns what it reports.
+fn crawl_child(site: &Site, root: &Path) -> BenchResult<CrawlOnce> {
+    let dir = TempDir::new_in(root, "crawl")?;
+    let exe = std::env::current_exe().step("locate trawl-bench")?;
+    let output = Command::new(exe)
+        .args(["crawl-once", "--start", &site.page_url(0), "--dir"])
+        .arg(&dir.0)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .step("run crawl child")?;
+    if !output.status.success() {
+        return Err(check(
+            "crawl child",
+            format!("exited with {}", output.status),
+        ));
+    }
+    serde_json::from_slice(&output.stdout).step("crawl child output")
+}
+
+/// The real `trawl crawl`: wall time, CPU (as a reaped child) and peak RSS (polled VmHWM).
+fn crawl_cli(cli: &Path, site: &Site) -> BenchResult<(f64, f64, f64)> {
+    let dir = TempDir::new("cli")?;
+    let cpu_before = machine::children_cpu_seconds()?;
+    let started = Instant::now();
+    let mut child = Command::new(cli)
+        .args(["crawl", &site.page_url(0), "--data-dir"])
+        .arg(&dir.0)
+        .args([
+            "--allow-private-networks",
+            "--per-host",
+            &PER_HOST.to_string(),
+            "--concurrency",
+            &PER_HOST.to_string(),
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .step("run trawl crawl")?;
+    let pid = child.id().to_string();
+    let mut peak: f64 = 0.0;
+    let status = loop {
+        if let Some(rss) = machine::peak_rss_mib(&pid) {
+            peak = peak.max(rss);
+        }
+        if let Some(status) = child.try_wait().step("wait for trawl crawl")? {
+            break status;
+        }
+        if started.elapsed() > CRAWL_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(check("trawl crawl", "timed out"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    if !status.success() {
+        return Err(check("trawl crawl", format!("exited with {status}")));
+    }
+    Ok((elapsed, machine::children_cpu_seconds()? - cpu_before, peak))
+}
+
+/// Runs section 1 `runs` times on a site of `pages`.
+pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<Vec<Figure>> {
+    let site = Site::start(pages)?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(PER_HOST as usize)
+        .build()
+        .step("http client")?;
+    let (mut raw, mut rate, mut cpu, mut rss, mut fraction) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut cli_rate, mut cli_cpu, mut cli_rss) = (vec![], vec![], vec![]);
+    // The same crawl with its data on tmpfs, where fsync is free: the disk's share of the cost.
+    let in_memory = Some(PathBuf::from(TMPFS)).filter(|p| p.is_dir());
+    let (mut memory_rate, mut memory_cpu) = (vec![], vec![]);
+    for run in 0..runs {
+        eprintln!("  local crawl: run {}/{runs} ({pages} pages)", run + 1);
+        let limit = raw_fetch(&site, &client).await?;
+        raw.push(limit);
+        // Blocking waits on child processes: nothing else runs in this process meanwhile.
+        let crawl = checked_crawl(&site, &client, &std::env::temp_dir()).await?;
+        let pages_per_s = pages as f64 / crawl.elapsed_s;
+        rate.push(pages_per_s);
+        fraction.push(pages_per_s / limit);
+        cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
+        rss.push(crawl.peak_rss_mib);
+        if let Some(root) = &in_memory {
+            let crawl = checked_crawl(&site, &client, root).await?;
+            memory_rate.push(pages as f64 / crawl.elapsed_s);
+            memory_cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
+        }
+        if let Some(cli) = cli {
+            site.reset(&client).await?;
+            let (elapsed, cpu_s, peak) = crawl_cli(cli, &site)?;
+            let stats = site.stats(&client).await?;
+            if stats.distinct != pages as u64 {
+                return Err(check("trawl crawl", format!("site saw {stats:?}")));
+            }
+            cli_rate.push(pages as f64 / elapsed);
+            cli_cpu.push(cpu_s / pages as f64 * 1000.0);
+            cli_rss.push(peak);
+        }
+        site.reset(&client).await?;
+    }
+    let mut figures = vec![
+        Figure::of(
+            SECTION,
+            format!("raw serving limit ({PER_HOST} in flight)"),
+            "pages/s",
+            &raw,
+        ),
+        Figure::of(SECTION, "core Crawler on SQLite+files", "pages/s", &rate),
+        Figure::of(
+            SECTION,
+            "… as a fraction of the raw limit",
+            "ratio",
+            &fraction,
+        ),
+        Figure::of(SECTION, "… CPU per page", "ms", &cpu),
+        Figure::of(SECTION, "… peak RSS", "MiB", &rss),
+    ];
+    if in_memory.is_some() {
+        figures.extend([
+            Figure::of(
+                SECTION,
+                format!("… same, data on tmpfs ({TMPFS}, no disk sync)"),
+                "pages/s",
+                &memory_rate,
+            ),
+            Figure::of(SECTION, "… … CPU per page", "ms", &memory_cpu),
+        ]);
+    }
+    if cli.is_some() {
+        figures.extend([
+            Figure::of(
+                SECTION,
+                "`trawl crawl` (spawn to exit, delivery included)",
+                "pages/s",
+                &cli_rate,
+            ),
+            Figure::of(SECTION, "… CPU per page", "ms", &cli_cpu),
+            Figure::of(SECTION, "… peak RSS (sampled)", "MiB", &cli_rss),
+        ]);
+    }
+    Ok(figures)
+}

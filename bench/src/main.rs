@@ -1,0 +1,226 @@
+//! trawl's benchmark harness. `cargo run --release -p trawl-bench -- [--json] [--quick]`
+//! (or `make bench`) prints a table of: local crawl throughput against the raw serving limit,
+//! AWS calls per URL on moto, the crawler Lambda's start-up and footprint, the sweeper's cost
+//! curve, and cost per million pages. See bench/README.md.
+
+mod calls;
+mod cost;
+mod error;
+mod lambda;
+mod local;
+mod machine;
+mod moto;
+mod report;
+mod site;
+mod sweep;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use error::{BenchResult, Context};
+use report::Report;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "trawl-bench",
+    about = "Measures trawl: speed, AWS calls, memory, cost"
+)]
+struct Args {
+    /// Print one JSON record instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A smaller site and fewer runs (under 3 minutes on 2 cores).
+    #[arg(long)]
+    quick: bool,
+    /// Runs per timed figure (median reported, min–max beside it).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Pages of the local-crawl fixture site (default 5,000; 500 with --quick).
+    #[arg(long)]
+    pages: Option<usize>,
+    /// Only these sections (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    #[command(subcommand)]
+    child: Option<ChildRole>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    Local,
+    Calls,
+    Lambda,
+    Sweep,
+}
+
+/// Roles the harness runs itself in as a child process.
+#[derive(Debug, Subcommand)]
+enum ChildRole {
+    /// Serve the fixture site on 127.0.0.1 (prints the port; stops when stdin closes).
+    #[command(hide = true)]
+    ServeSite {
+        #[arg(long)]
+        pages: usize,
+    },
+    /// Crawl the site once with the core Crawler on the embedded backend (prints JSON).
+    #[command(hide = true)]
+    CrawlOnce {
+        #[arg(long)]
+        start: String,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+/// Pages of the site the AWS sections crawl (moto is slow: keep it small).
+const AWS_PAGES: usize = 100;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = match &args.child {
+        Some(ChildRole::ServeSite { pages }) => site::serve_main(*pages),
+        Some(ChildRole::CrawlOnce { start, dir }) => local::crawl_once_main(start, dir),
+        None => bench(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("trawl-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A sibling binary of this one in the same target directory, if built.
+fn sibling(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.join(name);
+    path.is_file().then_some(path)
+}
+
+fn bench(args: &Args) -> BenchResult<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .step("runtime")?;
+    let report = runtime.block_on(measure(args));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).step("encode report")?
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    if report.skipped.iter().any(|s| s.contains("FAILED")) {
+        return Err(error::check("benchmark", "a section failed (see above)"));
+    }
+    Ok(())
+}
+
+async fn measure(args: &Args) -> Report {
+    let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
+    let runs = args.runs.unwrap_or(3).max(1);
+    let pages = args.pages.unwrap_or(if args.quick { 500 } else { 5_000 });
+    let mut command = "cargo run --release -p trawl-bench --".to_owned();
+    for a in std::env::args().skip(1) {
+        command.push(' ');
+        command.push_str(&a);
+    }
+    let mut report = Report {
+        machine: machine::Machine::describe(),
+        command,
+        quick: args.quick,
+        runs,
+        figures: Vec::new(),
+        skipped: Vec::new(),
+        details: serde_json::Map::new(),
+    };
+    if cfg!(debug_assertions) {
+        report
+            .skipped
+            .push("representative figures (this is a debug build: run with --release)".to_owned());
+    }
+    let failed = |report: &mut Report, section: &str, e: error::BenchError| {
+        eprintln!("trawl-bench: {section}: {e}");
+        report.skipped.push(format!("{section}: FAILED: {e}"));
+    };
+
+    if wanted(Section::Local) {
+        eprintln!("local crawl …");
+        let cli = sibling("trawl");
+        if cli.is_none() {
+            report.skipped.push(
+                "`trawl crawl` (the CLI binary is not built in this target directory)".to_owned(),
+            );
+        }
+        match local::run(pages, runs, cli.as_deref()).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "local crawl", e),
+        }
+    }
+
+    let needs_site = wanted(Section::Calls) || wanted(Section::Lambda);
+    let aws_site = if needs_site {
+        match site::Site::start(AWS_PAGES) {
+            Ok(site) => Some(site),
+            Err(e) => {
+                failed(&mut report, "fixture site", e);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut calls_result = None;
+    if let (true, Some(site)) = (wanted(Section::Calls), &aws_site) {
+        eprintln!("AWS calls per URL (moto) …");
+        match calls::run(site, if args.quick { 50 } else { 100 }).await {
+            Ok((figures, result)) => {
+                report.figures.extend(figures);
+                if let Ok(v) = serde_json::to_value(&result) {
+                    report.details.insert("calls".to_owned(), v);
+                }
+                calls_result = Some(result);
+            }
+            Err(e) => failed(&mut report, "AWS calls", e),
+        }
+    }
+    let mut lambda_result = None;
+    if let (true, Some(site)) = (wanted(Section::Lambda), &aws_site) {
+        eprintln!("Lambda worker …");
+        match sibling("crawler") {
+            None => report.skipped.push(
+                "Lambda worker (build it first: cargo build --release -p crawler)".to_owned(),
+            ),
+            Some(binary) => {
+                let batches = if args.quick { 5 } else { 10 };
+                match lambda::run(Path::new(&binary), site, runs, batches).await {
+                    Ok((figures, result)) => {
+                        report.figures.extend(figures);
+                        lambda_result = Some(result);
+                    }
+                    Err(e) => failed(&mut report, "Lambda worker", e),
+                }
+            }
+        }
+    }
+    if wanted(Section::Sweep) {
+        eprintln!("sweeper cost curve …");
+        match sweep::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "sweeper", e),
+        }
+    }
+    match (&calls_result, &lambda_result) {
+        (Some(calls), Some(lambda)) => {
+            let (figures, details) = cost::run(calls, lambda);
+            report.figures.extend(figures);
+            report.details.insert("cost".to_owned(), details);
+        }
+        _ => report
+            .skipped
+            .push("cost per million pages (needs the AWS calls and Lambda sections)".to_owned()),
+    }
+    report
+}
