@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps fmt-check clippy cargo-test
+.PHONY: test deps fmt-check clippy cargo-test bench
 
 ## Everything CI runs: formatting, lints, the SAM and CDK checks and all tests.
 test: deps fmt-check clippy validate cdk-check cargo-test
@@ -23,5 +23,10 @@ clippy:
 
 cargo-test:
 	cargo test --workspace --all-targets
+
+## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
+bench: deps
+	cargo build --release -p crawler -p trawl -p trawl-bench
+	target/release/trawl-bench $(BENCH_ARGS)
 
 include infra/Makefile.inc
