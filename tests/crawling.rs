@@ -471,3 +471,28 @@ async fn the_page_budget_caps_discovery() {
     let counts = crawler.store().counts(&crawl.id).await.unwrap();
     assert_eq!(counts.values().sum::<u64>(), 3, "{counts:?}");
 }
+
+#[tokio::test]
+async fn a_link_found_on_many_pages_is_seeded_once_per_worker() {
+    // GIVEN four pages that all link to each other
+    let site = Site::start().await;
+    let all: String = (0..4)
+        .map(|i| format!(r#"<a href="/m{i}.html">{i}</a>"#))
+        .collect();
+    for i in 0..4 {
+        site.route(&format!("/m{i}.html"), Route::html(all.clone()));
+    }
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let calls = stack.calls.clone();
+    let (crawler, crawl) = start(stack, config(&site)).await;
+    seed(&crawler, &crawl, &[site.url("/m0.html")]).await;
+    calls.reset();
+
+    // WHEN one worker crawls them
+    drain(&crawler).await;
+
+    // THEN each link cost one conditional put in all (not one per page it appears on)
+    assert_eq!(calls.get(Call::DynamoPutItem), 3, "{:?}", calls.snapshot());
+    let counts = crawler.store().counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.get(&Status::Succeeded).copied(), Some(4));
+}

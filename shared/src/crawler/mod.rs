@@ -3,6 +3,7 @@
 //! messages back (`Disposition`).
 
 mod record;
+mod seen;
 
 pub use record::{RecordError, StoredPage, record_page};
 
@@ -104,6 +105,7 @@ pub struct Crawler<S, B, Q> {
     layout: Layout,
     concurrency: usize,
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
+    seen: seen::SeenLinks,
 }
 
 impl<S, B, Q> Crawler<S, B, Q>
@@ -128,6 +130,7 @@ where
             layout,
             concurrency: concurrency.max(1),
             crawls: RwLock::default(),
+            seen: seen::SeenLinks::default(),
         }
     }
 
@@ -368,9 +371,13 @@ where
                     next_fetch_at,
                 };
                 // Links first: if seeding them fails, the task is retried and nothing is lost.
+                // An unchanged body has the links its previous fetch already seeded.
+                let unchanged = record.md5.is_some()
+                    && record.md5.as_deref() == task.fetch.as_ref().and_then(|f| f.md5.as_deref());
                 if let Some(body) = &page.body
                     && page.is_html()
                     && config.scope.follow_links
+                    && !unchanged
                 {
                     self.discover(context, task, page.final_url.as_url(), &body.bytes)
                         .await?;
@@ -434,11 +441,17 @@ where
         html: &[u8],
     ) -> Result<(), CrawlerError> {
         let depth = task.depth + 1;
+        let crawl = &context.crawl;
         let links = extract_links(base, html);
         let tasks: Vec<NewTask> = links
             .urls
             .into_iter()
             .filter(|url| context.scope.check(url, depth).is_ok())
+            .filter(|url| {
+                !self
+                    .seen
+                    .contains(crawl.created_at, crawl.id.as_str(), &url.task_id())
+            })
             .map(|url| NewTask {
                 url,
                 depth,
@@ -448,7 +461,14 @@ where
         if tasks.is_empty() {
             return Ok(());
         }
-        let report = add_tasks(&self.store, &self.queue, &context.crawl, tasks, now_ms()).await?;
+        let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
+        let report = add_tasks(&self.store, &self.queue, crawl, tasks, now_ms()).await?;
+        // The page itself exists too: pages linking back to it need not seed it again.
+        if report.over_budget == 0 {
+            let known = ids.iter().chain(std::iter::once(&task.task_id));
+            self.seen
+                .insert_all(crawl.created_at, crawl.id.as_str(), known);
+        }
         tracing::debug!(
             new = report.accepted,
             known = report.already_known,
