@@ -243,7 +243,7 @@ impl<S: CrawlStore + TaskStore, B: BlobStore> Backend<S, B> {
     }
 }
 
-fn gz_lines(gz: &[u8]) -> Vec<String> {
+pub(crate) fn gz_lines(gz: &[u8]) -> Vec<String> {
     std::io::BufReader::new(MultiGzDecoder::new(gz))
         .lines()
         .map(Result::unwrap)
@@ -252,7 +252,7 @@ fn gz_lines(gz: &[u8]) -> Vec<String> {
 
 /// One WARC record: its header fields and its block.
 #[derive(Debug)]
-struct Record {
+pub(crate) struct Record {
     fields: BTreeMap<String, String>,
     block: Vec<u8>,
 }
@@ -270,7 +270,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Reads a `.warc.gz` member by member, asserting one whole record per member.
-fn read_warc(gz: &[u8]) -> Vec<Record> {
+pub(crate) fn read_warc(gz: &[u8]) -> Vec<Record> {
     let mut rest = gz;
     let mut records = Vec::new();
     for _ in 0..10_000 {
@@ -305,7 +305,7 @@ fn read_warc(gz: &[u8]) -> Vec<Record> {
 }
 
 /// The pages of a WARC: target URI → payload, after checking the request/response pairing.
-fn warc_pages(records: &[Record]) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn warc_pages(records: &[Record]) -> BTreeMap<String, Vec<u8>> {
     assert_eq!(records[0].field("WARC-Type"), "warcinfo");
     let info_id = records[0].field("WARC-Record-ID");
     assert!(
@@ -352,7 +352,7 @@ fn warc_pages(records: &[Record]) -> BTreeMap<String, Vec<u8>> {
     pages
 }
 
-fn status_counts(counts: &BTreeMap<Status, u64>) -> BTreeMap<String, u64> {
+pub(crate) fn status_counts(counts: &BTreeMap<Status, u64>) -> BTreeMap<String, u64> {
     counts
         .iter()
         .filter(|&(_, &n)| n > 0)

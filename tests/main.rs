@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod crawling;
 mod delivering;
+mod end_to_end;
 mod fetching;
 mod seeding;
 mod site;

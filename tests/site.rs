@@ -102,7 +102,15 @@ impl State {
     fn respond(&self, req: &Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_owned();
         *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-        let route = self.routes.lock().unwrap().get(&path).cloned();
+        // A route registered with its query string (`/list?page=2`) wins over the bare path.
+        let route = {
+            let routes = self.routes.lock().unwrap();
+            let with_query = req.uri().path_and_query().map(|pq| pq.as_str());
+            with_query
+                .and_then(|pq| routes.get(pq))
+                .or_else(|| routes.get(&path))
+                .cloned()
+        };
         let route = route.unwrap_or_else(|| Route::status(404));
         let not_modified = route.etag.as_deref().is_some_and(|etag| {
             req.headers()
@@ -151,6 +159,8 @@ impl Site {
         }
     }
 
+    /// Serves `route` on `path`, which may carry a query string to tell apart pages that share
+    /// a path (`/list?page=2`).
     pub fn route(&self, path: &str, route: Route) -> &Self {
         self.state
             .routes
