@@ -21,7 +21,9 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
+## The CLI tests run the `trawl` binary itself, which `cargo test` does not build.
 cargo-test:
+	cargo build -p trawl
 	cargo test --workspace --all-targets
 
 ## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
