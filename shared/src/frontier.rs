@@ -57,6 +57,26 @@ where
     S: TaskStore + CrawlStore,
     Q: WorkQueue,
 {
+    let (mut report, messages) = seed_tasks(store, crawl, tasks, now).await?;
+    if !messages.is_empty() {
+        report.enqueue_failed = queue.send(&messages).await?.failed;
+    }
+    Ok(report)
+}
+
+/// `add_tasks` without the sending: returns the messages of the new tasks, for a caller that
+/// pools them into fewer, fuller batches (the crawler, per SQS batch). Until they are sent the
+/// new tasks are `pending` without a message, which the sweeper recovers if the send never
+/// happens.
+pub async fn seed_tasks<S>(
+    store: &S,
+    crawl: &Crawl,
+    tasks: Vec<NewTask>,
+    now: Millis,
+) -> Result<(SeedReport, Vec<WorkMessage>), FrontierError>
+where
+    S: TaskStore + CrawlStore,
+{
     let mut seen = HashSet::new();
     let mut tasks: Vec<NewTask> = tasks
         .into_iter()
@@ -75,7 +95,7 @@ where
         None => None,
     };
     if tasks.is_empty() {
-        return Ok(report);
+        return Ok((report, Vec::new()));
     }
     let seeded = store.seed(&crawl.id, &tasks, now).await?;
     let per_host = crawl.config.politeness.per_host;
@@ -101,8 +121,5 @@ where
             .release_pages(&crawl.id, granted - report.accepted)
             .await?;
     }
-    if !messages.is_empty() {
-        report.enqueue_failed = queue.send(&messages).await?.failed;
-    }
-    Ok(report)
+    Ok((report, messages))
 }

@@ -12,7 +12,7 @@ use crate::canonical::{CanonicalUrl, CrawlId};
 use crate::crawl::Crawl;
 use crate::discover::{ScopeMatcher, extract_links};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
-use crate::frontier::{FrontierError, add_tasks};
+use crate::frontier::{FrontierError, seed_tasks};
 use crate::queue::{Received, WorkMessage, WorkQueue};
 use crate::retry::Failure;
 use crate::store::{ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, StoreError, TaskStore};
@@ -84,6 +84,9 @@ pub enum CrawlerError {
     #[error(transparent)]
     Frontier(#[from] FrontierError),
 }
+
+/// Work messages waiting to be sent at the end of a batch.
+type Outbox = std::sync::Mutex<Vec<WorkMessage>>;
 
 /// A received message and its parsed body (or why it does not parse).
 type Parsed = (Received, Result<WorkMessage, String>);
@@ -168,18 +171,23 @@ where
                 None => groups.push((group, vec![(received, parsed)])),
             }
         }
-        stream::iter(groups)
-            .map(|(_, members)| self.process_group(members, deadline))
+        // Messages of the links the batch discovers, sent together at its end.
+        let outbox = std::sync::Mutex::new(Vec::new());
+        let results = stream::iter(groups)
+            .map(|(_, members)| self.process_group(members, deadline, &outbox))
             .buffer_unordered(self.concurrency)
             .flat_map(stream::iter)
-            .collect()
-            .await
+            .collect::<Vec<_>>()
+            .await;
+        self.send_outbox(outbox).await;
+        results
     }
 
     async fn process_group(
         &self,
         members: Vec<Parsed>,
         deadline: Option<Instant>,
+        outbox: &Outbox,
     ) -> Vec<MessageResult> {
         let mut results = Vec::with_capacity(members.len());
         let mut previous_delay: Option<Duration> = None;
@@ -197,7 +205,7 @@ where
                         tokio::time::sleep(delay).await;
                     }
                     let (disposition, outcome, delay) =
-                        self.process_message(&message, deadline).await;
+                        self.process_message(&message, deadline, outbox).await;
                     previous_delay = delay;
                     (disposition, outcome)
                 }
@@ -218,6 +226,7 @@ where
         &self,
         message: &WorkMessage,
         deadline: Option<Instant>,
+        outbox: &Outbox,
     ) -> (Disposition, Outcome, Option<Duration>) {
         let span = tracing::info_span!("task", crawl = %message.crawl_id, task = %message.task_id);
         let _entered = span.enter();
@@ -268,7 +277,7 @@ where
             }
         };
         let delay = self.politeness_delay(&task, &context).await;
-        match self.crawl_claimed(&context, &task, &lease).await {
+        match self.crawl_claimed(&context, &task, &lease, outbox).await {
             Ok((disposition, outcome)) => (disposition, outcome, delay),
             Err(e) => {
                 // Give the task back so it need not wait for its lease to expire.
@@ -282,6 +291,25 @@ where
                     delay,
                 )
             }
+        }
+    }
+
+    /// Sends the batch's discovered links in full batches of 10. A message that cannot be sent
+    /// leaves its task `pending` without a message: the sweeper re-enqueues it.
+    async fn send_outbox(&self, outbox: Outbox) {
+        let messages = outbox
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if messages.is_empty() {
+            return;
+        }
+        match self.queue.send(&messages).await {
+            Ok(report) if report.failed.is_empty() => {}
+            Ok(report) => tracing::warn!(
+                failed = report.failed.len(),
+                "links not enqueued; the sweeper will"
+            ),
+            Err(e) => tracing::warn!(error = %e, "links not enqueued; the sweeper will"),
         }
     }
 
@@ -302,6 +330,7 @@ where
         context: &CrawlContext,
         task: &Task,
         lease: &Lease,
+        outbox: &Outbox,
     ) -> Result<(Disposition, Outcome), CrawlerError> {
         let config = &context.crawl.config;
         let url = match CanonicalUrl::parse(&task.url) {
@@ -379,7 +408,7 @@ where
                     && config.scope.follow_links
                     && !unchanged
                 {
-                    self.discover(context, task, page.final_url.as_url(), &body.bytes)
+                    self.discover(context, task, page.final_url.as_url(), &body.bytes, outbox)
                         .await?;
                 }
                 let bytes = record.content_length;
@@ -439,6 +468,7 @@ where
         task: &Task,
         base: &url::Url,
         html: &[u8],
+        outbox: &Outbox,
     ) -> Result<(), CrawlerError> {
         let depth = task.depth + 1;
         let crawl = &context.crawl;
@@ -462,7 +492,10 @@ where
             return Ok(());
         }
         let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
-        let report = add_tasks(&self.store, &self.queue, crawl, tasks, now_ms()).await?;
+        let (report, messages) = seed_tasks(&self.store, crawl, tasks, now_ms()).await?;
+        if let Ok(mut pending) = outbox.lock() {
+            pending.extend(messages);
+        }
         // The page itself exists too: pages linking back to it need not seed it again.
         if report.over_budget == 0 {
             let known = ids.iter().chain(std::iter::once(&task.task_id));
