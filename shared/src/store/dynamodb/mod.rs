@@ -27,6 +27,7 @@ use crate::task::{
     ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
 };
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select, WriteRequest};
 use serde::{Deserialize, Serialize};
@@ -101,15 +102,25 @@ impl DynamoStore {
         s(task_pk(crawl_id, task_id))
     }
 
-    /// An UpdateItem on a task, fenced on the lease: token unchanged and still `in_progress`.
-    fn fenced_update(
-        &self,
-        lease: &Lease,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    /// An UpdateItem on one task.
+    fn update_task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key("pk", Self::task_key(&lease.crawl_id, &lease.task_id))
+            .key("pk", Self::task_key(crawl_id, task_id))
+    }
+
+    /// An UpdateItem on one crawl record.
+    fn update_crawl(&self, id: &CrawlId) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(crawl_pk(id)))
+    }
+
+    /// An UpdateItem on a task, fenced on the lease: token unchanged and still `in_progress`.
+    fn fenced_update(&self, lease: &Lease) -> UpdateItemFluentBuilder {
+        self.update_task(&lease.crawl_id, &lease.task_id)
             .condition_expression("#tok = :token AND #s = :in_progress")
             .expression_attribute_names("#tok", "token")
             .expression_attribute_names("#s", "status")
@@ -227,10 +238,7 @@ impl CrawlStore for DynamoStore {
     ) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(crawl_pk(id)))
+            .update_crawl(id)
             .update_expression("SET #st = :completed, gsi_pk = :g, updated = :now")
             .condition_expression("#st = :running AND generation = :gen")
             .expression_attribute_names("#st", "state")
@@ -247,10 +255,7 @@ impl CrawlStore for DynamoStore {
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(crawl_pk(id)))
+            .update_crawl(id)
             .update_expression(
                 "SET #st = :running, gsi_pk = :g, updated = :now ADD generation :one",
             )
@@ -276,10 +281,7 @@ impl CrawlStore for DynamoStore {
             }
             self.calls.record(Call::DynamoUpdateItem);
             let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", s(crawl_pk(id)))
+                .update_crawl(id)
                 .update_expression("ADD pages_reserved :ask")
                 .condition_expression("attribute_exists(pk) AND pages_reserved <= :limit")
                 .expression_attribute_values(":ask", n(ask))
@@ -310,10 +312,7 @@ impl CrawlStore for DynamoStore {
         }
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(crawl_pk(id)))
+            .update_crawl(id)
             .update_expression("ADD pages_reserved :minus")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":minus", n(-(count as i64)))
@@ -385,11 +384,7 @@ impl TaskStore for DynamoStore {
     ) -> StoreResult<ClaimOutcome> {
         let expires_at = now + lease_ms as Millis;
         self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", Self::task_key(crawl_id, task_id))
+        let result = self.update_task(crawl_id, task_id)
             .update_expression(
                 "SET #s = :in_progress, gsi_pk = :g, updated = :now, lease_until = :exp ADD #tok :one",
             )
@@ -563,10 +558,7 @@ impl TaskStore for DynamoStore {
     ) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", Self::task_key(crawl_id, task_id))
+            .update_task(crawl_id, task_id)
             .update_expression("SET stale = list_append(if_not_exists(stale, :empty), :md5s)")
             .condition_expression(
                 "attribute_exists(pk) AND (attribute_not_exists(#f.md5) OR #f.md5 <> :md5)",
@@ -592,10 +584,7 @@ impl TaskStore for DynamoStore {
         }
         let placeholders: Vec<String> = (0..from.len()).map(|i| format!(":from{i}")).collect();
         let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", Self::task_key(crawl_id, task_id))
+            .update_task(crawl_id, task_id)
             .update_expression(
                 "SET #s = :pending, gsi_pk = :g, updated = :now, retries = :zero \
                  REMOVE lease_until, next_attempt",
@@ -622,10 +611,7 @@ impl TaskStore for DynamoStore {
     ) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", Self::task_key(crawl_id, task_id))
+            .update_task(crawl_id, task_id)
             .update_expression("SET enqueued = :now, updated = :now")
             .condition_expression("#s = :st")
             .expression_attribute_names("#s", "status")
