@@ -4,19 +4,19 @@
 use crate::site::{Fixture, Route, Site, fixture};
 use crate::support::{AwsStack, aws_stack, moto, unique};
 use std::sync::Arc;
-use trawl_core::blob::s3::S3BlobStore;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::calls::Call;
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{Crawl, CrawlConfig};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, StoredPage, record_page};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::store::dynamodb::DynamoStore;
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
-use trawl_core::task::{ErrorKind, FetchRecord, Lease, NewTask, Status, Task, now_ms};
+use trawl_domain::calls::Call;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, NewTask, Status, Task, now_ms};
 
 type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
 

@@ -11,19 +11,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
-use trawl_core::blob::fs::FsBlobStore;
-use trawl_core::blob::s3::S3BlobStore;
+use trawl_aws::s3::S3BlobStore;
 use trawl_core::blob::{BlobStore, Layout, ObjectMeta};
-use trawl_core::calls::CallCounts;
-use trawl_core::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_core::crawl::{Crawl, CrawlConfig};
 use trawl_core::deliver::{
     self, DeliverError, Deliverer, DeliveryReport, DeltaLine, ManifestLine, PurgeError,
 };
-use trawl_core::retry::{Failure, RetryPolicy};
-use trawl_core::store::sqlite::SqliteStore;
 use trawl_core::store::{ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, TaskStore};
-use trawl_core::task::{ErrorKind, FetchRecord, Millis, NewTask, Status};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status};
+use trawl_embedded::fs::FsBlobStore;
+use trawl_embedded::sqlite::SqliteStore;
 
 const T0: Millis = 1_800_000_000_000;
 const LEASE_MS: u64 = 60_000;
@@ -70,7 +70,7 @@ fn embedded() -> Backend<SqliteStore, FsBlobStore> {
     }
 }
 
-async fn aws() -> Backend<trawl_core::store::dynamodb::DynamoStore, S3BlobStore> {
+async fn aws() -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
     let endpoint = &support::moto::shared().endpoint;
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let clients = support::clients(endpoint).await;
@@ -134,7 +134,7 @@ impl<S: CrawlStore + TaskStore, B: BlobStore> Backend<S, B> {
         self.store.seed(crawl, &tasks, now).await.unwrap();
     }
 
-    async fn lease(&self, crawl: &CrawlId, url: &str, now: Millis) -> trawl_core::task::Lease {
+    async fn lease(&self, crawl: &CrawlId, url: &str, now: Millis) -> trawl_domain::task::Lease {
         match self
             .store
             .claim(crawl, &task_id(url), LEASE_MS, now)
@@ -735,13 +735,13 @@ async fn a_large_warc_is_uploaded_in_parts() {
         b.succeed(&crawl, &url(i), body, T0 + 1).await;
     }
     assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
-    let parts_before = b.calls.get(trawl_core::calls::Call::S3UploadPart);
+    let parts_before = b.calls.get(trawl_domain::calls::Call::S3UploadPart);
 
     // WHEN it is delivered
     let report = b.deliverer().deliver(&crawl, None, T0 + 3).await.unwrap();
 
     // THEN the WARC went up in two parts and holds the three bodies intact
-    let parts = b.calls.get(trawl_core::calls::Call::S3UploadPart) - parts_before;
+    let parts = b.calls.get(trawl_domain::calls::Call::S3UploadPart) - parts_before;
     assert_eq!(parts, 2);
     let pages = warc_pages(&read_warc(&b.file(&report, deliver::WARC_FILE).await));
     for (i, body) in bodies.iter().enumerate() {

@@ -20,26 +20,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use trawl_core::aws::Clients;
-use trawl_core::blob::s3::S3BlobStore;
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::manifest::S3Manifests;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::SqsDeliveryTrigger;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::calls::CallCounts;
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{CrawlConfig, CrawlState};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::deliver::{self, Deliverer, DeliveryReport, DeliveryRequest, ManifestLine};
 use trawl_core::fetch::Fetcher;
-use trawl_core::queue::sqs::SqsQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::seed::{
-    PageTemplate, S3Manifests, SeedBudget, SeedDefaults, SeedRequest, SeedSource, Seeder,
-};
-use trawl_core::store::dynamodb::DynamoStore;
+use trawl_core::seed::{PageTemplate, SeedBudget, SeedDefaults, SeedRequest, SeedSource, Seeder};
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
-use trawl_core::sweep::{
-    CompletionNotice, SqsDeliveryTrigger, SweepBudget, SweepOptions, SweepReport, Sweeper,
-};
-use trawl_core::task::{Status, Task, now_ms};
+use trawl_core::sweep::{CompletionNotice, SweepBudget, SweepOptions, SweepReport, Sweeper};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{CrawlConfig, CrawlState};
+use trawl_domain::task::{Status, Task, now_ms};
 
 type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
 type AwsSweeper<'a> = Sweeper<'a, DynamoStore, SqsQueue, SqsDeliveryTrigger>;

@@ -4,12 +4,12 @@
 use crate::site::{self, Fixture, Route, Site};
 use md5::{Digest, Md5};
 use std::time::Duration;
-use trawl_core::canonical::CanonicalUrl;
-use trawl_core::crawl::{CrawlConfig, Scope};
 use trawl_core::discover::{OutOfScopeReason, ScopeMatcher, extract_links};
 use trawl_core::fetch::{FetchOutcome, FetchRequest, FetchedPage, Fetcher, NotModified};
-use trawl_core::retry::Failure;
-use trawl_core::task::{ErrorKind, FetchRecord, now_ms};
+use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::crawl::{CrawlConfig, Scope};
+use trawl_domain::retry::Failure;
+use trawl_domain::task::{ErrorKind, FetchRecord, now_ms};
 
 /// Guard on, with only the test site's own address exempted; short limits.
 fn config(site: &Site) -> CrawlConfig {

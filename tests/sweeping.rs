@@ -6,19 +6,20 @@ use crate::seeding::fifo_queue;
 use crate::support::{self, moto, unique};
 use std::sync::Arc;
 use std::time::Duration;
-use trawl_core::calls::{Call, CallCounts};
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_aws::sqs::SqsDeliveryTrigger;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::queue::WorkQueue;
-use trawl_core::queue::local::LocalQueue;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::retry::Failure;
-use trawl_core::store::sqlite::SqliteStore;
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
 use trawl_core::sweep::{
-    CompletionNotice, LocalDeliveryTrigger, SqsDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
+    CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
 };
-use trawl_core::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
+use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::retry::Failure;
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
+use trawl_embedded::local_queue::LocalQueue;
+use trawl_embedded::sqlite::SqliteStore;
 
 const T0: Millis = 1_700_000_000_000;
 const HOUR: u64 = 3_600_000;

@@ -11,19 +11,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
-use trawl_core::blob::s3::S3BlobStore;
-use trawl_core::calls::{Call, CallCounts};
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{Crawl, CrawlConfig};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
-use trawl_core::queue::sqs::SqsQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::dynamodb::DynamoStore;
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
-use trawl_core::task::{NewTask, Status, now_ms};
+use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::task::{NewTask, Status, now_ms};
 
 const SECTION: &str = "AWS calls";
 /// Concurrent workers in the contention measurement.

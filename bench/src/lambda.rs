@@ -22,11 +22,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, mpsc};
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::Crawl;
 use trawl_core::queue::WorkMessage;
 use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_core::task::{NewTask, Status, now_ms};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::Crawl;
+use trawl_domain::task::{NewTask, Status, now_ms};
 
 const SECTION: &str = "Lambda worker";
 const API: &str = "/2018-06-01/runtime";

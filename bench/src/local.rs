@@ -11,18 +11,18 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::blob::Layout;
-use trawl_core::blob::fs::FsBlobStore;
-use trawl_core::calls::CallCounts;
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{Crawl, CrawlConfig};
 use trawl_core::crawler::{Crawler, Disposition};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
-use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::sqlite::SqliteStore;
 use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_core::task::{NewTask, Status, now_ms};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::task::{NewTask, Status, now_ms};
+use trawl_embedded::fs::FsBlobStore;
+use trawl_embedded::local_queue::LocalQueue;
+use trawl_embedded::sqlite::SqliteStore;
 
 const SECTION: &str = "local crawl";
 /// Requests in flight, for the raw loop and per host in the crawl.

@@ -6,11 +6,11 @@ use crate::error::{BenchResult, Context, check};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use trawl_core::aws::Clients;
-use trawl_core::blob::s3::S3BlobStore;
-use trawl_core::calls::CallCounts;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::store::dynamodb::{DynamoStore, create_table};
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::SqsQueue;
+use trawl_domain::calls::CallCounts;
 
 const LAUNCHER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -10,13 +10,13 @@ use crate::output;
 use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
-use trawl_core::calls::CallCounts;
-use trawl_core::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_core::crawl::{Crawl, CrawlState};
 use trawl_core::deliver::{Deliverer, purge};
 use trawl_core::queue::{WorkMessage, WorkQueue};
 use trawl_core::store::{CrawlStore, StatusCounts, TaskQuery, TaskStore};
-use trawl_core::task::{Status, now_ms};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::task::{Status, now_ms};
 
 pub async fn dispatch<S, B, Q>(
     backend: Backend<S, B, Q>,
@@ -440,8 +440,8 @@ where
 /// Creates the table, bucket and queues on the AWS endpoint of the environment, and prints the
 /// variables that point trawl at them.
 pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
-    let clients = trawl_core::aws::Clients::new(&trawl_core::aws::load_config().await);
-    let stack = trawl_core::aws::create_stack(&clients, &args.name)
+    let clients = trawl_aws::clients::Clients::new(&trawl_aws::clients::load_config().await);
+    let stack = trawl_aws::clients::create_stack(&clients, &args.name)
         .await
         .map_err(CliError::other)?;
     let vars = stack.env();

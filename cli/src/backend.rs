@@ -5,16 +5,16 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use trawl_core::aws::Clients;
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::settings::AwsSettings;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
-use trawl_core::blob::fs::FsBlobStore;
-use trawl_core::blob::s3::S3BlobStore;
-use trawl_core::calls::CallCounts;
-use trawl_core::queue::local::LocalQueue;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::settings::AwsSettings;
-use trawl_core::store::dynamodb::DynamoStore;
-use trawl_core::store::sqlite::SqliteStore;
+use trawl_domain::calls::CallCounts;
+use trawl_embedded::fs::FsBlobStore;
+use trawl_embedded::local_queue::LocalQueue;
+use trawl_embedded::sqlite::SqliteStore;
 
 /// How long a received local message stays invisible before it is handed out again (a worker
 /// that holds one longer than this has died with the process anyway).
@@ -70,7 +70,7 @@ pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
 /// DynamoDB + S3 + SQS named by the environment (moto or a real account).
 pub async fn aws() -> Result<AwsBackend, CliError> {
     let settings = AwsSettings::from_env()?;
-    let clients = Clients::new(&trawl_core::aws::load_config().await);
+    let clients = Clients::new(&trawl_aws::clients::load_config().await);
     let calls = Arc::new(CallCounts::default());
     Ok(Backend {
         store: DynamoStore::new(

@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use trawl_core::blob::BlobStore;
-use trawl_core::canonical::{CanonicalUrl, CrawlId};
-use trawl_core::crawl::{CrawlConfig, CrawlState};
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::WorkQueue;
@@ -25,7 +23,9 @@ use trawl_core::seed::{
     Seeder,
 };
 use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
-use trawl_core::task::{Status, now_ms};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{CrawlConfig, CrawlState};
+use trawl_domain::task::{Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
 const SEED_CHUNK: usize = 10_000;

@@ -17,7 +17,7 @@ pub enum CliError {
     #[error(
         "{0}; for --backend aws set TRAWL_TABLE, TRAWL_BUCKET and TRAWL_QUEUE_URL (see `trawl setup`)"
     )]
-    Settings(#[from] trawl_core::settings::SettingsError),
+    Settings(#[from] trawl_aws::settings::SettingsError),
     #[error("no crawl {0:?}: see `trawl status` for the crawls there are")]
     NoSuchCrawl(String),
     #[error("{0}")]

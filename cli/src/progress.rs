@@ -6,9 +6,9 @@ use std::convert::Infallible;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use trawl_core::canonical::CrawlId;
 use trawl_core::runner::RunStats;
 use trawl_core::store::TaskStore;
+use trawl_domain::canonical::CrawlId;
 
 /// How often plain progress lines are printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);

@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cfn_template as cfn  # noqa: E402
 
-SETTINGS_RS = cfn.REPO_ROOT / "shared" / "src" / "settings.rs"
+SETTINGS_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "settings.rs"
 SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 # The DynamoDB adapter's own copy of the index definition (used for tests and local tables).
-SCHEMA_RS = cfn.REPO_ROOT / "shared" / "src" / "store" / "dynamodb" / "schema.rs"
+SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
 
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Set by the Lambda runtime's logging setup, not read through AwsSettings.

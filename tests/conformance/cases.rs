@@ -2,14 +2,14 @@
 
 use crate::support::unique;
 use futures_util::future::join_all;
-use trawl_core::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_core::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_core::retry::{Failure, RetryPolicy};
 use trawl_core::store::{
     ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, TaskQuery,
     TaskStore,
 };
-use trawl_core::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
 
 pub const T0: Millis = 1_800_000_000_000;
 const LEASE_MS: u64 = 60_000;

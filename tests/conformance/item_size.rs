@@ -5,10 +5,10 @@ use super::cases::{T0, claim, crawl_id, new_task};
 use crate::support::{clients, moto, unique};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
-use trawl_core::calls::CallCounts;
+use trawl_aws::dynamodb::{DynamoStore, create_table};
 use trawl_core::store::TaskStore;
-use trawl_core::store::dynamodb::{DynamoStore, create_table};
-use trawl_core::task::FetchRecord;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::task::FetchRecord;
 
 /// DynamoDB's item size rules: names + values; numbers ~1 byte per 2 digits + 1; maps and
 /// lists 3 bytes + 1 per element.

@@ -26,8 +26,8 @@ macro_rules! on_sqlite {
         $(
             #[tokio::test]
             async fn $case() {
-                let calls = std::sync::Arc::new(trawl_core::calls::CallCounts::default());
-                let store = trawl_core::store::sqlite::SqliteStore::in_memory(calls).unwrap();
+                let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
+                let store = trawl_embedded::sqlite::SqliteStore::in_memory(calls).unwrap();
                 cases::$case(&store).await;
             }
         )*

@@ -4,9 +4,9 @@ pub mod moto;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use trawl_core::aws::Clients;
-use trawl_core::calls::CallCounts;
-use trawl_core::store::dynamodb::{DynamoStore, create_table};
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_domain::calls::CallCounts;
 
 /// A name no other test in this run uses (tables, buckets, queues, crawl ids).
 pub fn unique(prefix: &str) -> String {
@@ -52,8 +52,8 @@ pub async fn dynamo_store(endpoint: &str, shards: u32) -> (DynamoStore, Arc<Call
 /// A full AWS stack on moto for one test: table, bucket and FIFO queue of its own.
 pub struct AwsStack {
     pub store: DynamoStore,
-    pub blobs: trawl_core::blob::s3::S3BlobStore,
-    pub queue: trawl_core::queue::sqs::SqsQueue,
+    pub blobs: trawl_aws::s3::S3BlobStore,
+    pub queue: trawl_aws::sqs::SqsQueue,
     pub calls: Arc<CallCounts>,
 }
 
@@ -80,8 +80,8 @@ pub async fn aws_stack(endpoint: &str) -> AwsStack {
         .expect("queue url");
     AwsStack {
         store,
-        blobs: trawl_core::blob::s3::S3BlobStore::new(clients.s3.clone(), bucket, calls.clone()),
-        queue: trawl_core::queue::sqs::SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone()),
+        blobs: trawl_aws::s3::S3BlobStore::new(clients.s3.clone(), bucket, calls.clone()),
+        queue: trawl_aws::sqs::SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone()),
         calls,
     }
 }

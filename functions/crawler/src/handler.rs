@@ -93,14 +93,14 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use trawl_core::blob::Layout;
-    use trawl_core::blob::fs::FsBlobStore;
-    use trawl_core::calls::CallCounts;
-    use trawl_core::canonical::{CanonicalUrl, CrawlId};
-    use trawl_core::crawl::{Crawl, CrawlConfig};
     use trawl_core::fetch::Fetcher;
-    use trawl_core::queue::local::LocalQueue;
-    use trawl_core::store::sqlite::SqliteStore;
-    use trawl_core::task::{ErrorKind, NewTask, Status};
+    use trawl_domain::calls::CallCounts;
+    use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+    use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::task::{ErrorKind, NewTask, Status};
+    use trawl_embedded::fs::FsBlobStore;
+    use trawl_embedded::local_queue::LocalQueue;
+    use trawl_embedded::sqlite::SqliteStore;
 
     const EVENT: &str = include_str!("../../../events/crawler-sqs.json");
 

@@ -5,20 +5,20 @@ mod handler;
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use std::sync::Arc;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::settings::AwsSettings;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
-use trawl_core::blob::s3::S3BlobStore;
-use trawl_core::calls::CallCounts;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::Fetcher;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::settings::AwsSettings;
-use trawl_core::store::dynamodb::DynamoStore;
+use trawl_domain::calls::CallCounts;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = AwsSettings::from_env()?;
-    let clients = trawl_core::aws::Clients::new(&trawl_core::aws::load_config().await);
+    let clients = trawl_aws::clients::Clients::new(&trawl_aws::clients::load_config().await);
     let calls = Arc::new(CallCounts::default());
     let crawler = Crawler::new(
         DynamoStore::new(

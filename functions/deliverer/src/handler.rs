@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use thiserror::Error;
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::calls::CallCounts;
 use trawl_core::deliver::{DeliverError, Deliverer, DeliveryReport, DeliveryRequest};
 use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_core::task::Millis;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::task::Millis;
 
 /// What the function accepts: an SQS event from the delivery queue, or a direct request
 /// `{"crawl_id": "...", "generation": N}` (generation optional).
@@ -185,12 +185,12 @@ mod tests {
     use md5::{Digest, Md5};
     use std::path::PathBuf;
     use trawl_core::blob::ObjectMeta;
-    use trawl_core::blob::fs::FsBlobStore;
-    use trawl_core::canonical::{CanonicalUrl, CrawlId};
-    use trawl_core::crawl::{Crawl, CrawlConfig};
-    use trawl_core::store::sqlite::SqliteStore;
     use trawl_core::store::{ClaimOutcome, FinishOutcome};
-    use trawl_core::task::{FetchRecord, NewTask};
+    use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+    use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::task::{FetchRecord, NewTask};
+    use trawl_embedded::fs::FsBlobStore;
+    use trawl_embedded::sqlite::SqliteStore;
 
     const DIRECT: &str = include_str!("../../../events/deliverer.json");
     const QUEUE: &str = include_str!("../../../events/deliverer-sqs.json");

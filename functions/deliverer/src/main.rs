@@ -5,13 +5,13 @@ mod handler;
 use handler::Handler;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use std::sync::Arc;
-use trawl_core::aws;
+use trawl_aws::clients as aws;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::settings::AwsSettings;
 use trawl_core::blob::Layout;
-use trawl_core::blob::s3::S3BlobStore;
-use trawl_core::calls::CallCounts;
-use trawl_core::settings::AwsSettings;
-use trawl_core::store::dynamodb::DynamoStore;
-use trawl_core::task::now_ms;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::task::now_ms;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use trawl_core::queue::WorkQueue;
 use trawl_core::seed::{ManifestSource, SeedBudget, SeedError, SeedRequest, SeedResponse, Seeder};
 use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_core::task::Millis;
+use trawl_domain::task::Millis;
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
 pub const DEADLINE_MARGIN_MS: u64 = 20_000;
@@ -115,13 +115,13 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::sync::Arc;
-    use trawl_core::calls::CallCounts;
-    use trawl_core::canonical::CrawlId;
     use trawl_core::fetch::Fetcher;
-    use trawl_core::queue::local::LocalQueue;
     use trawl_core::seed::{ManifestError, OpenManifest, SeedDefaults, SeedSource};
     use trawl_core::store::StoreError;
-    use trawl_core::store::sqlite::SqliteStore;
+    use trawl_domain::calls::CallCounts;
+    use trawl_domain::canonical::CrawlId;
+    use trawl_embedded::local_queue::LocalQueue;
+    use trawl_embedded::sqlite::SqliteStore;
 
     const URLS: &str = include_str!("../../../events/seeder-urls.json");
     const S3: &str = include_str!("../../../events/seeder-s3.json");

@@ -4,13 +4,15 @@ mod handler;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use std::sync::Arc;
-use trawl_core::calls::CallCounts;
+use trawl_aws::clients as aws;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::manifest::S3Manifests;
+use trawl_aws::settings::AwsSettings;
+use trawl_aws::sqs::SqsQueue;
 use trawl_core::fetch::Fetcher;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::seed::{S3Manifests, SeedDefaults, Seeder};
-use trawl_core::settings::AwsSettings;
-use trawl_core::store::dynamodb::DynamoStore;
-use trawl_core::{aws, task::now_ms};
+use trawl_core::seed::{SeedDefaults, Seeder};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::task::now_ms;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {

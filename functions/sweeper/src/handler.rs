@@ -5,13 +5,13 @@ use serde::Deserialize;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_core::canonical::CrawlId;
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, StoreError, TaskStore};
 use trawl_core::sweep::{
     DeliveryTrigger, SweepBudget, SweepError, SweepOptions, SweepSummary, Sweeper,
 };
-use trawl_core::task::Millis;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::task::Millis;
 
 /// The `source` the schedule sends (`events/sweeper-schedule.json`).
 pub const EVENT_SOURCE: &str = "trawl.sweeper";
@@ -178,14 +178,14 @@ where
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use trawl_core::calls::CallCounts;
-    use trawl_core::canonical::CanonicalUrl;
-    use trawl_core::crawl::{Crawl, CrawlConfig};
-    use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::ClaimOutcome;
-    use trawl_core::store::sqlite::SqliteStore;
     use trawl_core::sweep::LocalDeliveryTrigger;
-    use trawl_core::task::{FetchRecord, NewTask};
+    use trawl_domain::calls::CallCounts;
+    use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::task::{FetchRecord, NewTask};
+    use trawl_embedded::local_queue::LocalQueue;
+    use trawl_embedded::sqlite::SqliteStore;
 
     const SCHEDULE: &str = include_str!("../../../events/sweeper-schedule.json");
 
@@ -211,7 +211,7 @@ mod tests {
             queue: &queue,
             trigger: &trigger,
         };
-        let id = trawl_core::canonical::CrawlId::parse("c1").unwrap();
+        let id = trawl_domain::canonical::CrawlId::parse("c1").unwrap();
         let config = CrawlConfig::default();
         let lease_ms = config.lease_ms;
         store

@@ -4,12 +4,13 @@ mod handler;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use std::sync::Arc;
-use trawl_core::calls::CallCounts;
-use trawl_core::queue::sqs::SqsQueue;
-use trawl_core::settings::{AwsSettings, ENV_DELIVERY_QUEUE_URL, SettingsError};
-use trawl_core::store::dynamodb::DynamoStore;
-use trawl_core::sweep::SqsDeliveryTrigger;
-use trawl_core::{aws, task::now_ms};
+use trawl_aws::clients as aws;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::settings::{AwsSettings, ENV_DELIVERY_QUEUE_URL, SettingsError};
+use trawl_aws::sqs::SqsDeliveryTrigger;
+use trawl_aws::sqs::SqsQueue;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::task::now_ms;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {

@@ -48,7 +48,7 @@ const LOG_RETENTION_DAYS = [
   3288, 3653,
 ];
 
-// What the DynamoDB adapter (shared/src/store/dynamodb) stores in the status index besides its keys.
+// What the DynamoDB adapter (shared/aws/src/dynamodb) stores in the status index besides its keys.
 const STATUS_INDEX_ATTRIBUTES = [
   'crawl_id',
   'task_id',
@@ -179,7 +179,7 @@ export class TrawlStack extends Stack {
 
     // ------------------------------------------------------------ storage
     // The one definition of the key schema and the status index besides the SAM template's; the
-    // DynamoDB adapter in shared/src/store/dynamodb uses exactly these names.
+    // DynamoDB adapter in shared/aws/src/dynamodb uses exactly these names.
     const table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
       billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,

@@ -1,0 +1,240 @@
+//! How crawls and tasks are laid out as DynamoDB items (through `serde_dynamo`).
+//! `None` fields are skipped, never written as NULL: a NULL attribute exists, and
+//! `attribute_not_exists` conditions would then be false.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use trawl_core::store::{StoreError, StoreResult, TaskSummary};
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, NewTask, Status, Task};
+
+type Item = HashMap<String, AttributeValue>;
+
+pub(super) fn task_pk(crawl_id: &CrawlId, task_id: &TaskId) -> String {
+    format!("{crawl_id}#{task_id}")
+}
+
+pub(super) fn crawl_pk(crawl_id: &CrawlId) -> String {
+    format!("{crawl_id}#crawl")
+}
+
+pub(super) fn status_gsi(crawl_id: &CrawlId, status: Status, shard: u32) -> String {
+    format!("{crawl_id}#{}#{shard}", status.code())
+}
+
+pub(super) fn gsi_pk(crawl_id: &CrawlId, status: Status, shard: u32) -> String {
+    status_gsi(crawl_id, status, shard)
+}
+
+pub(super) fn crawls_gsi(state: CrawlState) -> String {
+    format!("crawls#{}", state.name())
+}
+
+fn corrupt(item: &Item, e: impl std::fmt::Display) -> StoreError {
+    let key = item
+        .get("pk")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    StoreError::Corrupt {
+        key,
+        reason: e.to_string(),
+    }
+}
+
+fn encode_item<T: Serialize>(value: &T) -> StoreResult<Item> {
+    serde_dynamo::aws_sdk_dynamodb_1::to_item(value).map_err(|e| StoreError::Backend {
+        operation: "encode",
+        message: e.to_string(),
+    })
+}
+
+/// A task item.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct TaskItem {
+    pk: String,
+    gsi_pk: String,
+    updated: Millis,
+    crawl_id: CrawlId,
+    task_id: TaskId,
+    url: String,
+    status: Status,
+    created: Millis,
+    depth: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<TaskId>,
+    #[serde(default)]
+    token: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease_until: Option<Millis>,
+    #[serde(default)]
+    retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next_attempt: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enqueued: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<ErrorRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) fetch: Option<FetchRecord>,
+    /// Copy of `fetch.next_fetch_at` at top level, so the status index can project it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next_fetch: Option<Millis>,
+    /// md5s of objects left by rejected writers, for the next finisher to delete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) stale: Vec<String>,
+}
+
+impl TaskItem {
+    pub(super) fn new(crawl_id: &CrawlId, task: &NewTask, shards: u32, now: Millis) -> Self {
+        let task_id = task.url.task_id();
+        Self {
+            pk: task_pk(crawl_id, &task_id),
+            gsi_pk: gsi_pk(crawl_id, Status::Pending, task_id.shard(shards)),
+            updated: now,
+            crawl_id: crawl_id.clone(),
+            task_id,
+            url: task.url.as_str().to_owned(),
+            status: Status::Pending,
+            created: now,
+            depth: task.depth,
+            parent: task.parent.clone(),
+            token: 0,
+            lease_until: None,
+            retries: 0,
+            next_attempt: None,
+            enqueued: None,
+            errors: Vec::new(),
+            fetch: None,
+            next_fetch: None,
+            stale: Vec::new(),
+        }
+    }
+
+    pub(super) fn to_item(&self) -> StoreResult<Item> {
+        encode_item(self)
+    }
+
+    pub(super) fn from_item(item: Item) -> StoreResult<Self> {
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
+    }
+
+    pub(super) fn into_task(self) -> StoreResult<Task> {
+        Ok(Task {
+            crawl_id: self.crawl_id,
+            task_id: self.task_id,
+            url: self.url,
+            status: self.status,
+            created_at: self.created,
+            updated_at: self.updated,
+            depth: self.depth,
+            parent: self.parent,
+            token: self.token,
+            lease_expires_at: self.lease_until,
+            retries: self.retries,
+            next_attempt_at: self.next_attempt,
+            enqueued_at: self.enqueued,
+            errors: self.errors,
+            fetch: self.fetch,
+        })
+    }
+}
+
+/// What the status index projects of a task.
+#[derive(Debug, Deserialize)]
+struct SummaryItem {
+    crawl_id: CrawlId,
+    task_id: TaskId,
+    url: String,
+    status: Status,
+    updated: Millis,
+    #[serde(default)]
+    depth: u32,
+    #[serde(default)]
+    retries: u32,
+    lease_until: Option<Millis>,
+    next_attempt: Option<Millis>,
+    next_fetch: Option<Millis>,
+    enqueued: Option<Millis>,
+}
+
+pub(super) fn summary_from_item(item: Item) -> StoreResult<TaskSummary> {
+    let s: SummaryItem =
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))?;
+    Ok(TaskSummary {
+        crawl_id: s.crawl_id,
+        task_id: s.task_id,
+        url: s.url,
+        status: s.status,
+        updated_at: s.updated,
+        depth: s.depth,
+        retries: s.retries,
+        lease_expires_at: s.lease_until,
+        next_attempt_at: s.next_attempt,
+        next_fetch_at: s.next_fetch,
+        enqueued_at: s.enqueued,
+    })
+}
+
+/// A crawl item.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct CrawlItem {
+    pk: String,
+    gsi_pk: String,
+    updated: Millis,
+    crawl_id: CrawlId,
+    config: CrawlConfig,
+    state: CrawlState,
+    created: Millis,
+    #[serde(default)]
+    generation: u64,
+    #[serde(default)]
+    pub(super) pages_reserved: u64,
+}
+
+impl CrawlItem {
+    pub(super) fn from_crawl(c: &Crawl) -> Self {
+        Self {
+            pk: crawl_pk(&c.id),
+            gsi_pk: crawls_gsi(c.state),
+            updated: c.updated_at,
+            crawl_id: c.id.clone(),
+            config: c.config.clone(),
+            state: c.state,
+            created: c.created_at,
+            generation: c.generation,
+            pages_reserved: c.pages_reserved,
+        }
+    }
+
+    pub(super) fn to_item(&self) -> StoreResult<Item> {
+        encode_item(self)
+    }
+
+    pub(super) fn from_item(item: Item) -> StoreResult<Self> {
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
+    }
+
+    pub(super) fn into_crawl(self) -> Crawl {
+        Crawl {
+            id: self.crawl_id,
+            config: self.config,
+            state: self.state,
+            created_at: self.created,
+            updated_at: self.updated,
+            generation: self.generation,
+            pages_reserved: self.pages_reserved,
+        }
+    }
+}
+
+/// The crawl id of a crawl item returned by the index.
+pub(super) fn crawl_id_of(item: &Item) -> StoreResult<CrawlId> {
+    let raw = item
+        .get("crawl_id")
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| corrupt(item, "no crawl_id"))?;
+    CrawlId::parse(raw).map_err(|e| corrupt(item, e))
+}

@@ -1,0 +1,95 @@
+//! The table definition, as `infra/template.yaml` declares it (checked by `infra/tests`).
+//! Used by tests, `trawl setup` and the local stack; production tables come from the template.
+
+use super::errors::map_err;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType,
+};
+use trawl_core::store::{StoreError, StoreResult};
+
+/// The status index: hash `gsi_pk`, range `updated`.
+pub const STATUS_INDEX: &str = "status-index";
+
+/// Attributes the status index projects: what the sweeper and the CLI read.
+pub const PROJECTED: [&str; 10] = [
+    "crawl_id",
+    "task_id",
+    "url",
+    "status",
+    "depth",
+    "retries",
+    "lease_until",
+    "next_attempt",
+    "next_fetch",
+    "enqueued",
+];
+
+fn build_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend {
+        operation: "CreateTable",
+        message: e.to_string(),
+    }
+}
+
+/// Creates the table (on-demand) with its status index, and waits until it is active.
+pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
+    let key = |name: &str, key_type| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(key_type)
+            .build()
+            .map_err(build_err)
+    };
+    let attr = |name: &str, t| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(t)
+            .build()
+            .map_err(build_err)
+    };
+    let projection = PROJECTED.iter().fold(
+        Projection::builder().projection_type(ProjectionType::Include),
+        |p, a| p.non_key_attributes(*a),
+    );
+    let index = GlobalSecondaryIndex::builder()
+        .index_name(STATUS_INDEX)
+        .key_schema(key("gsi_pk", KeyType::Hash)?)
+        .key_schema(key("updated", KeyType::Range)?)
+        .projection(projection.build())
+        .build()
+        .map_err(build_err)?;
+    client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("gsi_pk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("updated", ScalarAttributeType::N)?)
+        .key_schema(key("pk", KeyType::Hash)?)
+        .global_secondary_indexes(index)
+        .send()
+        .await
+        .map_err(|e| map_err("CreateTable", e))?;
+    for _ in 0..100 {
+        let out = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| map_err("DescribeTable", e))?;
+        let active = out
+            .table()
+            .and_then(|t| t.table_status())
+            .is_some_and(|s| *s == aws_sdk_dynamodb::types::TableStatus::Active);
+        if active {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(StoreError::Unavailable {
+        operation: "CreateTable",
+        message: format!("{table} not active after 10 s"),
+    })
+}

@@ -1,0 +1,10 @@
+//! trawl-aws: the AWS adapters of trawl-core's ports, through the real SDK. SDK errors are
+//! classified once, by type, in `errors`.
+
+pub mod clients;
+pub mod dynamodb;
+pub mod errors;
+pub mod manifest;
+pub mod s3;
+pub mod settings;
+pub mod sqs;

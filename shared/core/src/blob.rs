@@ -1,0 +1,154 @@
+//! The object store for page bodies and deliveries: S3 (`s3`) or a local directory (`fs`), with
+//! the same key layout.
+//!
+//! Page bodies live at `{prefix}crawl={crawl_id}/pk={task_id}/attr=html/md5={md5_hex}`: the key
+//! names the content, so writing the same body twice is harmless, and a task's objects are all
+//! under one prefix.
+
+use bytes::Bytes;
+use std::future::Future;
+use thiserror::Error;
+use trawl_domain::canonical::{CrawlId, TaskId};
+
+#[derive(Debug, Error)]
+pub enum BlobError {
+    /// Throttled, timed out or unreachable: retrying later may succeed.
+    #[error("{operation} {key}: unavailable: {message}")]
+    Unavailable {
+        operation: &'static str,
+        key: String,
+        message: String,
+    },
+    #[error("{operation} {key}: {message}")]
+    Backend {
+        operation: &'static str,
+        key: String,
+        message: String,
+    },
+    /// A key that would escape the store (local directory) or is otherwise unusable.
+    #[error("invalid key {0:?}")]
+    InvalidKey(String),
+}
+
+impl BlobError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, BlobError::Unavailable { .. })
+    }
+}
+
+pub type BlobResult<T> = Result<T, BlobError>;
+
+/// What is stored with a page body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub content_type: String,
+    /// Raw md5 of the body (sent as Content-MD5, so S3 verifies the upload).
+    pub md5: [u8; 16],
+    /// The page's URL (stored as object metadata).
+    pub source_url: String,
+}
+
+/// Where things go in the object store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Prepended to every key; empty or ending in `/`.
+    pub prefix: String,
+}
+
+impl Layout {
+    pub fn new(prefix: &str) -> Self {
+        let prefix = prefix.trim_matches('/');
+        Self {
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+        }
+    }
+
+    /// Key of a page body.
+    pub fn html_key(&self, crawl_id: &CrawlId, task_id: &TaskId, md5_hex: &str) -> String {
+        format!(
+            "{}attr=html/md5={md5_hex}",
+            self.task_prefix(crawl_id, task_id)
+        )
+    }
+
+    /// Every object of one task lies under this prefix.
+    pub fn task_prefix(&self, crawl_id: &CrawlId, task_id: &TaskId) -> String {
+        format!("{}pk={task_id}/", self.crawl_prefix(crawl_id))
+    }
+
+    /// Every page body of one crawl lies under this prefix.
+    pub fn crawl_prefix(&self, crawl_id: &CrawlId) -> String {
+        format!("{}crawl={crawl_id}/", self.prefix)
+    }
+
+    /// Every delivery of one crawl lies under this prefix.
+    pub fn deliveries_prefix(&self, crawl_id: &CrawlId) -> String {
+        format!("{}deliveries/crawl={crawl_id}/", self.prefix)
+    }
+
+    /// Extracts the md5 from a page-body key made by `html_key`.
+    pub fn md5_of_key(key: &str) -> Option<&str> {
+        key.rsplit_once("/md5=").map(|(_, md5)| md5)
+    }
+}
+
+/// An object store.
+pub trait BlobStore: Send + Sync {
+    /// Writes `body` at `key` (overwriting: keys are content-addressed).
+    fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        meta: &ObjectMeta,
+    ) -> impl Future<Output = BlobResult<()>> + Send;
+
+    /// The object at `key`, or None.
+    fn get(&self, key: &str) -> impl Future<Output = BlobResult<Option<Bytes>>> + Send;
+
+    /// Deletes `key`; deleting a missing key is not an error.
+    fn delete(&self, key: &str) -> impl Future<Output = BlobResult<()>> + Send;
+
+    /// Keys under `prefix`, in lexicographic order.
+    fn list(&self, prefix: &str) -> impl Future<Output = BlobResult<Vec<String>>> + Send;
+
+    /// Starts a streamed upload to `key` (S3 multipart, or a temporary file): nothing is visible
+    /// at `key` until `complete`.
+    fn upload(
+        &self,
+        key: &str,
+        content_type: &str,
+    ) -> impl Future<Output = BlobResult<impl BlobUpload>> + Send;
+}
+
+/// A streamed upload in progress.
+pub trait BlobUpload: Send {
+    /// Appends bytes; the adapter buffers up to its part size.
+    fn write(&mut self, chunk: &[u8]) -> impl Future<Output = BlobResult<()>> + Send;
+
+    /// Makes the object visible at its key.
+    fn complete(self) -> impl Future<Output = BlobResult<()>> + Send;
+
+    /// Discards everything written.
+    fn abort(self) -> impl Future<Output = BlobResult<()>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_md5_layout() {
+        let crawl = CrawlId::parse("c1").unwrap();
+        let task = trawl_domain::canonical::CanonicalUrl::parse("http://example.com/")
+            .unwrap()
+            .task_id();
+        let key = Layout::new("/pages/").html_key(&crawl, &task, "abc");
+        assert_eq!(key, format!("pages/crawl=c1/pk={task}/attr=html/md5=abc"));
+        assert_eq!(Layout::md5_of_key(&key), Some("abc"));
+        assert_eq!(Layout::new("").crawl_prefix(&crawl), "crawl=c1/");
+    }
+}

@@ -1,0 +1,81 @@
+//! Clean-up: removes a crawl's tasks, page bodies and record once its results are delivered (the
+//! frontier clean-up of the seed workflow). Deliveries are kept: they are the product.
+
+use crate::blob::{BlobError, BlobStore, Layout};
+use crate::store::{CrawlStore, StoreError, TaskStore};
+use futures_util::future::try_join_all;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::crawl::CrawlState;
+
+/// Objects deleted at once.
+const PARALLEL_DELETES: usize = 16;
+
+#[derive(Debug, Error)]
+pub enum PurgeError {
+    /// The crawl is still running: purging it would pull the frontier from under its workers.
+    #[error("crawl {0} is running; pass force to purge it anyway")]
+    Running(CrawlId),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+}
+
+impl PurgeError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PurgeError::Running(_) => false,
+            PurgeError::Store(e) => e.is_retryable(),
+            PurgeError::Blob(e) => e.is_retryable(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeReport {
+    pub crawl_id: CrawlId,
+    pub tasks_deleted: u64,
+    pub objects_deleted: u64,
+    /// False when there was no crawl record (already purged, or never created).
+    pub crawl_deleted: bool,
+}
+
+/// Deletes the crawl's tasks, then its objects, then its record (last, so a purge that stops
+/// half-way is finished by running it again). Refuses a running crawl unless `force`.
+pub async fn purge<S, B>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    crawl_id: &CrawlId,
+    force: bool,
+) -> Result<PurgeReport, PurgeError>
+where
+    S: CrawlStore + TaskStore,
+    B: BlobStore,
+{
+    let crawl = store.get_crawl(crawl_id).await?;
+    if !force
+        && crawl
+            .as_ref()
+            .is_some_and(|c| c.state == CrawlState::Running)
+    {
+        return Err(PurgeError::Running(crawl_id.clone()));
+    }
+    let tasks_deleted = store.delete_tasks(crawl_id).await?;
+    let keys = blobs.list(&layout.crawl_prefix(crawl_id)).await?;
+    for chunk in keys.chunks(PARALLEL_DELETES) {
+        try_join_all(chunk.iter().map(|key| blobs.delete(key))).await?;
+    }
+    if crawl.is_some() {
+        store.delete_crawl(crawl_id).await?;
+    }
+    tracing::info!(crawl = %crawl_id, tasks_deleted, objects = keys.len(), "crawl purged");
+    Ok(PurgeReport {
+        crawl_id: crawl_id.clone(),
+        tasks_deleted,
+        objects_deleted: keys.len() as u64,
+        crawl_deleted: crawl.is_some(),
+    })
+}

@@ -1,0 +1,273 @@
+//! WARC/1.1 records (ISO 28500), as Heritrix and Common Crawl write them: a `warcinfo` record,
+//! then a `request` and a `response` record per page, linked by `WARC-Concurrent-To`, with sha1
+//! base32 digests. The HTTP messages are rebuilt from the fetch record (trawl keeps the status,
+//! content type, validators and body, not the raw exchange).
+
+use sha1::{Digest, Sha1};
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+use trawl_domain::task::Millis;
+
+/// The end of every record: its block is followed by two CRLFs.
+pub(crate) const RECORD_END: &[u8] = b"\r\n\r\n";
+
+/// A fresh `<urn:uuid:…>` record id (UUID version 4).
+pub(crate) fn record_id() -> String {
+    let mut b = [0u8; 16];
+    fastrand::fill(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40; // version 4
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let h = hex::encode(b);
+    format!(
+        "<urn:uuid:{}-{}-{}-{}-{}>",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// RFC 3339 UTC with seconds, the form WARC-Date uses.
+pub(crate) fn rfc3339(at: Millis) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// `sha1:` and the RFC 4648 base32 of the sha1 (the WARC digest convention).
+fn sha1_label(digest: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::from("sha1:");
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for &byte in digest {
+        buffer = (buffer << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(char::from(ALPHABET[((buffer >> bits) & 31) as usize]));
+        }
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((buffer << (5 - bits)) & 31) as usize]));
+    }
+    out
+}
+
+/// A header value with control characters replaced, so no value can start a new header line.
+fn field(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        206 => "Partial Content",
+        _ => "",
+    }
+}
+
+/// Header of one record, up to and including the blank line before its block.
+fn header(fields: &[(&str, &str)], content_type: &str, length: usize) -> String {
+    let mut out = String::from("WARC/1.1\r\n");
+    for (name, value) in fields {
+        let _ = write!(out, "{name}: {}\r\n", field(value));
+    }
+    let _ = write!(
+        out,
+        "Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n"
+    );
+    out
+}
+
+/// The `warcinfo` record that opens the file (header, block and end).
+pub(crate) fn warcinfo(id: &str, date: Millis, filename: &str, info: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = String::new();
+    for (name, value) in info {
+        let _ = write!(block, "{name}: {}\r\n", field(value));
+    }
+    let date = rfc3339(date);
+    let mut record = header(
+        &[
+            ("WARC-Type", "warcinfo"),
+            ("WARC-Record-ID", id),
+            ("WARC-Date", &date),
+            ("WARC-Filename", filename),
+        ],
+        "application/warc-fields",
+        block.len(),
+    )
+    .into_bytes();
+    record.extend_from_slice(block.as_bytes());
+    record.extend_from_slice(RECORD_END);
+    record
+}
+
+/// One fetched page, as the WARC records describe it.
+pub(crate) struct Exchange<'a> {
+    /// The URL that answered (after redirects).
+    pub target_uri: &'a str,
+    pub fetched_at: Millis,
+    pub http_status: u16,
+    pub content_type: Option<&'a str>,
+    pub etag: Option<&'a str>,
+    pub last_modified: Option<&'a str>,
+    pub user_agent: &'a str,
+    pub warcinfo_id: &'a str,
+    pub request_id: &'a str,
+    pub response_id: &'a str,
+}
+
+impl Exchange<'_> {
+    /// The whole `request` record: a GET as trawl sends it.
+    pub(crate) fn request_record(&self) -> Vec<u8> {
+        let (target, host) = match url::Url::parse(self.target_uri) {
+            Ok(url) => {
+                let mut target = url.path().to_owned();
+                if let Some(query) = url.query() {
+                    target.push('?');
+                    target.push_str(query);
+                }
+                let host = match (url.host_str(), url.port()) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    (Some(host), None) => host.to_owned(),
+                    (None, _) => String::new(),
+                };
+                (target, host)
+            }
+            Err(_) => (self.target_uri.to_owned(), String::new()),
+        };
+        let block = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: */*\r\n\r\n",
+            field(&target),
+            field(&host),
+            field(self.user_agent)
+        );
+        let date = rfc3339(self.fetched_at);
+        let digest = sha1_label(&Sha1::digest(block.as_bytes()));
+        let mut record = header(
+            &[
+                ("WARC-Type", "request"),
+                ("WARC-Record-ID", self.request_id),
+                ("WARC-Date", &date),
+                ("WARC-Target-URI", self.target_uri),
+                ("WARC-Warcinfo-ID", self.warcinfo_id),
+                ("WARC-Concurrent-To", self.response_id),
+                ("WARC-Block-Digest", &digest),
+            ],
+            "application/http; msgtype=request",
+            block.len(),
+        )
+        .into_bytes();
+        record.extend_from_slice(block.as_bytes());
+        record.extend_from_slice(RECORD_END);
+        record
+    }
+
+    /// The `response` record up to the payload: WARC header and HTTP header. The caller writes
+    /// `body` and then `RECORD_END`.
+    pub(crate) fn response_head(&self, body: &[u8]) -> Vec<u8> {
+        // A 304 kept the previously stored content: the record shows that content as a 200, the
+        // way a reader of the archive needs it (the manifest keeps the real status).
+        let status = if self.http_status == 304 {
+            200
+        } else {
+            self.http_status
+        };
+        let mut http = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+        if let Some(content_type) = self.content_type {
+            let _ = write!(http, "Content-Type: {}\r\n", field(content_type));
+        }
+        let _ = write!(http, "Content-Length: {}\r\n", body.len());
+        if let Some(etag) = self.etag {
+            let _ = write!(http, "ETag: {}\r\n", field(etag));
+        }
+        if let Some(last_modified) = self.last_modified {
+            let _ = write!(http, "Last-Modified: {}\r\n", field(last_modified));
+        }
+        http.push_str("\r\n");
+        let payload_digest = sha1_label(&Sha1::digest(body));
+        let mut block = Sha1::new();
+        block.update(http.as_bytes());
+        block.update(body);
+        let block_digest = sha1_label(&block.finalize());
+        let date = rfc3339(self.fetched_at);
+        let mut head = header(
+            &[
+                ("WARC-Type", "response"),
+                ("WARC-Record-ID", self.response_id),
+                ("WARC-Date", &date),
+                ("WARC-Target-URI", self.target_uri),
+                ("WARC-Warcinfo-ID", self.warcinfo_id),
+                ("WARC-Concurrent-To", self.request_id),
+                ("WARC-Block-Digest", &block_digest),
+                ("WARC-Payload-Digest", &payload_digest),
+            ],
+            "application/http; msgtype=response",
+            http.len() + body.len(),
+        )
+        .into_bytes();
+        head.extend_from_slice(http.as_bytes());
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_use_sha1_base32() {
+        // The sha1 of "" in base32, as wget and warcio write it.
+        assert_eq!(
+            sha1_label(&Sha1::digest(b"")),
+            "sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+        );
+    }
+
+    #[test]
+    fn record_ids_are_unique_v4_uuids() {
+        let (a, b) = (record_id(), record_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "<urn:uuid:>".len() + 36);
+        assert_eq!(&a[24..25], "4", "{a}");
+        assert!("89ab".contains(&a[29..30]), "{a}");
+    }
+
+    #[test]
+    fn a_response_record_declares_its_exact_length() {
+        let exchange = Exchange {
+            target_uri: "http://example.com:8080/a?b=c",
+            fetched_at: 1_800_000_000_000,
+            http_status: 200,
+            content_type: Some("text/html\r\nX-Injected: 1"),
+            etag: None,
+            last_modified: None,
+            user_agent: "trawl",
+            warcinfo_id: "<urn:uuid:i>",
+            request_id: "<urn:uuid:q>",
+            response_id: "<urn:uuid:r>",
+        };
+        let body = b"<html>hi</html>";
+        let head = String::from_utf8(exchange.response_head(body)).unwrap();
+        let (warc, http) = head.split_once("\r\n\r\n").unwrap();
+        let length: usize = warc
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(length, http.len() + body.len());
+        assert!(warc.contains("WARC-Date: 2027-01-15T08:00:00Z"), "{warc}");
+        assert!(http.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/html  X-Injected: 1\r\n"));
+        let request = String::from_utf8(exchange.request_record()).unwrap();
+        assert!(request.contains("GET /a?b=c HTTP/1.1\r\nHost: example.com:8080\r\n"));
+        assert!(request.contains("WARC-Concurrent-To: <urn:uuid:r>"));
+    }
+}

@@ -1,0 +1,230 @@
+//! A crawl's scope, compiled once and checked for every discovered URL and redirect hop.
+
+use regex::RegexSet;
+use std::fmt;
+use thiserror::Error;
+use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::crawl::Scope;
+
+/// A scope that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ScopeError {
+    #[error("allowed domain {0:?} is not a host name")]
+    Domain(String),
+    #[error("invalid {list} pattern: {message}")]
+    Pattern {
+        /// `include` or `exclude`.
+        list: &'static str,
+        message: String,
+    },
+}
+
+/// Why a URL is outside a crawl's scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutOfScopeReason {
+    /// The host is none of the allowed domains nor their subdomains.
+    Domain,
+    /// Include patterns are set and none matches.
+    NotIncluded,
+    /// An exclude pattern matches.
+    Excluded {
+        pattern: String,
+    },
+    TooDeep {
+        depth: u32,
+        max_depth: u32,
+    },
+}
+
+impl fmt::Display for OutOfScopeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutOfScopeReason::Domain => f.write_str("host not in the allowed domains"),
+            OutOfScopeReason::NotIncluded => f.write_str("matches no include pattern"),
+            OutOfScopeReason::Excluded { pattern } => write!(f, "excluded by {pattern:?}"),
+            OutOfScopeReason::TooDeep { depth, max_depth } => {
+                write!(f, "depth {depth} beyond the maximum {max_depth}")
+            }
+        }
+    }
+}
+
+/// A compiled [`Scope`]. Patterns are matched against the whole canonical URL.
+#[derive(Debug, Clone)]
+pub struct ScopeMatcher {
+    /// Lower-case hosts (punycode for IDN); empty admits any host.
+    domains: Vec<String>,
+    include: Option<RegexSet>,
+    exclude: Option<RegexSet>,
+    max_depth: Option<u32>,
+}
+
+impl ScopeMatcher {
+    /// Compiles `scope`. An empty `allowed_domains` admits any host: whoever creates the crawl
+    /// fills it with the seed hosts when the user named none.
+    pub fn new(scope: &Scope) -> Result<Self, ScopeError> {
+        let domains = scope
+            .allowed_domains
+            .iter()
+            .map(|d| normalise_domain(d))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            domains,
+            include: compile("include", &scope.include)?,
+            exclude: compile("exclude", &scope.exclude)?,
+            max_depth: scope.max_depth,
+        })
+    }
+
+    /// Whether `url`, found at link depth `depth`, belongs to the crawl.
+    pub fn check(&self, url: &CanonicalUrl, depth: u32) -> Result<(), OutOfScopeReason> {
+        if let Some(max_depth) = self.max_depth
+            && depth > max_depth
+        {
+            return Err(OutOfScopeReason::TooDeep { depth, max_depth });
+        }
+        if !self.domains.is_empty() {
+            let host = url.host();
+            let admitted = self.domains.iter().any(|d| {
+                host == d
+                    || host
+                        .strip_suffix(d.as_str())
+                        .is_some_and(|sub| sub.ends_with('.'))
+            });
+            if !admitted {
+                return Err(OutOfScopeReason::Domain);
+            }
+        }
+        if let Some(include) = &self.include
+            && !include.is_match(url.as_str())
+        {
+            return Err(OutOfScopeReason::NotIncluded);
+        }
+        if let Some(exclude) = &self.exclude
+            && let Some(index) = exclude.matches(url.as_str()).iter().next()
+        {
+            let pattern = exclude.patterns().get(index).cloned().unwrap_or_default();
+            return Err(OutOfScopeReason::Excluded { pattern });
+        }
+        Ok(())
+    }
+}
+
+/// `Example.COM`, `.example.com` and `*.example.com` all mean `example.com`; IDN to punycode.
+fn normalise_domain(domain: &str) -> Result<String, ScopeError> {
+    let trimmed = domain.trim();
+    let bare = trimmed
+        .strip_prefix("*.")
+        .or_else(|| trimmed.strip_prefix('.'))
+        .unwrap_or(trimmed);
+    let invalid = || ScopeError::Domain(domain.to_owned());
+    if bare.is_empty() || bare.contains(['/', '?', '#', '@', ' ']) {
+        return Err(invalid());
+    }
+    let parsed = url::Url::parse(&format!("http://{bare}/")).map_err(|_| invalid())?;
+    match (parsed.host_str(), parsed.port()) {
+        (Some(host), None) => Ok(host.to_owned()),
+        _ => Err(invalid()),
+    }
+}
+
+fn compile(list: &'static str, patterns: &[String]) -> Result<Option<RegexSet>, ScopeError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    RegexSet::new(patterns)
+        .map(Some)
+        .map_err(|e| ScopeError::Pattern {
+            list,
+            message: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> CanonicalUrl {
+        CanonicalUrl::parse(s).unwrap()
+    }
+
+    #[test]
+    fn domains_admit_their_subdomains_only() {
+        let scope = Scope {
+            allowed_domains: vec!["Example.com".into(), "*.bücher.example".into()],
+            ..Scope::default()
+        };
+        let m = ScopeMatcher::new(&scope).unwrap();
+        assert!(m.check(&url("http://example.com/"), 0).is_ok());
+        assert!(m.check(&url("https://www.example.com:8443/x"), 0).is_ok());
+        assert!(
+            m.check(&url("http://shop.xn--bcher-kva.example/"), 0)
+                .is_ok()
+        );
+        assert_eq!(
+            m.check(&url("http://notexample.com/"), 0),
+            Err(OutOfScopeReason::Domain)
+        );
+        assert_eq!(
+            m.check(&url("http://example.com.evil.net/"), 0),
+            Err(OutOfScopeReason::Domain)
+        );
+        let any = ScopeMatcher::new(&Scope::default()).unwrap();
+        assert!(any.check(&url("http://anything.example/"), 99).is_ok());
+    }
+
+    #[test]
+    fn include_exclude_and_depth_are_enforced() {
+        let scope = Scope {
+            include: vec!["/docs/".into(), r"\.html$".into()],
+            exclude: vec!["/docs/private".into()],
+            max_depth: Some(2),
+            ..Scope::default()
+        };
+        let m = ScopeMatcher::new(&scope).unwrap();
+        assert!(m.check(&url("http://e.com/docs/a"), 2).is_ok());
+        assert!(m.check(&url("http://e.com/x/a.html"), 0).is_ok());
+        assert_eq!(
+            m.check(&url("http://e.com/blog/a"), 0),
+            Err(OutOfScopeReason::NotIncluded)
+        );
+        assert_eq!(
+            m.check(&url("http://e.com/docs/private/a"), 0),
+            Err(OutOfScopeReason::Excluded {
+                pattern: "/docs/private".into()
+            })
+        );
+        assert_eq!(
+            m.check(&url("http://e.com/docs/a"), 3),
+            Err(OutOfScopeReason::TooDeep {
+                depth: 3,
+                max_depth: 2
+            })
+        );
+    }
+
+    #[test]
+    fn bad_scopes_are_typed_errors() {
+        let bad_regex = Scope {
+            exclude: vec!["(".into()],
+            ..Scope::default()
+        };
+        assert!(matches!(
+            ScopeMatcher::new(&bad_regex),
+            Err(ScopeError::Pattern {
+                list: "exclude",
+                ..
+            })
+        ));
+        for domain in ["", "http://example.com/", "example.com:80x", "a b"] {
+            let scope = Scope {
+                allowed_domains: vec![domain.into()],
+                ..Scope::default()
+            };
+            assert!(
+                matches!(ScopeMatcher::new(&scope), Err(ScopeError::Domain(_))),
+                "{domain:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! Fetching one URL the way a polite, careful crawler must: robots.txt, the network guard,
+//! redirects re-checked hop by hop, conditional GET, timeouts and a hard cap on the body.
+//!
+//! One [`Fetcher`] is built per process and shared; each [`Fetcher::fetch`] takes the crawl's
+//! configuration, so crawls with different limits share connections and the robots cache.
+
+mod guard;
+mod robots;
+
+pub use guard::{BlockedAddress, is_forbidden};
+
+use crate::discover::ScopeMatcher;
+use bytes::{Bytes, BytesMut};
+use guard::GuardedResolver;
+use md5::{Digest, Md5};
+use reqwest::header::{self, HeaderMap};
+use reqwest::{Client, Response, StatusCode};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::time::Instant;
+use trawl_domain::canonical::{CanonicalUrl, UrlError};
+use trawl_domain::crawl::{CrawlConfig, DEFAULT_USER_AGENT};
+use trawl_domain::retry::{Failure, parse_retry_after};
+use trawl_domain::task::{ErrorKind, FetchRecord, Millis};
+
+/// Media types stored and parsed for links without being listed in `store_content_types`.
+const HTML_TYPES: [&str; 2] = ["text/html", "application/xhtml+xml"];
+/// Clients kept per distinct connect timeout (crawls rarely differ; this bounds odd configs).
+const MAX_CLIENTS: usize = 8;
+const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8";
+
+/// The HTTP client could not be built (TLS backend initialisation).
+#[derive(Debug, Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct FetcherError(#[from] reqwest::Error);
+
+/// What to fetch, and under which crawl's rules.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchRequest<'a> {
+    /// The task's URL.
+    pub url: &'a CanonicalUrl,
+    pub config: &'a CrawlConfig,
+    /// The task's last successful fetch, for If-None-Match / If-Modified-Since.
+    pub previous: Option<&'a FetchRecord>,
+    /// Every redirect hop must stay inside this scope.
+    pub scope: &'a ScopeMatcher,
+    /// The task's link depth (redirect hops keep it).
+    pub depth: u32,
+    /// The wall clock, for Retry-After dates.
+    pub now: Millis,
+}
+
+/// How a fetch ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// A 2xx response.
+    Fetched(FetchedPage),
+    /// A 304: the previous content still stands.
+    NotModified(NotModified),
+    Failed(Failure),
+}
+
+/// A 2xx response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedPage {
+    pub status: u16,
+    /// The URL after redirects (the task's URL when there were none).
+    pub final_url: CanonicalUrl,
+    pub redirects: u8,
+    /// The Content-Type header as sent.
+    pub content_type: Option<String>,
+    /// Bytes of the body after decompression when it was read; the declared length otherwise.
+    pub content_length: Option<u64>,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    /// The body, when its type is stored (HTML or one of `store_content_types`); other types are
+    /// recorded without being downloaded.
+    pub body: Option<Body>,
+}
+
+impl FetchedPage {
+    /// Whether the content is HTML (and so worth scanning for links).
+    pub fn is_html(&self) -> bool {
+        self.content_type
+            .as_deref()
+            .is_some_and(|ct| HTML_TYPES.contains(&media_type(ct).as_str()))
+    }
+}
+
+/// A downloaded body (after decompression) and its md5.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    pub bytes: Bytes,
+    pub md5: [u8; 16],
+}
+
+impl Body {
+    pub fn md5_hex(&self) -> String {
+        hex::encode(self.md5)
+    }
+}
+
+/// A 304 answer to a conditional GET.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotModified {
+    pub final_url: CanonicalUrl,
+    pub redirects: u8,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+}
+
+/// Fetches pages; build one per process and share it.
+pub struct Fetcher {
+    default_user_agent: String,
+    /// Keyed by (guarded, connect timeout in ms): reqwest fixes the connect timeout per client.
+    clients: Mutex<HashMap<(bool, u64), Client>>,
+    robots: robots::RobotsCache,
+}
+
+impl std::fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetcher")
+            .field("default_user_agent", &self.default_user_agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fetcher {
+    /// Builds the guarded and unguarded clients. `default_user_agent` serves crawls that name
+    /// none (empty: trawl's own).
+    pub fn new(default_user_agent: &str) -> Result<Self, FetcherError> {
+        let default_user_agent = match default_user_agent.trim() {
+            "" => DEFAULT_USER_AGENT.to_owned(),
+            ua => ua.to_owned(),
+        };
+        let connect_ms = trawl_domain::crawl::FetchLimits::default().connect_timeout_ms;
+        let mut clients = HashMap::new();
+        for guarded in [true, false] {
+            clients.insert((guarded, connect_ms), build_client(guarded, connect_ms)?);
+        }
+        Ok(Self {
+            default_user_agent,
+            clients: Mutex::new(clients),
+            robots: robots::RobotsCache::default(),
+        })
+    }
+
+    /// Fetches `req.url`: robots.txt first (when the crawl respects it), then the page, following
+    /// redirects itself so that every hop is canonicalised and checked against the scope, the
+    /// network guard and robots.txt. Never panics and never returns early without an outcome.
+    pub async fn fetch(&self, req: FetchRequest<'_>) -> FetchOutcome {
+        match self.fetch_inner(&req).await {
+            Ok(outcome) => outcome,
+            Err(failure) => FetchOutcome::Failed(failure),
+        }
+    }
+
+    /// The robots.txt Crawl-delay for `url`'s origin, capped at the crawl's
+    /// `max_crawl_delay_ms` (None when robots.txt is not respected, has none, or is unavailable).
+    /// Cached: after a fetch of the same origin this costs no request.
+    pub async fn crawl_delay(&self, url: &CanonicalUrl, config: &CrawlConfig) -> Option<Duration> {
+        if !config.politeness.respect_robots {
+            return None;
+        }
+        let max = Duration::from_millis(config.politeness.max_crawl_delay_ms);
+        self.robots_rules(url, config)
+            .await
+            .ok()
+            .and_then(|rules| rules.crawl_delay(max))
+    }
+
+    async fn fetch_inner(&self, req: &FetchRequest<'_>) -> Result<FetchOutcome, Failure> {
+        let limits = &req.config.fetch;
+        let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
+        // The conditional headers belong to the URL the previous fetch ended at.
+        let conditional_url = req
+            .previous
+            .and_then(|p| p.final_url.as_deref())
+            .unwrap_or(req.url.as_str());
+        let mut url = req.url.clone();
+        let mut visited = HashSet::from([url.clone()]);
+        let mut redirects: u8 = 0;
+        loop {
+            if req.config.politeness.respect_robots {
+                // The guard is checked before robots.txt too, so a forbidden host sees nothing.
+                self.check_guard(&url, req.config)?;
+                self.robots_rules(&url, req.config).await?.check(&url)?;
+            }
+            let previous = req.previous.filter(|_| url.as_str() == conditional_url);
+            let response = self.send(&url, req.config, previous, deadline).await?;
+            let status = response.status();
+            let next = match Hop::of(&response, &url) {
+                Hop::Final => break self.finish(response, url, redirects, req, deadline).await,
+                Hop::Redirect(next) => next.map_err(|e| {
+                    with_status(
+                        Failure::new(
+                            ErrorKind::InvalidContent,
+                            format!("bad redirect location: {e}"),
+                        ),
+                        status,
+                    )
+                })?,
+            };
+            if redirects >= limits.max_redirects {
+                return Err(with_status(
+                    Failure::new(
+                        ErrorKind::TooManyRedirects,
+                        format!("more than {} redirects", limits.max_redirects),
+                    ),
+                    status,
+                ));
+            }
+            if !visited.insert(next.clone()) {
+                return Err(with_status(
+                    Failure::new(
+                        ErrorKind::TooManyRedirects,
+                        format!("redirect loop at {next}"),
+                    ),
+                    status,
+                ));
+            }
+            if let Err(reason) = req.scope.check(&next, req.depth) {
+                return Err(with_status(
+                    Failure::new(
+                        ErrorKind::OutOfScope,
+                        format!("redirect to {next}: {reason}"),
+                    ),
+                    status,
+                ));
+            }
+            redirects += 1;
+            url = next;
+        }
+    }
+
+    /// Turns the last response of a redirect chain into the outcome.
+    async fn finish(
+        &self,
+        response: Response,
+        final_url: CanonicalUrl,
+        redirects: u8,
+        req: &FetchRequest<'_>,
+        deadline: Instant,
+    ) -> Result<FetchOutcome, Failure> {
+        let status = response.status();
+        let headers = response.headers();
+        let etag = header_string(headers, header::ETAG);
+        let last_modified = header_string(headers, header::LAST_MODIFIED);
+        if status == StatusCode::NOT_MODIFIED {
+            return Ok(FetchOutcome::NotModified(NotModified {
+                final_url,
+                redirects,
+                etag,
+                last_modified,
+            }));
+        }
+        if !status.is_success() {
+            let retry_after = match status {
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                    header_string(headers, header::RETRY_AFTER)
+                        .and_then(|v| parse_retry_after(&v, req.now))
+                }
+                _ => None,
+            };
+            return Err(Failure::from_http_status(status.as_u16(), retry_after));
+        }
+        let content_type = header_string(headers, header::CONTENT_TYPE);
+        let declared_length = response.content_length();
+        let limits = &req.config.fetch;
+        let stored = content_type.as_deref().is_some_and(|ct| {
+            let media = media_type(ct);
+            HTML_TYPES.contains(&media.as_str())
+                || limits
+                    .store_content_types
+                    .iter()
+                    .any(|t| t.trim().eq_ignore_ascii_case(&media))
+        });
+        let mut page = FetchedPage {
+            status: status.as_u16(),
+            final_url,
+            redirects,
+            content_type,
+            content_length: declared_length,
+            etag,
+            last_modified,
+            body: None,
+        };
+        if !stored {
+            return Ok(FetchOutcome::Fetched(page));
+        }
+        let too_large = || {
+            Failure::new(
+                ErrorKind::TooLarge,
+                format!("body larger than {} bytes", limits.max_body_bytes),
+            )
+        };
+        // Without Content-Encoding reqwest reports the declared length: refuse before reading.
+        if declared_length.is_some_and(|len| len > limits.max_body_bytes) {
+            return Err(too_large());
+        }
+        let capped = read_capped(response, limits.max_body_bytes, deadline).await?;
+        if capped.exceeded {
+            return Err(too_large());
+        }
+        let md5 = Md5::digest(&capped.bytes).into();
+        page.content_length = Some(capped.bytes.len() as u64);
+        page.body = Some(Body {
+            bytes: capped.bytes,
+            md5,
+        });
+        Ok(FetchOutcome::Fetched(page))
+    }
+
+    fn check_guard(&self, url: &CanonicalUrl, config: &CrawlConfig) -> Result<(), Failure> {
+        if config.fetch.allow_private_networks {
+            return Ok(());
+        }
+        guard::check_literal(url.as_url(), &config.fetch.guard_exempt)
+            .map_err(|e| Failure::new(ErrorKind::Blocked, e.to_string()))
+    }
+
+    /// Sends one GET (no redirect following) through the client the crawl's guard setting
+    /// calls for, after checking IP-literal hosts against the guard.
+    async fn send(
+        &self,
+        url: &CanonicalUrl,
+        config: &CrawlConfig,
+        previous: Option<&FetchRecord>,
+        deadline: Instant,
+    ) -> Result<Response, Failure> {
+        self.check_guard(url, config)?;
+        let client = self.client(
+            !config.fetch.allow_private_networks,
+            config.fetch.connect_timeout_ms,
+        )?;
+        let mut request = client
+            .get(url.as_str())
+            .header(header::USER_AGENT, self.user_agent(config))
+            .header(header::ACCEPT, ACCEPT);
+        if let Some(prev) = previous {
+            if let Some(etag) = &prev.etag {
+                request = request.header(header::IF_NONE_MATCH, etag);
+            }
+            if let Some(lm) = &prev.last_modified {
+                request = request.header(header::IF_MODIFIED_SINCE, lm);
+            }
+        }
+        match tokio::time::timeout_at(deadline, request.send()).await {
+            Err(_) => Err(Failure::new(ErrorKind::Timeout, "no response in time")),
+            Ok(Err(e)) => Err(classify(&e)),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+
+    fn user_agent<'a>(&'a self, config: &'a CrawlConfig) -> &'a str {
+        match config.user_agent.trim() {
+            "" => &self.default_user_agent,
+            ua => ua,
+        }
+    }
+
+    fn client(&self, guarded: bool, connect_ms: u64) -> Result<Client, Failure> {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let wanted = (guarded, connect_ms);
+        let key = if clients.contains_key(&wanted) || clients.len() < MAX_CLIENTS {
+            wanted
+        } else {
+            (
+                guarded,
+                trawl_domain::crawl::FetchLimits::default().connect_timeout_ms,
+            )
+        };
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = build_client(key.0, key.1)
+            .map_err(|e| Failure::new(ErrorKind::Connection, e.to_string()))?;
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+fn build_client(guarded: bool, connect_ms: u64) -> Result<Client, FetcherError> {
+    let builder = Client::builder()
+        // Redirects are followed by `fetch`, which checks every hop.
+        .redirect(reqwest::redirect::Policy::none())
+        // A proxy would resolve names itself, past the guard; trawl connects directly.
+        .no_proxy()
+        .connect_timeout(Duration::from_millis(connect_ms))
+        .pool_idle_timeout(Duration::from_secs(30));
+    let builder = if guarded {
+        builder.dns_resolver(GuardedResolver)
+    } else {
+        builder
+    };
+    Ok(builder.build()?)
+}
+
+/// Where a response leads.
+enum Hop {
+    /// Not a redirect: this response is the answer.
+    Final,
+    /// A redirect (301, 302, 303, 307, 308 with a Location), resolved and canonicalised.
+    Redirect(Result<CanonicalUrl, UrlError>),
+}
+
+impl Hop {
+    fn of(response: &Response, url: &CanonicalUrl) -> Hop {
+        let status = response.status();
+        let is_redirect = matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308);
+        match response.headers().get(header::LOCATION) {
+            Some(location) if is_redirect => {
+                let location = String::from_utf8_lossy(location.as_bytes());
+                Hop::Redirect(CanonicalUrl::join(url.as_url(), &location))
+            }
+            _ => Hop::Final,
+        }
+    }
+}
+
+/// A body read up to a cap.
+struct Capped {
+    bytes: Bytes,
+    /// The body went on past the cap (`bytes` holds the first `cap` bytes).
+    exceeded: bool,
+}
+
+/// Streams the (decompressed) body, keeping at most `cap` bytes and stopping as soon as it goes
+/// past them, so a decompression bomb costs no more than the cap.
+async fn read_capped(
+    mut response: Response,
+    cap: u64,
+    deadline: Instant,
+) -> Result<Capped, Failure> {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let initial = response
+        .content_length()
+        .and_then(|len| usize::try_from(len).ok())
+        .unwrap_or(0)
+        .min(cap)
+        .min(1024 * 1024);
+    let mut buf = BytesMut::with_capacity(initial);
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Err(_) => {
+                return Err(Failure::new(
+                    ErrorKind::Timeout,
+                    "body not received in time",
+                ));
+            }
+            Ok(Err(e)) => return Err(classify(&e)),
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        let room = cap - buf.len();
+        if chunk.len() > room {
+            buf.extend_from_slice(&chunk[..room]);
+            return Ok(Capped {
+                bytes: buf.freeze(),
+                exceeded: true,
+            });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Capped {
+        bytes: buf.freeze(),
+        exceeded: false,
+    })
+}
+
+/// Classifies a reqwest error, naming its causes (reqwest's own message rarely says why).
+fn classify(error: &reqwest::Error) -> Failure {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    let mut blocked = false;
+    while let Some(cause) = source {
+        blocked |= cause.downcast_ref::<BlockedAddress>().is_some();
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    let kind = if blocked {
+        ErrorKind::Blocked
+    } else if error.is_timeout() {
+        ErrorKind::Timeout
+    } else if error.is_decode() {
+        ErrorKind::InvalidContent
+    } else {
+        ErrorKind::Connection
+    };
+    Failure::new(kind, message)
+}
+
+fn with_status(mut failure: Failure, status: StatusCode) -> Failure {
+    failure.http_status = Some(status.as_u16());
+    failure
+}
+
+fn header_string(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// `text/html; charset=utf-8` → `text/html`.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_fetcher_can_be_shared_across_tasks() {
+        assert_send_sync::<Fetcher>();
+        let fetcher = Fetcher::new("").unwrap();
+        let config = CrawlConfig::default();
+        let scope = ScopeMatcher::new(&config.scope).unwrap();
+        let url = CanonicalUrl::parse("http://example.com/").unwrap();
+        let fetch = fetcher.fetch(FetchRequest {
+            url: &url,
+            config: &config,
+            previous: None,
+            scope: &scope,
+            depth: 0,
+            now: 0,
+        });
+        assert_send(&fetch);
+        let delay = fetcher.crawl_delay(&url, &config);
+        assert_send(&delay);
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        assert_eq!(media_type("Text/HTML; charset=UTF-8"), "text/html");
+        assert_eq!(media_type("application/pdf"), "application/pdf");
+    }
+}

@@ -1,0 +1,18 @@
+//! trawl-core: the ports and the services shared by trawl's Lambda functions and CLI.
+//!
+//! Ports are small traits (`store::TaskStore`, `store::CrawlStore`, `blob::BlobStore`,
+//! `queue::WorkQueue`, `clock::Clock`). Their adapters live in their own crates, one folder each:
+//! `trawl-aws` (DynamoDB, S3, SQS through the real SDK) and `trawl-embedded` (SQLite, a
+//! directory, an in-process queue). Decisions about a task live in `trawl-domain`.
+
+pub mod blob;
+pub mod crawler;
+pub mod deliver;
+pub mod discover;
+pub mod fetch;
+pub mod frontier;
+pub mod queue;
+pub mod runner;
+pub mod seed;
+pub mod store;
+pub mod sweep;

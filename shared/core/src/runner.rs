@@ -1,0 +1,277 @@
+//! Runs one crawl to completion inside one process (the `trawl` CLI, the benchmarks): worker
+//! loops consume the queue through the same `Crawler` the Lambda runs, and whenever the queue
+//! goes quiet the same `Sweeper` re-enqueues what is due and decides when the crawl is complete.
+
+use crate::blob::BlobStore;
+use crate::crawler::{Crawler, Disposition, Outcome};
+use crate::queue::{QueueError, WorkMessage, WorkQueue};
+use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery, TaskStore};
+use crate::sweep::{LocalDeliveryTrigger, SweepBudget, SweepError, SweepOptions, Sweeper};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::task::{Status, now_ms};
+
+/// How long a worker waits on an empty queue (SQS long polling: an empty queue costs one
+/// request per second per worker, not a busy loop; the local queue wakes at once on a send).
+const RECEIVE_WAIT_MS: u64 = 1_000;
+/// How often the coordinator looks whether the queue went quiet.
+const COORDINATOR_TICK: Duration = Duration::from_millis(200);
+/// How long the queue must stay quiet before the sweeper runs.
+const QUIET: Duration = Duration::from_millis(500);
+/// Delay before a rejected (malformed) message is offered again.
+const REJECT_DELAY_MS: u64 = 30_000;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Sweep(#[from] SweepError),
+    #[error("no crawl {0}")]
+    NoSuchCrawl(CrawlId),
+}
+
+/// Live counters of a run, for progress displays.
+#[derive(Debug, Default)]
+pub struct RunStats {
+    /// Pages fetched and stored (or recorded).
+    pub succeeded: AtomicU64,
+    /// Pages found unchanged (304 or same md5): no upload.
+    pub unchanged: AtomicU64,
+    /// Failures that will be retried.
+    pub retrying: AtomicU64,
+    /// Tasks given up (permanent failure or retries exhausted).
+    pub gave_up: AtomicU64,
+    /// Duplicate or stale messages dropped.
+    pub skipped: AtomicU64,
+    /// Storage errors (the message comes back).
+    pub errors: AtomicU64,
+    /// Body bytes fetched.
+    pub bytes: AtomicU64,
+}
+
+impl RunStats {
+    fn record(&self, outcome: Outcome) {
+        let counter = match outcome {
+            Outcome::Succeeded { bytes, .. } => {
+                self.bytes.fetch_add(bytes, Ordering::Relaxed);
+                &self.succeeded
+            }
+            Outcome::Unchanged => &self.unchanged,
+            Outcome::Retrying => &self.retrying,
+            Outcome::GaveUp => &self.gave_up,
+            Outcome::Skipped | Outcome::HandedBack => &self.skipped,
+            Outcome::Malformed | Outcome::Error => &self.errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Tasks brought to an end by this run.
+    pub fn finished(&self) -> u64 {
+        self.succeeded.load(Ordering::Relaxed)
+            + self.unchanged.load(Ordering::Relaxed)
+            + self.gave_up.load(Ordering::Relaxed)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The crawl has nothing left to do; this generation is ready for delivery.
+    Completed { generation: u64 },
+    /// Stopped on request: in-flight tasks were finished, the rest is left for the next run.
+    Stopped,
+}
+
+/// Puts every unfinished task of a crawl (back) on a queue that lives in this process: after a
+/// restart (or a kill -9) the in-process queue is empty while the table still knows the work.
+/// `in_progress` tasks are leftovers of a dead process (a local data directory is locked to one
+/// process): their leases are taken over and released at once rather than waited out.
+pub async fn rebuild_local_queue<S, Q>(store: &S, queue: &Q, crawl: &Crawl) -> Result<u64, RunError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    let per_host = crawl.config.politeness.per_host;
+    let mut sent = 0u64;
+    for status in [Status::InProgress, Status::Pending, Status::Failed] {
+        let mut cursor = None;
+        loop {
+            let query = TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status,
+                updated_before: None,
+                limit: 500,
+                cursor,
+            };
+            let page = store.query(&query).await?;
+            let mut messages = Vec::with_capacity(page.tasks.len());
+            for task in page.tasks {
+                if status == Status::InProgress {
+                    // Released tasks are pending: the next pass enqueues them.
+                    let expired = task.lease_expires_at.unwrap_or(0).max(now_ms());
+                    if let ClaimOutcome::Claimed { lease, .. } =
+                        store.claim(&crawl.id, &task.task_id, 1, expired).await?
+                    {
+                        store.release(&lease, now_ms()).await?;
+                    }
+                } else if let Ok(url) = CanonicalUrl::parse(&task.url) {
+                    messages.push(WorkMessage::new(
+                        crawl.id.clone(),
+                        task.task_id,
+                        &url,
+                        task.depth,
+                        per_host,
+                    ));
+                }
+            }
+            sent += queue.send(&messages).await?.sent as u64;
+            cursor = page.cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+    }
+    Ok(sent)
+}
+
+/// Runs `workers` worker loops and the sweeper until the crawl completes or `stop` is set.
+pub async fn run_crawl<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    crawl_id: &CrawlId,
+    workers: usize,
+    stats: &RunStats,
+    stop: &AtomicBool,
+) -> Result<RunEnd, RunError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let done = AtomicBool::new(false);
+    let busy = AtomicUsize::new(0);
+    let last_work = std::sync::Mutex::new(Instant::now());
+    let worker = || async {
+        while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+            match work_once(crawler, stats, &busy).await {
+                Ok(true) => {
+                    *last_work
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "queue error; retrying");
+                    tokio::time::sleep(Duration::from_millis(RECEIVE_WAIT_MS)).await;
+                }
+            }
+        }
+    };
+    let coordinator = async {
+        let trigger = LocalDeliveryTrigger::default();
+        let sweeper = Sweeper {
+            store: crawler.store(),
+            queue: crawler.queue(),
+            trigger: &trigger,
+            options: SweepOptions::default(),
+        };
+        let end = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(RunEnd::Stopped);
+            }
+            tokio::time::sleep(COORDINATOR_TICK).await;
+            let quiet = busy.load(Ordering::SeqCst) == 0
+                && last_work
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .elapsed()
+                    >= QUIET;
+            if !quiet {
+                continue;
+            }
+            let crawl = match crawler.store().get_crawl(crawl_id).await {
+                Ok(Some(crawl)) => crawl,
+                Ok(None) => break Err(RunError::NoSuchCrawl(crawl_id.clone())),
+                Err(e) => break Err(e.into()),
+            };
+            if crawl.state == CrawlState::Completed {
+                break Ok(RunEnd::Completed {
+                    generation: crawl.generation,
+                });
+            }
+            let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
+            match sweeper.sweep_crawl(&crawl, now_ms(), &mut budget).await {
+                Ok(report) if report.completed => {
+                    break Ok(RunEnd::Completed {
+                        generation: crawl.generation,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => break Err(e.into()),
+            }
+        };
+        done.store(true, Ordering::Relaxed);
+        end
+    };
+    let (end, _) = tokio::join!(
+        coordinator,
+        futures_util::future::join_all((0..workers.max(1)).map(|_| worker()))
+    );
+    end
+}
+
+/// One receive → process → settle round. Returns whether there was work.
+/// `busy` counts workers holding messages (not those waiting on an empty queue).
+async fn work_once<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    stats: &RunStats,
+    busy: &AtomicUsize,
+) -> Result<bool, QueueError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let batch = crawler.queue().receive(10, RECEIVE_WAIT_MS).await?;
+    if batch.is_empty() {
+        return Ok(false);
+    }
+    busy.fetch_add(1, Ordering::SeqCst);
+    let settled = settle(crawler, stats, batch).await;
+    busy.fetch_sub(1, Ordering::SeqCst);
+    settled.map(|()| true)
+}
+
+/// Processes a batch and acts on each message's disposition.
+async fn settle<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    stats: &RunStats,
+    batch: Vec<crate::queue::Received>,
+) -> Result<(), QueueError>
+where
+    S: TaskStore + CrawlStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let results = crawler.process_batch(batch, None).await;
+    let mut handled = Vec::new();
+    for result in results {
+        stats.record(result.outcome);
+        match result.disposition {
+            Disposition::Done => handled.push(result.receipt),
+            Disposition::RetryAfter(ms) => crawler.queue().retry_later(&result.receipt, ms).await?,
+            Disposition::Reject(_) => {
+                crawler
+                    .queue()
+                    .retry_later(&result.receipt, REJECT_DELAY_MS)
+                    .await?
+            }
+        }
+    }
+    crawler.queue().ack(&handled).await
+}

@@ -1,0 +1,878 @@
+//! Seeding: starting or extending a crawl from a seed request.
+//!
+//! A request names the crawl, optionally its configuration, and one source of URLs:
+//!
+//! ```json
+//! {"crawl_id": "news", "config": {"scope": {"max_pages": 1000}},
+//!  "source": {"urls": ["https://example.com/"]}}
+//! {"crawl_id": "news", "source": {"s3": {"bucket": "b", "key": "seeds.jsonl", "format": "jsonl"}}}
+//! {"crawl_id": "news", "source": {"sitemaps": ["https://example.com/sitemap.xml"]}}
+//! {"crawl_id": "news", "source": {"pagination": [
+//!     {"template": "https://example.com/p/{page}", "start": 1, "stop": 51},
+//!     {"template": "https://example.com/c/{page}/", "values": ["books", "films"]}]}}
+//! ```
+//!
+//! Everything is validated before anything is written: a malformed request is a
+//! [`SeedError::InvalidRequest`] and changes nothing. Individual URLs that are not valid (or out
+//! of the crawl's scope) are rejected with their reason while the others are seeded.
+//!
+//! Seeding goes through [`frontier::add_tasks`] in batches of [`BATCH_SIZE`], so it is idempotent
+//! (re-running a seed is a no-op, never a reset), bounded by the page budget, and memory stays
+//! bounded whatever the source's size. A seed larger than one invocation's [`SeedBudget`] stops
+//! at a batch boundary and returns a `cursor`; the same request with that cursor continues where
+//! it stopped, with nothing seeded twice or skipped.
+
+mod cursor;
+mod manifest;
+mod pagination;
+mod sitemap;
+
+pub use manifest::{
+    MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
+};
+pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
+pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
+
+use crate::discover::ScopeMatcher;
+use crate::fetch::Fetcher;
+use crate::frontier::{self, FrontierError};
+use crate::queue::{QueueError, WorkQueue};
+use crate::store::{CrawlStore, StoreError, TaskStore};
+use cursor::{Cursor, Position};
+use md5::{Digest, Md5};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use thiserror::Error;
+use tokio::time::Instant;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, truncate};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::task::{Millis, NewTask};
+
+/// URLs handed to the frontier at once.
+pub const BATCH_SIZE: usize = 500;
+/// Most URLs a request may list inline (a Lambda payload is 6 MB; larger lists belong in S3).
+pub const MAX_INLINE_URLS: usize = 10_000;
+/// Most sitemaps or templates one request may list.
+pub const MAX_SOURCE_ITEMS: usize = 1_000;
+/// Rejections listed in a response (all are counted).
+pub const MAX_LISTED_REJECTIONS: usize = 100;
+/// Most distinct hosts an S3 manifest may have when `allowed_domains` is left empty.
+pub const MAX_DERIVED_HOSTS: usize = 1_000;
+
+/// A seed request: which crawl, its configuration, where the URLs come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedRequest {
+    pub crawl_id: CrawlId,
+    /// Used when the crawl is created; an existing crawl keeps its stored configuration.
+    /// Absent: the defaults, with the deployment's user agent and per-host parallelism.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<CrawlConfig>,
+    pub source: SeedSource,
+    /// The `cursor` of a previous response, to continue an unfinished seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// Where a seed's URLs come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SeedSource {
+    /// URLs listed inline.
+    Urls(Vec<String>),
+    /// A manifest in S3, streamed line by line.
+    S3(S3Manifest),
+    /// Sitemaps or sitemap indexes (gzip or not), fetched under the crawl's fetch rules.
+    Sitemaps(Vec<String>),
+    /// URL templates with a `{page}` placeholder.
+    Pagination(Vec<PageTemplate>),
+}
+
+/// A URL manifest in S3.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Manifest {
+    pub bucket: String,
+    pub key: String,
+    #[serde(default)]
+    pub format: ManifestFormat,
+}
+
+/// Settings for crawls whose request carries no configuration (the deployment's environment).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedDefaults {
+    pub user_agent: Option<String>,
+    pub per_host: Option<u32>,
+}
+
+/// How much one invocation may do before it hands back a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeedBudget {
+    /// URLs read from the source (accepted or not).
+    pub max_urls: u64,
+    /// Stop starting new batches after this instant.
+    pub deadline: Option<Instant>,
+}
+
+impl Default for SeedBudget {
+    fn default() -> Self {
+        Self {
+            max_urls: 100_000,
+            deadline: None,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SeedError {
+    /// The request is malformed; nothing was written.
+    #[error("invalid seed request: {}", .0.join("; "))]
+    InvalidRequest(Vec<String>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The manifest stream broke off mid-way.
+    #[error("reading the manifest: {0}")]
+    Read(#[from] std::io::Error),
+}
+
+impl SeedError {
+    fn invalid(problem: impl Into<String>) -> Self {
+        SeedError::InvalidRequest(vec![problem.into()])
+    }
+
+    /// Whether the same request may succeed later (it is idempotent, so retrying is safe).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SeedError::InvalidRequest(_) => false,
+            SeedError::Store(e) => e.is_retryable(),
+            SeedError::Queue(e) => matches!(e, QueueError::Unavailable { .. }),
+            SeedError::Manifest(e) => e.is_retryable(),
+            SeedError::Read(_) => true,
+        }
+    }
+}
+
+impl From<FrontierError> for SeedError {
+    fn from(e: FrontierError) -> Self {
+        match e {
+            FrontierError::Store(e) => SeedError::Store(e),
+            FrontierError::Queue(e) => SeedError::Queue(e),
+        }
+    }
+}
+
+/// A URL (or manifest line, or sitemap) that was not seeded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub input: String,
+    pub reason: String,
+}
+
+/// What sitemaps said about modification times (trawl's task schema has no field for it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastmodSummary {
+    /// Entries that had a `<lastmod>`.
+    pub entries: u64,
+    /// The most recent one (W3C datetime strings compare in time order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest: Option<String>,
+}
+
+/// What a seed invocation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedResponse {
+    pub crawl_id: String,
+    /// This invocation created the crawl.
+    pub created: bool,
+    /// New tasks created (and enqueued, unless counted in `enqueue_failed`).
+    pub accepted: u64,
+    /// URLs the crawl already had (left untouched).
+    pub already_known: u64,
+    /// URLs past the crawl's `max_pages` budget.
+    pub over_budget: u64,
+    /// URLs (or lines, or sitemaps) not seeded; the first ones are listed in `rejections`.
+    pub rejected: u64,
+    pub rejections: Vec<Rejection>,
+    /// New tasks whose message could not be sent (the sweeper enqueues them later).
+    pub enqueue_failed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lastmod: Option<LastmodSummary>,
+    /// Present when the seed is unfinished: send the same request with this cursor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+impl SeedRequest {
+    /// Parses a request from JSON, as a typed error when malformed.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, SeedError> {
+        serde_json::from_value(value).map_err(|e| SeedError::invalid(e.to_string()))
+    }
+
+    /// Identifies the request (crawl and source), so that a cursor only continues its own.
+    fn fingerprint(&self) -> String {
+        let source = serde_json::to_string(&self.source).unwrap_or_default();
+        let digest = Md5::new()
+            .chain_update(self.crawl_id.as_str())
+            .chain_update([0])
+            .chain_update(source)
+            .finalize();
+        hex::encode(&digest[..8])
+    }
+}
+
+/// Checks a crawl configuration; returns every problem found.
+pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Err(e) = ScopeMatcher::new(&config.scope) {
+        problems.push(format!("scope: {e}"));
+    }
+    if config.scope.max_pages == Some(0) {
+        problems.push("scope.max_pages must be at least 1".into());
+    }
+    if !(1..=64).contains(&config.politeness.per_host) {
+        problems.push("politeness.per_host must be from 1 to 64".into());
+    }
+    if config.lease_ms < 1_000 {
+        problems.push("lease_ms must be at least 1000".into());
+    }
+    let fetch = &config.fetch;
+    if fetch.timeout_ms == 0 || fetch.connect_timeout_ms == 0 {
+        problems.push("fetch timeouts must be at least 1 ms".into());
+    }
+    if fetch.max_body_bytes == 0 {
+        problems.push("fetch.max_body_bytes must be at least 1".into());
+    }
+    for exempt in &fetch.guard_exempt {
+        if exempt.parse::<std::net::SocketAddr>().is_err() {
+            problems.push(format!(
+                "fetch.guard_exempt entry {exempt:?} is not an ip:port"
+            ));
+        }
+    }
+    if config.retry.base_delay_ms > config.retry.max_delay_ms {
+        problems.push("retry.base_delay_ms must not exceed retry.max_delay_ms".into());
+    }
+    if config.recrawl.interval_ms.is_some_and(|ms| ms < 1_000) {
+        problems.push("recrawl.interval_ms must be at least 1000".into());
+    }
+    let ua = &config.user_agent;
+    if ua.len() > 256 || ua.chars().any(char::is_control) {
+        problems
+            .push("user_agent must be at most 256 characters, without control characters".into());
+    }
+    problems
+}
+
+/// The ports a seed uses.
+pub struct Seeder<'a, S, Q, M> {
+    pub store: &'a S,
+    pub queue: &'a Q,
+    /// Fetches sitemaps (robots.txt and the network guard apply).
+    pub fetcher: &'a Fetcher,
+    pub manifests: &'a M,
+    pub defaults: &'a SeedDefaults,
+}
+
+impl<S, Q, M> Seeder<'_, S, Q, M>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+    M: ManifestSource,
+{
+    /// Runs (or continues) a seed request within `budget`.
+    pub async fn seed(
+        &self,
+        request: SeedRequest,
+        budget: SeedBudget,
+        now: Millis,
+    ) -> Result<SeedResponse, SeedError> {
+        if budget.max_urls == 0 {
+            return Err(SeedError::invalid("the URL budget must be at least 1"));
+        }
+        let fingerprint = request.fingerprint();
+        let cursor = match &request.cursor {
+            Some(raw) => Cursor::decode(raw, &fingerprint).map_err(SeedError::invalid)?,
+            None => Cursor::default(),
+        };
+        let mut config = match &request.config {
+            Some(config) => config.clone(),
+            None => self.default_config(),
+        };
+        let mut problems = validate_config(&config);
+        problems.extend(validate_source(&request.source));
+        if !problems.is_empty() {
+            return Err(SeedError::InvalidRequest(problems));
+        }
+
+        // Open the manifest first: an unreadable one is a bad request, found before any write.
+        let mut manifest = match &request.source {
+            SeedSource::S3(m) => Some(
+                self.manifests
+                    .open(
+                        &m.bucket,
+                        &m.key,
+                        cursor.position.offset,
+                        cursor.etag.as_deref(),
+                    )
+                    .await
+                    .map_err(unreadable_is_invalid)?,
+            ),
+            _ => None,
+        };
+        let existing = self.store.get_crawl(&request.crawl_id).await?;
+        if existing.is_none() && config.scope.allowed_domains.is_empty() {
+            config.scope.allowed_domains = self.seed_hosts(&request.source).await?;
+        }
+        let (crawl, created) = match existing {
+            Some(crawl) => (crawl, false),
+            None => {
+                self.store
+                    .create_crawl(&Crawl::new(request.crawl_id.clone(), config, now))
+                    .await?
+            }
+        };
+        let scope = ScopeMatcher::new(&crawl.config.scope)
+            .map_err(|e| SeedError::invalid(format!("stored scope: {e}")))?;
+        let mut sink = Sink {
+            store: self.store,
+            queue: self.queue,
+            crawl,
+            scope,
+            now,
+            budget,
+            batch: Vec::with_capacity(BATCH_SIZE),
+            read: 0,
+            response: SeedResponse {
+                crawl_id: request.crawl_id.to_string(),
+                created,
+                ..SeedResponse::default()
+            },
+        };
+        let pos = cursor.position;
+        let stopped = match &request.source {
+            SeedSource::Urls(urls) => seed_urls(&mut sink, urls, pos).await?,
+            SeedSource::S3(m) => match manifest.as_mut() {
+                Some(open) => seed_manifest(&mut sink, open, m.format, pos).await?,
+                None => None,
+            },
+            SeedSource::Sitemaps(urls) => seed_sitemaps(&mut sink, self.fetcher, urls, pos).await?,
+            SeedSource::Pagination(templates) => seed_pages(&mut sink, templates, pos).await?,
+        };
+        sink.flush().await?;
+        let mut response = sink.response;
+        response.cursor = stopped.map(|position| {
+            Cursor {
+                position,
+                etag: manifest.and_then(|m| m.etag),
+            }
+            .encode(&fingerprint)
+        });
+        Ok(response)
+    }
+
+    fn default_config(&self) -> CrawlConfig {
+        let mut config = CrawlConfig::default();
+        if let Some(ua) = &self.defaults.user_agent {
+            config.user_agent = ua.clone();
+        }
+        if let Some(per_host) = self.defaults.per_host {
+            config.politeness.per_host = per_host;
+        }
+        config
+    }
+
+    /// The hosts a new crawl is confined to when the request names none: the seed URLs' hosts
+    /// (for sitemaps, the sitemaps' hosts, which the protocol requires their URLs to share).
+    async fn seed_hosts(&self, source: &SeedSource) -> Result<Vec<String>, SeedError> {
+        let mut hosts = BTreeSet::new();
+        fn add(hosts: &mut BTreeSet<String>, raw: &str) {
+            if let Ok(url) = CanonicalUrl::parse(raw) {
+                hosts.insert(url.host().to_owned());
+            }
+        }
+        match source {
+            SeedSource::Urls(urls) | SeedSource::Sitemaps(urls) => {
+                urls.iter().for_each(|u| add(&mut hosts, u))
+            }
+            SeedSource::Pagination(templates) => templates
+                .iter()
+                .filter_map(|t| t.page(0))
+                .for_each(|u| add(&mut hosts, &u)),
+            SeedSource::S3(m) => {
+                // A first pass over the manifest, hosts only (once, when the crawl is created).
+                let mut open = self
+                    .manifests
+                    .open(&m.bucket, &m.key, 0, None)
+                    .await
+                    .map_err(unreadable_is_invalid)?;
+                let mut buf = Vec::new();
+                while let Some(line) =
+                    manifest::read_line(&mut open.reader, &mut buf, MAX_LINE_BYTES).await?
+                {
+                    if let manifest::Entry::Url(url) =
+                        manifest::parse_line(&buf, line.too_long, m.format)
+                    {
+                        add(&mut hosts, &url);
+                    }
+                    if hosts.len() > MAX_DERIVED_HOSTS {
+                        return Err(SeedError::invalid(format!(
+                            "the manifest has more than {MAX_DERIVED_HOSTS} hosts: \
+                             set config.scope.allowed_domains"
+                        )));
+                    }
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return Err(SeedError::invalid("no valid seed URL"));
+        }
+        Ok(hosts.into_iter().collect())
+    }
+}
+
+fn unreadable_is_invalid(e: ManifestError) -> SeedError {
+    match e {
+        ManifestError::Unreadable { .. } => SeedError::invalid(e.to_string()),
+        e => SeedError::Manifest(e),
+    }
+}
+
+/// Checks the shape of a source (not its individual URLs: those are rejected one by one).
+fn validate_source(source: &SeedSource) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check_list = |what: &str, len: usize, max: usize| {
+        if len == 0 {
+            problems.push(format!("{what} is empty"));
+        } else if len > max {
+            problems.push(format!("{what} has {len} entries (at most {max})"));
+        }
+    };
+    match source {
+        SeedSource::Urls(urls) => {
+            check_list("source.urls", urls.len(), MAX_INLINE_URLS);
+            if !urls.is_empty() && urls.iter().all(|u| CanonicalUrl::parse(u).is_err()) {
+                let reasons = urls
+                    .iter()
+                    .take(5)
+                    .filter_map(|u| CanonicalUrl::parse(u).err());
+                problems.push("no valid URL in source.urls".into());
+                problems.extend(reasons.map(|e| e.to_string()));
+            }
+        }
+        SeedSource::Sitemaps(urls) => {
+            check_list("source.sitemaps", urls.len(), MAX_SOURCE_ITEMS);
+            for url in urls {
+                if let Err(e) = CanonicalUrl::parse(url) {
+                    problems.push(format!("sitemap: {e}"));
+                }
+            }
+        }
+        SeedSource::Pagination(templates) => {
+            check_list("source.pagination", templates.len(), MAX_SOURCE_ITEMS);
+            for t in templates {
+                match t.validate() {
+                    Err(problem) => problems.push(problem),
+                    Ok(_) => {
+                        if let Some(Err(e)) = t.page(0).map(|u| CanonicalUrl::parse(&u)) {
+                            problems.push(format!("template {:?}: {e}", t.template));
+                        }
+                    }
+                }
+            }
+        }
+        SeedSource::S3(m) => {
+            if m.bucket.trim().is_empty() || m.key.trim().is_empty() {
+                problems.push("source.s3 needs a bucket and a key".into());
+            }
+        }
+    }
+    problems
+}
+
+/// Collects URLs into batches for the frontier and keeps the tally and the budget.
+struct Sink<'a, S, Q> {
+    store: &'a S,
+    queue: &'a Q,
+    crawl: Crawl,
+    scope: ScopeMatcher,
+    now: Millis,
+    budget: SeedBudget,
+    batch: Vec<NewTask>,
+    /// Source entries read by this invocation.
+    read: u64,
+    response: SeedResponse,
+}
+
+impl<S, Q> Sink<'_, S, Q>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    /// Takes one seed URL: canonical and in scope, or rejected with the reason.
+    fn offer(&mut self, raw: &str) {
+        self.read += 1;
+        match CanonicalUrl::parse(raw) {
+            Err(e) => self.reject(raw, e.reason.to_string()),
+            Ok(url) => match self.scope.check(&url, 0) {
+                Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
+                Ok(()) => self.batch.push(NewTask {
+                    url,
+                    depth: 0,
+                    parent: None,
+                }),
+            },
+        }
+    }
+
+    fn reject(&mut self, input: &str, reason: impl Into<String>) {
+        self.response.rejected += 1;
+        if self.response.rejections.len() < MAX_LISTED_REJECTIONS {
+            self.response.rejections.push(Rejection {
+                input: truncate(input, 200).to_owned(),
+                reason: reason.into(),
+            });
+        }
+    }
+
+    fn note_lastmod(&mut self, lastmod: &str) {
+        let summary = self.response.lastmod.get_or_insert_with(Default::default);
+        summary.entries += 1;
+        if summary.newest.as_deref().is_none_or(|n| n < lastmod) {
+            summary.newest = Some(lastmod.to_owned());
+        }
+    }
+
+    fn exhausted(&self) -> bool {
+        self.read >= self.budget.max_urls
+            || self.budget.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Flushes a full batch, or any batch once the budget is spent. True when the invocation
+    /// must stop (everything read so far is then flushed).
+    async fn checkpoint(&mut self) -> Result<bool, SeedError> {
+        let exhausted = self.exhausted();
+        if exhausted || self.batch.len() >= BATCH_SIZE {
+            self.flush().await?;
+        }
+        Ok(exhausted)
+    }
+
+    async fn flush(&mut self) -> Result<(), SeedError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let tasks = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_SIZE));
+        let report =
+            frontier::add_tasks(self.store, self.queue, &self.crawl, tasks, self.now).await?;
+        if report.accepted > 0 && self.crawl.state == CrawlState::Completed {
+            // New work for a finished crawl: it runs again (and will complete and deliver anew).
+            self.store.reopen_crawl(&self.crawl.id, self.now).await?;
+            self.crawl.state = CrawlState::Running;
+        }
+        let r = &mut self.response;
+        r.accepted += report.accepted;
+        r.already_known += report.already_known;
+        r.over_budget += report.over_budget;
+        r.enqueue_failed += report.enqueue_failed.len() as u64;
+        for e in report.rejected {
+            self.reject(&e.url, e.reason.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// Position of the `index`-th element, as a u64 cursor field.
+fn at(index: usize) -> u64 {
+    index as u64
+}
+
+/// Skips the first `n` of an iterator, `n` coming from a cursor.
+fn skip(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+async fn seed_urls<S, Q>(
+    sink: &mut Sink<'_, S, Q>,
+    urls: &[String],
+    pos: Position,
+) -> Result<Option<Position>, SeedError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    for (i, url) in urls.iter().enumerate().skip(skip(pos.item)) {
+        sink.offer(url);
+        if sink.checkpoint().await? && i + 1 < urls.len() {
+            return Ok(Some(Position {
+                item: at(i + 1),
+                ..Position::default()
+            }));
+        }
+    }
+    Ok(None)
+}
+
+async fn seed_manifest<S, Q>(
+    sink: &mut Sink<'_, S, Q>,
+    open: &mut OpenManifest,
+    format: ManifestFormat,
+    pos: Position,
+) -> Result<Option<Position>, SeedError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    let mut offset = pos.offset;
+    let mut buf = Vec::new();
+    while let Some(line) = manifest::read_line(&mut open.reader, &mut buf, MAX_LINE_BYTES).await? {
+        let line_at = offset;
+        offset += line.consumed;
+        match manifest::parse_line(&buf, line.too_long, format) {
+            manifest::Entry::Skip => continue,
+            manifest::Entry::Url(url) => sink.offer(&url),
+            manifest::Entry::Invalid(reason) => {
+                sink.read += 1;
+                sink.reject(&format!("line at byte {line_at}"), reason);
+            }
+        }
+        if sink.checkpoint().await? && !manifest::at_end(&mut open.reader).await? {
+            return Ok(Some(Position {
+                offset,
+                ..Position::default()
+            }));
+        }
+    }
+    Ok(None)
+}
+
+async fn seed_sitemaps<S, Q>(
+    sink: &mut Sink<'_, S, Q>,
+    fetcher: &Fetcher,
+    sitemaps: &[String],
+    pos: Position,
+) -> Result<Option<Position>, SeedError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    let config = sink.crawl.config.clone();
+    for (i, raw) in sitemaps.iter().enumerate().skip(skip(pos.item)) {
+        let resuming = at(i) == pos.item;
+        let (first_child, first_entry) = if resuming {
+            (pos.inner, pos.offset)
+        } else {
+            (0, 0)
+        };
+        if !resuming && sink.exhausted() {
+            return Ok(Some(Position {
+                item: at(i),
+                ..Position::default()
+            }));
+        }
+        let document = match CanonicalUrl::parse(raw) {
+            Err(e) => Err(e.reason.to_string()),
+            Ok(url) => sitemap::fetch(fetcher, &config, &url, sink.now).await,
+        };
+        let (document, truncated) = match document {
+            Ok(parsed) => parsed,
+            Err(reason) => {
+                sink.reject(raw, format!("sitemap: {reason}"));
+                continue;
+            }
+        };
+        if truncated {
+            sink.reject(
+                raw,
+                format!("sitemap has more than {MAX_SITEMAP_ENTRIES} entries; the rest is ignored"),
+            );
+        }
+        let children = match document {
+            sitemap::Document::UrlSet(entries) => {
+                if let Some(offset) = seed_entries(sink, &entries, first_entry).await? {
+                    return Ok(Some(Position {
+                        item: at(i),
+                        inner: 0,
+                        offset,
+                    }));
+                }
+                continue;
+            }
+            sitemap::Document::Index(children) => children,
+        };
+        for (k, child) in children.iter().enumerate().skip(skip(first_child)) {
+            let resuming_child = resuming && at(k) == first_child;
+            if !resuming_child && sink.exhausted() {
+                return Ok(Some(Position {
+                    item: at(i),
+                    inner: at(k),
+                    offset: 0,
+                }));
+            }
+            let document = match CanonicalUrl::parse(child) {
+                Err(e) => Err(e.reason.to_string()),
+                Ok(url) => sitemap::fetch(fetcher, &config, &url, sink.now).await,
+            };
+            match document {
+                Err(reason) => sink.reject(child, format!("sitemap: {reason}")),
+                Ok((sitemap::Document::Index(_), _)) => {
+                    sink.reject(child, "sitemap index inside a sitemap index (not followed)");
+                }
+                Ok((sitemap::Document::UrlSet(entries), truncated)) => {
+                    if truncated {
+                        sink.reject(
+                            child,
+                            format!(
+                                "sitemap has more than {MAX_SITEMAP_ENTRIES} entries; \
+                                 the rest is ignored"
+                            ),
+                        );
+                    }
+                    let start = if resuming_child { first_entry } else { 0 };
+                    if let Some(offset) = seed_entries(sink, &entries, start).await? {
+                        return Ok(Some(Position {
+                            item: at(i),
+                            inner: at(k),
+                            offset,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Seeds a urlset's entries from `start`; Some(next entry) when the budget ran out.
+async fn seed_entries<S, Q>(
+    sink: &mut Sink<'_, S, Q>,
+    entries: &[sitemap::Entry],
+    start: u64,
+) -> Result<Option<u64>, SeedError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    for (j, entry) in entries.iter().enumerate().skip(skip(start)) {
+        sink.offer(&entry.loc);
+        if let Some(lastmod) = &entry.lastmod {
+            sink.note_lastmod(lastmod);
+        }
+        if sink.checkpoint().await? && j + 1 < entries.len() {
+            return Ok(Some(at(j + 1)));
+        }
+    }
+    Ok(None)
+}
+
+async fn seed_pages<S, Q>(
+    sink: &mut Sink<'_, S, Q>,
+    templates: &[PageTemplate],
+    pos: Position,
+) -> Result<Option<Position>, SeedError>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+{
+    for (i, template) in templates.iter().enumerate().skip(skip(pos.item)) {
+        let resuming = at(i) == pos.item;
+        if !resuming && sink.exhausted() {
+            return Ok(Some(Position {
+                item: at(i),
+                ..Position::default()
+            }));
+        }
+        let mut j = if resuming { pos.offset } else { 0 };
+        while let Some(url) = template.page(j) {
+            sink.offer(&url);
+            j += 1;
+            if sink.checkpoint().await? && template.page(j).is_some() {
+                return Ok(Some(Position {
+                    item: at(i),
+                    inner: 0,
+                    offset: j,
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_parse_per_source_and_reject_unknown_fields() {
+        let r = SeedRequest::from_json(json!({
+            "crawl_id": "c1",
+            "source": {"s3": {"bucket": "b", "key": "k"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            r.source,
+            SeedSource::S3(S3Manifest {
+                bucket: "b".into(),
+                key: "k".into(),
+                format: ManifestFormat::Lines
+            })
+        );
+        for bad in [
+            json!({"crawl_id": "c1", "source": {"urls": ["http://a/"]}, "extra": 1}),
+            json!({"crawl_id": "c 1", "source": {"urls": ["http://a/"]}}),
+            json!({"crawl_id": "c1", "source": {"ftp": ["x"]}}),
+            json!({"crawl_id": "c1", "source": {"urls": ["http://a/"], "sitemaps": []}}),
+            json!({"crawl_id": "c1", "source": {"urls": []}, "config": {"scope": {"bogus": 1}}}),
+            json!({"crawl_id": "c1"}),
+        ] {
+            assert!(
+                matches!(
+                    SeedRequest::from_json(bad.clone()),
+                    Err(SeedError::InvalidRequest(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn configs_and_sources_are_validated() {
+        let mut config = CrawlConfig::default();
+        assert!(validate_config(&config).is_empty());
+        config.scope.include = vec!["(".into()];
+        config.politeness.per_host = 0;
+        config.recrawl.interval_ms = Some(5);
+        assert_eq!(validate_config(&config).len(), 3);
+        assert!(validate_source(&SeedSource::Urls(vec![])).len() == 1);
+        let all_bad = validate_source(&SeedSource::Urls(vec!["ftp://x/".into()]));
+        assert!(all_bad[0].contains("no valid URL"), "{all_bad:?}");
+        assert!(
+            validate_source(&SeedSource::Urls(vec![
+                "ftp://x/".into(),
+                "http://a/".into()
+            ]))
+            .is_empty()
+        );
+        assert_eq!(
+            validate_source(&SeedSource::Sitemaps(vec!["nope".into()])).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_fingerprint_covers_crawl_and_source_but_not_the_cursor() {
+        let mut a = SeedRequest::from_json(json!({
+            "crawl_id": "c1", "source": {"urls": ["http://a/"]}
+        }))
+        .unwrap();
+        let fp = a.fingerprint();
+        a.cursor = Some("x".into());
+        assert_eq!(a.fingerprint(), fp);
+        a.source = SeedSource::Urls(vec!["http://b/".into()]);
+        assert_ne!(a.fingerprint(), fp);
+    }
+}

@@ -1,0 +1,302 @@
+//! The status store: crawls and their tasks. Two adapters implement the same ports and pass the
+//! same conformance suite (`tests/conformance`): `dynamodb` (AWS) and `sqlite` (embedded).
+//!
+//! Guarantees every adapter gives:
+//! - `seed` never resets or duplicates an existing task (one conditional put per URL);
+//! - `claim` is one conditional write; of N concurrent claimers exactly one wins; a task stranded
+//!   `in_progress` by a crash is claimable again once its lease expires;
+//! - every claim increments the task's fencing `token`; `finish`, `fail` and `release` must present
+//!   it, so a worker whose lease was taken over can never overwrite a newer result;
+//! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use thiserror::Error;
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+
+/// A store failure. Conditional-check failures are never errors: they are outcomes.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Throttled, timed out or unreachable: retrying later may succeed.
+    #[error("{operation}: backend unavailable: {message}")]
+    Unavailable {
+        operation: &'static str,
+        message: String,
+    },
+    /// Any other backend error (bad request, missing table, access denied …).
+    #[error("{operation}: {message}")]
+    Backend {
+        operation: &'static str,
+        message: String,
+    },
+    /// A stored item that does not decode.
+    #[error("corrupt item {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// A crawl that does not exist.
+    #[error("no crawl {0}")]
+    NoSuchCrawl(CrawlId),
+    /// A pagination cursor this store did not issue.
+    #[error("invalid cursor")]
+    InvalidCursor,
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What seeding one URL did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seeded {
+    Created,
+    AlreadyKnown,
+}
+
+/// Why a claim was refused, read from the failed condition itself (no second read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRejection {
+    Missing,
+    /// `succeeded`, `ignored` or `gone`.
+    Done(Status),
+    /// Another worker holds a live lease.
+    Leased {
+        until: Millis,
+    },
+    /// Failed, and its next attempt is not due yet.
+    NotDue {
+        at: Millis,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The task as it now stands (`in_progress`, new token), with its previous fetch record.
+    Claimed {
+        task: Box<Task>,
+        lease: Lease,
+    },
+    Rejected(ClaimRejection),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishOutcome {
+    /// Recorded. `replaced` is the fetch record it replaced; `stale` the md5s of objects that
+    /// rejected writers left for this lease holder to delete (see `pipeline::store`).
+    Finished {
+        replaced: Option<FetchRecord>,
+        stale: Vec<String>,
+    },
+    /// The lease was taken over (token mismatch) or the task vanished; nothing was changed.
+    Rejected { current: Option<Task> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Status `failed`, claimable again from `next_attempt_at`.
+    Retrying { next_attempt_at: Millis },
+    /// Status `ignored` or `gone`.
+    GaveUp { status: Status },
+    /// The lease was taken over; nothing was changed.
+    Rejected,
+}
+
+/// One page of a status query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPage {
+    pub tasks: Vec<TaskSummary>,
+    /// Pass back to get the next page; None when there is no more.
+    pub cursor: Option<String>,
+}
+
+/// What a status query returns: the attributes the status index projects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSummary {
+    pub crawl_id: CrawlId,
+    pub task_id: TaskId,
+    pub url: String,
+    pub status: Status,
+    pub updated_at: Millis,
+    pub depth: u32,
+    pub retries: u32,
+    pub lease_expires_at: Option<Millis>,
+    pub next_attempt_at: Option<Millis>,
+    pub next_fetch_at: Option<Millis>,
+    pub enqueued_at: Option<Millis>,
+}
+
+impl From<&Task> for TaskSummary {
+    fn from(t: &Task) -> Self {
+        Self {
+            crawl_id: t.crawl_id.clone(),
+            task_id: t.task_id.clone(),
+            url: t.url.clone(),
+            status: t.status,
+            updated_at: t.updated_at,
+            depth: t.depth,
+            retries: t.retries,
+            lease_expires_at: t.lease_expires_at,
+            next_attempt_at: t.next_attempt_at,
+            next_fetch_at: t.fetch.as_ref().and_then(|f| f.next_fetch_at),
+            enqueued_at: t.enqueued_at,
+        }
+    }
+}
+
+/// A status query: tasks of one crawl in one status, oldest update first within each shard,
+/// all shards in turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskQuery {
+    pub crawl_id: CrawlId,
+    pub status: Status,
+    /// Only tasks last updated at or before this time (the sweeper's "due" bound).
+    pub updated_before: Option<Millis>,
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+/// Tasks per status.
+pub type StatusCounts = BTreeMap<Status, u64>;
+
+/// Crawl records.
+pub trait CrawlStore: Send + Sync {
+    /// Creates the crawl unless it exists. Returns the stored crawl and whether it was created.
+    fn create_crawl(
+        &self,
+        crawl: &Crawl,
+    ) -> impl Future<Output = StoreResult<(Crawl, bool)>> + Send;
+
+    fn get_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<Option<Crawl>>> + Send;
+
+    /// Crawls in `state` (all crawls when None), through the index: never a table scan.
+    fn list_crawls(
+        &self,
+        state: Option<CrawlState>,
+    ) -> impl Future<Output = StoreResult<Vec<Crawl>>> + Send;
+
+    /// `running` → `completed` for `generation`; true only for the one caller that made the change.
+    fn complete_crawl(
+        &self,
+        id: &CrawlId,
+        generation: u64,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
+    /// True only for the one caller that made the change.
+    fn reopen_crawl(
+        &self,
+        id: &CrawlId,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Takes up to `wanted` of the crawl's `max` task slots; returns how many were granted
+    /// (possibly 0). Atomic: the sum granted never exceeds `max`, whatever the concurrency.
+    fn reserve_pages(
+        &self,
+        id: &CrawlId,
+        wanted: u64,
+        max: u64,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Gives back slots that were reserved but not used (the URL was already known).
+    fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
+
+    fn delete_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Tasks and their life cycle.
+pub trait TaskStore: Send + Sync {
+    /// Creates each task unless it exists; never modifies an existing one. Results in input order.
+    fn seed(
+        &self,
+        crawl_id: &CrawlId,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Vec<Seeded>>> + Send;
+
+    fn get(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+    ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
+
+    /// One conditional write. Claimable: `pending`; `failed` with `next_attempt_at <= now`;
+    /// `in_progress` with `lease_expires_at <= now`. Sets `in_progress`, a lease until
+    /// `now + lease_ms`, and increments the token.
+    fn claim(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
+
+    /// One conditional write fenced on the token: `succeeded` with `record`; retries and the
+    /// lease cleared; the `stale` list handed back and cleared.
+    fn finish(
+        &self,
+        lease: &Lease,
+        record: &FetchRecord,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
+
+    /// One conditional write fenced on the token, following
+    /// `policy.verdict(failure, lease.retries, now)`: `failed` with `retries + 1` and
+    /// `next_attempt_at`, or a give-up (`gone` for NotFound, else `ignored`). The error is appended
+    /// to `lease.errors` (bounded by `push_error`); the previous fetch record is kept.
+    fn fail(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<FailOutcome>> + Send;
+
+    /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token.
+    fn release(&self, lease: &Lease, now: Millis)
+    -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Records `md5` as an object a rejected writer left behind, unless it is the task's current
+    /// pointer. Returns false when it is the current pointer (nothing to clean).
+    fn add_stale(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        md5: &str,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Moves a task from one of `from` to `pending` (recrawl, operator retry), clearing retries
+    /// and the lease. Conditional on the current status being in `from`. True if it moved.
+    fn reschedule(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        from: &[Status],
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Notes that a work message was sent (sets `enqueued_at` and `updated_at` to `now`) if the
+    /// task is still in `status`. Keeps the sweeper from re-finding it on its next pass.
+    fn mark_enqueued(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        status: Status,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Tasks of one crawl in one status, through the status index.
+    fn query(&self, query: &TaskQuery) -> impl Future<Output = StoreResult<TaskPage>> + Send;
+
+    /// Tasks per status for a crawl (statuses with no task are absent or 0).
+    fn counts(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<StatusCounts>> + Send;
+
+    /// Deletes every task of the crawl; returns how many.
+    fn delete_tasks(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
+}

@@ -1,0 +1,610 @@
+//! The sweeper: finds the tasks whose work message is missing or due again, re-enqueues them,
+//! and notices when a crawl is finished.
+//!
+//! Everything goes through the status index (`TaskStore::query`), never a scan, and each query is
+//! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
+//! whole crawl. Per crawl:
+//! - `in_progress` whose lease expired (the worker died): updated more than `lease_ms` ago, and
+//!   `lease_expires_at <= now`;
+//! - `failed` whose next attempt is due: the backoff is at least half of
+//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window; then
+//!   `next_attempt_at <= now`, unless the sweeper itself sent a message since the failure and
+//!   that message is younger than the lost-message threshold;
+//! - `pending` untouched for longer than the lost-message threshold (the send failed, or the
+//!   message went to the dead-letter queue);
+//! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
+//!   crawler sets `next_fetch_at = fetched_at + interval`, so `updated <= now - interval` bounds
+//!   the window): rescheduled to `pending` (a completed crawl is reopened first) and enqueued.
+//!
+//! Every re-enqueued task gets `mark_enqueued`, which bumps its `updated`: it leaves the due
+//! window, so the next pass does not find it again, and each pass can simply start from the
+//! oldest task. The work per invocation is bounded by a [`SweepBudget`] (query pages and time);
+//! whatever is left is found by the next invocation.
+//!
+//! Completion: a running crawl with no `pending`, `in_progress` or `failed` task (failed tasks
+//! are always retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one
+//! conditional write; the one sweeper whose write succeeded sends a [`CompletionNotice`] to the
+//! deliverer. The status index is eventually consistent, so a task written a moment before the
+//! check may be missed; the crawler seeds discovered links before it finishes the page that
+//! links to them, which keeps a non-terminal task visible throughout.
+
+use crate::queue::{QueueError, WorkMessage, WorkQueue};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::time::Instant;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::task::{Millis, Status};
+
+/// Tasks read per status query.
+pub const PAGE_SIZE: u32 = 100;
+/// Conditional writes in flight at once.
+const WRITE_PARALLELISM: usize = 16;
+/// The least time a pending task must sit untouched before its message is presumed lost.
+pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
+/// Attempts to send a completion notice.
+const NOTICE_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Error)]
+pub enum SweepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl SweepError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SweepError::Store(e) => e.is_retryable(),
+            SweepError::Queue(e) => matches!(e, QueueError::Unavailable { .. }),
+        }
+    }
+}
+
+/// Sent to the deliverer when a crawl generation completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionNotice {
+    pub crawl_id: CrawlId,
+    pub generation: u64,
+}
+
+/// Where completion notices go: the delivery queue (AWS) or the process itself (CLI).
+pub trait DeliveryTrigger: Send + Sync {
+    fn trigger(
+        &self,
+        notice: &CompletionNotice,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
+
+/// Keeps completion notices in the process, for the CLI to deliver (and tests to inspect).
+#[derive(Debug, Default)]
+pub struct LocalDeliveryTrigger {
+    notices: Mutex<Vec<CompletionNotice>>,
+}
+
+impl LocalDeliveryTrigger {
+    /// The notices received so far, removed from the trigger.
+    pub fn take(&self) -> Vec<CompletionNotice> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl DeliveryTrigger for LocalDeliveryTrigger {
+    async fn trigger(&self, notice: &CompletionNotice) -> Result<(), QueueError> {
+        self.notices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(notice.clone());
+        Ok(())
+    }
+}
+
+/// What one invocation may spend, shared by every crawl it sweeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepBudget {
+    /// Status-query pages left.
+    pub pages_left: u32,
+    /// No new page is started after this instant.
+    pub deadline: Option<Instant>,
+}
+
+impl SweepBudget {
+    pub fn new(max_pages: u32, time_budget: Duration) -> Self {
+        Self {
+            pages_left: max_pages,
+            deadline: Instant::now().checked_add(time_budget),
+        }
+    }
+
+    pub fn spent(&self) -> bool {
+        self.pages_left == 0 || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn take_page(&mut self) -> bool {
+        if self.spent() {
+            return false;
+        }
+        self.pages_left -= 1;
+        true
+    }
+}
+
+/// Tuning that is not part of a crawl's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepOptions {
+    pub page_size: u32,
+    /// How long a pending task sits untouched before its message is presumed lost.
+    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
+    pub lost_after_ms: Option<u64>,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        Self {
+            page_size: PAGE_SIZE,
+            lost_after_ms: None,
+        }
+    }
+}
+
+/// What sweeping one crawl did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub crawl_id: String,
+    /// In-progress tasks whose lease had expired, re-enqueued.
+    pub expired_leases: u64,
+    /// Failed tasks whose next attempt was due, re-enqueued.
+    pub due_retries: u64,
+    /// Pending tasks presumed to have lost their message, re-enqueued.
+    pub lost_messages: u64,
+    /// Succeeded tasks due for a recrawl, rescheduled and enqueued.
+    pub recrawls: u64,
+    /// Messages that could not be sent (found again by a later sweep).
+    pub enqueue_failed: u64,
+    /// Status-query pages and tasks read: the sweep's cost.
+    pub pages_read: u64,
+    pub tasks_read: u64,
+    /// The budget ran out before every window was read: the next sweep continues.
+    pub unfinished: bool,
+    /// This sweep reopened the completed crawl for a recrawl round.
+    pub reopened: bool,
+    /// This sweep completed the crawl (and sent the notice below).
+    pub completed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<CompletionNotice>,
+    /// The notice could not be sent (deliver this generation on demand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_error: Option<String>,
+}
+
+impl SweepReport {
+    fn requeued(&self) -> u64 {
+        self.expired_leases + self.due_retries + self.lost_messages + self.recrawls
+    }
+}
+
+/// What sweeping every crawl did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepSummary {
+    pub crawls: Vec<SweepReport>,
+    /// Crawls whose sweep failed, with the error (the others were swept).
+    pub errors: Vec<(String, String)>,
+    /// Crawls not reached because the budget ran out.
+    pub skipped: u64,
+}
+
+/// Which due-window a task was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    ExpiredLease,
+    DueRetry,
+    LostMessage,
+    Recrawl,
+}
+
+impl Kind {
+    fn status(self) -> Status {
+        match self {
+            Kind::ExpiredLease => Status::InProgress,
+            Kind::DueRetry => Status::Failed,
+            Kind::LostMessage => Status::Pending,
+            Kind::Recrawl => Status::Succeeded,
+        }
+    }
+}
+
+/// One due window: tasks of `kind`'s status last updated at or before `updated_before`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    kind: Kind,
+    updated_before: Millis,
+    /// A message sent before this is presumed lost.
+    lost_before: Millis,
+}
+
+impl Window {
+    fn new(kind: Kind, now: Millis, age_ms: u64, lost_after_ms: u64) -> Self {
+        let ago = |ms: u64| now.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX));
+        Self {
+            kind,
+            updated_before: ago(age_ms),
+            lost_before: ago(lost_after_ms),
+        }
+    }
+}
+
+/// The ports a sweep uses.
+pub struct Sweeper<'a, S, Q, D> {
+    pub store: &'a S,
+    pub queue: &'a Q,
+    pub trigger: &'a D,
+    pub options: SweepOptions,
+}
+
+impl<S, Q, D> Sweeper<'_, S, Q, D>
+where
+    S: TaskStore + CrawlStore,
+    Q: WorkQueue,
+    D: DeliveryTrigger,
+{
+    /// Sweeps every running crawl, and every completed crawl with a recrawl interval, in random
+    /// order (so one huge crawl cannot starve the others across invocations).
+    pub async fn sweep_all(
+        &self,
+        now: Millis,
+        budget: &mut SweepBudget,
+    ) -> Result<SweepSummary, SweepError> {
+        let mut crawls = self.store.list_crawls(Some(CrawlState::Running)).await?;
+        let completed = self.store.list_crawls(Some(CrawlState::Completed)).await?;
+        crawls.extend(
+            completed
+                .into_iter()
+                .filter(|c| c.config.recrawl.interval_ms.is_some()),
+        );
+        fastrand::shuffle(&mut crawls);
+        let mut summary = SweepSummary::default();
+        for (i, crawl) in crawls.iter().enumerate() {
+            if budget.spent() {
+                summary.skipped = (crawls.len() - i) as u64;
+                break;
+            }
+            match self.sweep_crawl(crawl, now, budget).await {
+                Ok(report) => summary.crawls.push(report),
+                Err(e) => {
+                    tracing::warn!(crawl_id = %crawl.id, error = %e, "sweep failed");
+                    summary.errors.push((crawl.id.to_string(), e.to_string()));
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Sweeps one crawl within `budget`.
+    pub async fn sweep_crawl(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        budget: &mut SweepBudget,
+    ) -> Result<SweepReport, SweepError> {
+        let mut report = SweepReport {
+            crawl_id: crawl.id.to_string(),
+            ..SweepReport::default()
+        };
+        let config = &crawl.config;
+        let lost_after = self
+            .options
+            .lost_after_ms
+            .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
+        let mut state = crawl.state;
+        if state == CrawlState::Running {
+            let min_backoff = config.retry.base_delay_ms.min(config.retry.max_delay_ms) / 2;
+            let windows = [
+                (Kind::ExpiredLease, config.lease_ms),
+                (Kind::DueRetry, min_backoff),
+                (Kind::LostMessage, lost_after),
+            ];
+            for (kind, age_ms) in windows {
+                let window = Window::new(kind, now, age_ms, lost_after);
+                self.scan(crawl, window, now, &mut state, &mut report, budget)
+                    .await?;
+            }
+        }
+        if let Some(interval) = config.recrawl.interval_ms {
+            let window = Window::new(Kind::Recrawl, now, interval, lost_after);
+            self.scan(crawl, window, now, &mut state, &mut report, budget)
+                .await?;
+        }
+        if crawl.state == CrawlState::Running
+            && report.requeued() == 0
+            && report.enqueue_failed == 0
+            && !report.unfinished
+            && !budget.spent()
+            && !self.has_work(&crawl.id, &mut report).await?
+            && self
+                .store
+                .complete_crawl(&crawl.id, crawl.generation, now)
+                .await?
+        {
+            report.completed = true;
+            let notice = CompletionNotice {
+                crawl_id: crawl.id.clone(),
+                generation: crawl.generation,
+            };
+            if let Err(e) = self.send_notice(&notice).await {
+                tracing::error!(crawl_id = %crawl.id, generation = crawl.generation, error = %e,
+                    "crawl completed but the delivery notice was not sent: deliver it on demand");
+                report.notice_error = Some(e.to_string());
+            }
+            report.notice = Some(notice);
+        }
+        Ok(report)
+    }
+
+    /// Reads one due window page by page, re-enqueueing what is due.
+    async fn scan(
+        &self,
+        crawl: &Crawl,
+        window: Window,
+        now: Millis,
+        state: &mut CrawlState,
+        report: &mut SweepReport,
+        budget: &mut SweepBudget,
+    ) -> Result<(), SweepError> {
+        let kind = window.kind;
+        let mut cursor = None;
+        loop {
+            if !budget.take_page() {
+                report.unfinished = true;
+                return Ok(());
+            }
+            let page = self
+                .store
+                .query(&TaskQuery {
+                    crawl_id: crawl.id.clone(),
+                    status: kind.status(),
+                    updated_before: Some(window.updated_before),
+                    limit: self.options.page_size.max(1),
+                    cursor: cursor.take(),
+                })
+                .await?;
+            report.pages_read += 1;
+            report.tasks_read += page.tasks.len() as u64;
+            let due: Vec<&TaskSummary> = page
+                .tasks
+                .iter()
+                .filter(|t| is_due(kind, t, now, window.lost_before))
+                .collect();
+            if !due.is_empty() {
+                if kind == Kind::Recrawl && *state == CrawlState::Completed {
+                    // Reopen before any task turns pending, so a running crawl owns them.
+                    report.reopened = self.store.reopen_crawl(&crawl.id, now).await?;
+                    *state = CrawlState::Running;
+                }
+                self.requeue(crawl, kind, &due, now, report).await?;
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Enqueues `due` (rescheduling recrawls first) and marks the sent ones enqueued.
+    async fn requeue(
+        &self,
+        crawl: &Crawl,
+        kind: Kind,
+        due: &[&TaskSummary],
+        now: Millis,
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        let mut tasks: Vec<&TaskSummary> = due.to_vec();
+        if kind == Kind::Recrawl {
+            let mut moved = Vec::with_capacity(tasks.len());
+            for chunk in tasks.chunks(WRITE_PARALLELISM) {
+                let writes = chunk.iter().map(|t| {
+                    self.store
+                        .reschedule(&crawl.id, &t.task_id, &[Status::Succeeded], now)
+                });
+                for (t, outcome) in chunk
+                    .iter()
+                    .zip(futures_util::future::join_all(writes).await)
+                {
+                    if outcome? {
+                        moved.push(*t);
+                    }
+                }
+            }
+            tasks = moved;
+        }
+        let per_host = crawl.config.politeness.per_host;
+        let messages: Vec<WorkMessage> = tasks
+            .iter()
+            .filter_map(|t| match CanonicalUrl::parse(&t.url) {
+                Ok(url) => Some(WorkMessage::new(
+                    crawl.id.clone(),
+                    t.task_id.clone(),
+                    &url,
+                    t.depth,
+                    per_host,
+                )),
+                Err(e) => {
+                    tracing::warn!(crawl_id = %crawl.id, task_id = %t.task_id, error = %e,
+                        "stored task URL does not parse; not re-enqueued");
+                    None
+                }
+            })
+            .collect();
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let sent = self.queue.send(&messages).await?;
+        let failed: HashSet<&TaskId> = sent.failed.iter().map(|(id, _)| id).collect();
+        report.enqueue_failed += failed.len() as u64;
+        let expected = match kind {
+            Kind::Recrawl => Status::Pending,
+            other => other.status(),
+        };
+        let delivered: Vec<&WorkMessage> = messages
+            .iter()
+            .filter(|m| !failed.contains(&m.task_id))
+            .collect();
+        for chunk in delivered.chunks(WRITE_PARALLELISM) {
+            let writes = chunk.iter().map(|m| {
+                self.store
+                    .mark_enqueued(&crawl.id, &m.task_id, expected, now)
+            });
+            for outcome in futures_util::future::join_all(writes).await {
+                // false: the task moved on meanwhile (a worker took it), which is fine.
+                outcome?;
+            }
+        }
+        let n = delivered.len() as u64;
+        match kind {
+            Kind::ExpiredLease => report.expired_leases += n,
+            Kind::DueRetry => report.due_retries += n,
+            Kind::LostMessage => report.lost_messages += n,
+            Kind::Recrawl => report.recrawls += n,
+        }
+        Ok(())
+    }
+
+    /// Whether any task of the crawl still has work to do (one small query per status).
+    async fn has_work(
+        &self,
+        crawl_id: &CrawlId,
+        report: &mut SweepReport,
+    ) -> Result<bool, SweepError> {
+        for status in [Status::Pending, Status::InProgress, Status::Failed] {
+            let page = self
+                .store
+                .query(&TaskQuery {
+                    crawl_id: crawl_id.clone(),
+                    status,
+                    updated_before: None,
+                    limit: 1,
+                    cursor: None,
+                })
+                .await?;
+            report.pages_read += 1;
+            report.tasks_read += page.tasks.len() as u64;
+            if !page.tasks.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn send_notice(&self, notice: &CompletionNotice) -> Result<(), QueueError> {
+        let mut attempt = 0;
+        loop {
+            match self.trigger.trigger(notice).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt + 1 >= NOTICE_ATTEMPTS => return Err(e),
+                Err(_) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a task found in `kind`'s window is due.
+fn is_due(kind: Kind, t: &TaskSummary, now: Millis, lost_before: Millis) -> bool {
+    match kind {
+        Kind::ExpiredLease => t.lease_expires_at.is_none_or(|until| until <= now),
+        Kind::DueRetry => {
+            // A message the sweeper sent after the last failure may still be on its way.
+            let message_live = t
+                .enqueued_at
+                .is_some_and(|at| at >= t.updated_at && at > lost_before);
+            t.next_attempt_at.is_none_or(|at| at <= now) && !message_live
+        }
+        Kind::LostMessage => true,
+        Kind::Recrawl => t.next_fetch_at.is_some_and(|at| at <= now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(status: Status, updated: Millis) -> TaskSummary {
+        let url = CanonicalUrl::parse("http://example.com/").unwrap();
+        TaskSummary {
+            crawl_id: CrawlId::parse("c").unwrap(),
+            task_id: url.task_id(),
+            url: url.as_str().into(),
+            status,
+            updated_at: updated,
+            depth: 0,
+            retries: 0,
+            lease_expires_at: None,
+            next_attempt_at: None,
+            next_fetch_at: None,
+            enqueued_at: None,
+        }
+    }
+
+    #[test]
+    fn due_rules_per_window() {
+        let now = 1_000_000;
+        let mut t = summary(Status::InProgress, 0);
+        t.lease_expires_at = Some(now + 1);
+        assert!(!is_due(Kind::ExpiredLease, &t, now, 0));
+        t.lease_expires_at = Some(now);
+        assert!(is_due(Kind::ExpiredLease, &t, now, 0));
+
+        let mut f = summary(Status::Failed, 100);
+        f.next_attempt_at = Some(now + 5);
+        assert!(!is_due(Kind::DueRetry, &f, now, 500));
+        f.next_attempt_at = Some(now - 5);
+        assert!(is_due(Kind::DueRetry, &f, now, 500));
+        // The sweeper sent a message after the failure, recently: wait for it.
+        f.enqueued_at = Some(600);
+        f.updated_at = 600;
+        assert!(!is_due(Kind::DueRetry, &f, now, 500));
+        // ... but long ago: presumed lost.
+        assert!(is_due(Kind::DueRetry, &f, now, 700));
+
+        let mut s = summary(Status::Succeeded, 0);
+        assert!(!is_due(Kind::Recrawl, &s, now, 0));
+        s.next_fetch_at = Some(now);
+        assert!(is_due(Kind::Recrawl, &s, now, 0));
+    }
+
+    #[test]
+    fn budgets_count_pages_and_time() {
+        let mut b = SweepBudget::new(2, Duration::from_secs(60));
+        assert!(b.take_page() && b.take_page());
+        assert!(!b.take_page() && b.spent());
+        let late = SweepBudget::new(10, Duration::ZERO);
+        assert!(late.spent());
+    }
+
+    #[tokio::test]
+    async fn the_local_trigger_keeps_notices() {
+        let trigger = LocalDeliveryTrigger::default();
+        let notice = CompletionNotice {
+            crawl_id: CrawlId::parse("c").unwrap(),
+            generation: 2,
+        };
+        trigger.trigger(&notice).await.unwrap();
+        assert_eq!(trigger.take(), [notice]);
+        assert!(trigger.take().is_empty());
+        let json = serde_json::to_string(&CompletionNotice {
+            crawl_id: CrawlId::parse("c").unwrap(),
+            generation: 2,
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"crawl_id":"c","generation":2}"#);
+    }
+}

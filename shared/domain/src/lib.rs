@@ -1,0 +1,9 @@
+//! trawl-domain: what a crawl, a task and a URL are, and every decision about them, as pure
+//! functions of (state, event, now). No I/O: the services in `trawl-core` call these and the
+//! adapters only persist the results.
+
+pub mod calls;
+pub mod canonical;
+pub mod crawl;
+pub mod retry;
+pub mod task;

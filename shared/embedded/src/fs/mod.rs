@@ -1,0 +1,559 @@
+//! The embedded object store: a directory, with S3's key layout as relative paths.
+//!
+//! Writes go to a temporary file under `{root}/.uploads/` (same file system as the objects) and
+//! are renamed into place, so a reader sees the whole old object, the whole new one, or none.
+//! `.uploads` is reserved: no key may start with it, and `list` never shows it.
+
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use std::io::ErrorKind as IoErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::fs;
+use tokio::io::AsyncWriteExt;
+use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta};
+use trawl_domain::calls::{Call, CallCounts};
+
+/// Where temporary and in-progress files live, under the root.
+const UPLOADS_DIR: &str = ".uploads";
+
+/// Object store on a local directory.
+#[derive(Debug, Clone)]
+pub struct FsBlobStore {
+    root: PathBuf,
+    calls: Arc<CallCounts>,
+}
+
+/// Validates `key` and returns its segments: relative, `/`-separated, nothing that could escape
+/// the root or name the uploads area.
+fn segments(key: &str) -> BlobResult<Vec<&str>> {
+    let invalid = || BlobError::InvalidKey(key.to_owned());
+    if key.is_empty() || key.starts_with('/') || key.contains(['\\', '\0']) {
+        return Err(invalid());
+    }
+    let parts: Vec<&str> = key.split('/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return Err(invalid());
+    }
+    if parts.first() == Some(&UPLOADS_DIR) {
+        return Err(invalid());
+    }
+    Ok(parts)
+}
+
+fn io_error(operation: &'static str, key: &str, e: &std::io::Error) -> BlobError {
+    BlobError::Backend {
+        operation,
+        key: key.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// A file name no other writer in this or another process is using.
+fn temp_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{:016x}.part",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        fastrand::u64(..)
+    )
+}
+
+impl FsBlobStore {
+    /// A store rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>, calls: Arc<CallCounts>) -> Self {
+        Self {
+            root: root.into(),
+            calls,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path_of(&self, key: &str) -> BlobResult<PathBuf> {
+        Ok(segments(key)?
+            .into_iter()
+            .fold(self.root.clone(), |path, segment| path.join(segment)))
+    }
+
+    /// Creates a temporary file under the uploads area.
+    async fn temp_file(
+        &self,
+        operation: &'static str,
+        key: &str,
+    ) -> BlobResult<(PathBuf, fs::File)> {
+        let dir = self.root.join(UPLOADS_DIR);
+        fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| io_error(operation, key, &e))?;
+        let path = dir.join(temp_name());
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(|e| io_error(operation, key, &e))?;
+        Ok((path, file))
+    }
+}
+
+/// Flushes `file` to disk and renames it to `target`; removes it if that fails.
+async fn publish(
+    operation: &'static str,
+    key: &str,
+    mut file: fs::File,
+    temp: &Path,
+    target: &Path,
+) -> BlobResult<()> {
+    let result = async {
+        file.flush().await?;
+        file.sync_data().await?;
+        drop(file);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).await?;
+        }
+        fs::rename(temp, target).await
+    }
+    .await;
+    if let Err(e) = result {
+        // Best effort: the temporary file is invisible to `list` anyway.
+        let _ = fs::remove_file(temp).await;
+        return Err(io_error(operation, key, &e));
+    }
+    Ok(())
+}
+
+impl BlobStore for FsBlobStore {
+    async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
+        let target = self.path_of(key)?;
+        let actual: [u8; 16] = Md5::digest(&body).into();
+        if actual != meta.md5 {
+            // S3 answers BadDigest to a Content-MD5 that does not match the body.
+            return Err(BlobError::Backend {
+                operation: "put",
+                key: key.to_owned(),
+                message: format!(
+                    "body md5 {} does not match the declared {}",
+                    hex::encode(actual),
+                    hex::encode(meta.md5)
+                ),
+            });
+        }
+        self.calls.record(Call::FileWrite);
+        let (temp, mut file) = self.temp_file("put", key).await?;
+        if let Err(e) = file.write_all(&body).await {
+            drop(file);
+            let _ = fs::remove_file(&temp).await;
+            return Err(io_error("put", key, &e));
+        }
+        publish("put", key, file, &temp, &target).await
+    }
+
+    async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
+        let path = self.path_of(key)?;
+        self.calls.record(Call::FileRead);
+        match fs::read(&path).await {
+            Ok(body) => Ok(Some(Bytes::from(body))),
+            Err(e) if e.kind() == IoErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error("get", key, &e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> BlobResult<()> {
+        let path = self.path_of(key)?;
+        self.calls.record(Call::FileDelete);
+        match fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error("delete", key, &e)),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
+        // Walk from the deepest directory the prefix names fully; filter the rest by string.
+        let (dir_key, _) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+        let start = if dir_key.is_empty() {
+            if prefix.starts_with('/') {
+                return Err(BlobError::InvalidKey(prefix.to_owned()));
+            }
+            self.root.clone()
+        } else {
+            self.path_of(dir_key)?
+        };
+        self.calls.record(Call::FileRead);
+        let mut keys = Vec::new();
+        let mut pending = vec![(start, dir_key.to_owned())];
+        while let Some((dir, dir_key)) = pending.pop() {
+            let mut entries = match fs::read_dir(&dir).await {
+                Ok(entries) => entries,
+                Err(e)
+                    if matches!(e.kind(), IoErrorKind::NotFound | IoErrorKind::NotADirectory) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(io_error("list", prefix, &e)),
+            };
+            while let Some(entry) = entries
+                .next_entry()
+                .await
+                .map_err(|e| io_error("list", prefix, &e))?
+            {
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue; // not a key this store wrote
+                };
+                if dir_key.is_empty() && name == UPLOADS_DIR {
+                    continue;
+                }
+                let key = if dir_key.is_empty() {
+                    name
+                } else {
+                    format!("{dir_key}/{name}")
+                };
+                let file_type = entry
+                    .file_type()
+                    .await
+                    .map_err(|e| io_error("list", prefix, &e))?;
+                if file_type.is_dir() {
+                    // Only descend where keys under the prefix can be.
+                    if key.starts_with(prefix) || prefix.starts_with(&format!("{key}/")) {
+                        pending.push((entry.path(), key));
+                    }
+                } else if file_type.is_file() && key.starts_with(prefix) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {
+        let target = self.path_of(key)?;
+        let (temp, file) = self.temp_file("upload", key).await?;
+        Ok(FsUpload {
+            key: key.to_owned(),
+            target,
+            temp,
+            file,
+            calls: Arc::clone(&self.calls),
+        })
+    }
+}
+
+/// A streamed upload: a temporary file renamed into place on `complete`.
+#[derive(Debug)]
+struct FsUpload {
+    key: String,
+    target: PathBuf,
+    temp: PathBuf,
+    file: fs::File,
+    calls: Arc<CallCounts>,
+}
+
+impl BlobUpload for FsUpload {
+    async fn write(&mut self, chunk: &[u8]) -> BlobResult<()> {
+        self.file
+            .write_all(chunk)
+            .await
+            .map_err(|e| io_error("upload", &self.key, &e))
+    }
+
+    async fn complete(self) -> BlobResult<()> {
+        self.calls.record(Call::FileWrite);
+        publish("complete", &self.key, self.file, &self.temp, &self.target).await
+    }
+
+    async fn abort(self) -> BlobResult<()> {
+        drop(self.file);
+        match fs::remove_file(&self.temp).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error("abort", &self.key, &e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory under the system temp dir, removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let dir = std::env::temp_dir()
+                .join(format!("trawl-fs-{name}-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn meta(body: &[u8]) -> ObjectMeta {
+        ObjectMeta {
+            content_type: "text/html".to_owned(),
+            md5: Md5::digest(body).into(),
+            source_url: "http://example.com/".to_owned(),
+        }
+    }
+
+    fn store(dir: &TempDir) -> FsBlobStore {
+        FsBlobStore::new(dir.0.join("objects"), Arc::new(CallCounts::default()))
+    }
+
+    fn leftovers(store: &FsBlobStore) -> usize {
+        std::fs::read_dir(store.root().join(UPLOADS_DIR))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    const KEY: &str = "crawl=c1/pk=abc/attr=html/md5=0123";
+
+    #[tokio::test]
+    async fn keys_that_could_escape_the_root_are_refused() {
+        // GIVEN a store inside a temp dir
+        let dir = TempDir::new("keys");
+        let store = store(&dir);
+        let bad = [
+            "",
+            "/etc/passwd",
+            "a/../../escape",
+            "..",
+            "a/./b",
+            "a//b",
+            "a/",
+            r"a\b",
+            "a\0b",
+            ".uploads/x",
+        ];
+
+        // WHEN each bad key is used for every operation
+        for key in bad {
+            let put = store.put(key, Bytes::from_static(b"x"), &meta(b"x")).await;
+            let get = store.get(key).await;
+            let delete = store.delete(key).await;
+            let upload = store.upload(key, "text/html").await.map(|_| ());
+
+            // THEN each is an InvalidKey error
+            assert!(matches!(put, Err(BlobError::InvalidKey(_))), "put {key:?}");
+            assert!(matches!(get, Err(BlobError::InvalidKey(_))), "get {key:?}");
+            assert!(
+                matches!(delete, Err(BlobError::InvalidKey(_))),
+                "delete {key:?}"
+            );
+            assert!(
+                matches!(upload, Err(BlobError::InvalidKey(_))),
+                "upload {key:?}"
+            );
+        }
+        for prefix in ["/etc", "../", "a//", ".uploads/"] {
+            assert!(
+                matches!(store.list(prefix).await, Err(BlobError::InvalidKey(_))),
+                "list {prefix:?}"
+            );
+        }
+        // AND nothing was written beside the store
+        let siblings: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+        assert!(siblings.len() <= 1, "{siblings:?}");
+    }
+
+    #[tokio::test]
+    async fn put_get_delete_round_trip() {
+        // GIVEN an empty store
+        let dir = TempDir::new("roundtrip");
+        let calls = Arc::new(CallCounts::default());
+        let store = FsBlobStore::new(dir.0.join("objects"), Arc::clone(&calls));
+        let body = Bytes::from_static(b"<html>hello</html>");
+
+        // WHEN an object is written, read, deleted twice and read again
+        let missing = store.get(KEY).await.unwrap();
+        store.put(KEY, body.clone(), &meta(&body)).await.unwrap();
+        let read = store.get(KEY).await.unwrap();
+        store.delete(KEY).await.unwrap();
+        store.delete(KEY).await.unwrap();
+        let gone = store.get(KEY).await.unwrap();
+
+        // THEN it reads back whole, and is gone after the (idempotent) delete
+        assert_eq!(missing, None);
+        assert_eq!(read, Some(body));
+        assert_eq!(gone, None);
+        assert_eq!(leftovers(&store), 0);
+        assert_eq!(
+            (
+                calls.get(Call::FileWrite),
+                calls.get(Call::FileRead),
+                calls.get(Call::FileDelete)
+            ),
+            (1, 3, 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_match_its_md5_is_refused() {
+        // GIVEN metadata declaring another body's md5
+        let dir = TempDir::new("digest");
+        let store = store(&dir);
+
+        // WHEN the body is put
+        let result = store
+            .put(
+                KEY,
+                Bytes::from_static(b"truncated"),
+                &meta(b"the full body"),
+            )
+            .await;
+
+        // THEN it is an error and nothing is stored
+        assert!(
+            matches!(result, Err(BlobError::Backend { .. })),
+            "{result:?}"
+        );
+        assert_eq!(store.get(KEY).await.unwrap(), None);
+        assert!(store.list("").await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_never_see_half_an_object() {
+        // GIVEN two large bodies, written alternately to one key
+        let dir = TempDir::new("atomic");
+        let store = store(&dir);
+        let a = Bytes::from(vec![b'a'; 1 << 20]);
+        let b = Bytes::from(vec![b'b'; 1 << 20]);
+        let writer = {
+            let store = store.clone();
+            let (a, b) = (a.clone(), b.clone());
+            tokio::spawn(async move {
+                for i in 0..20 {
+                    let body = if i % 2 == 0 { &a } else { &b };
+                    store.put(KEY, body.clone(), &meta(body)).await.unwrap();
+                }
+            })
+        };
+
+        // WHEN a reader reads it while the writer works
+        let mut reads = 0;
+        while !writer.is_finished() && reads < 2_000 {
+            if let Some(body) = store.get(KEY).await.unwrap() {
+                // THEN every read is one whole body
+                assert!(body == a || body == b, "torn read of {} bytes", body.len());
+            }
+            reads += 1;
+        }
+        writer.await.unwrap();
+        assert_eq!(store.get(KEY).await.unwrap(), Some(b));
+        assert_eq!(leftovers(&store), 0);
+    }
+
+    #[tokio::test]
+    async fn list_returns_keys_under_a_prefix_in_order() {
+        // GIVEN objects of two tasks and two crawls, and an upload in progress
+        let dir = TempDir::new("list");
+        let store = store(&dir);
+        let keys = [
+            "crawl=c1/pk=b/attr=html/md5=2",
+            "crawl=c1/pk=a/attr=html/md5=1",
+            "crawl=c1/pk=a/attr=html/md5=0",
+            "crawl=c10/pk=a/attr=html/md5=9",
+            "deliveries/crawl=c1/part-0.jsonl.gz",
+        ];
+        for key in keys {
+            store
+                .put(key, Bytes::from_static(b"x"), &meta(b"x"))
+                .await
+                .unwrap();
+        }
+        let mut upload = store
+            .upload("crawl=c1/pk=c/attr=html/md5=3", "text/html")
+            .await
+            .unwrap();
+        upload.write(b"partial").await.unwrap();
+
+        // WHEN listed by crawl, by task, by partial segment and in full
+        let crawl = store.list("crawl=c1/").await.unwrap();
+        let task = store.list("crawl=c1/pk=a/").await.unwrap();
+        let partial = store.list("crawl=c1").await.unwrap();
+        let all = store.list("").await.unwrap();
+        let none = store.list("crawl=c2/").await.unwrap();
+
+        // THEN each is exactly the keys under its prefix, sorted, without the upload
+        assert_eq!(
+            crawl,
+            [
+                "crawl=c1/pk=a/attr=html/md5=0",
+                "crawl=c1/pk=a/attr=html/md5=1",
+                "crawl=c1/pk=b/attr=html/md5=2"
+            ]
+        );
+        assert_eq!(task, crawl[..2]);
+        assert_eq!(partial.len(), 4);
+        assert_eq!(partial[3], "crawl=c10/pk=a/attr=html/md5=9");
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        assert_eq!(all, sorted);
+        assert!(none.is_empty());
+        upload.abort().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_upload_is_invisible_until_complete_and_gone_when_aborted() {
+        // GIVEN two uploads written in chunks
+        let dir = TempDir::new("upload");
+        let store = store(&dir);
+        let mut kept = store
+            .upload("deliveries/crawl=c1/a.jsonl", "application/x-ndjson")
+            .await
+            .unwrap();
+        let mut dropped = store
+            .upload("deliveries/crawl=c1/b.jsonl", "application/x-ndjson")
+            .await
+            .unwrap();
+        for chunk in [&b"{\"n\":1}\n"[..], b"{\"n\":2}\n"] {
+            kept.write(chunk).await.unwrap();
+            dropped.write(chunk).await.unwrap();
+        }
+
+        // WHEN nothing is completed yet, then one completes and the other aborts
+        let before = store.list("deliveries/").await.unwrap();
+        let early = store.get("deliveries/crawl=c1/a.jsonl").await.unwrap();
+        kept.complete().await.unwrap();
+        dropped.abort().await.unwrap();
+
+        // THEN only the completed one appears, whole, and no temporary file is left
+        assert!(before.is_empty());
+        assert_eq!(early, None);
+        assert_eq!(
+            store.list("deliveries/").await.unwrap(),
+            ["deliveries/crawl=c1/a.jsonl"]
+        );
+        assert_eq!(
+            store
+                .get("deliveries/crawl=c1/a.jsonl")
+                .await
+                .unwrap()
+                .unwrap(),
+            Bytes::from_static(b"{\"n\":1}\n{\"n\":2}\n")
+        );
+        assert_eq!(
+            store.get("deliveries/crawl=c1/b.jsonl").await.unwrap(),
+            None
+        );
+        assert_eq!(leftovers(&store), 0);
+    }
+}

@@ -1,0 +1,527 @@
+//! The embedded work queue: in memory, with SQS FIFO's delivery rules.
+//!
+//! - Messages of one `group` are delivered in send order, and a group is locked while its head
+//!   message is held: in flight (until acked or its visibility timeout lapses) or put back with
+//!   `retry_later` (until the delay runs out). So one politeness slot is never crawled twice at
+//!   once, as with SQS FIFO's MessageGroupId.
+//! - An unacked message is delivered again after the visibility timeout, `receive_count + 1`.
+//! - Every delivery has its own receipt; a receipt from an earlier delivery acks nothing.
+//!
+//! It does not survive a restart: the embedded backend rebuilds it from the task table.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use trawl_domain::calls::{Call, CallCounts};
+
+/// Most messages one receive returns, and one send batch holds (SQS's limits).
+const BATCH: usize = 10;
+
+/// Longest visibility timeout, retry delay or wait honoured (SQS's visibility maximum, 12 h).
+const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
+
+/// An in-process FIFO work queue.
+#[derive(Debug)]
+pub struct LocalQueue {
+    state: Mutex<State>,
+    /// Signalled whenever a message may have become deliverable (send, ack, retry_later).
+    changed: Notify,
+    visibility_timeout: Duration,
+    calls: Arc<CallCounts>,
+}
+
+#[derive(Debug)]
+struct Message {
+    seq: u64,
+    body: String,
+    receive_count: u32,
+}
+
+/// What holds a group's head message back.
+#[derive(Debug)]
+enum Head {
+    /// Deliverable now.
+    Ready,
+    /// Delivered under `receipt` (in flight, or delayed by `retry_later`) until `until`.
+    Held { receipt: String, until: Instant },
+}
+
+#[derive(Debug)]
+struct Group {
+    messages: VecDeque<Message>,
+    head: Head,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_seq: u64,
+    next_delivery: u64,
+    groups: HashMap<String, Group>,
+    /// Groups whose head is deliverable, oldest head first.
+    ready: BTreeSet<(u64, String)>,
+    /// Groups whose head is held, by release time.
+    held: BTreeSet<(Instant, String)>,
+    /// Receipt of each held head → its group.
+    receipts: HashMap<String, String>,
+    len: usize,
+}
+
+impl State {
+    fn push(&mut self, group: &str, body: String) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let message = Message {
+            seq,
+            body,
+            receive_count: 0,
+        };
+        match self.groups.get_mut(group) {
+            Some(existing) => existing.messages.push_back(message),
+            None => {
+                self.groups.insert(
+                    group.to_owned(),
+                    Group {
+                        messages: VecDeque::from([message]),
+                        head: Head::Ready,
+                    },
+                );
+                self.ready.insert((seq, group.to_owned()));
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Makes a group's head deliverable again (its receipt dies with the hold).
+    fn release(&mut self, group: &str) {
+        let Some(entry) = self.groups.get_mut(group) else {
+            return;
+        };
+        if let Head::Held { receipt, until } = std::mem::replace(&mut entry.head, Head::Ready) {
+            self.receipts.remove(&receipt);
+            self.held.remove(&(until, group.to_owned()));
+        }
+        if let Some(front) = entry.messages.front() {
+            self.ready.insert((front.seq, group.to_owned()));
+        }
+    }
+
+    /// Releases every hold that has lapsed by `now`.
+    fn release_lapsed(&mut self, now: Instant) {
+        while let Some((until, group)) = self.held.first().cloned() {
+            if until > now {
+                break;
+            }
+            self.release(&group);
+        }
+    }
+
+    fn deliver(&mut self, max: usize, now: Instant, visibility: Duration) -> Vec<Received> {
+        self.release_lapsed(now);
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((_, group)) = self.ready.pop_first() else {
+                break;
+            };
+            let Some(entry) = self.groups.get_mut(&group) else {
+                continue;
+            };
+            let Some(front) = entry.messages.front_mut() else {
+                continue;
+            };
+            front.receive_count += 1;
+            let receipt = format!("{}.{}", front.seq, self.next_delivery);
+            self.next_delivery += 1;
+            let until = now + visibility;
+            out.push(Received {
+                message_id: front.seq.to_string(),
+                receipt: receipt.clone(),
+                body: front.body.clone(),
+                receive_count: front.receive_count,
+            });
+            entry.head = Head::Held {
+                receipt: receipt.clone(),
+                until,
+            };
+            self.held.insert((until, group.clone()));
+            self.receipts.insert(receipt, group);
+        }
+        out
+    }
+
+    /// Removes the head `receipt` holds, if it still holds it.
+    fn ack(&mut self, receipt: &str) {
+        let Some(group) = self.receipts.remove(receipt) else {
+            return;
+        };
+        let Some(entry) = self.groups.get_mut(&group) else {
+            return;
+        };
+        if let Head::Held { until, .. } = std::mem::replace(&mut entry.head, Head::Ready) {
+            self.held.remove(&(until, group.clone()));
+        }
+        if entry.messages.pop_front().is_some() {
+            self.len -= 1;
+        }
+        match entry.messages.front() {
+            Some(next) => {
+                self.ready.insert((next.seq, group));
+            }
+            None => {
+                self.groups.remove(&group);
+            }
+        }
+    }
+
+    fn retry_later(&mut self, receipt: &str, delay: Duration, now: Instant) {
+        let Some(group) = self.receipts.get(receipt).cloned() else {
+            return;
+        };
+        if delay.is_zero() {
+            self.release(&group);
+            return;
+        }
+        let Some(entry) = self.groups.get_mut(&group) else {
+            return;
+        };
+        if let Head::Held { until, .. } = &mut entry.head {
+            self.held.remove(&(*until, group.clone()));
+            *until = now + delay;
+            self.held.insert((*until, group));
+        }
+    }
+}
+
+impl LocalQueue {
+    /// An empty queue; a received message is delivered again if not acked within
+    /// `visibility_timeout` (capped at 12 h, as in SQS).
+    pub fn new(visibility_timeout: Duration, calls: Arc<CallCounts>) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+            visibility_timeout: visibility_timeout.min(MAX_DELAY),
+            calls,
+        }
+    }
+
+    /// Messages not yet acked: deliverable, in flight or delayed.
+    pub fn len(&self) -> usize {
+        self.lock().len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// No code path panics while holding the lock, so a poisoned lock still guards a
+    /// consistent state.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl WorkQueue for LocalQueue {
+    async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
+        let mut report = SendReport::default();
+        {
+            let mut state = self.lock();
+            for batch in messages.chunks(BATCH) {
+                self.calls.record(Call::LocalQueueSend);
+                for message in batch {
+                    match serde_json::to_string(message) {
+                        Ok(body) => {
+                            state.push(&message.group, body);
+                            report.sent += 1;
+                        }
+                        Err(e) => report.failed.push((message.task_id.clone(), e.to_string())),
+                    }
+                }
+            }
+        }
+        if report.sent > 0 {
+            self.changed.notify_waiters();
+        }
+        Ok(report)
+    }
+
+    async fn receive(&self, max: u32, wait_ms: u64) -> QueueResult<Vec<Received>> {
+        self.calls.record(Call::LocalQueueReceive);
+        let max = (max as usize).clamp(1, BATCH);
+        let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_DELAY);
+        loop {
+            // Registered before looking, so a change made after the look still wakes us.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next_release = {
+                let mut state = self.lock();
+                let received = state.deliver(max, Instant::now(), self.visibility_timeout);
+                if !received.is_empty() {
+                    return Ok(received);
+                }
+                state.held.first().map(|(until, _)| *until)
+            };
+            if Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = next_release.map_or(deadline, |until| until.min(deadline));
+            tokio::select! {
+                () = &mut changed => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    async fn ack(&self, receipts: &[String]) -> QueueResult<()> {
+        {
+            let mut state = self.lock();
+            for receipt in receipts {
+                state.ack(receipt);
+            }
+        }
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {
+        let delay = Duration::from_millis(delay_ms).min(MAX_DELAY);
+        self.lock().retry_later(receipt, delay, Instant::now());
+        self.changed.notify_waiters();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+
+    fn message(group: &str, n: usize) -> WorkMessage {
+        let url = CanonicalUrl::parse(&format!("http://{group}.test/{n}")).unwrap();
+        WorkMessage {
+            crawl_id: CrawlId::parse("c1").unwrap(),
+            task_id: url.task_id(),
+            url: url.as_str().to_owned(),
+            depth: 0,
+            group: group.to_owned(),
+        }
+    }
+
+    fn url_of(received: &Received) -> String {
+        serde_json::from_str::<WorkMessage>(&received.body)
+            .unwrap()
+            .url
+    }
+
+    fn queue(visibility_ms: u64) -> LocalQueue {
+        LocalQueue::new(
+            Duration::from_millis(visibility_ms),
+            Arc::new(CallCounts::default()),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_group_delivers_in_order_one_message_at_a_time() {
+        // GIVEN three messages of group a and one of group b
+        let queue = queue(60_000);
+        let sent = [
+            message("a", 1),
+            message("a", 2),
+            message("b", 1),
+            message("a", 3),
+        ];
+        queue.send(&sent).await.unwrap();
+
+        // WHEN receiving while earlier messages are in flight, then after acks
+        let first = queue.receive(10, 0).await.unwrap();
+        let blocked = queue.receive(10, 0).await.unwrap();
+        queue.ack(&[first[0].receipt.clone()]).await.unwrap();
+        let second = queue.receive(10, 0).await.unwrap();
+        queue
+            .ack(&[first[1].receipt.clone(), second[0].receipt.clone()])
+            .await
+            .unwrap();
+        let third = queue.receive(10, 0).await.unwrap();
+
+        // THEN each group's head comes alone, in send order
+        let urls = |r: &[Received]| r.iter().map(url_of).collect::<Vec<_>>();
+        assert_eq!(urls(&first), ["http://a.test/1", "http://b.test/1"]);
+        assert!(blocked.is_empty());
+        assert_eq!(urls(&second), ["http://a.test/2"]);
+        assert_eq!(urls(&third), ["http://a.test/3"]);
+        assert_eq!(queue.len(), 1);
+        queue.ack(&[third[0].receipt.clone()]).await.unwrap();
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unacked_message_comes_back_after_the_visibility_timeout() {
+        // GIVEN a message received under a 500 ms visibility timeout
+        let queue = queue(500);
+        queue
+            .send(&[message("a", 1), message("a", 2)])
+            .await
+            .unwrap();
+        let first = queue.receive(10, 0).await.unwrap();
+        let started = Instant::now();
+
+        // WHEN it is not acked, and receivers wait
+        let hidden = queue.receive(10, 0).await.unwrap();
+        let again = queue.receive(10, 5_000).await.unwrap();
+
+        // THEN the same message (not its successor) returns once the timeout lapsed
+        assert!(hidden.is_empty());
+        assert_eq!(again.len(), 1);
+        assert!(started.elapsed() >= Duration::from_millis(450));
+        assert_eq!(again[0].message_id, first[0].message_id);
+        assert_eq!(again[0].body, first[0].body);
+        assert_eq!((first[0].receive_count, again[0].receive_count), (1, 2));
+        assert_ne!(again[0].receipt, first[0].receipt);
+
+        // AND the stale receipt acks nothing, while the new one does
+        queue.ack(&[first[0].receipt.clone()]).await.unwrap();
+        assert_eq!(queue.len(), 2);
+        assert!(queue.receive(10, 0).await.unwrap().is_empty());
+        queue.ack(&[again[0].receipt.clone()]).await.unwrap();
+        let next = queue.receive(10, 0).await.unwrap();
+        assert_eq!(url_of(&next[0]), "http://a.test/2");
+        assert_eq!(next[0].receive_count, 1);
+    }
+
+    #[tokio::test]
+    async fn retry_later_holds_the_group_for_the_delay() {
+        // GIVEN two messages of one group, the first received
+        let queue = queue(60_000);
+        queue
+            .send(&[message("a", 1), message("a", 2)])
+            .await
+            .unwrap();
+        let first = queue.receive(10, 0).await.unwrap();
+        let started = Instant::now();
+
+        // WHEN it is put back for 500 ms
+        queue.retry_later(&first[0].receipt, 500).await.unwrap();
+        let during = queue.receive(10, 0).await.unwrap();
+        let after = queue.receive(10, 5_000).await.unwrap();
+
+        // THEN nothing of the group is delivered until the delay ran, then the same message
+        assert!(during.is_empty());
+        assert!(started.elapsed() >= Duration::from_millis(450));
+        assert_eq!(url_of(&after[0]), "http://a.test/1");
+        assert_eq!(after[0].receive_count, 2);
+
+        // AND a zero delay puts it back at once; a stale receipt changes nothing
+        queue.retry_later(&first[0].receipt, 0).await.unwrap();
+        assert!(queue.receive(10, 0).await.unwrap().is_empty());
+        queue.retry_later(&after[0].receipt, 0).await.unwrap();
+        let now = queue.receive(10, 0).await.unwrap();
+        assert_eq!(
+            (url_of(&now[0]).as_str(), now[0].receive_count),
+            ("http://a.test/1", 3)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiting_receive_wakes_on_send_and_gives_up_at_its_wait() {
+        // GIVEN an empty queue shared with a sender that sends after 50 ms
+        let queue = Arc::new(queue(60_000));
+        let sender = {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                queue.send(&[message("a", 1)]).await.unwrap();
+            })
+        };
+
+        // WHEN a receiver waits up to 5 s, and another then waits 100 ms on the empty group
+        let woken = queue.receive(1, 5_000).await.unwrap();
+        sender.await.unwrap();
+        let started = Instant::now();
+        let timed_out = queue.receive(1, 100).await.unwrap();
+
+        // THEN the first gets the message, the second nothing after its full wait
+        assert_eq!(woken.len(), 1);
+        assert!(timed_out.is_empty());
+        assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_per_batch_of_ten() {
+        // GIVEN a queue with its own counters
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(60), Arc::clone(&calls));
+
+        // WHEN 25 messages of 25 groups are sent and read 10 at a time
+        let messages: Vec<_> = (0..25).map(|n| message(&format!("h{n}"), n)).collect();
+        let report = queue.send(&messages).await.unwrap();
+        let mut received = 0;
+        for _ in 0..3 {
+            received += queue.receive(50, 0).await.unwrap().len();
+        }
+
+        // THEN 3 sends and 3 receives were counted, and no receive exceeded 10
+        assert_eq!((report.sent, report.failed.len()), (25, 0));
+        assert_eq!(received, 25);
+        assert_eq!(calls.get(Call::LocalQueueSend), 3);
+        assert_eq!(calls.get(Call::LocalQueueReceive), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_consumers_never_hold_two_messages_of_one_group() {
+        // GIVEN 2 groups of 10 messages and 4 consumers
+        let queue = Arc::new(queue(60_000));
+        let messages: Vec<_> = (0..10)
+            .flat_map(|n| [message("a", n), message("b", n)])
+            .collect();
+        queue.send(&messages).await.unwrap();
+        let processed = Arc::new(Mutex::new(Vec::new()));
+        let busy: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+
+        // WHEN they receive, "work" briefly and ack, until the queue is drained
+        let mut consumers = Vec::new();
+        for _ in 0..4 {
+            let (queue, processed, busy) = (
+                Arc::clone(&queue),
+                Arc::clone(&processed),
+                Arc::clone(&busy),
+            );
+            consumers.push(tokio::spawn(async move {
+                for _ in 0..100 {
+                    if queue.is_empty() {
+                        break;
+                    }
+                    for received in queue.receive(10, 50).await.unwrap() {
+                        let work: WorkMessage = serde_json::from_str(&received.body).unwrap();
+                        // THEN no group is ever being worked on twice at once
+                        assert!(busy.lock().unwrap().insert(work.group.clone()), "{work:?}");
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        processed.lock().unwrap().push(work.url.clone());
+                        busy.lock().unwrap().remove(&work.group);
+                        queue.ack(&[received.receipt]).await.unwrap();
+                    }
+                }
+            }));
+        }
+        for consumer in consumers {
+            consumer.await.unwrap();
+        }
+
+        // AND every message was handled once, each group in send order
+        let processed = processed.lock().unwrap().clone();
+        assert_eq!(processed.len(), 20);
+        for group in ["a", "b"] {
+            let order: Vec<_> = processed
+                .iter()
+                .filter(|u| u.starts_with(&format!("http://{group}.test/")))
+                .cloned()
+                .collect();
+            let expected: Vec<_> = (0..10)
+                .map(|n| format!("http://{group}.test/{n}"))
+                .collect();
+            assert_eq!(order, expected);
+        }
+        assert!(queue.is_empty());
+    }
+}
