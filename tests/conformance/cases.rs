@@ -280,6 +280,8 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
     );
     let task = get(store, &crawl, url).await;
     assert_eq!(task.status, Status::Ignored);
+    // `retries` counts every transient failure, the one that exhausted the budget included.
+    assert_eq!((task.retries, task.next_attempt_at), (3, None));
     let kinds: Vec<ErrorKind> = task.errors.iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
