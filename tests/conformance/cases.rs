@@ -1,15 +1,20 @@
 //! The cases. GIVEN / WHEN / THEN; time is passed explicitly, so nothing sleeps.
+//!
+//! Every task transition goes through [`Tracked`], which compares the WHOLE stored task (every
+//! field) after each one with what `trawl_domain::transition` says it must be, and checks that
+//! the store applied or refused it exactly when the domain's condition says so.
 
 use crate::support::unique;
 use futures_util::future::join_all;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, TaskQuery,
-    TaskStore,
+    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StoreError,
+    TaskQuery, TaskStore,
 };
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::transition::{self, Update};
 
 pub const T0: Millis = 1_800_000_000_000;
 const LEASE_MS: u64 = 60_000;
@@ -39,7 +44,16 @@ pub fn record(md5: &str, at: Millis) -> FetchRecord {
         content_length: 1234,
         etag: Some("\"v1\"".into()),
         fetched_at: at,
+        next_fetch_at: Some(at + 86_400_000),
         ..FetchRecord::default()
+    }
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        max_retry: 3,
+        base_delay_ms: 1_000,
+        max_delay_ms: 60_000,
     }
 }
 
@@ -55,48 +69,182 @@ pub async fn claim<S: TaskStore>(
     }
 }
 
-async fn rejection<S: TaskStore>(
-    store: &S,
-    crawl: &CrawlId,
-    url: &str,
-    now: Millis,
-) -> ClaimRejection {
-    match store.claim(crawl, &id(url), LEASE_MS, now).await.unwrap() {
-        ClaimOutcome::Rejected(why) => why,
-        other => panic!("expected a rejected claim of {url}, got {other:?}"),
+/// One task under test, and what the store must hold for it.
+struct Tracked<'a, S> {
+    store: &'a S,
+    task: Task,
+}
+
+impl<'a, S: TaskStore> Tracked<'a, S> {
+    /// Seeds `url` and checks the stored task is the domain's new task.
+    async fn seed(store: &'a S, crawl: &CrawlId, url: &str, now: Millis) -> Self {
+        let new = new_task(url);
+        let seeded = store
+            .seed(crawl, std::slice::from_ref(&new), now)
+            .await
+            .unwrap();
+        assert_eq!(seeded, [Seeded::Created]);
+        let task = transition::seed(crawl, &new, now).task;
+        assert_eq!(stored(store, &task).await, Some(task.clone()));
+        Self { store, task }
+    }
+
+    /// Follows a task seeded otherwise, from its stored state.
+    async fn follow(store: &'a S, crawl: &CrawlId, url: &str) -> Self {
+        let task = store.get(crawl, &id(url)).await.unwrap().unwrap();
+        Self { store, task }
+    }
+
+    /// Checks that the store did to the task exactly what `update` says, and that it applied
+    /// it exactly when the domain's condition holds.
+    async fn check(&mut self, update: &Update, applied: bool) {
+        let decided = update.apply(&self.task);
+        assert_eq!(
+            applied,
+            decided.is_some(),
+            "store and domain disagree on whether {update:?} applies to {:?}",
+            self.task
+        );
+        let expected = decided.unwrap_or_else(|| self.task.clone());
+        assert_eq!(
+            stored(self.store, &self.task).await,
+            Some(expected.clone()),
+            "stored task is not the domain's after {update:?}"
+        );
+        self.task = expected;
+    }
+
+    /// Checks that the store still holds the task as last seen.
+    async fn unchanged(&self) {
+        assert_eq!(stored(self.store, &self.task).await, Some(self.task.clone()));
+    }
+
+    async fn claim(&mut self, now: Millis) -> Lease {
+        match self.try_claim(now).await {
+            Ok(lease) => lease,
+            Err(why) => panic!("claim refused: {why:?} on {:?}", self.task),
+        }
+    }
+
+    async fn refused_claim(&mut self, now: Millis) -> ClaimRejection {
+        match self.try_claim(now).await {
+            Ok(lease) => panic!("claim granted: {lease:?}"),
+            Err(why) => why,
+        }
+    }
+
+    async fn try_claim(&mut self, now: Millis) -> Result<Lease, ClaimRejection> {
+        let outcome = self
+            .store
+            .claim(&self.task.crawl_id, &self.task.task_id, LEASE_MS, now)
+            .await
+            .unwrap();
+        let expected = transition::claimed(Some(&self.task), LEASE_MS, now);
+        let update = transition::claim(LEASE_MS, now);
+        match outcome {
+            ClaimOutcome::Claimed { task, lease } => {
+                self.check(&update, true).await;
+                assert_eq!(*task, self.task, "the claim returns the claimed task");
+                assert_eq!(lease, transition::lease_of(&self.task));
+                Ok(lease)
+            }
+            ClaimOutcome::Rejected(why) => {
+                self.check(&update, false).await;
+                assert_eq!(Err(why.clone()), expected.map(|_| ()), "rejection reason");
+                Err(why)
+            }
+        }
+    }
+
+    async fn finish(&mut self, lease: &Lease, record: &FetchRecord, now: Millis) -> FinishOutcome {
+        let before = self.task.clone();
+        let outcome = self.store.finish(lease, record, now).await.unwrap();
+        let update = transition::finish(lease, record, now);
+        match &outcome {
+            FinishOutcome::Finished { replaced, stale } => {
+                self.check(&update, true).await;
+                assert_eq!((replaced, stale), (&before.fetch, &before.stale));
+            }
+            FinishOutcome::Rejected { current } => {
+                self.check(&update, false).await;
+                assert_eq!(current.as_ref(), Some(&self.task));
+            }
+        }
+        outcome
+    }
+
+    async fn fail(
+        &mut self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        now: Millis,
+    ) -> FailOutcome {
+        let outcome = self.store.fail(lease, failure, policy, now).await.unwrap();
+        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let applied = outcome != FailOutcome::Rejected;
+        self.check(&update, applied).await;
+        if applied {
+            assert_eq!(outcome, FailOutcome::from(failed));
+        }
+        outcome
+    }
+
+    async fn release(&mut self, lease: &Lease, now: Millis) -> bool {
+        let applied = self.store.release(lease, now).await.unwrap();
+        self.check(&transition::release(lease, now), applied).await;
+        applied
+    }
+
+    async fn reschedule(&mut self, from: &[Status], now: Millis) -> bool {
+        let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
+        let applied = self.store.reschedule(crawl, task, from, now).await.unwrap();
+        self.check(&transition::reschedule(from, now), applied)
+            .await;
+        applied
+    }
+
+    async fn mark_enqueued(&mut self, status: Status, now: Millis) -> bool {
+        let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
+        let applied = self
+            .store
+            .mark_enqueued(crawl, task, status, now)
+            .await
+            .unwrap();
+        self.check(&transition::mark_enqueued(status, now), applied)
+            .await;
+        applied
+    }
+
+    async fn add_stale(&mut self, md5: &str) -> bool {
+        let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
+        let applied = self.store.add_stale(crawl, task, md5).await.unwrap();
+        self.check(&transition::add_stale(md5), applied).await;
+        applied
     }
 }
 
-async fn get<S: TaskStore>(store: &S, crawl: &CrawlId, url: &str) -> Task {
-    store
-        .get(crawl, &id(url))
-        .await
-        .unwrap()
-        .expect("task exists")
+async fn stored<S: TaskStore>(store: &S, task: &Task) -> Option<Task> {
+    store.get(&task.crawl_id, &task.task_id).await.unwrap()
 }
 
 pub async fn reseed_is_idempotent<S: TaskStore>(store: &S) {
     // GIVEN two seeded URLs, one of them crawled
     let crawl = crawl_id();
-    let a = "http://example.com/a";
-    let seeded = store
-        .seed(&crawl, &[new_task(a), new_task("http://example.com/b")], T0)
-        .await
-        .unwrap();
-    assert_eq!(seeded, [Seeded::Created, Seeded::Created]);
-    let (_, lease) = claim(store, &crawl, a, T0 + 1).await;
-    store
-        .finish(&lease, &record("m1", T0 + 2), T0 + 2)
-        .await
-        .unwrap();
+    let (a, b) = ("http://example.com/a", "http://example.com/b");
+    let mut crawled = Tracked::seed(store, &crawl, a, T0).await;
+    let untouched = Tracked::seed(store, &crawl, b, T0).await;
+    let lease = crawled.claim(T0 + 1).await;
+    crawled.finish(&lease, &record("m1", T0 + 2), T0 + 2).await;
 
-    // WHEN they are seeded again (another spelling of `a`), with a new one
+    // WHEN they are seeded again (another spelling of `a`), with a new one twice in the batch
     let again = store
         .seed(
             &crawl,
             &[
                 new_task("HTTP://EXAMPLE.COM/a#top"),
-                new_task("http://example.com/b"),
+                new_task(b),
+                new_task("http://example.com/c"),
                 new_task("http://example.com/c"),
             ],
             T0 + 3,
@@ -104,15 +252,18 @@ pub async fn reseed_is_idempotent<S: TaskStore>(store: &S) {
         .await
         .unwrap();
 
-    // THEN nothing known is reset or duplicated
+    // THEN nothing known is reset or duplicated: both tasks are exactly as they were
     assert_eq!(
         again,
-        [Seeded::AlreadyKnown, Seeded::AlreadyKnown, Seeded::Created]
+        [
+            Seeded::AlreadyKnown,
+            Seeded::AlreadyKnown,
+            Seeded::Created,
+            Seeded::AlreadyKnown
+        ]
     );
-    let task = get(store, &crawl, a).await;
-    assert_eq!(task.status, Status::Succeeded);
-    assert_eq!(task.fetch.unwrap().md5.as_deref(), Some("m1"));
-    assert_eq!(task.created_at, T0);
+    crawled.unchanged().await;
+    untouched.unchanged().await;
     let counts = store.counts(&crawl).await.unwrap();
     assert_eq!(counts.get(&Status::Pending).copied().unwrap_or(0), 2);
     assert_eq!(counts.get(&Status::Succeeded).copied().unwrap_or(0), 1);
@@ -122,7 +273,7 @@ pub async fn concurrent_claimers_exactly_one_wins<S: TaskStore>(store: &S) {
     // GIVEN one pending task
     let crawl = crawl_id();
     let url = "http://example.com/contended";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
+    let mut tracked = Tracked::seed(store, &crawl, url, T0).await;
 
     // WHEN 8 workers claim it at once
     let task_id = id(url);
@@ -149,29 +300,28 @@ pub async fn concurrent_claimers_exactly_one_wins<S: TaskStore>(store: &S) {
             );
         }
     }
+    // AND the task is exactly what one claim makes of it
+    tracked.check(&transition::claim(LEASE_MS, T0 + 1), true).await;
 }
 
 pub async fn expired_lease_is_reclaimed_and_the_old_holder_is_fenced<S: TaskStore>(store: &S) {
     // GIVEN a task claimed by a worker that then stalls
     let crawl = crawl_id();
     let url = "http://example.com/zombie";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
-    let (_, zombie) = claim(store, &crawl, url, T0).await;
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
+    let zombie = task.claim(T0).await;
+    let until = T0 + LEASE_MS as Millis;
     assert_eq!(
-        rejection(store, &crawl, url, T0 + 1_000).await,
-        ClaimRejection::Leased {
-            until: T0 + LEASE_MS as Millis
-        }
+        task.refused_claim(until - 1).await,
+        ClaimRejection::Leased { until }
     );
 
     // WHEN its lease expires, another worker claims and finishes it
-    let (task, fresh) = claim(store, &crawl, url, T0 + LEASE_MS as Millis).await;
-    assert_eq!(task.status, Status::InProgress);
+    let fresh = task.claim(until).await;
     assert_eq!(fresh.token, zombie.token + 1);
-    let finished = store
+    let finished = task
         .finish(&fresh, &record("new", T0 + 70_000), T0 + 70_000)
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         finished,
         FinishOutcome::Finished {
@@ -181,55 +331,36 @@ pub async fn expired_lease_is_reclaimed_and_the_old_holder_is_fenced<S: TaskStor
     );
 
     // THEN the old holder's finish, fail and release are all rejected, and change nothing
-    let late = store
+    let late = task
         .finish(&zombie, &record("old", T0 + 80_000), T0 + 80_000)
-        .await
-        .unwrap();
-    let FinishOutcome::Rejected {
-        current: Some(current),
-    } = late
-    else {
-        panic!("{late:?}")
-    };
-    assert_eq!(
-        current.fetch.as_ref().and_then(|f| f.md5.as_deref()),
-        Some("new")
-    );
-    let policy = RetryPolicy::default();
-    let failed = store
+        .await;
+    assert!(matches!(late, FinishOutcome::Rejected { current: Some(_) }));
+    let failed = task
         .fail(
             &zombie,
             &Failure::from_http_status(500, None),
-            &policy,
+            &policy(),
             T0 + 80_001,
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(failed, FailOutcome::Rejected);
-    assert!(!store.release(&zombie, T0 + 80_002).await.unwrap());
-    let task = get(store, &crawl, url).await;
-    assert_eq!(task.status, Status::Succeeded);
-    assert_eq!(task.fetch.unwrap().md5.as_deref(), Some("new"));
-    assert_eq!(task.token, fresh.token);
-    assert_eq!(task.lease_expires_at, None);
+    assert!(!task.release(&zombie, T0 + 80_002).await);
+    assert_eq!(
+        (task.task.status, task.task.updated_at, task.task.token),
+        (Status::Succeeded, T0 + 70_000, fresh.token)
+    );
 }
 
 pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
-    let policy = RetryPolicy {
-        max_retry: 3,
-        base_delay_ms: 1_000,
-        max_delay_ms: 60_000,
-    };
     let crawl = crawl_id();
     let url = "http://example.com/flaky";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
 
     // GIVEN a first attempt that hits a 500
-    let (_, lease) = claim(store, &crawl, url, T0).await;
-    let outcome = store
-        .fail(&lease, &Failure::from_http_status(500, None), &policy, T0)
-        .await
-        .unwrap();
+    let lease = task.claim(T0).await;
+    let outcome = task
+        .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
+        .await;
     let FailOutcome::Retrying { next_attempt_at } = outcome else {
         panic!("{outcome:?}")
     };
@@ -238,22 +369,21 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
         (T0 + 500..=T0 + 1_000).contains(&next_attempt_at),
         "{next_attempt_at}"
     );
-    let task = get(store, &crawl, url).await;
-    assert_eq!((task.status, task.retries), (Status::Failed, 1));
+    assert_eq!((task.task.status, task.task.retries), (Status::Failed, 1));
     assert_eq!(
-        rejection(store, &crawl, url, next_attempt_at - 1).await,
+        task.refused_claim(next_attempt_at - 1).await,
         ClaimRejection::NotDue {
             at: next_attempt_at
         }
     );
 
     // WHEN the second attempt is throttled with Retry-After: 30 s
-    let (_, lease) = claim(store, &crawl, url, next_attempt_at).await;
+    let lease = task.claim(next_attempt_at).await;
     assert_eq!(lease.retries, 1);
     let now = next_attempt_at;
     let throttled = Failure::from_http_status(429, Some(30_000));
-    let outcome = store.fail(&lease, &throttled, &policy, now).await.unwrap();
-    // THEN the server's delay is honoured
+    let outcome = task.fail(&lease, &throttled, &policy(), now).await;
+    // THEN the server's delay is honoured exactly
     assert_eq!(
         outcome,
         FailOutcome::Retrying {
@@ -262,27 +392,25 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
     );
 
     // WHEN the third attempt fails too, max_retry is reached: the task is given up
-    let (_, lease) = claim(store, &crawl, url, now + 30_000).await;
-    let outcome = store
+    let lease = task.claim(now + 30_000).await;
+    let outcome = task
         .fail(
             &lease,
             &Failure::new(ErrorKind::Timeout, "timed out"),
-            &policy,
+            &policy(),
             now + 30_001,
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         outcome,
         FailOutcome::GaveUp {
             status: Status::Ignored
         }
     );
-    let task = get(store, &crawl, url).await;
-    assert_eq!(task.status, Status::Ignored);
+    assert_eq!(task.task.status, Status::Ignored);
     // `retries` counts every transient failure, the one that exhausted the budget included.
-    assert_eq!((task.retries, task.next_attempt_at), (3, None));
-    let kinds: Vec<ErrorKind> = task.errors.iter().map(|e| e.kind).collect();
+    assert_eq!((task.task.retries, task.task.next_attempt_at), (3, None));
+    let kinds: Vec<ErrorKind> = task.task.errors.iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
         [
@@ -292,32 +420,26 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
         ]
     );
     assert_eq!(
-        rejection(store, &crawl, url, now + 10_000_000).await,
+        task.refused_claim(now + 10_000_000).await,
         ClaimRejection::Done(Status::Ignored)
     );
 }
 
 pub async fn permanent_failures_are_terminal<S: TaskStore>(store: &S) {
     // GIVEN two tasks answering 404 and 403
-    let policy = RetryPolicy::default();
     let crawl = crawl_id();
-    let (missing, forbidden) = ("http://example.com/missing", "http://example.com/forbidden");
-    store
-        .seed(&crawl, &[new_task(missing), new_task(forbidden)], T0)
-        .await
-        .unwrap();
-    let (_, l1) = claim(store, &crawl, missing, T0).await;
-    let (_, l2) = claim(store, &crawl, forbidden, T0).await;
+    let mut missing = Tracked::seed(store, &crawl, "http://example.com/missing", T0).await;
+    let mut forbidden = Tracked::seed(store, &crawl, "http://example.com/forbidden", T0).await;
+    let l1 = missing.claim(T0).await;
+    let l2 = forbidden.claim(T0).await;
 
     // WHEN they fail
-    let gone = store
-        .fail(&l1, &Failure::from_http_status(404, None), &policy, T0)
-        .await
-        .unwrap();
-    let ignored = store
-        .fail(&l2, &Failure::from_http_status(403, None), &policy, T0)
-        .await
-        .unwrap();
+    let gone = missing
+        .fail(&l1, &Failure::from_http_status(404, None), &policy(), T0)
+        .await;
+    let ignored = forbidden
+        .fail(&l2, &Failure::from_http_status(403, None), &policy(), T0)
+        .await;
 
     // THEN a 404 burns no retry: the page is gone; a 403 is ignored
     assert_eq!(
@@ -332,42 +454,64 @@ pub async fn permanent_failures_are_terminal<S: TaskStore>(store: &S) {
             status: Status::Ignored
         }
     );
-    let task = get(store, &crawl, missing).await;
     assert_eq!(
-        (task.status, task.retries, task.errors.len()),
-        (Status::Gone, 0, 1)
+        (missing.task.retries, missing.task.errors.len()),
+        (0, 1)
     );
-    assert_eq!(task.errors[0].message, "HTTP 404");
+    assert_eq!(missing.task.errors[0].message, "HTTP 404");
+}
+
+pub async fn a_404_on_recrawl_keeps_the_previous_fetch<S: TaskStore>(store: &S) {
+    // GIVEN a task fetched once, rescheduled for a recrawl and claimed
+    let crawl = crawl_id();
+    let mut task = Tracked::seed(store, &crawl, "http://example.com/moved", T0).await;
+    let lease = task.claim(T0).await;
+    task.finish(&lease, &record("aa", T0), T0).await;
+    assert!(task.reschedule(&[Status::Succeeded], T0 + 1).await);
+    let recrawl = task.claim(T0 + 2).await;
+
+    // WHEN the page now answers 404
+    let outcome = task
+        .fail(&recrawl, &Failure::from_http_status(404, None), &policy(), T0 + 3)
+        .await;
+
+    // THEN it is gone at once, and the last good fetch is still recorded
+    assert_eq!(
+        outcome,
+        FailOutcome::GaveUp {
+            status: Status::Gone
+        }
+    );
+    assert_eq!(task.task.fetch, Some(record("aa", T0)));
 }
 
 pub async fn error_history_is_bounded<S: TaskStore>(store: &S) {
     // GIVEN a generous retry policy and a task failing 6 times
-    let policy = RetryPolicy {
+    let patient = RetryPolicy {
         max_retry: 10,
         base_delay_ms: 1,
         max_delay_ms: 1,
     };
     let crawl = crawl_id();
-    let url = "http://example.com/unstable";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
+    let mut task = Tracked::seed(store, &crawl, "http://example.com/unstable", T0).await;
     let long = "x".repeat(1_000);
     for attempt in 0..6 {
         let now = T0 + attempt * 10;
-        let (_, lease) = claim(store, &crawl, url, now).await;
+        let lease = task.claim(now).await;
         let failure = Failure::new(ErrorKind::Connection, format!("{attempt} {long}"));
-        store.fail(&lease, &failure, &policy, now).await.unwrap();
+        task.fail(&lease, &failure, &patient, now).await;
     }
     // THEN only the last three errors are kept, each cut to 256 bytes
-    let task = get(store, &crawl, url).await;
-    assert_eq!(task.errors.len(), 3);
-    assert!(task.errors[0].message.starts_with("3 "));
-    assert!(task.errors[2].message.starts_with("5 "));
-    assert!(task.errors.iter().all(|e| e.message.len() <= 256));
-    assert_eq!(task.retries, 6);
+    let errors = &task.task.errors;
+    assert_eq!(errors.len(), 3);
+    assert!(errors[0].message.starts_with("3 "));
+    assert!(errors[2].message.starts_with("5 "));
+    assert!(errors.iter().all(|e| e.message.len() <= 256));
+    assert_eq!(task.task.retries, 6);
 }
 
 pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store: &S) {
-    // GIVEN 23 pending tasks seeded at distinct times
+    // GIVEN 23 pending tasks seeded at distinct times; one then enqueued, one claimed
     let crawl = crawl_id();
     let urls: Vec<String> = (0..23)
         .map(|i| format!("http://example.com/p{i}"))
@@ -378,8 +522,14 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
             .await
             .unwrap();
     }
+    let mut enqueued = Tracked::follow(store, &crawl, &urls[3]).await;
+    assert!(enqueued.mark_enqueued(Status::Pending, T0 + 100).await);
+    Tracked::follow(store, &crawl, &urls[4])
+        .await
+        .claim(T0 + 101)
+        .await;
 
-    // WHEN they are listed 5 at a time
+    // WHEN the pending ones are listed 5 at a time
     let mut seen = Vec::new();
     let mut cursor = None;
     for _ in 0..50 {
@@ -399,12 +549,12 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
         }
     }
 
-    // THEN every task comes exactly once, oldest update first within each shard
+    // THEN every pending task comes exactly once, oldest update first within each shard
     let mut ids: Vec<&str> = seen.iter().map(|t| t.task_id.as_str()).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), 23);
-    assert_eq!(seen.len(), 23);
+    assert_eq!(ids.len(), 22);
+    assert_eq!(seen.len(), 22);
     for shard in 0..4 {
         let times: Vec<Millis> = seen
             .iter()
@@ -416,6 +566,12 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
             "shard {shard}: {times:?}"
         );
     }
+    // AND the summaries say what the tasks say
+    let summary = seen
+        .iter()
+        .find(|t| t.task_id == enqueued.task.task_id)
+        .unwrap();
+    assert_eq!(*summary, (&enqueued.task).into());
     // AND the due bound keeps only tasks updated at or before it
     let query = TaskQuery {
         crawl_id: crawl.clone(),
@@ -425,7 +581,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
         cursor: None,
     };
     let due = store.query(&query).await.unwrap();
-    assert_eq!(due.tasks.len(), 10);
+    assert_eq!(due.tasks.len(), 8, "p0..p9 less the enqueued and the claimed one");
     assert!(due.cursor.is_none());
     assert!(
         due.tasks
@@ -437,27 +593,33 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
         cursor: Some("not a cursor".into()),
         ..query
     };
-    assert!(store.query(&bogus).await.is_err());
+    assert!(matches!(
+        store.query(&bogus).await,
+        Err(StoreError::InvalidCursor)
+    ));
 }
 
 pub async fn counts_per_status<S: TaskStore>(store: &S) {
     let crawl = crawl_id();
-    let urls: Vec<String> = (0..5).map(|i| format!("http://example.com/c{i}")).collect();
+    let urls: Vec<String> = (0..6).map(|i| format!("http://example.com/c{i}")).collect();
     let tasks: Vec<NewTask> = urls.iter().map(|u| new_task(u)).collect();
     store.seed(&crawl, &tasks, T0).await.unwrap();
-    let (_, l0) = claim(store, &crawl, &urls[0], T0).await;
-    store.finish(&l0, &record("a", T0), T0).await.unwrap();
-    let (_, l1) = claim(store, &crawl, &urls[1], T0).await;
-    store
-        .fail(
-            &l1,
-            &Failure::from_http_status(410, None),
-            &RetryPolicy::default(),
-            T0,
-        )
+    let mut done = Tracked::follow(store, &crawl, &urls[0]).await;
+    let lease = done.claim(T0).await;
+    done.finish(&lease, &record("a", T0), T0).await;
+    let mut gone = Tracked::follow(store, &crawl, &urls[1]).await;
+    let lease = gone.claim(T0).await;
+    gone.fail(&lease, &Failure::from_http_status(410, None), &policy(), T0)
+        .await;
+    let mut failed = Tracked::follow(store, &crawl, &urls[2]).await;
+    let lease = failed.claim(T0).await;
+    failed
+        .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
+        .await;
+    Tracked::follow(store, &crawl, &urls[3])
         .await
-        .unwrap();
-    claim(store, &crawl, &urls[2], T0).await;
+        .claim(T0)
+        .await;
 
     let counts = store.counts(&crawl).await.unwrap();
     let count = |s| counts.get(&s).copied().unwrap_or(0);
@@ -465,10 +627,12 @@ pub async fn counts_per_status<S: TaskStore>(store: &S) {
         [
             count(Status::Pending),
             count(Status::InProgress),
+            count(Status::Failed),
             count(Status::Succeeded),
-            count(Status::Gone)
+            count(Status::Gone),
+            count(Status::Ignored),
         ],
-        [2, 1, 1, 1]
+        [2, 1, 1, 1, 1, 0]
     );
     // AND another crawl's tasks are not counted
     assert_eq!(
@@ -496,7 +660,7 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     let other = Crawl::new(id.clone(), CrawlConfig::default(), T0 + 1);
     let (stored, created) = store.create_crawl(&other).await.unwrap();
     assert!(!created);
-    assert_eq!(stored.config, config);
+    assert_eq!(stored, crawl);
     assert!(
         store
             .list_crawls(Some(CrawlState::Running))
@@ -509,32 +673,46 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     // WHEN it completes, THEN it is listed as completed; a recrawl round reopens it
     assert!(store.complete_crawl(&id, 0, T0 + 2).await.unwrap());
     assert!(!store.complete_crawl(&id, 0, T0 + 3).await.unwrap());
+    let completed = store.get_crawl(&id).await.unwrap().unwrap();
     assert_eq!(
-        store.get_crawl(&id).await.unwrap().unwrap().state,
-        CrawlState::Completed
+        (completed.state, completed.updated_at),
+        (CrawlState::Completed, T0 + 2)
     );
+    let listed = store.list_crawls(Some(CrawlState::Completed)).await.unwrap();
+    assert!(listed.iter().any(|c| *c == completed));
     assert!(
-        store
-            .list_crawls(Some(CrawlState::Completed))
+        !store
+            .list_crawls(Some(CrawlState::Running))
             .await
             .unwrap()
             .iter()
             .any(|c| c.id == id)
     );
+    assert!(store.list_crawls(None).await.unwrap().contains(&completed));
     assert!(store.reopen_crawl(&id, T0 + 4).await.unwrap());
     assert!(!store.reopen_crawl(&id, T0 + 5).await.unwrap());
     let reopened = store.get_crawl(&id).await.unwrap().unwrap();
     assert_eq!(
-        (reopened.state, reopened.generation),
-        (CrawlState::Running, 1)
+        (reopened.state, reopened.generation, reopened.updated_at),
+        (CrawlState::Running, 1, T0 + 4)
     );
     assert!(
         !store.complete_crawl(&id, 0, T0 + 6).await.unwrap(),
         "stale generation"
     );
+    assert!(store.complete_crawl(&id, 1, T0 + 7).await.unwrap());
 
+    // WHEN it is deleted, THEN it is gone, and its page budget with it
     store.delete_crawl(&id).await.unwrap();
     assert!(store.get_crawl(&id).await.unwrap().is_none());
+    assert!(matches!(
+        store.reserve_pages(&id, 1, 10).await,
+        Err(StoreError::NoSuchCrawl(_))
+    ));
+    assert!(matches!(
+        store.release_pages(&id, 1).await,
+        Err(StoreError::NoSuchCrawl(_))
+    ));
 }
 
 pub async fn page_budget_is_never_exceeded<S: CrawlStore>(store: &S) {
@@ -555,6 +733,10 @@ pub async fn page_budget_is_never_exceeded<S: CrawlStore>(store: &S) {
     // AND released slots can be taken again
     store.release_pages(&id, 2).await.unwrap();
     assert_eq!(store.reserve_pages(&id, 5, 20).await.unwrap(), 2);
+    assert_eq!(
+        store.get_crawl(&id).await.unwrap().unwrap().pages_reserved,
+        20
+    );
 }
 
 pub async fn completion_happens_exactly_once<S: CrawlStore>(store: &S) {
@@ -576,90 +758,94 @@ pub async fn reschedule_and_mark_enqueued<S: TaskStore>(store: &S) {
     // GIVEN a succeeded task
     let crawl = crawl_id();
     let url = "http://example.com/recrawl";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
-    let (_, lease) = claim(store, &crawl, url, T0).await;
-    store.finish(&lease, &record("v1", T0), T0).await.unwrap();
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
+    let lease = task.claim(T0).await;
+    task.finish(&lease, &record("v1", T0), T0).await;
 
     // WHEN it is rescheduled from `succeeded`, THEN it is pending, once
+    assert!(!task.reschedule(&[], T0 + 1).await);
     assert!(
-        !store
-            .reschedule(&crawl, &id(url), &[Status::Failed, Status::Ignored], T0 + 1)
+        !task
+            .reschedule(&[Status::Failed, Status::Ignored], T0 + 1)
             .await
-            .unwrap()
     );
-    assert!(
-        store
-            .reschedule(&crawl, &id(url), &[Status::Succeeded], T0 + 2)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .reschedule(&crawl, &id(url), &[Status::Succeeded], T0 + 3)
-            .await
-            .unwrap()
-    );
-    let task = get(store, &crawl, url).await;
-    assert_eq!((task.status, task.updated_at), (Status::Pending, T0 + 2));
+    assert!(task.reschedule(&[Status::Succeeded], T0 + 2).await);
+    assert!(!task.reschedule(&[Status::Succeeded], T0 + 3).await);
     assert_eq!(
-        task.fetch.unwrap().md5.as_deref(),
-        Some("v1"),
+        task.task.fetch,
+        Some(record("v1", T0)),
         "the previous fetch is kept for conditional GETs"
     );
 
     // WHEN a message is sent for it, THEN that is recorded, only while the status matches
+    assert!(task.mark_enqueued(Status::Pending, T0 + 4).await);
+    assert!(!task.mark_enqueued(Status::Failed, T0 + 5).await);
+    assert_eq!(
+        (task.task.enqueued_at, task.task.updated_at),
+        (Some(T0 + 4), T0 + 4)
+    );
+
+    // AND a failed task rescheduled by an operator gets its whole retry budget back
+    let lease = task.claim(T0 + 6).await;
+    task.fail(&lease, &Failure::from_http_status(503, None), &policy(), T0 + 6)
+        .await;
+    assert!(task.reschedule(&[Status::Failed], T0 + 7).await);
+    assert_eq!(
+        (task.task.retries, task.task.next_attempt_at),
+        (0, None)
+    );
+
+    // AND nothing happens to a task that does not exist
+    let missing = id("http://example.com/never-seeded");
+    assert_eq!(
+        store.claim(&crawl, &missing, LEASE_MS, T0).await.unwrap(),
+        ClaimOutcome::Rejected(ClaimRejection::Missing)
+    );
     assert!(
-        store
-            .mark_enqueued(&crawl, &id(url), Status::Pending, T0 + 4)
+        !store
+            .reschedule(&crawl, &missing, &[Status::Pending], T0)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .mark_enqueued(&crawl, &id(url), Status::Failed, T0 + 5)
+            .mark_enqueued(&crawl, &missing, Status::Pending, T0)
             .await
             .unwrap()
     );
-    let task = get(store, &crawl, url).await;
-    assert_eq!((task.enqueued_at, task.updated_at), (Some(T0 + 4), T0 + 4));
+    assert!(!store.add_stale(&crawl, &missing, "x").await.unwrap());
+    assert_eq!(store.get(&crawl, &missing).await.unwrap(), None);
 }
 
 pub async fn stale_objects_are_handed_to_the_next_finisher<S: TaskStore>(store: &S) {
     // GIVEN a task whose current pointer is md5 `cur`
     let crawl = crawl_id();
-    let url = "http://example.com/stale";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
-    let (_, lease) = claim(store, &crawl, url, T0).await;
-    store.finish(&lease, &record("cur", T0), T0).await.unwrap();
+    let mut task = Tracked::seed(store, &crawl, "http://example.com/stale", T0).await;
+    let lease = task.claim(T0).await;
+    task.finish(&lease, &record("cur", T0), T0).await;
 
-    // WHEN a rejected writer reports its object: the current pointer is never marked stale
-    assert!(!store.add_stale(&crawl, &id(url), "cur").await.unwrap());
-    assert!(store.add_stale(&crawl, &id(url), "orphan").await.unwrap());
+    // WHEN rejected writers report their objects: the current pointer is never marked stale,
+    // and an object reported twice is listed once
+    assert!(!task.add_stale("cur").await);
+    assert!(task.add_stale("orphan").await);
+    assert!(!task.add_stale("orphan").await);
+    assert_eq!(task.task.stale, ["orphan"]);
 
     // THEN the next finisher receives it (and the record it replaced), and the list is cleared
-    store
-        .reschedule(&crawl, &id(url), &[Status::Succeeded], T0 + 1)
-        .await
-        .unwrap();
-    let (_, lease) = claim(store, &crawl, url, T0 + 2).await;
-    let outcome = store
-        .finish(&lease, &record("next", T0 + 3), T0 + 3)
-        .await
-        .unwrap();
-    let FinishOutcome::Finished { replaced, stale } = outcome else {
-        panic!("{outcome:?}")
-    };
-    assert_eq!(replaced.and_then(|r| r.md5).as_deref(), Some("cur"));
-    assert_eq!(stale, ["orphan"]);
-    store
-        .reschedule(&crawl, &id(url), &[Status::Succeeded], T0 + 4)
-        .await
-        .unwrap();
-    let (_, lease) = claim(store, &crawl, url, T0 + 5).await;
-    let FinishOutcome::Finished { stale, .. } = store
-        .finish(&lease, &record("last", T0 + 6), T0 + 6)
-        .await
-        .unwrap()
+    task.reschedule(&[Status::Succeeded], T0 + 1).await;
+    let lease = task.claim(T0 + 2).await;
+    let outcome = task.finish(&lease, &record("next", T0 + 3), T0 + 3).await;
+    assert_eq!(
+        outcome,
+        FinishOutcome::Finished {
+            replaced: Some(record("cur", T0)),
+            stale: vec!["orphan".to_owned()]
+        }
+    );
+    task.reschedule(&[Status::Succeeded], T0 + 4).await;
+    let lease = task.claim(T0 + 5).await;
+    let FinishOutcome::Finished { stale, .. } =
+        task.finish(&lease, &record("last", T0 + 6), T0 + 6).await
     else {
         panic!()
     };
@@ -669,15 +855,11 @@ pub async fn stale_objects_are_handed_to_the_next_finisher<S: TaskStore>(store: 
 pub async fn release_gives_the_task_back<S: TaskStore>(store: &S) {
     let crawl = crawl_id();
     let url = "http://example.com/released";
-    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
-    let (_, lease) = claim(store, &crawl, url, T0).await;
-    assert!(store.release(&lease, T0 + 1).await.unwrap());
-    let task = get(store, &crawl, url).await;
-    assert_eq!(
-        (task.status, task.lease_expires_at),
-        (Status::Pending, None)
-    );
-    let (_, again) = claim(store, &crawl, url, T0 + 2).await;
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
+    let lease = task.claim(T0).await;
+    assert!(task.release(&lease, T0 + 1).await);
+    assert!(!task.release(&lease, T0 + 2).await, "released once");
+    let again = task.claim(T0 + 2).await;
     assert_eq!(again.token, lease.token + 1);
     assert_eq!(store.delete_tasks(&crawl).await.unwrap(), 1);
     assert!(store.get(&crawl, &id(url)).await.unwrap().is_none());

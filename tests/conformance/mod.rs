@@ -1,5 +1,6 @@
-//! One conformance suite, run against both backends: DynamoDB (through the real SDK, on moto)
-//! and SQLite (the embedded backend). Each case is written once, generic over the ports.
+//! One conformance suite, run against every backend: DynamoDB (through the real SDK, on moto),
+//! SQLite (the embedded backend) and the in-memory store. Each case is written once, generic
+//! over the ports, and checks the whole task against the domain after every transition.
 //!
 //! Race cases run against a single-threaded moto: threaded moto does not make conditional
 //! writes atomic (double claims happen that DynamoDB would reject).
@@ -21,6 +22,18 @@ macro_rules! on_dynamodb {
     };
 }
 
+macro_rules! on_memory {
+    ($($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let store = trawl_core::store::memory::MemoryStore::new();
+                cases::$case(&store).await;
+            }
+        )*
+    };
+}
+
 macro_rules! on_sqlite {
     ($($case:ident),* $(,)?) => {
         $(
@@ -34,6 +47,29 @@ macro_rules! on_sqlite {
     };
 }
 
+/// Every case, on the in-memory store (one lock serialises every call).
+mod memory {
+    use super::*;
+
+    on_memory!(
+        reseed_is_idempotent,
+        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        transient_failures_back_off_then_give_up,
+        permanent_failures_are_terminal,
+        a_404_on_recrawl_keeps_the_previous_fetch,
+        error_history_is_bounded,
+        query_pages_through_every_shard_in_update_order,
+        counts_per_status,
+        crawl_lifecycle,
+        reschedule_and_mark_enqueued,
+        stale_objects_are_handed_to_the_next_finisher,
+        release_gives_the_task_back,
+        concurrent_claimers_exactly_one_wins,
+        page_budget_is_never_exceeded,
+        completion_happens_exactly_once,
+    );
+}
+
 /// Every case, on the embedded backend (SQLite serialises writers itself).
 mod sqlite {
     use super::*;
@@ -43,6 +79,7 @@ mod sqlite {
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
+        a_404_on_recrawl_keeps_the_previous_fetch,
         error_history_is_bounded,
         query_pages_through_every_shard_in_update_order,
         counts_per_status,
@@ -64,6 +101,7 @@ mod dynamodb {
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
+        a_404_on_recrawl_keeps_the_previous_fetch,
         error_history_is_bounded,
         query_pages_through_every_shard_in_update_order,
         counts_per_status,

@@ -7,3 +7,4 @@ pub mod canonical;
 pub mod crawl;
 pub mod retry;
 pub mod task;
+pub mod transition;

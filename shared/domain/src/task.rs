@@ -228,6 +228,8 @@ pub struct Task {
     pub errors: Vec<ErrorRecord>,
     /// The last successful fetch (kept across failures, replaced by the next success).
     pub fetch: Option<FetchRecord>,
+    /// md5s of objects that rejected writers left behind, for the next finisher to delete.
+    pub stale: Vec<String>,
 }
 
 /// A task to seed: a canonical URL with its crawl-graph position.

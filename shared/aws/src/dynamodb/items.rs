@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, NewTask, Status, Task};
+use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -78,38 +78,38 @@ pub(super) struct TaskItem {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     errors: Vec<ErrorRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) fetch: Option<FetchRecord>,
+    fetch: Option<FetchRecord>,
     /// Copy of `fetch.next_fetch_at` at top level, so the status index can project it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     next_fetch: Option<Millis>,
     /// md5s of objects left by rejected writers, for the next finisher to delete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) stale: Vec<String>,
+    stale: Vec<String>,
 }
 
 impl TaskItem {
-    pub(super) fn new(crawl_id: &CrawlId, task: &NewTask, shards: u32, now: Millis) -> Self {
-        let task_id = task.url.task_id();
+    /// The item of `task` (a new one: later states are written by update expressions).
+    pub(super) fn from_task(task: &Task, shards: u32) -> Self {
         Self {
-            pk: task_pk(crawl_id, &task_id),
-            gsi_pk: gsi_pk(crawl_id, Status::Pending, task_id.shard(shards)),
-            updated: now,
-            crawl_id: crawl_id.clone(),
-            task_id,
-            url: task.url.as_str().to_owned(),
-            status: Status::Pending,
-            created: now,
+            pk: task_pk(&task.crawl_id, &task.task_id),
+            gsi_pk: gsi_pk(&task.crawl_id, task.status, task.task_id.shard(shards)),
+            updated: task.updated_at,
+            crawl_id: task.crawl_id.clone(),
+            task_id: task.task_id.clone(),
+            url: task.url.clone(),
+            status: task.status,
+            created: task.created_at,
             depth: task.depth,
             parent: task.parent.clone(),
-            token: 0,
-            lease_until: None,
-            retries: 0,
-            next_attempt: None,
-            enqueued: None,
-            errors: Vec::new(),
-            fetch: None,
-            next_fetch: None,
-            stale: Vec::new(),
+            token: task.token,
+            lease_until: task.lease_expires_at,
+            retries: task.retries,
+            next_attempt: task.next_attempt_at,
+            enqueued: task.enqueued_at,
+            errors: task.errors.clone(),
+            fetch: task.fetch.clone(),
+            next_fetch: task.fetch.as_ref().and_then(|f| f.next_fetch_at),
+            stale: task.stale.clone(),
         }
     }
 
@@ -138,6 +138,7 @@ impl TaskItem {
             enqueued_at: self.enqueued,
             errors: self.errors,
             fetch: self.fetch,
+            stale: self.stale,
         })
     }
 }

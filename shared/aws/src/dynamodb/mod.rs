@@ -9,12 +9,20 @@
 //! the shard a stable hash of the task id (spreading one crawl's hot status over partitions);
 //! a crawl's is `crawls#{state}`. Every status change rewrites `gsi_pk` in the same write.
 
+//!
+//! What a task operation does is decided by `trawl_domain::transition`; `expression` turns the
+//! transition's condition and changes into one conditional write. Finish, fail and release
+//! build on the lease (what the claim returned, fenced by the token); claim, reschedule and the
+//! rest are blind conditional writes.
+
 mod errors;
+mod expression;
 mod items;
 pub mod schema;
 
 use self::errors::{applied, conditional_item, is_conditional_failure, map_err};
-use self::items::{CrawlItem, TaskItem, crawl_pk, gsi_pk, task_pk};
+use self::expression::Expression;
+use self::items::{CrawlItem, TaskItem, crawl_pk, task_pk};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
@@ -23,16 +31,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts,
-    StoreError, StoreResult, TaskPage, TaskQuery, TaskStore,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskStore,
 };
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::retry::{Failure, FailureVerdict, RetryPolicy};
-use trawl_domain::task::{
-    ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
-};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::transition::{self, Update};
 
 pub use self::schema::{STATUS_INDEX, create_table};
 
@@ -56,13 +63,6 @@ fn n(v: impl ToString) -> AttributeValue {
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
-}
-
-fn encode<T: Serialize>(value: &T) -> StoreResult<AttributeValue> {
-    serde_dynamo::aws_sdk_dynamodb_1::to_attribute_value(value).map_err(|e| StoreError::Backend {
-        operation: "encode",
-        message: e.to_string(),
-    })
 }
 
 /// Where a paginated status query stands: the shard it is in and DynamoDB's position there.
@@ -94,10 +94,6 @@ impl DynamoStore {
         self.shards
     }
 
-    fn gsi(&self, crawl_id: &CrawlId, task_id: &TaskId, status: Status) -> AttributeValue {
-        s(gsi_pk(crawl_id, status, task_id.shard(self.shards)))
-    }
-
     fn task_key(crawl_id: &CrawlId, task_id: &TaskId) -> AttributeValue {
         s(task_pk(crawl_id, task_id))
     }
@@ -118,15 +114,36 @@ impl DynamoStore {
             .key("pk", s(crawl_pk(id)))
     }
 
-    /// An UpdateItem on a task, fenced on the lease: token unchanged and still `in_progress`.
-    fn fenced_update(&self, lease: &Lease) -> UpdateItemFluentBuilder {
-        self.update_task(&lease.crawl_id, &lease.task_id)
-            .condition_expression("#tok = :token AND #s = :in_progress")
-            .expression_attribute_names("#tok", "token")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":token", n(lease.token))
-            .expression_attribute_values(":in_progress", n(Status::InProgress.code()))
-            .return_values_on_condition_check_failure(OnFailure::AllOld)
+    /// One transition of one task as one conditional UpdateItem. Ok(the attributes asked for
+    /// by `returning`) when applied; Err(the task the condition refused, None if there is none)
+    /// otherwise, read from the failed condition itself.
+    async fn write(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        update: &Update,
+        returning: ReturnValue,
+    ) -> StoreResult<Result<Item, Option<Task>>> {
+        let mut expression = Expression::default();
+        let Some(condition) = expression.condition(&update.requires) else {
+            return Ok(Err(None));
+        };
+        let changes = expression.update(&update.changes, crawl_id, task_id, self.shards)?;
+        self.calls.record(Call::DynamoUpdateItem);
+        let request = self
+            .update_task(crawl_id, task_id)
+            .condition_expression(condition)
+            .update_expression(changes)
+            .return_values(returning)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
+        match expression.bind(request).send().await {
+            Ok(out) => Ok(Ok(out.attributes.unwrap_or_default())),
+            Err(e) => match conditional_item(&e) {
+                Some(item) => Ok(Err(Some(TaskItem::from_item(item)?.into_task()?))),
+                None if is_conditional_failure(&e) => Ok(Err(None)),
+                None => Err(map_err("UpdateItem", e)),
+            },
+        }
     }
 
     async fn query_page(
@@ -382,55 +399,24 @@ impl TaskStore for DynamoStore {
         lease_ms: u64,
         now: Millis,
     ) -> StoreResult<ClaimOutcome> {
-        let expires_at = now + lease_ms as Millis;
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self.update_task(crawl_id, task_id)
-            .update_expression(
-                "SET #s = :in_progress, gsi_pk = :g, updated = :now, lease_until = :exp ADD #tok :one",
-            )
-            .condition_expression(
-                "attribute_exists(pk) AND (#s = :pending \
-                 OR (#s = :failed AND next_attempt <= :now) \
-                 OR (#s = :in_progress AND lease_until <= :now))",
-            )
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_names("#tok", "token")
-            .expression_attribute_values(":in_progress", n(Status::InProgress.code()))
-            .expression_attribute_values(":pending", n(Status::Pending.code()))
-            .expression_attribute_values(":failed", n(Status::Failed.code()))
-            .expression_attribute_values(":g", self.gsi(crawl_id, task_id, Status::InProgress))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":exp", n(expires_at))
-            .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(OnFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let task = TaskItem::from_item(out.attributes.unwrap_or_default())?.into_task()?;
-                let lease = Lease {
-                    crawl_id: crawl_id.clone(),
-                    task_id: task_id.clone(),
-                    token: task.token,
-                    expires_at,
-                    retries: task.retries,
-                    errors: task.errors.clone(),
-                };
+        let update = transition::claim(lease_ms, now);
+        match self
+            .write(crawl_id, task_id, &update, ReturnValue::AllNew)
+            .await?
+        {
+            Ok(item) => {
+                let task = TaskItem::from_item(item)?.into_task()?;
                 Ok(ClaimOutcome::Claimed {
+                    lease: transition::lease_of(&task),
                     task: Box::new(task),
-                    lease,
                 })
             }
-            Err(e) => match conditional_item(&e) {
-                Some(item) => {
-                    let current = TaskItem::from_item(item)?.into_task()?;
-                    Ok(ClaimOutcome::Rejected(rejection_reason(&current)))
-                }
-                None if is_conditional_failure(&e) => {
-                    Ok(ClaimOutcome::Rejected(ClaimRejection::Missing))
-                }
-                None => Err(map_err("UpdateItem", e)),
+            Err(current) => match transition::claimable(current.as_ref(), now) {
+                Err(why) => Ok(ClaimOutcome::Rejected(why)),
+                Ok(()) => Err(StoreError::Backend {
+                    operation: "UpdateItem",
+                    message: format!("claim of {task_id} refused although the task is claimable"),
+                }),
             },
         }
     }
@@ -441,44 +427,19 @@ impl TaskStore for DynamoStore {
         record: &FetchRecord,
         now: Millis,
     ) -> StoreResult<FinishOutcome> {
-        let mut update =
-            "SET #s = :succeeded, gsi_pk = :g, updated = :now, #f = :f, retries = :zero".to_owned();
-        let mut req = self
-            .fenced_update(lease)
-            .expression_attribute_names("#f", "fetch")
-            .expression_attribute_values(":succeeded", n(Status::Succeeded.code()))
-            .expression_attribute_values(
-                ":g",
-                self.gsi(&lease.crawl_id, &lease.task_id, Status::Succeeded),
-            )
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":f", encode(record)?)
-            .expression_attribute_values(":zero", n(0));
-        let mut remove = vec!["lease_until", "next_attempt", "stale"];
-        match record.next_fetch_at {
-            Some(next) => {
-                update.push_str(", next_fetch = :nf");
-                req = req.expression_attribute_values(":nf", n(next));
-            }
-            None => remove.push("next_fetch"),
-        }
-        update.push_str(" REMOVE ");
-        update.push_str(&remove.join(", "));
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = req
-            .update_expression(update)
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let old = TaskItem::from_item(out.attributes.unwrap_or_default())?;
+        let update = transition::finish(lease, record, now);
+        match self
+            .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::AllOld)
+            .await?
+        {
+            Ok(item) => {
+                let before = TaskItem::from_item(item)?.into_task()?;
                 Ok(FinishOutcome::Finished {
-                    replaced: old.fetch,
-                    stale: old.stale,
+                    replaced: before.fetch,
+                    stale: before.stale,
                 })
             }
-            Err(e) => rejected_current(e).map(|current| FinishOutcome::Rejected { current }),
+            Err(current) => Ok(FinishOutcome::Rejected { current }),
         }
     }
 
@@ -489,65 +450,22 @@ impl TaskStore for DynamoStore {
         policy: &RetryPolicy,
         now: Millis,
     ) -> StoreResult<FailOutcome> {
-        let mut errors = lease.errors.clone();
-        push_error(
-            &mut errors,
-            ErrorRecord::new(failure.kind, &failure.message, now),
-        );
-        let verdict = policy.verdict(failure, lease.retries, now);
-        let status = match verdict {
-            FailureVerdict::Retry { .. } => Status::Failed,
-            FailureVerdict::GiveUp if failure.kind == ErrorKind::NotFound => Status::Gone,
-            FailureVerdict::GiveUp => Status::Ignored,
-        };
-        let mut req = self
-            .fenced_update(lease)
-            .expression_attribute_values(":st", n(status.code()))
-            .expression_attribute_values(":g", self.gsi(&lease.crawl_id, &lease.task_id, status))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":errs", encode(&errors)?);
-        let update = match verdict {
-            FailureVerdict::Retry { next_attempt_at } => {
-                req = req
-                    .expression_attribute_values(":r", n(lease.retries + 1))
-                    .expression_attribute_values(":na", n(next_attempt_at));
-                "SET #s = :st, gsi_pk = :g, updated = :now, errors = :errs, retries = :r, \
-                 next_attempt = :na REMOVE lease_until"
-            }
-            FailureVerdict::GiveUp => {
-                "SET #s = :st, gsi_pk = :g, updated = :now, errors = :errs \
-                 REMOVE lease_until, next_attempt"
-            }
-        };
-        self.calls.record(Call::DynamoUpdateItem);
-        match req.update_expression(update).send().await {
-            Ok(_) => Ok(match verdict {
-                FailureVerdict::Retry { next_attempt_at } => {
-                    FailOutcome::Retrying { next_attempt_at }
-                }
-                FailureVerdict::GiveUp => FailOutcome::GaveUp { status },
-            }),
-            Err(e) => rejected_current(e).map(|_| FailOutcome::Rejected),
-        }
+        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let written = self
+            .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(match written {
+            Ok(_) => failed.into(),
+            Err(_) => FailOutcome::Rejected,
+        })
     }
 
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .fenced_update(lease)
-            .update_expression("SET #s = :pending, gsi_pk = :g, updated = :now REMOVE lease_until")
-            .expression_attribute_values(":pending", n(Status::Pending.code()))
-            .expression_attribute_values(
-                ":g",
-                self.gsi(&lease.crawl_id, &lease.task_id, Status::Pending),
-            )
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => rejected_current(e).map(|_| false),
-        }
+        let update = transition::release(lease, now);
+        let written = self
+            .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
     }
 
     async fn add_stale(
@@ -556,20 +474,11 @@ impl TaskStore for DynamoStore {
         task_id: &TaskId,
         md5: &str,
     ) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_task(crawl_id, task_id)
-            .update_expression("SET stale = list_append(if_not_exists(stale, :empty), :md5s)")
-            .condition_expression(
-                "attribute_exists(pk) AND (attribute_not_exists(#f.md5) OR #f.md5 <> :md5)",
-            )
-            .expression_attribute_names("#f", "fetch")
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":md5s", AttributeValue::L(vec![s(md5)]))
-            .expression_attribute_values(":md5", s(md5))
-            .send()
-            .await;
-        applied(result)
+        let update = transition::add_stale(md5);
+        let written = self
+            .write(crawl_id, task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
     }
 
     async fn reschedule(
@@ -579,27 +488,11 @@ impl TaskStore for DynamoStore {
         from: &[Status],
         now: Millis,
     ) -> StoreResult<bool> {
-        if from.is_empty() {
-            return Ok(false);
-        }
-        let placeholders: Vec<String> = (0..from.len()).map(|i| format!(":from{i}")).collect();
-        let mut req = self
-            .update_task(crawl_id, task_id)
-            .update_expression(
-                "SET #s = :pending, gsi_pk = :g, updated = :now, retries = :zero \
-                 REMOVE lease_until, next_attempt",
-            )
-            .condition_expression(format!("#s IN ({})", placeholders.join(", ")))
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":pending", n(Status::Pending.code()))
-            .expression_attribute_values(":g", self.gsi(crawl_id, task_id, Status::Pending))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":zero", n(0));
-        for (placeholder, status) in placeholders.iter().zip(from) {
-            req = req.expression_attribute_values(placeholder, n(status.code()));
-        }
-        self.calls.record(Call::DynamoUpdateItem);
-        applied(req.send().await)
+        let update = transition::reschedule(from, now);
+        let written = self
+            .write(crawl_id, task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
     }
 
     async fn mark_enqueued(
@@ -609,17 +502,11 @@ impl TaskStore for DynamoStore {
         status: Status,
         now: Millis,
     ) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_task(crawl_id, task_id)
-            .update_expression("SET enqueued = :now, updated = :now")
-            .condition_expression("#s = :st")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":st", n(status.code()))
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        applied(result)
+        let update = transition::mark_enqueued(status, now);
+        let written = self
+            .write(crawl_id, task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
@@ -738,14 +625,20 @@ impl DynamoStore {
         task: &NewTask,
         now: Millis,
     ) -> StoreResult<Seeded> {
-        let item = TaskItem::new(crawl_id, task, self.shards, now).to_item()?;
+        let insert = transition::seed(crawl_id, task, now);
+        let item = TaskItem::from_task(&insert.task, self.shards).to_item()?;
+        let mut expression = Expression::default();
+        let condition = expression.condition(&insert.requires);
+        let (names, values) = expression.placeholders();
         self.calls.record(Call::DynamoPutItem);
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .send()
             .await;
         match result {
@@ -794,32 +687,5 @@ impl DynamoStore {
             operation: "BatchWriteItem",
             message: "unprocessed items remain".into(),
         })
-    }
-}
-
-/// Why a task could not be claimed, from the item the failed condition returned.
-fn rejection_reason(current: &Task) -> ClaimRejection {
-    match current.status {
-        Status::InProgress => ClaimRejection::Leased {
-            until: current.lease_expires_at.unwrap_or_default(),
-        },
-        Status::Failed => ClaimRejection::NotDue {
-            at: current.next_attempt_at.unwrap_or_default(),
-        },
-        status => ClaimRejection::Done(status),
-    }
-}
-
-/// A fenced write that failed: Ok(current task) when the condition failed, Err otherwise.
-fn rejected_current(
-    e: aws_sdk_dynamodb::error::SdkError<
-        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-        aws_sdk_dynamodb::config::http::HttpResponse,
-    >,
-) -> StoreResult<Option<Task>> {
-    match conditional_item(&e) {
-        Some(item) => Ok(Some(TaskItem::from_item(item)?.into_task()?)),
-        None if is_conditional_failure(&e) => Ok(None),
-        None => Err(map_err("UpdateItem", e)),
     }
 }

@@ -1,10 +1,11 @@
 //! The embedded status store: one SQLite file (WAL) holding crawls and tasks, with the same
 //! claim / finish / fencing semantics as the DynamoDB adapter.
 //!
-//! Every conditional write runs inside `BEGIN IMMEDIATE`, so it holds SQLite's single write lock
-//! from its first read: the check and the change are one atomic step even when several processes
-//! share the file. A refused claim reads its reason inside the same transaction, so the reason is
-//! the one that refused it (DynamoDB gets it from `ReturnValuesOnConditionCheckFailure`).
+//! What a task operation does is decided by `trawl_domain::transition`; this adapter reads the
+//! task, checks the transition's condition and writes the new state, all inside one
+//! `BEGIN IMMEDIATE` transaction. It holds SQLite's single write lock from its first read, so
+//! the check and the change are one atomic step even when several processes share the file, and
+//! a refused claim's reason is the one that refused it.
 //!
 //! rusqlite is blocking: statements run on tokio's blocking pool, over one connection per store
 //! behind a mutex (open several stores on one file for parallel readers).
@@ -21,16 +22,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts,
-    StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::retry::{Failure, FailureVerdict, RetryPolicy};
-use trawl_domain::task::{
-    ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
-};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below.
 const SCHEMA_VERSION: i64 = 1;
@@ -73,7 +73,7 @@ CREATE INDEX IF NOT EXISTS crawls_by_state ON crawls (state, id);
 ";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
-     token, lease_until, retries, next_attempt, enqueued, errors, fetch";
+     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale";
 
 const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved";
 
@@ -206,17 +206,30 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// One transition of one task (`apply_update`): Ok(task before) when applied, else
+    /// Err(task as it stands).
+    async fn update(
+        &self,
+        operation: &'static str,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        update: Update,
+    ) -> StoreResult<Result<Task, Option<Task>>> {
+        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
+        self.run(operation, Call::SqliteWrite, move |conn| {
+            apply_update(conn, &crawl, &task, &update)
+        })
+        .await
+    }
+}
+
 fn immediate(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
     conn.transaction_with_behavior(TransactionBehavior::Immediate)
 }
 
 fn code(status: Status) -> i64 {
     i64::from(status.code())
-}
-
-/// Tokens are stored as i64; one that does not fit can match no stored row.
-fn token_param(token: u64) -> i64 {
-    i64::try_from(token).unwrap_or(-1)
 }
 
 fn saturating_i64(n: u64) -> i64 {
@@ -277,6 +290,7 @@ struct TaskRow {
     enqueued: Option<i64>,
     errors: String,
     fetch: Option<String>,
+    stale: String,
 }
 
 impl TaskRow {
@@ -298,6 +312,7 @@ impl TaskRow {
             enqueued: row.get(12)?,
             errors: row.get(13)?,
             fetch: row.get(14)?,
+            stale: row.get(15)?,
         })
     }
 
@@ -328,6 +343,7 @@ impl TaskRow {
                 .as_deref()
                 .map(|f| decode(key, "fetch", f))
                 .transpose()?,
+            stale: decode(key, "stale", &self.stale)?,
         })
     }
 }
@@ -343,35 +359,58 @@ fn select_task(conn: &Connection, crawl_id: &str, task_id: &str) -> DbResult<Opt
     Ok(row.map(TaskRow::into_task).transpose()?)
 }
 
-/// Why a claim found nothing to update, read inside the claim's transaction.
-fn claim_rejection(
-    tx: &Transaction<'_>,
+/// Writes a task row: a new one (`insert`) or the new state of an existing one.
+fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
+    let verb = if insert {
+        "INSERT OR IGNORE INTO"
+    } else {
+        "REPLACE INTO"
+    };
+    let written = conn.execute(
+        &format!(
+            "{verb} tasks ({TASK_COLUMNS}, next_fetch)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        ),
+        params![
+            task.crawl_id.as_str(),
+            task.task_id.as_str(),
+            task.url,
+            code(task.status),
+            task.created_at,
+            task.updated_at,
+            task.depth,
+            task.parent.as_ref().map(TaskId::as_str),
+            saturating_i64(task.token),
+            task.lease_expires_at,
+            task.retries,
+            task.next_attempt_at,
+            task.enqueued_at,
+            encode("errors", &task.errors)?,
+            task.fetch.as_ref().map(|f| encode("fetch", f)).transpose()?,
+            encode("stale", &task.stale)?,
+            task.fetch.as_ref().and_then(|f| f.next_fetch_at),
+        ],
+    )?;
+    Ok(written)
+}
+
+/// Reads the task, and if it meets `update`'s condition, writes its new state, in one
+/// transaction. Returns the task before the update when it was applied, and the task as it
+/// stands otherwise.
+fn apply_update(
+    conn: &mut Connection,
     crawl_id: &str,
     task_id: &str,
-) -> DbResult<ClaimRejection> {
-    let key = format!("{crawl_id}/{task_id}");
-    let row: Option<(i64, Option<i64>, Option<i64>)> = tx
-        .query_row(
-            "SELECT status, lease_until, next_attempt FROM tasks
-             WHERE crawl_id = ?1 AND task_id = ?2",
-            params![crawl_id, task_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?;
-    let Some((status, lease_until, next_attempt)) = row else {
-        return Ok(ClaimRejection::Missing);
+    update: &Update,
+) -> DbResult<Result<Task, Option<Task>>> {
+    let tx = immediate(conn)?;
+    let current = select_task(&tx, crawl_id, task_id)?;
+    let Some(next) = current.as_ref().and_then(|task| update.apply(task)) else {
+        return Ok(Err(current));
     };
-    let status = status_of(&key, status)?;
-    let rejection = match (status, lease_until, next_attempt) {
-        (Status::InProgress, Some(until), _) => ClaimRejection::Leased { until },
-        (Status::Failed, _, Some(at)) => ClaimRejection::NotDue { at },
-        (done, _, _) if done.is_terminal() => ClaimRejection::Done(done),
-        (other, _, _) => {
-            // Unreachable under the write lock unless a row lost its lease or retry time.
-            return Err(corrupt(&key, format!("{other} task refused a claim")).into());
-        }
-    };
-    Ok(rejection)
+    write_task(&tx, &next, false)?;
+    tx.commit()?;
+    Ok(current.ok_or(None))
 }
 
 /// A cursor for the page after the task at (`updated`, `task_id`).
@@ -654,42 +693,20 @@ impl TaskStore for SqliteStore {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
-        let crawl = crawl_id.as_str().to_owned();
-        let rows: Vec<(String, String, u32, Option<String>)> = tasks
+        let inserts: Vec<Task> = tasks
             .iter()
-            .map(|t| {
-                (
-                    t.url.task_id().as_str().to_owned(),
-                    t.url.as_str().to_owned(),
-                    t.depth,
-                    t.parent.as_ref().map(|p| p.as_str().to_owned()),
-                )
-            })
+            .map(|new| transition::seed(crawl_id, new, now).task)
             .collect();
         self.run("seed", Call::SqliteWrite, move |conn| {
             let tx = immediate(conn)?;
-            let mut results = Vec::with_capacity(rows.len());
-            {
-                let mut insert = tx.prepare_cached(
-                    "INSERT OR IGNORE INTO tasks (crawl_id, task_id, url, status, created, updated, depth, parent)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7)",
-                )?;
-                for (task_id, url, depth, parent) in &rows {
-                    let inserted = insert.execute(params![
-                        crawl,
-                        task_id,
-                        url,
-                        code(Status::Pending),
-                        now,
-                        depth,
-                        parent
-                    ])?;
-                    results.push(if inserted == 1 {
-                        Seeded::Created
-                    } else {
-                        Seeded::AlreadyKnown
-                    });
-                }
+            let mut results = Vec::with_capacity(inserts.len());
+            for task in &inserts {
+                // INSERT OR IGNORE: the insert's condition, no such task.
+                results.push(if write_task(&tx, task, true)? == 1 {
+                    Seeded::Created
+                } else {
+                    Seeded::AlreadyKnown
+                });
             }
             tx.commit()?;
             Ok(results)
@@ -713,49 +730,18 @@ impl TaskStore for SqliteStore {
         now: Millis,
     ) -> StoreResult<ClaimOutcome> {
         let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        let until = now.saturating_add(saturating_i64(lease_ms));
         self.run("claim", Call::SqliteWrite, move |conn| {
             let tx = immediate(conn)?;
-            let claimed = tx
-                .query_row(
-                    &format!(
-                        "UPDATE tasks SET status = :in_progress, token = token + 1,
-                             lease_until = :until, updated = :now
-                         WHERE crawl_id = :crawl AND task_id = :task AND (
-                             status = :pending
-                             OR (status = :failed AND next_attempt <= :now)
-                             OR (status = :in_progress AND lease_until <= :now))
-                         RETURNING {TASK_COLUMNS}"
-                    ),
-                    named_params! {
-                        ":in_progress": code(Status::InProgress),
-                        ":pending": code(Status::Pending),
-                        ":failed": code(Status::Failed),
-                        ":until": until,
-                        ":now": now,
-                        ":crawl": crawl,
-                        ":task": task,
-                    },
-                    TaskRow::read,
-                )
-                .optional()?;
-            let outcome = match claimed {
-                Some(row) => {
-                    let task = row.into_task()?;
-                    let lease = Lease {
-                        crawl_id: task.crawl_id.clone(),
-                        task_id: task.task_id.clone(),
-                        token: task.token,
-                        expires_at: until,
-                        retries: task.retries,
-                        errors: task.errors.clone(),
-                    };
+            let current = select_task(&tx, &crawl, &task)?;
+            let outcome = match transition::claimed(current.as_ref(), lease_ms, now) {
+                Ok(claimed) => {
+                    write_task(&tx, &claimed, false)?;
                     ClaimOutcome::Claimed {
-                        task: Box::new(task),
-                        lease,
+                        lease: transition::lease_of(&claimed),
+                        task: Box::new(claimed),
                     }
                 }
-                None => ClaimOutcome::Rejected(claim_rejection(&tx, &crawl, &task)?),
+                Err(why) => ClaimOutcome::Rejected(why),
             };
             tx.commit()?;
             Ok(outcome)
@@ -769,49 +755,16 @@ impl TaskStore for SqliteStore {
         record: &FetchRecord,
         now: Millis,
     ) -> StoreResult<FinishOutcome> {
-        let crawl = lease.crawl_id.as_str().to_owned();
-        let task = lease.task_id.as_str().to_owned();
-        let token = token_param(lease.token);
-        let fetch = encode("finish", record)?;
-        let next_fetch = record.next_fetch_at;
-        self.run("finish", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let held: Option<(Option<String>, String)> = tx
-                .query_row(
-                    "SELECT fetch, stale FROM tasks
-                     WHERE crawl_id = ?1 AND task_id = ?2 AND token = ?3 AND status = ?4",
-                    params![crawl, task, token, code(Status::InProgress)],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let Some((previous, stale)) = held else {
-                let current = select_task(&tx, &crawl, &task)?;
-                return Ok(FinishOutcome::Rejected { current });
-            };
-            let key = format!("{crawl}/{task}");
-            let replaced: Option<FetchRecord> = previous
-                .as_deref()
-                .map(|p| decode(&key, "fetch", p))
-                .transpose()?;
-            let stale: Vec<String> = decode(&key, "stale", &stale)?;
-            tx.execute(
-                "UPDATE tasks SET status = ?4, fetch = ?5, next_fetch = ?6, retries = 0,
-                     lease_until = NULL, next_attempt = NULL, stale = '[]', updated = ?7
-                 WHERE crawl_id = ?1 AND task_id = ?2 AND token = ?3",
-                params![
-                    crawl,
-                    task,
-                    token,
-                    code(Status::Succeeded),
-                    fetch,
-                    next_fetch,
-                    now
-                ],
-            )?;
-            tx.commit()?;
-            Ok(FinishOutcome::Finished { replaced, stale })
-        })
-        .await
+        let update = transition::finish(lease, record, now);
+        self.update("finish", &lease.crawl_id, &lease.task_id, update)
+            .await
+            .map(|applied| match applied {
+                Ok(before) => FinishOutcome::Finished {
+                    replaced: before.fetch,
+                    stale: before.stale,
+                },
+                Err(current) => FinishOutcome::Rejected { current },
+            })
     }
 
     async fn fail(
@@ -821,82 +774,22 @@ impl TaskStore for SqliteStore {
         policy: &RetryPolicy,
         now: Millis,
     ) -> StoreResult<FailOutcome> {
-        let crawl = lease.crawl_id.as_str().to_owned();
-        let task = lease.task_id.as_str().to_owned();
-        let token = token_param(lease.token);
-        let mut errors = lease.errors.clone();
-        push_error(
-            &mut errors,
-            ErrorRecord::new(failure.kind, &failure.message, now),
-        );
-        let errors = encode("fail", &errors)?;
-        // `retries` counts transient failures: a permanent one leaves it as it was.
-        let retries = if failure.kind.is_transient() {
-            lease.retries.saturating_add(1)
-        } else {
-            lease.retries
-        };
-        let (status, next_attempt, outcome) = match policy.verdict(failure, lease.retries, now) {
-            FailureVerdict::Retry { next_attempt_at } => (
-                Status::Failed,
-                Some(next_attempt_at),
-                FailOutcome::Retrying { next_attempt_at },
-            ),
-            FailureVerdict::GiveUp => {
-                let status = if failure.kind == ErrorKind::NotFound {
-                    Status::Gone
-                } else {
-                    Status::Ignored
-                };
-                (status, None, FailOutcome::GaveUp { status })
-            }
-        };
-        self.run("fail", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE tasks SET status = ?5, retries = ?6, next_attempt = ?7, errors = ?8,
-                     lease_until = NULL, updated = ?9
-                 WHERE crawl_id = ?1 AND task_id = ?2 AND token = ?3 AND status = ?4",
-                params![
-                    crawl,
-                    task,
-                    token,
-                    code(Status::InProgress),
-                    code(status),
-                    retries,
-                    next_attempt,
-                    errors,
-                    now
-                ],
-            )?;
-            Ok(if changed == 1 {
-                outcome
-            } else {
-                FailOutcome::Rejected
-            })
+        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let applied = self
+            .update("fail", &lease.crawl_id, &lease.task_id, update)
+            .await?;
+        Ok(match applied {
+            Ok(_) => failed.into(),
+            Err(_) => FailOutcome::Rejected,
         })
-        .await
     }
 
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let crawl = lease.crawl_id.as_str().to_owned();
-        let task = lease.task_id.as_str().to_owned();
-        let token = token_param(lease.token);
-        self.run("release", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE tasks SET status = ?5, lease_until = NULL, updated = ?6
-                 WHERE crawl_id = ?1 AND task_id = ?2 AND token = ?3 AND status = ?4",
-                params![
-                    crawl,
-                    task,
-                    token,
-                    code(Status::InProgress),
-                    code(Status::Pending),
-                    now
-                ],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
+        let update = transition::release(lease, now);
+        let applied = self
+            .update("release", &lease.crawl_id, &lease.task_id, update)
+            .await?;
+        Ok(applied.is_ok())
     }
 
     async fn add_stale(
@@ -905,41 +798,9 @@ impl TaskStore for SqliteStore {
         task_id: &TaskId,
         md5: &str,
     ) -> StoreResult<bool> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        let md5 = md5.to_owned();
-        self.run("add_stale", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let row: Option<(Option<String>, String)> = tx
-                .query_row(
-                    "SELECT fetch, stale FROM tasks WHERE crawl_id = ?1 AND task_id = ?2",
-                    params![crawl, task],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            // A vanished task has no current pointer: the object is not one to keep.
-            let Some((fetch, stale)) = row else {
-                return Ok(true);
-            };
-            let key = format!("{crawl}/{task}");
-            let current: Option<FetchRecord> = fetch
-                .as_deref()
-                .map(|f| decode(&key, "fetch", f))
-                .transpose()?;
-            if current.and_then(|f| f.md5).as_deref() == Some(md5.as_str()) {
-                return Ok(false);
-            }
-            let mut stale: Vec<String> = decode(&key, "stale", &stale)?;
-            if !stale.contains(&md5) {
-                stale.push(md5);
-                tx.execute(
-                    "UPDATE tasks SET stale = ?3 WHERE crawl_id = ?1 AND task_id = ?2",
-                    params![crawl, task, encode("add_stale", &stale)?],
-                )?;
-            }
-            tx.commit()?;
-            Ok(true)
-        })
-        .await
+        let update = transition::add_stale(md5);
+        let applied = self.update("add_stale", crawl_id, task_id, update).await?;
+        Ok(applied.is_ok())
     }
 
     async fn reschedule(
@@ -949,28 +810,9 @@ impl TaskStore for SqliteStore {
         from: &[Status],
         now: Millis,
     ) -> StoreResult<bool> {
-        if from.is_empty() {
-            return Ok(false);
-        }
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        // Status codes come from the enum, never from input: safe to inline.
-        let from = from
-            .iter()
-            .map(|s| s.code().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.run("reschedule", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                &format!(
-                    "UPDATE tasks SET status = ?3, retries = 0, lease_until = NULL,
-                         next_attempt = NULL, updated = ?4
-                     WHERE crawl_id = ?1 AND task_id = ?2 AND status IN ({from})"
-                ),
-                params![crawl, task, code(Status::Pending), now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
+        let update = transition::reschedule(from, now);
+        let applied = self.update("reschedule", crawl_id, task_id, update).await?;
+        Ok(applied.is_ok())
     }
 
     async fn mark_enqueued(
@@ -980,16 +822,11 @@ impl TaskStore for SqliteStore {
         status: Status,
         now: Millis,
     ) -> StoreResult<bool> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run("mark_enqueued", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE tasks SET enqueued = ?4, updated = ?4
-                 WHERE crawl_id = ?1 AND task_id = ?2 AND status = ?3",
-                params![crawl, task, code(status), now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
+        let update = transition::mark_enqueued(status, now);
+        let applied = self
+            .update("mark_enqueued", crawl_id, task_id, update)
+            .await?;
+        Ok(applied.is_ok())
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
@@ -1072,10 +909,12 @@ impl TaskStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    //! Only what is SQLite's own: several connections on one file, the file itself, rows that
+    //! do not decode, call counting. The store contract is tested in `tests/conformance`.
+
     use super::*;
     use std::path::PathBuf;
     use trawl_domain::canonical::CanonicalUrl;
-    use trawl_domain::task::ERROR_HISTORY;
 
     /// A directory under the system temp dir, removed when dropped.
     struct TempDir(PathBuf);
@@ -1111,49 +950,12 @@ mod tests {
         CrawlId::parse("c1").unwrap()
     }
 
-    fn new_task(n: usize) -> NewTask {
-        NewTask {
-            url: CanonicalUrl::parse(&format!("http://example.com/page/{n}")).unwrap(),
+    async fn seeded_task(store: &SqliteStore) -> TaskId {
+        let task = NewTask {
+            url: CanonicalUrl::parse("http://example.com/page").unwrap(),
             depth: 1,
             parent: None,
-        }
-    }
-
-    fn store() -> SqliteStore {
-        SqliteStore::in_memory(Arc::new(CallCounts::default())).unwrap()
-    }
-
-    fn record(md5: &str, at: Millis) -> FetchRecord {
-        FetchRecord {
-            object_key: Some(format!("crawl=c1/md5={md5}")),
-            md5: Some(md5.to_owned()),
-            http_status: 200,
-            content_type: Some("text/html".to_owned()),
-            content_length: 42,
-            etag: Some(format!("\"{md5}\"")),
-            fetched_at: at,
-            next_fetch_at: Some(at + 86_400_000),
-            ..FetchRecord::default()
-        }
-    }
-
-    fn policy() -> RetryPolicy {
-        RetryPolicy {
-            max_retry: 3,
-            base_delay_ms: 1_000,
-            max_delay_ms: 60_000,
-        }
-    }
-
-    async fn claim(store: &SqliteStore, task: &TaskId, lease_ms: u64, now: Millis) -> Lease {
-        match store.claim(&crawl_id(), task, lease_ms, now).await.unwrap() {
-            ClaimOutcome::Claimed { lease, .. } => lease,
-            other => panic!("expected a claim, got {other:?}"),
-        }
-    }
-
-    async fn seeded_task(store: &SqliteStore, n: usize) -> TaskId {
-        let task = new_task(n);
+        };
         store
             .seed(&crawl_id(), std::slice::from_ref(&task), T0)
             .await
@@ -1161,60 +963,13 @@ mod tests {
         task.url.task_id()
     }
 
-    #[tokio::test]
-    async fn reseeding_never_resets_or_duplicates_a_task() {
-        // GIVEN two seeded tasks, one of them finished
-        let store = store();
-        let (a, b) = (new_task(1), new_task(2));
-        let first = store
-            .seed(&crawl_id(), &[a.clone(), b.clone()], T0)
-            .await
-            .unwrap();
-        assert_eq!(first, [Seeded::Created, Seeded::Created]);
-        let lease = claim(&store, &a.url.task_id(), 60_000, T0 + 1).await;
-        store
-            .finish(&lease, &record("aa", T0 + 2), T0 + 2)
-            .await
-            .unwrap();
-
-        // WHEN both are seeded again, with a new one and a duplicate in the same batch
-        let (c, c_again) = (new_task(3), new_task(3));
-        let again = store
-            .seed(&crawl_id(), &[b, a.clone(), c, c_again], T0 + 10)
-            .await
-            .unwrap();
-
-        // THEN only the new URL is created, and the finished task keeps its result
-        assert_eq!(
-            again,
-            [
-                Seeded::AlreadyKnown,
-                Seeded::AlreadyKnown,
-                Seeded::Created,
-                Seeded::AlreadyKnown
-            ]
-        );
-        let kept = store
-            .get(&crawl_id(), &a.url.task_id())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(kept.status, Status::Succeeded);
-        assert_eq!(kept.fetch, Some(record("aa", T0 + 2)));
-        assert_eq!(kept.created_at, T0);
-        assert_eq!(kept.token, 1);
-        let counts = store.counts(&crawl_id()).await.unwrap();
-        assert_eq!(counts.get(&Status::Pending), Some(&2));
-        assert_eq!(counts.get(&Status::Succeeded), Some(&1));
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn of_concurrent_claimers_exactly_one_wins() {
+    async fn of_concurrent_claimers_on_one_file_exactly_one_wins() {
         // GIVEN one pending task in a file database, and 8 workers with their own connections
         let dir = TempDir::new("claim-race");
         let calls = Arc::new(CallCounts::default());
         let seeder = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
-        let task = seeded_task(&seeder, 1).await;
+        let task = seeded_task(&seeder).await;
 
         // WHEN all 8 claim it at once
         let mut workers = Vec::new();
@@ -1228,604 +983,89 @@ mod tests {
                     .unwrap()
             }));
         }
-        let mut outcomes = Vec::new();
+        let mut winners = 0;
         for worker in workers {
-            outcomes.push(worker.await.unwrap());
-        }
-
-        // THEN exactly one holds the lease, and every other was told who does
-        let winners: Vec<_> = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                ClaimOutcome::Claimed { lease, .. } => Some(lease.clone()),
-                ClaimOutcome::Rejected(_) => None,
-            })
-            .collect();
-        assert_eq!(winners.len(), 1, "{outcomes:?}");
-        assert_eq!(winners[0].token, 1);
-        let losers = outcomes
-            .iter()
-            .filter(|o| {
-                **o == ClaimOutcome::Rejected(ClaimRejection::Leased {
-                    until: T0 + 5 + 60_000,
-                })
-            })
-            .count();
-        assert_eq!(losers, 7);
-        assert_eq!(calls.get(Call::SqliteWrite), 1 + 8);
-    }
-
-    #[tokio::test]
-    async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_overwrite() {
-        // GIVEN a task claimed by worker A with a 1 s lease
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let old = claim(&store, &task, 1_000, T0).await;
-
-        // WHEN B tries while the lease lives, then again once it expired, and finishes
-        let early = store
-            .claim(&crawl_id(), &task, 1_000, T0 + 999)
-            .await
-            .unwrap();
-        let new = claim(&store, &task, 1_000, T0 + 1_000).await;
-        let finished = store
-            .finish(&new, &record("bb", T0 + 1_100), T0 + 1_100)
-            .await
-            .unwrap();
-
-        // THEN only the expired lease could be taken, and A's writes are all refused
-        assert_eq!(
-            early,
-            ClaimOutcome::Rejected(ClaimRejection::Leased { until: T0 + 1_000 })
-        );
-        assert_eq!((old.token, new.token), (1, 2));
-        assert_eq!(
-            finished,
-            FinishOutcome::Finished {
-                replaced: None,
-                stale: vec![]
-            }
-        );
-        let zombie = store
-            .finish(&old, &record("aa", T0 + 1_200), T0 + 1_200)
-            .await
-            .unwrap();
-        let FinishOutcome::Rejected {
-            current: Some(current),
-        } = zombie
-        else {
-            panic!("zombie finish accepted: {zombie:?}");
-        };
-        assert_eq!(current.fetch, Some(record("bb", T0 + 1_100)));
-        let failure = Failure::from_http_status(500, None);
-        let zombie_fail = store
-            .fail(&old, &failure, &policy(), T0 + 1_200)
-            .await
-            .unwrap();
-        assert_eq!(zombie_fail, FailOutcome::Rejected);
-        assert!(!store.release(&old, T0 + 1_200).await.unwrap());
-        let stored = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(stored.status, Status::Succeeded);
-        assert_eq!(stored.fetch, Some(record("bb", T0 + 1_100)));
-        assert_eq!(stored.updated_at, T0 + 1_100);
-    }
-
-    #[tokio::test]
-    async fn stale_objects_are_handed_to_the_next_finish_unless_current() {
-        // GIVEN a finished task whose zombie writer left object "aa" behind
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let lease = claim(&store, &task, 1_000, T0).await;
-        store
-            .finish(&lease, &record("bb", T0 + 1), T0 + 1)
-            .await
-            .unwrap();
-
-        // WHEN the zombie reports "aa" (twice) and the current "bb", then a recrawl finishes
-        let added = store.add_stale(&crawl_id(), &task, "aa").await.unwrap();
-        let again = store.add_stale(&crawl_id(), &task, "aa").await.unwrap();
-        let current = store.add_stale(&crawl_id(), &task, "bb").await.unwrap();
-        assert!(
-            store
-                .reschedule(&crawl_id(), &task, &[Status::Succeeded], T0 + 2)
-                .await
-                .unwrap()
-        );
-        let recrawl = claim(&store, &task, 1_000, T0 + 3).await;
-        let finished = store
-            .finish(&recrawl, &record("cc", T0 + 4), T0 + 4)
-            .await
-            .unwrap();
-
-        // THEN only "aa" is handed back (once), with the record it replaced, and the list is cleared
-        assert!(added && again && !current);
-        assert_eq!(
-            finished,
-            FinishOutcome::Finished {
-                replaced: Some(record("bb", T0 + 1)),
-                stale: vec!["aa".to_owned()]
-            }
-        );
-        // AND a later finish has nothing left to clean
-        store
-            .reschedule(&crawl_id(), &task, &[Status::Succeeded], T0 + 5)
-            .await
-            .unwrap();
-        let recrawl2 = claim(&store, &task, 1_000, T0 + 6).await;
-        let FinishOutcome::Finished { stale, .. } = store
-            .finish(&recrawl2, &record("cc", T0 + 7), T0 + 7)
-            .await
-            .unwrap()
-        else {
-            panic!("finish rejected");
-        };
-        assert!(stale.is_empty());
-    }
-
-    #[tokio::test]
-    async fn transient_failures_back_off_then_give_up_at_max_retry() {
-        // GIVEN a claimed task and a policy of 3 tries with a 1 s base delay
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let failure = Failure::from_http_status(503, None);
-        let lease = claim(&store, &task, 60_000, T0).await;
-
-        // WHEN it fails transiently
-        let FailOutcome::Retrying { next_attempt_at } =
-            store.fail(&lease, &failure, &policy(), T0).await.unwrap()
-        else {
-            panic!("expected a retry");
-        };
-
-        // THEN it waits 0.5–1 s, refuses claims before then, and is claimable after
-        assert!((T0 + 500..=T0 + 1_000).contains(&next_attempt_at));
-        let failed = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(
-            (failed.status, failed.retries, failed.lease_expires_at),
-            (Status::Failed, 1, None)
-        );
-        assert_eq!(
-            store
-                .claim(&crawl_id(), &task, 60_000, next_attempt_at - 1)
-                .await
-                .unwrap(),
-            ClaimOutcome::Rejected(ClaimRejection::NotDue {
-                at: next_attempt_at
-            })
-        );
-        let second = claim(&store, &task, 60_000, next_attempt_at).await;
-        assert_eq!(second.retries, 1);
-        assert_eq!(second.errors.len(), 1);
-
-        // AND after the second retry is used up, the third failure gives up
-        let FailOutcome::Retrying {
-            next_attempt_at: t2,
-        } = store
-            .fail(&second, &failure, &policy(), next_attempt_at)
-            .await
-            .unwrap()
-        else {
-            panic!("expected a second retry");
-        };
-        assert!((next_attempt_at + 1_000..=next_attempt_at + 2_000).contains(&t2));
-        let third = claim(&store, &task, 60_000, t2).await;
-        assert_eq!(
-            store.fail(&third, &failure, &policy(), t2).await.unwrap(),
-            FailOutcome::GaveUp {
-                status: Status::Ignored
-            }
-        );
-        assert_eq!(
-            store
-                .claim(&crawl_id(), &task, 60_000, t2 + 10_000_000)
-                .await
-                .unwrap(),
-            ClaimOutcome::Rejected(ClaimRejection::Done(Status::Ignored))
-        );
-        let ignored = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!((ignored.retries, ignored.next_attempt_at), (3, None));
-        assert_eq!(ignored.errors.len(), 3);
-    }
-
-    #[tokio::test]
-    async fn retry_after_is_honoured() {
-        // GIVEN a claimed task
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let lease = claim(&store, &task, 60_000, T0).await;
-
-        // WHEN the server answers 429 with Retry-After: 30 s
-        let outcome = store
-            .fail(
-                &lease,
-                &Failure::from_http_status(429, Some(30_000)),
-                &policy(),
-                T0,
-            )
-            .await
-            .unwrap();
-
-        // THEN the next attempt is exactly 30 s later
-        assert_eq!(
-            outcome,
-            FailOutcome::Retrying {
-                next_attempt_at: T0 + 30_000
-            }
-        );
-        let stored = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(stored.next_attempt_at, Some(T0 + 30_000));
-        assert_eq!(stored.errors[0].kind, ErrorKind::Throttled);
-    }
-
-    #[tokio::test]
-    async fn a_404_makes_the_task_gone_and_keeps_its_previous_fetch() {
-        // GIVEN a task fetched once, rescheduled for a recrawl and claimed
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let lease = claim(&store, &task, 60_000, T0).await;
-        store.finish(&lease, &record("aa", T0), T0).await.unwrap();
-        store
-            .reschedule(&crawl_id(), &task, &[Status::Succeeded], T0 + 1)
-            .await
-            .unwrap();
-        let recrawl = claim(&store, &task, 60_000, T0 + 2).await;
-
-        // WHEN the page now answers 404
-        let outcome = store
-            .fail(
-                &recrawl,
-                &Failure::from_http_status(404, None),
-                &policy(),
-                T0 + 3,
-            )
-            .await
-            .unwrap();
-
-        // THEN it is gone at once, without a retry, and the last good fetch is still recorded
-        assert_eq!(
-            outcome,
-            FailOutcome::GaveUp {
-                status: Status::Gone
-            }
-        );
-        let gone = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(gone.status, Status::Gone);
-        assert_eq!(gone.retries, 0);
-        assert_eq!(gone.fetch, Some(record("aa", T0)));
-        assert_eq!(gone.errors.len(), 1);
-        assert_eq!(gone.errors[0].kind, ErrorKind::NotFound);
-    }
-
-    #[tokio::test]
-    async fn the_error_history_keeps_only_the_latest_errors() {
-        // GIVEN a policy that never gives up within the test
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let patient = RetryPolicy {
-            max_retry: 100,
-            base_delay_ms: 1,
-            max_delay_ms: 1,
-        };
-
-        // WHEN the task fails 5 times, each with its own message
-        let mut now = T0;
-        for i in 0..5 {
-            let lease = claim(&store, &task, 60_000, now).await;
-            let failure = Failure::new(
-                ErrorKind::Timeout,
-                format!("timeout #{i} {}", "x".repeat(400)),
-            );
-            store.fail(&lease, &failure, &patient, now).await.unwrap();
-            now += 10;
-        }
-
-        // THEN only the last ERROR_HISTORY remain, oldest first, each message truncated
-        let stored = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(stored.retries, 5);
-        assert_eq!(stored.errors.len(), ERROR_HISTORY);
-        assert!(stored.errors[0].message.starts_with("timeout #2"));
-        assert!(
-            stored.errors[ERROR_HISTORY - 1]
-                .message
-                .starts_with("timeout #4")
-        );
-        assert!(stored.errors.iter().all(|e| e.message.len() <= 256));
-    }
-
-    #[tokio::test]
-    async fn query_pages_through_every_task_once_in_update_order() {
-        // GIVEN 25 pending tasks seeded at 5 different times, some later touched, and 3 claimed
-        let store = store();
-        for batch in 0..5 {
-            let tasks: Vec<_> = (0..5).map(|i| new_task(batch * 5 + i)).collect();
-            store
-                .seed(&crawl_id(), &tasks, T0 + (batch as Millis) * 100)
-                .await
-                .unwrap();
-        }
-        for n in [0, 7, 13] {
-            let id = new_task(n).url.task_id();
-            assert!(
-                store
-                    .mark_enqueued(&crawl_id(), &id, Status::Pending, T0 + 50 + n as Millis)
-                    .await
-                    .unwrap()
-            );
-        }
-        for n in [20, 21, 22] {
-            claim(&store, &new_task(n).url.task_id(), 60_000, T0 + 1_000).await;
-        }
-
-        // WHEN the pending tasks are read 4 at a time
-        let mut seen = Vec::new();
-        let mut cursor = None;
-        for _ in 0..20 {
-            let page = store
-                .query(&TaskQuery {
-                    crawl_id: crawl_id(),
-                    status: Status::Pending,
-                    updated_before: None,
-                    limit: 4,
-                    cursor: cursor.take(),
-                })
-                .await
-                .unwrap();
-            assert!(page.tasks.len() <= 4);
-            seen.extend(page.tasks);
-            cursor = page.cursor;
-            if cursor.is_none() {
-                break;
+            match worker.await.unwrap() {
+                ClaimOutcome::Claimed { lease, .. } => {
+                    assert_eq!(lease.token, 1);
+                    winners += 1;
+                }
+                ClaimOutcome::Rejected(why) => assert_eq!(
+                    why,
+                    trawl_core::store::ClaimRejection::Leased {
+                        until: T0 + 5 + 60_000
+                    }
+                ),
             }
         }
 
-        // THEN all 22 pending tasks come once each, ordered by (update time, id)
-        assert_eq!(seen.len(), 22);
-        let keys: Vec<_> = seen
-            .iter()
-            .map(|t| (t.updated_at, t.task_id.clone()))
-            .collect();
-        let mut sorted = keys.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(keys, sorted);
-        assert!(seen.iter().all(|t| t.status == Status::Pending));
-        let touched = seen
-            .iter()
-            .find(|t| t.task_id == new_task(7).url.task_id())
-            .unwrap();
-        assert_eq!(touched.enqueued_at, Some(T0 + 57));
-
-        // AND the due bound and foreign cursors are respected
-        let due = store
-            .query(&TaskQuery {
-                crawl_id: crawl_id(),
-                status: Status::Pending,
-                updated_before: Some(T0 + 100),
-                limit: 100,
-                cursor: None,
-            })
-            .await
-            .unwrap();
-        // Batches 0 and 1, plus task 13 whose enqueue moved it to T0 + 63.
-        assert_eq!(due.tasks.len(), 11);
-        assert!(due.tasks.iter().all(|t| t.updated_at <= T0 + 100));
-        assert_eq!(due.cursor, None);
-        let foreign = store
-            .query(&TaskQuery {
-                crawl_id: crawl_id(),
-                status: Status::Pending,
-                updated_before: None,
-                limit: 4,
-                cursor: Some("eyJwayI6IngifQ".to_owned()),
-            })
-            .await;
-        assert!(matches!(foreign, Err(StoreError::InvalidCursor)));
+        // THEN exactly one holds the lease: the write lock made read-decide-write atomic
+        assert_eq!(winners, 1);
     }
 
     #[tokio::test]
-    async fn counts_follow_every_transition_and_delete_empties_the_crawl() {
-        // GIVEN 4 tasks: one succeeded, one failed, one gone, one pending
-        let store = store();
-        let ids: Vec<_> = (0..4).map(|n| new_task(n).url.task_id()).collect();
-        store
-            .seed(&crawl_id(), &(0..4).map(new_task).collect::<Vec<_>>(), T0)
-            .await
-            .unwrap();
-        let l0 = claim(&store, &ids[0], 60_000, T0).await;
-        store.finish(&l0, &record("aa", T0), T0).await.unwrap();
-        let l1 = claim(&store, &ids[1], 60_000, T0).await;
-        store
-            .fail(&l1, &Failure::from_http_status(500, None), &policy(), T0)
-            .await
-            .unwrap();
-        let l2 = claim(&store, &ids[2], 60_000, T0).await;
-        store
-            .fail(&l2, &Failure::from_http_status(410, None), &policy(), T0)
-            .await
-            .unwrap();
-
-        // WHEN counted, then deleted
-        let counts = store.counts(&crawl_id()).await.unwrap();
-        let deleted = store.delete_tasks(&crawl_id()).await.unwrap();
-
-        // THEN each status has its task, and the crawl is left empty
-        let expected: StatusCounts = [
-            (Status::Pending, 1),
-            (Status::Failed, 1),
-            (Status::Succeeded, 1),
-            (Status::Gone, 1),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(counts, expected);
-        assert_eq!(deleted, 4);
-        assert!(store.counts(&crawl_id()).await.unwrap().is_empty());
-    }
-
-    #[tokio::test]
-    async fn reschedule_and_mark_enqueued_are_conditional_on_status() {
-        // GIVEN a succeeded task
-        let store = store();
-        let task = seeded_task(&store, 1).await;
-        let lease = claim(&store, &task, 60_000, T0).await;
-        store.finish(&lease, &record("aa", T0), T0).await.unwrap();
-
-        // WHEN it is marked or rescheduled from statuses it is not in, then from its own
-        let wrong_mark = store
-            .mark_enqueued(&crawl_id(), &task, Status::Pending, T0 + 1)
-            .await
-            .unwrap();
-        let wrong_move = store
-            .reschedule(
-                &crawl_id(),
-                &task,
-                &[Status::Failed, Status::Ignored],
-                T0 + 1,
-            )
-            .await
-            .unwrap();
-        let moved = store
-            .reschedule(
-                &crawl_id(),
-                &task,
-                &[Status::Failed, Status::Succeeded],
-                T0 + 2,
-            )
-            .await
-            .unwrap();
-        let marked = store
-            .mark_enqueued(&crawl_id(), &task, Status::Pending, T0 + 3)
-            .await
-            .unwrap();
-
-        // THEN only the matching calls changed it
-        assert!(!wrong_mark && !wrong_move && moved && marked);
-        let stored = store.get(&crawl_id(), &task).await.unwrap().unwrap();
-        assert_eq!(stored.status, Status::Pending);
-        assert_eq!(
-            (stored.enqueued_at, stored.updated_at),
-            (Some(T0 + 3), T0 + 3)
-        );
-        assert_eq!(stored.fetch, Some(record("aa", T0)));
-        let missing = new_task(99).url.task_id();
-        assert_eq!(
-            store.claim(&crawl_id(), &missing, 1, T0).await.unwrap(),
-            ClaimOutcome::Rejected(ClaimRejection::Missing)
-        );
-    }
-
-    #[tokio::test]
-    async fn crawls_complete_once_per_generation() {
-        // GIVEN a crawl created twice with different configs
-        let store = store();
-        let crawl = Crawl::new(crawl_id(), CrawlConfig::default(), T0);
-        let mut other = crawl.clone();
-        other.config.lease_ms = 1;
-        let (stored, created) = store.create_crawl(&crawl).await.unwrap();
-        let (again, created_again) = store.create_crawl(&other).await.unwrap();
-        assert!(created && !created_again);
-        assert_eq!((stored, again), (crawl.clone(), crawl.clone()));
-
-        // WHEN completed twice, reopened, and completed with the old then the new generation
-        let first = store.complete_crawl(&crawl_id(), 0, T0 + 1).await.unwrap();
-        let second = store.complete_crawl(&crawl_id(), 0, T0 + 2).await.unwrap();
-        let completed = store
-            .list_crawls(Some(CrawlState::Completed))
-            .await
-            .unwrap();
-        let reopened = store.reopen_crawl(&crawl_id(), T0 + 3).await.unwrap();
-        let reopened_twice = store.reopen_crawl(&crawl_id(), T0 + 3).await.unwrap();
-        let old_generation = store.complete_crawl(&crawl_id(), 0, T0 + 4).await.unwrap();
-        let new_generation = store.complete_crawl(&crawl_id(), 1, T0 + 4).await.unwrap();
-
-        // THEN each change happens exactly once
-        assert!(first && !second && reopened && !reopened_twice);
-        assert!(!old_generation && new_generation);
-        assert_eq!(completed.len(), 1);
-        let now = store.get_crawl(&crawl_id()).await.unwrap().unwrap();
-        assert_eq!(
-            (now.state, now.generation, now.updated_at),
-            (CrawlState::Completed, 1, T0 + 4)
-        );
-        assert!(
-            store
-                .list_crawls(Some(CrawlState::Running))
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        assert_eq!(store.list_crawls(None).await.unwrap().len(), 1);
-        store.delete_crawl(&crawl_id()).await.unwrap();
-        assert_eq!(store.get_crawl(&crawl_id()).await.unwrap(), None);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reserved_pages_never_exceed_the_maximum() {
-        // GIVEN a crawl capped at 20 pages, and 16 connections
-        let dir = TempDir::new("reserve");
-        let calls = Arc::new(CallCounts::default());
-        let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
-        store
-            .create_crawl(&Crawl::new(crawl_id(), CrawlConfig::default(), T0))
-            .await
-            .unwrap();
-
-        // WHEN 16 seeders each ask for 3 at once
-        let mut seeders = Vec::new();
-        for _ in 0..16 {
-            let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
-            seeders.push(tokio::spawn(async move {
-                store.reserve_pages(&crawl_id(), 3, 20).await.unwrap()
-            }));
-        }
-        let mut granted = 0;
-        for seeder in seeders {
-            granted += seeder.await.unwrap();
-        }
-
-        // THEN exactly 20 are granted, and released slots can be taken again
-        assert_eq!(granted, 20);
-        assert_eq!(
-            store
-                .get_crawl(&crawl_id())
-                .await
-                .unwrap()
-                .unwrap()
-                .pages_reserved,
-            20
-        );
-        store.release_pages(&crawl_id(), 5).await.unwrap();
-        assert_eq!(store.reserve_pages(&crawl_id(), 10, 20).await.unwrap(), 5);
-        let missing = CrawlId::parse("nope").unwrap();
-        assert!(matches!(
-            store.reserve_pages(&missing, 1, 20).await,
-            Err(StoreError::NoSuchCrawl(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn a_reopened_file_keeps_its_tasks_and_a_newer_schema_is_refused() {
+    async fn a_reopened_file_keeps_its_tasks_and_a_foreign_or_newer_file_is_refused() {
         // GIVEN a file database with one task
         let dir = TempDir::new("reopen");
         let calls = Arc::new(CallCounts::default());
         let task = {
             let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
-            seeded_task(&store, 1).await
+            seeded_task(&store).await
         };
 
-        // WHEN it is opened again, and when its schema version is from the future
+        // WHEN it is opened again, and when a file's schema is from the future or it is no database
         let reopened = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
         let kept = reopened.get(&crawl_id(), &task).await.unwrap();
+        let mode: String = Connection::open(dir.db())
+            .unwrap()
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .unwrap();
         let future = dir.0.join("future.db");
         Connection::open(&future)
             .unwrap()
             .pragma_update(None, "user_version", 99)
             .unwrap();
-        let refused = SqliteStore::open(&future, calls);
+        let garbage = dir.0.join("garbage.db");
+        std::fs::write(&garbage, b"not a database, just some bytes in a file").unwrap();
 
-        // THEN the task is there, and the unknown schema is an error, not a guess
+        // THEN the task is there in a WAL file, and the others are errors, not guesses
         assert_eq!(kept.map(|t| t.status), Some(Status::Pending));
-        assert!(matches!(refused, Err(StoreError::Backend { .. })));
+        assert_eq!(mode, "wal");
+        assert!(matches!(
+            SqliteStore::open(&future, Arc::clone(&calls)),
+            Err(StoreError::Backend { .. })
+        ));
+        assert!(SqliteStore::open(&garbage, calls).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_row_that_does_not_decode_is_reported_as_corrupt() {
+        // GIVEN a task whose error history was overwritten with something that is not JSON
+        let dir = TempDir::new("corrupt");
+        let calls = Arc::new(CallCounts::default());
+        let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
+        let task = seeded_task(&store).await;
+        Connection::open(dir.db())
+            .unwrap()
+            .execute("UPDATE tasks SET errors = '{oops'", [])
+            .unwrap();
+
+        // WHEN it is read or claimed
+        let read = store.get(&crawl_id(), &task).await;
+        let claimed = store.claim(&crawl_id(), &task, 1_000, T0).await;
+
+        // THEN both say which row is corrupt, and the claim changed nothing
+        for result in [read.map(|_| ()), claimed.map(|_| ())] {
+            assert!(
+                matches!(&result, Err(StoreError::Corrupt { key, .. }) if key.ends_with(task.as_str())),
+                "{result:?}"
+            );
+        }
+        let token: i64 = Connection::open(dir.db())
+            .unwrap()
+            .query_row("SELECT token FROM tasks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(token, 0);
     }
 
     #[tokio::test]
@@ -1835,9 +1075,18 @@ mod tests {
         let store = SqliteStore::in_memory(Arc::clone(&calls)).unwrap();
 
         // WHEN a URL is seeded, claimed, finished and read back
-        let task = seeded_task(&store, 1).await;
-        let lease = claim(&store, &task, 60_000, T0).await;
-        store.finish(&lease, &record("aa", T0), T0).await.unwrap();
+        let task = seeded_task(&store).await;
+        let ClaimOutcome::Claimed { lease, .. } =
+            store.claim(&crawl_id(), &task, 60_000, T0).await.unwrap()
+        else {
+            panic!("claim refused");
+        };
+        let record = FetchRecord {
+            http_status: 200,
+            fetched_at: T0,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &record, T0).await.unwrap();
         store.get(&crawl_id(), &task).await.unwrap();
 
         // THEN that is 3 writes and 1 read

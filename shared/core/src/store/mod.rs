@@ -1,13 +1,18 @@
-//! The status store: crawls and their tasks. Two adapters implement the same ports and pass the
-//! same conformance suite (`tests/conformance`): `dynamodb` (AWS) and `sqlite` (embedded).
+//! The status store: crawls and their tasks. Three adapters implement the same ports and pass
+//! the same conformance suite (`tests/conformance`): `dynamodb` (AWS, in `trawl-aws`), `sqlite`
+//! (embedded, in `trawl-embedded`) and [`memory`] (tests and simulators).
 //!
-//! Guarantees every adapter gives:
+//! What a task operation does is decided in `trawl_domain::transition` (the condition it needs
+//! and the task's new state); an adapter only persists it, in one conditional write. Guarantees
+//! every adapter gives:
 //! - `seed` never resets or duplicates an existing task (one conditional put per URL);
 //! - `claim` is one conditional write; of N concurrent claimers exactly one wins; a task stranded
 //!   `in_progress` by a crash is claimable again once its lease expires;
 //! - every claim increments the task's fencing `token`; `finish`, `fail` and `release` must present
 //!   it, so a worker whose lease was taken over can never overwrite a newer result;
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
+
+pub mod memory;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -16,6 +21,7 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::transition::Failed;
 
 /// A store failure. Conditional-check failures are never errors: they are outcomes.
 #[derive(Debug, Error)]
@@ -59,20 +65,7 @@ pub enum Seeded {
 }
 
 /// Why a claim was refused, read from the failed condition itself (no second read).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimRejection {
-    Missing,
-    /// `succeeded`, `ignored` or `gone`.
-    Done(Status),
-    /// Another worker holds a live lease.
-    Leased {
-        until: Millis,
-    },
-    /// Failed, and its next attempt is not due yet.
-    NotDue {
-        at: Millis,
-    },
-}
+pub use trawl_domain::transition::ClaimRejection;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
@@ -87,7 +80,7 @@ pub enum ClaimOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FinishOutcome {
     /// Recorded. `replaced` is the fetch record it replaced; `stale` the md5s of objects that
-    /// rejected writers left for this lease holder to delete (see `pipeline::store`).
+    /// rejected writers left for this lease holder to delete (see `crawler::record`).
     Finished {
         replaced: Option<FetchRecord>,
         stale: Vec<String>,
@@ -104,6 +97,15 @@ pub enum FailOutcome {
     GaveUp { status: Status },
     /// The lease was taken over; nothing was changed.
     Rejected,
+}
+
+impl From<Failed> for FailOutcome {
+    fn from(failed: Failed) -> Self {
+        match failed {
+            Failed::Retrying { next_attempt_at } => FailOutcome::Retrying { next_attempt_at },
+            Failed::GaveUp { status } => FailOutcome::GaveUp { status },
+        }
+    }
 }
 
 /// One page of a status query.
@@ -226,9 +228,9 @@ pub trait TaskStore: Send + Sync {
         task_id: &TaskId,
     ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
 
-    /// One conditional write. Claimable: `pending`; `failed` with `next_attempt_at <= now`;
-    /// `in_progress` with `lease_expires_at <= now`. Sets `in_progress`, a lease until
-    /// `now + lease_ms`, and increments the token.
+    /// One conditional write (`transition::claim`). Claimable: `pending`; `failed` with
+    /// `next_attempt_at <= now`; `in_progress` with `lease_expires_at <= now`. Sets
+    /// `in_progress`, a lease until `now + lease_ms`, and increments the token.
     fn claim(
         &self,
         crawl_id: &CrawlId,
@@ -237,8 +239,8 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
 
-    /// One conditional write fenced on the token: `succeeded` with `record`; retries and the
-    /// lease cleared; the `stale` list handed back and cleared.
+    /// One conditional write fenced on the token (`transition::finish`): `succeeded` with
+    /// `record`; retries and the lease cleared; the `stale` list handed back and cleared.
     fn finish(
         &self,
         lease: &Lease,
@@ -246,10 +248,10 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
 
-    /// One conditional write fenced on the token, following
-    /// `policy.verdict(failure, lease.retries, now)`: `failed` with `retries + 1` and
-    /// `next_attempt_at`, or a give-up (`gone` for NotFound, else `ignored`). The error is appended
-    /// to `lease.errors` (bounded by `push_error`); the previous fetch record is kept.
+    /// One conditional write fenced on the token (`transition::fail`): the error joins the
+    /// bounded history, `retries` counts the failure if it is transient, and `policy` decides
+    /// between `failed` until a next attempt and a give-up (`gone` for NotFound, else `ignored`).
+    /// The previous fetch record is kept.
     fn fail(
         &self,
         lease: &Lease,
@@ -262,8 +264,8 @@ pub trait TaskStore: Send + Sync {
     fn release(&self, lease: &Lease, now: Millis)
     -> impl Future<Output = StoreResult<bool>> + Send;
 
-    /// Records `md5` as an object a rejected writer left behind, unless it is the task's current
-    /// pointer. Returns false when it is the current pointer (nothing to clean).
+    /// Records `md5` as an object a rejected writer left behind (`transition::add_stale`).
+    /// False when nothing was added: the task is gone, points at that object, or lists it already.
     fn add_stale(
         &self,
         crawl_id: &CrawlId,
@@ -272,7 +274,7 @@ pub trait TaskStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Moves a task from one of `from` to `pending` (recrawl, operator retry), clearing retries
-    /// and the lease. Conditional on the current status being in `from`. True if it moved.
+    /// and the lease (`transition::reschedule`). True if it moved.
     fn reschedule(
         &self,
         crawl_id: &CrawlId,

@@ -1,0 +1,354 @@
+//! The in-memory status store: maps behind a mutex, applying the domain's transitions. No I/O,
+//! so unit tests and simulators run without a database; it passes the same conformance suite as
+//! DynamoDB and SQLite. Every call is atomic (the lock is held for the whole read-decide-write
+//! and never across an await).
+
+use super::{
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::sync::{Arc, Mutex};
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::transition::{self, Update};
+
+/// Marks cursors this store issued.
+const CURSOR_TAG: &str = "memory1";
+
+#[derive(Debug, Default)]
+struct Tables {
+    crawls: BTreeMap<CrawlId, Crawl>,
+    tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
+}
+
+impl Tables {
+    fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> Option<&Task> {
+        self.tasks.get(crawl_id)?.get(task_id)
+    }
+
+    /// Applies `update` to the task if it meets the condition; returns the task it replaced.
+    fn update(&mut self, crawl_id: &CrawlId, task_id: &TaskId, update: &Update) -> Option<Task> {
+        let stored = self.tasks.get_mut(crawl_id)?.get_mut(task_id)?;
+        let next = update.apply(stored)?;
+        Some(std::mem::replace(stored, next))
+    }
+
+    fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
+        self.tasks.get(crawl_id).into_iter().flat_map(|tasks| tasks.values())
+    }
+}
+
+/// The in-memory adapter. Clones share the same tables.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    tables: Arc<Mutex<Tables>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&mut Tables) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut tables = self.tables.lock().map_err(|_| StoreError::Backend {
+            operation,
+            message: "store lock poisoned by a panicked call".to_owned(),
+        })?;
+        work(&mut tables)
+    }
+
+    /// One conditional update of one task: true if its condition held.
+    fn apply(
+        &self,
+        operation: &'static str,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        update: &Update,
+    ) -> StoreResult<bool> {
+        self.with(operation, |t| Ok(t.update(crawl_id, task_id, update).is_some()))
+    }
+}
+
+fn encode_cursor(updated: Millis, task_id: &TaskId) -> String {
+    format!("{CURSOR_TAG}:{updated}:{task_id}")
+}
+
+fn decode_cursor(cursor: &str) -> StoreResult<(Millis, TaskId)> {
+    let rest = cursor
+        .strip_prefix(CURSOR_TAG)
+        .and_then(|r| r.strip_prefix(':'))
+        .ok_or(StoreError::InvalidCursor)?;
+    let (updated, task_id) = rest.split_once(':').ok_or(StoreError::InvalidCursor)?;
+    let updated = updated.parse().map_err(|_| StoreError::InvalidCursor)?;
+    let task_id = TaskId::parse(task_id).ok_or(StoreError::InvalidCursor)?;
+    Ok((updated, task_id))
+}
+
+impl CrawlStore for MemoryStore {
+    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        self.with("create_crawl", |t| {
+            Ok(match t.crawls.entry(crawl.id.clone()) {
+                Entry::Vacant(slot) => (slot.insert(crawl.clone()).clone(), true),
+                Entry::Occupied(existing) => (existing.get().clone(), false),
+            })
+        })
+    }
+
+    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.with("get_crawl", |t| Ok(t.crawls.get(id).cloned()))
+    }
+
+    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        self.with("list_crawls", |t| {
+            Ok(t.crawls
+                .values()
+                .filter(|c| state.is_none_or(|s| c.state == s))
+                .cloned()
+                .collect())
+        })
+    }
+
+    async fn complete_crawl(
+        &self,
+        id: &CrawlId,
+        generation: u64,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.with("complete_crawl", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) if c.state == CrawlState::Running && c.generation == generation => {
+                    c.state = CrawlState::Completed;
+                    c.updated_at = now;
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
+        self.with("reopen_crawl", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) if c.state == CrawlState::Completed => {
+                    c.state = CrawlState::Running;
+                    c.generation += 1;
+                    c.updated_at = now;
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
+        self.with("reserve_pages", |t| {
+            let crawl = t
+                .crawls
+                .get_mut(id)
+                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
+            let granted = wanted.min(max.saturating_sub(crawl.pages_reserved));
+            crawl.pages_reserved += granted;
+            Ok(granted)
+        })
+    }
+
+    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
+        self.with("release_pages", |t| {
+            let crawl = t
+                .crawls
+                .get_mut(id)
+                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
+            crawl.pages_reserved = crawl.pages_reserved.saturating_sub(n);
+            Ok(())
+        })
+    }
+
+    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.with("delete_crawl", |t| {
+            t.crawls.remove(id);
+            Ok(())
+        })
+    }
+}
+
+impl TaskStore for MemoryStore {
+    async fn seed(
+        &self,
+        crawl_id: &CrawlId,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> StoreResult<Vec<Seeded>> {
+        self.with("seed", |t| {
+            let crawl = t.tasks.entry(crawl_id.clone()).or_default();
+            Ok(tasks
+                .iter()
+                .map(|new| {
+                    let insert = transition::seed(crawl_id, new, now);
+                    match crawl.entry(insert.task.task_id.clone()) {
+                        Entry::Vacant(slot) => {
+                            slot.insert(insert.task);
+                            Seeded::Created
+                        }
+                        Entry::Occupied(_) => Seeded::AlreadyKnown,
+                    }
+                })
+                .collect())
+        })
+    }
+
+    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
+        self.with("get", |t| Ok(t.task(crawl_id, task_id).cloned()))
+    }
+
+    async fn claim(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> StoreResult<ClaimOutcome> {
+        self.with("claim", |t| {
+            Ok(
+                match transition::claimed(t.task(crawl_id, task_id), lease_ms, now) {
+                    Ok(task) => {
+                        let lease = transition::lease_of(&task);
+                        t.tasks
+                            .entry(crawl_id.clone())
+                            .or_default()
+                            .insert(task_id.clone(), task.clone());
+                        ClaimOutcome::Claimed {
+                            task: Box::new(task),
+                            lease,
+                        }
+                    }
+                    Err(why) => ClaimOutcome::Rejected(why),
+                },
+            )
+        })
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        record: &FetchRecord,
+        now: Millis,
+    ) -> StoreResult<FinishOutcome> {
+        let update = transition::finish(lease, record, now);
+        self.with("finish", |t| {
+            Ok(match t.update(&lease.crawl_id, &lease.task_id, &update) {
+                Some(before) => FinishOutcome::Finished {
+                    replaced: before.fetch,
+                    stale: before.stale,
+                },
+                None => FinishOutcome::Rejected {
+                    current: t.task(&lease.crawl_id, &lease.task_id).cloned(),
+                },
+            })
+        })
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        now: Millis,
+    ) -> StoreResult<FailOutcome> {
+        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let applied = self.apply("fail", &lease.crawl_id, &lease.task_id, &update)?;
+        Ok(if applied {
+            failed.into()
+        } else {
+            FailOutcome::Rejected
+        })
+    }
+
+    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
+        let update = transition::release(lease, now);
+        self.apply("release", &lease.crawl_id, &lease.task_id, &update)
+    }
+
+    async fn add_stale(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        md5: &str,
+    ) -> StoreResult<bool> {
+        self.apply("add_stale", crawl_id, task_id, &transition::add_stale(md5))
+    }
+
+    async fn reschedule(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        from: &[Status],
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let update = transition::reschedule(from, now);
+        self.apply("reschedule", crawl_id, task_id, &update)
+    }
+
+    async fn mark_enqueued(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        status: Status,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let update = transition::mark_enqueued(status, now);
+        self.apply("mark_enqueued", crawl_id, task_id, &update)
+    }
+
+    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+        let before = query.updated_before.unwrap_or(Millis::MAX);
+        let limit = query.limit.max(1) as usize;
+        self.with("query", |t| {
+            let mut matching: Vec<&Task> = t
+                .tasks_of(&query.crawl_id)
+                .filter(|task| task.status == query.status && task.updated_at <= before)
+                .filter(|task| {
+                    after
+                        .as_ref()
+                        .is_none_or(|(at, id)| (task.updated_at, &task.task_id) > (*at, id))
+                })
+                .collect();
+            matching.sort_by(|a, b| (a.updated_at, &a.task_id).cmp(&(b.updated_at, &b.task_id)));
+            let more = matching.len() > limit;
+            let tasks: Vec<TaskSummary> = matching
+                .into_iter()
+                .take(limit)
+                .map(TaskSummary::from)
+                .collect();
+            let cursor = match tasks.last() {
+                Some(last) if more => Some(encode_cursor(last.updated_at, &last.task_id)),
+                _ => None,
+            };
+            Ok(TaskPage { tasks, cursor })
+        })
+    }
+
+    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        self.with("counts", |t| {
+            let mut counts = StatusCounts::new();
+            for task in t.tasks_of(crawl_id) {
+                *counts.entry(task.status).or_default() += 1;
+            }
+            Ok(counts)
+        })
+    }
+
+    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.with("delete_tasks", |t| {
+            Ok(t.tasks.remove(crawl_id).map_or(0, |tasks| tasks.len() as u64))
+        })
+    }
+}

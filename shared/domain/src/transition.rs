@@ -1,0 +1,445 @@
+//! The task state machine: every transition as a pure function of (task, event, now).
+//!
+//! A transition is an [`Update`]: the [`Condition`] the stored task must meet and the
+//! [`Changes`] that make its new state, every field accounted for (kept or set). Adapters only
+//! persist it, in one conditional write: SQLite and the in-memory store read the task, check
+//! `requires.holds` and write `update.apply`; DynamoDB turns the condition into a condition
+//! expression and the changes into an update expression. The retry verdict, the bounded error
+//! history and 404 → gone are therefore decided here, once.
+//!
+//! | event           | requires                                          | status after         |
+//! |-----------------|---------------------------------------------------|----------------------|
+//! | `seed`          | no such task                                      | pending              |
+//! | `claim`         | pending; failed and due; in_progress and expired  | in_progress          |
+//! | `finish`        | in_progress under the lease's token               | succeeded            |
+//! | `fail`          | in_progress under the lease's token               | failed, ignored, gone|
+//! | `release`       | in_progress under the lease's token               | pending              |
+//! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
+//! | `reset`         | not in_progress, not claimed since it was read    | pending              |
+//! | `mark_enqueued` | the given status                                  | unchanged            |
+//! | `add_stale`     | exists; md5 neither its current object nor listed | unchanged            |
+//!
+//! Lease expiry is a `claim` of an `in_progress` task whose lease has run out: the same write
+//! as any claim, and since every claim moves the token by one, the old holder's `finish`,
+//! `fail` and `release` no longer meet their condition.
+//!
+//! Counters:
+//! - `retries` counts transient failures, the one that exhausts the budget included: a task
+//!   given up after `max_retry` transient failures shows `retries == max_retry`. A permanent
+//!   failure leaves it. Only `finish` (a success), `reschedule` (a new round starts with a full
+//!   budget) and `reset` set it back, to 0; nothing else lowers it.
+//! - the token only grows, by one per claim.
+//! - a terminal task (succeeded, ignored, gone) leaves its status only through `reschedule` or
+//!   `reset`.
+
+use crate::canonical::CrawlId;
+use crate::retry::{Failure, FailureVerdict, Jitter, RetryPolicy};
+use crate::task::{
+    ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
+};
+
+/// What a transition requires of the stored task. Data, so that each adapter can check it in its
+/// own way (a condition expression, or a test on the row read in the same transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// No task with this key.
+    Absent,
+    /// Pending; failed with its next attempt due; or in_progress with its lease expired.
+    Claimable { now: Millis },
+    /// In progress under this fencing token.
+    Leased { token: u64 },
+    /// Exists, with its status one of these (none: never holds).
+    StatusIn(Vec<Status>),
+    /// Not in progress, and its token still this one: nobody claimed it since it was read.
+    Settled { token: u64 },
+    /// Exists, and `md5` is neither the object of its current fetch nor on its stale list.
+    Unrecorded { md5: String },
+}
+
+impl Condition {
+    /// Whether `task` (None: no such task) meets the condition.
+    pub fn holds(&self, task: Option<&Task>) -> bool {
+        match (self, task) {
+            (Condition::Absent, task) => task.is_none(),
+            (_, None) => false,
+            (Condition::Claimable { now }, Some(task)) => claimable(Some(task), *now).is_ok(),
+            (Condition::Leased { token }, Some(task)) => {
+                task.status == Status::InProgress && task.token == *token
+            }
+            (Condition::StatusIn(statuses), Some(task)) => statuses.contains(&task.status),
+            (Condition::Settled { token }, Some(task)) => {
+                task.status != Status::InProgress && task.token == *token
+            }
+            (Condition::Unrecorded { md5 }, Some(task)) => {
+                task.fetch.as_ref().and_then(|f| f.md5.as_deref()) != Some(md5.as_str())
+                    && !task.stale.contains(md5)
+            }
+        }
+    }
+}
+
+/// What becomes of one field of the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change<T> {
+    Keep,
+    Set(T),
+}
+
+impl<T> Default for Change<T> {
+    fn default() -> Self {
+        Change::Keep
+    }
+}
+
+impl<T: Clone> Change<T> {
+    fn apply(&self, field: &mut T) {
+        if let Change::Set(value) = self {
+            field.clone_from(value);
+        }
+    }
+}
+
+/// What becomes of the fencing token: only a claim moves it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TokenChange {
+    #[default]
+    Keep,
+    Increment,
+}
+
+/// What becomes of the stale list (md5s of objects left for the next finisher to delete).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StaleChange {
+    #[default]
+    Keep,
+    /// Appends the md5 unless it is listed already.
+    Add(String),
+    /// The finisher took the list over.
+    Clear,
+}
+
+/// The new state of a task, field by field. Identity, URL, depth, parent and creation time
+/// never change after the seed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub status: Change<Status>,
+    pub retries: Change<u32>,
+    pub errors: Change<Vec<ErrorRecord>>,
+    pub next_attempt_at: Change<Option<Millis>>,
+    pub lease_expires_at: Change<Option<Millis>>,
+    pub token: TokenChange,
+    pub fetch: Change<Option<FetchRecord>>,
+    pub enqueued_at: Change<Option<Millis>>,
+    pub updated_at: Change<Millis>,
+    pub stale: StaleChange,
+}
+
+impl Changes {
+    /// `task` with these changes made.
+    pub fn apply(&self, task: &Task) -> Task {
+        let mut next = task.clone();
+        self.status.apply(&mut next.status);
+        self.retries.apply(&mut next.retries);
+        self.errors.apply(&mut next.errors);
+        self.next_attempt_at.apply(&mut next.next_attempt_at);
+        self.lease_expires_at.apply(&mut next.lease_expires_at);
+        if self.token == TokenChange::Increment {
+            next.token = next.token.saturating_add(1);
+        }
+        self.fetch.apply(&mut next.fetch);
+        self.enqueued_at.apply(&mut next.enqueued_at);
+        self.updated_at.apply(&mut next.updated_at);
+        match &self.stale {
+            StaleChange::Keep => {}
+            StaleChange::Add(md5) => {
+                if !next.stale.contains(md5) {
+                    next.stale.push(md5.clone());
+                }
+            }
+            StaleChange::Clear => next.stale.clear(),
+        }
+        next
+    }
+}
+
+/// A transition of an existing task: what it requires, and what it changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    pub requires: Condition,
+    pub changes: Changes,
+}
+
+impl Update {
+    /// The task after this update, or None when `task` does not meet its condition.
+    pub fn apply(&self, task: &Task) -> Option<Task> {
+        self.requires
+            .holds(Some(task))
+            .then(|| self.changes.apply(task))
+    }
+}
+
+/// A new task: created only where none exists (`Condition::Absent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insert {
+    pub requires: Condition,
+    pub task: Task,
+}
+
+/// Why a claim was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRejection {
+    Missing,
+    /// `succeeded`, `ignored` or `gone`.
+    Done(Status),
+    /// Another worker holds a live lease.
+    Leased { until: Millis },
+    /// Failed, and its next attempt is not due yet.
+    NotDue { at: Millis },
+}
+
+/// What a failure did to its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// `failed`, claimable again from `next_attempt_at`.
+    Retrying { next_attempt_at: Millis },
+    /// `ignored`, or `gone` for a page that does not exist.
+    GaveUp { status: Status },
+}
+
+/// A new pending task for `new`.
+pub fn seed(crawl_id: &CrawlId, new: &NewTask, now: Millis) -> Insert {
+    Insert {
+        requires: Condition::Absent,
+        task: Task {
+            crawl_id: crawl_id.clone(),
+            task_id: new.url.task_id(),
+            url: new.url.as_str().to_owned(),
+            status: Status::Pending,
+            created_at: now,
+            updated_at: now,
+            depth: new.depth,
+            parent: new.parent.clone(),
+            token: 0,
+            lease_expires_at: None,
+            retries: 0,
+            next_attempt_at: None,
+            enqueued_at: None,
+            errors: Vec::new(),
+            fetch: None,
+            stale: Vec::new(),
+        },
+    }
+}
+
+/// Whether `task` may be claimed at `now`, and if not, why. A task in progress without a lease
+/// or failed without a next attempt (which no transition produces) is claimable rather than
+/// stranded.
+pub fn claimable(task: Option<&Task>, now: Millis) -> Result<(), ClaimRejection> {
+    let Some(task) = task else {
+        return Err(ClaimRejection::Missing);
+    };
+    match task.status {
+        Status::Pending => Ok(()),
+        Status::InProgress => match task.lease_expires_at {
+            Some(until) if until > now => Err(ClaimRejection::Leased { until }),
+            _ => Ok(()),
+        },
+        Status::Failed => match task.next_attempt_at {
+            Some(at) if at > now => Err(ClaimRejection::NotDue { at }),
+            _ => Ok(()),
+        },
+        done @ (Status::Succeeded | Status::Ignored | Status::Gone) => {
+            Err(ClaimRejection::Done(done))
+        }
+    }
+}
+
+/// `in_progress` with a lease until `now + lease_ms` and the next token; a failed task's due
+/// attempt is now this one. Also the lease expiry edge: an `in_progress` task whose lease ran
+/// out is claimable.
+pub fn claim(lease_ms: u64, now: Millis) -> Update {
+    let until = now.saturating_add(Millis::try_from(lease_ms).unwrap_or(Millis::MAX));
+    Update {
+        requires: Condition::Claimable { now },
+        changes: Changes {
+            status: Change::Set(Status::InProgress),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(Some(until)),
+            token: TokenChange::Increment,
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    }
+}
+
+/// A claim decided on the task as read (by an adapter that reads and writes in one
+/// transaction): the claimed task, or why it cannot be claimed.
+pub fn claimed(task: Option<&Task>, lease_ms: u64, now: Millis) -> Result<Task, ClaimRejection> {
+    let Some(task) = task else {
+        return Err(ClaimRejection::Missing);
+    };
+    claimable(Some(task), now)?;
+    Ok(claim(lease_ms, now).changes.apply(task))
+}
+
+/// The lease a claim grants, from the task as the claim left it. It carries what the fenced
+/// writes build on (retries, errors): the token guarantees nobody changed them since.
+pub fn lease_of(claimed: &Task) -> Lease {
+    Lease {
+        crawl_id: claimed.crawl_id.clone(),
+        task_id: claimed.task_id.clone(),
+        token: claimed.token,
+        expires_at: claimed.lease_expires_at.unwrap_or(claimed.updated_at),
+        retries: claimed.retries,
+        errors: claimed.errors.clone(),
+    }
+}
+
+/// `succeeded` with `record`; the retry budget restored, the lease and the stale list (handed
+/// to the finisher) cleared. The error history stays, as a record of what happened before.
+pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
+    Update {
+        requires: Condition::Leased { token: lease.token },
+        changes: Changes {
+            status: Change::Set(Status::Succeeded),
+            retries: Change::Set(0),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(None),
+            fetch: Change::Set(Some(record.clone())),
+            updated_at: Change::Set(now),
+            stale: StaleChange::Clear,
+            ..Changes::default()
+        },
+    }
+}
+
+/// A failed attempt: the error joins the bounded history; `policy` decides between a retry at
+/// a backoff placed by the attempt's [`Jitter`] and a give-up (`gone` for a page that does not
+/// exist, else `ignored`). The previous fetch record is kept.
+pub fn fail(lease: &Lease, failure: &Failure, policy: &RetryPolicy, now: Millis) -> (Update, Failed) {
+    let mut errors = lease.errors.clone();
+    push_error(
+        &mut errors,
+        ErrorRecord::new(failure.kind, &failure.message, now),
+    );
+    let retries = if failure.kind.is_transient() {
+        lease.retries.saturating_add(1)
+    } else {
+        lease.retries
+    };
+    let jitter = Jitter::of(&lease.task_id, lease.token);
+    let (status, next_attempt_at, failed) =
+        match policy.verdict(failure, lease.retries, jitter, now) {
+            FailureVerdict::Retry { next_attempt_at } => (
+                Status::Failed,
+                Some(next_attempt_at),
+                Failed::Retrying { next_attempt_at },
+            ),
+            FailureVerdict::GiveUp => {
+                let status = if failure.kind == ErrorKind::NotFound {
+                    Status::Gone
+                } else {
+                    Status::Ignored
+                };
+                (status, None, Failed::GaveUp { status })
+            }
+        };
+    let update = Update {
+        requires: Condition::Leased { token: lease.token },
+        changes: Changes {
+            status: Change::Set(status),
+            retries: Change::Set(retries),
+            errors: Change::Set(errors),
+            next_attempt_at: Change::Set(next_attempt_at),
+            lease_expires_at: Change::Set(None),
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    };
+    (update, failed)
+}
+
+/// Gives a claimed, untouched task back: `pending`, lease cleared. Not a failure: `retries`
+/// and the error history stay.
+pub fn release(lease: &Lease, now: Millis) -> Update {
+    Update {
+        requires: Condition::Leased { token: lease.token },
+        changes: Changes {
+            status: Change::Set(Status::Pending),
+            lease_expires_at: Change::Set(None),
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    }
+}
+
+/// From one of `from` to `pending` (a recrawl that is due, an operator's retry) with a full
+/// retry budget. The fetch record stays, for conditional GETs.
+pub fn reschedule(from: &[Status], now: Millis) -> Update {
+    Update {
+        requires: Condition::StatusIn(from.to_vec()),
+        changes: Changes {
+            status: Change::Set(Status::Pending),
+            retries: Change::Set(0),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(None),
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    }
+}
+
+/// Forgets `task`'s fetch record so that it is fetched again in full (no conditional GET, no
+/// "unchanged"): `pending` with a full retry budget. The forgotten record's object joins the
+/// stale list, so that the next finisher deletes it (no orphan); conditioned on the token, so
+/// that the record forgotten is the one read.
+pub fn reset(task: &Task, now: Millis) -> Update {
+    let forgotten = task
+        .fetch
+        .as_ref()
+        .filter(|f| f.object_key.is_some())
+        .and_then(|f| f.md5.clone());
+    Update {
+        requires: Condition::Settled { token: task.token },
+        changes: Changes {
+            status: Change::Set(Status::Pending),
+            retries: Change::Set(0),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(None),
+            fetch: Change::Set(None),
+            updated_at: Change::Set(now),
+            stale: forgotten.map_or(StaleChange::Keep, StaleChange::Add),
+            ..Changes::default()
+        },
+    }
+}
+
+/// Notes that a work message was sent, if the task is still in `status`. `updated_at` moves
+/// too, which takes the task out of the sweeper's due window.
+pub fn mark_enqueued(status: Status, now: Millis) -> Update {
+    Update {
+        requires: Condition::StatusIn(vec![status]),
+        changes: Changes {
+            enqueued_at: Change::Set(Some(now)),
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    }
+}
+
+/// Records `md5` as an object a rejected writer left behind. Not a status change: `updated_at`
+/// stays, so the task keeps its place in the status index.
+pub fn add_stale(md5: &str) -> Update {
+    Update {
+        requires: Condition::Unrecorded {
+            md5: md5.to_owned(),
+        },
+        changes: Changes {
+            stale: StaleChange::Add(md5.to_owned()),
+            ..Changes::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

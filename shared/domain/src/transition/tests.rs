@@ -1,0 +1,547 @@
+//! Every edge, table-driven, then a property test over random event sequences.
+
+use super::*;
+use crate::canonical::CanonicalUrl;
+use crate::task::ERROR_HISTORY;
+use proptest::prelude::*;
+
+const T0: Millis = 1_800_000_000_000;
+const LEASE_MS: u64 = 60_000;
+
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        max_retry: 3,
+        base_delay_ms: 1_000,
+        max_delay_ms: 60_000,
+    }
+}
+
+fn record(md5: &str, at: Millis) -> FetchRecord {
+    FetchRecord {
+        object_key: Some(format!("k/{md5}")),
+        md5: Some(md5.to_owned()),
+        http_status: 200,
+        fetched_at: at,
+        ..FetchRecord::default()
+    }
+}
+
+fn pending() -> Task {
+    let new = NewTask {
+        url: CanonicalUrl::parse("http://example.com/a").unwrap(),
+        depth: 2,
+        parent: None,
+    };
+    seed(&CrawlId::parse("c").unwrap(), &new, T0).task
+}
+
+/// A task in `status` as the transitions leave it: token 3, one earlier error, a previous fetch.
+fn task_in(status: Status) -> Task {
+    let mut task = pending();
+    task.status = status;
+    task.token = 3;
+    task.retries = 1;
+    task.errors = vec![ErrorRecord::new(ErrorKind::Timeout, "slow", T0)];
+    task.fetch = Some(record("old", T0));
+    task.updated_at = T0 + 10;
+    match status {
+        Status::InProgress => task.lease_expires_at = Some(T0 + 100),
+        Status::Failed => task.next_attempt_at = Some(T0 + 100),
+        _ => {}
+    }
+    task
+}
+
+fn lease_on(task: &Task) -> Lease {
+    Lease {
+        crawl_id: task.crawl_id.clone(),
+        task_id: task.task_id.clone(),
+        token: task.token,
+        expires_at: task.lease_expires_at.unwrap_or(0),
+        retries: task.retries,
+        errors: task.errors.clone(),
+    }
+}
+
+#[test]
+fn seed_creates_a_pending_task_where_none_exists() {
+    let Insert { requires, task } = seed(
+        &CrawlId::parse("c").unwrap(),
+        &NewTask {
+            url: CanonicalUrl::parse("http://example.com/a").unwrap(),
+            depth: 2,
+            parent: None,
+        },
+        T0,
+    );
+    assert_eq!(requires, Condition::Absent);
+    assert!(requires.holds(None));
+    assert!(!requires.holds(Some(&task)));
+    assert_eq!(
+        (task.status, task.token, task.retries, task.created_at, task.updated_at),
+        (Status::Pending, 0, 0, T0, T0)
+    );
+    assert_eq!(task.url, "http://example.com/a");
+    assert_eq!(
+        (task.lease_expires_at, task.next_attempt_at, task.enqueued_at),
+        (None, None, None)
+    );
+    assert!(task.errors.is_empty() && task.stale.is_empty() && task.fetch.is_none());
+}
+
+#[test]
+fn claim_edges() {
+    let now = T0 + 100;
+    let with = |status: Status, f: fn(&mut Task)| {
+        let mut t = task_in(status);
+        f(&mut t);
+        Some(t)
+    };
+    // (the task, claimable at `now`?)
+    let table: Vec<(&str, Option<Task>, Result<(), ClaimRejection>)> = vec![
+        ("pending", Some(task_in(Status::Pending)), Ok(())),
+        ("failed, due now", with(Status::Failed, |t| t.next_attempt_at = Some(T0 + 100)), Ok(())),
+        (
+            "failed, not due",
+            with(Status::Failed, |t| t.next_attempt_at = Some(T0 + 101)),
+            Err(ClaimRejection::NotDue { at: T0 + 101 }),
+        ),
+        (
+            "lease expiry: in progress, lease ran out now",
+            with(Status::InProgress, |t| t.lease_expires_at = Some(T0 + 100)),
+            Ok(()),
+        ),
+        (
+            "in progress, lease live",
+            with(Status::InProgress, |t| t.lease_expires_at = Some(T0 + 101)),
+            Err(ClaimRejection::Leased { until: T0 + 101 }),
+        ),
+        ("in progress without a lease", with(Status::InProgress, |t| t.lease_expires_at = None), Ok(())),
+        ("succeeded", Some(task_in(Status::Succeeded)), Err(ClaimRejection::Done(Status::Succeeded))),
+        ("ignored", Some(task_in(Status::Ignored)), Err(ClaimRejection::Done(Status::Ignored))),
+        ("gone", Some(task_in(Status::Gone)), Err(ClaimRejection::Done(Status::Gone))),
+        ("missing", None, Err(ClaimRejection::Missing)),
+    ];
+    let update = claim(LEASE_MS, now);
+    for (name, task, expected) in table {
+        assert_eq!(claimable(task.as_ref(), now), expected, "{name}");
+        assert_eq!(update.requires.holds(task.as_ref()), expected.is_ok(), "{name}");
+        let decided = claimed(task.as_ref(), LEASE_MS, now);
+        let Some(task) = task else {
+            assert_eq!(decided, Err(ClaimRejection::Missing));
+            continue;
+        };
+        let after = update.apply(&task);
+        if let Err(why) = expected {
+            assert_eq!((after, decided), (None, Err(why)), "{name}");
+            continue;
+        }
+        assert_eq!(decided.as_ref().ok(), after.as_ref(), "{name}");
+        let mut want = task.clone();
+        want.status = Status::InProgress;
+        want.token = 4;
+        want.lease_expires_at = Some(now + LEASE_MS as Millis);
+        want.next_attempt_at = None;
+        want.updated_at = now;
+        assert_eq!(after, Some(want), "{name}");
+    }
+}
+
+#[test]
+fn the_lease_carries_what_the_claim_left() {
+    let claimed = claim(LEASE_MS, T0 + 100)
+        .apply(&task_in(Status::Failed))
+        .unwrap();
+    let lease = lease_of(&claimed);
+    assert_eq!(
+        (lease.token, lease.expires_at, lease.retries, lease.errors.len()),
+        (4, T0 + 100 + LEASE_MS as Millis, 1, 1)
+    );
+}
+
+#[test]
+fn fenced_transitions_need_the_current_token_and_in_progress() {
+    let held = task_in(Status::InProgress);
+    let current = lease_on(&held);
+    let zombie = Lease {
+        token: 2,
+        ..current.clone()
+    };
+    let mut released = held.clone();
+    released.status = Status::Pending;
+    released.lease_expires_at = None;
+    let failure = Failure::from_http_status(500, None);
+    for (name, update) in [
+        ("finish", finish(&zombie, &record("new", T0), T0)),
+        ("fail", fail(&zombie, &failure, &policy(), T0).0),
+        ("release", release(&zombie, T0)),
+    ] {
+        assert_eq!(update.apply(&held), None, "zombie {name}");
+    }
+    for (name, update) in [
+        ("finish", finish(&current, &record("new", T0), T0)),
+        ("fail", fail(&current, &failure, &policy(), T0).0),
+        ("release", release(&current, T0)),
+    ] {
+        assert!(update.apply(&held).is_some(), "{name}");
+        assert_eq!(update.apply(&released), None, "{name} after a release");
+    }
+}
+
+#[test]
+fn finish_records_the_fetch_and_restores_the_budget() {
+    let mut held = task_in(Status::InProgress);
+    held.stale = vec!["orphan".into()];
+    held.enqueued_at = Some(T0 + 5);
+    let after = finish(&lease_on(&held), &record("new", T0 + 50), T0 + 50)
+        .apply(&held)
+        .unwrap();
+    let mut want = held.clone();
+    want.status = Status::Succeeded;
+    want.retries = 0;
+    want.lease_expires_at = None;
+    want.fetch = Some(record("new", T0 + 50));
+    want.updated_at = T0 + 50;
+    want.stale = Vec::new();
+    assert_eq!(after, want);
+}
+
+#[test]
+fn fail_edges() {
+    let now = T0 + 50;
+    let held = task_in(Status::InProgress);
+    let lease_with = |retries: u32| Lease {
+        retries,
+        ..lease_on(&held)
+    };
+    let jittered = |retries: u32| match policy().verdict(
+        &Failure::from_http_status(500, None),
+        retries,
+        Jitter::of(&held.task_id, held.token),
+        now,
+    ) {
+        FailureVerdict::Retry { next_attempt_at } => next_attempt_at,
+        FailureVerdict::GiveUp => panic!("no retry"),
+    };
+    // (failure, retries before, status after, retries after, next attempt)
+    let table = [
+        (Failure::from_http_status(500, None), 0, Status::Failed, 1, Some(jittered(0))),
+        (Failure::from_http_status(500, None), 1, Status::Failed, 2, Some(jittered(1))),
+        // The failure that exhausts the budget counts too.
+        (Failure::from_http_status(500, None), 2, Status::Ignored, 3, None),
+        (Failure::from_http_status(429, Some(30_000)), 0, Status::Failed, 1, Some(now + 30_000)),
+        (Failure::from_http_status(404, None), 1, Status::Gone, 1, None),
+        (Failure::from_http_status(410, None), 0, Status::Gone, 0, None),
+        (Failure::from_http_status(403, None), 1, Status::Ignored, 1, None),
+        (Failure::new(ErrorKind::RobotsDenied, "denied"), 0, Status::Ignored, 0, None),
+        (Failure::new(ErrorKind::Storage, "s3 down"), 0, Status::Failed, 1, Some(jittered(0))),
+    ];
+    for (failure, before, status, retries, next_attempt_at) in table {
+        let mut task = held.clone();
+        task.retries = before;
+        let (update, failed) = fail(&lease_with(before), &failure, &policy(), now);
+        let after = update.apply(&task).unwrap();
+        let name = format!("{} after {before}", failure.message);
+        assert_eq!(
+            (after.status, after.retries, after.next_attempt_at, after.lease_expires_at),
+            (status, retries, next_attempt_at, None),
+            "{name}"
+        );
+        let expected = match next_attempt_at {
+            Some(next_attempt_at) => Failed::Retrying { next_attempt_at },
+            None => Failed::GaveUp { status },
+        };
+        assert_eq!(failed, expected, "{name}");
+        assert_eq!(after.fetch, held.fetch, "{name}: the previous fetch is kept");
+        assert_eq!(after.token, held.token, "{name}");
+        assert_eq!(after.updated_at, now, "{name}");
+        assert_eq!(after.errors.len(), 2, "{name}");
+        assert_eq!(after.errors[1], ErrorRecord::new(failure.kind, &failure.message, now));
+    }
+}
+
+#[test]
+fn fail_keeps_only_the_latest_errors() {
+    let mut held = task_in(Status::InProgress);
+    held.errors = (0..ERROR_HISTORY as Millis)
+        .map(|i| ErrorRecord::new(ErrorKind::Timeout, &format!("#{i}"), T0 + i))
+        .collect();
+    let patient = RetryPolicy {
+        max_retry: 100,
+        ..policy()
+    };
+    let failure = Failure::new(ErrorKind::Connection, "x".repeat(1_000));
+    let after = fail(&lease_on(&held), &failure, &patient, T0 + 9)
+        .0
+        .apply(&held)
+        .unwrap();
+    assert_eq!(after.errors.len(), ERROR_HISTORY);
+    assert_eq!(after.errors[0].message, "#1");
+    assert_eq!(after.errors[ERROR_HISTORY - 1].message.len(), 256);
+}
+
+#[test]
+fn release_gives_back_without_counting_a_failure() {
+    let held = task_in(Status::InProgress);
+    let after = release(&lease_on(&held), T0 + 50).apply(&held).unwrap();
+    let mut want = held.clone();
+    want.status = Status::Pending;
+    want.lease_expires_at = None;
+    want.updated_at = T0 + 50;
+    assert_eq!(after, want);
+}
+
+#[test]
+fn reschedule_edges() {
+    let update = reschedule(&[Status::Succeeded, Status::Ignored], T0 + 50);
+    for status in Status::ALL {
+        let task = task_in(status);
+        let after = update.apply(&task);
+        if matches!(status, Status::Succeeded | Status::Ignored) {
+            let mut want = task.clone();
+            want.status = Status::Pending;
+            want.retries = 0;
+            want.updated_at = T0 + 50;
+            assert_eq!(after, Some(want), "{status}");
+        } else {
+            assert_eq!(after, None, "{status}");
+        }
+    }
+    assert_eq!(reschedule(&[], T0).apply(&task_in(Status::Failed)), None);
+    let failed = reschedule(&[Status::Failed], T0 + 50)
+        .apply(&task_in(Status::Failed))
+        .unwrap();
+    assert_eq!((failed.next_attempt_at, failed.retries), (None, 0));
+}
+
+#[test]
+fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
+    for status in Status::ALL {
+        let task = task_in(status);
+        let after = reset(&task, T0 + 50).apply(&task);
+        if status == Status::InProgress {
+            assert_eq!(after, None, "a held task is not reset under its holder");
+            continue;
+        }
+        let mut want = task.clone();
+        want.status = Status::Pending;
+        want.retries = 0;
+        want.next_attempt_at = None;
+        want.fetch = None;
+        want.stale = vec!["old".into()];
+        want.updated_at = T0 + 50;
+        assert_eq!(after, Some(want), "{status}");
+    }
+    // Claimed since it was read: the record to forget may have changed.
+    let read = task_in(Status::Succeeded);
+    let mut since = read.clone();
+    since.token += 1;
+    assert_eq!(reset(&read, T0).apply(&since), None);
+    // A record without a stored object leaves nothing to delete.
+    let mut unstored = read.clone();
+    unstored.fetch = Some(FetchRecord {
+        object_key: None,
+        ..record("pdf", T0)
+    });
+    assert!(reset(&unstored, T0).apply(&unstored).unwrap().stale.is_empty());
+}
+
+#[test]
+fn mark_enqueued_needs_the_status_and_moves_only_the_times() {
+    for status in Status::ALL {
+        let task = task_in(status);
+        let mut want = task.clone();
+        want.enqueued_at = Some(T0 + 50);
+        want.updated_at = T0 + 50;
+        assert_eq!(mark_enqueued(status, T0 + 50).apply(&task), Some(want));
+        let other = if status == Status::Pending { Status::Failed } else { Status::Pending };
+        assert_eq!(mark_enqueued(other, T0 + 50).apply(&task), None);
+    }
+}
+
+#[test]
+fn add_stale_edges() {
+    let mut task = task_in(Status::InProgress);
+    task.stale = vec!["listed".into()];
+    // (md5, added?)
+    for (md5, added) in [("new", true), ("old", false), ("listed", false)] {
+        let after = add_stale(md5).apply(&task);
+        match after {
+            Some(after) => {
+                assert!(added, "{md5}");
+                let mut want = task.clone();
+                want.stale.push(md5.to_owned());
+                assert_eq!(after, want);
+            }
+            None => assert!(!added, "{md5}"),
+        }
+    }
+    assert!(!add_stale("new").requires.holds(None));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: random event sequences on one task.
+
+#[derive(Debug, Clone)]
+enum Event {
+    Claim { lease_ms: u64 },
+    /// Fenced events name one of the leases granted so far (not necessarily the latest).
+    Finish { lease: usize, md5: u8 },
+    Fail { lease: usize, failure: Failure },
+    Release { lease: usize },
+    Reschedule { from: Vec<Status> },
+    Reset,
+    MarkEnqueued { status: Status },
+    AddStale { md5: u8 },
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    proptest::sample::select(Status::ALL.to_vec())
+}
+
+fn failure() -> impl Strategy<Value = Failure> {
+    prop_oneof![
+        (
+            proptest::sample::select(vec![403u16, 404, 408, 410, 429, 500, 503]),
+            proptest::option::of(0u64..100_000)
+        )
+            .prop_map(|(status, retry_after)| Failure::from_http_status(status, retry_after)),
+        proptest::sample::select(vec![
+            ErrorKind::Timeout,
+            ErrorKind::Connection,
+            ErrorKind::RobotsDenied,
+            ErrorKind::RobotsUnavailable,
+            ErrorKind::Blocked,
+            ErrorKind::TooLarge,
+            ErrorKind::Storage,
+        ])
+        .prop_map(|kind| Failure::new(kind, "boom")),
+    ]
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        3 => (1u64..200_000).prop_map(|lease_ms| Event::Claim { lease_ms }),
+        2 => (0usize..8, 0u8..4).prop_map(|(lease, md5)| Event::Finish { lease, md5 }),
+        3 => (0usize..8, failure()).prop_map(|(lease, failure)| Event::Fail { lease, failure }),
+        1 => (0usize..8).prop_map(|lease| Event::Release { lease }),
+        1 => proptest::collection::vec(status(), 0..3).prop_map(|from| Event::Reschedule { from }),
+        1 => Just(Event::Reset),
+        1 => status().prop_map(|status| Event::MarkEnqueued { status }),
+        1 => (0u8..4).prop_map(|md5| Event::AddStale { md5 }),
+    ]
+}
+
+/// Whether `event` may move a task from `from` to `to`: the table in the module docs.
+fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
+    use Status::*;
+    match event {
+        Event::Claim { .. } => matches!(from, Pending | Failed | InProgress) && to == InProgress,
+        Event::Finish { .. } => from == InProgress && to == Succeeded,
+        Event::Fail { .. } => from == InProgress && matches!(to, Failed | Ignored | Gone),
+        Event::Release { .. } => from == InProgress && to == Pending,
+        Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
+        Event::Reset => from != InProgress && to == Pending,
+        Event::MarkEnqueued { .. } | Event::AddStale { .. } => from == to,
+    }
+}
+
+/// What every reachable task looks like.
+fn assert_invariants(task: &Task, policy: &RetryPolicy) {
+    assert_eq!(
+        task.status == Status::InProgress,
+        task.lease_expires_at.is_some(),
+        "a lease exactly while in progress: {task:?}"
+    );
+    assert_eq!(
+        task.status == Status::Failed,
+        task.next_attempt_at.is_some(),
+        "a next attempt exactly while failed: {task:?}"
+    );
+    assert!(task.errors.len() <= ERROR_HISTORY);
+    assert!(task.retries <= policy.max_retry.max(1), "{task:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn random_event_sequences_keep_the_state_machine(
+        events in proptest::collection::vec((0i64..150_000, event()), 1..60),
+        max_retry in 0u32..5,
+    ) {
+        let policy = RetryPolicy { max_retry, base_delay_ms: 1_000, max_delay_ms: 60_000 };
+        let mut task = pending();
+        let mut leases: Vec<Lease> = Vec::new();
+        let mut now = T0;
+        for (dt, event) in events {
+            now += dt;
+            let lease = |i: usize| leases.get(i % leases.len().max(1)).cloned();
+            let update = match &event {
+                Event::Claim { lease_ms } => Some(claim(*lease_ms, now)),
+                Event::Finish { lease: i, md5 } => lease(*i)
+                    .map(|l| finish(&l, &record(&md5.to_string(), now), now)),
+                Event::Fail { lease: i, failure } => lease(*i).map(|l| {
+                    let (update, failed) = fail(&l, failure, &policy, now);
+                    if let Some(after) = update.apply(&task) {
+                        let said = match failed {
+                            Failed::Retrying { next_attempt_at } => {
+                                (Status::Failed, Some(next_attempt_at))
+                            }
+                            Failed::GaveUp { status } => (status, None),
+                        };
+                        prop_assert_eq!((after.status, after.next_attempt_at), said);
+                    }
+                    Ok(update)
+                }).transpose()?,
+                Event::Release { lease: i } => lease(*i).map(|l| release(&l, now)),
+                Event::Reschedule { from } => Some(reschedule(from, now)),
+                Event::Reset => Some(reset(&task, now)),
+                Event::MarkEnqueued { status } => Some(mark_enqueued(*status, now)),
+                Event::AddStale { md5 } => Some(add_stale(&md5.to_string())),
+            };
+            let Some(update) = update else { continue };
+            if let Condition::Leased { token } = update.requires
+                && update.requires.holds(Some(&task))
+            {
+                // What lets a fenced write build the new state from the lease alone.
+                let l = leases.iter().find(|l| l.token == token).unwrap();
+                prop_assert_eq!((l.retries, &l.errors), (task.retries, &task.errors));
+                prop_assert_eq!(token, leases.last().unwrap().token, "only the latest lease writes");
+            }
+            let Some(after) = update.apply(&task) else {
+                continue;
+            };
+            let before = std::mem::replace(&mut task, after);
+            prop_assert!(
+                legal_edge(&event, before.status, task.status),
+                "{:?}: {} -> {}", event, before.status, task.status
+            );
+            match event {
+                Event::Finish { .. } | Event::Reschedule { .. } | Event::Reset => {
+                    prop_assert_eq!(task.retries, 0);
+                }
+                _ => prop_assert!(task.retries >= before.retries, "{:?}", event),
+            }
+            match event {
+                Event::Claim { .. } => {
+                    prop_assert_eq!(task.token, before.token + 1);
+                    leases.push(lease_of(&task));
+                }
+                _ => prop_assert_eq!(task.token, before.token),
+            }
+            if before.status.is_terminal() && task.status != before.status {
+                prop_assert!(
+                    matches!(event, Event::Reschedule { .. } | Event::Reset),
+                    "{:?} took a {} task out", event, before.status
+                );
+            }
+            prop_assert_eq!(
+                (&task.crawl_id, &task.task_id, &task.url, task.depth, task.created_at),
+                (&before.crawl_id, &before.task_id, &before.url, before.depth, before.created_at)
+            );
+            prop_assert!(task.updated_at >= before.updated_at);
+            assert_invariants(&task, &policy);
+        }
+    }
+}
