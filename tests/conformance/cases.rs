@@ -116,7 +116,10 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
 
     /// Checks that the store still holds the task as last seen.
     async fn unchanged(&self) {
-        assert_eq!(stored(self.store, &self.task).await, Some(self.task.clone()));
+        assert_eq!(
+            stored(self.store, &self.task).await,
+            Some(self.task.clone())
+        );
     }
 
     async fn claim(&mut self, now: Millis) -> Lease {
@@ -167,7 +170,7 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
             }
             FinishOutcome::Rejected { current } => {
                 self.check(&update, false).await;
-                assert_eq!(current.as_ref(), Some(&self.task));
+                assert_eq!(current.as_deref(), Some(&self.task));
             }
         }
         outcome
@@ -301,7 +304,9 @@ pub async fn concurrent_claimers_exactly_one_wins<S: TaskStore>(store: &S) {
         }
     }
     // AND the task is exactly what one claim makes of it
-    tracked.check(&transition::claim(LEASE_MS, T0 + 1), true).await;
+    tracked
+        .check(&transition::claim(LEASE_MS, T0 + 1), true)
+        .await;
 }
 
 pub async fn expired_lease_is_reclaimed_and_the_old_holder_is_fenced<S: TaskStore>(store: &S) {
@@ -454,10 +459,7 @@ pub async fn permanent_failures_are_terminal<S: TaskStore>(store: &S) {
             status: Status::Ignored
         }
     );
-    assert_eq!(
-        (missing.task.retries, missing.task.errors.len()),
-        (0, 1)
-    );
+    assert_eq!((missing.task.retries, missing.task.errors.len()), (0, 1));
     assert_eq!(missing.task.errors[0].message, "HTTP 404");
 }
 
@@ -472,7 +474,12 @@ pub async fn a_404_on_recrawl_keeps_the_previous_fetch<S: TaskStore>(store: &S) 
 
     // WHEN the page now answers 404
     let outcome = task
-        .fail(&recrawl, &Failure::from_http_status(404, None), &policy(), T0 + 3)
+        .fail(
+            &recrawl,
+            &Failure::from_http_status(404, None),
+            &policy(),
+            T0 + 3,
+        )
         .await;
 
     // THEN it is gone at once, and the last good fetch is still recorded
@@ -581,7 +588,11 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
         cursor: None,
     };
     let due = store.query(&query).await.unwrap();
-    assert_eq!(due.tasks.len(), 8, "p0..p9 less the enqueued and the claimed one");
+    assert_eq!(
+        due.tasks.len(),
+        8,
+        "p0..p9 less the enqueued and the claimed one"
+    );
     assert!(due.cursor.is_none());
     assert!(
         due.tasks
@@ -678,8 +689,11 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
         (completed.state, completed.updated_at),
         (CrawlState::Completed, T0 + 2)
     );
-    let listed = store.list_crawls(Some(CrawlState::Completed)).await.unwrap();
-    assert!(listed.iter().any(|c| *c == completed));
+    let listed = store
+        .list_crawls(Some(CrawlState::Completed))
+        .await
+        .unwrap();
+    assert!(listed.contains(&completed));
     assert!(
         !store
             .list_crawls(Some(CrawlState::Running))
@@ -787,13 +801,15 @@ pub async fn reschedule_and_mark_enqueued<S: TaskStore>(store: &S) {
 
     // AND a failed task rescheduled by an operator gets its whole retry budget back
     let lease = task.claim(T0 + 6).await;
-    task.fail(&lease, &Failure::from_http_status(503, None), &policy(), T0 + 6)
-        .await;
+    task.fail(
+        &lease,
+        &Failure::from_http_status(503, None),
+        &policy(),
+        T0 + 6,
+    )
+    .await;
     assert!(task.reschedule(&[Status::Failed], T0 + 7).await);
-    assert_eq!(
-        (task.task.retries, task.task.next_attempt_at),
-        (0, None)
-    );
+    assert_eq!((task.task.retries, task.task.next_attempt_at), (0, None));
 
     // AND nothing happens to a task that does not exist
     let missing = id("http://example.com/never-seeded");

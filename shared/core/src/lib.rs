@@ -3,7 +3,8 @@
 //! Ports are small traits (`store::TaskStore`, `store::CrawlStore`, `blob::BlobStore`,
 //! `queue::WorkQueue`, `clock::Clock`). Their adapters live in their own crates, one folder each:
 //! `trawl-aws` (DynamoDB, S3, SQS through the real SDK) and `trawl-embedded` (SQLite, a
-//! directory, an in-process queue). Decisions about a task live in `trawl-domain`.
+//! directory, an in-process queue). `store::memory` is the exception: an in-memory store with no
+//! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`.
 
 pub mod blob;
 pub mod crawler;

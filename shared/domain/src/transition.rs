@@ -79,16 +79,11 @@ impl Condition {
 }
 
 /// What becomes of one field of the task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Change<T> {
+    #[default]
     Keep,
     Set(T),
-}
-
-impl<T> Default for Change<T> {
-    fn default() -> Self {
-        Change::Keep
-    }
 }
 
 impl<T: Clone> Change<T> {
@@ -192,9 +187,13 @@ pub enum ClaimRejection {
     /// `succeeded`, `ignored` or `gone`.
     Done(Status),
     /// Another worker holds a live lease.
-    Leased { until: Millis },
+    Leased {
+        until: Millis,
+    },
     /// Failed, and its next attempt is not due yet.
-    NotDue { at: Millis },
+    NotDue {
+        at: Millis,
+    },
 }
 
 /// What a failure did to its task.
@@ -316,7 +315,12 @@ pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
 /// A failed attempt: the error joins the bounded history; `policy` decides between a retry at
 /// a backoff placed by the attempt's [`Jitter`] and a give-up (`gone` for a page that does not
 /// exist, else `ignored`). The previous fetch record is kept.
-pub fn fail(lease: &Lease, failure: &Failure, policy: &RetryPolicy, now: Millis) -> (Update, Failed) {
+pub fn fail(
+    lease: &Lease,
+    failure: &Failure,
+    policy: &RetryPolicy,
+    now: Millis,
+) -> (Update, Failed) {
     let mut errors = lease.errors.clone();
     push_error(
         &mut errors,

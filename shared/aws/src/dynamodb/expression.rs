@@ -152,10 +152,24 @@ impl Expression {
                 ));
             }
         }
-        self.optional_time(&mut set, &mut remove, "next_attempt", &changes.next_attempt_at);
-        self.optional_time(&mut set, &mut remove, "lease_until", &changes.lease_expires_at);
+        self.optional_time(
+            &mut set,
+            &mut remove,
+            "next_attempt",
+            &changes.next_attempt_at,
+        );
+        self.optional_time(
+            &mut set,
+            &mut remove,
+            "lease_until",
+            &changes.lease_expires_at,
+        );
         if changes.token == TokenChange::Increment {
-            add.push(format!("{} {}", self.name("token"), self.value("one", n(1))));
+            add.push(format!(
+                "{} {}",
+                self.name("token"),
+                self.value("one", n(1))
+            ));
         }
         if let Change::Set(fetch) = &changes.fetch {
             match fetch {
@@ -167,7 +181,12 @@ impl Expression {
                 None => remove.push(self.name("fetch")),
             }
             let next_fetch = fetch.as_ref().and_then(|f| f.next_fetch_at);
-            self.optional_time(&mut set, &mut remove, "next_fetch", &Change::Set(next_fetch));
+            self.optional_time(
+                &mut set,
+                &mut remove,
+                "next_fetch",
+                &Change::Set(next_fetch),
+            );
         }
         self.optional_time(&mut set, &mut remove, "enqueued", &changes.enqueued_at);
         if let Change::Set(updated) = changes.updated_at {
@@ -182,7 +201,10 @@ impl Expression {
             StaleChange::Add(md5) => {
                 let stale = self.name("stale");
                 let empty = self.value("empty", AttributeValue::L(Vec::new()));
-                let md5s = self.value("md5s", AttributeValue::L(vec![AttributeValue::S(md5.clone())]));
+                let md5s = self.value(
+                    "md5s",
+                    AttributeValue::L(vec![AttributeValue::S(md5.clone())]),
+                );
                 set.push(format!(
                     "{stale} = list_append(if_not_exists({stale}, {empty}), {md5s})"
                 ));
@@ -206,7 +228,9 @@ impl Expression {
     ) {
         match change {
             Change::Keep => {}
-            Change::Set(Some(at)) => set.push(format!("{} = {}", self.name(attr), self.value(attr, n(at)))),
+            Change::Set(Some(at)) => {
+                set.push(format!("{} = {}", self.name(attr), self.value(attr, n(at))))
+            }
             Change::Set(None) => remove.push(self.name(attr)),
         }
     }

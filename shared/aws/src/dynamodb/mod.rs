@@ -8,7 +8,6 @@
 //! status S" question without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`,
 //! the shard a stable hash of the task id (spreading one crawl's hot status over partitions);
 //! a crawl's is `crawls#{state}`. Every status change rewrites `gsi_pk` in the same write.
-
 //!
 //! What a task operation does is decided by `trawl_domain::transition`; `expression` turns the
 //! transition's condition and changes into one conditional write. Finish, fail and release
@@ -429,7 +428,12 @@ impl TaskStore for DynamoStore {
     ) -> StoreResult<FinishOutcome> {
         let update = transition::finish(lease, record, now);
         match self
-            .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::AllOld)
+            .write(
+                &lease.crawl_id,
+                &lease.task_id,
+                &update,
+                ReturnValue::AllOld,
+            )
             .await?
         {
             Ok(item) => {
@@ -439,7 +443,9 @@ impl TaskStore for DynamoStore {
                     stale: before.stale,
                 })
             }
-            Err(current) => Ok(FinishOutcome::Rejected { current }),
+            Err(current) => Ok(FinishOutcome::Rejected {
+                current: current.map(Box::new),
+            }),
         }
     }
 

@@ -38,7 +38,10 @@ impl Tables {
     }
 
     fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
-        self.tasks.get(crawl_id).into_iter().flat_map(|tasks| tasks.values())
+        self.tasks
+            .get(crawl_id)
+            .into_iter()
+            .flat_map(|tasks| tasks.values())
     }
 }
 
@@ -73,7 +76,9 @@ impl MemoryStore {
         task_id: &TaskId,
         update: &Update,
     ) -> StoreResult<bool> {
-        self.with(operation, |t| Ok(t.update(crawl_id, task_id, update).is_some()))
+        self.with(operation, |t| {
+            Ok(t.update(crawl_id, task_id, update).is_some())
+        })
     }
 }
 
@@ -249,7 +254,10 @@ impl TaskStore for MemoryStore {
                     stale: before.stale,
                 },
                 None => FinishOutcome::Rejected {
-                    current: t.task(&lease.crawl_id, &lease.task_id).cloned(),
+                    current: t
+                        .task(&lease.crawl_id, &lease.task_id)
+                        .cloned()
+                        .map(Box::new),
                 },
             })
         })
@@ -348,7 +356,9 @@ impl TaskStore for MemoryStore {
 
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_tasks", |t| {
-            Ok(t.tasks.remove(crawl_id).map_or(0, |tasks| tasks.len() as u64))
+            Ok(t.tasks
+                .remove(crawl_id)
+                .map_or(0, |tasks| tasks.len() as u64))
         })
     }
 }

@@ -86,7 +86,7 @@ pub enum FinishOutcome {
         stale: Vec<String>,
     },
     /// The lease was taken over (token mismatch) or the task vanished; nothing was changed.
-    Rejected { current: Option<Task> },
+    Rejected { current: Option<Box<Task>> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

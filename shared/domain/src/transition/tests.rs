@@ -78,12 +78,22 @@ fn seed_creates_a_pending_task_where_none_exists() {
     assert!(requires.holds(None));
     assert!(!requires.holds(Some(&task)));
     assert_eq!(
-        (task.status, task.token, task.retries, task.created_at, task.updated_at),
+        (
+            task.status,
+            task.token,
+            task.retries,
+            task.created_at,
+            task.updated_at
+        ),
         (Status::Pending, 0, 0, T0, T0)
     );
     assert_eq!(task.url, "http://example.com/a");
     assert_eq!(
-        (task.lease_expires_at, task.next_attempt_at, task.enqueued_at),
+        (
+            task.lease_expires_at,
+            task.next_attempt_at,
+            task.enqueued_at
+        ),
         (None, None, None)
     );
     assert!(task.errors.is_empty() && task.stale.is_empty() && task.fetch.is_none());
@@ -100,7 +110,11 @@ fn claim_edges() {
     // (the task, claimable at `now`?)
     let table: Vec<(&str, Option<Task>, Result<(), ClaimRejection>)> = vec![
         ("pending", Some(task_in(Status::Pending)), Ok(())),
-        ("failed, due now", with(Status::Failed, |t| t.next_attempt_at = Some(T0 + 100)), Ok(())),
+        (
+            "failed, due now",
+            with(Status::Failed, |t| t.next_attempt_at = Some(T0 + 100)),
+            Ok(()),
+        ),
         (
             "failed, not due",
             with(Status::Failed, |t| t.next_attempt_at = Some(T0 + 101)),
@@ -116,16 +130,36 @@ fn claim_edges() {
             with(Status::InProgress, |t| t.lease_expires_at = Some(T0 + 101)),
             Err(ClaimRejection::Leased { until: T0 + 101 }),
         ),
-        ("in progress without a lease", with(Status::InProgress, |t| t.lease_expires_at = None), Ok(())),
-        ("succeeded", Some(task_in(Status::Succeeded)), Err(ClaimRejection::Done(Status::Succeeded))),
-        ("ignored", Some(task_in(Status::Ignored)), Err(ClaimRejection::Done(Status::Ignored))),
-        ("gone", Some(task_in(Status::Gone)), Err(ClaimRejection::Done(Status::Gone))),
+        (
+            "in progress without a lease",
+            with(Status::InProgress, |t| t.lease_expires_at = None),
+            Ok(()),
+        ),
+        (
+            "succeeded",
+            Some(task_in(Status::Succeeded)),
+            Err(ClaimRejection::Done(Status::Succeeded)),
+        ),
+        (
+            "ignored",
+            Some(task_in(Status::Ignored)),
+            Err(ClaimRejection::Done(Status::Ignored)),
+        ),
+        (
+            "gone",
+            Some(task_in(Status::Gone)),
+            Err(ClaimRejection::Done(Status::Gone)),
+        ),
         ("missing", None, Err(ClaimRejection::Missing)),
     ];
     let update = claim(LEASE_MS, now);
     for (name, task, expected) in table {
         assert_eq!(claimable(task.as_ref(), now), expected, "{name}");
-        assert_eq!(update.requires.holds(task.as_ref()), expected.is_ok(), "{name}");
+        assert_eq!(
+            update.requires.holds(task.as_ref()),
+            expected.is_ok(),
+            "{name}"
+        );
         let decided = claimed(task.as_ref(), LEASE_MS, now);
         let Some(task) = task else {
             assert_eq!(decided, Err(ClaimRejection::Missing));
@@ -154,7 +188,12 @@ fn the_lease_carries_what_the_claim_left() {
         .unwrap();
     let lease = lease_of(&claimed);
     assert_eq!(
-        (lease.token, lease.expires_at, lease.retries, lease.errors.len()),
+        (
+            lease.token,
+            lease.expires_at,
+            lease.retries,
+            lease.errors.len()
+        ),
         (4, T0 + 100 + LEASE_MS as Millis, 1, 1)
     );
 }
@@ -225,16 +264,70 @@ fn fail_edges() {
     };
     // (failure, retries before, status after, retries after, next attempt)
     let table = [
-        (Failure::from_http_status(500, None), 0, Status::Failed, 1, Some(jittered(0))),
-        (Failure::from_http_status(500, None), 1, Status::Failed, 2, Some(jittered(1))),
+        (
+            Failure::from_http_status(500, None),
+            0,
+            Status::Failed,
+            1,
+            Some(jittered(0)),
+        ),
+        (
+            Failure::from_http_status(500, None),
+            1,
+            Status::Failed,
+            2,
+            Some(jittered(1)),
+        ),
         // The failure that exhausts the budget counts too.
-        (Failure::from_http_status(500, None), 2, Status::Ignored, 3, None),
-        (Failure::from_http_status(429, Some(30_000)), 0, Status::Failed, 1, Some(now + 30_000)),
-        (Failure::from_http_status(404, None), 1, Status::Gone, 1, None),
-        (Failure::from_http_status(410, None), 0, Status::Gone, 0, None),
-        (Failure::from_http_status(403, None), 1, Status::Ignored, 1, None),
-        (Failure::new(ErrorKind::RobotsDenied, "denied"), 0, Status::Ignored, 0, None),
-        (Failure::new(ErrorKind::Storage, "s3 down"), 0, Status::Failed, 1, Some(jittered(0))),
+        (
+            Failure::from_http_status(500, None),
+            2,
+            Status::Ignored,
+            3,
+            None,
+        ),
+        (
+            Failure::from_http_status(429, Some(30_000)),
+            0,
+            Status::Failed,
+            1,
+            Some(now + 30_000),
+        ),
+        (
+            Failure::from_http_status(404, None),
+            1,
+            Status::Gone,
+            1,
+            None,
+        ),
+        (
+            Failure::from_http_status(410, None),
+            0,
+            Status::Gone,
+            0,
+            None,
+        ),
+        (
+            Failure::from_http_status(403, None),
+            1,
+            Status::Ignored,
+            1,
+            None,
+        ),
+        (
+            Failure::new(ErrorKind::RobotsDenied, "denied"),
+            0,
+            Status::Ignored,
+            0,
+            None,
+        ),
+        (
+            Failure::new(ErrorKind::Storage, "s3 down"),
+            0,
+            Status::Failed,
+            1,
+            Some(jittered(0)),
+        ),
     ];
     for (failure, before, status, retries, next_attempt_at) in table {
         let mut task = held.clone();
@@ -243,7 +336,12 @@ fn fail_edges() {
         let after = update.apply(&task).unwrap();
         let name = format!("{} after {before}", failure.message);
         assert_eq!(
-            (after.status, after.retries, after.next_attempt_at, after.lease_expires_at),
+            (
+                after.status,
+                after.retries,
+                after.next_attempt_at,
+                after.lease_expires_at
+            ),
             (status, retries, next_attempt_at, None),
             "{name}"
         );
@@ -252,11 +350,17 @@ fn fail_edges() {
             None => Failed::GaveUp { status },
         };
         assert_eq!(failed, expected, "{name}");
-        assert_eq!(after.fetch, held.fetch, "{name}: the previous fetch is kept");
+        assert_eq!(
+            after.fetch, held.fetch,
+            "{name}: the previous fetch is kept"
+        );
         assert_eq!(after.token, held.token, "{name}");
         assert_eq!(after.updated_at, now, "{name}");
         assert_eq!(after.errors.len(), 2, "{name}");
-        assert_eq!(after.errors[1], ErrorRecord::new(failure.kind, &failure.message, now));
+        assert_eq!(
+            after.errors[1],
+            ErrorRecord::new(failure.kind, &failure.message, now)
+        );
     }
 }
 
@@ -343,7 +447,13 @@ fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
         object_key: None,
         ..record("pdf", T0)
     });
-    assert!(reset(&unstored, T0).apply(&unstored).unwrap().stale.is_empty());
+    assert!(
+        reset(&unstored, T0)
+            .apply(&unstored)
+            .unwrap()
+            .stale
+            .is_empty()
+    );
 }
 
 #[test]
@@ -354,7 +464,11 @@ fn mark_enqueued_needs_the_status_and_moves_only_the_times() {
         want.enqueued_at = Some(T0 + 50);
         want.updated_at = T0 + 50;
         assert_eq!(mark_enqueued(status, T0 + 50).apply(&task), Some(want));
-        let other = if status == Status::Pending { Status::Failed } else { Status::Pending };
+        let other = if status == Status::Pending {
+            Status::Failed
+        } else {
+            Status::Pending
+        };
         assert_eq!(mark_enqueued(other, T0 + 50).apply(&task), None);
     }
 }
@@ -384,15 +498,31 @@ fn add_stale_edges() {
 
 #[derive(Debug, Clone)]
 enum Event {
-    Claim { lease_ms: u64 },
+    Claim {
+        lease_ms: u64,
+    },
     /// Fenced events name one of the leases granted so far (not necessarily the latest).
-    Finish { lease: usize, md5: u8 },
-    Fail { lease: usize, failure: Failure },
-    Release { lease: usize },
-    Reschedule { from: Vec<Status> },
+    Finish {
+        lease: usize,
+        md5: u8,
+    },
+    Fail {
+        lease: usize,
+        failure: Failure,
+    },
+    Release {
+        lease: usize,
+    },
+    Reschedule {
+        from: Vec<Status>,
+    },
     Reset,
-    MarkEnqueued { status: Status },
-    AddStale { md5: u8 },
+    MarkEnqueued {
+        status: Status,
+    },
+    AddStale {
+        md5: u8,
+    },
 }
 
 fn status() -> impl Strategy<Value = Status> {

@@ -386,7 +386,10 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
             task.next_attempt_at,
             task.enqueued_at,
             encode("errors", &task.errors)?,
-            task.fetch.as_ref().map(|f| encode("fetch", f)).transpose()?,
+            task.fetch
+                .as_ref()
+                .map(|f| encode("fetch", f))
+                .transpose()?,
             encode("stale", &task.stale)?,
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
         ],
@@ -404,13 +407,15 @@ fn apply_update(
     update: &Update,
 ) -> DbResult<Result<Task, Option<Task>>> {
     let tx = immediate(conn)?;
-    let current = select_task(&tx, crawl_id, task_id)?;
-    let Some(next) = current.as_ref().and_then(|task| update.apply(task)) else {
-        return Ok(Err(current));
+    let Some(current) = select_task(&tx, crawl_id, task_id)? else {
+        return Ok(Err(None));
+    };
+    let Some(next) = update.apply(&current) else {
+        return Ok(Err(Some(current)));
     };
     write_task(&tx, &next, false)?;
     tx.commit()?;
-    Ok(current.ok_or(None))
+    Ok(Ok(current))
 }
 
 /// A cursor for the page after the task at (`updated`, `task_id`).
@@ -763,7 +768,9 @@ impl TaskStore for SqliteStore {
                     replaced: before.fetch,
                     stale: before.stale,
                 },
-                Err(current) => FinishOutcome::Rejected { current },
+                Err(current) => FinishOutcome::Rejected {
+                    current: current.map(Box::new),
+                },
             })
     }
 
