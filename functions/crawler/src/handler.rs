@@ -12,8 +12,8 @@ use trawl_core::queue::{Received, WorkQueue};
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_lambda::{HandlerError, work_deadline};
 
-/// None kept back from the Lambda deadline here: the crawler starts no fetch that could not
-/// finish before it (its timeout plus a margin, per crawl), and hands those messages back.
+/// Nothing kept back from the Lambda deadline here: the crawler itself starts no fetch that could
+/// not finish before it (the crawl's fetch timeout plus a margin) and hands those messages back.
 pub const DEADLINE_MARGIN: Duration = Duration::ZERO;
 
 /// What every invocation uses, built once per cold start. The crawler (ports, HTTP client,
