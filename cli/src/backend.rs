@@ -8,7 +8,7 @@ use std::time::Duration;
 use trawl_aws::clients::Clients;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
-use trawl_aws::settings::AwsSettings;
+use trawl_aws::settings::{CliSettings, FromEnv};
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
 use trawl_domain::calls::CallCounts;
@@ -69,7 +69,7 @@ pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
 
 /// DynamoDB + S3 + SQS named by the environment (moto or a real account).
 pub async fn aws() -> Result<AwsBackend, CliError> {
-    let settings = AwsSettings::from_env()?;
+    let settings = CliSettings::from_env()?;
     let clients = Clients::new(&trawl_aws::clients::load_config().await);
     let calls = Arc::new(CallCounts::default());
     Ok(Backend {

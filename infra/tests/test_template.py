@@ -22,7 +22,7 @@ SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
 
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
-# Set by the Lambda runtime's logging setup, not read through AwsSettings.
+# Read by the Lambda runtime's logging setup, not through settings.rs.
 ENV_OUTSIDE_SETTINGS = {"RUST_LOG"}
 
 # The status index exactly as the DynamoDB adapter queries it.
@@ -130,10 +130,18 @@ def settings_env_names():
     return set(re.findall(r'pub const ENV_\w+\s*:\s*&str\s*=\s*"([^"]+)"', text))
 
 
-def settings_required_names():
+def settings_read_by_function():
+    """{package name: the variable names its settings struct reads}, from each
+    `impl FromEnv for <Function>Settings { const VARIABLES ... = &[ENV_...]; }` in settings.rs."""
     text = SETTINGS_RS.read_text(encoding="utf-8")
     consts = dict(re.findall(r'pub const (ENV_\w+)\s*:\s*&str\s*=\s*"([^"]+)"', text))
-    return {consts[c] for c in re.findall(r"required\((ENV_\w+)\)", text) if c in consts}
+    found = {}
+    for reader, listed in re.findall(
+        r"impl FromEnv for (\w+)Settings\s*\{\s*const VARIABLES[^=]*=\s*&\[([^\]]*)\]", text
+    ):
+        if reader.lower() in FUNCTION_NAMES:
+            found[reader.lower()] = {consts.get(c, c) for c in re.findall(r"ENV_\w+", listed)}
+    return found
 
 
 # ------------------------------------------------------------------ checks
@@ -291,26 +299,31 @@ def check_functions(template):
 
 
 def check_environment(template):
+    """Each function gets exactly the variables its settings struct reads (plus RUST_LOG)."""
     problems = []
     wanted = settings_env_names()
+    read_by = settings_read_by_function()
     if not wanted:
         return [f"no `pub const ENV_*: &str` found in {SETTINGS_RS}"]
+    if set(read_by) != FUNCTION_NAMES:
+        return [f"`impl FromEnv for <Function>Settings` found for {sorted(read_by)} in {SETTINGS_RS}"]
     used = set()
-    for logical, function in cfn.functions(template).items():
+    for name, (logical, function) in function_by_code(template).items():
         env = cfn.function_environment(template, function)
         used |= set(env)
         for var, value in env.items():
             if not (isinstance(value, dict) and set(value) & {"Ref", "Fn::GetAtt"}):
                 problems.append(f"{logical}: {var} must be set with !Ref or !GetAtt, not {value!r}")
-        missing_required = settings_required_names() - set(env)
-        if missing_required:
-            problems.append(f"{logical}: lacks settings the code requires: {sorted(missing_required)}")
-    unread = used - wanted - ENV_OUTSIDE_SETTINGS
+        given = set(env) - ENV_OUTSIDE_SETTINGS
+        unread = given - read_by.get(name, set())
+        missing = read_by.get(name, set()) - given
+        if unread:
+            problems.append(f"{logical}: sets variables {name} does not read: {sorted(unread)}")
+        if missing:
+            problems.append(f"{logical}: lacks variables {name} reads: {sorted(missing)}")
     unset = wanted - used
-    if unread:
-        problems.append(f"template sets names settings.rs does not read: {sorted(unread)}")
     if unset:
-        problems.append(f"settings.rs reads names no function gets: {sorted(unset)}")
+        problems.append(f"settings.rs names no function gets: {sorted(unset)}")
     return problems
 
 
@@ -424,7 +437,7 @@ CHECKS = [
     ("queues: FIFO crawl queue, dead-letter queues", check_queues),
     ("bucket: public access blocked, encrypted, TLS only", check_bucket),
     ("functions: arm64, provided.al2023, rust-cargolambda", check_functions),
-    ("environment names == settings.rs constants", check_environment),
+    ("each function's environment == what its settings.rs struct reads", check_environment),
     ("table and status-index", check_table),
     ("status-index == the DynamoDB adapter's schema.rs", check_adapter_schema),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
@@ -476,6 +489,16 @@ def _missing_env(t):
     _crawler(t)["Environment"]["Variables"].pop("TRAWL_CONCURRENCY")
 
 
+def _unread_env(t):
+    function_by_code(t)["deliverer"][1]["Properties"]["Environment"]["Variables"]["TRAWL_QUEUE_URL"] = {
+        "Ref": "CrawlQueue"
+    }
+
+
+def _global_env(t):
+    t["Globals"]["Function"]["Environment"]["Variables"]["TRAWL_PER_HOST"] = {"Ref": "PerHost"}
+
+
 def _gsi_attribute(t):
     t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"][0]["Projection"]["NonKeyAttributes"].pop()
 
@@ -497,7 +520,9 @@ BROKEN = [
     ("RestrictPublicBuckets false", _public_bucket, check_bucket),
     ("an x86_64 function", _x86, check_functions),
     ("an env name settings.rs does not read", _extra_env, check_environment),
-    ("a settings.rs name no function gets", _missing_env, check_environment),
+    ("a variable its function reads missing", _missing_env, check_environment),
+    ("a variable the deliverer never reads", _unread_env, check_environment),
+    ("a global variable not every function reads", _global_env, check_environment),
     ("a GSI attribute missing", _gsi_attribute, check_table),
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),

@@ -3,66 +3,60 @@
 //! acknowledged that was not handled.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{Diagnostic, LambdaEvent};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use lambda_runtime::LambdaEvent;
+use std::sync::Arc;
+use std::time::Duration;
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::{Crawler, Disposition, MessageResult};
 use trawl_core::queue::{Received, WorkQueue};
 use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_lambda::{HandlerError, work_deadline};
 
-/// Why a whole batch failed (every message is then redelivered).
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    #[error("record {0} has no messageId or receiptHandle: cannot report it individually")]
-    UnidentifiedRecord(usize),
+/// Nothing kept back from the Lambda deadline here: the crawler itself starts no fetch that could
+/// not finish before it (the crawl's fetch timeout plus a margin) and hands those messages back.
+pub const DEADLINE_MARGIN: Duration = Duration::ZERO;
+
+/// What every invocation uses, built once per cold start. The crawler (ports, HTTP client,
+/// crawl-config cache) is shared, so clones share its cache.
+#[derive(Clone)]
+pub struct Handler<S, B, Q> {
+    pub crawler: Arc<Crawler<S, B, Q>>,
 }
 
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        Diagnostic {
-            error_type: "InvalidEvent".into(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
-/// Time left before Lambda's deadline, as an `Instant`.
-fn deadline_of(ctx: &lambda_runtime::Context) -> Instant {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    Instant::now() + Duration::from_millis(ctx.deadline.saturating_sub(now_ms))
-}
-
-pub async fn handle<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
-    event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, HandlerError>
+impl<S, B, Q> Handler<S, B, Q>
 where
     S: TaskStore + CrawlStore,
     B: BlobStore,
     Q: WorkQueue,
 {
-    let deadline = deadline_of(&event.context);
-    let mut batch = Vec::with_capacity(event.payload.records.len());
-    for (i, record) in event.payload.records.into_iter().enumerate() {
-        let (Some(message_id), Some(receipt)) = (record.message_id, record.receipt_handle) else {
-            return Err(HandlerError::UnidentifiedRecord(i));
-        };
-        let receive_count = record
-            .attributes
-            .get("ApproximateReceiveCount")
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(1);
-        batch.push(Received {
-            message_id,
-            receipt,
-            body: record.body.unwrap_or_default(),
-            receive_count,
-        });
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, HandlerError> {
+        let deadline = work_deadline(&event.context, DEADLINE_MARGIN).map(|d| d.into_std());
+        let mut batch = Vec::with_capacity(event.payload.records.len());
+        for (i, record) in event.payload.records.into_iter().enumerate() {
+            let (Some(message_id), Some(receipt)) = (record.message_id, record.receipt_handle)
+            else {
+                return Err(HandlerError::invalid(format!(
+                    "record {i} has no messageId or receiptHandle: cannot report it individually"
+                )));
+            };
+            let receive_count = record
+                .attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(1);
+            batch.push(Received {
+                message_id,
+                receipt,
+                body: record.body.unwrap_or_default(),
+                receive_count,
+            });
+        }
+        let results = self.crawler.process_batch(batch, deadline).await;
+        Ok(respond(self.crawler.queue(), results).await)
     }
-    let results = crawler.process_batch(batch, Some(deadline)).await;
-    Ok(respond(crawler.queue(), results).await)
 }
 
 /// Turns dispositions into the batch response, setting the delay of messages that come back.
@@ -91,7 +85,8 @@ async fn respond<Q: WorkQueue>(queue: &Q, results: Vec<MessageResult>) -> SqsBat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use lambda_runtime::Diagnostic;
+    use std::time::{SystemTime, UNIX_EPOCH};
     use trawl_core::blob::Layout;
     use trawl_core::fetch::Fetcher;
     use trawl_domain::calls::CallCounts;
@@ -127,14 +122,16 @@ mod tests {
             })
             .collect();
         store.seed(&crawl.id, &tasks, 0).await.unwrap();
-        let crawler = Crawler::new(
-            store,
-            FsBlobStore::new(&dir, calls.clone()),
-            LocalQueue::new(Duration::from_secs(30), calls),
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            10,
-        );
+        let handler = Handler {
+            crawler: Arc::new(Crawler::new(
+                store,
+                FsBlobStore::new(&dir, calls.clone()),
+                LocalQueue::new(Duration::from_secs(30), calls),
+                Arc::new(Fetcher::new("").unwrap()),
+                Layout::default(),
+                10,
+            )),
+        };
 
         // WHEN the sample event is handled
         let event: SqsEvent = serde_json::from_str(EVENT).unwrap();
@@ -144,7 +141,8 @@ mod tests {
             .unwrap()
             .as_millis() as u64
             + 60_000;
-        let response = handle(&crawler, LambdaEvent::new(event, context))
+        let response = handler
+            .handle(LambdaEvent::new(event, context))
             .await
             .unwrap();
 
@@ -157,11 +155,17 @@ mod tests {
         assert_eq!(failed, ["c5f6e7a1-0000-4000-8000-000000000bad"]);
         for url in urls {
             let id = CanonicalUrl::parse(url).unwrap().task_id();
-            let task = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+            let task = handler
+                .crawler
+                .store()
+                .get(&crawl.id, &id)
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(task.status, Status::Ignored);
             assert_eq!(task.errors[0].kind, ErrorKind::Blocked);
         }
-        assert!(crawler.blobs().list("").await.unwrap().is_empty());
+        assert!(handler.crawler.blobs().list("").await.unwrap().is_empty());
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -170,20 +174,26 @@ mod tests {
         let mut event: SqsEvent = serde_json::from_str(EVENT).unwrap();
         event.records[1].message_id = None;
         let calls = Arc::new(CallCounts::default());
-        let crawler = Crawler::new(
-            SqliteStore::in_memory(calls.clone()).unwrap(),
-            FsBlobStore::new(std::env::temp_dir().join("trawl-unused"), calls.clone()),
-            LocalQueue::new(Duration::from_secs(30), calls),
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            10,
+        let handler = Handler {
+            crawler: Arc::new(Crawler::new(
+                SqliteStore::in_memory(calls.clone()).unwrap(),
+                FsBlobStore::new(std::env::temp_dir().join("trawl-unused"), calls.clone()),
+                LocalQueue::new(Duration::from_secs(30), calls),
+                Arc::new(Fetcher::new("").unwrap()),
+                Layout::default(),
+                10,
+            )),
+        };
+        let err = handler
+            .handle(LambdaEvent::new(event, lambda_runtime::Context::default()))
+            .await
+            .unwrap_err();
+        let diagnostic = Diagnostic::from(err);
+        assert_eq!(diagnostic.error_type, "InvalidEvent");
+        assert!(
+            diagnostic.error_message.starts_with("record 1 "),
+            "{}",
+            diagnostic.error_message
         );
-        let err = handle(
-            &crawler,
-            LambdaEvent::new(event, lambda_runtime::Context::default()),
-        )
-        .await
-        .unwrap_err();
-        assert!(matches!(err, HandlerError::UnidentifiedRecord(1)));
     }
 }

@@ -2,15 +2,15 @@
 //! on-demand request, both naming a crawl and optionally a generation.
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_runtime::Diagnostic;
+use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use thiserror::Error;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::deliver::{DeliverError, Deliverer, DeliveryReport, DeliveryRequest};
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::calls::CallCounts;
-use trawl_domain::task::Millis;
+use trawl_domain::task::{Millis, now_ms};
+use trawl_lambda::HandlerError;
 
 /// What the function accepts: an SQS event from the delivery queue, or a direct request
 /// `{"crawl_id": "...", "generation": N}` (generation optional).
@@ -35,9 +35,10 @@ impl DelivererEvent {
                 } else {
                     serde_json::from_value::<DeliveryRequest>(payload).err()
                 };
-                Err(HandlerError::MalformedEvent(
-                    reason.unwrap_or(untagged).to_string(),
-                ))
+                Err(HandlerError::invalid(format!(
+                    "malformed event: {}",
+                    reason.unwrap_or(untagged)
+                )))
             }
         }
     }
@@ -53,34 +54,9 @@ pub enum DelivererResponse {
     Delivery(Box<DeliveryReport>),
 }
 
-#[derive(Debug, Error)]
-pub enum HandlerError {
-    #[error("malformed event: {0}")]
-    MalformedEvent(String),
-    #[error(transparent)]
-    Deliver(#[from] DeliverError),
-}
-
-impl HandlerError {
-    /// The stable `errorType` a caller sees.
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            HandlerError::MalformedEvent(_) => "MalformedEvent",
-            HandlerError::Deliver(e) => e.kind(),
-        }
-    }
-}
-
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        Diagnostic {
-            error_type: e.error_type().to_owned(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
-/// The ports, built once per process and shared by every invocation.
+/// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
+/// No deadline is watched: a delivery runs to completion (the function's timeout is sized for it).
+#[derive(Clone)]
 pub struct Handler<S, B> {
     pub store: S,
     pub blobs: B,
@@ -97,12 +73,20 @@ where
 {
     pub async fn handle(
         &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<DelivererResponse, HandlerError> {
+        self.deliver(event.payload, now_ms()).await
+    }
+
+    /// Delivers what the event asks for: one crawl (direct) or each record's (queue).
+    pub async fn deliver(
+        &self,
         payload: serde_json::Value,
         now: Millis,
     ) -> Result<DelivererResponse, HandlerError> {
         match DelivererEvent::parse(payload)? {
             DelivererEvent::Direct(request) => {
-                let report = self.deliver(&request, now).await?;
+                let report = self.deliver_request(&request, now).await?;
                 Ok(DelivererResponse::Delivery(Box::new(report)))
             }
             DelivererEvent::Queue(event) => {
@@ -120,7 +104,7 @@ where
         }
     }
 
-    async fn deliver(
+    async fn deliver_request(
         &self,
         request: &DeliveryRequest,
         now: Millis,
@@ -148,7 +132,7 @@ where
                 return false;
             }
         };
-        match self.deliver(&request, now).await {
+        match self.deliver_request(&request, now).await {
             Ok(report) => {
                 tracing::info!(
                     message_id = id,
@@ -182,6 +166,7 @@ where
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use lambda_runtime::Diagnostic;
     use md5::{Digest, Md5};
     use std::path::PathBuf;
     use trawl_core::blob::ObjectMeta;
@@ -294,8 +279,8 @@ mod tests {
         let (handler, _dir) = handler("direct").await;
 
         // WHEN the sample direct event arrives twice
-        let first = handler.handle(event(DIRECT), T0 + 10).await.unwrap();
-        let second = handler.handle(event(DIRECT), T0 + 20).await.unwrap();
+        let first = handler.deliver(event(DIRECT), T0 + 10).await.unwrap();
+        let second = handler.deliver(event(DIRECT), T0 + 20).await.unwrap();
 
         // THEN one delivery is written, and the second call returns it
         let (DelivererResponse::Delivery(first), DelivererResponse::Delivery(second)) =
@@ -319,7 +304,7 @@ mod tests {
         let (handler, _dir) = handler("queue").await;
 
         // WHEN the sample SQS event arrives
-        let response = handler.handle(event(QUEUE), T0 + 10).await.unwrap();
+        let response = handler.deliver(event(QUEUE), T0 + 10).await.unwrap();
 
         // THEN the record succeeded and the delivery exists
         let DelivererResponse::Batch(batch) = response else {
@@ -350,19 +335,19 @@ mod tests {
 
         for json in bad {
             // WHEN a malformed event arrives
-            let result = handler.handle(event(json), T0 + 10).await;
+            let result = handler.deliver(event(json), T0 + 10).await;
 
-            // THEN it is a MalformedEvent naming the problem, and nothing is delivered
+            // THEN it is an InvalidEvent naming the problem, and nothing is delivered
             let Err(e) = result else {
                 panic!("{json} was accepted");
             };
             let diagnostic = Diagnostic::from(e);
-            assert_eq!(diagnostic.error_type, "MalformedEvent", "{json}");
+            assert_eq!(diagnostic.error_type, "InvalidEvent", "{json}");
             assert!(!diagnostic.error_message.is_empty());
         }
         let diagnostic = Diagnostic::from(
             handler
-                .handle(event(r#"{"crawl_id": "news-2026", "extra": true}"#), T0)
+                .deliver(event(r#"{"crawl_id": "news-2026", "extra": true}"#), T0)
                 .await
                 .unwrap_err(),
         );
@@ -389,7 +374,7 @@ mod tests {
         batch["Records"] = serde_json::json!([malformed, unknown, good]);
 
         // WHEN it is handled
-        let response = handler.handle(batch, T0 + 10).await.unwrap();
+        let response = handler.deliver(batch, T0 + 10).await.unwrap();
 
         // THEN only the two bad records are failures; the good one is delivered
         let DelivererResponse::Batch(batch) = response else {
@@ -413,12 +398,18 @@ mod tests {
 
         // WHEN it is requested without a generation
         let e = handler
-            .handle(event(r#"{"crawl_id": "news-2026"}"#), T0 + 10)
+            .deliver(event(r#"{"crawl_id": "news-2026"}"#), T0 + 10)
             .await
             .unwrap_err();
 
-        // THEN the error says so, and nothing is written
-        assert_eq!(Diagnostic::from(e).error_type, "NotCompleted");
+        // THEN the error says so (completion may still come), and nothing is written
+        let diagnostic = Diagnostic::from(e);
+        assert_eq!(diagnostic.error_type, "Retryable");
+        assert!(
+            diagnostic.error_message.contains("still running"),
+            "{}",
+            diagnostic.error_message
+        );
         assert!(delivery_keys(&handler).await.is_empty());
     }
 }

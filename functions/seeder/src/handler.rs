@@ -1,111 +1,87 @@
 //! The seeder's glue: a seed request in, a response with counts (and a cursor when unfinished)
 //! or a typed error out.
 
-use lambda_runtime::Diagnostic;
+use lambda_runtime::LambdaEvent;
+use std::sync::Arc;
 use std::time::Duration;
-use thiserror::Error;
 use tokio::time::Instant;
+use trawl_core::fetch::Fetcher;
 use trawl_core::queue::WorkQueue;
-use trawl_core::seed::{ManifestSource, SeedBudget, SeedError, SeedRequest, SeedResponse, Seeder};
+use trawl_core::seed::{
+    ManifestSource, SeedBudget, SeedDefaults, SeedRequest, SeedResponse, Seeder,
+};
 use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_domain::task::Millis;
+use trawl_domain::task::{Millis, now_ms};
+use trawl_lambda::{HandlerError, work_deadline};
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
-pub const DEADLINE_MARGIN_MS: u64 = 20_000;
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
 
-/// How an invocation failed, as the caller sees it (`error_type`).
-#[derive(Debug, Error)]
-pub enum SeederError {
-    /// The request is malformed; nothing was written. Fix it, do not retry it.
-    #[error("{0}")]
-    InvalidRequest(String),
-    /// A backend was unavailable; the same request (seeding is idempotent) may be retried.
-    #[error("{0}")]
-    Retryable(String),
-    /// A backend refused the work (permissions, missing table …).
-    #[error("{0}")]
-    Permanent(String),
+/// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
+#[derive(Clone)]
+pub struct Handler<S, Q, M> {
+    pub store: S,
+    pub queue: Q,
+    pub fetcher: Arc<Fetcher>,
+    pub manifests: M,
+    pub defaults: SeedDefaults,
 }
 
-impl SeederError {
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            SeederError::InvalidRequest(_) => "InvalidRequest",
-            SeederError::Retryable(_) => "Retryable",
-            SeederError::Permanent(_) => "Permanent",
-        }
-    }
-}
-
-impl From<SeedError> for SeederError {
-    fn from(e: SeedError) -> Self {
-        match e {
-            SeedError::InvalidRequest(_) => SeederError::InvalidRequest(e.to_string()),
-            e if e.is_retryable() => SeederError::Retryable(e.to_string()),
-            e => SeederError::Permanent(e.to_string()),
-        }
-    }
-}
-
-impl From<SeederError> for Diagnostic {
-    fn from(e: SeederError) -> Self {
-        Diagnostic {
-            error_type: e.error_type().to_owned(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
-/// The instant to stop starting batches: the Lambda deadline (epoch ms) minus the margin.
-/// None when the runtime gave no deadline.
-pub fn deadline_from(deadline_ms: u64, now: Millis) -> Option<Instant> {
-    if deadline_ms == 0 {
-        return None;
-    }
-    let remaining = deadline_ms
-        .saturating_sub(u64::try_from(now).unwrap_or(0))
-        .saturating_sub(DEADLINE_MARGIN_MS);
-    Instant::now().checked_add(Duration::from_millis(remaining))
-}
-
-/// Handles one seed event.
-pub async fn handle<S, Q, M>(
-    seeder: &Seeder<'_, S, Q, M>,
-    event: serde_json::Value,
-    deadline: Option<Instant>,
-    now: Millis,
-) -> Result<SeedResponse, SeederError>
+impl<S, Q, M> Handler<S, Q, M>
 where
     S: TaskStore + CrawlStore,
     Q: WorkQueue,
     M: ManifestSource,
 {
-    let request = SeedRequest::from_json(event).inspect_err(|e| {
-        tracing::warn!(error = %e, "malformed seed request");
-    })?;
-    let crawl_id = request.crawl_id.to_string();
-    let budget = SeedBudget {
-        deadline,
-        ..SeedBudget::default()
-    };
-    match seeder.seed(request, budget, now).await {
-        Ok(response) => {
-            tracing::info!(
-                crawl_id,
-                created = response.created,
-                accepted = response.accepted,
-                already_known = response.already_known,
-                over_budget = response.over_budget,
-                rejected = response.rejected,
-                enqueue_failed = response.enqueue_failed,
-                unfinished = response.cursor.is_some(),
-                "seeded"
-            );
-            Ok(response)
-        }
-        Err(e) => {
-            tracing::warn!(crawl_id, error = %e, "seed failed");
-            Err(e.into())
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<SeedResponse, HandlerError> {
+        let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
+        self.seed(event.payload, deadline, now_ms()).await
+    }
+
+    /// Handles one seed request, stopping at `deadline` with a cursor when unfinished.
+    pub async fn seed(
+        &self,
+        event: serde_json::Value,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> Result<SeedResponse, HandlerError> {
+        let request = SeedRequest::from_json(event).inspect_err(|e| {
+            tracing::warn!(error = %e, "malformed seed request");
+        })?;
+        let crawl_id = request.crawl_id.to_string();
+        let budget = SeedBudget {
+            deadline,
+            ..SeedBudget::default()
+        };
+        let seeder = Seeder {
+            store: &self.store,
+            queue: &self.queue,
+            fetcher: &self.fetcher,
+            manifests: &self.manifests,
+            defaults: &self.defaults,
+        };
+        match seeder.seed(request, budget, now).await {
+            Ok(response) => {
+                tracing::info!(
+                    crawl_id,
+                    created = response.created,
+                    accepted = response.accepted,
+                    already_known = response.already_known,
+                    over_budget = response.over_budget,
+                    rejected = response.rejected,
+                    enqueue_failed = response.enqueue_failed,
+                    unfinished = response.cursor.is_some(),
+                    "seeded"
+                );
+                Ok(response)
+            }
+            Err(e) => {
+                tracing::warn!(crawl_id, error = %e, "seed failed");
+                Err(e.into())
+            }
         }
     }
 }
@@ -113,11 +89,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lambda_runtime::{Context, Diagnostic};
     use std::collections::HashMap;
     use std::sync::Arc;
     use trawl_core::fetch::Fetcher;
     use trawl_core::seed::{ManifestError, OpenManifest, SeedDefaults, SeedSource};
-    use trawl_core::store::StoreError;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::CrawlId;
     use trawl_embedded::local_queue::LocalQueue;
@@ -156,51 +132,33 @@ mod tests {
         }
     }
 
-    struct Ports {
-        store: SqliteStore,
-        queue: LocalQueue,
-        fetcher: Fetcher,
-        manifests: MemoryManifests,
-        defaults: SeedDefaults,
+    type TestHandler = Handler<SqliteStore, LocalQueue, MemoryManifests>;
+
+    fn handler() -> TestHandler {
+        let calls = Arc::new(CallCounts::default());
+        Handler {
+            store: SqliteStore::in_memory(calls.clone()).unwrap(),
+            queue: LocalQueue::new(Duration::from_secs(60), calls),
+            fetcher: Arc::new(Fetcher::new("").unwrap()),
+            manifests: MemoryManifests::default(),
+            defaults: SeedDefaults::default(),
+        }
     }
 
-    impl Ports {
-        fn new() -> Self {
-            let calls = Arc::new(CallCounts::default());
-            Self {
-                store: SqliteStore::in_memory(calls.clone()).unwrap(),
-                queue: LocalQueue::new(Duration::from_secs(60), calls),
-                fetcher: Fetcher::new("").unwrap(),
-                manifests: MemoryManifests::default(),
-                defaults: SeedDefaults::default(),
-            }
-        }
-
-        fn seeder(&self) -> Seeder<'_, SqliteStore, LocalQueue, MemoryManifests> {
-            Seeder {
-                store: &self.store,
-                queue: &self.queue,
-                fetcher: &self.fetcher,
-                manifests: &self.manifests,
-                defaults: &self.defaults,
-            }
-        }
-
-        async fn run(&self, event: &str) -> Result<SeedResponse, SeederError> {
-            let event = serde_json::from_str(event).unwrap();
-            handle(&self.seeder(), event, None, 1_000).await
-        }
+    async fn run(handler: &TestHandler, event: &str) -> Result<SeedResponse, HandlerError> {
+        let event = serde_json::from_str(event).unwrap();
+        handler.seed(event, None, 1_000).await
     }
 
     #[tokio::test]
     async fn the_urls_event_seeds_once_and_reports_rejections() {
-        let ports = Ports::new();
-        let first = ports.run(URLS).await.unwrap();
+        let handler = handler();
+        let first = run(&handler, URLS).await.unwrap();
         assert!(first.created);
         assert_eq!((first.accepted, first.rejected), (3, 1));
         assert!(first.rejections[0].input.starts_with("mailto:"));
-        assert_eq!(ports.queue.len(), 3);
-        let crawl = ports
+        assert_eq!(handler.queue.len(), 3);
+        let crawl = handler
             .store
             .get_crawl(&CrawlId::parse("example-news").unwrap())
             .await
@@ -212,24 +170,24 @@ mod tests {
         );
         assert_eq!(crawl.config.politeness.per_host, 2);
 
-        let again = ports.run(URLS).await.unwrap();
+        let again = run(&handler, URLS).await.unwrap();
         assert!(!again.created);
         assert_eq!((again.accepted, again.already_known), (0, 3));
-        assert_eq!(ports.queue.len(), 3, "a re-seed sends nothing");
+        assert_eq!(handler.queue.len(), 3, "a re-seed sends nothing");
     }
 
     #[tokio::test]
     async fn the_s3_event_streams_its_manifest() {
-        let mut ports = Ports::new();
+        let mut handler = handler();
         let manifest = "{\"url\": \"https://example.com/a\", \"sku\": 1}\n\
                         \"https://example.com/b\"\n\
                         not json\n\
                         {\"url\": \"https://elsewhere.org/c\"}\n";
-        ports.manifests.0.insert(
+        handler.manifests.0.insert(
             ("trawl-seeds".into(), "manifests/catalogue.jsonl".into()),
             manifest.as_bytes().to_vec(),
         );
-        let response = ports.run(S3).await.unwrap();
+        let response = run(&handler, S3).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (2, 2));
         let reasons: Vec<&str> = response
             .rejections
@@ -243,10 +201,30 @@ mod tests {
 
     #[tokio::test]
     async fn the_pagination_event_expands_every_page() {
-        let ports = Ports::new();
-        let response = ports.run(PAGINATION).await.unwrap();
+        let handler = handler();
+        let response = run(&handler, PAGINATION).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (23, 0));
-        assert_eq!(ports.queue.len(), 23);
+        assert_eq!(handler.queue.len(), 23);
+    }
+
+    #[tokio::test]
+    async fn a_short_or_emulated_deadline_still_seeds_the_whole_request() {
+        // GIVEN a deadline 10 s away (less than the margin), and the fixed, long-past deadline
+        // `cargo lambda watch` sends
+        let now = u64::try_from(now_ms()).unwrap();
+        for deadline in [now + 10_000, 600_000] {
+            let handler = handler();
+            let mut context = Context::default();
+            context.deadline = deadline;
+
+            // WHEN the pagination event arrives
+            let event = LambdaEvent::new(serde_json::from_str(PAGINATION).unwrap(), context);
+            let response = handler.handle(event).await.unwrap();
+
+            // THEN every page is seeded at once: no cursor to come back with
+            assert_eq!(response.accepted, 23, "deadline {deadline}");
+            assert!(response.cursor.is_none(), "deadline {deadline}");
+        }
     }
 
     #[test]
@@ -258,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_events_are_invalid_requests_and_write_nothing() {
-        let ports = Ports::new();
+        let handler = handler();
         let missing_manifest = S3.replace("catalogue.jsonl", "nope.jsonl");
         let bad_template = PAGINATION.replace("{page}\", \"start\"", "\", \"start\"");
         let bad_scope = URLS.replace("/login", "(");
@@ -274,38 +252,12 @@ mod tests {
             &bad_template,
             &bad_scope,
         ] {
-            let err = ports.run(event).await.unwrap_err();
+            let err = run(&handler, event).await.unwrap_err();
             let diagnostic = Diagnostic::from(err);
-            assert_eq!(diagnostic.error_type, "InvalidRequest", "{event}");
+            assert_eq!(diagnostic.error_type, "InvalidEvent", "{event}");
             assert!(!diagnostic.error_message.is_empty());
         }
-        assert!(ports.store.list_crawls(None).await.unwrap().is_empty());
-        assert!(ports.queue.is_empty());
-    }
-
-    #[test]
-    fn backend_failures_map_to_stable_error_types() {
-        let unavailable = SeedError::Store(StoreError::Unavailable {
-            operation: "PutItem",
-            message: "throttled".into(),
-        });
-        assert_eq!(SeederError::from(unavailable).error_type(), "Retryable");
-        let denied = SeedError::Store(StoreError::Backend {
-            operation: "PutItem",
-            message: "AccessDenied".into(),
-        });
-        assert_eq!(SeederError::from(denied).error_type(), "Permanent");
-    }
-
-    #[test]
-    fn the_deadline_keeps_a_margin() {
-        assert!(deadline_from(0, 5).is_none());
-        let soon = deadline_from(10_000, 0).unwrap();
-        assert!(
-            soon <= Instant::now(),
-            "less than the margin left: stop at once"
-        );
-        let later = deadline_from(100_000, 0).unwrap();
-        assert!(later > Instant::now() + Duration::from_secs(60));
+        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(handler.queue.is_empty());
     }
 }

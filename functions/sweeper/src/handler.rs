@@ -1,24 +1,22 @@
 //! The sweeper's glue: the schedule's input in, a summary or a typed error out.
 
-use lambda_runtime::Diagnostic;
+use lambda_runtime::LambdaEvent;
 use serde::Deserialize;
 use std::time::Duration;
-use thiserror::Error;
 use tokio::time::Instant;
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{CrawlStore, StoreError, TaskStore};
-use trawl_core::sweep::{
-    DeliveryTrigger, SweepBudget, SweepError, SweepOptions, SweepSummary, Sweeper,
-};
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::sweep::{DeliveryTrigger, SweepBudget, SweepOptions, SweepSummary, Sweeper};
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::task::Millis;
+use trawl_domain::task::{Millis, now_ms};
+use trawl_lambda::{HandlerError, work_deadline};
 
 /// The `source` the schedule sends (`events/sweeper-schedule.json`).
 pub const EVENT_SOURCE: &str = "trawl.sweeper";
 /// Most query pages one invocation may be given.
 pub const MAX_PAGES: u32 = 10_000;
 /// Time kept back from the Lambda deadline for the writes in flight and the response.
-pub const DEADLINE_MARGIN_MS: u64 = 5_000;
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The sweeper's input: the schedule's, optionally narrowed to one crawl (on-demand sweeps).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -37,55 +35,9 @@ pub struct SweepEvent {
     pub lost_after_ms: Option<u64>,
 }
 
-/// How an invocation failed, as the caller sees it (`error_type`).
-#[derive(Debug, Error)]
-pub enum SweeperError {
-    #[error("{0}")]
-    InvalidRequest(String),
-    #[error("{0}")]
-    Retryable(String),
-    #[error("{0}")]
-    Permanent(String),
-}
-
-impl SweeperError {
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            SweeperError::InvalidRequest(_) => "InvalidRequest",
-            SweeperError::Retryable(_) => "Retryable",
-            SweeperError::Permanent(_) => "Permanent",
-        }
-    }
-}
-
-impl From<SweepError> for SweeperError {
-    fn from(e: SweepError) -> Self {
-        if e.is_retryable() {
-            SweeperError::Retryable(e.to_string())
-        } else {
-            SweeperError::Permanent(e.to_string())
-        }
-    }
-}
-
-impl From<StoreError> for SweeperError {
-    fn from(e: StoreError) -> Self {
-        SweepError::Store(e).into()
-    }
-}
-
-impl From<SweeperError> for Diagnostic {
-    fn from(e: SweeperError) -> Self {
-        Diagnostic {
-            error_type: e.error_type().to_owned(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
 /// Parses and checks the event.
-pub fn parse_event(value: serde_json::Value) -> Result<SweepEvent, SweeperError> {
-    let invalid = |m: String| SweeperError::InvalidRequest(format!("invalid sweep event: {m}"));
+pub fn parse_event(value: serde_json::Value) -> Result<SweepEvent, HandlerError> {
+    let invalid = |m: String| HandlerError::invalid(format!("invalid sweep event: {m}"));
     let event: SweepEvent = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
     if event.source != EVENT_SOURCE {
         return Err(invalid(format!("source must be {EVENT_SOURCE:?}")));
@@ -99,89 +51,91 @@ pub fn parse_event(value: serde_json::Value) -> Result<SweepEvent, SweeperError>
     Ok(event)
 }
 
-/// The instant to stop starting queries: the Lambda deadline (epoch ms) minus the margin.
-pub fn deadline_from(deadline_ms: u64, now: Millis) -> Option<Instant> {
-    if deadline_ms == 0 {
-        return None;
-    }
-    let remaining = deadline_ms
-        .saturating_sub(u64::try_from(now).unwrap_or(0))
-        .saturating_sub(DEADLINE_MARGIN_MS);
-    Instant::now().checked_add(Duration::from_millis(remaining))
+/// What every invocation uses, built once per cold start (cheap to clone: SDK clients).
+#[derive(Clone)]
+pub struct Handler<S, Q, D> {
+    pub store: S,
+    pub queue: Q,
+    pub trigger: D,
 }
 
-/// The ports a sweep uses, built once per process.
-pub struct Ports<'a, S, Q, D> {
-    pub store: &'a S,
-    pub queue: &'a Q,
-    pub trigger: &'a D,
-}
-
-/// Handles one sweep event.
-pub async fn handle<S, Q, D>(
-    ports: &Ports<'_, S, Q, D>,
-    event: serde_json::Value,
-    deadline: Option<Instant>,
-    now: Millis,
-) -> Result<SweepSummary, SweeperError>
+impl<S, Q, D> Handler<S, Q, D>
 where
     S: TaskStore + CrawlStore,
     Q: WorkQueue,
     D: DeliveryTrigger,
 {
-    let event = parse_event(event).inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
-    let sweeper = Sweeper {
-        store: ports.store,
-        queue: ports.queue,
-        trigger: ports.trigger,
-        options: SweepOptions {
-            lost_after_ms: event.lost_after_ms,
-            ..SweepOptions::default()
-        },
-    };
-    let mut budget = SweepBudget::new(event.max_pages, Duration::from_millis(event.time_budget_ms));
-    if let Some(deadline) = deadline {
-        budget.deadline = Some(budget.deadline.map_or(deadline, |d| d.min(deadline)));
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<SweepSummary, HandlerError> {
+        let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
+        self.sweep(event.payload, deadline, now_ms()).await
     }
-    let summary = match &event.crawl_id {
-        Some(id) => {
-            let crawl = ports
-                .store
-                .get_crawl(id)
-                .await?
-                .ok_or_else(|| SweeperError::InvalidRequest(format!("no crawl {id}")))?;
-            SweepSummary {
-                crawls: vec![sweeper.sweep_crawl(&crawl, now, &mut budget).await?],
-                ..SweepSummary::default()
-            }
+
+    /// Sweeps what the event names, stopping at `deadline` or the event's own budget.
+    pub async fn sweep(
+        &self,
+        event: serde_json::Value,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> Result<SweepSummary, HandlerError> {
+        let event = parse_event(event).inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
+        let sweeper = Sweeper {
+            store: &self.store,
+            queue: &self.queue,
+            trigger: &self.trigger,
+            options: SweepOptions {
+                lost_after_ms: event.lost_after_ms,
+                ..SweepOptions::default()
+            },
+        };
+        let mut budget =
+            SweepBudget::new(event.max_pages, Duration::from_millis(event.time_budget_ms));
+        if let Some(deadline) = deadline {
+            budget.deadline = Some(budget.deadline.map_or(deadline, |d| d.min(deadline)));
         }
-        None => sweeper.sweep_all(now, &mut budget).await?,
-    };
-    for r in &summary.crawls {
-        tracing::info!(
-            crawl_id = r.crawl_id,
-            expired_leases = r.expired_leases,
-            due_retries = r.due_retries,
-            lost_messages = r.lost_messages,
-            recrawls = r.recrawls,
-            enqueue_failed = r.enqueue_failed,
-            tasks_read = r.tasks_read,
-            unfinished = r.unfinished,
-            completed = r.completed,
-            "swept"
-        );
+        let summary = match &event.crawl_id {
+            Some(id) => {
+                let crawl = self
+                    .store
+                    .get_crawl(id)
+                    .await?
+                    .ok_or_else(|| HandlerError::invalid(format!("no crawl {id}")))?;
+                SweepSummary {
+                    crawls: vec![sweeper.sweep_crawl(&crawl, now, &mut budget).await?],
+                    ..SweepSummary::default()
+                }
+            }
+            None => sweeper.sweep_all(now, &mut budget).await?,
+        };
+        for r in &summary.crawls {
+            tracing::info!(
+                crawl_id = r.crawl_id,
+                expired_leases = r.expired_leases,
+                due_retries = r.due_retries,
+                lost_messages = r.lost_messages,
+                recrawls = r.recrawls,
+                enqueue_failed = r.enqueue_failed,
+                tasks_read = r.tasks_read,
+                unfinished = r.unfinished,
+                completed = r.completed,
+                "swept"
+            );
+        }
+        Ok(summary)
     }
-    Ok(summary)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lambda_runtime::{Context, Diagnostic};
     use std::sync::Arc;
     use trawl_core::store::ClaimOutcome;
     use trawl_core::sweep::LocalDeliveryTrigger;
     use trawl_domain::calls::CallCounts;
-    use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
     use trawl_embedded::local_queue::LocalQueue;
@@ -193,27 +147,24 @@ mod tests {
         serde_json::from_str(SCHEDULE).unwrap()
     }
 
-    #[test]
-    fn the_schedule_event_parses() {
-        let e = parse_event(event()).unwrap();
-        assert_eq!((e.max_pages, e.time_budget_ms), (50, 50_000));
-        assert_eq!(e.crawl_id, None);
+    type TestHandler = Handler<SqliteStore, LocalQueue, LocalDeliveryTrigger>;
+
+    fn handler() -> TestHandler {
+        let calls = Arc::new(CallCounts::default());
+        Handler {
+            store: SqliteStore::in_memory(calls.clone()).unwrap(),
+            queue: LocalQueue::new(Duration::from_secs(60), calls),
+            trigger: LocalDeliveryTrigger::default(),
+        }
     }
 
-    #[tokio::test]
-    async fn a_crashed_task_is_requeued_then_the_crawl_completes_once() {
-        let calls = Arc::new(CallCounts::default());
-        let store = SqliteStore::in_memory(calls.clone()).unwrap();
-        let queue = LocalQueue::new(Duration::from_secs(60), calls);
-        let trigger = LocalDeliveryTrigger::default();
-        let ports = Ports {
-            store: &store,
-            queue: &queue,
-            trigger: &trigger,
-        };
-        let id = trawl_domain::canonical::CrawlId::parse("c1").unwrap();
+    /// A crawl "c1" whose one task was claimed at 10 by a worker that then died; returns the
+    /// task's URL and the lease length.
+    async fn crawl_with_a_dead_worker(handler: &TestHandler) -> (CanonicalUrl, u64) {
+        let id = CrawlId::parse("c1").unwrap();
         let config = CrawlConfig::default();
         let lease_ms = config.lease_ms;
+        let store = &handler.store;
         store
             .create_crawl(&Crawl::new(id.clone(), config, 0))
             .await
@@ -232,9 +183,25 @@ mod tests {
         else {
             panic!("claim refused")
         };
+        (url, lease_ms)
+    }
+
+    #[test]
+    fn the_schedule_event_parses() {
+        let e = parse_event(event()).unwrap();
+        assert_eq!((e.max_pages, e.time_budget_ms), (50, 50_000));
+        assert_eq!(e.crawl_id, None);
+    }
+
+    #[tokio::test]
+    async fn a_crashed_task_is_requeued_then_the_crawl_completes_once() {
+        let handler = handler();
+        let (url, lease_ms) = crawl_with_a_dead_worker(&handler).await;
+        let (store, queue) = (&handler.store, &handler.queue);
+        let id = CrawlId::parse("c1").unwrap();
         // The worker dies; once its lease is over the sweeper re-enqueues the task.
         let now = 10 + lease_ms as Millis + 1;
-        let summary = handle(&ports, event(), None, now).await.unwrap();
+        let summary = handler.sweep(event(), None, now).await.unwrap();
         assert_eq!(summary.crawls[0].expired_leases, 1);
         assert!(!summary.crawls[0].completed);
         assert_eq!(queue.len(), 1);
@@ -253,9 +220,9 @@ mod tests {
         };
         store.finish(&lease, &record, now + 2).await.unwrap();
         for later in [now + 3, now + 4] {
-            handle(&ports, event(), None, later).await.unwrap();
+            handler.sweep(event(), None, later).await.unwrap();
         }
-        let notices = trigger.take();
+        let notices = handler.trigger.take();
         assert_eq!(notices.len(), 1, "{notices:?}");
         assert_eq!(
             (notices[0].crawl_id.as_str(), notices[0].generation),
@@ -264,16 +231,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn malformed_events_are_invalid_requests() {
-        let calls = Arc::new(CallCounts::default());
-        let store = SqliteStore::in_memory(calls.clone()).unwrap();
-        let queue = LocalQueue::new(Duration::from_secs(60), calls);
-        let trigger = LocalDeliveryTrigger::default();
-        let ports = Ports {
-            store: &store,
-            queue: &queue,
-            trigger: &trigger,
-        };
+    async fn a_short_or_emulated_deadline_still_sweeps() {
+        // GIVEN a dead worker's expired lease, a deadline 4 s away (less than the margin), and the
+        // fixed, long-past deadline `cargo lambda watch` sends
+        let now = u64::try_from(now_ms()).unwrap();
+        for deadline in [now + 4_000, 600_000] {
+            let handler = handler();
+            crawl_with_a_dead_worker(&handler).await;
+            let mut context = Context::default();
+            context.deadline = deadline;
+
+            // WHEN the schedule's event arrives
+            let summary = handler
+                .handle(LambdaEvent::new(event(), context))
+                .await
+                .unwrap();
+
+            // THEN the crawl is swept, not skipped: the task is back in the queue
+            assert_eq!(summary.skipped, 0, "deadline {deadline}");
+            assert_eq!(summary.crawls[0].expired_leases, 1, "deadline {deadline}");
+            assert_eq!(handler.queue.len(), 1, "deadline {deadline}");
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_events_are_invalid_events() {
+        let handler = handler();
         for bad in [
             r#"{"source": "aws.events", "max_pages": 50, "time_budget_ms": 50000}"#,
             r#"{"source": "trawl.sweeper", "max_pages": 0, "time_budget_ms": 50000}"#,
@@ -281,11 +264,12 @@ mod tests {
             r#"{"source": "trawl.sweeper", "max_pages": 5}"#,
             r#"{"source": "trawl.sweeper", "max_pages": 5, "time_budget_ms": 9, "crawl_id": "none"}"#,
         ] {
-            let err = handle(&ports, serde_json::from_str(bad).unwrap(), None, 0)
+            let err = handler
+                .sweep(serde_json::from_str(bad).unwrap(), None, 0)
                 .await
                 .unwrap_err();
-            assert_eq!(Diagnostic::from(err).error_type, "InvalidRequest", "{bad}");
+            assert_eq!(Diagnostic::from(err).error_type, "InvalidEvent", "{bad}");
         }
-        assert!(store.list_crawls(None).await.unwrap().is_empty());
+        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
     }
 }

@@ -2,45 +2,30 @@
 
 mod handler;
 
-use lambda_runtime::{LambdaEvent, service_fn};
+use handler::Handler;
+use lambda_runtime::{Error, run, service_fn};
 use std::sync::Arc;
-use trawl_aws::clients as aws;
+use trawl_aws::clients::{Clients, load_config};
 use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::settings::{AwsSettings, ENV_DELIVERY_QUEUE_URL, SettingsError};
-use trawl_aws::sqs::SqsDeliveryTrigger;
-use trawl_aws::sqs::SqsQueue;
+use trawl_aws::settings::{FromEnv, SweeperSettings};
+use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue};
 use trawl_domain::calls::CallCounts;
-use trawl_domain::task::now_ms;
 
 #[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
+async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let settings = AwsSettings::from_env()?;
-    let delivery_queue_url = settings
-        .delivery_queue_url
-        .clone()
-        .ok_or(SettingsError::Missing(ENV_DELIVERY_QUEUE_URL))?;
-    let clients = aws::Clients::new(&aws::load_config().await);
+    let settings = SweeperSettings::from_env()?;
+    let clients = Clients::new(&load_config().await);
     let calls = Arc::new(CallCounts::default());
-    let store = DynamoStore::new(
-        clients.dynamodb,
-        &settings.table,
-        settings.shards,
-        calls.clone(),
-    );
-    let queue = SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone());
-    let trigger = SqsDeliveryTrigger::new(clients.sqs, delivery_queue_url, calls);
-    let ports = handler::Ports {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
+    let handler = Handler {
+        store: DynamoStore::new(
+            clients.dynamodb,
+            &settings.table,
+            settings.shards,
+            calls.clone(),
+        ),
+        queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
+        trigger: SqsDeliveryTrigger::new(clients.sqs, settings.delivery_queue_url, calls),
     };
-    let ports = &ports;
-    lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<serde_json::Value>| async move {
-            let deadline = handler::deadline_from(event.context.deadline, now_ms());
-            handler::handle(ports, event.payload, deadline, now_ms()).await
-        },
-    ))
-    .await
+    run(service_fn(|event| handler.handle(event))).await
 }

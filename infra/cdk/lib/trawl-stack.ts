@@ -250,12 +250,10 @@ export class TrawlStack extends Stack {
     samLogicalId(deliveryQueue, 'DeliveryQueue');
 
     // ------------------------------------------------------------ functions
-    // Every function builds AwsSettings::from_env, which needs these.
+    // Read by every function. Each function adds exactly the other variables its settings struct
+    // reads (shared/aws/src/settings.rs; infra/tests/test_template.py checks the SAM template).
     const commonEnvironment: Record<string, string> = {
       TRAWL_TABLE: table.tableName,
-      TRAWL_BUCKET: bucket.bucketName,
-      TRAWL_PREFIX: prefix.valueAsString,
-      TRAWL_QUEUE_URL: crawlQueue.queueUrl,
       TRAWL_SHARDS: shards.valueAsString,
       RUST_LOG: logLevel.valueAsString,
     };
@@ -311,6 +309,7 @@ export class TrawlStack extends Stack {
       description: 'Starts a crawl from a seed request or an S3 manifest (invoked directly).',
       timeout: Duration.seconds(300),
       environment: {
+        TRAWL_QUEUE_URL: crawlQueue.queueUrl,
         TRAWL_USER_AGENT: userAgent.valueAsString,
         TRAWL_PER_HOST: perHost.valueAsString,
       },
@@ -324,9 +323,11 @@ export class TrawlStack extends Stack {
       // the loop is bounded by the crawl's depth/page limits and the dedup in the task table.
       recursiveLoop: lambda.RecursiveLoop.ALLOW,
       environment: {
+        TRAWL_BUCKET: bucket.bucketName,
+        TRAWL_PREFIX: prefix.valueAsString,
+        TRAWL_QUEUE_URL: crawlQueue.queueUrl,
         TRAWL_CONCURRENCY: batchConcurrency.valueAsString,
         TRAWL_USER_AGENT: userAgent.valueAsString,
-        TRAWL_PER_HOST: perHost.valueAsString,
       },
     });
     const sweeper = rustFunction('sweeper', {
@@ -334,13 +335,20 @@ export class TrawlStack extends Stack {
         'Re-queues expired leases and due retries; announces finished crawls to the deliverer.',
       // Above the schedule input's time_budget_ms (50 s).
       timeout: Duration.seconds(60),
-      environment: { TRAWL_DELIVERY_QUEUE_URL: deliveryQueue.queueUrl },
+      environment: {
+        TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+        TRAWL_DELIVERY_QUEUE_URL: deliveryQueue.queueUrl,
+      },
     });
     const deliverer = rustFunction('deliverer', {
       description:
         "Writes a finished crawl's delivery (triggered by the sweeper through the delivery queue).",
       timeout: Duration.seconds(DELIVERER_TIMEOUT),
       memorySize: 1024,
+      environment: {
+        TRAWL_BUCKET: bucket.bucketName,
+        TRAWL_PREFIX: prefix.valueAsString,
+      },
     });
 
     // ------------------------------------------------------------ permissions

@@ -1,5 +1,8 @@
-//! Deployment settings read from the environment (the Lambda functions and `trawl --backend aws`).
-//! The SAM template sets exactly these names; `infra/tests` checks both sides agree.
+//! Deployment settings read from the environment: one struct per reader (each Lambda function and
+//! `trawl --backend aws`), each requiring exactly what its code uses. The `ENV_*` constants are
+//! the one list of names; each struct's `VARIABLES` says which of them it reads (a test below
+//! checks that against what it really reads), and `infra/tests/test_template.py` checks that the
+//! SAM template gives every function exactly its `VARIABLES`.
 
 use thiserror::Error;
 
@@ -24,6 +27,7 @@ pub const ENV_PER_HOST: &str = "TRAWL_PER_HOST";
 
 pub const DEFAULT_SHARDS: u32 = 4;
 pub const DEFAULT_CONCURRENCY: usize = 10;
+pub const DEFAULT_PER_HOST: u32 = 1;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SettingsError {
@@ -37,56 +41,193 @@ pub enum SettingsError {
     },
 }
 
-/// The AWS resources and tuning a deployment uses.
+/// Settings read from environment variables.
+pub trait FromEnv: Sized {
+    /// Every variable `read` looks at, required or not.
+    const VARIABLES: &'static [&'static str];
+
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError>;
+
+    /// Reads the settings through `lookup` (a map in tests).
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        Self::read(&Env(&lookup))
+    }
+
+    /// Reads the settings from the process environment.
+    fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+/// Variables looked up by name; an empty or blank value counts as unset.
+pub struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Env<'_> {
+    pub fn optional(&self, name: &'static str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    pub fn required(&self, name: &'static str) -> Result<String, SettingsError> {
+        self.optional(name).ok_or(SettingsError::Missing(name))
+    }
+
+    /// A whole number from 1 to `max`, `default` when unset.
+    pub fn number(&self, name: &'static str, default: u64, max: u64) -> Result<u64, SettingsError> {
+        let Some(value) = self.optional(name) else {
+            return Ok(default);
+        };
+        match value.trim().parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(SettingsError::Invalid {
+                name,
+                value,
+                reason: format!("expected a whole number from 1 to {max}"),
+            }),
+        }
+    }
+
+    fn shards(&self) -> Result<u32, SettingsError> {
+        Ok(self.number(ENV_SHARDS, u64::from(DEFAULT_SHARDS), 256)? as u32)
+    }
+}
+
+/// The seeder: writes crawls and tasks, sends their messages, fetches sitemaps. Manifests are
+/// read from the bucket each request names, so it needs no bucket of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AwsSettings {
+pub struct SeederSettings {
     pub table: String,
-    pub bucket: String,
-    pub prefix: String,
-    pub queue_url: String,
-    pub delivery_queue_url: Option<String>,
     pub shards: u32,
-    pub concurrency: usize,
+    pub queue_url: String,
     pub default_user_agent: Option<String>,
     pub default_per_host: u32,
 }
 
-impl AwsSettings {
-    /// Reads the settings from the process environment.
-    pub fn from_env() -> Result<Self, SettingsError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
+impl FromEnv for SeederSettings {
+    const VARIABLES: &'static [&'static str] = &[
+        ENV_TABLE,
+        ENV_SHARDS,
+        ENV_QUEUE_URL,
+        ENV_USER_AGENT,
+        ENV_PER_HOST,
+    ];
 
-    /// Reads the settings through `lookup` (the environment, or a map in tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
-        let required = |name: &'static str| {
-            lookup(name)
-                .filter(|v| !v.trim().is_empty())
-                .ok_or(SettingsError::Missing(name))
-        };
-        let number = |name: &'static str, default: u64, max: u64| -> Result<u64, SettingsError> {
-            match lookup(name).filter(|v| !v.trim().is_empty()) {
-                None => Ok(default),
-                Some(v) => match v.trim().parse::<u64>() {
-                    Ok(n) if (1..=max).contains(&n) => Ok(n),
-                    _ => Err(SettingsError::Invalid {
-                        name,
-                        value: v,
-                        reason: format!("expected a whole number from 1 to {max}"),
-                    }),
-                },
-            }
-        };
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
         Ok(Self {
-            table: required(ENV_TABLE)?,
-            bucket: required(ENV_BUCKET)?,
-            prefix: lookup(ENV_PREFIX).unwrap_or_default(),
-            queue_url: required(ENV_QUEUE_URL)?,
-            delivery_queue_url: lookup(ENV_DELIVERY_QUEUE_URL).filter(|v| !v.trim().is_empty()),
-            shards: number(ENV_SHARDS, u64::from(DEFAULT_SHARDS), 256)? as u32,
-            concurrency: number(ENV_CONCURRENCY, DEFAULT_CONCURRENCY as u64, 100)? as usize,
-            default_user_agent: lookup(ENV_USER_AGENT).filter(|v| !v.trim().is_empty()),
-            default_per_host: number(ENV_PER_HOST, 1, 64)? as u32,
+            table: env.required(ENV_TABLE)?,
+            shards: env.shards()?,
+            queue_url: env.required(ENV_QUEUE_URL)?,
+            default_user_agent: env.optional(ENV_USER_AGENT),
+            default_per_host: env.number(ENV_PER_HOST, u64::from(DEFAULT_PER_HOST), 64)? as u32,
+        })
+    }
+}
+
+/// The crawler: claims tasks, stores pages, enqueues the links it finds. The per-host
+/// parallelism is each crawl's own (set when it was seeded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrawlerSettings {
+    pub table: String,
+    pub shards: u32,
+    pub bucket: String,
+    pub prefix: String,
+    pub queue_url: String,
+    pub concurrency: usize,
+    /// The HTTP client's User-Agent for crawls that name none.
+    pub default_user_agent: Option<String>,
+}
+
+impl FromEnv for CrawlerSettings {
+    const VARIABLES: &'static [&'static str] = &[
+        ENV_TABLE,
+        ENV_SHARDS,
+        ENV_BUCKET,
+        ENV_PREFIX,
+        ENV_QUEUE_URL,
+        ENV_CONCURRENCY,
+        ENV_USER_AGENT,
+    ];
+
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
+        Ok(Self {
+            table: env.required(ENV_TABLE)?,
+            shards: env.shards()?,
+            bucket: env.required(ENV_BUCKET)?,
+            prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
+            queue_url: env.required(ENV_QUEUE_URL)?,
+            concurrency: env.number(ENV_CONCURRENCY, DEFAULT_CONCURRENCY as u64, 100)? as usize,
+            default_user_agent: env.optional(ENV_USER_AGENT),
+        })
+    }
+}
+
+/// The sweeper: reads the status index, re-enqueues tasks, announces completed crawls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweeperSettings {
+    pub table: String,
+    pub shards: u32,
+    pub queue_url: String,
+    pub delivery_queue_url: String,
+}
+
+impl FromEnv for SweeperSettings {
+    const VARIABLES: &'static [&'static str] =
+        &[ENV_TABLE, ENV_SHARDS, ENV_QUEUE_URL, ENV_DELIVERY_QUEUE_URL];
+
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
+        Ok(Self {
+            table: env.required(ENV_TABLE)?,
+            shards: env.shards()?,
+            queue_url: env.required(ENV_QUEUE_URL)?,
+            delivery_queue_url: env.required(ENV_DELIVERY_QUEUE_URL)?,
+        })
+    }
+}
+
+/// The deliverer: reads a completed crawl, writes its delivery to the bucket. Its trigger (the
+/// delivery queue) is an event source, not something it calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelivererSettings {
+    pub table: String,
+    pub shards: u32,
+    pub bucket: String,
+    pub prefix: String,
+}
+
+impl FromEnv for DelivererSettings {
+    const VARIABLES: &'static [&'static str] = &[ENV_TABLE, ENV_SHARDS, ENV_BUCKET, ENV_PREFIX];
+
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
+        Ok(Self {
+            table: env.required(ENV_TABLE)?,
+            shards: env.shards()?,
+            bucket: env.required(ENV_BUCKET)?,
+            prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
+        })
+    }
+}
+
+/// `trawl --backend aws`: the table, the bucket and the crawl queue (it delivers in-process;
+/// crawl defaults come from its command line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliSettings {
+    pub table: String,
+    pub shards: u32,
+    pub bucket: String,
+    pub prefix: String,
+    pub queue_url: String,
+}
+
+impl FromEnv for CliSettings {
+    const VARIABLES: &'static [&'static str] =
+        &[ENV_TABLE, ENV_SHARDS, ENV_BUCKET, ENV_PREFIX, ENV_QUEUE_URL];
+
+    fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
+        Ok(Self {
+            table: env.required(ENV_TABLE)?,
+            shards: env.shards()?,
+            bucket: env.required(ENV_BUCKET)?,
+            prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
+            queue_url: env.required(ENV_QUEUE_URL)?,
         })
     }
 }
@@ -94,35 +235,88 @@ impl AwsSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::cell::RefCell;
+    use std::collections::{BTreeSet, HashMap};
+
+    fn lookup(env: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| env.get(name).cloned()
+    }
+
+    /// The names `T::read` looks up, with every variable set to a valid value.
+    fn names_read<T: FromEnv>() -> BTreeSet<String> {
+        let seen = RefCell::new(BTreeSet::new());
+        T::from_lookup(|name| {
+            seen.borrow_mut().insert(name.to_owned());
+            Some("1".into())
+        })
+        .unwrap();
+        seen.into_inner()
+    }
+
+    fn listed<T: FromEnv>() -> BTreeSet<String> {
+        T::VARIABLES.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn each_reader_lists_exactly_the_variables_it_reads() {
+        assert_eq!(names_read::<SeederSettings>(), listed::<SeederSettings>());
+        assert_eq!(names_read::<CrawlerSettings>(), listed::<CrawlerSettings>());
+        assert_eq!(names_read::<SweeperSettings>(), listed::<SweeperSettings>());
+        assert_eq!(
+            names_read::<DelivererSettings>(),
+            listed::<DelivererSettings>()
+        );
+        assert_eq!(names_read::<CliSettings>(), listed::<CliSettings>());
+    }
+
+    #[test]
+    fn the_deliverer_needs_no_crawl_queue_and_the_crawler_no_per_host() {
+        let deliverer =
+            DelivererSettings::from_lookup(lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")])).unwrap();
+        assert_eq!(
+            (deliverer.table.as_str(), deliverer.bucket.as_str()),
+            ("t", "b")
+        );
+        assert!(!CrawlerSettings::VARIABLES.contains(&ENV_PER_HOST));
+    }
 
     #[test]
     fn reads_required_and_optional_settings() {
-        let env: HashMap<&str, &str> = [
+        let s = CrawlerSettings::from_lookup(lookup(&[
             (ENV_TABLE, "t"),
             (ENV_BUCKET, "b"),
             (ENV_QUEUE_URL, "q"),
             (ENV_SHARDS, "8"),
-        ]
-        .into();
-        let s = AwsSettings::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+            (ENV_USER_AGENT, " "),
+        ]))
+        .unwrap();
         assert_eq!(
-            (s.table.as_str(), s.shards, s.concurrency),
-            ("t", 8, DEFAULT_CONCURRENCY)
+            (s.table.as_str(), s.shards, s.concurrency, s.prefix.as_str()),
+            ("t", 8, DEFAULT_CONCURRENCY, "")
         );
-        let missing = AwsSettings::from_lookup(|_| None).unwrap_err();
+        assert_eq!(s.default_user_agent, None, "a blank value is unset");
+        let missing = CrawlerSettings::from_lookup(|_| None).unwrap_err();
         assert_eq!(missing, SettingsError::Missing(ENV_TABLE));
-        let bad: HashMap<&str, &str> = [
+        let no_delivery_queue =
+            SweeperSettings::from_lookup(lookup(&[(ENV_TABLE, "t"), (ENV_QUEUE_URL, "q")]))
+                .unwrap_err();
+        assert_eq!(
+            no_delivery_queue,
+            SettingsError::Missing(ENV_DELIVERY_QUEUE_URL)
+        );
+        let bad = SeederSettings::from_lookup(lookup(&[
             (ENV_TABLE, "t"),
-            (ENV_BUCKET, "b"),
             (ENV_QUEUE_URL, "q"),
-            (ENV_SHARDS, "0"),
-        ]
-        .into();
+            (ENV_PER_HOST, "65"),
+        ]));
         assert!(matches!(
-            AwsSettings::from_lookup(|k| bad.get(k).map(|v| v.to_string())),
+            bad,
             Err(SettingsError::Invalid {
-                name: ENV_SHARDS,
+                name: ENV_PER_HOST,
                 ..
             })
         ));
