@@ -11,12 +11,12 @@ use std::time::Duration;
 use trawl_aws::manifest::S3Manifests;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::fetch::Fetcher;
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::seed::{SeedBudget, SeedDefaults, SeedError, SeedRequest, SeedResponse, Seeder};
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::Status;
-use trawl_embedded::local_queue::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 const NOW: i64 = 1_700_000_000_000;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
 use trawl_core::sweep::{
     CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
@@ -18,7 +19,6 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
-use trawl_embedded::local_queue::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 const T0: Millis = 1_700_000_000_000;

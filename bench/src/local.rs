@@ -15,13 +15,13 @@ use trawl_core::crawler::{Crawler, Disposition};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{NewTask, Status, now_ms};
 use trawl_embedded::fs::FsBlobStore;
-use trawl_embedded::local_queue::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 const SECTION: &str = "local crawl";

@@ -10,13 +10,13 @@ use crate::report::Figure;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{Millis, NewTask, now_ms};
-use trawl_embedded::local_queue::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 const SECTION: &str = "sweeper";

@@ -11,9 +11,9 @@ use trawl_aws::s3::S3BlobStore;
 use trawl_aws::settings::{CliSettings, FromEnv};
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
+use trawl_core::queue::local::LocalQueue;
 use trawl_domain::calls::CallCounts;
 use trawl_embedded::fs::FsBlobStore;
-use trawl_embedded::local_queue::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 /// How long a received local message stays invisible before it is handed out again (a worker

@@ -88,14 +88,14 @@ mod tests {
     use lambda_runtime::Diagnostic;
     use std::time::{SystemTime, UNIX_EPOCH};
     use trawl_core::blob::Layout;
+    use trawl_core::blob::memory::MemoryBlobStore;
     use trawl_core::fetch::Fetcher;
+    use trawl_core::queue::local::LocalQueue;
+    use trawl_core::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{ErrorKind, NewTask, Status};
-    use trawl_embedded::fs::FsBlobStore;
-    use trawl_embedded::local_queue::LocalQueue;
-    use trawl_embedded::sqlite::SqliteStore;
 
     const EVENT: &str = include_str!("../../../events/crawler-sqs.json");
 
@@ -103,9 +103,7 @@ mod tests {
     async fn sample_event_blocks_loopback_and_returns_the_malformed_record() {
         // GIVEN the crawl the sample event names, with its two URLs seeded (the SSRF guard on)
         let calls = Arc::new(CallCounts::default());
-        let store = SqliteStore::in_memory(calls.clone()).unwrap();
-        let dir =
-            std::env::temp_dir().join(format!("trawl-crawler-handler-{}", std::process::id()));
+        let store = MemoryStore::new();
         let crawl = Crawl::new(
             CrawlId::parse("example").unwrap(),
             CrawlConfig::default(),
@@ -125,7 +123,7 @@ mod tests {
         let handler = Handler {
             crawler: Arc::new(Crawler::new(
                 store,
-                FsBlobStore::new(&dir, calls.clone()),
+                MemoryBlobStore::new(),
                 LocalQueue::new(Duration::from_secs(30), calls),
                 Arc::new(Fetcher::new("").unwrap()),
                 Layout::default(),
@@ -166,7 +164,6 @@ mod tests {
             assert_eq!(task.errors[0].kind, ErrorKind::Blocked);
         }
         assert!(handler.crawler.blobs().list("").await.unwrap().is_empty());
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]
@@ -176,8 +173,8 @@ mod tests {
         let calls = Arc::new(CallCounts::default());
         let handler = Handler {
             crawler: Arc::new(Crawler::new(
-                SqliteStore::in_memory(calls.clone()).unwrap(),
-                FsBlobStore::new(std::env::temp_dir().join("trawl-unused"), calls.clone()),
+                MemoryStore::new(),
+                MemoryBlobStore::new(),
                 LocalQueue::new(Duration::from_secs(30), calls),
                 Arc::new(Fetcher::new("").unwrap()),
                 Layout::default(),

@@ -170,12 +170,12 @@ mod tests {
     use md5::{Digest, Md5};
     use std::path::PathBuf;
     use trawl_core::blob::ObjectMeta;
+    use trawl_core::blob::memory::MemoryBlobStore;
+    use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, FinishOutcome};
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
-    use trawl_embedded::fs::FsBlobStore;
-    use trawl_embedded::sqlite::SqliteStore;
 
     const DIRECT: &str = include_str!("../../../events/deliverer.json");
     const QUEUE: &str = include_str!("../../../events/deliverer-sqs.json");
@@ -192,7 +192,7 @@ mod tests {
 
     /// The handler on the embedded backend, with the sample events' crawl: two pages, one
     /// stored, completed (generation 0).
-    async fn handler(name: &str) -> (Handler<SqliteStore, FsBlobStore>, TempDir) {
+    async fn handler(name: &str) -> (Handler<MemoryStore, MemoryBlobStore>, TempDir) {
         let dir = TempDir(std::env::temp_dir().join(format!(
             "trawl-deliverer-{name}-{}-{}",
             std::process::id(),
@@ -200,8 +200,8 @@ mod tests {
         )));
         let calls = Arc::new(CallCounts::default());
         let handler = Handler {
-            store: SqliteStore::in_memory(calls.clone()).unwrap(),
-            blobs: FsBlobStore::new(dir.0.clone(), calls.clone()),
+            store: MemoryStore::new(),
+            blobs: MemoryBlobStore::new(),
             layout: Layout::new(""),
             uri_base: dir.0.display().to_string(),
             calls,
@@ -269,7 +269,7 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
-    async fn delivery_keys(handler: &Handler<SqliteStore, FsBlobStore>) -> Vec<String> {
+    async fn delivery_keys(handler: &Handler<MemoryStore, MemoryBlobStore>) -> Vec<String> {
         handler.blobs.list("deliveries/").await.unwrap()
     }
 

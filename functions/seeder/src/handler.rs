@@ -93,11 +93,11 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
     use trawl_core::fetch::Fetcher;
+    use trawl_core::queue::local::LocalQueue;
     use trawl_core::seed::{ManifestError, OpenManifest, SeedDefaults, SeedSource};
+    use trawl_core::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::CrawlId;
-    use trawl_embedded::local_queue::LocalQueue;
-    use trawl_embedded::sqlite::SqliteStore;
 
     const URLS: &str = include_str!("../../../events/seeder-urls.json");
     const S3: &str = include_str!("../../../events/seeder-s3.json");
@@ -132,12 +132,12 @@ mod tests {
         }
     }
 
-    type TestHandler = Handler<SqliteStore, LocalQueue, MemoryManifests>;
+    type TestHandler = Handler<MemoryStore, LocalQueue, MemoryManifests>;
 
     fn handler() -> TestHandler {
         let calls = Arc::new(CallCounts::default());
         Handler {
-            store: SqliteStore::in_memory(calls.clone()).unwrap(),
+            store: MemoryStore::new(),
             queue: LocalQueue::new(Duration::from_secs(60), calls),
             fetcher: Arc::new(Fetcher::new("").unwrap()),
             manifests: MemoryManifests::default(),

@@ -132,14 +132,14 @@ mod tests {
     use super::*;
     use lambda_runtime::{Context, Diagnostic};
     use std::sync::Arc;
+    use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::ClaimOutcome;
+    use trawl_core::store::memory::MemoryStore;
     use trawl_core::sweep::LocalDeliveryTrigger;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
-    use trawl_embedded::local_queue::LocalQueue;
-    use trawl_embedded::sqlite::SqliteStore;
 
     const SCHEDULE: &str = include_str!("../../../events/sweeper-schedule.json");
 
@@ -147,12 +147,12 @@ mod tests {
         serde_json::from_str(SCHEDULE).unwrap()
     }
 
-    type TestHandler = Handler<SqliteStore, LocalQueue, LocalDeliveryTrigger>;
+    type TestHandler = Handler<MemoryStore, LocalQueue, LocalDeliveryTrigger>;
 
     fn handler() -> TestHandler {
         let calls = Arc::new(CallCounts::default());
         Handler {
-            store: SqliteStore::in_memory(calls.clone()).unwrap(),
+            store: MemoryStore::new(),
             queue: LocalQueue::new(Duration::from_secs(60), calls),
             trigger: LocalDeliveryTrigger::default(),
         }

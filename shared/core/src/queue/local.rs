@@ -9,12 +9,12 @@
 //!
 //! It does not survive a restart: the embedded backend rebuilds it from the task table.
 
+use super::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_domain::calls::{Call, CallCounts};
 
 /// Most messages one receive returns, and one send batch holds (SQS's limits).

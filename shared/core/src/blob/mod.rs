@@ -5,6 +5,8 @@
 //! names the content, so writing the same body twice is harmless, and a task's objects are all
 //! under one prefix.
 
+pub mod memory;
+
 use bytes::Bytes;
 use std::future::Future;
 use thiserror::Error;

@@ -4,6 +4,8 @@
 //! Messages are hints, the task table is the truth: a duplicate message loses its claim and is
 //! dropped; a lost one is found again by the sweeper.
 
+pub mod local;
+
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;

@@ -1,0 +1,146 @@
+//! An object store in memory, for unit tests and simulations: the same contract as S3 and the
+//! directory store (a body must match its declared md5; an upload is invisible until complete).
+
+use super::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta};
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+type Objects = Arc<Mutex<BTreeMap<String, Bytes>>>;
+
+/// Objects by key. Cheap to clone: clones share the objects.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBlobStore {
+    objects: Objects,
+}
+
+impl MemoryBlobStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn store(objects: &Objects, key: &str, body: Bytes) {
+    objects
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key.to_owned(), body);
+}
+
+impl BlobStore for MemoryBlobStore {
+    async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
+        let actual: [u8; 16] = Md5::digest(&body).into();
+        if actual != meta.md5 {
+            return Err(BlobError::Backend {
+                operation: "put",
+                key: key.to_owned(),
+                message: format!(
+                    "body md5 {} does not match the declared {}",
+                    hex::encode(actual),
+                    hex::encode(meta.md5)
+                ),
+            });
+        }
+        store(&self.objects, key, body);
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
+        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(objects.get(key).cloned())
+    }
+
+    async fn delete(&self, key: &str) -> BlobResult<()> {
+        let mut objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        objects.remove(key);
+        Ok(())
+    }
+
+    async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
+        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(objects
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect())
+    }
+
+    async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {
+        Ok(MemoryUpload {
+            objects: Arc::clone(&self.objects),
+            key: key.to_owned(),
+            body: Vec::new(),
+        })
+    }
+}
+
+/// An upload collected in memory until `complete`.
+pub struct MemoryUpload {
+    objects: Objects,
+    key: String,
+    body: Vec<u8>,
+}
+
+impl BlobUpload for MemoryUpload {
+    async fn write(&mut self, chunk: &[u8]) -> BlobResult<()> {
+        self.body.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    async fn complete(self) -> BlobResult<()> {
+        store(&self.objects, &self.key, Bytes::from(self.body));
+        Ok(())
+    }
+
+    async fn abort(self) -> BlobResult<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(body: &[u8]) -> ObjectMeta {
+        ObjectMeta {
+            content_type: "text/html".to_owned(),
+            md5: Md5::digest(body).into(),
+            source_url: "http://example.com/".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn objects_are_listed_by_prefix_and_uploads_appear_on_completion() {
+        let blobs = MemoryBlobStore::new();
+        blobs
+            .put("crawl=a/pk=1", Bytes::from_static(b"x"), &meta(b"x"))
+            .await
+            .unwrap();
+        blobs
+            .put("crawl=ab/pk=1", Bytes::from_static(b"y"), &meta(b"y"))
+            .await
+            .unwrap();
+        assert!(
+            blobs
+                .put("crawl=a/pk=2", Bytes::from_static(b"z"), &meta(b"x"))
+                .await
+                .is_err(),
+            "a body that does not match its md5 is refused"
+        );
+        let mut upload = blobs.upload("crawl=a/pk=3", "text/plain").await.unwrap();
+        upload.write(b"part").await.unwrap();
+        assert_eq!(blobs.list("crawl=a/").await.unwrap(), ["crawl=a/pk=1"]);
+        upload.complete().await.unwrap();
+        assert_eq!(
+            blobs.list("crawl=a/").await.unwrap(),
+            ["crawl=a/pk=1", "crawl=a/pk=3"]
+        );
+        blobs.delete("crawl=a/pk=1").await.unwrap();
+        assert_eq!(
+            blobs.get("crawl=a/pk=3").await.unwrap().as_deref(),
+            Some(&b"part"[..])
+        );
+        assert_eq!(blobs.get("crawl=a/pk=1").await.unwrap(), None);
+    }
+}
