@@ -360,6 +360,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
         &url,
         record,
         Some((body.into(), md5)),
+        now_ms(),
     )
     .await
     .unwrap()

@@ -224,7 +224,7 @@ where
         .await?
         .ok_or_else(|| CliError::NoSuchCrawl(crawl_id.to_string()))?;
     if local {
-        rebuild_local_queue(&store, &queue, &crawl)
+        rebuild_local_queue(&store, &queue, &crawl, now_ms())
             .await
             .map_err(CliError::other)?;
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::task::{Status, now_ms};
+use trawl_domain::task::{Millis, Status};
 
 /// How long a worker waits on an empty queue (SQS long polling: an empty queue costs one
 /// request per second per worker, not a busy loop; the local queue wakes at once on a send).
@@ -91,8 +91,14 @@ pub enum RunEnd {
 /// Puts every unfinished task of a crawl (back) on a queue that lives in this process: after a
 /// restart (or a kill -9) the in-process queue is empty while the table still knows the work.
 /// `in_progress` tasks are leftovers of a dead process (a local data directory is locked to one
-/// process): their leases are taken over and released at once rather than waited out.
-pub async fn rebuild_local_queue<S, Q>(store: &S, queue: &Q, crawl: &Crawl) -> Result<u64, RunError>
+/// process): their leases are taken over and released at once rather than waited out. `now`
+/// is the caller's clock.
+pub async fn rebuild_local_queue<S, Q>(
+    store: &S,
+    queue: &Q,
+    crawl: &Crawl,
+    now: Millis,
+) -> Result<u64, RunError>
 where
     S: TaskStore + CrawlStore,
     Q: WorkQueue,
@@ -114,11 +120,11 @@ where
             for task in page.tasks {
                 if status == Status::InProgress {
                     // Released tasks are pending: the next pass enqueues them.
-                    let expired = task.lease_expires_at.unwrap_or(0).max(now_ms());
+                    let expired = task.lease_expires_at.unwrap_or(0).max(now);
                     if let ClaimOutcome::Claimed { lease, .. } =
                         store.claim(&crawl.id, &task.task_id, 1, expired).await?
                     {
-                        store.release(&lease, now_ms()).await?;
+                        store.release(&lease, expired).await?;
                     }
                 } else if let Ok(url) = CanonicalUrl::parse(&task.url) {
                     messages.push(WorkMessage::new(
@@ -205,7 +211,10 @@ where
                 });
             }
             let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
-            match sweeper.sweep_crawl(&crawl, now_ms(), &mut budget).await {
+            match sweeper
+                .sweep_crawl(&crawl, crawler.clock().now_ms(), &mut budget)
+                .await
+            {
                 Ok(report) if report.completed => {
                     break Ok(RunEnd::Completed {
                         generation: crawl.generation,

@@ -8,6 +8,7 @@ mod seen;
 pub use record::{RecordError, StoredPage, record_page};
 
 use crate::blob::{BlobStore, Layout};
+use crate::clock::{Clock, SystemClock};
 use crate::discover::{ScopeMatcher, extract_links};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
 use crate::frontier::{FrontierError, seed_tasks};
@@ -20,10 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::RwLock;
+use tracing::Instrument;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::retry::Failure;
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, now_ms};
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task};
 
 /// How long a crawl's config is cached in a worker before it is read again.
 const CRAWL_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -109,6 +111,7 @@ pub struct Crawler<S, B, Q> {
     concurrency: usize,
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
     seen: seen::SeenLinks,
+    clock: Arc<dyn Clock>,
 }
 
 impl<S, B, Q> Crawler<S, B, Q>
@@ -134,7 +137,18 @@ where
             concurrency: concurrency.max(1),
             crawls: RwLock::default(),
             seen: seen::SeenLinks::default(),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same crawler reading the time from `clock` (a virtual one in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
     }
 
     pub fn store(&self) -> &S {
@@ -204,8 +218,18 @@ where
                     if let Some(delay) = previous_delay.take() {
                         tokio::time::sleep(delay).await;
                     }
-                    let (disposition, outcome, delay) =
-                        self.process_message(&message, deadline, outbox).await;
+                    // A span per message, carried by its future (never entered across an await:
+                    // messages run concurrently).
+                    let span = tracing::info_span!(
+                        "message",
+                        message_id = %received.message_id,
+                        crawl = %message.crawl_id,
+                        task = %message.task_id
+                    );
+                    let (disposition, outcome, delay) = self
+                        .process_message(&message, deadline, outbox)
+                        .instrument(span)
+                        .await;
                     previous_delay = delay;
                     (disposition, outcome)
                 }
@@ -228,8 +252,6 @@ where
         deadline: Option<Instant>,
         outbox: &Outbox,
     ) -> (Disposition, Outcome, Option<Duration>) {
-        let span = tracing::info_span!("task", crawl = %message.crawl_id, task = %message.task_id);
-        let _entered = span.enter();
         let context = match self.context(&message.crawl_id).await {
             Ok(Some(context)) => context,
             Ok(None) => {
@@ -251,7 +273,7 @@ where
         if deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < needed) {
             return (Disposition::RetryAfter(0), Outcome::HandedBack, None);
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let (task, lease) = match self
             .store
             .claim(&message.crawl_id, &message.task_id, config.lease_ms, now)
@@ -282,7 +304,7 @@ where
             Err(e) => {
                 // Give the task back so it need not wait for its lease to expire.
                 tracing::error!(error = %e, "processing failed; task released");
-                if let Err(release) = self.store.release(&lease, now_ms()).await {
+                if let Err(release) = self.store.release(&lease, self.clock.now_ms()).await {
                     tracing::warn!(error = %release, "release failed; the lease will expire");
                 }
                 (
@@ -340,7 +362,7 @@ where
                 return self.fail(context, lease, &failure).await;
             }
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let request = FetchRequest {
             url: &url,
             config,
@@ -373,6 +395,7 @@ where
                     &url,
                     record,
                     None,
+                    self.clock.now_ms(),
                 )
                 .await?;
                 let outcome = match stored {
@@ -422,6 +445,7 @@ where
                     &url,
                     record,
                     page_body,
+                    self.clock.now_ms(),
                 )
                 .await?
                 {
@@ -445,7 +469,7 @@ where
         lease: &Lease,
         failure: &Failure,
     ) -> Result<(Disposition, Outcome), CrawlerError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         tracing::info!(kind = ?failure.kind, error = %failure.message, "fetch failed");
         match self
             .store
@@ -492,7 +516,7 @@ where
             return Ok(());
         }
         let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
-        let (report, messages) = seed_tasks(&self.store, crawl, tasks, now_ms()).await?;
+        let (report, messages) = seed_tasks(&self.store, crawl, tasks, self.clock.now_ms()).await?;
         if let Ok(mut pending) = outbox.lock() {
             pending.extend(messages);
         }
@@ -540,5 +564,97 @@ where
             .await
             .insert(crawl_id.clone(), context.clone());
         Ok(Some(context))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::clock::ManualClock;
+    use crate::frontier::add_tasks;
+    use crate::queue::local::LocalQueue;
+    use crate::store::memory::MemoryStore;
+    use trawl_domain::calls::CallCounts;
+    use trawl_domain::crawl::CrawlConfig;
+    use trawl_domain::retry::RetryPolicy;
+    use trawl_domain::task::Status;
+
+    #[tokio::test]
+    async fn backoff_and_leases_follow_the_crawlers_clock() {
+        // GIVEN a crawler on a virtual clock far from the wall clock, and a URL whose host
+        // refuses connections (a port bound, then freed)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.politeness.respect_robots = false;
+        config.retry = RetryPolicy {
+            max_retry: 3,
+            base_delay_ms: 60_000,
+            max_delay_ms: 3_600_000,
+        };
+        let crawl = Crawl::new(CrawlId::parse("clock").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let queue = LocalQueue::new(Duration::from_secs(30), Arc::new(CallCounts::default()));
+        let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
+        let task = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        };
+        add_tasks(&store, &queue, &crawl, vec![task], t0)
+            .await
+            .unwrap();
+        let crawler = Crawler::new(
+            store,
+            MemoryBlobStore::new(),
+            queue,
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::default(),
+            1,
+        )
+        .with_clock(Arc::new(clock.clone()));
+
+        // WHEN its message is processed
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN the failure backs off from the virtual now (half to the full base delay)
+        assert_eq!(results[0].outcome, Outcome::Retrying);
+        let id = url.task_id();
+        let failed = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+        assert_eq!((failed.status, failed.retries), (Status::Failed, 1));
+        let next = failed.next_attempt_at.unwrap();
+        assert!((t0 + 30_000..=t0 + 60_000).contains(&next), "{next}");
+        assert_eq!(
+            results[0].disposition,
+            Disposition::RetryAfter((next - t0) as u64)
+        );
+        // AND the task is claimable exactly when the virtual clock reaches it, with a lease
+        // counted from then
+        clock.advance(next - t0 - 1);
+        let early = crawler
+            .store()
+            .claim(&crawl.id, &id, 120_000, clock.now_ms())
+            .await
+            .unwrap();
+        assert!(matches!(early, ClaimOutcome::Rejected(_)), "{early:?}");
+        clock.advance(1);
+        let ClaimOutcome::Claimed { lease, .. } = crawler
+            .store()
+            .claim(&crawl.id, &id, 120_000, clock.now_ms())
+            .await
+            .unwrap()
+        else {
+            panic!("due at {next}")
+        };
+        assert_eq!(lease.expires_at, next + 120_000);
     }
 }

@@ -18,7 +18,7 @@ use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
-use trawl_domain::task::{FetchRecord, Lease, Task, now_ms};
+use trawl_domain::task::{FetchRecord, Lease, Millis, Task};
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -38,7 +38,7 @@ pub enum StoredPage {
 }
 
 /// Stores `body` (when given: bytes and raw md5) and finishes the claimed `task` with `record`,
-/// following the rule above. `task` is the task as the claim returned it.
+/// following the rule above, at `now`. `task` is the task as the claim returned it.
 #[allow(clippy::too_many_arguments)]
 pub async fn record_page<S: TaskStore, B: BlobStore>(
     store: &S,
@@ -49,6 +49,7 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     url: &CanonicalUrl,
     mut record: FetchRecord,
     body: Option<(Bytes, [u8; 16])>,
+    now: Millis,
 ) -> Result<StoredPage, RecordError> {
     let mut written: Option<(String, String)> = None;
     if let Some((bytes, md5)) = body {
@@ -73,7 +74,7 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
         record.object_key = Some(key);
         record.md5 = Some(md5_hex);
     }
-    match store.finish(lease, &record, now_ms()).await? {
+    match store.finish(lease, &record, now).await? {
         FinishOutcome::Finished { replaced, stale } => {
             let keep = record.object_key.as_deref();
             let mut doomed: Vec<String> = Vec::new();
