@@ -89,10 +89,6 @@ impl DynamoStore {
         }
     }
 
-    pub fn shards(&self) -> u32 {
-        self.shards
-    }
-
     fn task_key(crawl_id: &CrawlId, task_id: &TaskId) -> AttributeValue {
         s(task_pk(crawl_id, task_id))
     }

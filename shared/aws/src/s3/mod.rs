@@ -54,10 +54,6 @@ impl S3BlobStore {
             calls,
         }
     }
-
-    pub fn bucket(&self) -> &str {
-        &self.bucket
-    }
 }
 
 impl BlobStore for S3BlobStore {

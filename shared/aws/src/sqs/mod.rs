@@ -64,10 +64,6 @@ impl SqsQueue {
         }
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     fn entry(
         &self,
         index: usize,
