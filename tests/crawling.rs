@@ -165,6 +165,37 @@ async fn a_site_is_crawled_within_scope_with_links_discovered() {
 }
 
 #[tokio::test]
+async fn query_order_and_tracking_parameters_make_one_task_fetched_once() {
+    // GIVEN a page linking one item under four spellings: parameters reordered, tracking
+    // parameters added, empty parameters
+    let site = Site::start().await;
+    site.route(
+        "/list.html",
+        Route::html(
+            r#"<a href="/item?a=1&amp;b=2">1</a> <a href="/item?b=2&amp;a=1">2</a>
+            <a href="/item?utm_source=news&amp;a=1&amp;b=2&amp;gclid=x">3</a>
+            <a href="/item?a=1&amp;&amp;b=2&amp;">4</a>"#,
+        ),
+    )
+    .route("/item", Route::html("<p>item</p>"));
+    let (crawler, crawl) = start(aws_stack(&moto::shared().endpoint).await, config(&site)).await;
+
+    // WHEN the crawl of the list page is drained
+    seed(&crawler, &crawl, &[site.url("/list.html")]).await;
+    drain(&crawler).await;
+
+    // THEN the item is one task, fetched once, under its canonical URL
+    assert_eq!(site.hits("/item"), 1);
+    let counts = crawler.store().counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+    let item = task(&crawler, &crawl, &site.url("/item?b=2&a=1")).await;
+    assert_eq!(
+        (item.status, item.url.as_str()),
+        (Status::Succeeded, site.url("/item?a=1&b=2").as_str())
+    );
+}
+
+#[tokio::test]
 async fn failures_end_in_the_right_status_with_nothing_stored() {
     // GIVEN a crawl open to any host (so the network guard, not the scope, must refuse
     // internal addresses) with bodies capped at 64 KiB

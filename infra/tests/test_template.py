@@ -227,6 +227,8 @@ def check_queues(template):
             if bool(props.get("FifoQueue")) != bool(source.get("FifoQueue")):
                 problems.append(f"{logical}: a dead-letter queue must match its source queue's FIFO type")
             continue
+        if int(props.get("MessageRetentionPeriod", 345600)) != 1209600:
+            problems.append(f"{logical}: keep messages 14 days (SQS's default 4 loses waiting work)")
         redrive = props.get("RedrivePolicy")
         if not redrive:
             problems.append(f"{logical}: has no dead-letter queue")

@@ -63,6 +63,7 @@ const STATUS_INDEX_ATTRIBUTES = [
 ];
 
 const DLQ_RETENTION = Duration.days(14);
+const QUEUE_RETENTION = Duration.days(14);
 const MAX_RECEIVE_COUNT = 5;
 
 /** Gives a construct's CloudFormation resource the logical id it has in the SAM template. */
@@ -232,6 +233,9 @@ export class TrawlStack extends Stack {
       visibilityTimeout: Duration.seconds(
         Token.asNumber(crawlQueueVisibility.findInMap(crawlerTimeout.valueAsString, 'Seconds')),
       ),
+      // SQS's longest (14 days), not its default 4: a message waiting behind a slow host must
+      // not expire.
+      retentionPeriod: QUEUE_RETENTION,
       deadLetterQueue: { queue: crawlDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
     });
     samLogicalId(crawlQueue, 'CrawlQueue');
@@ -245,6 +249,7 @@ export class TrawlStack extends Stack {
     const deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       visibilityTimeout: Duration.seconds(VISIBILITY_PER_TIMEOUT * DELIVERER_TIMEOUT),
+      retentionPeriod: QUEUE_RETENTION,
       deadLetterQueue: { queue: deliveryDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
     });
     samLogicalId(deliveryQueue, 'DeliveryQueue');

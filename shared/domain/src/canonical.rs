@@ -3,7 +3,9 @@
 //! Two spellings of one page must become one task, so every URL is canonicalised before it is
 //! hashed: scheme and host lower-cased, IDN hosts in punycode, default ports, fragments and dot
 //! segments dropped, percent-encoding normalised (unreserved characters decoded, hex digits upper
-//! case). Only `http` and `https` are accepted.
+//! case), query parameters in a stable order (sorted by name; values of a repeated name keep their
+//! order) without empty ones. Only `http` and `https` are accepted. Tracking parameters are a
+//! crawl's choice (`Scope::drop_params`), applied with [`CanonicalUrl::without_params`].
 
 use md5::{Digest, Md5};
 use std::fmt;
@@ -93,8 +95,8 @@ impl CanonicalUrl {
         match url.query() {
             Some("") => url.set_query(None),
             Some(q) => {
-                let q = normalise_percent(q);
-                url.set_query(Some(&q));
+                let q = sort_query(&normalise_percent(q));
+                url.set_query((!q.is_empty()).then_some(q.as_str()));
             }
             None => {}
         }
@@ -111,6 +113,29 @@ impl CanonicalUrl {
 
     pub fn as_url(&self) -> &url::Url {
         &self.0
+    }
+
+    /// This URL without the query parameters `drop` names (a name, or a prefix ending in `*`:
+    /// `utm_*`). Matching is on the parameter name as written in the canonical query.
+    pub fn without_params(self, drop: &[String]) -> Self {
+        let Some(query) = self.0.query() else {
+            return self;
+        };
+        let dropped = |pair: &str| {
+            let name = pair.split('=').next().unwrap_or_default();
+            drop.iter().any(|d| match d.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == d,
+            })
+        };
+        if !query.split('&').any(dropped) {
+            return self;
+        }
+        let kept: Vec<&str> = query.split('&').filter(|p| !dropped(p)).collect();
+        let kept = kept.join("&");
+        let mut url = self.0.clone();
+        url.set_query((!kept.is_empty()).then_some(kept.as_str()));
+        Self(url)
     }
 
     /// The host, lower case (punycode for IDN hosts, brackets for IPv6).
@@ -158,6 +183,14 @@ fn normalise_percent(s: &str) -> String {
         i += 1;
     }
     out
+}
+
+/// Query parameters sorted by name (stable: a repeated name keeps its values' order), empty
+/// ones dropped, so that `?b=2&a=1` and `?a=1&b=2` are one page.
+fn sort_query(query: &str) -> String {
+    let mut pairs: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    pairs.sort_by_key(|p| p.split('=').next().unwrap_or_default());
+    pairs.join("&")
 }
 
 fn hex_value(b: u8) -> Option<u8> {
@@ -278,6 +311,40 @@ mod tests {
             canon("http://example.com:8080/x"),
             "http://example.com:8080/x"
         );
+    }
+
+    #[test]
+    fn query_order_and_empty_parameters_do_not_make_a_new_page() {
+        assert_eq!(
+            canon("http://example.com/p?b=2&a=1"),
+            canon("http://example.com/p?a=1&b=2")
+        );
+        assert_eq!(
+            canon("http://example.com/p?a=1&&b=2&"),
+            "http://example.com/p?a=1&b=2"
+        );
+        // Values of one name keep their order: `?t=x&t=y` may mean something else than `?t=y&t=x`.
+        assert_eq!(
+            canon("http://example.com/p?t=y&s=1&t=x"),
+            "http://example.com/p?s=1&t=y&t=x"
+        );
+        assert_eq!(canon("http://example.com/p?&&"), "http://example.com/p");
+    }
+
+    #[test]
+    fn tracking_parameters_are_dropped_by_name_or_prefix() {
+        let drop = ["utm_*".to_owned(), "gclid".to_owned()];
+        let url = CanonicalUrl::parse("http://example.com/p?utm_source=x&id=7&gclid=1&utm=keep")
+            .unwrap()
+            .without_params(&drop);
+        assert_eq!(url.as_str(), "http://example.com/p?id=7&utm=keep");
+        let only = CanonicalUrl::parse("http://example.com/p?utm_medium=a")
+            .unwrap()
+            .without_params(&drop);
+        assert_eq!(only.as_str(), "http://example.com/p");
+        // Nothing to drop: the same URL back.
+        let same = CanonicalUrl::parse("http://example.com/p?q=1").unwrap();
+        assert_eq!(same.clone().without_params(&drop), same);
     }
 
     #[test]

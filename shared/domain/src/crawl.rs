@@ -6,7 +6,7 @@ use crate::task::Millis;
 use serde::{Deserialize, Serialize};
 
 /// Which URLs belong to a crawl.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scope {
     /// Hosts or domains whose URLs are followed (`example.com` also admits `www.example.com`).
@@ -22,7 +22,30 @@ pub struct Scope {
     pub max_pages: Option<u64>,
     /// Whether links found on pages are crawled.
     pub follow_links: bool,
+    /// Query parameters dropped from every URL before it becomes a task: names, or prefixes
+    /// ending in `*`. Default: the common tracking parameters (`DEFAULT_DROP_PARAMS`).
+    pub drop_params: Vec<String>,
 }
+
+impl Default for Scope {
+    fn default() -> Self {
+        Self {
+            allowed_domains: Vec::new(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            max_depth: None,
+            max_pages: None,
+            follow_links: true,
+            drop_params: DEFAULT_DROP_PARAMS.iter().map(|&p| p.to_owned()).collect(),
+        }
+    }
+}
+
+/// Tracking parameters that never change what a page is.
+pub const DEFAULT_DROP_PARAMS: &[&str] = &[
+    "utm_*", "gclid", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "mc_cid",
+    "mc_eid", "igshid", "_ga", "_gl",
+];
 
 /// How hard trawl may press one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

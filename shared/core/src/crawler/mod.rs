@@ -500,6 +500,7 @@ where
         let tasks: Vec<NewTask> = links
             .urls
             .into_iter()
+            .map(|url| context.scope.normalise(url))
             .filter(|url| context.scope.check(url, depth).is_ok())
             .filter(|url| {
                 !self

@@ -57,6 +57,7 @@ pub struct ScopeMatcher {
     include: Option<RegexSet>,
     exclude: Option<RegexSet>,
     max_depth: Option<u32>,
+    drop_params: Vec<String>,
 }
 
 impl ScopeMatcher {
@@ -73,7 +74,13 @@ impl ScopeMatcher {
             include: compile("include", &scope.include)?,
             exclude: compile("exclude", &scope.exclude)?,
             max_depth: scope.max_depth,
+            drop_params: scope.drop_params.clone(),
         })
+    }
+
+    /// `url` as this crawl's task URL: without its `drop_params` (tracking parameters).
+    pub fn normalise(&self, url: CanonicalUrl) -> CanonicalUrl {
+        url.without_params(&self.drop_params)
     }
 
     /// Whether `url`, found at link depth `depth`, belongs to the crawl.

@@ -515,7 +515,7 @@ where
     /// Takes one seed URL: canonical and in scope, or rejected with the reason.
     fn offer(&mut self, raw: &str) {
         self.read += 1;
-        match CanonicalUrl::parse(raw) {
+        match CanonicalUrl::parse(raw).map(|url| self.scope.normalise(url)) {
             Err(e) => self.reject(raw, e.reason.to_string()),
             Ok(url) => match self.scope.check(&url, 0) {
                 Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
