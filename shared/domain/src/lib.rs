@@ -5,5 +5,6 @@
 pub mod calls;
 pub mod canonical;
 pub mod crawl;
+pub mod host;
 pub mod retry;
 pub mod task;
