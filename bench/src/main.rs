@@ -6,6 +6,7 @@
 mod calls;
 mod cost;
 mod error;
+mod frontier;
 mod lambda;
 mod local;
 mod machine;
@@ -51,6 +52,7 @@ enum Section {
     Calls,
     Lambda,
     Sweep,
+    Frontier,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -211,6 +213,10 @@ async fn measure(args: &Args) -> Report {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "sweeper", e),
         }
+    }
+    if wanted(Section::Frontier) {
+        eprintln!("frontier simulation …");
+        report.figures.extend(frontier::run(args.quick));
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {
