@@ -1,5 +1,6 @@
 //! robots.txt (RFC 9309): fetched once per origin and user-agent token, cached with a TTL.
 
+use super::request::RequestPlan;
 use super::{Fetcher, Hop, read_capped};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -149,8 +150,12 @@ impl Fetcher {
             Err(e) => return Ok(Rules::Unavailable(e.to_string())),
         };
         let deadline = Instant::now() + Duration::from_millis(config.fetch.timeout_ms);
+        let plan = match RequestPlan::for_robots(&config.fetch) {
+            Ok(plan) => plan,
+            Err(f) => return Ok(Rules::Unavailable(f.message)),
+        };
         for hop in 0..=MAX_ROBOTS_REDIRECTS {
-            let response = match self.send(&robots_url, config, None, deadline).await {
+            let response = match self.send(&robots_url, config, &plan, None, deadline).await {
                 Ok(r) => r,
                 // The origin itself is forbidden: the page fetch is refused, not "unavailable".
                 Err(f) if f.kind == ErrorKind::Blocked && hop == 0 => return Err(f),
