@@ -322,7 +322,15 @@ mod tests {
         assert!(fetch.cookies.jar);
 
         let default = serde_json::to_value(FetchLimits::default()).unwrap();
-        for key in ["headers", "accept_language", "method", "body", "rules", "auth", "cookies"] {
+        for key in [
+            "headers",
+            "accept_language",
+            "method",
+            "body",
+            "rules",
+            "auth",
+            "cookies",
+        ] {
             assert!(default.get(key).is_none(), "{key} in {default}");
         }
     }

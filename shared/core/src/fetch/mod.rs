@@ -214,7 +214,9 @@ impl Fetcher {
             let previous = req
                 .previous
                 .filter(|_| url.as_str() == conditional_url && plan.method == Method::GET);
-            let response = self.send(&url, req.config, &plan, previous, deadline).await?;
+            let response = self
+                .send(&url, req.config, &plan, previous, deadline)
+                .await?;
             let status = response.status();
             let next = match Hop::of(&response, &url) {
                 Hop::Final => break self.finish(response, url, redirects, req, deadline).await,

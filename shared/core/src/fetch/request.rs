@@ -38,7 +38,10 @@ const MAX_RULE_SETS: usize = 64;
 /// Header names a crawl may not configure as plain headers, and what to use instead.
 const REFUSED_HEADERS: [(&str, &str); 9] = [
     ("authorization", "use fetch.auth, which names its secrets"),
-    ("proxy-authorization", "secrets are never stored with a crawl"),
+    (
+        "proxy-authorization",
+        "secrets are never stored with a crawl",
+    ),
     ("cookie", "use fetch.cookies"),
     ("accept-language", "use accept_language"),
     ("user-agent", "use user_agent (robots.txt rules follow it)"),
@@ -97,7 +100,11 @@ pub(crate) struct RuleSets {
 
 impl RuleSets {
     /// The request settings for `url` under `fetch`.
-    pub(crate) fn plan(&self, url: &CanonicalUrl, fetch: &FetchLimits) -> Result<RequestPlan, Failure> {
+    pub(crate) fn plan(
+        &self,
+        url: &CanonicalUrl,
+        fetch: &FetchLimits,
+    ) -> Result<RequestPlan, Failure> {
         let rule = self.first_match(&fetch.rules, url.as_str())?;
         let accept_language = rule
             .and_then(|r| r.accept_language.as_deref())
@@ -129,7 +136,11 @@ impl RuleSets {
         })
     }
 
-    fn first_match<'a>(&self, rules: &'a [UrlRule], url: &str) -> Result<Option<&'a UrlRule>, Failure> {
+    fn first_match<'a>(
+        &self,
+        rules: &'a [UrlRule],
+        url: &str,
+    ) -> Result<Option<&'a UrlRule>, Failure> {
         if rules.is_empty() {
             return Ok(None);
         }
@@ -168,15 +179,16 @@ pub(crate) async fn authorize(
 ) -> Result<RequestBuilder, Failure> {
     let port = url.as_url().port_or_known_default();
     let Some(entry) = auth.iter().find(|a| {
-        host_and_port(&a.host).is_some_and(|(host, p)| host == url.host() && p.is_none_or(|p| Some(p) == port))
+        host_and_port(&a.host)
+            .is_some_and(|(host, p)| host == url.host() && p.is_none_or(|p| Some(p) == port))
     }) else {
         return Ok(request);
     };
     match (&entry.bearer, &entry.basic) {
         (Some(token), _) => {
             let secret = resolve(secrets, token, entry).await?;
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose()))
-                .map_err(|_| {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
                     Failure::new(
                         ErrorKind::ClientError,
                         format!(
@@ -266,7 +278,11 @@ pub(crate) fn cookie_header(
 pub fn validate(fetch: &FetchLimits) -> Vec<String> {
     let mut problems = Vec::new();
     check_headers("fetch.headers", &fetch.headers, &mut problems);
-    check_accept_language("fetch.accept_language", fetch.accept_language.as_deref(), &mut problems);
+    check_accept_language(
+        "fetch.accept_language",
+        fetch.accept_language.as_deref(),
+        &mut problems,
+    );
     if fetch.body.is_some() && fetch.method == HttpMethod::Get {
         problems.push("fetch.body needs fetch.method POST".into());
     }
@@ -292,7 +308,10 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
     for (i, auth) in fetch.auth.iter().enumerate() {
         let at = format!("fetch.auth[{i}]");
         match host_and_port(&auth.host) {
-            None => problems.push(format!("{at}.host {:?} is not a host or host:port", auth.host)),
+            None => problems.push(format!(
+                "{at}.host {:?} is not a host or host:port",
+                auth.host
+            )),
             Some(key) => {
                 if !hosts.insert(key) {
                     problems.push(format!("{at}.host {:?} is listed twice", auth.host));
@@ -326,7 +345,10 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
             if name.is_empty() || !name.chars().all(token) {
                 problems.push(format!("{at}: {name:?} is not a cookie name"));
             }
-            if !value.chars().all(|c| c.is_ascii_graphic() && !"\",;\\".contains(c)) {
+            if !value
+                .chars()
+                .all(|c| c.is_ascii_graphic() && !"\",;\\".contains(c))
+            {
                 problems.push(format!("{at}: the value of {name:?} is not a cookie value"));
             }
         }
@@ -385,10 +407,7 @@ fn encode(body: &RequestBody) -> Result<(Bytes, &'static str), String> {
         RequestBody::Json(value) => serde_json::to_vec(value)
             .map(|bytes| (Bytes::from(bytes), "application/json"))
             .map_err(|e| format!("body: {e}")),
-        RequestBody::Text(text) => Ok((
-            Bytes::from(text.clone()),
-            "text/plain; charset=utf-8",
-        )),
+        RequestBody::Text(text) => Ok((Bytes::from(text.clone()), "text/plain; charset=utf-8")),
     }
 }
 
@@ -499,13 +518,23 @@ mod tests {
             .plan(&url("http://h/"), &fetch)
             .unwrap_err();
         assert_eq!(failure.kind, ErrorKind::ClientError);
-        assert!(failure.message.starts_with("crawl configuration: fetch.rules"));
+        assert!(
+            failure
+                .message
+                .starts_with("crawl configuration: fetch.rules")
+        );
     }
 
     #[test]
     fn hosts_and_ports_are_normalised_and_anything_else_refused() {
-        assert_eq!(host_and_port("API.Example.com"), Some(("api.example.com".into(), None)));
-        assert_eq!(host_and_port("127.0.0.1:8080"), Some(("127.0.0.1".into(), Some(8080))));
+        assert_eq!(
+            host_and_port("API.Example.com"),
+            Some(("api.example.com".into(), None))
+        );
+        assert_eq!(
+            host_and_port("127.0.0.1:8080"),
+            Some(("127.0.0.1".into(), Some(8080)))
+        );
         assert_eq!(host_and_port("[::1]:80"), Some(("[::1]".into(), Some(80))));
         assert_eq!(host_and_port("[::1]"), Some(("[::1]".into(), None)));
         for bad in ["", "h/path", "user@h", "h:99999", "h?q", "http://h"] {
@@ -519,7 +548,10 @@ mod tests {
             jar: true,
             initial: BTreeMap::from([(
                 "example.com".into(),
-                BTreeMap::from([("consent".into(), "yes".into()), ("session".into(), "old".into())]),
+                BTreeMap::from([
+                    ("consent".into(), "yes".into()),
+                    ("session".into(), "old".into()),
+                ]),
             )]),
         };
         let jar = reqwest::cookie::Jar::default();
@@ -528,10 +560,20 @@ mod tests {
         let header = cookie_header(&page, &cookies, &jar).unwrap().unwrap();
         assert!(header.is_sensitive());
         assert_eq!(header.to_str().unwrap(), "session=new; consent=yes");
-        assert_eq!(cookie_header(&url("http://notexample.com/"), &cookies, &jar).unwrap(), None);
-        let without_jar = Cookies { jar: false, ..cookies };
         assert_eq!(
-            cookie_header(&page, &without_jar, &jar).unwrap().unwrap().to_str().unwrap(),
+            cookie_header(&url("http://notexample.com/"), &cookies, &jar).unwrap(),
+            None
+        );
+        let without_jar = Cookies {
+            jar: false,
+            ..cookies
+        };
+        assert_eq!(
+            cookie_header(&page, &without_jar, &jar)
+                .unwrap()
+                .unwrap()
+                .to_str()
+                .unwrap(),
             "consent=yes; session=old"
         );
     }
@@ -575,7 +617,10 @@ mod tests {
             "the value of \"ok\" is not a cookie value",
         ];
         for want in expected {
-            assert!(problems.iter().any(|p| p.contains(want)), "{want} not in {problems:#?}");
+            assert!(
+                problems.iter().any(|p| p.contains(want)),
+                "{want} not in {problems:#?}"
+            );
         }
         assert_eq!(problems.len(), expected.len(), "{problems:#?}");
         assert!(validate(&FetchLimits::default()).is_empty());

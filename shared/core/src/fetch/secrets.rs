@@ -40,7 +40,10 @@ pub struct SecretError {
 /// Where the values of named secrets come from (the port; asynchronous so that a store such as
 /// a parameter service can stand behind it).
 pub trait SecretSource: Send + Sync {
-    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> BoxFuture<'a, Result<Secret, SecretError>>;
+    fn resolve<'a>(
+        &'a self,
+        reference: &'a SecretRef,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>>;
 }
 
 /// Secrets from the process environment: what the CLI and the crawler function use.
@@ -48,7 +51,10 @@ pub trait SecretSource: Send + Sync {
 pub struct EnvSecrets;
 
 impl SecretSource for EnvSecrets {
-    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> BoxFuture<'a, Result<Secret, SecretError>> {
+    fn resolve<'a>(
+        &'a self,
+        reference: &'a SecretRef,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>> {
         let SecretRef::Env(name) = reference;
         let value = std::env::var(name).map(Secret).map_err(|e| SecretError {
             reference: reference.clone(),
