@@ -186,8 +186,10 @@ impl Run {
 /// Guard on (only the sites' addresses exempt), any loopback port in scope, links followed,
 /// and the `fetch` settings under test.
 fn config(sites: &[&Site], fetch: serde_json::Value) -> CrawlConfig {
-    let mut config = CrawlConfig::default();
-    config.fetch = serde_json::from_value(fetch).unwrap();
+    let mut config = CrawlConfig {
+        fetch: serde_json::from_value(fetch).unwrap(),
+        ..CrawlConfig::default()
+    };
     config.fetch.guard_exempt = sites.iter().map(|s| s.addr().to_string()).collect();
     config.fetch.timeout_ms = 3_000;
     config.scope.allowed_domains = vec!["127.0.0.1".into()];

@@ -55,7 +55,7 @@ where
                 user_agent: None,
                 allow_private_networks: false,
                 guard_exempt: vec![exempt],
-                request: crate::args::RequestArgs::default(),
+                request: Box::default(),
             };
             crate::crawl::run(backend, args, json).await
         }

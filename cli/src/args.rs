@@ -97,8 +97,9 @@ pub struct CrawlArgs {
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,
+    /// Boxed: these flags would make every other command's arguments as large.
     #[command(flatten)]
-    pub request: RequestArgs,
+    pub request: Box<RequestArgs>,
 }
 
 /// How `trawl crawl` makes its requests (the crawl's `fetch` settings).

@@ -337,7 +337,7 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
     }
     for (domain, cookies) in &fetch.cookies.initial {
         let at = format!("fetch.cookies.initial[{domain:?}]");
-        if !host_and_port(domain.trim_start_matches('.')).is_some_and(|(_, port)| port.is_none()) {
+        if host_and_port(domain.trim_start_matches('.')).is_none_or(|(_, port)| port.is_some()) {
             problems.push(format!("{at}: not a host name"));
         }
         for (name, value) in cookies {
