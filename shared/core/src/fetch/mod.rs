@@ -13,7 +13,7 @@ mod robots;
 mod secrets;
 
 pub use guard::{BlockedAddress, is_forbidden};
-pub use request::{MAX_URL_RULES, validate as validate_request_settings};
+pub use request::validate as validate_request_settings;
 pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 
 use crate::discover::ScopeMatcher;
