@@ -430,3 +430,165 @@ async fn the_aws_backend_sets_up_and_crawls_through_dynamodb_s3_and_sqs() {
     assert_eq!(crawl["counts"], summary["counts"]);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Every file under `dir`, recursively (the SQLite database and its journal, bodies, deliveries).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[tokio::test]
+async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_or_the_output() {
+    // GIVEN a login page that wants a header and a language and sets a session cookie; a
+    // members' page that wants the cookie and a Bearer token; an intranet host that wants Basic
+    // credentials; a PDF; and a page that refuses every request
+    const TOKEN: &str = "cli-bearer-7b2f0c";
+    const PASSWORD: &str = "cli-password-e41d";
+    let site = Site::start().await;
+    let intranet = Site::start().await;
+    let bearer = format!("Bearer {TOKEN}");
+    site.route(
+        "/login",
+        Route::html(r#"<a href="/members.html">members</a>"#)
+            .require_header("X-Client", "trawl-cli")
+            .require_header("Accept-Language", "de-CH")
+            .header("set-cookie", "session=abc; Path=/"),
+    )
+    .route(
+        "/members.html",
+        Route::html(format!(
+            r#"<a href="/doc.pdf">pdf</a> <a href="/denied.html">no</a> <a href="{}">intranet</a>"#,
+            intranet.url("/private.html")
+        ))
+        .require_cookie("session", "abc")
+        .require_header("Authorization", &bearer),
+    )
+    .route(
+        "/doc.pdf",
+        Route::content("application/pdf", &b"%PDF-1.4 members only"[..])
+            .require_header("Authorization", &bearer),
+    )
+    .route("/denied.html", Route::status(401));
+    // base64("bob:cli-password-e41d")
+    intranet.route(
+        "/private.html",
+        Route::html("<p>intranet</p>")
+            .require_header("Authorization", "Basic Ym9iOmNsaS1wYXNzd29yZC1lNDFk"),
+    );
+    let dir = temp_dir("client-flags");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+
+    // WHEN it is crawled with the request flags, the secrets in the environment
+    let crawl = Command::new(trawl_bin())
+        .args([
+            "crawl",
+            &site.url("/login"),
+            "--allow-private-networks",
+            "--header",
+            "X-Client: trawl-cli",
+            "--accept-language",
+            "de-CH",
+            "--keep-cookies",
+            "--store-content-type",
+            "application/pdf",
+            "--bearer-env",
+            &format!("{}=TRAWL_TEST_TOKEN", site.addr()),
+            "--basic-env",
+            &format!("{}=TRAWL_TEST_USER:TRAWL_TEST_PASSWORD", intranet.addr()),
+            "--data-dir",
+            data,
+            "--json",
+        ])
+        .env("TRAWL_TEST_TOKEN", TOKEN)
+        .env("TRAWL_TEST_USER", "bob")
+        .env("TRAWL_TEST_PASSWORD", PASSWORD)
+        .current_dir(&dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    // THEN every page the flags open is fetched, the PDF stored, the refusing page given up
+    assert!(
+        crawl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crawl.stderr)
+    );
+    let summary = json_of(&crawl);
+    assert_eq!(summary["counts"]["succeeded"], 4, "{summary}");
+    assert_eq!(summary["counts"]["ignored"], 1, "{summary}");
+    let pdf = trawl(
+        &[
+            "tasks",
+            "show",
+            &site.url("/doc.pdf"),
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    let pdf = json_of(&pdf);
+    assert_eq!(pdf["status"], "succeeded");
+    assert!(pdf["object"].is_string(), "{pdf}");
+    let denied = trawl(
+        &[
+            "tasks",
+            "show",
+            &site.url("/denied.html"),
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(json_of(&denied)["errors"][0]["message"], "HTTP 401");
+
+    // AND no secret is in any file of the data directory, nor in anything trawl printed
+    let mut printed = [&crawl, &denied]
+        .iter()
+        .map(|o| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .collect::<String>();
+    printed.push_str(&pdf.to_string());
+    let files = files_under(Path::new(data));
+    let pdf_body = b"%PDF-1.4 members only";
+    assert!(
+        files.iter().any(|f| std::fs::read(f).unwrap() == pdf_body),
+        "the stored bodies are among the files read"
+    );
+    for secret in [TOKEN, PASSWORD, "Ym9iOmNsaS1wYXNzd29yZC1lNDFk"] {
+        assert!(!printed.contains(secret), "{secret} printed");
+        for file in &files {
+            let bytes = std::fs::read(file).unwrap();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} in {}",
+                file.display()
+            );
+        }
+    }
+    // (the stored configuration names the variables instead)
+    let names_stored = files.iter().any(|file| {
+        let bytes = std::fs::read(file).unwrap();
+        bytes.windows(16).any(|w| w == b"TRAWL_TEST_TOKEN")
+    });
+    assert!(names_stored);
+    let _ = std::fs::remove_dir_all(dir);
+}

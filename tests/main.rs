@@ -1,6 +1,7 @@
 //! trawl's integration tests: one binary, one module per area.
 
 mod cli;
+mod client;
 mod conformance;
 mod crawling;
 mod delivering;

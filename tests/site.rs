@@ -1,5 +1,7 @@
 //! A web site on 127.0.0.1 for the integration tests: a route table tests can extend, a count of
-//! requests per path, and the misbehaviour a crawler must survive (stalls, bombs, loops).
+//! requests per path, the requests themselves, routes that answer only requests carrying a
+//! header, a cookie, a method or a body, and the misbehaviour a crawler must survive (stalls,
+//! bombs, loops).
 
 use bytes::Bytes;
 use flate2::Compression;
@@ -7,10 +9,12 @@ use flate2::write::GzEncoder;
 use futures_util::StreamExt;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
+use hyper::header::HeaderMap;
+use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -30,6 +34,46 @@ pub struct Route {
     stall: bool,
     /// Answer 304 to a matching If-None-Match.
     etag: Option<String>,
+    /// What a request must carry to get this answer; 403 otherwise.
+    requires: Vec<Requirement>,
+}
+
+/// Something a route demands of a request.
+#[derive(Debug, Clone)]
+enum Requirement {
+    /// This header with exactly this value.
+    Header(String, String),
+    /// This `name=value` pair in the Cookie header.
+    Cookie(String, String),
+    Method(String),
+    Body(Bytes),
+}
+
+impl Requirement {
+    fn met_by(&self, parts: &Parts, body: &Bytes) -> bool {
+        match self {
+            Requirement::Header(name, value) => parts
+                .headers
+                .get(name.as_str())
+                .is_some_and(|v| v.as_bytes() == value.as_bytes()),
+            Requirement::Cookie(name, value) => parts
+                .headers
+                .get_all("cookie")
+                .iter()
+                .flat_map(|v| v.to_str().unwrap_or_default().split(';'))
+                .any(|pair| pair.trim() == format!("{name}={value}")),
+            Requirement::Method(method) => parts.method.as_str() == method,
+            Requirement::Body(expected) => body == expected,
+        }
+    }
+}
+
+/// A request as the site received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
 }
 
 impl Route {
@@ -41,6 +85,7 @@ impl Route {
             body: body.into(),
             stall: false,
             etag: None,
+            requires: Vec::new(),
         }
     }
 
@@ -72,6 +117,32 @@ impl Route {
         }
     }
 
+    /// Answers only requests with header `name` set to exactly `value` (403 otherwise).
+    pub fn require_header(mut self, name: &str, value: &str) -> Self {
+        self.requires
+            .push(Requirement::Header(name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    /// Answers only requests sending the cookie `name=value` (403 otherwise).
+    pub fn require_cookie(mut self, name: &str, value: &str) -> Self {
+        self.requires
+            .push(Requirement::Cookie(name.into(), value.into()));
+        self
+    }
+
+    /// Answers only requests of this method (403 otherwise).
+    pub fn require_method(mut self, method: &str) -> Self {
+        self.requires.push(Requirement::Method(method.into()));
+        self
+    }
+
+    /// Answers only requests with exactly this body (403 otherwise).
+    pub fn require_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.requires.push(Requirement::Body(body.into()));
+        self
+    }
+
     pub fn stall_after_body(self) -> Self {
         Self {
             stall: true,
@@ -96,24 +167,42 @@ type Body = BoxBody<Bytes, Infallible>;
 struct State {
     routes: Mutex<HashMap<String, Route>>,
     hits: Mutex<HashMap<String, u64>>,
+    received: Mutex<HashMap<String, Vec<Received>>>,
 }
 
 impl State {
-    fn respond(&self, req: &Request<Incoming>) -> Response<Body> {
-        let path = req.uri().path().to_owned();
+    fn respond(&self, req: &Parts, body: Bytes) -> Response<Body> {
+        let path = req.uri.path().to_owned();
         *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
         // A route registered with its query string (`/list?page=2`) wins over the bare path.
         let route = {
             let routes = self.routes.lock().unwrap();
-            let with_query = req.uri().path_and_query().map(|pq| pq.as_str());
+            let with_query = req.uri.path_and_query().map(|pq| pq.as_str());
             with_query
                 .and_then(|pq| routes.get(pq))
                 .or_else(|| routes.get(&path))
                 .cloned()
         };
-        let route = route.unwrap_or_else(|| Route::status(404));
+        let met = route
+            .as_ref()
+            .is_none_or(|r| r.requires.iter().all(|need| need.met_by(req, &body)));
+        self.received
+            .lock()
+            .unwrap()
+            .entry(path)
+            .or_default()
+            .push(Received {
+                method: req.method.to_string(),
+                headers: req.headers.clone(),
+                body,
+            });
+        let route = match route {
+            Some(_) if !met => Route::status(403),
+            Some(route) => route,
+            None => Route::status(404),
+        };
         let not_modified = route.etag.as_deref().is_some_and(|etag| {
-            req.headers()
+            req.headers
                 .get("if-none-match")
                 .is_some_and(|v| v.as_bytes() == etag.as_bytes())
         });
@@ -193,6 +282,17 @@ impl Site {
     pub fn total_hits(&self) -> u64 {
         self.state.hits.lock().unwrap().values().sum()
     }
+
+    /// The requests received for `path` (query strings ignored), oldest first.
+    pub fn received(&self, path: &str) -> Vec<Received> {
+        self.state
+            .received
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for Site {
@@ -205,9 +305,18 @@ async fn serve(listener: TcpListener, state: Arc<State>) {
     while let Ok((stream, _)) = listener.accept().await {
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let response = state.respond(&req);
-                async move { Ok::<_, Infallible>(response) }
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let state = Arc::clone(&state);
+                async move {
+                    let (parts, body) = req.into_parts();
+                    // A body cut short is recorded as what arrived (nothing).
+                    let body = body
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    Ok::<_, Infallible>(state.respond(&parts, body))
+                }
             });
             // Clients hanging up mid-response is part of the tests; nothing to report.
             let _ = http1::Builder::new()

@@ -55,6 +55,7 @@ where
                 user_agent: None,
                 allow_private_networks: false,
                 guard_exempt: vec![exempt],
+                request: Box::default(),
             };
             crate::crawl::run(backend, args, json).await
         }

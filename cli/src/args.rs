@@ -97,6 +97,96 @@ pub struct CrawlArgs {
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,
+    /// Boxed: these flags would make every other command's arguments as large.
+    #[command(flatten)]
+    pub request: Box<RequestArgs>,
+}
+
+/// How `trawl crawl` makes its requests (the crawl's `fetch` settings).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RequestArgs {
+    /// Also store bodies of this content type besides HTML (e.g. `application/pdf`). Repeatable.
+    #[arg(long, value_name = "TYPE")]
+    pub store_content_type: Vec<String>,
+    /// A request header sent with every request, as `Name: value`. Repeatable. Not for secrets
+    /// (they would be stored with the crawl): use --bearer-env or --basic-env.
+    #[arg(long, value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub header: Vec<(String, String)>,
+    /// The Accept-Language header, e.g. `fr-CH, fr;q=0.9`.
+    #[arg(long, value_name = "LANGUAGES")]
+    pub accept_language: Option<String>,
+    /// Send `Authorization: Bearer <token>` to HOST (or HOST:PORT), the token read from the
+    /// environment variable VAR when requests are sent; only the name is stored. Repeatable.
+    #[arg(long, value_name = "HOST=VAR", value_parser = parse_bearer)]
+    pub bearer_env: Vec<BearerEnv>,
+    /// Send HTTP Basic credentials to HOST (or HOST:PORT), user name and password read from the
+    /// environment variables USERVAR and PASSVAR; only the names are stored. Repeatable.
+    #[arg(long, value_name = "HOST=USERVAR:PASSVAR", value_parser = parse_basic)]
+    pub basic_env: Vec<BasicEnv>,
+    /// Keep the cookies responses set (Set-Cookie) and send them back, as a browser does.
+    #[arg(long)]
+    pub keep_cookies: bool,
+}
+
+/// `--bearer-env HOST=VAR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BearerEnv {
+    pub host: String,
+    pub token_var: String,
+}
+
+/// `--basic-env HOST=USERVAR:PASSVAR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasicEnv {
+    pub host: String,
+    pub username_var: String,
+    pub password_var: String,
+}
+
+fn parse_header(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err("expected `Name: value`".into()),
+    }
+}
+
+/// `HOST=REST`, checking that every variable REST names is set: a crawl whose credentials are
+/// missing would otherwise fail each of the host's pages.
+fn host_and_vars(raw: &str, vars: usize) -> Result<(String, Vec<String>), String> {
+    let (host, rest) = raw
+        .split_once('=')
+        .filter(|(host, _)| !host.trim().is_empty())
+        .ok_or("expected HOST=…")?;
+    let names: Vec<String> = rest.split(':').map(|v| v.trim().to_owned()).collect();
+    if names.len() != vars || names.iter().any(String::is_empty) {
+        return Err(format!("expected {vars} variable name(s) after `=`"));
+    }
+    for name in &names {
+        if std::env::var_os(name).is_none() {
+            return Err(format!("the environment variable {name} is not set"));
+        }
+    }
+    Ok((host.trim().to_owned(), names))
+}
+
+fn parse_bearer(raw: &str) -> Result<BearerEnv, String> {
+    let (host, mut vars) = host_and_vars(raw, 1)?;
+    Ok(BearerEnv {
+        host,
+        token_var: vars.remove(0),
+    })
+}
+
+fn parse_basic(raw: &str) -> Result<BasicEnv, String> {
+    let (host, mut vars) = host_and_vars(raw, 2)?;
+    let password_var = vars.remove(1);
+    Ok(BasicEnv {
+        host,
+        username_var: vars.remove(0),
+        password_var,
+    })
 }
 
 #[derive(Debug, Args)]

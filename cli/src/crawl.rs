@@ -2,7 +2,7 @@
 //! functions run. Re-running the same command resumes: known URLs are never fetched again.
 
 use crate::admin::deliver;
-use crate::args::CrawlArgs;
+use crate::args::{CrawlArgs, RequestArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
@@ -24,7 +24,9 @@ use trawl_core::seed::{
 };
 use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::{CrawlConfig, CrawlState};
+use trawl_domain::crawl::{
+    BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, SecretRef,
+};
 use trawl_domain::task::{Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
@@ -101,7 +103,30 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
+    apply_request_args(&args.request, &mut config.fetch);
     config
+}
+
+/// The request flags as `fetch` settings; credentials by variable name only.
+fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) {
+    fetch.store_content_types = args.store_content_type.clone();
+    fetch.headers = args.header.iter().cloned().collect();
+    fetch.accept_language = args.accept_language.clone();
+    let bearer = args.bearer_env.iter().map(|b| HostAuth {
+        host: b.host.clone(),
+        bearer: Some(SecretRef::Env(b.token_var.clone())),
+        basic: None,
+    });
+    let basic = args.basic_env.iter().map(|b| HostAuth {
+        host: b.host.clone(),
+        bearer: None,
+        basic: Some(BasicCredentials {
+            username: SecretRef::Env(b.username_var.clone()),
+            password: SecretRef::Env(b.password_var.clone()),
+        }),
+    });
+    fetch.auth = bearer.chain(basic).collect();
+    fetch.cookies.jar = args.keep_cookies;
 }
 
 pub async fn run<S, B, Q>(

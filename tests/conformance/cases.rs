@@ -880,3 +880,25 @@ pub async fn release_gives_the_task_back<S: TaskStore>(store: &S) {
     assert_eq!(store.delete_tasks(&crawl).await.unwrap(), 1);
     assert!(store.get(&crawl, &id(url)).await.unwrap().is_none());
 }
+
+pub async fn request_settings_are_stored_as_given<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl with every request setting, a JSON body with nested values among them
+    let config = CrawlConfig {
+        fetch: serde_json::from_value(serde_json::json!({
+            "headers": {"X-Client": "trawl"},
+            "accept_language": "fr",
+            "rules": [{"match": "/api/", "method": "POST",
+                       "body": {"json": {"q": "x", "page": 2, "tags": ["a", "b"], "deep": {"n": null}}}}],
+            "auth": [{"host": "api.example.com:8443", "bearer": {"env": "API_TOKEN"}},
+                     {"host": "intranet", "basic": {"username": {"env": "U"}, "password": {"env": "P"}}}],
+            "cookies": {"jar": true, "initial": {"example.com": {"consent": "yes"}}}
+        }))
+        .unwrap(),
+        ..CrawlConfig::default()
+    };
+    let crawl = Crawl::new(crawl_id(), config, T0);
+
+    // WHEN it is created and read back, THEN the settings are unchanged
+    store.create_crawl(&crawl).await.unwrap();
+    assert_eq!(store.get_crawl(&crawl.id).await.unwrap().unwrap(), crawl);
+}

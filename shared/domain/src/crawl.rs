@@ -4,6 +4,8 @@ use crate::canonical::CrawlId;
 use crate::retry::RetryPolicy;
 use crate::task::Millis;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
 
 /// Which URLs belong to a crawl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +73,7 @@ impl Default for Politeness {
     }
 }
 
-/// Limits on each fetch.
+/// How each request is made, and its limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FetchLimits {
@@ -87,6 +89,125 @@ pub struct FetchLimits {
     /// `ip:port` socket addresses the network guard lets through although they are private
     /// (for tests on 127.0.0.1 and one-off intranet hosts). Honoured for IP-literal URLs only.
     pub guard_exempt: Vec<String>,
+    /// Request headers sent with every request, by name. Not for secrets: see `auth`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The Accept-Language header (none by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept_language: Option<String>,
+    #[serde(skip_serializing_if = "is_get")]
+    pub method: HttpMethod,
+    /// Sent with POST requests only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<RequestBody>,
+    /// Settings for the URLs a rule matches, over the ones above; the first matching rule wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<UrlRule>,
+    /// Credentials per host, named, never stored: the first entry for a host applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auth: Vec<HostAuth>,
+    #[serde(skip_serializing_if = "Cookies::is_off")]
+    pub cookies: Cookies,
+}
+
+/// The HTTP methods a crawl may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    #[default]
+    Get,
+    /// For API-style seeds; a 301, 302 or 303 answer turns it into a GET without body (as
+    /// browsers do), a 307 or 308 keeps it.
+    Post,
+}
+
+fn is_get(method: &HttpMethod) -> bool {
+    *method == HttpMethod::Get
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RequestBody {
+    /// Sent as JSON, with `Content-Type: application/json` unless a header names another.
+    Json(serde_json::Value),
+    /// Sent as is, with `Content-Type: text/plain; charset=utf-8` unless a header names another.
+    Text(String),
+}
+
+/// Request settings for the URLs matching a regular expression.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlRule {
+    /// A regular expression matched against the task's canonical URL (anywhere in it, unless
+    /// anchored). Redirect hops keep the task's settings.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Added to the crawl's headers; a header of the same name replaces the crawl's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_language: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<HttpMethod>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<RequestBody>,
+}
+
+/// A secret, by name: the configuration never holds the value, which is looked up when a request
+/// needs it by the process that sends the request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SecretRef {
+    /// An environment variable of the fetching process (the CLI, the crawler function).
+    Env(String),
+}
+
+impl fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretRef::Env(name) => write!(f, "env:{name}"),
+        }
+    }
+}
+
+/// Credentials for one host: exactly one of `bearer` and `basic`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostAuth {
+    /// `host` (any port) or `host:port`, matched exactly: subdomains and redirects to other
+    /// hosts get no credentials.
+    pub host: String,
+    /// `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<SecretRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicCredentials>,
+}
+
+/// `Authorization: Basic …` from a user name and a password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicCredentials {
+    pub username: SecretRef,
+    pub password: SecretRef,
+}
+
+/// Cookies of a crawl.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cookies {
+    /// Keep the cookies responses set (`Set-Cookie`) and send them back, as a browser does.
+    pub jar: bool,
+    /// Cookies sent from the first request on, by host (a host also covers its subdomains),
+    /// then name → value. A cookie of the same name in the jar replaces one listed here.
+    pub initial: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Cookies {
+    fn is_off(&self) -> bool {
+        !self.jar && self.initial.is_empty()
+    }
 }
 
 impl Default for FetchLimits {
@@ -99,6 +220,13 @@ impl Default for FetchLimits {
             store_content_types: Vec::new(),
             allow_private_networks: false,
             guard_exempt: Vec::new(),
+            headers: BTreeMap::new(),
+            accept_language: None,
+            method: HttpMethod::Get,
+            body: None,
+            rules: Vec::new(),
+            auth: Vec::new(),
+            cookies: Cookies::default(),
         }
     }
 }
@@ -188,5 +316,53 @@ impl Crawl {
             generation: 0,
             pages_reserved: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_settings_read_as_documented_and_stay_out_of_default_configs() {
+        let fetch: FetchLimits = serde_json::from_value(serde_json::json!({
+            "headers": {"X-Client": "trawl"},
+            "accept_language": "fr-CH, fr;q=0.9",
+            "rules": [{"match": "/api/search$", "method": "POST", "body": {"json": {"q": "rust"}}}],
+            "auth": [
+                {"host": "api.example.com", "bearer": {"env": "API_TOKEN"}},
+                {"host": "intranet:8080", "basic": {"username": {"env": "U"}, "password": {"env": "P"}}}
+            ],
+            "cookies": {"jar": true, "initial": {"example.com": {"consent": "yes"}}}
+        }))
+        .unwrap();
+        assert_eq!(fetch.rules[0].method, Some(HttpMethod::Post));
+        assert_eq!(
+            fetch.auth[0].bearer,
+            Some(SecretRef::Env("API_TOKEN".into()))
+        );
+        assert_eq!(SecretRef::Env("P".into()).to_string(), "env:P");
+        assert!(fetch.cookies.jar);
+
+        let default = serde_json::to_value(FetchLimits::default()).unwrap();
+        for key in [
+            "headers",
+            "accept_language",
+            "method",
+            "body",
+            "rules",
+            "auth",
+            "cookies",
+        ] {
+            assert!(default.get(key).is_none(), "{key} in {default}");
+        }
+    }
+
+    #[test]
+    fn unknown_request_fields_are_refused() {
+        let typo = serde_json::json!({"auth": [{"host": "h", "bearer_token": "x"}]});
+        assert!(serde_json::from_value::<FetchLimits>(typo).is_err());
+        let method = serde_json::json!({"method": "DELETE"});
+        assert!(serde_json::from_value::<FetchLimits>(method).is_err());
     }
 }

@@ -1,22 +1,31 @@
 //! Fetching one URL the way a polite, careful crawler must: robots.txt, the network guard,
-//! redirects re-checked hop by hop, conditional GET, timeouts and a hard cap on the body.
+//! redirects re-checked hop by hop, conditional GET, timeouts and a hard cap on the body; and as
+//! a real client: the crawl's headers, method and body, credentials and cookies ([`request`]).
 //!
 //! One [`Fetcher`] is built per process and shared; each [`Fetcher::fetch`] takes the crawl's
-//! configuration, so crawls with different limits share connections and the robots cache.
+//! configuration, so crawls with different limits share connections and the robots cache. The
+//! cookie jar is the fetcher's too: the CLI runs one crawl per process, so there it is the
+//! crawl's; a crawler function shares it between the crawls that keep a jar in one container.
 
 mod guard;
+mod request;
 mod robots;
+mod secrets;
 
 pub use guard::{BlockedAddress, is_forbidden};
+pub use request::validate as validate_request_settings;
+pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 
 use crate::discover::ScopeMatcher;
 use bytes::{Bytes, BytesMut};
 use guard::GuardedResolver;
 use md5::{Digest, Md5};
+use request::{RequestPlan, RuleSets};
+use reqwest::cookie::{CookieStore, Jar};
 use reqwest::header::{self, HeaderMap};
-use reqwest::{Client, Response, StatusCode};
+use reqwest::{Client, Method, Response, StatusCode};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
@@ -117,6 +126,9 @@ pub struct Fetcher {
     /// Keyed by (guarded, connect timeout in ms): reqwest fixes the connect timeout per client.
     clients: Mutex<HashMap<(bool, u64), Client>>,
     robots: robots::RobotsCache,
+    rules: RuleSets,
+    jar: Jar,
+    secrets: Arc<dyn SecretSource>,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -144,7 +156,16 @@ impl Fetcher {
             default_user_agent,
             clients: Mutex::new(clients),
             robots: robots::RobotsCache::default(),
+            rules: RuleSets::default(),
+            jar: Jar::default(),
+            secrets: Arc::new(EnvSecrets),
         })
+    }
+
+    /// Looks credentials up in `secrets` instead of the process environment.
+    pub fn with_secrets(mut self, secrets: Arc<dyn SecretSource>) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// Fetches `req.url`: robots.txt first (when the crawl respects it), then the page, following
@@ -180,6 +201,8 @@ impl Fetcher {
             .and_then(|p| p.final_url.as_deref())
             .unwrap_or(req.url.as_str());
         let mut url = req.url.clone();
+        // Chosen for the task's URL before anything is sent: a bad configuration fails first.
+        let mut plan = self.rules.plan(&url, limits)?;
         let mut visited = HashSet::from([url.clone()]);
         let mut redirects: u8 = 0;
         loop {
@@ -188,8 +211,12 @@ impl Fetcher {
                 self.check_guard(&url, req.config)?;
                 self.robots_rules(&url, req.config).await?.check(&url)?;
             }
-            let previous = req.previous.filter(|_| url.as_str() == conditional_url);
-            let response = self.send(&url, req.config, previous, deadline).await?;
+            let previous = req
+                .previous
+                .filter(|_| url.as_str() == conditional_url && plan.method == Method::GET);
+            let response = self
+                .send(&url, req.config, &plan, previous, deadline)
+                .await?;
             let status = response.status();
             let next = match Hop::of(&response, &url) {
                 Hop::Final => break self.finish(response, url, redirects, req, deadline).await,
@@ -231,6 +258,7 @@ impl Fetcher {
                 ));
             }
             redirects += 1;
+            plan.follow(status);
             url = next;
         }
     }
@@ -321,12 +349,14 @@ impl Fetcher {
             .map_err(|e| Failure::new(ErrorKind::Blocked, e.to_string()))
     }
 
-    /// Sends one GET (no redirect following) through the client the crawl's guard setting
-    /// calls for, after checking IP-literal hosts against the guard.
+    /// Sends one request (no redirect following) through the client the crawl's guard setting
+    /// calls for, after checking IP-literal hosts against the guard; keeps the cookies it sets
+    /// when the crawl keeps a jar.
     async fn send(
         &self,
         url: &CanonicalUrl,
         config: &CrawlConfig,
+        plan: &RequestPlan,
         previous: Option<&FetchRecord>,
         deadline: Instant,
     ) -> Result<Response, Failure> {
@@ -335,10 +365,15 @@ impl Fetcher {
             !config.fetch.allow_private_networks,
             config.fetch.connect_timeout_ms,
         )?;
-        let mut request = client
-            .get(url.as_str())
+        let request = client
+            .request(plan.method.clone(), url.as_str())
             .header(header::USER_AGENT, self.user_agent(config))
             .header(header::ACCEPT, ACCEPT);
+        let mut request = plan.apply(request);
+        request = request::authorize(request, url, &config.fetch.auth, &*self.secrets).await?;
+        if let Some(cookies) = request::cookie_header(url, &config.fetch.cookies, &self.jar)? {
+            request = request.header(header::COOKIE, cookies);
+        }
         if let Some(prev) = previous {
             if let Some(etag) = &prev.etag {
                 request = request.header(header::IF_NONE_MATCH, etag);
@@ -350,7 +385,13 @@ impl Fetcher {
         match tokio::time::timeout_at(deadline, request.send()).await {
             Err(_) => Err(Failure::new(ErrorKind::Timeout, "no response in time")),
             Ok(Err(e)) => Err(classify(&e)),
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(response)) => {
+                if config.fetch.cookies.jar {
+                    let mut set = response.headers().get_all(header::SET_COOKIE).iter();
+                    self.jar.set_cookies(&mut set, url.as_url());
+                }
+                Ok(response)
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! robots.txt (RFC 9309): fetched once per origin and user-agent token, cached with a TTL.
 
+use super::request::RequestPlan;
 use super::{Fetcher, Hop, read_capped};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -108,7 +109,7 @@ pub(crate) fn product_token(user_agent: &str) -> &str {
 
 impl Fetcher {
     /// The robots rules for `url`'s origin, from the cache or fetched now.
-    /// `Err` only when the network guard refuses the origin.
+    /// `Err` only when the network guard refuses the origin or its credentials are missing.
     pub(crate) async fn robots_rules(
         &self,
         url: &CanonicalUrl,
@@ -149,11 +150,22 @@ impl Fetcher {
             Err(e) => return Ok(Rules::Unavailable(e.to_string())),
         };
         let deadline = Instant::now() + Duration::from_millis(config.fetch.timeout_ms);
+        let plan = match RequestPlan::for_robots(&config.fetch) {
+            Ok(plan) => plan,
+            Err(f) => return Ok(Rules::Unavailable(f.message)),
+        };
         for hop in 0..=MAX_ROBOTS_REDIRECTS {
-            let response = match self.send(&robots_url, config, None, deadline).await {
+            let response = match self.send(&robots_url, config, &plan, None, deadline).await {
                 Ok(r) => r,
-                // The origin itself is forbidden: the page fetch is refused, not "unavailable".
-                Err(f) if f.kind == ErrorKind::Blocked && hop == 0 => return Err(f),
+                // The origin itself is forbidden, or the crawl's request settings for it cannot
+                // be followed (credentials missing): the page fetch fails for that reason, not
+                // as "robots.txt unavailable", which would be retried.
+                Err(f)
+                    if matches!(f.kind, ErrorKind::Blocked | ErrorKind::ClientError)
+                        && hop == 0 =>
+                {
+                    return Err(f);
+                }
                 Err(f) => return Ok(Rules::Unavailable(f.message)),
             };
             let status = response.status();

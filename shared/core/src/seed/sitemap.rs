@@ -8,7 +8,7 @@ use flate2::read::GzDecoder;
 use quick_xml::events::Event;
 use std::io::Read;
 use trawl_domain::canonical::CanonicalUrl;
-use trawl_domain::crawl::{CrawlConfig, Scope};
+use trawl_domain::crawl::{CrawlConfig, HttpMethod, Scope};
 use trawl_domain::task::Millis;
 
 /// Largest sitemap accepted, compressed or not (the protocol's limit).
@@ -53,6 +53,13 @@ pub(crate) async fn fetch(
     let mut config = config.clone();
     config.fetch.max_body_bytes = MAX_SITEMAP_BYTES;
     config.fetch.store_content_types = SITEMAP_TYPES.iter().map(|t| t.to_string()).collect();
+    // Sitemaps are read with GET whatever the crawl's pages are fetched with.
+    config.fetch.method = HttpMethod::Get;
+    config.fetch.body = None;
+    for rule in &mut config.fetch.rules {
+        rule.method = None;
+        rule.body = None;
+    }
     // Redirects of a sitemap may leave the crawl's hosts; the guard and robots still apply.
     let scope = ScopeMatcher::new(&Scope::default()).map_err(|e| e.to_string())?;
     let outcome = fetcher

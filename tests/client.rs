@@ -1,0 +1,544 @@
+//! Crawling like a real client, through the core crawler on the embedded backend: sites that
+//! answer only requests carrying a header, a cookie their login page set, Basic or Bearer
+//! credentials, or a POST body; and secrets that never reach a stored crawl, task or error.
+
+use crate::site::{Route, Site};
+use crate::support::unique;
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::crawler::Crawler;
+use trawl_core::fetch::{Fetcher, Secret, SecretError, SecretSource};
+use trawl_core::runner::{RunEnd, RunStats, run_crawl};
+use trawl_core::seed::{
+    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
+    SeedSource, Seeder,
+};
+use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{CrawlConfig, SecretRef};
+use trawl_domain::task::{ErrorKind, Status, Task, now_ms};
+use trawl_embedded::fs::FsBlobStore;
+use trawl_core::queue::local::LocalQueue;
+use trawl_embedded::sqlite::SqliteStore;
+
+/// Secrets held by the test instead of the process environment (which tests must not change).
+struct TestSecrets(HashMap<String, String>);
+
+impl SecretSource for TestSecrets {
+    fn resolve<'a>(
+        &'a self,
+        reference: &'a SecretRef,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        let SecretRef::Env(name) = reference;
+        let found = self
+            .0
+            .get(name)
+            .map(Secret::new)
+            .ok_or_else(|| SecretError {
+                reference: reference.clone(),
+                reason: "not among the test's secrets".into(),
+            });
+        Box::pin(std::future::ready(found))
+    }
+}
+
+/// Seeds here are inline URLs only.
+struct NoManifests;
+
+impl ManifestSource for NoManifests {
+    async fn open(
+        &self,
+        bucket: &str,
+        key: &str,
+        _: u64,
+        _: Option<&str>,
+    ) -> Result<OpenManifest, ManifestError> {
+        Err(ManifestError::Unreadable {
+            bucket: bucket.into(),
+            key: key.into(),
+            message: "no manifests in these tests".into(),
+        })
+    }
+}
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
+
+/// A crawl on the embedded backend with its own fetcher (and so its own cookie jar).
+struct Run {
+    crawler: EmbeddedCrawler,
+    fetcher: Arc<Fetcher>,
+    crawl_id: CrawlId,
+    _scratch: Scratch,
+}
+
+impl Run {
+    fn new(secrets: &[(&str, &str)]) -> Run {
+        let calls = Arc::new(CallCounts::default());
+        let scratch = Scratch(std::env::temp_dir().join(unique("client")));
+        let secrets = secrets
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let fetcher = Arc::new(
+            Fetcher::new("")
+                .unwrap()
+                .with_secrets(Arc::new(TestSecrets(secrets))),
+        );
+        let crawler = Crawler::new(
+            SqliteStore::in_memory(calls.clone()).unwrap(),
+            FsBlobStore::new(scratch.0.clone(), calls.clone()),
+            LocalQueue::new(Duration::from_secs(60), calls),
+            Arc::clone(&fetcher),
+            Layout::new("pages"),
+            2,
+        );
+        Run {
+            crawler,
+            fetcher,
+            crawl_id: CrawlId::parse(&unique("client")).unwrap(),
+            _scratch: scratch,
+        }
+    }
+
+    /// Seeds `urls` under `config` as the seeder function and the CLI do (so it is checked).
+    async fn seed(&self, config: CrawlConfig, urls: &[String]) -> Result<(), SeedError> {
+        let defaults = SeedDefaults::default();
+        let seeder = Seeder {
+            store: self.crawler.store(),
+            queue: self.crawler.queue(),
+            fetcher: &self.fetcher,
+            manifests: &NoManifests,
+            defaults: &defaults,
+        };
+        let request = SeedRequest {
+            crawl_id: self.crawl_id.clone(),
+            config: Some(config),
+            source: SeedSource::Urls(urls.to_vec()),
+            cursor: None,
+        };
+        let response = seeder
+            .seed(request, SeedBudget::default(), now_ms())
+            .await?;
+        assert_eq!(response.rejected, 0, "{response:?}");
+        Ok(())
+    }
+
+    /// Crawls until the crawl completes.
+    async fn crawl(&self, config: CrawlConfig, urls: &[String]) {
+        self.seed(config, urls).await.unwrap();
+        let end = tokio::time::timeout(
+            Duration::from_secs(30),
+            run_crawl(
+                &self.crawler,
+                &self.crawl_id,
+                2,
+                &RunStats::default(),
+                &AtomicBool::new(false),
+            ),
+        )
+        .await
+        .expect("the crawl ends")
+        .unwrap();
+        assert!(matches!(end, RunEnd::Completed { .. }), "{end:?}");
+    }
+
+    async fn task(&self, url: &str) -> Task {
+        let id = CanonicalUrl::parse(url).unwrap().task_id();
+        self.crawler
+            .store()
+            .get(&self.crawl_id, &id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no task for {url}"))
+    }
+
+    async fn body(&self, url: &str) -> Vec<u8> {
+        let task = self.task(url).await;
+        let key = task
+            .fetch
+            .and_then(|f| f.object_key)
+            .expect("a stored body");
+        self.crawler
+            .blobs()
+            .get(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .to_vec()
+    }
+}
+
+/// Guard on (only the sites' addresses exempt), any loopback port in scope, links followed,
+/// and the `fetch` settings under test.
+fn config(sites: &[&Site], fetch: serde_json::Value) -> CrawlConfig {
+    let mut config = CrawlConfig {
+        fetch: serde_json::from_value(fetch).unwrap(),
+        ..CrawlConfig::default()
+    };
+    config.fetch.guard_exempt = sites.iter().map(|s| s.addr().to_string()).collect();
+    config.fetch.timeout_ms = 3_000;
+    config.scope.allowed_domains = vec!["127.0.0.1".into()];
+    config.scope.follow_links = true;
+    config
+}
+
+fn assert_status(task: &Task, status: Status) {
+    assert_eq!(
+        task.status, status,
+        "{} ended {:?}: {:?}",
+        task.url, task.status, task.errors
+    );
+}
+
+#[tokio::test]
+async fn headers_and_accept_language_are_sent_per_crawl_and_per_url_rule() {
+    // GIVEN a site whose pages answer only with the crawl's header and language, and whose
+    // French section also wants its own header and language
+    let site = Site::start().await;
+    site.route(
+        "/index.html",
+        Route::html(r#"<a href="/fr/page.html">fr</a> <a href="/plain.html">plain</a>"#)
+            .require_header("X-Client", "trawl-test")
+            .require_header("Accept-Language", "en"),
+    )
+    .route(
+        "/fr/page.html",
+        Route::html("<p>bonjour</p>")
+            .require_header("X-Client", "trawl-test")
+            .require_header("X-Section", "fr")
+            .require_header("Accept-Language", "fr-CH, fr;q=0.9"),
+    )
+    .route(
+        "/plain.html",
+        Route::html("<p>plain</p>").require_header("X-Section", "fr"),
+    );
+    let config = config(
+        &[&site],
+        json!({
+            "headers": {"X-Client": "trawl-test"},
+            "accept_language": "en",
+            "rules": [{"match": "/fr/", "headers": {"X-Section": "fr"},
+                       "accept_language": "fr-CH, fr;q=0.9"}]
+        }),
+    );
+
+    // WHEN it is crawled from the index
+    let run = Run::new(&[]);
+    run.crawl(config, &[site.url("/index.html")]).await;
+
+    // THEN the index and the French page are fetched; the rule's header went to its URLs only
+    assert_status(&run.task(&site.url("/index.html")).await, Status::Succeeded);
+    assert_status(
+        &run.task(&site.url("/fr/page.html")).await,
+        Status::Succeeded,
+    );
+    let plain = run.task(&site.url("/plain.html")).await;
+    assert_status(&plain, Status::Ignored);
+    assert_eq!(plain.errors.last().unwrap().message, "HTTP 403");
+    let sent = &site.received("/plain.html")[0].headers;
+    assert_eq!(sent["x-client"], "trawl-test");
+    assert!(sent.get("x-section").is_none());
+}
+
+#[tokio::test]
+async fn a_cookie_set_by_the_login_page_is_sent_back_when_the_crawl_keeps_a_jar() {
+    // GIVEN a login page that sets a session cookie and links to a members' page that wants it
+    // back, and a page that wants a consent cookie nobody sets
+    let site = Site::start().await;
+    site.route(
+        "/login",
+        Route::html(r#"<a href="/members.html">members</a> <a href="/consent.html">c</a>"#)
+            .header("set-cookie", "session=s3ss10n; Path=/; HttpOnly"),
+    )
+    .route(
+        "/members.html",
+        Route::html("<p>welcome back</p>").require_cookie("session", "s3ss10n"),
+    )
+    .route(
+        "/consent.html",
+        Route::html("<p>thanks</p>").require_cookie("consent", "yes"),
+    );
+    let fetch = json!({"cookies": {"jar": true, "initial": {"127.0.0.1": {"consent": "yes"}}}});
+
+    // WHEN it is crawled from the login page, keeping cookies and starting with the consent one
+    let run = Run::new(&[]);
+    run.crawl(config(&[&site], fetch), &[site.url("/login")])
+        .await;
+
+    // THEN the members' page got the session back, and the consent page its initial cookie
+    assert_status(
+        &run.task(&site.url("/members.html")).await,
+        Status::Succeeded,
+    );
+    assert_status(
+        &run.task(&site.url("/consent.html")).await,
+        Status::Succeeded,
+    );
+
+    // WHEN the same site is crawled by a crawl that keeps no jar
+    let forgetful = Run::new(&[]);
+    forgetful
+        .crawl(config(&[&site], json!({})), &[site.url("/login")])
+        .await;
+
+    // THEN the members' page refuses it
+    let members = forgetful.task(&site.url("/members.html")).await;
+    assert_status(&members, Status::Ignored);
+    assert_eq!(members.errors.last().unwrap().message, "HTTP 403");
+}
+
+#[tokio::test]
+async fn basic_and_bearer_credentials_go_to_their_own_host_only() {
+    // GIVEN an API that wants a Bearer token and links to an intranet that wants Basic
+    // credentials and to a third host that must see none
+    let api = Site::start().await;
+    let intranet = Site::start().await;
+    let other = Site::start().await;
+    const TOKEN: &str = "tok-9f8e7d";
+    api.route(
+        "/index.html",
+        Route::html(format!(
+            r#"<a href="{}">intranet</a> <a href="{}">other</a>"#,
+            intranet.url("/private.html"),
+            other.url("/public.html"),
+        ))
+        .require_header("Authorization", &format!("Bearer {TOKEN}")),
+    );
+    // base64("alice:wonder land")
+    intranet.route(
+        "/private.html",
+        Route::html("<p>private</p>")
+            .require_header("Authorization", "Basic YWxpY2U6d29uZGVyIGxhbmQ="),
+    );
+    other.route("/public.html", Route::html("<p>public</p>"));
+    let fetch = json!({"auth": [
+        {"host": api.addr().to_string(), "bearer": {"env": "API_TOKEN"}},
+        {"host": intranet.addr().to_string(),
+         "basic": {"username": {"env": "INTRA_USER"}, "password": {"env": "INTRA_PASS"}}}
+    ]});
+
+    // WHEN the API is crawled with the three secrets at hand
+    let run = Run::new(&[
+        ("API_TOKEN", TOKEN),
+        ("INTRA_USER", "alice"),
+        ("INTRA_PASS", "wonder land"),
+    ]);
+    run.crawl(
+        config(&[&api, &intranet, &other], fetch),
+        &[api.url("/index.html")],
+    )
+    .await;
+
+    // THEN both protected pages are fetched and the third host saw no Authorization header
+    assert_status(&run.task(&api.url("/index.html")).await, Status::Succeeded);
+    assert_status(
+        &run.task(&intranet.url("/private.html")).await,
+        Status::Succeeded,
+    );
+    assert_status(
+        &run.task(&other.url("/public.html")).await,
+        Status::Succeeded,
+    );
+    for request in other.received("/public.html") {
+        assert!(request.headers.get("authorization").is_none());
+    }
+}
+
+#[tokio::test]
+async fn an_api_seed_is_posted_with_its_json_body_and_a_303_turns_into_a_get() {
+    // GIVEN a search API that answers only a POST of one JSON body, and a form endpoint that
+    // answers its POST with a 303 to a result only a GET may read
+    let site = Site::start().await;
+    site.route(
+        "/api/search",
+        Route::content("application/json", r#"{"hits":["trawl"]}"#)
+            .require_method("POST")
+            .require_header("Content-Type", "application/json")
+            // Object keys go out in sorted order (as the configuration is stored).
+            .require_body(r#"{"page":1,"q":"trawl"}"#),
+    )
+    .route(
+        "/api/submit",
+        Route::redirect(303, "/api/result")
+            .require_method("POST")
+            .require_body("name=trawl"),
+    )
+    .route(
+        "/api/result",
+        Route::content("application/json", r#"{"ok":true}"#).require_method("GET"),
+    );
+    let fetch = json!({
+        "store_content_types": ["application/json"],
+        "rules": [
+            {"match": "/api/search$", "method": "POST", "body": {"json": {"q": "trawl", "page": 1}}},
+            {"match": "/api/submit$", "method": "POST", "body": {"text": "name=trawl"},
+             "headers": {"Content-Type": "application/x-www-form-urlencoded"}}
+        ]
+    });
+
+    // WHEN both are seeded
+    let run = Run::new(&[]);
+    run.crawl(
+        config(&[&site], fetch),
+        &[site.url("/api/search"), site.url("/api/submit")],
+    )
+    .await;
+
+    // THEN the search answer is stored, and the form's result was read with a GET
+    assert_status(&run.task(&site.url("/api/search")).await, Status::Succeeded);
+    assert_eq!(
+        run.body(&site.url("/api/search")).await,
+        br#"{"hits":["trawl"]}"#
+    );
+    let submit = run.task(&site.url("/api/submit")).await;
+    assert_status(&submit, Status::Succeeded);
+    assert_eq!(
+        submit.fetch.unwrap().final_url,
+        Some(site.url("/api/result"))
+    );
+    assert_eq!(site.received("/api/result")[0].method, "GET");
+    assert!(site.received("/api/result")[0].body.is_empty());
+}
+
+#[tokio::test]
+async fn a_secret_reaches_no_stored_crawl_no_task_and_no_error() {
+    // GIVEN an API wanting a Bearer token, whose index links to a page that refuses it, and a
+    // host whose token is held as a value no header can carry
+    const TOKEN: &str = "tok-secret-31415926";
+    const BROKEN: &str = "broken\ntok-secret-27182818";
+    let api = Site::start().await;
+    let broken = Site::start().await;
+    api.route(
+        "/index.html",
+        Route::html(format!(
+            r#"<a href="/denied.html">denied</a> <a href="{}">broken</a>"#,
+            broken.url("/page.html")
+        ))
+        .require_header("Authorization", &format!("Bearer {TOKEN}")),
+    )
+    .route("/denied.html", Route::status(401));
+    broken.route("/page.html", Route::html("<p>never</p>"));
+    let fetch = json!({"auth": [
+        {"host": api.addr().to_string(), "bearer": {"env": "API_TOKEN"}},
+        {"host": broken.addr().to_string(), "bearer": {"env": "BROKEN_TOKEN"}}
+    ]});
+
+    // WHEN it is crawled
+    let run = Run::new(&[("API_TOKEN", TOKEN), ("BROKEN_TOKEN", BROKEN)]);
+    run.crawl(config(&[&api, &broken], fetch), &[api.url("/index.html")])
+        .await;
+
+    // THEN the token did its work …
+    assert_status(&run.task(&api.url("/index.html")).await, Status::Succeeded);
+    let denied = run.task(&api.url("/denied.html")).await;
+    assert_status(&denied, Status::Ignored);
+    let unusable = run.task(&broken.url("/page.html")).await;
+    assert_status(&unusable, Status::Ignored);
+    assert_eq!(unusable.errors.last().unwrap().kind, ErrorKind::ClientError);
+    assert!(
+        unusable
+            .errors
+            .last()
+            .unwrap()
+            .message
+            .contains("secret env:BROKEN_TOKEN is not a valid header value"),
+        "{:?}",
+        unusable.errors
+    );
+    assert_eq!(broken.total_hits(), 0);
+
+    // … and neither secret is in the stored crawl, any stored task or any error
+    let crawl = run
+        .crawler
+        .store()
+        .get_crawl(&run.crawl_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stored = format!("{crawl:?}");
+    for path in ["/index.html", "/denied.html"] {
+        stored.push_str(&format!("{:?}", run.task(&api.url(path)).await));
+    }
+    stored.push_str(&format!("{unusable:?}"));
+    assert!(stored.contains("API_TOKEN") && stored.contains("HTTP 401"));
+    for secret in ["tok-secret-31415926", "tok-secret-27182818"] {
+        assert!(!stored.contains(secret), "{secret} stored: {stored}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_secret_fails_its_host_by_name() {
+    // GIVEN a crawl naming a token that the fetching process does not have
+    let site = Site::start().await;
+    site.route("/index.html", Route::html("<p>hi</p>"));
+    let fetch = json!({"auth": [{"host": site.addr().to_string(), "bearer": {"env": "NOT_HERE"}}]});
+
+    // WHEN it is crawled
+    let run = Run::new(&[]);
+    run.crawl(config(&[&site], fetch), &[site.url("/index.html")])
+        .await;
+
+    // THEN the page is given up with a reason that names the secret, before any request
+    let task = run.task(&site.url("/index.html")).await;
+    assert_status(&task, Status::Ignored);
+    let error = task.errors.last().unwrap();
+    assert_eq!(error.kind, ErrorKind::ClientError);
+    assert_eq!(
+        error.message,
+        format!(
+            "credentials for {}: secret env:NOT_HERE is not available: not among the test's secrets",
+            site.addr()
+        )
+    );
+    assert_eq!(site.hits("/index.html"), 0);
+}
+
+#[tokio::test]
+async fn a_configuration_that_cannot_be_followed_is_refused_at_seed_time() {
+    // GIVEN request settings with a bad regex, a bad header name, a header that would carry a
+    // secret, and credentials for no host
+    let site = Site::start().await;
+    let fetch = json!({
+        "headers": {"bad header": "x", "Authorization": "Bearer inline-secret"},
+        "rules": [{"match": "([unclosed"}],
+        "auth": [{"host": "", "bearer": {"env": "T"}}]
+    });
+
+    // WHEN it is seeded
+    let run = Run::new(&[]);
+    let error = run
+        .seed(config(&[&site], fetch), &[site.url("/")])
+        .await
+        .unwrap_err();
+
+    // THEN the seed is refused with every problem named (and the secret not echoed), and
+    // nothing is written
+    let SeedError::InvalidRequest(problems) = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(!error.to_string().contains("inline-secret"), "{error}");
+    assert!(
+        run.crawler
+            .store()
+            .get_crawl(&run.crawl_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
