@@ -14,6 +14,7 @@ use std::time::Duration;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, Secret, SecretError, SecretSource};
+use trawl_core::queue::local::LocalQueue;
 use trawl_core::runner::{RunEnd, RunStats, run_crawl};
 use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
@@ -25,7 +26,6 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, SecretRef};
 use trawl_domain::task::{ErrorKind, Status, Task, now_ms};
 use trawl_embedded::fs::FsBlobStore;
-use trawl_core::queue::local::LocalQueue;
 use trawl_embedded::sqlite::SqliteStore;
 
 /// Secrets held by the test instead of the process environment (which tests must not change).

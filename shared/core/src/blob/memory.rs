@@ -1,9 +1,8 @@
 //! An object store in memory, for unit tests and simulations: the same contract as S3 and the
 //! directory store (a body must match its declared md5; an upload is invisible until complete).
 
-use super::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta};
+use super::{BlobResult, BlobStore, BlobUpload, ObjectMeta, verify_md5};
 use bytes::Bytes;
-use md5::{Digest, Md5};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -30,18 +29,7 @@ fn store(objects: &Objects, key: &str, body: Bytes) {
 
 impl BlobStore for MemoryBlobStore {
     async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
-        let actual: [u8; 16] = Md5::digest(&body).into();
-        if actual != meta.md5 {
-            return Err(BlobError::Backend {
-                operation: "put",
-                key: key.to_owned(),
-                message: format!(
-                    "body md5 {} does not match the declared {}",
-                    hex::encode(actual),
-                    hex::encode(meta.md5)
-                ),
-            });
-        }
+        verify_md5("put", key, &body, meta)?;
         store(&self.objects, key, body);
         Ok(())
     }
@@ -101,6 +89,7 @@ impl BlobUpload for MemoryUpload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use md5::{Digest, Md5};
 
     fn meta(body: &[u8]) -> ObjectMeta {
         ObjectMeta {

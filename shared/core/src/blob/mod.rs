@@ -8,6 +8,7 @@
 pub mod memory;
 
 use bytes::Bytes;
+use md5::Digest;
 use std::future::Future;
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -96,6 +97,29 @@ impl Layout {
     pub fn md5_of_key(key: &str) -> Option<&str> {
         key.rsplit_once("/md5=").map(|(_, md5)| md5)
     }
+}
+
+/// Refuses a body that does not match its declared md5, as S3 answers BadDigest to a
+/// Content-MD5 that does not match: every store keeps that contract.
+pub fn verify_md5(
+    operation: &'static str,
+    key: &str,
+    body: &[u8],
+    meta: &ObjectMeta,
+) -> BlobResult<()> {
+    let actual: [u8; 16] = md5::Md5::digest(body).into();
+    if actual == meta.md5 {
+        return Ok(());
+    }
+    Err(BlobError::Backend {
+        operation,
+        key: key.to_owned(),
+        message: format!(
+            "body md5 {} does not match the declared {}",
+            hex::encode(actual),
+            hex::encode(meta.md5)
+        ),
+    })
 }
 
 /// An object store.

@@ -5,14 +5,13 @@
 //! `.uploads` is reserved: no key may start with it, and `list` never shows it.
 
 use bytes::Bytes;
-use md5::{Digest, Md5};
 use std::io::ErrorKind as IoErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::fs;
 use tokio::io::AsyncWriteExt;
-use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta};
+use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta, verify_md5};
 use trawl_domain::calls::{Call, CallCounts};
 
 /// Where temporary and in-progress files live, under the root.
@@ -133,19 +132,7 @@ async fn publish(
 impl BlobStore for FsBlobStore {
     async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
         let target = self.path_of(key)?;
-        let actual: [u8; 16] = Md5::digest(&body).into();
-        if actual != meta.md5 {
-            // S3 answers BadDigest to a Content-MD5 that does not match the body.
-            return Err(BlobError::Backend {
-                operation: "put",
-                key: key.to_owned(),
-                message: format!(
-                    "body md5 {} does not match the declared {}",
-                    hex::encode(actual),
-                    hex::encode(meta.md5)
-                ),
-            });
-        }
+        verify_md5("put", key, &body, meta)?;
         self.calls.record(Call::FileWrite);
         let (temp, mut file) = self.temp_file("put", key).await?;
         if let Err(e) = file.write_all(&body).await {
@@ -283,6 +270,7 @@ impl BlobUpload for FsUpload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use md5::{Digest, Md5};
 
     /// A directory under the system temp dir, removed when dropped.
     struct TempDir(PathBuf);
