@@ -105,7 +105,8 @@ async fn an_html_page_is_fetched_with_its_md5_and_its_links_resolved() {
         [
             site.url("/page1.html").as_str(),
             &site.url("/page2.html"),
-            &site.url("/page2.html?b=2&a=1"),
+            // `?b=2&a=1` in the page: query parameters come out in canonical order.
+            &site.url("/page2.html?a=1&b=2"),
             "http://offsite.example/away",
             &internal.url("/secret"),
             "http://169.254.169.254/latest/meta-data/",
