@@ -6,6 +6,7 @@
 mod calls;
 mod cost;
 mod error;
+mod freshness;
 mod frontier;
 mod lambda;
 mod local;
@@ -53,6 +54,7 @@ enum Section {
     Lambda,
     Sweep,
     Frontier,
+    Freshness,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -217,6 +219,10 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Frontier) {
         eprintln!("frontier simulation …");
         report.figures.extend(frontier::run(args.quick));
+    }
+    if wanted(Section::Freshness) {
+        eprintln!("freshness simulation …");
+        report.figures.extend(freshness::run(args.quick));
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {

@@ -7,5 +7,6 @@ pub mod canonical;
 pub mod crawl;
 pub mod host;
 pub mod retry;
+pub mod schedule;
 pub mod task;
 pub mod transition;
