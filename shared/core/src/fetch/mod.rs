@@ -7,7 +7,7 @@
 mod guard;
 mod robots;
 
-pub use guard::{BlockedAddress, is_forbidden};
+pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
 
 use crate::discover::ScopeMatcher;
 use bytes::{Bytes, BytesMut};
