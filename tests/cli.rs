@@ -296,44 +296,367 @@ async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Asserts a failed command printed one line on stderr, naming the problem and what to do.
+fn assert_one_error_line(args: &[&str], output: &Output, code: i32, problem: &str, next: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: one line: {stderr}"
+    );
+    assert!(
+        stderr.contains(problem),
+        "{args:?} should say {problem:?}: {stderr}"
+    );
+    assert!(
+        stderr.contains(next),
+        "{args:?} should say {next:?}: {stderr}"
+    );
+}
+
 #[tokio::test]
-async fn bad_arguments_and_refused_seeds_give_one_clear_line() {
+async fn every_error_is_one_line_naming_what_to_do_next() {
+    // GIVEN a data directory with one crawl, and a file where a directory is expected
     let dir = temp_dir("errors");
     let data = dir.join("data");
     let data = data.to_str().unwrap();
-    let cases: [(&[&str], i32, &str); 4] = [
-        (&["crawl", "--data-dir", data], 2, "nothing to crawl"),
+    let site = linked_site(2).await;
+    let start = site.url("/p/0.html");
+    let seeded = trawl(
+        &[
+            "crawl",
+            &start,
+            "--allow-private-networks",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        seeded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&seeded.stderr)
+    );
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let file = file.to_str().unwrap();
+    let seeds = dir.join("missing-seeds.txt");
+    let seeds = seeds.to_str().unwrap();
+
+    // WHEN each mistake is made, THEN each says what went wrong and what to do, on one line
+    let cases: [(&[&str], i32, &str, &str); 13] = [
+        (
+            &["crawl", "--data-dir", data],
+            2,
+            "nothing to crawl",
+            "give seed URLs",
+        ),
         (
             &["crawl", "ftp://example.com/", "--data-dir", data],
             2,
             "invalid seed URL",
+            "give absolute http(s) URLs",
+        ),
+        (
+            &["crawl", "--seeds-file", seeds, "--data-dir", data],
+            2,
+            "cannot read the seeds file",
+            "check the --seeds-file path",
+        ),
+        (
+            &[
+                "crawl",
+                "http://example.com/",
+                "--per-host",
+                "100",
+                "--data-dir",
+                data,
+            ],
+            2,
+            "per_host",
+            "`trawl crawl --help`",
+        ),
+        (
+            &["crawl", "http://example.com/", "--data-dir", file],
+            1,
+            "cannot use the data directory",
+            "pass another --data-dir",
         ),
         (
             &["tasks", "list", "--status", "bogus", "--data-dir", data],
             2,
             "unknown status",
+            "use one of",
         ),
-        (&["setup"], 2, "--backend aws"),
+        (
+            &["tasks", "show", "http://nowhere.test/", "--data-dir", data],
+            2,
+            "has no task",
+            "`trawl tasks list --status STATUS`",
+        ),
+        (
+            &["status", "--crawl-id", "nope", "--data-dir", data],
+            1,
+            "no crawl \"nope\"",
+            "see `trawl status`",
+        ),
+        (
+            &["retry", "--status", "succeeded", "--data-dir", data],
+            2,
+            "retry takes",
+            "--status failed",
+        ),
+        (
+            &["purge", "--crawl-id", "bad id!", "--data-dir", data],
+            2,
+            "invalid crawl id",
+            "use 1 to 64 characters",
+        ),
+        (&["setup"], 2, "creates AWS resources", "add --backend aws"),
+        (
+            &["status", "--data-dir", file],
+            1,
+            "no crawl in",
+            "start one with `trawl crawl URL",
+        ),
+        (
+            // (--json: the crawl's own notes on stderr are for terminals)
+            &["crawl", "http://127.0.0.1:9/", "--data-dir", data, "--json"],
+            3,
+            "fetched no page",
+            "--allow-private-networks",
+        ),
     ];
-    for (args, code, message) in cases {
+    for (args, code, problem, next) in cases {
         let output = trawl(args, &dir).await;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
-        assert!(
-            stderr.starts_with("error: ") && stderr.contains(message),
-            "{args:?}: {stderr}"
-        );
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert_one_error_line(args, &output, code, problem, next);
     }
-    // A seed the network guard refuses is recorded as such, with the reason shown.
-    let output = trawl(&["crawl", "http://127.0.0.1:9/", "--data-dir", data], &dir).await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+
+    // AND a data directory in use by another process says so
+    let lock = std::fs::File::create(Path::new(data).join(".lock")).unwrap();
+    lock.lock().unwrap();
+    let args = ["crawl", "--crawl-id", "x", "--data-dir", data];
+    let output = trawl(&args, &dir).await;
+    assert_one_error_line(
+        &args,
+        &output,
+        1,
+        "in use by another trawl process",
+        "wait for it",
     );
-    assert!(stdout.contains("blocked"), "{stdout}");
+    // while reading beside it needs no lock
+    let status = trawl(&["status", "--data-dir", data], &dir).await;
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    drop(lock);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_crawl_whose_seeds_are_all_refused_says_why_and_fails() {
+    // GIVEN seeds on loopback addresses, which the network guard refuses by default
+    let dir = temp_dir("refused");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let args = [
+        "crawl",
+        "http://127.0.0.1:9/a",
+        "http://127.0.0.1:9/b",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+
+    // WHEN they are crawled
+    let output = trawl(&args, &dir).await;
+
+    // THEN the crawl fails with its own exit code, explaining itself on one line
+    assert_one_error_line(
+        &args,
+        &output,
+        3,
+        "fetched no page",
+        "--allow-private-networks",
+    );
+    // AND the summary lists the refused tasks by reason, with the address class and the way out
+    let summary = json_of(&output);
+    assert_eq!(summary["counts"]["ignored"], 2);
+    assert_eq!(summary["pages"], 0);
+    let reasons = summary["given_up"]["reasons"].as_array().unwrap();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    let blocked = &reasons[0];
+    assert_eq!(blocked["status"], "ignored");
+    assert_eq!(blocked["reason"], "blocked");
+    assert_eq!(blocked["tasks"], 2);
+    assert_eq!(blocked["address_classes"], serde_json::json!(["loopback"]));
+    assert!(
+        blocked["example"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("loopback address")
+    );
+    let hint = blocked["hint"].as_str().unwrap();
+    assert!(hint.contains("--allow-private-networks"), "{hint}");
+    assert!(hint.contains("--crawl-id"), "{hint}");
+
+    // AND the table says the same
+    let table = trawl(
+        &["crawl", "--crawl-id", "127.0.0.1-9", "--data-dir", data],
+        &dir,
+    )
+    .await;
+    assert_eq!(table.status.code(), Some(3));
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    assert!(stdout.contains("ignored   blocked  2"), "{stdout}");
+    assert!(
+        stdout.contains("hint (blocked): the network guard refuses loopback"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn commands_other_than_crawl_never_create_a_data_directory() {
+    // GIVEN a path that does not exist, and an empty directory
+    let dir = temp_dir("nocreate");
+    let missing = dir.join("does/not/exist");
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+
+    for data in [&missing, &empty] {
+        let data = data.to_str().unwrap();
+        let commands: [&[&str]; 7] = [
+            &["status"],
+            &["status", "--json"],
+            &["tasks", "list", "--status", "pending"],
+            &["tasks", "show", "http://example.com/"],
+            &["retry", "--status", "failed"],
+            &["deliver"],
+            &["purge", "--crawl-id", "c1"],
+        ];
+        for command in commands {
+            // WHEN a command other than crawl runs there
+            let mut args = command.to_vec();
+            args.extend(["--data-dir", data]);
+            let output = trawl(&args, &dir).await;
+
+            // THEN it says there is no crawl there, and fails
+            assert_one_error_line(
+                &args,
+                &output,
+                1,
+                "no crawl in",
+                "trawl crawl URL --data-dir",
+            );
+        }
+    }
+    // AND nothing was created
+    assert!(!dir.join("does").exists());
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs trawl with stdout into a pipe whose reader takes `read` bytes and goes away (none: the
+/// reader is gone before trawl starts); returns the exit code and stderr.
+async fn with_closed_stdout(args: &[&str], cwd: &Path, read: usize) -> (Option<i32>, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let cwd = cwd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let mut command = std::process::Command::new(trawl_bin());
+        command
+            .args(&args)
+            .current_dir(&cwd)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped());
+        if read == 0 {
+            drop(reader);
+            let output = command.output().unwrap();
+            return (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into(),
+            );
+        }
+        let child = command.spawn().unwrap();
+        drop(command); // the parent's copy of the write end
+        let mut taken = vec![0; read];
+        std::io::Read::read_exact(&mut reader, &mut taken).unwrap();
+        drop(reader);
+        let output = child.wait_with_output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_closed_stdout_ends_every_command_quietly() {
+    // GIVEN a crawl of 1000 refused pages: listings far larger than a pipe's buffer
+    let dir = temp_dir("pipe");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let seeds: String = (1..=100)
+        .flat_map(|host| (0..10).map(move |page| format!("http://127.0.0.{host}:9/p{page}\n")))
+        .collect();
+    std::fs::write(dir.join("seeds.txt"), seeds).unwrap();
+    let args = [
+        "crawl",
+        "--seeds-file",
+        "seeds.txt",
+        "--crawl-id",
+        "many",
+        "--per-host",
+        "8",
+        "--concurrency",
+        "16",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let crawled = trawl(&args, &dir).await;
+    assert_eq!(json_of(&crawled)["counts"]["ignored"], 1000);
+
+    // WHEN commands write into a pipe whose reader stops early (`| head`), or is gone at once
+    let cases: [(&[&str], usize, i32); 6] = [
+        (
+            &["tasks", "list", "--status", "ignored", "--limit", "1000"],
+            100,
+            0,
+        ),
+        (
+            &[
+                "tasks", "list", "--status", "ignored", "--limit", "1000", "--json",
+            ],
+            10,
+            0,
+        ),
+        (&["status"], 0, 0),
+        (&["tasks", "show", "http://127.0.0.1:9/p0"], 0, 0),
+        (&["crawl", "--crawl-id", "many"], 0, 3),
+        (&["crawl", "--crawl-id", "many", "--json"], 0, 3),
+    ];
+    for (command, read, code) in cases {
+        let mut args = command.to_vec();
+        args.extend(["--data-dir", data]);
+        let (exit, stderr) = with_closed_stdout(&args, &dir, read).await;
+
+        // THEN none panics, and each exits as it would have (a crawl that fetched nothing still
+        // says so)
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(exit, Some(code), "{args:?}: {stderr}");
+        if code == 0 {
+            assert!(stderr.is_empty(), "{args:?}: {stderr}");
+        }
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -31,16 +31,18 @@ where
     match command {
         Command::Crawl(args) => crate::crawl::run(backend, args, json).await,
         Command::Demo => {
-            let site = crate::demo::start_site().await.map_err(CliError::other)?;
+            let site = crate::demo::start_site()
+                .await
+                .map_err(|e| CliError::other(format!("cannot start the demo site: {e}")))?;
             let exempt = site
                 .trim_start_matches("http://")
                 .trim_end_matches('/')
                 .to_owned();
             if !json {
-                eprintln!(
+                output::note(format_args!(
                     "demo site: {site} ({} pages); the network guard stays on, exempting only it",
                     crate::demo::DEMO_PAGES
-                );
+                ));
             }
             let args = crate::args::CrawlArgs {
                 urls: vec![site],
@@ -78,7 +80,7 @@ where
             if json {
                 output::json(&json!({"crawl_id": crawl.id.as_str(), "delivery": location}));
             } else {
-                println!("delivery: {location}");
+                output::line(format_args!("delivery: {location}"));
             }
             Ok(())
         }
@@ -177,7 +179,7 @@ where
     if json {
         output::json(&json!({ "crawls": objects }));
     } else if rows.is_empty() {
-        println!("no crawls yet: start one with `trawl crawl URL`");
+        output::line("no crawls yet: start one with `trawl crawl URL`");
     } else {
         let mut header = vec!["crawl", "state", "gen"];
         header.extend(Status::ALL.iter().map(|s| s.name()));
@@ -259,7 +261,10 @@ where
         .get(&crawl.id, &task_id)
         .await?
         .ok_or_else(|| {
-            CliError::Usage(format!("crawl {} has no task {:?}", crawl.id, args.task))
+            CliError::Usage(format!(
+                "crawl {} has no task {:?}: `trawl tasks list --status STATUS` lists its tasks",
+                crawl.id, args.task
+            ))
         })?;
     let fetch = task.fetch.as_ref();
     let value = json!({
@@ -361,20 +366,20 @@ where
             &json!({"crawl_id": crawl.id.as_str(), "rescheduled": moved.len(), "enqueued": enqueued}),
         );
     } else if backend.local {
-        println!(
+        output::line(format_args!(
             "{} {} task(s) of {} are pending again: run `trawl crawl --crawl-id {}` to crawl them",
             moved.len(),
             status,
             crawl.id,
             crawl.id
-        );
+        ));
     } else {
-        println!(
+        output::line(format_args!(
             "{} {} task(s) of {} rescheduled and enqueued",
             moved.len(),
             status,
             crawl.id
-        );
+        ));
     }
     Ok(())
 }
@@ -399,10 +404,7 @@ where
         uri_base,
         calls,
     };
-    let report = deliverer
-        .deliver(crawl_id, None, now_ms())
-        .await
-        .map_err(CliError::other)?;
+    let report = deliverer.deliver(crawl_id, None, now_ms()).await?;
     Ok(report.location)
 }
 
@@ -423,17 +425,16 @@ where
         &id,
         args.force,
     )
-    .await
-    .map_err(CliError::other)?;
+    .await?;
     if json {
         output::json(
             &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),
         );
     } else {
-        println!(
+        output::line(format_args!(
             "purged {id}: {} task(s), {} object(s)",
             report.tasks_deleted, report.objects_deleted
-        );
+        ));
     }
     Ok(())
 }
@@ -444,7 +445,11 @@ pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
     let clients = trawl_aws::clients::Clients::new(&trawl_aws::clients::load_config().await);
     let stack = trawl_aws::clients::create_stack(&clients, &args.name)
         .await
-        .map_err(CliError::other)?;
+        .map_err(|e| {
+            CliError::other(format!(
+                "{e}; check the AWS credentials and region (and AWS_ENDPOINT_URL for moto)"
+            ))
+        })?;
     let vars = stack.env();
     if json {
         output::json(
@@ -456,7 +461,7 @@ pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
         );
     } else {
         for (k, v) in vars {
-            println!("export {k}={v}");
+            output::line(format_args!("export {k}={v}"));
         }
     }
     Ok(())

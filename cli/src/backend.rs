@@ -38,22 +38,40 @@ pub struct Backend<S, B, Q> {
 pub type LocalBackend = Backend<SqliteStore, FsBlobStore, LocalQueue>;
 pub type AwsBackend = Backend<DynamoStore, S3BlobStore, SqsQueue>;
 
+/// What a command may do to the local data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalAccess {
+    /// Crawling: creates the directory and its database if missing; one process at a time.
+    Create,
+    /// Changing an existing crawl: the database must exist; one process at a time.
+    Write,
+    /// Only reading: the database must exist, and nothing is created — not even the lock file,
+    /// which readers do not need (SQLite's WAL lets them read beside a running crawl).
+    Read,
+}
+
 /// SQLite + files under `data_dir`, and an in-process queue.
-pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
+pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliError> {
     let shown = data_dir.display().to_string();
     let dir_err = |e: std::io::Error| CliError::DataDir {
         path: shown.clone(),
         reason: e.to_string(),
     };
-    std::fs::create_dir_all(data_dir).map_err(dir_err)?;
-    let lock = File::create(data_dir.join(".lock")).map_err(dir_err)?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Err(CliError::Locked(shown)),
-        Err(std::fs::TryLockError::Error(e)) => return Err(dir_err(e)),
+    let db = data_dir.join("trawl.db");
+    if access == LocalAccess::Create {
+        std::fs::create_dir_all(data_dir).map_err(dir_err)?;
+    } else if !db.is_file() {
+        return Err(CliError::NoCrawlHere(shown));
     }
+    let lock = match access {
+        LocalAccess::Read => None,
+        LocalAccess::Create | LocalAccess::Write => Some(lock_data_dir(data_dir, &shown)?),
+    };
     let calls = Arc::new(CallCounts::default());
-    let store = SqliteStore::open(data_dir.join("trawl.db"), calls.clone())?;
+    let store = match access {
+        LocalAccess::Create => SqliteStore::open(db, calls.clone())?,
+        LocalAccess::Write | LocalAccess::Read => SqliteStore::open_existing(db, calls.clone())?,
+    };
     let root = std::fs::canonicalize(data_dir).map_err(dir_err)?;
     Ok(Backend {
         store,
@@ -63,8 +81,22 @@ pub fn local(data_dir: &Path) -> Result<LocalBackend, CliError> {
         layout: Layout::default(),
         uri_base: root.display().to_string(),
         local: true,
-        _lock: Some(lock),
+        _lock: lock,
     })
+}
+
+/// Takes the data directory's lock: one process per local data directory.
+fn lock_data_dir(data_dir: &Path, shown: &str) -> Result<File, CliError> {
+    let dir_err = |e: std::io::Error| CliError::DataDir {
+        path: shown.to_owned(),
+        reason: e.to_string(),
+    };
+    let lock = File::create(data_dir.join(".lock")).map_err(dir_err)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Locked(shown.to_owned())),
+        Err(std::fs::TryLockError::Error(e)) => Err(dir_err(e)),
+    }
 }
 
 /// DynamoDB + S3 + SQS named by the environment (moto or a real account).

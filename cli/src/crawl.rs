@@ -5,6 +5,7 @@ use crate::admin::deliver;
 use crate::args::{CrawlArgs, RequestArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
+use crate::given_up::GivenUp;
 use crate::output;
 use crate::progress::Progress;
 use serde_json::json;
@@ -22,7 +23,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
+use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, SecretRef,
@@ -57,7 +58,7 @@ fn seed_file_lines(
 ) -> Result<impl Iterator<Item = Result<String, CliError>>, CliError> {
     let file = std::fs::File::open(path).map_err(|e| {
         CliError::Usage(format!(
-            "cannot read the seeds file {}: {e}",
+            "cannot read the seeds file {}: {e}; check the --seeds-file path",
             path.display()
         ))
     })?;
@@ -151,15 +152,19 @@ where
     };
     for raw in inline.chain(from_file.into_iter().flatten()) {
         let raw = raw?;
-        let url = CanonicalUrl::parse(&raw)
-            .map_err(|e| CliError::Usage(format!("invalid seed URL: {e}")))?;
+        let url = CanonicalUrl::parse(&raw).map_err(|e| {
+            CliError::Usage(format!("invalid seed URL: {e}; give absolute http(s) URLs"))
+        })?;
         hosts.insert(url.host().to_owned());
         first.get_or_insert(url);
         seen_seed = true;
     }
     for raw in &args.sitemap {
-        let url = CanonicalUrl::parse(raw)
-            .map_err(|e| CliError::Usage(format!("invalid sitemap URL: {e}")))?;
+        let url = CanonicalUrl::parse(raw).map_err(|e| {
+            CliError::Usage(format!(
+                "invalid sitemap URL: {e}; give absolute http(s) URLs"
+            ))
+        })?;
         hosts.insert(url.host().to_owned());
         first.get_or_insert(url);
     }
@@ -226,16 +231,15 @@ where
         for _ in 0..100_000 {
             let response = seeder
                 .seed(request.clone(), SeedBudget::default(), now_ms())
-                .await
-                .map_err(CliError::other)?;
+                .await?;
             accepted += response.accepted;
             if let Some(rejection) = response.rejections.first() {
                 tracing::warn!(rejected = response.rejected, first = ?rejection, "some seeds were rejected");
                 if !json {
-                    eprintln!(
-                        "warning: {} seed(s) rejected, e.g. {rejection:?}",
-                        response.rejected
-                    );
+                    output::note(format_args!(
+                        "warning: {} seed(s) rejected, e.g. {}: {}",
+                        response.rejected, rejection.input, rejection.reason
+                    ));
                 }
             }
             match response.cursor {
@@ -259,7 +263,9 @@ where
         } else {
             "running"
         };
-        eprintln!("crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}");
+        output::note(format_args!(
+            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}"
+        ));
     }
 
     let crawler = Crawler::new(
@@ -298,7 +304,9 @@ where
     };
     let counts = crawler.store().counts(&crawl_id).await?;
     let elapsed = started.elapsed().as_secs_f64();
-    let pages = stats.finished();
+    // Pages fetched (or found unchanged); given-up tasks are counted apart, with their reasons.
+    let pages = stats.succeeded.load(Ordering::Relaxed) + stats.unchanged.load(Ordering::Relaxed);
+    let given_up = GivenUp::read(crawler.store(), &crawl_id, &counts).await?;
     let bytes = stats.bytes.load(Ordering::Relaxed);
     let rate = if elapsed > 0.0 {
         pages as f64 / elapsed
@@ -320,6 +328,7 @@ where
             "elapsed_seconds": (elapsed * 1000.0).round() / 1000.0,
             "pages_per_second": (rate * 10.0).round() / 10.0,
             "delivery": delivery,
+            "given_up": given_up.to_json(&crawl_id),
         }));
     } else {
         let rows: Vec<Vec<String>> = Status::ALL
@@ -327,50 +336,19 @@ where
             .map(|s| vec![s.name().to_owned(), count(*s).to_string()])
             .collect();
         output::table(&["status", "tasks"], &rows);
-        print_given_up(crawler.store(), &crawl_id).await?;
-        println!("{pages} page(s) this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)");
+        given_up.print(&crawl_id);
+        output::line(format_args!(
+            "{pages} page(s) fetched this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)"
+        ));
         match &delivery {
-            Some(location) => println!("delivered to {location}"),
-            None => println!("stopped: run the same command again to resume"),
+            Some(location) => output::line(format_args!("delivered to {location}")),
+            None => output::line("stopped: run the same command again to resume"),
         }
     }
     match end {
-        RunEnd::Completed { .. } => Ok(()),
+        RunEnd::Completed { .. } => given_up.check_fetched(&crawl_id, &counts),
         RunEnd::Stopped => Err(CliError::Interrupted),
     }
-}
-
-/// Shows a few tasks that were given up, with why (the full list: `trawl tasks list`).
-async fn print_given_up<S: TaskStore>(store: &S, crawl_id: &CrawlId) -> Result<(), CliError> {
-    const SHOWN: u32 = 5;
-    for status in [Status::Ignored, Status::Gone] {
-        let query = TaskQuery {
-            crawl_id: crawl_id.clone(),
-            status,
-            updated_before: None,
-            limit: SHOWN,
-            cursor: None,
-        };
-        for summary in store.query(&query).await?.tasks {
-            let why = match store
-                .get(crawl_id, &summary.task_id)
-                .await?
-                .and_then(|t| t.errors.last().cloned())
-            {
-                Some(error) => format!(
-                    "{}: {}",
-                    serde_json::to_value(error.kind)
-                        .unwrap_or_default()
-                        .as_str()
-                        .unwrap_or("error"),
-                    error.message
-                ),
-                None => String::new(),
-            };
-            println!("{status}  {}  {why}", summary.url);
-        }
-    }
-    Ok(())
 }
 
 /// First Ctrl-C: stop taking new work, finish what is in flight. Second: quit at once.
@@ -380,9 +358,9 @@ async fn watch_ctrl_c(stop: Arc<AtomicBool>, json: bool) {
     }
     stop.store(true, Ordering::Relaxed);
     if !json {
-        eprintln!(
+        output::note(format_args!(
             "\nstopping: finishing the pages in flight (Ctrl-C again to quit now; nothing is lost either way)"
-        );
+        ));
     }
     if tokio::signal::ctrl_c().await.is_ok() {
         std::process::exit(130);

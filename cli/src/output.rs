@@ -1,4 +1,39 @@
-//! Plain aligned tables for terminals; JSON for scripts.
+//! Everything the CLI prints goes through here: plain aligned tables for terminals, JSON for
+//! scripts, notes on stderr. `println!` panics when the reader of stdout has gone away
+//! (`trawl tasks list | head`); here a stdout that cannot be written drops the lines that
+//! follow, and the command ends as it would have — its exit code still says how it went.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// Why stdout could not be written, once it could not: later lines are dropped.
+static STDOUT_LOST: OnceLock<std::io::Error> = OnceLock::new();
+
+/// Writes one line to stdout.
+pub fn line(text: impl Display) {
+    if STDOUT_LOST.get().is_some() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        let _ = STDOUT_LOST.set(e);
+    }
+}
+
+/// Why results were lost, if they were. A reader that went away (`| head`) took what it wanted:
+/// that is not a failure.
+pub fn write_failure() -> Option<&'static std::io::Error> {
+    STDOUT_LOST
+        .get()
+        .filter(|e| e.kind() != std::io::ErrorKind::BrokenPipe)
+}
+
+/// Writes one line to stderr (progress, warnings, errors). A failure to write it is ignored:
+/// there is nowhere left to report it, and the command's work and results do not depend on it.
+pub fn note(text: impl Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
 
 /// Prints rows under a header, each column as wide as its widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
@@ -14,7 +49,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        line(padded.join("  ").trim_end());
     };
     line(header.iter().map(|h| h.to_uppercase()).collect());
     for row in rows {
@@ -24,7 +59,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
 
 /// Prints a JSON value on one line.
 pub fn json(value: &serde_json::Value) {
-    println!("{value}");
+    line(value);
 }
 
 /// Milliseconds since the epoch as RFC 3339 (UTC, seconds).

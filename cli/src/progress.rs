@@ -1,6 +1,7 @@
 //! Progress while crawling: a bar on a terminal, plain periodic lines otherwise, nothing in
 //! JSON mode (stdout then carries only the summary).
 
+use crate::output;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::convert::Infallible;
 use std::io::IsTerminal;
@@ -68,7 +69,7 @@ impl Progress {
                     bar.set_position(done);
                     bar.set_message(message);
                 }
-                Progress::Lines => eprintln!("{done}/{known} pages  {message}"),
+                Progress::Lines => output::note(format_args!("{done}/{known} pages  {message}")),
                 Progress::Silent => {}
             }
         }

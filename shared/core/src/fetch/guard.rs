@@ -8,51 +8,83 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use thiserror::Error;
 
-/// A host refused by the guard.
+/// A host refused by the guard, with the class of its address (see [`forbidden_class`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{host} is (or resolves only to) a forbidden address")]
+#[error("{host} is (or resolves only to) a {class} address")]
 pub struct BlockedAddress {
     pub host: String,
+    pub class: &'static str,
 }
 
 /// Whether connecting to `ip` is refused: loopback, private, link-local (the cloud metadata
 /// address 169.254.169.254 among them), CGNAT, multicast, unspecified, broadcast, reserved and
 /// documentation ranges, and IPv6 forms that embed any of these.
 pub fn is_forbidden(ip: IpAddr) -> bool {
+    forbidden_class(ip).is_some()
+}
+
+/// The class of address the guard refuses `ip` as (`loopback`, `private`, `link-local` …), or
+/// None when it may be fetched: what a user is told when a crawl is refused.
+pub fn forbidden_class(ip: IpAddr) -> Option<&'static str> {
     match ip {
-        IpAddr::V4(v4) => is_forbidden_v4(v4),
-        IpAddr::V6(v6) => is_forbidden_v6(v6),
+        IpAddr::V4(v4) => forbidden_class_v4(v4),
+        IpAddr::V6(v6) => forbidden_class_v6(v6),
     }
 }
 
-fn is_forbidden_v4(ip: Ipv4Addr) -> bool {
+fn forbidden_class_v4(ip: Ipv4Addr) -> Option<&'static str> {
     let [a, b, c, _] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_multicast()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || a == 0 // "this network"
-        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64.0.0/10
+    let class = if ip.is_loopback() {
+        "loopback"
+    } else if ip.is_private() {
+        "private"
+    } else if ip.is_link_local() {
+        "link-local"
+    } else if a == 100 && (64..128).contains(&b) {
+        "CGNAT" // 100.64.0.0/10
+    } else if ip.is_multicast() {
+        "multicast"
+    } else if ip.is_unspecified() {
+        "unspecified"
+    } else if ip.is_broadcast() {
+        "broadcast"
+    } else if ip.is_documentation() {
+        "documentation"
+    } else if a == 0 // "this network"
         || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
         || (a == 198 && (b == 18 || b == 19)) // benchmarking 198.18.0.0/15
-        || a >= 240 // reserved
+        || a >= 240
+    {
+        "reserved"
+    } else {
+        return None;
+    };
+    Some(class)
 }
 
-fn is_forbidden_v6(ip: Ipv6Addr) -> bool {
+fn forbidden_class_v6(ip: Ipv6Addr) -> Option<&'static str> {
     if let Some(v4) = embedded_v4(ip) {
-        return is_forbidden_v4(v4);
+        return forbidden_class_v4(v4);
     }
-    let first = ip.segments()[0];
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
-        || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
-        || (first & 0xffc0) == 0xfec0 // deprecated site-local fec0::/10
-        || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
+    let [first, second, ..] = ip.segments();
+    let class = if ip.is_loopback() {
+        "loopback"
+    } else if ip.is_unspecified() {
+        "unspecified"
+    } else if ip.is_multicast() {
+        "multicast"
+    } else if (first & 0xfe00) == 0xfc00 {
+        "private" // unique local fc00::/7
+    } else if (first & 0xffc0) == 0xfe80 {
+        "link-local" // fe80::/10
+    } else if (first & 0xffc0) == 0xfec0 {
+        "private" // deprecated site-local fec0::/10
+    } else if first == 0x2001 && second == 0x0db8 {
+        "documentation"
+    } else {
+        return None;
+    };
+    Some(class)
 }
 
 /// The IPv4 address carried by IPv4-mapped, IPv4-compatible, NAT64 and 6to4 IPv6 addresses.
@@ -77,9 +109,9 @@ pub(crate) fn check_literal(url: &url::Url, exempt: &[String]) -> Result<(), Blo
         Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
         _ => return Ok(()),
     };
-    if !is_forbidden(ip) {
+    let Some(class) = forbidden_class(ip) else {
         return Ok(());
-    }
+    };
     let port = url.port_or_known_default().unwrap_or(0);
     let target = SocketAddr::new(ip, port);
     let exempted = exempt
@@ -90,6 +122,7 @@ pub(crate) fn check_literal(url: &url::Url, exempt: &[String]) -> Result<(), Blo
     } else {
         Err(BlockedAddress {
             host: url.host_str().unwrap_or_default().to_owned(),
+            class,
         })
     }
 }
@@ -103,9 +136,20 @@ impl Resolve for GuardedResolver {
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let allowed: Vec<SocketAddr> = resolved.filter(|a| !is_forbidden(a.ip())).collect();
+            let mut refused = None;
+            let allowed: Vec<SocketAddr> = resolved
+                .filter(|a| match forbidden_class(a.ip()) {
+                    Some(class) => {
+                        refused.get_or_insert(class);
+                        false
+                    }
+                    None => true,
+                })
+                .collect();
             if allowed.is_empty() {
-                return Err(Box::new(BlockedAddress { host }) as Box<_>);
+                // An empty answer is refused too; it has no class to name.
+                let class = refused.unwrap_or("forbidden");
+                return Err(Box::new(BlockedAddress { host, class }) as Box<_>);
             }
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
@@ -153,6 +197,24 @@ mod tests {
     }
 
     #[test]
+    fn refused_addresses_are_named_by_class() {
+        for (ip, class) in [
+            ("127.0.0.1", "loopback"),
+            ("::1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("fd12:3456::1", "private"),
+            ("169.254.169.254", "link-local"),
+            ("::ffff:169.254.169.254", "link-local"),
+            ("100.64.0.1", "CGNAT"),
+            ("0.0.0.0", "unspecified"),
+            ("240.0.0.1", "reserved"),
+        ] {
+            assert_eq!(forbidden_class(ip.parse().unwrap()), Some(class), "{ip}");
+        }
+        assert_eq!(forbidden_class("8.8.8.8".parse().unwrap()), None);
+    }
+
+    #[test]
     fn public_addresses_pass() {
         for ip in [
             "93.184.215.14",
@@ -173,7 +235,11 @@ mod tests {
         let exempt = vec!["127.0.0.1:8080".to_owned()];
         assert!(check_literal(&url("http://127.0.0.1:8080/x"), &exempt).is_ok());
         assert!(check_literal(&url("http://127.0.0.1:8081/x"), &exempt).is_err());
-        assert!(check_literal(&url("http://169.254.169.254/"), &exempt).is_err());
+        let metadata = check_literal(&url("http://169.254.169.254/"), &exempt).unwrap_err();
+        assert_eq!(
+            metadata.to_string(),
+            "169.254.169.254 is (or resolves only to) a link-local address"
+        );
         // WHATWG parsing turns numeric spellings into the IPv4 address they mean.
         assert!(check_literal(&url("http://2130706433/"), &[]).is_err());
         assert!(check_literal(&url("http://[::ffff:7f00:1]/"), &[]).is_err());

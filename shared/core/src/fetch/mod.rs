@@ -12,7 +12,7 @@ mod request;
 mod robots;
 mod secrets;
 
-pub use guard::{BlockedAddress, is_forbidden};
+pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
 pub use request::validate as validate_request_settings;
 pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 

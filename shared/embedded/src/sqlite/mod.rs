@@ -13,8 +13,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rusqlite::{
-    Connection, ErrorCode, OptionalExtension, Row, Transaction, TransactionBehavior, named_params,
-    params,
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior,
+    named_params, params,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -121,8 +121,26 @@ impl SqliteStore {
     /// Opens (creating if missing) the database at `path`: WAL journal, `synchronous=NORMAL`, a
     /// busy timeout, and the schema created or checked.
     pub fn open(path: impl AsRef<Path>, calls: Arc<CallCounts>) -> StoreResult<Self> {
+        Self::open_with(path, OpenFlags::default(), calls)
+    }
+
+    /// Opens the database at `path` only if it exists (commands that only read must not create
+    /// one): a missing file is an error, not an empty store.
+    pub fn open_existing(path: impl AsRef<Path>, calls: Arc<CallCounts>) -> StoreResult<Self> {
+        Self::open_with(
+            path,
+            OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE),
+            calls,
+        )
+    }
+
+    fn open_with(
+        path: impl AsRef<Path>,
+        flags: OpenFlags,
+        calls: Arc<CallCounts>,
+    ) -> StoreResult<Self> {
         let open = |e| sql_error("open", e);
-        let conn = Connection::open(path).map_err(open)?;
+        let conn = Connection::open_with_flags(path, flags).map_err(open)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open)?;
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
@@ -1073,6 +1091,28 @@ mod tests {
             .query_row("SELECT token FROM tasks", [], |r| r.get(0))
             .unwrap();
         assert_eq!(token, 0);
+    }
+
+    #[tokio::test]
+    async fn opening_an_existing_database_never_creates_one() {
+        // GIVEN a directory without a database, and one with
+        let dir = TempDir::new("existing");
+        let calls = Arc::new(CallCounts::default());
+        let missing = dir.0.join("missing.db");
+        let task = {
+            let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
+            seeded_task(&store).await
+        };
+
+        // WHEN each is opened as existing-only
+        let refused = SqliteStore::open_existing(&missing, Arc::clone(&calls));
+        let opened = SqliteStore::open_existing(dir.db(), calls).unwrap();
+
+        // THEN the missing one is an error and stays missing; the other reads as before
+        assert!(refused.is_err());
+        assert!(!missing.exists());
+        let kept = opened.get(&crawl_id(), &task).await.unwrap();
+        assert_eq!(kept.map(|t| t.status), Some(Status::Pending));
     }
 
     #[tokio::test]
