@@ -67,6 +67,7 @@ mod memory {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        call_counts_add_up_atomically,
     );
 }
 
@@ -90,6 +91,7 @@ mod sqlite {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        call_counts_add_up_atomically,
     );
 }
 
@@ -118,6 +120,7 @@ mod dynamodb {
             concurrent_claimers_exactly_one_wins,
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
+            call_counts_add_up_atomically,
         );
     }
 }

@@ -5,6 +5,7 @@
 pub mod calls;
 pub mod canonical;
 pub mod crawl;
+pub mod price;
 pub mod retry;
 pub mod task;
 pub mod transition;
