@@ -853,7 +853,11 @@ impl Deployment {
                 calls.clone(),
             ),
             blobs: S3BlobStore::new(clients.s3, &self.bucket, calls.clone()),
-            queue: trawl_aws::sqs::SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone()),
+            queue: trawl_aws::sqs::SqsQueue::new(
+                clients.sqs.clone(),
+                &self.queue_url,
+                calls.clone(),
+            ),
             trigger: trawl_aws::sqs::SqsDeliveryTrigger::new(
                 clients.sqs,
                 &self.delivery_url,
@@ -890,7 +894,10 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     let site = crate::site::Site::start().await;
     let paths = ["/a", "/b", "/c", "/d"];
     for path in paths {
-        site.route(path, crate::site::Route::html(format!("<html>{path}</html>")));
+        site.route(
+            path,
+            crate::site::Route::html(format!("<html>{path}</html>")),
+        );
     }
     let deployment = Deployment::create().await;
     let harness = deployment.container().await;
@@ -981,16 +988,19 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
 
     // THEN the crawl holds exactly the sum of every container's calls, none left unreported
     let containers = [&seeder, &crawlers[0], &crawlers[1], &sweeper, &deliverer];
-    let every = sum(containers.iter().map(|c| {
-        c.calls
-            .snapshot()
-            .into_iter()
-            .collect::<CallTally>()
-    }));
+    let every = sum(containers
+        .iter()
+        .map(|c| c.calls.snapshot().into_iter().collect::<CallTally>()));
     for container in containers {
         assert!(container.calls.take_unreported().is_empty());
     }
-    let totals = harness.store.get_crawl(&crawl).await.unwrap().unwrap().calls;
+    let totals = harness
+        .store
+        .get_crawl(&crawl)
+        .await
+        .unwrap()
+        .unwrap()
+        .calls;
     assert_eq!(totals, every);
     assert!(every[&Call::DynamoUpdateItem] > 0 && every[&Call::S3PutObject] >= 4);
     // AND summary.json's calls are that sum but for the delivery's last writes, which come

@@ -303,7 +303,10 @@ mod tests {
     #[test]
     fn calls_are_named_service_dot_operation() {
         assert_eq!(Call::DynamoPutItem.name(), "dynamodb.PutItem");
-        assert_eq!(Call::from_name("s3.ListObjectsV2"), Some(Call::S3ListObjects));
+        assert_eq!(
+            Call::from_name("s3.ListObjectsV2"),
+            Some(Call::S3ListObjects)
+        );
         assert_eq!(Call::from_name("s3.Nope"), None);
         let tally = CallTally::from([(Call::SqsReceiveMessage, 2)]);
         let json = serde_json::to_string(&tally).unwrap();

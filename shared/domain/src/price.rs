@@ -121,7 +121,8 @@ impl Cost {
 impl Prices {
     pub fn cost(&self, units: &Units) -> Cost {
         Cost {
-            dynamodb: units.dynamodb_wru * self.dynamodb_wru + units.dynamodb_rru * self.dynamodb_rru,
+            dynamodb: units.dynamodb_wru * self.dynamodb_wru
+                + units.dynamodb_rru * self.dynamodb_rru,
             s3: units.s3_put_class * self.s3_put_class + units.s3_get * self.s3_get,
             sqs: units.sqs_requests * self.sqs_fifo_request,
         }

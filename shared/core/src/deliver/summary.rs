@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(cost.dynamodb_usd, expected.dynamodb);
         assert_eq!(cost.s3_usd, expected.s3);
         assert_eq!(cost.sqs_usd, expected.sqs);
-        assert!((cost.total_usd - (1.875 + 0.004 + 1.0)).abs() < 1e-9, "{cost:?}");
+        assert!(
+            (cost.total_usd - (1.875 + 0.004 + 1.0)).abs() < 1e-9,
+            "{cost:?}"
+        );
         assert!(cost.basis.contains(PRICES.as_of));
         let names: Vec<_> = call_counts(&calls)
             .into_iter()

@@ -580,9 +580,12 @@ fn with_calls(conn: &Connection, row: CrawlRow) -> DbResult<Crawl> {
 /// A crawl's call counts. Kinds this version does not know (written by a newer one) are
 /// skipped rather than failing every read of the crawl.
 fn select_calls(conn: &Connection, id: &str) -> DbResult<CallTally> {
-    let mut stmt = conn.prepare_cached("SELECT call, count FROM crawl_calls WHERE crawl_id = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT call, count FROM crawl_calls WHERE crawl_id = ?1")?;
     let rows = stmt
-        .query_map(params![id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+        .query_map(params![id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let key = format!("crawl {id}");
     let mut calls = CallTally::new();
@@ -754,7 +757,11 @@ impl CrawlStore for SqliteStore {
             .execute("add_calls", move |conn| {
                 let tx = immediate(conn)?;
                 let exists = tx
-                    .query_row("SELECT 1 FROM crawls WHERE id = ?1", params![id], |_| Ok(()))
+                    .query_row(
+                        "SELECT 1 FROM crawls WHERE id = ?1",
+                        params![id],
+                        |_| Ok(()),
+                    )
                     .optional()?
                     .is_some();
                 if !exists {
