@@ -42,6 +42,7 @@ async fn start(stack: AwsStack, config: CrawlConfig) -> (AwsCrawler, Crawl) {
         Arc::new(Fetcher::new("").unwrap()),
         Layout::new("pages"),
         4,
+        stack.calls,
     );
     (crawler, crawl)
 }
@@ -66,13 +67,19 @@ async fn seed(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
 /// its FIFO group (the host slot) meanwhile; tests do not wait for it: it is deleted here and
 /// the task's recorded state is what they assert. Bounded in rounds.
 async fn drain(crawler: &AwsCrawler) -> Vec<MessageResult> {
-    let mut all = Vec::new();
+    drain_batches(crawler).await.into_iter().flatten().collect()
+}
+
+/// `drain`, batch by batch.
+async fn drain_batches(crawler: &AwsCrawler) -> Vec<Vec<MessageResult>> {
+    let mut batches = Vec::new();
     for _ in 0..40 {
         let batch = crawler.queue().receive(10, 0).await.unwrap();
         if batch.is_empty() {
             break;
         }
-        for result in crawler.process_batch(batch, None).await {
+        let results = crawler.process_batch(batch, None).await;
+        for result in &results {
             if !matches!(result.disposition, Disposition::Reject(_)) {
                 crawler
                     .queue()
@@ -80,10 +87,10 @@ async fn drain(crawler: &AwsCrawler) -> Vec<MessageResult> {
                     .await
                     .unwrap();
             }
-            all.push(result);
         }
+        batches.push(results);
     }
-    all
+    batches
 }
 
 async fn task(crawler: &AwsCrawler, crawl: &Crawl, url: &str) -> Task {
@@ -311,10 +318,11 @@ async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl
 
     // WHEN they are crawled
     calls.reset();
-    drain(&crawler).await;
+    let batches = drain_batches(&crawler).await.len() as u64;
 
-    // THEN each cost one claim and one finish (conditional updates) and one PUT
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 4);
+    // THEN each cost one claim and one finish (conditional updates) and one PUT; each batch
+    // one more update, adding its calls to the crawl
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 4 + batches);
     assert_eq!(calls.get(Call::S3PutObject), 2);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
@@ -335,11 +343,11 @@ async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl
     }
     seed_messages(&crawler, &crawl, &urls).await;
     calls.reset();
-    drain(&crawler).await;
+    let batches = drain_batches(&crawler).await.len() as u64;
 
     // THEN nothing is uploaded, and both are succeeded again
     assert_eq!(calls.get(Call::S3PutObject), 0);
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 4);
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 4 + batches);
     for url in &urls {
         assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
     }

@@ -16,12 +16,13 @@ use trawl_core::blob::{BlobStore, Layout, ObjectMeta};
 use trawl_core::deliver::{
     self, DeliverError, Deliverer, DeliveryReport, DeltaLine, ManifestLine, PurgeError,
 };
+use trawl_core::queue::WorkQueue;
 use trawl_core::store::{ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, TaskStore};
-use trawl_domain::calls::CallCounts;
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status};
+use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
 use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
 
@@ -777,3 +778,246 @@ on_both_backends!(
     a_second_delivery_reports_the_delta,
     purge_refuses_a_running_crawl_then_removes_everything,
 );
+
+/// The AWS resources of one deployment. Each function container builds adapters of its own on
+/// them, with counters of its own, as each Lambda container does.
+struct Deployment {
+    endpoint: String,
+    table: String,
+    bucket: String,
+    queue_url: String,
+    delivery_url: String,
+}
+
+/// One container's adapters and the counters they share.
+struct Container {
+    store: trawl_aws::dynamodb::DynamoStore,
+    blobs: S3BlobStore,
+    queue: trawl_aws::sqs::SqsQueue,
+    trigger: trawl_aws::sqs::SqsDeliveryTrigger,
+    calls: Arc<CallCounts>,
+}
+
+impl Deployment {
+    async fn create() -> Self {
+        let endpoint = support::moto::shared().endpoint.clone();
+        let clients = support::clients(&endpoint).await;
+        let table = unique("tasks");
+        trawl_aws::dynamodb::create_table(&clients.dynamodb, &table)
+            .await
+            .unwrap();
+        let bucket = unique("bucket");
+        clients
+            .s3
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .unwrap();
+        let queue_url = clients
+            .sqs
+            .create_queue()
+            .queue_name(format!("{}.fifo", unique("crawl")))
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        let delivery_url = clients
+            .sqs
+            .create_queue()
+            .queue_name(unique("delivery"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        Self {
+            endpoint,
+            table,
+            bucket,
+            queue_url,
+            delivery_url,
+        }
+    }
+
+    async fn container(&self) -> Container {
+        let clients = support::clients(&self.endpoint).await;
+        let calls = Arc::new(CallCounts::default());
+        Container {
+            store: trawl_aws::dynamodb::DynamoStore::new(
+                clients.dynamodb,
+                &self.table,
+                4,
+                calls.clone(),
+            ),
+            blobs: S3BlobStore::new(clients.s3, &self.bucket, calls.clone()),
+            queue: trawl_aws::sqs::SqsQueue::new(
+                clients.sqs.clone(),
+                &self.queue_url,
+                calls.clone(),
+            ),
+            trigger: trawl_aws::sqs::SqsDeliveryTrigger::new(
+                clients.sqs,
+                &self.delivery_url,
+                calls.clone(),
+            ),
+            calls,
+        }
+    }
+}
+
+fn tally(calls: &[deliver::CallCount]) -> CallTally {
+    calls
+        .iter()
+        .map(|c| {
+            let name = format!("{}.{}", c.service, c.operation);
+            (Call::from_name(&name).unwrap(), c.count)
+        })
+        .collect()
+}
+
+fn sum(tallies: impl IntoIterator<Item = CallTally>) -> CallTally {
+    let mut total = CallTally::new();
+    for (call, n) in tallies.into_iter().flatten() {
+        *total.entry(call).or_default() += n;
+    }
+    total
+}
+
+#[tokio::test]
+async fn summary_calls_are_the_sum_of_every_invocations_calls() {
+    // GIVEN a deployment on moto, a site of four pages, and five function containers with
+    // counters of their own; the harness stands for Lambda's event source mapping (its receives
+    // and deletes are not the functions' calls)
+    let site = crate::site::Site::start().await;
+    let paths = ["/a", "/b", "/c", "/d"];
+    for path in paths {
+        site.route(
+            path,
+            crate::site::Route::html(format!("<html>{path}</html>")),
+        );
+    }
+    let deployment = Deployment::create().await;
+    let harness = deployment.container().await;
+    let seeder = deployment.container().await;
+    let crawlers = [deployment.container().await, deployment.container().await];
+    let sweeper = deployment.container().await;
+    let deliverer = deployment.container().await;
+    let crawl = CrawlId::parse(&unique("costs")).unwrap();
+    let layout = Layout::new("trawl");
+    let fetcher = Arc::new(trawl_core::fetch::Fetcher::new("").unwrap());
+
+    // WHEN the seeder seeds the four URLs
+    let mut config = CrawlConfig::default();
+    config.fetch.guard_exempt = vec![site.addr().to_string()];
+    config.politeness.respect_robots = false;
+    config.scope.follow_links = false;
+    let request = trawl_core::seed::SeedRequest {
+        crawl_id: crawl.clone(),
+        config: Some(config),
+        source: trawl_core::seed::SeedSource::Urls(paths.iter().map(|p| site.url(p)).collect()),
+        cursor: None,
+    };
+    let seeded = trawl_core::seed::Seeder {
+        store: &seeder.store,
+        queue: &seeder.queue,
+        fetcher: &fetcher,
+        manifests: &trawl_aws::manifest::S3Manifests::new(
+            support::clients(&deployment.endpoint).await.s3,
+            seeder.calls.clone(),
+        ),
+        defaults: &trawl_core::seed::SeedDefaults::default(),
+        calls: &seeder.calls,
+    }
+    .seed(request, trawl_core::seed::SeedBudget::default(), now_ms())
+    .await
+    .unwrap();
+    assert_eq!(seeded.accepted, 4);
+
+    // AND two crawler invocations take a batch of two each
+    for container in &crawlers {
+        let batch = harness.queue.receive(2, 0).await.unwrap();
+        assert_eq!(batch.len(), 2);
+        let crawler = trawl_core::crawler::Crawler::new(
+            container.store.clone(),
+            container.blobs.clone(),
+            container.queue.clone(),
+            fetcher.clone(),
+            layout.clone(),
+            4,
+            container.calls.clone(),
+        );
+        let results = crawler.process_batch(batch, None).await;
+        let receipts: Vec<String> = results.iter().map(|r| r.receipt.clone()).collect();
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r.outcome, trawl_core::crawler::Outcome::Succeeded { .. })),
+            "{results:?}"
+        );
+        harness.queue.ack(&receipts).await.unwrap();
+    }
+
+    // AND a sweeper invocation completes the crawl, and a deliverer invocation delivers it
+    let swept = trawl_core::sweep::Sweeper {
+        store: &sweeper.store,
+        queue: &sweeper.queue,
+        trigger: &sweeper.trigger,
+        calls: &sweeper.calls,
+        options: trawl_core::sweep::SweepOptions::default(),
+    }
+    .sweep_all(
+        now_ms(),
+        &mut trawl_core::sweep::SweepBudget::new(100, std::time::Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    assert!(swept.crawls.iter().all(|r| r.completed), "{swept:?}");
+    let report = Deliverer {
+        store: &deliverer.store,
+        blobs: &deliverer.blobs,
+        layout: &layout,
+        uri_base: "",
+        calls: &deliverer.calls,
+    }
+    .deliver(&crawl, None, now_ms())
+    .await
+    .unwrap();
+
+    // THEN the crawl holds exactly the sum of every container's calls, none left unreported
+    let containers = [&seeder, &crawlers[0], &crawlers[1], &sweeper, &deliverer];
+    let every = sum(containers
+        .iter()
+        .map(|c| c.calls.snapshot().into_iter().collect::<CallTally>()));
+    for container in containers {
+        assert!(container.calls.take_unreported().is_empty());
+    }
+    let totals = harness
+        .store
+        .get_crawl(&crawl)
+        .await
+        .unwrap()
+        .unwrap()
+        .calls;
+    assert_eq!(totals, every);
+    assert!(every[&Call::DynamoUpdateItem] > 0 && every[&Call::S3PutObject] >= 4);
+    // AND summary.json's calls are that sum but for the delivery's last writes, which come
+    // after it: summary.json and _SUCCESS, and the report that adds them
+    let key = format!(
+        "{}{}/{}",
+        layout.deliveries_prefix(&crawl),
+        report.delivery_id,
+        deliver::SUMMARY_FILE
+    );
+    let written: deliver::Summary =
+        serde_json::from_slice(&harness.blobs.get(&key).await.unwrap().unwrap()).unwrap();
+    let tail = CallTally::from([(Call::DynamoUpdateItem, 1), (Call::S3PutObject, 2)]);
+    assert_eq!(sum([tally(&written.calls), tail]), every);
+    // AND its cost is priced from those calls with the shared price table
+    assert_eq!(
+        written.estimated_cost,
+        deliver::CostEstimate::from_calls(&tally(&written.calls))
+    );
+}

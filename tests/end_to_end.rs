@@ -209,6 +209,7 @@ impl Stack {
             Arc::new(Fetcher::new("").unwrap()),
             self.layout.clone(),
             4,
+            self.calls.clone(),
         )
     }
 
@@ -515,6 +516,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
         fetcher: &fetcher,
         manifests: &manifests,
         defaults: &defaults,
+        calls: &stack.calls,
     };
     let sources = [
         SeedSource::Urls((0..LISTED).map(|i| site.url(&format!("/p/{i}"))).collect()),
@@ -588,6 +590,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
         store: &stack.store,
         queue: &stack.queue,
         trigger: &trigger,
+        calls: &stack.calls,
         options: SweepOptions::default(),
     };
     let (reports, outcomes) = crawl_to_completion(&workers, &sweeper, &crawl, deadline).await;

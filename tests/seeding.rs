@@ -124,6 +124,7 @@ async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
         fetcher: &fetcher,
         manifests: &manifests,
         defaults: &defaults,
+        calls: &calls,
     };
     let site = sitemap_site().await;
     let crawl = unique("seed");
@@ -210,6 +211,7 @@ async fn malformed_requests_change_nothing() {
         fetcher: &fetcher,
         manifests: &manifests,
         defaults: &defaults,
+        calls: &calls,
     };
     let crawl = unique("bad");
     let bad = [
@@ -286,6 +288,7 @@ async fn continuations_seed_everything_exactly_once() {
         fetcher: &fetcher,
         manifests: &manifests,
         defaults: &defaults,
+        calls: &calls,
     };
 
     // An S3 manifest of 1,000 URLs with comments, blank and bad lines, read 70 lines at a time.

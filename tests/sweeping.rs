@@ -133,6 +133,7 @@ async fn the_sweeper_finds_what_is_due_and_only_that() {
         store: &store,
         queue: &queue,
         trigger: &trigger,
+        calls: &calls,
         options: SweepOptions::default(),
     };
     let report = sweeper
@@ -207,7 +208,7 @@ async fn the_sweeper_finds_what_is_due_and_only_that() {
 async fn a_large_sweep_spreads_over_invocations() {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
-    let queue = LocalQueue::new(Duration::from_secs(60), calls);
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
     let trigger = LocalDeliveryTrigger::default();
     let crawl = create(&store, config()).await;
     let tasks: Vec<NewTask> = (0..45)
@@ -222,6 +223,7 @@ async fn a_large_sweep_spreads_over_invocations() {
         store: &store,
         queue: &queue,
         trigger: &trigger,
+        calls: &calls,
         options: SweepOptions {
             page_size: 10,
             lost_after_ms: Some(60_000),
@@ -273,6 +275,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         store: &store,
         queue: &queue,
         trigger: &trigger,
+        calls: &calls,
         options: SweepOptions::default(),
     };
     // Work left: no completion.

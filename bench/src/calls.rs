@@ -112,6 +112,7 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
         Arc::new(Fetcher::new("").step("fetcher")?),
         Layout::new("pages"),
         10,
+        calls.clone(),
     );
     Ok(Harness {
         crawler,

@@ -8,22 +8,11 @@ use crate::calls::CallsResult;
 use crate::lambda::LambdaResult;
 use crate::report::Figure;
 use serde_json::json;
+use trawl_domain::calls::Call;
+use trawl_domain::price::{PRICES, UNIT_MODEL, Units};
 
 const SECTION: &str = "cost per 1M pages";
 
-/// List prices, us-east-1, as of 2026-11 — check current pricing before quoting these.
-pub const PRICES_AS_OF: &str = "us-east-1 list prices as of 2026-11, check current pricing";
-/// DynamoDB on-demand, $ per write request unit (1 KB) and read request unit (4 KB, strong).
-const DYNAMO_WRU: f64 = 0.625 / 1e6;
-const DYNAMO_RRU: f64 = 0.125 / 1e6;
-/// S3 standard, $ per PUT/COPY/POST/LIST request and per GET request.
-const S3_PUT: f64 = 0.005 / 1e3;
-const S3_GET: f64 = 0.0004 / 1e3;
-/// SQS FIFO, $ per request (each 64 KB chunk; our batches of 10 small messages are one).
-const SQS_FIFO: f64 = 0.50 / 1e6;
-/// Lambda arm64, $ per GB-second and per request.
-const LAMBDA_GB_S: f64 = 0.000_013_333_4;
-const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
 /// Lambda gives a function one full vCPU at 1,769 MB, proportionally less below.
 const MB_PER_VCPU: f64 = 1769.0;
 /// Messages per invocation (the event source mapping's batch size).
@@ -37,43 +26,18 @@ const PAGES: f64 = 1e6;
 /// share, or the batch's wall time per page when longer.
 fn compute_per_page(lambda: &LambdaResult, memory_mb: f64, wall_per_page_s: f64) -> f64 {
     let cpu_bound_s = lambda.cpu_per_page_s * MB_PER_VCPU / memory_mb;
-    memory_mb / 1024.0 * cpu_bound_s.max(wall_per_page_s) * LAMBDA_GB_S
+    memory_mb / 1024.0 * cpu_bound_s.max(wall_per_page_s) * PRICES.lambda_arm64_gb_s
 }
 
 pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_json::Value) {
     let fresh = &calls.fresh;
-    let per_url = |ops: &[&str]| -> f64 {
-        ops.iter()
-            .map(|op| fresh.calls.get(*op).copied().unwrap_or(0))
-            .sum::<u64>() as f64
-            / fresh.urls.max(1) as f64
-    };
-    // Items are under 1 KB (one WRU per write, failed conditions included) and under 4 KB
-    // (one RRU per strongly consistent read; a small Query counted as one).
-    let writes = per_url(&[
-        "dynamodb.PutItem",
-        "dynamodb.UpdateItem",
-        "dynamodb.DeleteItem",
-    ]);
-    let reads = per_url(&["dynamodb.GetItem", "dynamodb.Query"]);
-    let s3_puts = per_url(&[
-        "s3.PutObject",
-        "s3.ListObjectsV2",
-        "s3.CreateMultipartUpload",
-        "s3.UploadPart",
-        "s3.CompleteMultipartUpload",
-    ]);
-    let s3_gets = per_url(&["s3.GetObject"]);
-    let sqs = per_url(&[
-        "sqs.SendMessageBatch",
-        "sqs.ReceiveMessage",
-        "sqs.DeleteMessageBatch",
-        "sqs.ChangeMessageVisibility",
-    ]);
-    let dynamo = (writes * DYNAMO_WRU + reads * DYNAMO_RRU) * PAGES;
-    let s3 = (s3_puts * S3_PUT + s3_gets * S3_GET) * PAGES;
-    let queue = sqs * SQS_FIFO * PAGES;
-    let requests = LAMBDA_REQUEST / BATCH * PAGES;
+    // The same prices and unit model as `summary.json`.
+    let units = Units::of(Call::ALL.iter().map(|&call| (call, fresh.per_url(call))));
+    let per_page = PRICES.cost(&units);
+    let dynamo = per_page.dynamodb * PAGES;
+    let s3 = per_page.s3 * PAGES;
+    let queue = per_page.sqs * PAGES;
+    let requests = PRICES.lambda_request / BATCH * PAGES;
     let wan_wall = ASSUMED_WAN_BATCH_S / BATCH;
     let compute = |mb: f64, wall: f64| compute_per_page(lambda, mb, wall) * PAGES;
     let measured_128 = compute(128.0, lambda.wall_per_page_s);
@@ -127,15 +91,19 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
         ),
     ];
     let details = json!({
-        "prices": PRICES_AS_OF,
+        "prices": PRICES.as_of,
+        "unit_model": UNIT_MODEL,
         "usd": {
-            "dynamodb_per_wru": DYNAMO_WRU, "dynamodb_per_rru": DYNAMO_RRU,
-            "s3_per_put": S3_PUT, "s3_per_get": S3_GET, "sqs_fifo_per_request": SQS_FIFO,
-            "lambda_arm64_per_gb_s": LAMBDA_GB_S, "lambda_per_request": LAMBDA_REQUEST,
+            "dynamodb_per_wru": PRICES.dynamodb_wru, "dynamodb_per_rru": PRICES.dynamodb_rru,
+            "s3_per_put": PRICES.s3_put_class, "s3_per_get": PRICES.s3_get,
+            "sqs_fifo_per_request": PRICES.sqs_fifo_request,
+            "lambda_arm64_per_gb_s": PRICES.lambda_arm64_gb_s,
+            "lambda_per_request": PRICES.lambda_request,
         },
         "units_per_page": {
-            "dynamodb_wru": writes, "dynamodb_rru": reads, "s3_put_class": s3_puts,
-            "s3_get": s3_gets, "sqs_requests": sqs, "lambda_invocations": 1.0 / BATCH,
+            "dynamodb_wru": units.dynamodb_wru, "dynamodb_rru": units.dynamodb_rru,
+            "s3_put_class": units.s3_put_class, "s3_get": units.s3_get,
+            "sqs_requests": units.sqs_requests, "lambda_invocations": 1.0 / BATCH,
             "lambda_cpu_s": lambda.cpu_per_page_s, "lambda_wall_s_loopback": lambda.wall_per_page_s,
         },
         "assumed_wan_batch_s": ASSUMED_WAN_BATCH_S,

@@ -124,7 +124,7 @@ async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::open(dir.join("trawl.db"), calls.clone()).step("open sqlite")?;
     let blobs = FsBlobStore::new(dir.join("objects"), calls.clone());
-    let queue = LocalQueue::new(Duration::from_secs(120), calls);
+    let queue = LocalQueue::new(Duration::from_secs(120), calls.clone());
     let crawl = Crawl::new(
         CrawlId::parse("bench").step("crawl id")?,
         fixture_config(),
@@ -139,6 +139,7 @@ async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
         fetcher,
         Layout::default(),
         10,
+        calls,
     ));
     let cpu_before = machine::cpu_seconds("self")?;
     let started = Instant::now();

@@ -84,6 +84,7 @@ async fn curve<S: TaskStore + CrawlStore>(
             store,
             queue: &queue,
             trigger: &trigger,
+            calls,
             options: SweepOptions::default(),
         };
         let mut budget = SweepBudget::new(10_000, Duration::from_secs(120));

@@ -198,6 +198,7 @@ where
         fetcher: &fetcher,
         manifests: &NoManifests,
         defaults: &defaults,
+        calls: &calls,
     };
     let mut sources = Vec::new();
     if seen_seed {
@@ -275,6 +276,7 @@ where
         fetcher,
         layout.clone(),
         args.concurrency,
+        calls.clone(),
     );
     let stats = RunStats::default();
     let stop = Arc::new(AtomicBool::new(false));

@@ -10,6 +10,7 @@ use trawl_core::store::{
     ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StoreError,
     TaskQuery, TaskStore,
 };
+use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
@@ -751,6 +752,44 @@ pub async fn page_budget_is_never_exceeded<S: CrawlStore>(store: &S) {
         store.get_crawl(&id).await.unwrap().unwrap().pages_reserved,
         20
     );
+}
+
+pub async fn call_counts_add_up_atomically<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl
+    let id = crawl_id();
+    store
+        .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
+        .await
+        .unwrap();
+
+    // WHEN 8 invocations add their calls at once
+    let share = CallTally::from([(Call::S3PutObject, 1), (Call::SqsSendMessageBatch, 2)]);
+    let adds = join_all((0..8).map(|_| store.add_calls(&id, &share))).await;
+
+    // THEN none is lost: the crawl holds the sum, plus each add's own write when the backend
+    // counts its calls (one call of one kind per add)
+    for totals in &adds {
+        assert!(totals.as_ref().unwrap()[&Call::S3PutObject] <= 8);
+    }
+    let calls = store.get_crawl(&id).await.unwrap().unwrap().calls;
+    assert_eq!(calls[&Call::S3PutObject], 8);
+    assert_eq!(calls[&Call::SqsSendMessageBatch], 16);
+    let own: Vec<_> = calls
+        .iter()
+        .filter(|(call, _)| !share.contains_key(call))
+        .collect();
+    assert!(own.is_empty() || matches!(own[..], [(_, 8)]), "{own:?}");
+    // AND the last add returned the totals as they now stand, which listing shows too
+    let listed = store.list_crawls(None).await.unwrap();
+    assert_eq!(listed.iter().find(|c| c.id == id).unwrap().calls, calls);
+
+    // WHEN calls are added to a crawl that does not exist, THEN nothing is created
+    let gone = crawl_id();
+    assert!(matches!(
+        store.add_calls(&gone, &share).await,
+        Err(StoreError::NoSuchCrawl(_))
+    ));
+    assert!(store.get_crawl(&gone).await.unwrap().is_none());
 }
 
 pub async fn completion_happens_exactly_once<S: CrawlStore>(store: &S) {

@@ -67,6 +67,7 @@ mod memory {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        call_counts_add_up_atomically,
     );
 }
 
@@ -91,6 +92,7 @@ mod sqlite {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        call_counts_add_up_atomically,
     );
 }
 
@@ -120,6 +122,7 @@ mod dynamodb {
             concurrent_claimers_exactly_one_wins,
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
+            call_counts_add_up_atomically,
         );
     }
 }

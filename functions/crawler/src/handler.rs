@@ -124,10 +124,11 @@ mod tests {
             crawler: Arc::new(Crawler::new(
                 store,
                 MemoryBlobStore::new(),
-                LocalQueue::new(Duration::from_secs(30), calls),
+                LocalQueue::new(Duration::from_secs(30), calls.clone()),
                 Arc::new(Fetcher::new("").unwrap()),
                 Layout::default(),
                 10,
+                calls,
             )),
         };
 
@@ -175,10 +176,11 @@ mod tests {
             crawler: Arc::new(Crawler::new(
                 MemoryStore::new(),
                 MemoryBlobStore::new(),
-                LocalQueue::new(Duration::from_secs(30), calls),
+                LocalQueue::new(Duration::from_secs(30), calls.clone()),
                 Arc::new(Fetcher::new("").unwrap()),
                 Layout::default(),
                 10,
+                calls,
             )),
         };
         let err = handler

@@ -30,12 +30,13 @@ async fn main() -> Result<(), Error> {
                 calls.clone(),
             ),
             S3BlobStore::new(clients.s3, &settings.bucket, calls.clone()),
-            SqsQueue::new(clients.sqs, &settings.queue_url, calls),
+            SqsQueue::new(clients.sqs, &settings.queue_url, calls.clone()),
             Arc::new(Fetcher::new(
                 settings.default_user_agent.as_deref().unwrap_or_default(),
             )?),
             Layout::new(&settings.prefix),
             settings.concurrency,
+            calls,
         )),
     };
     run(service_fn(|event| handler.handle(event))).await

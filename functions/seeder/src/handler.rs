@@ -11,6 +11,7 @@ use trawl_core::seed::{
     ManifestSource, SeedBudget, SeedDefaults, SeedRequest, SeedResponse, Seeder,
 };
 use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, work_deadline};
 
@@ -25,6 +26,8 @@ pub struct Handler<S, Q, M> {
     pub fetcher: Arc<Fetcher>,
     pub manifests: M,
     pub defaults: SeedDefaults,
+    /// The counters the adapters share.
+    pub calls: Arc<CallCounts>,
 }
 
 impl<S, Q, M> Handler<S, Q, M>
@@ -62,6 +65,7 @@ where
             fetcher: &self.fetcher,
             manifests: &self.manifests,
             defaults: &self.defaults,
+            calls: &self.calls,
         };
         match seeder.seed(request, budget, now).await {
             Ok(response) => {
@@ -138,10 +142,11 @@ mod tests {
         let calls = Arc::new(CallCounts::default());
         Handler {
             store: MemoryStore::new(),
-            queue: LocalQueue::new(Duration::from_secs(60), calls),
+            queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
             fetcher: Arc::new(Fetcher::new("").unwrap()),
             manifests: MemoryManifests::default(),
             defaults: SeedDefaults::default(),
+            calls,
         }
     }
 

@@ -31,11 +31,12 @@ async fn main() -> Result<(), Error> {
         fetcher: Arc::new(Fetcher::new(
             settings.default_user_agent.as_deref().unwrap_or_default(),
         )?),
-        manifests: S3Manifests::new(clients.s3, calls),
+        manifests: S3Manifests::new(clients.s3, calls.clone()),
         defaults: SeedDefaults {
             user_agent: settings.default_user_agent,
             per_host: Some(settings.default_per_host),
         },
+        calls,
     };
     run(service_fn(|event| handler.handle(event))).await
 }

@@ -2,11 +2,13 @@
 
 use lambda_runtime::LambdaEvent;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_core::sweep::{DeliveryTrigger, SweepBudget, SweepOptions, SweepSummary, Sweeper};
+use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, work_deadline};
@@ -57,6 +59,8 @@ pub struct Handler<S, Q, D> {
     pub store: S,
     pub queue: Q,
     pub trigger: D,
+    /// The counters the adapters share.
+    pub calls: Arc<CallCounts>,
 }
 
 impl<S, Q, D> Handler<S, Q, D>
@@ -85,6 +89,7 @@ where
             store: &self.store,
             queue: &self.queue,
             trigger: &self.trigger,
+            calls: &self.calls,
             options: SweepOptions {
                 lost_after_ms: event.lost_after_ms,
                 ..SweepOptions::default()
@@ -153,8 +158,9 @@ mod tests {
         let calls = Arc::new(CallCounts::default());
         Handler {
             store: MemoryStore::new(),
-            queue: LocalQueue::new(Duration::from_secs(60), calls),
+            queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
             trigger: LocalDeliveryTrigger::default(),
+            calls,
         }
     }
 

@@ -25,7 +25,8 @@ async fn main() -> Result<(), Error> {
             calls.clone(),
         ),
         queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
-        trigger: SqsDeliveryTrigger::new(clients.sqs, settings.delivery_queue_url, calls),
+        trigger: SqsDeliveryTrigger::new(clients.sqs, settings.delivery_queue_url, calls.clone()),
+        calls,
     };
     run(service_fn(|event| handler.handle(event))).await
 }

@@ -7,6 +7,7 @@
 //! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`.
 
 pub mod blob;
+pub mod calls;
 pub mod clock;
 pub mod crawler;
 pub mod deliver;

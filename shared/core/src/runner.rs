@@ -184,6 +184,7 @@ where
             store: crawler.store(),
             queue: crawler.queue(),
             trigger: &trigger,
+            calls: crawler.calls(),
             options: SweepOptions::default(),
         };
         let end = loop {

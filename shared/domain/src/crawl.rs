@@ -1,5 +1,6 @@
 //! A crawl: its id, its configuration and its lifecycle state.
 
+use crate::calls::CallTally;
 use crate::canonical::CrawlId;
 use crate::retry::RetryPolicy;
 use crate::task::Millis;
@@ -303,6 +304,10 @@ pub struct Crawl {
     pub generation: u64,
     /// Task slots taken from `scope.max_pages`.
     pub pages_reserved: u64,
+    /// Backend calls made for the crawl since it was created, by every function and container:
+    /// each invocation adds its own (`CrawlStore::add_calls`).
+    #[serde(default)]
+    pub calls: CallTally,
 }
 
 impl Crawl {
@@ -315,6 +320,7 @@ impl Crawl {
             updated_at: now,
             generation: 0,
             pages_reserved: 0,
+            calls: CallTally::new(),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod calls;
 pub mod canonical;
 pub mod crawl;
 pub mod host;
+pub mod price;
 pub mod retry;
 pub mod schedule;
 pub mod task;

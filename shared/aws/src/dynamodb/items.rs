@@ -6,6 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use trawl_core::store::{StoreError, StoreResult, TaskSummary};
+use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task};
@@ -179,7 +180,33 @@ pub(super) fn summary_from_item(item: Item) -> StoreResult<TaskSummary> {
     })
 }
 
-/// A crawl item.
+/// Names a crawl's count of one call kind: a top-level number attribute per kind, because
+/// DynamoDB's `ADD` works on top-level attributes only (never inside a map).
+pub(super) fn calls_attribute(call: Call) -> String {
+    format!("{CALLS_PREFIX}{}", call.name())
+}
+
+const CALLS_PREFIX: &str = "calls:";
+
+/// A crawl item's call counts. Kinds this version does not know (written by a newer one) are
+/// skipped rather than failing every read of the crawl.
+pub(super) fn calls_of(item: &Item) -> StoreResult<CallTally> {
+    let mut calls = CallTally::new();
+    for (name, value) in item {
+        let Some(call) = name.strip_prefix(CALLS_PREFIX).and_then(Call::from_name) else {
+            continue;
+        };
+        let count = value
+            .as_n()
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| corrupt(item, format!("{name} is not a count")))?;
+        calls.insert(call, count);
+    }
+    Ok(calls)
+}
+
+/// A crawl item. Its call counts are attributes of their own (`calls_attribute`), outside serde.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct CrawlItem {
     pk: String,
@@ -193,6 +220,8 @@ pub(super) struct CrawlItem {
     generation: u64,
     #[serde(default)]
     pub(super) pages_reserved: u64,
+    #[serde(skip)]
+    calls: CallTally,
 }
 
 impl CrawlItem {
@@ -207,15 +236,23 @@ impl CrawlItem {
             created: c.created_at,
             generation: c.generation,
             pages_reserved: c.pages_reserved,
+            calls: c.calls.clone(),
         }
     }
 
     pub(super) fn to_item(&self) -> StoreResult<Item> {
-        encode_item(self)
+        let mut item = encode_item(self)?;
+        for (&call, count) in &self.calls {
+            item.insert(calls_attribute(call), AttributeValue::N(count.to_string()));
+        }
+        Ok(item)
     }
 
     pub(super) fn from_item(item: Item) -> StoreResult<Self> {
-        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
+        let calls = calls_of(&item)?;
+        let crawl: Self = serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone())
+            .map_err(|e| corrupt(&item, e))?;
+        Ok(Self { calls, ..crawl })
     }
 
     pub(super) fn into_crawl(self) -> Crawl {
@@ -227,6 +264,7 @@ impl CrawlItem {
             updated_at: self.updated,
             generation: self.generation,
             pages_reserved: self.pages_reserved,
+            calls: self.calls,
         }
     }
 }

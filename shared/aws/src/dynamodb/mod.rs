@@ -33,7 +33,7 @@ use trawl_core::store::{
     ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
     StoreResult, TaskPage, TaskQuery, TaskStore,
 };
-use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
@@ -334,6 +334,39 @@ impl CrawlStore for DynamoStore {
             Ok(_) => Ok(()),
             Err(e) if is_conditional_failure(&e) => Err(StoreError::NoSuchCrawl(id.clone())),
             Err(e) => Err(map_err("UpdateItem", e)),
+        }
+    }
+
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+        // This UpdateItem reports itself: it is in the share it adds.
+        self.calls.record_reported(Call::DynamoUpdateItem);
+        let mut share = share.clone();
+        *share.entry(Call::DynamoUpdateItem).or_default() += 1;
+        let mut update = self
+            .update_crawl(id)
+            .condition_expression("attribute_exists(pk)")
+            .return_values(ReturnValue::AllNew);
+        let mut adds = Vec::with_capacity(share.len());
+        for (i, (&call, &count)) in share.iter().enumerate() {
+            update = update
+                .expression_attribute_names(format!("#c{i}"), items::calls_attribute(call))
+                .expression_attribute_values(format!(":c{i}"), n(count));
+            adds.push(format!("#c{i} :c{i}"));
+        }
+        let result = update
+            .update_expression(format!("ADD {}", adds.join(", ")))
+            .send()
+            .await;
+        match result {
+            Ok(out) => items::calls_of(&out.attributes.unwrap_or_default()),
+            // The crawl is gone: its calls, this one included, go with it.
+            Err(e) if is_conditional_failure(&e) => Err(StoreError::NoSuchCrawl(id.clone())),
+            Err(e) => {
+                // Not added: this call goes with the next report.
+                self.calls
+                    .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
+                Err(map_err("UpdateItem", e))
+            }
         }
     }
 

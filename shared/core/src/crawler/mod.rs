@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::RwLock;
 use tracing::Instrument;
+use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::retry::Failure;
@@ -106,6 +107,8 @@ pub struct Crawler<S, B, Q> {
     store: S,
     blobs: B,
     queue: Q,
+    /// The counters the adapters share: each batch adds its calls to its crawls.
+    calls: Arc<CallCounts>,
     fetcher: Arc<Fetcher>,
     layout: Layout,
     concurrency: usize,
@@ -127,11 +130,13 @@ where
         fetcher: Arc<Fetcher>,
         layout: Layout,
         concurrency: usize,
+        calls: Arc<CallCounts>,
     ) -> Self {
         Self {
             store,
             blobs,
             queue,
+            calls,
             fetcher,
             layout,
             concurrency: concurrency.max(1),
@@ -163,18 +168,31 @@ where
         &self.queue
     }
 
+    pub fn calls(&self) -> &CallCounts {
+        &self.calls
+    }
+
     /// Processes a batch. Messages of one politeness slot (`group`) run one after another with
     /// the host's delay between them; slots run concurrently, at most `concurrency` at once.
     /// Nothing is started once `deadline` is near: those messages are handed back untouched.
+    /// Ends by adding the batch's calls to its crawls (`crate::calls`).
     pub async fn process_batch(
         &self,
         batch: Vec<Received>,
         deadline: Option<Instant>,
     ) -> Vec<MessageResult> {
         let mut groups: Vec<(String, Vec<Parsed>)> = Vec::new();
+        // Messages per crawl: the weights the batch's calls are shared by.
+        let mut crawls: Vec<(CrawlId, u64)> = Vec::new();
         for received in batch {
             let parsed =
                 serde_json::from_str::<WorkMessage>(&received.body).map_err(|e| e.to_string());
+            if let Ok(message) = &parsed {
+                match crawls.iter_mut().find(|(id, _)| *id == message.crawl_id) {
+                    Some((_, n)) => *n += 1,
+                    None => crawls.push((message.crawl_id.clone(), 1)),
+                }
+            }
             // A malformed body is a group of its own: it must not hold anything back.
             let group = match &parsed {
                 Ok(m) => m.group.clone(),
@@ -194,6 +212,7 @@ where
             .collect::<Vec<_>>()
             .await;
         self.send_outbox(outbox).await;
+        crate::calls::report_shared(&self.store, &self.calls, &crawls).await;
         results
     }
 
@@ -603,7 +622,8 @@ mod tests {
         let crawl = Crawl::new(CrawlId::parse("clock").unwrap(), config, t0);
         let store = MemoryStore::new();
         store.create_crawl(&crawl).await.unwrap();
-        let queue = LocalQueue::new(Duration::from_secs(30), Arc::new(CallCounts::default()));
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
         let task = NewTask {
             url: url.clone(),
@@ -620,6 +640,7 @@ mod tests {
             Arc::new(Fetcher::new("").unwrap()),
             Layout::default(),
             1,
+            calls,
         )
         .with_clock(Arc::new(clock.clone()));
 

@@ -203,7 +203,8 @@ pub struct Deliverer<'a, S, B> {
     pub layout: &'a Layout,
     /// Prepended to object keys in the manifest: `s3://bucket`, or the blob store's directory.
     pub uri_base: &'a str,
-    /// The process's call counters (reported, and priced, in the summary).
+    /// The counters the adapters share: the delivery adds its calls to the crawl, whose totals
+    /// the summary reports and prices.
     pub calls: &'a CallCounts,
 }
 
@@ -265,14 +266,25 @@ where
     B: BlobStore,
 {
     /// Delivers `generation` of the crawl (its current one when None), or returns the delivery
-    /// that already exists for it.
+    /// that already exists for it. Ends by adding the delivery's calls to the crawl.
     pub async fn deliver(
         &self,
         crawl_id: &CrawlId,
         generation: Option<u64>,
         now: Millis,
     ) -> Result<DeliveryReport, DeliverError> {
-        let crawl = self
+        let delivered = self.deliver_unreported(crawl_id, generation, now).await;
+        crate::calls::report(self.store, self.calls, crawl_id).await;
+        delivered
+    }
+
+    async fn deliver_unreported(
+        &self,
+        crawl_id: &CrawlId,
+        generation: Option<u64>,
+        now: Millis,
+    ) -> Result<DeliveryReport, DeliverError> {
+        let mut crawl = self
             .store
             .get_crawl(crawl_id)
             .await?
@@ -323,6 +335,10 @@ where
             }
         };
         let files = outputs.complete().await?;
+        // The crawl's calls so far, this delivery's included (on a failed report: as read above).
+        if let Some(totals) = crate::calls::report(self.store, self.calls, crawl_id).await {
+            crawl.calls = totals;
+        }
         let summary = self.summary(&crawl, generation, &id, tally, files, now);
         self.write_plain(
             &format!("{prefix}{SUMMARY_FILE}"),
@@ -727,8 +743,8 @@ where
             pages_per_second,
             warc: tally.warc,
             delta: tally.delta,
-            calls: summary::call_counts(self.calls),
-            estimated_cost: CostEstimate::from_calls(self.calls),
+            calls: summary::call_counts(&crawl.calls),
+            estimated_cost: CostEstimate::from_calls(&crawl.calls),
         }
     }
 }

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::calls::CallTally;
+use trawl_domain::price::{PRICES, UNIT_MODEL, Units};
 
 /// The delivery's summary, as written to `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,8 +31,10 @@ pub struct Summary {
     pub pages_per_second: f64,
     pub warc: WarcSummary,
     pub delta: DeltaSummary,
-    /// Backend calls this process made, by operation (on Lambda: the deliverer's own calls;
-    /// in the CLI: the whole run).
+    /// Backend calls made for the crawl since it was created, by operation: every function and
+    /// container adds its own to the crawl record (`trawl_core::calls`). Not included: writing
+    /// this summary and `_SUCCESS`, and anything a worker adds after the summary was written
+    /// (those are on the crawl's totals; the next generation's summary counts them).
     pub calls: Vec<CallCount>,
     pub estimated_cost: CostEstimate,
 }
@@ -74,75 +77,38 @@ pub struct CallCount {
     pub count: u64,
 }
 
-/// An estimate from list prices (below), in US dollars.
+/// An estimate from list prices (`trawl_domain::price`, the benchmark's too), in US dollars.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostEstimate {
     pub dynamodb_usd: f64,
     pub s3_usd: f64,
     pub sqs_usd: f64,
     pub total_usd: f64,
-    /// Where the prices come from.
+    /// Where the prices come from, and how calls become billing units.
     pub basis: String,
 }
 
-// List prices, us-east-1, as published in July 2025 (after DynamoDB's November 2024 on-demand
-// price cut). Free tiers are ignored.
-/// DynamoDB on-demand: USD per write request unit ($0.625 per million).
-const DYNAMODB_WRU_USD: f64 = 0.625 / 1e6;
-/// DynamoDB on-demand: USD per read request unit ($0.125 per million).
-const DYNAMODB_RRU_USD: f64 = 0.125 / 1e6;
-/// S3 Standard: PUT, COPY, POST, LIST requests ($0.005 per 1,000).
-const S3_PUT_USD: f64 = 0.005 / 1e3;
-/// S3 Standard: GET and other requests ($0.0004 per 1,000).
-const S3_GET_USD: f64 = 0.0004 / 1e3;
-/// SQS FIFO requests ($0.50 per million; the crawl queue is FIFO, standard queues cost $0.40).
-const SQS_REQUEST_USD: f64 = 0.50 / 1e6;
-
-const COST_BASIS: &str = "us-east-1 list prices of July 2025: DynamoDB on-demand $0.625/M WRU and \
-$0.125/M RRU; S3 $0.005/1k PUT-class and $0.0004/1k GET; SQS FIFO $0.50/M requests. \
-Estimate: each DynamoDB write call = 2 WRU (table + status index), a BatchWriteItem = 25 items, \
-each read call = 1 RRU; items under 1 KB; free tiers ignored.";
-
-/// Items in one DynamoDB BatchWriteItem call, at most (the estimate assumes full batches).
-const BATCH_WRITE_ITEMS: f64 = 25.0;
-/// A write to a task also writes the status index.
-const WRITE_UNITS_PER_ITEM: f64 = 2.0;
-
 impl CostEstimate {
     /// Prices `calls`; non-AWS calls (SQLite, files, the local queue) cost nothing.
-    pub fn from_calls(calls: &CallCounts) -> Self {
-        let n = |call: Call| calls.get(call) as f64;
-        let write_units = WRITE_UNITS_PER_ITEM
-            * (n(Call::DynamoPutItem)
-                + n(Call::DynamoUpdateItem)
-                + n(Call::DynamoDeleteItem)
-                + BATCH_WRITE_ITEMS * n(Call::DynamoBatchWriteItem));
-        let read_units = n(Call::DynamoGetItem) + n(Call::DynamoQuery);
-        let dynamodb_usd = write_units * DYNAMODB_WRU_USD + read_units * DYNAMODB_RRU_USD;
-        let s3_usd = (n(Call::S3PutObject)
-            + n(Call::S3ListObjects)
-            + n(Call::S3CreateMultipartUpload)
-            + n(Call::S3UploadPart)
-            + n(Call::S3CompleteMultipartUpload))
-            * S3_PUT_USD
-            + n(Call::S3GetObject) * S3_GET_USD;
-        let sqs_usd = calls.service_total("sqs") as f64 * SQS_REQUEST_USD;
+    pub fn from_calls(calls: &CallTally) -> Self {
+        let units = Units::of(calls.iter().map(|(&call, &n)| (call, n as f64)));
+        let cost = PRICES.cost(&units);
         Self {
-            dynamodb_usd,
-            s3_usd,
-            sqs_usd,
-            total_usd: dynamodb_usd + s3_usd + sqs_usd,
-            basis: COST_BASIS.to_owned(),
+            dynamodb_usd: cost.dynamodb,
+            s3_usd: cost.s3,
+            sqs_usd: cost.sqs,
+            total_usd: cost.total(),
+            basis: format!("{}; {}", PRICES.as_of, UNIT_MODEL),
         }
     }
 }
 
 /// The non-zero call counts, by operation.
-pub(crate) fn call_counts(calls: &CallCounts) -> Vec<CallCount> {
+pub(crate) fn call_counts(calls: &CallTally) -> Vec<CallCount> {
     calls
-        .snapshot()
-        .into_iter()
-        .map(|(call, count)| CallCount {
+        .iter()
+        .filter(|&(_, &count)| count > 0)
+        .map(|(call, &count)| CallCount {
             service: call.service().to_owned(),
             operation: call.operation().to_owned(),
             count,
@@ -153,20 +119,42 @@ pub(crate) fn call_counts(calls: &CallCounts) -> Vec<CallCount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trawl_domain::calls::Call;
 
     #[test]
-    fn cost_follows_the_list_prices() {
-        let calls = CallCounts::default();
-        calls.add(Call::DynamoUpdateItem, 1_000_000);
-        calls.add(Call::DynamoGetItem, 2_000_000);
-        calls.add(Call::S3PutObject, 1_000);
-        calls.add(Call::S3GetObject, 10_000);
-        calls.add(Call::SqsSendMessageBatch, 2_000_000);
-        calls.add(Call::SqliteWrite, 1_000_000);
+    fn the_summary_prices_with_the_shared_table() {
+        let calls = CallTally::from([
+            (Call::DynamoUpdateItem, 1_000_000),
+            (Call::S3GetObject, 10_000),
+            (Call::SqsSendMessageBatch, 2_000_000),
+            (Call::SqliteWrite, 1_000_000),
+        ]);
         let cost = CostEstimate::from_calls(&calls);
-        assert!((cost.dynamodb_usd - (1.25 + 0.25)).abs() < 1e-9, "{cost:?}");
-        assert!((cost.s3_usd - (0.005 + 0.004)).abs() < 1e-9, "{cost:?}");
-        assert!((cost.sqs_usd - 1.0).abs() < 1e-9, "{cost:?}");
-        assert!((cost.total_usd - 2.509).abs() < 1e-9, "{cost:?}");
+        let expected = PRICES.cost(&Units::of([
+            (Call::DynamoUpdateItem, 1e6),
+            (Call::S3GetObject, 1e4),
+            (Call::SqsSendMessageBatch, 2e6),
+        ]));
+        assert_eq!(cost.dynamodb_usd, expected.dynamodb);
+        assert_eq!(cost.s3_usd, expected.s3);
+        assert_eq!(cost.sqs_usd, expected.sqs);
+        assert!(
+            (cost.total_usd - (1.875 + 0.004 + 1.0)).abs() < 1e-9,
+            "{cost:?}"
+        );
+        assert!(cost.basis.contains(PRICES.as_of));
+        let names: Vec<_> = call_counts(&calls)
+            .into_iter()
+            .map(|c| format!("{}.{}={}", c.service, c.operation, c.count))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "dynamodb.UpdateItem=1000000",
+                "s3.GetObject=10000",
+                "sqs.SendMessageBatch=2000000",
+                "sqlite.write=1000000"
+            ]
+        );
     }
 }

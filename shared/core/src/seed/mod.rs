@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use thiserror::Error;
 use tokio::time::Instant;
+use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, truncate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, NewTask};
@@ -276,6 +277,8 @@ pub struct Seeder<'a, S, Q, M> {
     pub fetcher: &'a Fetcher,
     pub manifests: &'a M,
     pub defaults: &'a SeedDefaults,
+    /// The counters the adapters share: each seed adds its calls to its crawl.
+    pub calls: &'a CallCounts,
 }
 
 impl<S, Q, M> Seeder<'_, S, Q, M>
@@ -284,8 +287,24 @@ where
     Q: WorkQueue,
     M: ManifestSource,
 {
-    /// Runs (or continues) a seed request within `budget`.
+    /// Runs (or continues) a seed request within `budget`, then adds its calls to the crawl.
     pub async fn seed(
+        &self,
+        request: SeedRequest,
+        budget: SeedBudget,
+        now: Millis,
+    ) -> Result<SeedResponse, SeedError> {
+        let crawl_id = request.crawl_id.clone();
+        let seeded = self.seed_unreported(request, budget, now).await;
+        // A request refused before any write names a crawl that may not exist: its calls (a
+        // manifest that could not be read) go with this process's next report.
+        if !matches!(seeded, Err(SeedError::InvalidRequest(_))) {
+            crate::calls::report(self.store, self.calls, &crawl_id).await;
+        }
+        seeded
+    }
+
+    async fn seed_unreported(
         &self,
         request: SeedRequest,
         budget: SeedBudget,

@@ -10,6 +10,7 @@ use super::{
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::{Arc, Mutex};
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
@@ -173,6 +174,19 @@ impl CrawlStore for MemoryStore {
                 .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
             crawl.pages_reserved = crawl.pages_reserved.saturating_sub(n);
             Ok(())
+        })
+    }
+
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+        self.with("add_calls", |t| {
+            let crawl = t
+                .crawls
+                .get_mut(id)
+                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
+            for (&call, &n) in share {
+                *crawl.calls.entry(call).or_default() += n;
+            }
+            Ok(crawl.calls.clone())
         })
     }
 

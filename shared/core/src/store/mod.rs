@@ -17,6 +17,7 @@ pub mod memory;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
@@ -208,6 +209,23 @@ pub trait CrawlStore: Send + Sync {
 
     /// Gives back slots that were reserved but not used (the URL was already known).
     fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns
+    /// the totals after it. The write's own call is part of the add: an adapter that counts its
+    /// calls records that one with `CallCounts::record_reported`, so reporting costs nothing
+    /// unaccounted. `NoSuchCrawl` when the crawl does not exist (the write never creates one).
+    ///
+    /// Cost: one write per report (`crate::calls::report`). The crawler reports once per batch
+    /// and crawl: a Lambda batch holds up to 10 messages, so at least 0.1 write per URL, more
+    /// when batches run short. Per crawl, not per URL: the seeder once per invocation, the
+    /// sweeper once per crawl it sweeps (twice when it completes one), the deliverer twice per
+    /// delivery. On DynamoDB the write is one UpdateItem of the crawl item (1-2 WRU: the item
+    /// holds the config; nothing the status index projects changes).
+    fn add_calls(
+        &self,
+        id: &CrawlId,
+        share: &CallTally,
+    ) -> impl Future<Output = StoreResult<CallTally>> + Send;
 
     fn delete_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
 }

@@ -37,6 +37,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
+use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
@@ -245,6 +246,8 @@ pub struct Sweeper<'a, S, Q, D> {
     pub store: &'a S,
     pub queue: &'a Q,
     pub trigger: &'a D,
+    /// The counters the adapters share: each crawl's sweep adds its calls to it.
+    pub calls: &'a CallCounts,
     pub options: SweepOptions,
 }
 
@@ -286,8 +289,19 @@ where
         Ok(summary)
     }
 
-    /// Sweeps one crawl within `budget`.
+    /// Sweeps one crawl within `budget`, then adds the sweep's calls to it.
     pub async fn sweep_crawl(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        budget: &mut SweepBudget,
+    ) -> Result<SweepReport, SweepError> {
+        let swept = self.sweep_and_complete(crawl, now, budget).await;
+        crate::calls::report(self.store, self.calls, &crawl.id).await;
+        swept
+    }
+
+    async fn sweep_and_complete(
         &self,
         crawl: &Crawl,
         now: Millis,
@@ -333,6 +347,9 @@ where
                 .await?
         {
             report.completed = true;
+            // The deliverer reads the crawl's calls as soon as it has the notice: add ours first
+            // (the notice itself goes with the report after it).
+            crate::calls::report(self.store, self.calls, &crawl.id).await;
             let notice = CompletionNotice {
                 crawl_id: crawl.id.clone(),
                 generation: crawl.generation,

@@ -25,15 +25,16 @@ use trawl_core::store::{
     ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
     StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
-use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
-/// `PRAGMA user_version` of the schema below.
-const SCHEMA_VERSION: i64 = 1;
+/// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`; a version-1 file
+/// gets it when opened.
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another connection's write lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +71,17 @@ CREATE TABLE IF NOT EXISTS crawls (
     pages_reserved INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS crawls_by_state ON crawls (state, id);
+";
+
+/// A crawl's call counts (`Crawl::calls`), one row per call kind, so an add is one upsert per
+/// kind inside one transaction.
+const CALLS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS crawl_calls (
+    crawl_id TEXT    NOT NULL,
+    call     TEXT    NOT NULL,
+    count    INTEGER NOT NULL,
+    PRIMARY KEY (crawl_id, call)
+) WITHOUT ROWID;
 ";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
@@ -172,8 +184,11 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0 => {
-                tx.execute_batch(SCHEMA).map_err(schema)?;
+            0 | 1 => {
+                if version == 0 {
+                    tx.execute_batch(SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(CALLS_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -201,6 +216,15 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> DbResult<T> + Send + 'static,
     {
         self.calls.record(call);
+        self.execute(operation, work).await
+    }
+
+    /// Runs `work` on the blocking pool with the connection; the caller counts the call.
+    async fn execute<T, F>(&self, operation: &'static str, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> DbResult<T> + Send + 'static,
+    {
         let conn = Arc::clone(&self.conn);
         let joined = tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().map_err(|_| {
@@ -547,6 +571,8 @@ impl CrawlRow {
             updated_at: self.updated,
             generation: number(key, "generation", self.generation)?,
             pages_reserved: number(key, "pages_reserved", self.pages_reserved)?,
+            // In a table of their own: `with_calls` reads them.
+            calls: CallTally::new(),
         })
     }
 }
@@ -559,7 +585,46 @@ fn select_crawl(conn: &Connection, id: &str) -> DbResult<Option<Crawl>> {
             CrawlRow::read,
         )
         .optional()?;
-    Ok(row.map(CrawlRow::into_crawl).transpose()?)
+    row.map(|row| with_calls(conn, row)).transpose()
+}
+
+/// The crawl of `row`, with its call counts.
+fn with_calls(conn: &Connection, row: CrawlRow) -> DbResult<Crawl> {
+    let mut crawl = row.into_crawl()?;
+    crawl.calls = select_calls(conn, crawl.id.as_str())?;
+    Ok(crawl)
+}
+
+/// A crawl's call counts. Kinds this version does not know (written by a newer one) are
+/// skipped rather than failing every read of the crawl.
+fn select_calls(conn: &Connection, id: &str) -> DbResult<CallTally> {
+    let mut stmt =
+        conn.prepare_cached("SELECT call, count FROM crawl_calls WHERE crawl_id = ?1")?;
+    let rows = stmt
+        .query_map(params![id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let key = format!("crawl {id}");
+    let mut calls = CallTally::new();
+    for (name, count) in rows {
+        if let Some(call) = Call::from_name(&name) {
+            calls.insert(call, number(&key, &name, count)?);
+        }
+    }
+    Ok(calls)
+}
+
+/// Adds `share` to a crawl's call counts (inside the caller's transaction).
+fn add_calls(conn: &Connection, id: &str, share: &CallTally) -> DbResult<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO crawl_calls (crawl_id, call, count) VALUES (?1, ?2, ?3)
+         ON CONFLICT (crawl_id, call) DO UPDATE SET count = count + excluded.count",
+    )?;
+    for (call, &count) in share {
+        stmt.execute(params![id, call.name(), saturating_i64(count)])?;
+    }
+    Ok(())
 }
 
 impl CrawlStore for SqliteStore {
@@ -570,12 +635,16 @@ impl CrawlStore for SqliteStore {
         let (created_at, updated_at) = (crawl.created_at, crawl.updated_at);
         let generation = saturating_i64(crawl.generation);
         let reserved = saturating_i64(crawl.pages_reserved);
+        let calls = crawl.calls.clone();
         self.run("create_crawl", Call::SqliteWrite, move |conn| {
             let tx = immediate(conn)?;
             let created = tx.execute(
                 &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
                 params![id, config, state, created_at, updated_at, generation, reserved],
             )? == 1;
+            if created {
+                add_calls(&tx, &id, &calls)?;
+            }
             let stored = select_crawl(&tx, &id)?
                 .ok_or_else(|| corrupt(&id, "crawl vanished inside its own transaction"))?;
             tx.commit()?;
@@ -610,10 +679,9 @@ impl CrawlStore for SqliteStore {
                         .collect::<rusqlite::Result<Vec<_>>>()?
                 }
             };
-            Ok(rows
-                .into_iter()
-                .map(CrawlRow::into_crawl)
-                .collect::<StoreResult<Vec<_>>>()?)
+            rows.into_iter()
+                .map(|row| with_calls(conn, row))
+                .collect::<DbResult<Vec<_>>>()
         })
         .await
     }
@@ -696,10 +764,50 @@ impl CrawlStore for SqliteStore {
         .await
     }
 
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+        // This write reports itself: it is in the share it adds.
+        self.calls.record_reported(Call::SqliteWrite);
+        let mut share = share.clone();
+        *share.entry(Call::SqliteWrite).or_default() += 1;
+        let crawl_id = id.clone();
+        let id = id.as_str().to_owned();
+        let added = self
+            .execute("add_calls", move |conn| {
+                let tx = immediate(conn)?;
+                let exists = tx
+                    .query_row(
+                        "SELECT 1 FROM crawls WHERE id = ?1",
+                        params![id],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some();
+                if !exists {
+                    return Err(StoreError::NoSuchCrawl(crawl_id).into());
+                }
+                add_calls(&tx, &id, &share)?;
+                let totals = select_calls(&tx, &id)?;
+                tx.commit()?;
+                Ok(totals)
+            })
+            .await;
+        if let Err(e) = &added
+            && !matches!(e, StoreError::NoSuchCrawl(_))
+        {
+            // Not added: this call goes with the next report.
+            self.calls
+                .restore_unreported(&CallTally::from([(Call::SqliteWrite, 1)]));
+        }
+        added
+    }
+
     async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         let id = id.as_str().to_owned();
         self.run("delete_crawl", Call::SqliteWrite, move |conn| {
-            conn.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
+            let tx = immediate(conn)?;
+            tx.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
+            tx.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -1061,6 +1169,40 @@ mod tests {
             Err(StoreError::Backend { .. })
         ));
         assert!(SqliteStore::open(&garbage, calls).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_gains_call_counts_when_opened() {
+        // GIVEN a file written by the schema before call counts, holding one crawl
+        let dir = TempDir::new("v1");
+        {
+            let conn = Connection::open(dir.db()).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                &format!("INSERT INTO crawls ({CRAWL_COLUMNS}) VALUES ('c', '{{}}', 'running', 0, 0, 0, 0)"),
+                [],
+            )
+            .unwrap();
+        }
+
+        // WHEN it is opened and calls are added to the crawl
+        let calls = Arc::new(CallCounts::default());
+        let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
+        let id = CrawlId::parse("c").unwrap();
+        let share = CallTally::from([(Call::S3PutObject, 2)]);
+        let totals = store.add_calls(&id, &share).await.unwrap();
+
+        // THEN the file is at the current version and the crawl has the calls (the add's own
+        // write included)
+        let version: i64 = Connection::open(dir.db())
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let expected = CallTally::from([(Call::S3PutObject, 2), (Call::SqliteWrite, 1)]);
+        assert_eq!(totals, expected);
+        assert_eq!(store.get_crawl(&id).await.unwrap().unwrap().calls, expected);
     }
 
     #[tokio::test]
