@@ -83,6 +83,7 @@ struct Run {
     crawler: EmbeddedCrawler,
     fetcher: Arc<Fetcher>,
     crawl_id: CrawlId,
+    calls: Arc<CallCounts>,
     _scratch: Scratch,
 }
 
@@ -102,14 +103,16 @@ impl Run {
         let crawler = Crawler::new(
             SqliteStore::in_memory(calls.clone()).unwrap(),
             FsBlobStore::new(scratch.0.clone(), calls.clone()),
-            LocalQueue::new(Duration::from_secs(60), calls),
+            LocalQueue::new(Duration::from_secs(60), calls.clone()),
             Arc::clone(&fetcher),
             Layout::new("pages"),
             2,
+            calls.clone(),
         );
         Run {
             crawler,
             fetcher,
+            calls,
             crawl_id: CrawlId::parse(&unique("client")).unwrap(),
             _scratch: scratch,
         }
@@ -124,6 +127,7 @@ impl Run {
             fetcher: &self.fetcher,
             manifests: &NoManifests,
             defaults: &defaults,
+            calls: &self.calls,
         };
         let request = SeedRequest {
             crawl_id: self.crawl_id.clone(),
