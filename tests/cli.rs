@@ -1,7 +1,7 @@
 //! The `trawl` binary, as a user runs it, against loopback sites.
 
 use crate::site::{Route, Site};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -155,6 +155,31 @@ async fn a_300_page_site_is_fetched_once_per_page_and_delivered() {
     // AND the summary agrees with `trawl status`
     let status = json_of(&trawl(&["status", "--json", "--data-dir", data], &dir).await);
     assert_eq!(status["crawls"][0]["counts"], summary["counts"]);
+    // AND `trawl hosts` shows the one host, done, idle, nothing pending
+    let hosts = json_of(&trawl(&["hosts", "--json", "--data-dir", data], &dir).await);
+    assert_eq!(hosts["hosts"], 1);
+    let host = &hosts["shown"][0];
+    let name = site.addr().to_string();
+    assert_eq!(host["host"], name.as_str());
+    assert_eq!(
+        (&host["state"], &host["pending"]),
+        (&json!("idle"), &json!(0))
+    );
+    assert_eq!(host["fetches"], 300);
+    let shown = json_of(
+        &trawl(
+            &["hosts", "show", &name, "--json", "--data-dir", data],
+            &dir,
+        )
+        .await,
+    );
+    assert_eq!(shown["next_tasks"], json!([]));
+    let unknown = trawl(
+        &["hosts", "show", "nowhere.example", "--data-dir", data],
+        &dir,
+    )
+    .await;
+    assert_eq!(unknown.status.code(), Some(2));
 
     // WHEN the same command runs again, THEN nothing is fetched again
     let again = trawl(
@@ -710,7 +735,7 @@ async fn the_aws_backend_sets_up_and_crawls_through_dynamodb_s3_and_sqs() {
         .collect();
     assert!(
         vars.iter()
-            .any(|(k, v)| k == "TRAWL_QUEUE_URL" && v.ends_with(".fifo"))
+            .any(|(k, v)| k == "TRAWL_QUEUE_URL" && !v.is_empty() && !v.ends_with(".fifo"))
     );
 
     // AND a crawl runs on them

@@ -10,7 +10,7 @@
 //! serialises requests makes conditional writes and FIFO receives atomic, as AWS does.
 
 use crate::delivering::{gz_lines, read_warc, status_counts, warc_pages};
-use crate::seeding::fifo_queue;
+use crate::seeding::crawl_queue;
 use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
 use futures_util::StreamExt;
@@ -176,7 +176,7 @@ async fn stack() -> Stack {
         .send()
         .await
         .unwrap();
-    let queue_url = fifo_queue(&clients.sqs).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
     let delivery_url = clients
         .sqs
         .create_queue()
@@ -338,7 +338,7 @@ async fn work_once(worker: &AwsCrawler) -> Vec<Outcome> {
                 .unwrap(),
             Disposition::Reject(_) => {}
         }
-        outcomes.push(result.outcome);
+        outcomes.extend(result.outcomes);
     }
     worker.queue().ack(&handled).await.unwrap();
     outcomes
@@ -552,16 +552,35 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
     }
     assert_eq!(accepted, [LISTED as u64, MAPPED as u64, LIST_PAGES as u64]);
 
-    // AND a worker that took a batch, claimed its first page and died: the page stays
-    // in_progress under a lease that expires, its message is lost (deleted, as one that went to
-    // the dead-letter queue), the rest of its batch comes back
+    // AND a worker that took a batch, claimed its first host's turn and that host's first page
+    // and died: the page stays in_progress under a lease that expires, so does the host's turn;
+    // its message is lost (deleted, as one that went to the dead-letter queue), the rest of its
+    // batch comes back
     let batch = stack.queue.receive(10, 0).await.unwrap();
     let (doomed, others) = batch.split_first().expect("a first batch");
     let message: WorkMessage = serde_json::from_str(&doomed.body).unwrap();
-    assert!(!message.url.contains('?'), "a page counted by its path");
+    let stored_crawl = stack.store.get_crawl(&crawl).await.unwrap().unwrap();
+    let turn = trawl_core::frontier::update_host(
+        &stack.store,
+        &stored_crawl,
+        &message.host,
+        now_ms(),
+        |h| match h.claim_turn(now_ms(), LEASE_MS) {
+            Ok((next, turn)) => (Some(next), Some(turn)),
+            Err(_) => (None, None),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(turn, Some((_, Some(_)))), "{turn:?}");
+    let first = stack
+        .store
+        .due_tasks(&crawl, &message.host, 1)
+        .await
+        .unwrap();
     let crashed = match stack
         .store
-        .claim(&crawl, &message.task_id, LEASE_MS, now_ms())
+        .claim(&crawl, &first[0].task_id, LEASE_MS, now_ms())
         .await
         .unwrap()
     {
@@ -591,7 +610,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
         queue: &stack.queue,
         trigger: &trigger,
         calls: &stack.calls,
-        options: SweepOptions::default(),
+        options: SweepOptions::new(),
     };
     let (reports, outcomes) = crawl_to_completion(&workers, &sweeper, &crawl, deadline).await;
 

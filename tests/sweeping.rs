@@ -1,22 +1,25 @@
-//! The sweeper on DynamoDB + SQS (moto) and on the embedded backend: it finds expired leases,
-//! due retries, lost messages and due recrawls, and only those, through the status index; it
-//! spreads a large sweep over invocations; it completes a crawl exactly once, with one notice.
+//! The sweeper on DynamoDB + SQS (moto) and on the embedded backend: it re-issues the turns of
+//! hosts whose message is lost (expired turns, lost sends, due recrawls), and only those,
+//! reading the status index and the host records; it spreads a large sweep over invocations;
+//! it completes a crawl exactly once, with one notice.
 
-use crate::seeding::fifo_queue;
+use crate::seeding::crawl_queue;
 use crate::support::{self, moto, unique};
 use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
-use trawl_core::queue::WorkQueue;
+use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
+use trawl_core::queue::{WorkMessage, WorkQueue};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
 use trawl_core::sweep::{
     CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
 };
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::Turn;
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
 use trawl_embedded::sqlite::SqliteStore;
@@ -70,101 +73,193 @@ async fn claim<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis) -
 
 async fn succeed<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
     let lease = claim(store, crawl, path, at).await;
+    succeed_leased(store, crawl, &lease, at).await;
+}
+
+async fn succeed_leased<S: TaskStore>(store: &S, crawl: &Crawl, lease: &Lease, at: Millis) {
     let record = FetchRecord {
         http_status: 200,
         fetched_at: at,
         next_fetch_at: crawl.config.recrawl.interval_ms.map(|ms| at + ms as Millis),
         ..FetchRecord::default()
     };
-    store.finish(&lease, &record, at).await.unwrap();
-}
-
-async fn fail<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis, failure: Failure) {
-    let lease = claim(store, crawl, path, at).await;
-    store
-        .fail(&lease, &failure, &crawl.config.retry, at)
-        .await
-        .unwrap();
+    store.finish(lease, &record, at).await.unwrap();
 }
 
 fn budget() -> SweepBudget {
     SweepBudget::new(50, Duration::from_secs(60))
 }
 
+/// The URL `path` of a host of its own, `{path}.example.com`.
+fn host_url(path: &str) -> CanonicalUrl {
+    CanonicalUrl::parse(&format!("http://{path}.example.com/")).unwrap()
+}
+
+/// Adds `path`'s URL the way the seeder does: its host is told first, and woken.
+async fn add<S: TaskStore + CrawlStore + HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    path: &str,
+    at: Millis,
+) {
+    let task = NewTask {
+        url: host_url(path),
+        depth: 0,
+        parent: None,
+    };
+    let (report, _messages) = seed_tasks(store, crawl, vec![task], at).await.unwrap();
+    assert_eq!(report.accepted, 1);
+}
+
+/// A worker takes `path`'s host's turn at `at`, and its task.
+async fn take_turn<S: TaskStore + HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    path: &str,
+    at: Millis,
+) -> (Turn, Lease) {
+    let name = host_url(path).host_key();
+    let turn = update_host(store, crawl, &name, at, |h| {
+        match h.claim_turn(at, crawl.config.lease_ms) {
+            Ok((next, turn)) => (Some(next), Some(turn)),
+            Err(_) => (None, None),
+        }
+    })
+    .await
+    .unwrap()
+    .and_then(|(_, turn)| turn)
+    .expect("the host's turn");
+    let lease = match store
+        .claim(
+            &crawl.id,
+            &host_url(path).task_id(),
+            crawl.config.lease_ms,
+            at,
+        )
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { lease, .. } => lease,
+        other => panic!("claim of {path} refused: {other:?}"),
+    };
+    (turn, lease)
+}
+
+/// The worker's turn ends at `at`; the host's next turn is queued when there is work left.
+async fn hand_back<S: TaskStore + HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    path: &str,
+    turn: Turn,
+    at: Millis,
+) {
+    let name = host_url(path).host_key();
+    let next = store.due_tasks(&crawl.id, &name, 1).await.unwrap();
+    let next_work = next.first().and_then(|t| t.due_at());
+    update_host(store, crawl, &name, at, |h| {
+        match h.hand_back(&turn, next_work, h.seeded, at) {
+            Some((next, _)) => (Some(next), ()),
+            None => (None, ()),
+        }
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
-async fn the_sweeper_finds_what_is_due_and_only_that() {
+async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_those() {
+    // GIVEN hosts of one crawl in every state a host can be in, each with one task
     let endpoint = &moto::shared().endpoint;
     let clients = support::clients(endpoint).await;
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
-    let queue_url = fifo_queue(&clients.sqs).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
     let trigger = LocalDeliveryTrigger::default();
     let crawl = create(&store, config()).await;
     let now = T0 + 4 * HOUR as Millis;
-    let transient = || Failure::new(ErrorKind::ServerError, "HTTP 500");
-    let throttled = || Failure {
-        retry_after_ms: Some(10_000),
-        ..Failure::new(ErrorKind::Throttled, "HTTP 429")
-    };
-    for path in ["crashed", "working", "retry-due", "retry-later", "lost"] {
-        seed(&store, &crawl, path, T0).await;
-    }
-    seed(&store, &crawl, "just-seeded", now - 1_000).await;
-    for path in ["recrawl-due", "recrawl-later", "dead"] {
-        seed(&store, &crawl, path, T0).await;
-    }
-    claim(&store, &crawl, "crashed", T0 + 1_000).await; // its lease ended long ago
-    claim(&store, &crawl, "working", now - 1_000).await; // a live lease
-    fail(&store, &crawl, "retry-due", now - 20_000, transient()).await; // due by now - 10 s
-    fail(&store, &crawl, "retry-later", now - 1_500, throttled()).await; // due at now + 8.5 s
-    succeed(&store, &crawl, "recrawl-due", T0 + 2_000).await; // next fetch at T0 + 1 h
-    succeed(&store, &crawl, "recrawl-later", now - 1_000).await;
-    fail(
-        &store,
-        &crawl,
+    for path in [
+        "crashed",
+        "crawling",
+        "lost",
+        "retrying",
+        "recrawl-due",
+        "recrawl-later",
         "dead",
-        T0 + 3_000,
-        Failure::new(ErrorKind::NotFound, "HTTP 404"),
-    )
-    .await;
+    ] {
+        add(&store, &crawl, path, T0).await;
+    }
+    add(&store, &crawl, "just-queued", now - 1_000).await;
+    // crashed: its worker died mid-turn, long ago (turn and lease expired, message consumed)
+    take_turn(&store, &crawl, "crashed", T0 + 1_000).await;
+    // crawling: a live turn
+    take_turn(&store, &crawl, "crawling", now - 1_000).await;
+    // lost: queued at T0, never received (the send failed, or it went to the dead-letter queue)
+    // retrying: failed 20 s ago, its next turn queued for the retry, which is due
+    let (turn, lease) = take_turn(&store, &crawl, "retrying", now - 20_000).await;
+    let failure = Failure::new(ErrorKind::ServerError, "HTTP 500");
+    store
+        .fail(&lease, &failure, &crawl.config.retry, now - 20_000)
+        .await
+        .unwrap();
+    hand_back(&store, &crawl, "retrying", turn, now - 20_000).await;
+    // recrawl-due / -later: fetched, idle; one's next fetch is due
+    for (path, at) in [("recrawl-due", T0 + 2_000), ("recrawl-later", now - 1_000)] {
+        let (turn, lease) = take_turn(&store, &crawl, path, at).await;
+        succeed_leased(&store, &crawl, &lease, at).await;
+        hand_back(&store, &crawl, path, turn, at).await;
+    }
+    // dead: gone (404), idle
+    let (turn, lease) = take_turn(&store, &crawl, "dead", T0 + 3_000).await;
+    let gone = Failure::new(ErrorKind::NotFound, "HTTP 404");
+    store
+        .fail(&lease, &gone, &crawl.config.retry, T0 + 3_000)
+        .await
+        .unwrap();
+    hand_back(&store, &crawl, "dead", turn, T0 + 3_000).await;
     calls.reset();
 
+    // WHEN the sweeper runs
     let sweeper = Sweeper {
         store: &store,
         queue: &queue,
         trigger: &trigger,
         calls: &calls,
-        options: SweepOptions::default(),
+        options: SweepOptions::new(),
     };
     let report = sweeper
         .sweep_crawl(&crawl, now, &mut budget())
         .await
         .unwrap();
+
+    // THEN it re-issued the turns of exactly the crashed, lost and recrawl-due hosts: the
+    // retrying host's message is on its way, the crawling one is busy, the rest idle
     let found = (
         report.expired_leases,
         report.due_retries,
         report.lost_messages,
         report.recrawls,
     );
-    assert_eq!(found, (1, 1, 1, 1), "{report:?}");
-    // Read: crashed; retry-due and retry-later; lost; recrawl-due. Nothing else.
-    assert_eq!(report.tasks_read, 5, "{report:?}");
+    assert_eq!(found, (1, 0, 1, 1), "{report:?}");
+    assert_eq!(report.hosts_requeued, 3);
+    // Read: the crashed task, the failed one (due, but its host is served), the recrawl-due
+    // one; the hosts' records. Nothing else.
+    assert_eq!(report.tasks_read, 3, "{report:?}");
+    assert_eq!(report.hosts_read, 8, "{report:?}");
     assert!(!report.unfinished && !report.completed);
-    assert!(
-        calls.get(Call::DynamoQuery) <= 4 * 4 + 4,
-        "{} queries",
-        calls.get(Call::DynamoQuery)
+    assert_eq!(
+        calls.get(Call::DynamoPutItem),
+        3,
+        "one host write per re-issued turn"
     );
-    assert_eq!(calls.get(Call::DynamoPutItem), 0);
     let mut sent = Vec::new();
     for _ in 0..10 {
         let batch = queue.receive(10, 100).await.unwrap();
-        if batch.is_empty() && sent.len() >= 4 {
+        if batch.is_empty() && sent.len() >= 3 {
             break;
         }
         for m in &batch {
-            let body: serde_json::Value = serde_json::from_str(&m.body).unwrap();
-            sent.push(body["url"].as_str().unwrap().to_owned());
+            let message: WorkMessage = serde_json::from_str(&m.body).unwrap();
+            sent.push(message.host);
         }
         queue
             .ack(&batch.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>())
@@ -174,51 +269,40 @@ async fn the_sweeper_finds_what_is_due_and_only_that() {
     sent.sort();
     assert_eq!(
         sent,
-        ["crashed", "lost", "recrawl-due", "retry-due"].map(|p| url(p).to_string())
+        ["crashed", "lost", "recrawl-due"].map(|p| host_url(p).host_key())
     );
     let rescheduled = store
-        .get(&crawl.id, &url("recrawl-due").task_id())
+        .get(&crawl.id, &host_url("recrawl-due").task_id())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(rescheduled.status, Status::Pending);
-    assert_eq!(rescheduled.enqueued_at, Some(now));
 
-    // Everything handled left the due windows: the next pass finds nothing and reads only the
-    // failed task that is not due yet (plus the completion check's first hit).
+    // AND the next pass re-issues nothing: every host it woke has its message out now
     let again = sweeper
         .sweep_crawl(&crawl, now + 1, &mut budget())
         .await
         .unwrap();
     assert_eq!(
-        (
-            again.expired_leases,
-            again.due_retries,
-            again.lost_messages,
-            again.recrawls
-        ),
-        (0, 0, 0, 0)
+        (again.hosts_requeued, again.enqueue_failed),
+        (0, 0),
+        "{again:?}"
     );
-    assert_eq!(again.tasks_read, 2, "{again:?}");
     assert!(!again.completed);
     assert!(trigger.take().is_empty());
 }
 
 #[tokio::test]
 async fn a_large_sweep_spreads_over_invocations() {
+    // GIVEN 45 hosts whose messages were lost, on the embedded backend
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
     let trigger = LocalDeliveryTrigger::default();
     let crawl = create(&store, config()).await;
-    let tasks: Vec<NewTask> = (0..45)
-        .map(|i| NewTask {
-            url: url(&format!("p/{i}")),
-            depth: 0,
-            parent: None,
-        })
-        .collect();
-    store.seed(&crawl.id, &tasks, T0).await.unwrap();
+    for i in 0..45 {
+        add(&store, &crawl, &format!("h{i:02}"), T0).await;
+    }
     let sweeper = Sweeper {
         store: &store,
         queue: &queue,
@@ -227,8 +311,10 @@ async fn a_large_sweep_spreads_over_invocations() {
         options: SweepOptions {
             page_size: 10,
             lost_after_ms: Some(60_000),
+            ..SweepOptions::new()
         },
     };
+    // WHEN invocations of four pages each sweep it
     let now = T0 + 120_000;
     let mut lost = Vec::new();
     for i in 0..10 {
@@ -242,9 +328,10 @@ async fn a_large_sweep_spreads_over_invocations() {
             break;
         }
     }
-    // Four pages per invocation: one each for the (empty) in-progress and failed windows, two
-    // of ten pending tasks; the last one also reads the (empty) recrawl window.
-    assert_eq!(lost, [20, 20, 5]);
+    // THEN each reads two (empty) task windows and two pages of ten hosts; hosts re-issued stay
+    // out of the next invocation's count, and the last one finishes the scan
+    assert_eq!(lost.iter().sum::<u64>(), 45, "{lost:?}");
+    assert_eq!(lost[..2], [20, 20], "{lost:?}");
     assert_eq!(queue.len(), 45);
 }
 
@@ -254,7 +341,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
     let endpoint = &moto::single_threaded().endpoint;
     let clients = support::clients(endpoint).await;
     let (store, calls) = support::dynamo_store(endpoint, 2).await;
-    let queue_url = fifo_queue(&clients.sqs).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
     let delivery_url = clients
         .sqs
@@ -276,7 +363,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         queue: &queue,
         trigger: &trigger,
         calls: &calls,
-        options: SweepOptions::default(),
+        options: SweepOptions::new(),
     };
     // Work left: no completion.
     let early = sweeper

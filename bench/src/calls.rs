@@ -1,5 +1,6 @@
 //! Section 2: AWS calls per URL through the real SDK against moto: a fresh crawl, an unchanged
-//! recrawl, a URL that fails until `ignored`, and claim contention between 16 workers.
+//! recrawl, a URL that fails until `ignored`, and contention between 16 workers: for one host's
+//! turn, and for the tasks of one pool.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::fixture_config;
@@ -17,8 +18,8 @@ use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::Fetcher;
-use trawl_core::frontier::add_tasks;
-use trawl_core::queue::{WorkMessage, WorkQueue};
+use trawl_core::frontier::{add_tasks, hosts_of, reissue_turns, seed_tasks};
+use trawl_core::queue::WorkQueue;
 use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -143,20 +144,39 @@ async fn settle(crawler: &AwsCrawler, results: &[MessageResult]) -> BenchResult<
     Ok(())
 }
 
-/// One worker drains the queue until a receive finds it empty.
-async fn drain(crawler: &AwsCrawler) -> BenchResult<Vec<Outcome>> {
+/// Tasks of `crawl` still to do (pending, in progress or failed), read through the probe.
+async fn open_tasks(probe: &DynamoStore, crawl: &Crawl) -> BenchResult<u64> {
+    let counts = probe.counts(&crawl.id).await.step("counts")?;
+    Ok([Status::Pending, Status::InProgress, Status::Failed]
+        .iter()
+        .map(|s| counts.get(s).copied().unwrap_or(0))
+        .sum())
+}
+
+/// One worker drains the queue until a receive finds it empty and the crawl has no task left to
+/// do (a host's next turn may be delayed: then the next receive waits for it).
+async fn drain(crawler: &AwsCrawler, probe: &DynamoStore, crawl: &Crawl) -> BenchResult<()> {
     let started = Instant::now();
-    let mut outcomes = Vec::new();
+    let mut wait_ms = 0;
     while started.elapsed() < DRAIN_TIMEOUT {
-        let batch = crawler.queue().receive(10, 0).await.step("receive")?;
+        let batch = crawler.queue().receive(10, wait_ms).await.step("receive")?;
         if batch.is_empty() {
-            return Ok(outcomes);
+            if open_tasks(probe, crawl).await? == 0 {
+                return Ok(());
+            }
+            wait_ms = 1_000;
+            continue;
         }
+        wait_ms = 0;
         let results = crawler.process_batch(batch, None).await;
         settle(crawler, &results).await?;
-        outcomes.extend(results.iter().map(|r| r.outcome));
     }
     Err(check("drain", "timed out"))
+}
+
+/// What a batch's turns did to their tasks, flattened.
+fn outcomes(results: &[MessageResult]) -> impl Iterator<Item = Outcome> + '_ {
+    results.iter().flat_map(|r| r.outcomes.iter().copied())
 }
 
 async fn status_of(probe: &DynamoStore, crawl: &Crawl, status: Status) -> BenchResult<u64> {
@@ -207,7 +227,6 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         fixture_config(),
     )
     .await?;
-    let config = &crawl.config;
 
     // Fresh: the seed write of the start page apart, then the crawl.
     calls.reset();
@@ -228,7 +247,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     let fresh_seed = CallProfile::of(&calls, 1);
     calls.reset();
     site.reset(client).await?;
-    drain(&crawler).await?;
+    drain(&crawler, &probe, &crawl).await?;
     let succeeded = status_of(&probe, &crawl, Status::Succeeded).await?;
     if succeeded != pages {
         return Err(check(
@@ -238,36 +257,48 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     }
     let fresh = CallProfile::of(&calls, pages);
 
-    // Unchanged recrawl: every succeeded task back to pending and enqueued (what the sweeper's
-    // recrawl pass does), then crawled again.
+    // Unchanged recrawl: every succeeded task back to pending, then the turns of their hosts
+    // re-issued and sent (what the sweeper's recrawl pass does), then crawled again.
     calls.reset();
     let done = tasks_in(&crawler, &crawl, Status::Succeeded).await?;
-    let mut messages = Vec::new();
-    for (url, depth) in &done {
-        let url = CanonicalUrl::parse(url).step("stored url")?;
-        let moved = crawler
+    let mut moved = Vec::new();
+    for (url, _) in &done {
+        let parsed = CanonicalUrl::parse(url).step("stored url")?;
+        if crawler
             .store()
-            .reschedule(&crawl.id, &url.task_id(), &[Status::Succeeded], now_ms())
+            .reschedule(&crawl.id, &parsed.task_id(), &[Status::Succeeded], now_ms())
             .await
-            .step("reschedule")?;
-        if moved {
-            messages.push(WorkMessage::new(
-                crawl.id.clone(),
-                url.task_id(),
-                &url,
-                *depth,
-                config.politeness.per_host,
-            ));
+            .step("reschedule")?
+        {
+            moved.push(url.as_str());
         }
     }
-    crawler
+    let hosts = hosts_of(moved.iter().copied());
+    let which = trawl_core::frontier::Reissue::Lost {
+        lost_after_ms: 0,
+        known_work: true,
+    };
+    let messages = reissue_turns(crawler.store(), &crawl, hosts, which, now_ms())
+        .await
+        .step("reissue turns")?;
+    let sent = crawler
         .queue()
         .send(&messages)
         .await
         .step("enqueue recrawl")?;
+    if !sent.failed.is_empty() || messages.is_empty() {
+        return Err(check(
+            "recrawl",
+            format!(
+                "{} turns to send, failed: {:?}",
+                messages.len(),
+                sent.failed
+            ),
+        ));
+    }
     let recrawl_schedule = CallProfile::of(&calls, pages);
     calls.reset();
-    drain(&crawler).await?;
+    drain(&crawler, &probe, &crawl).await?;
     let again = status_of(&probe, &crawl, Status::Succeeded).await?;
     if again != pages {
         return Err(check(
@@ -317,12 +348,15 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         if started.elapsed() > Duration::from_secs(60) || attempts > 20 {
             return Err(check("failing url", "never ignored"));
         }
-        // The visibility change rounds up to whole seconds: wait for the message to return.
+        // A retry is a due time: the turn ends and the host's next turn is sent with a delay
+        // (rounded up to whole seconds), so wait for it.
         let batch = crawler.queue().receive(10, 2_000).await.step("receive")?;
+        if batch.is_empty() {
+            continue;
+        }
         let results = crawler.process_batch(batch, None).await;
-        attempts += results
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Retrying | Outcome::GaveUp))
+        attempts += outcomes(&results)
+            .filter(|o| matches!(o, Outcome::Retrying | Outcome::GaveUp))
             .count() as u64;
         settle(&crawler, &results).await?;
     }
@@ -338,97 +372,118 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     })
 }
 
-/// 16 workers on one single-threaded moto: (a) crawling the site from one queue, counting
-/// claims rejected per page stored; (b) racing to claim every task of one pool with no queue
-/// in between (each task must be won exactly once).
+/// 16 workers on one single-threaded moto: (a) crawling the site, one host, whose first turn
+/// message is delivered to all 16 at once (a standard queue delivers at least once, and the
+/// duplicates stand for that): the host's fenced turn lets one worker in, every other delivery
+/// must be refused (busy: handed back with RetryAfter, or dropped as superseded), no task claim
+/// lost, and every page fetched exactly once; (b) racing to claim every task of one pool with no
+/// queue in between (each task must be won exactly once).
 async fn contention(
     site: &Site,
     client: &reqwest::Client,
     pool: usize,
 ) -> BenchResult<BTreeMap<String, f64>> {
     let moto = Moto::start(false)?;
-    let Harness { crawler, crawl, .. } = new_crawler(
+    let Harness {
+        crawler,
+        crawl,
+        probe,
+        ..
+    } = new_crawler(
         stack(&moto.endpoint, "bench-race").await?,
         "race",
         fixture_config(),
     )
     .await?;
-    let crawler = Arc::new(crawler);
     site.reset(client).await?;
     let start = NewTask {
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
     };
-    add_tasks(
-        crawler.store(),
-        crawler.queue(),
-        &crawl,
-        vec![start],
-        now_ms(),
-    )
-    .await
-    .step("seed")?;
-    let finished = Arc::new(AtomicBool::new(false));
-    let rejected = Arc::new(AtomicU64::new(0));
-    let stored = Arc::new(AtomicU64::new(0));
+    let (_, turns) = seed_tasks(crawler.store(), &crawl, vec![start], now_ms())
+        .await
+        .step("seed")?;
+    let first = turns.first().ok_or_else(|| {
+        check(
+            "contention seed",
+            "no turn message for the start page's host",
+        )
+    })?;
+    let duplicates = vec![first.clone(); CONTENDERS];
+    let sent = crawler
+        .queue()
+        .send(&duplicates)
+        .await
+        .step("send duplicate turns")?;
+    if sent.sent != CONTENDERS {
+        return Err(check("contention seed", format!("{sent:?}")));
+    }
+    let finished = AtomicBool::new(false);
+    let refused = AtomicU64::new(0);
+    let claims_rejected = AtomicU64::new(0);
+    let stored = AtomicU64::new(0);
     let deadline = Instant::now() + DRAIN_TIMEOUT;
-    let mut workers = Vec::new();
-    for _ in 0..CONTENDERS {
-        let (crawler, crawl, finished, rejected, stored) = (
-            crawler.clone(),
-            crawl.clone(),
-            finished.clone(),
-            rejected.clone(),
-            stored.clone(),
-        );
-        workers.push(tokio::spawn(async move {
-            while !finished.load(Ordering::Relaxed) {
-                if Instant::now() > deadline {
-                    return Err(check("contention crawl", "timed out"));
+    // The workers run concurrently in one task (a turn's future is not `Send`).
+    let worker = || async {
+        while !finished.load(Ordering::Relaxed) {
+            if Instant::now() > deadline {
+                return Err(check("contention crawl", "timed out"));
+            }
+            let batch = crawler.queue().receive(1, 0).await.step("receive")?;
+            if batch.is_empty() {
+                if open_tasks(&probe, &crawl).await? == 0 {
+                    finished.store(true, Ordering::Relaxed);
                 }
-                let batch = crawler.queue().receive(10, 0).await.step("receive")?;
-                if batch.is_empty() {
-                    let counts = crawler.store().counts(&crawl.id).await.step("counts")?;
-                    let open: u64 = [Status::Pending, Status::InProgress, Status::Failed]
-                        .iter()
-                        .map(|s| counts.get(s).copied().unwrap_or(0))
-                        .sum();
-                    if open == 0 {
-                        finished.store(true, Ordering::Relaxed);
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            let results = crawler.process_batch(batch, None).await;
+            for r in &results {
+                // Refused: handed back untouched (busy, not due yet), or dropped as superseded.
+                // A turn that found nothing due (no outcome, done) is not a refusal.
+                let busy = r.outcomes.is_empty() && r.disposition != Disposition::Done;
+                if busy || r.outcomes == [Outcome::Skipped] {
+                    refused.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let results = crawler.process_batch(batch, None).await;
-                for r in &results {
-                    match r.outcome {
-                        Outcome::Skipped => rejected.fetch_add(1, Ordering::Relaxed),
+                for o in &r.outcomes {
+                    match o {
+                        Outcome::Skipped => claims_rejected.fetch_add(1, Ordering::Relaxed),
                         Outcome::Succeeded { .. } => stored.fetch_add(1, Ordering::Relaxed),
                         _ => 0,
                     };
                 }
-                settle(&crawler, &results).await?;
             }
-            Ok(())
-        }));
-    }
-    for w in workers {
-        w.await.step("contention worker")??;
+            settle(&crawler, &results).await?;
+        }
+        Ok(())
+    };
+    for done in futures_util::future::join_all((0..CONTENDERS).map(|_| worker())).await {
+        done?;
     }
     let stats = site.stats(client).await?;
     let stored = stored.load(Ordering::Relaxed);
-    if stored != site.pages as u64 || stats.max_per_page != 1 {
+    let refused = refused.load(Ordering::Relaxed);
+    if stored != site.pages as u64 || stats.max_per_page != 1 || refused < CONTENDERS as u64 - 1 {
         return Err(check(
             "contention crawl",
-            format!("{stored} stored, site saw {stats:?}"),
+            format!("{stored} stored, {refused} turns refused, site saw {stats:?}"),
         ));
     }
+    let extra = (CONTENDERS - 1) as f64;
     let mut out = BTreeMap::new();
+    out.insert("duplicate_turns".to_owned(), extra);
+    out.insert("turns_refused".to_owned(), refused as f64);
     out.insert(
-        "queue_rejected_per_success".to_owned(),
-        rejected.load(Ordering::Relaxed) as f64 / stored as f64,
+        "turns_refused_per_duplicate".to_owned(),
+        refused as f64 / extra,
     );
+    out.insert(
+        "task_claims_rejected_per_success".to_owned(),
+        claims_rejected.load(Ordering::Relaxed) as f64 / stored as f64,
+    );
+    let crawler = Arc::new(crawler);
 
     // The pool race: every worker tries every task, in its own random order.
     let ids: Vec<_> = (0..pool)
@@ -551,11 +606,23 @@ pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsRes
         ),
         Figure::single(
             SECTION,
-            format!("{CONTENDERS} workers, one queue: rejected claims"),
+            format!(
+                "{CONTENDERS} workers, one host, its turn delivered {CONTENDERS}×: turns refused"
+            ),
+            "per duplicate",
+            result
+                .contention
+                .get("turns_refused_per_duplicate")
+                .copied()
+                .unwrap_or(f64::NAN),
+        ),
+        Figure::single(
+            SECTION,
+            "… task claims rejected within turns",
             "per success",
             result
                 .contention
-                .get("queue_rejected_per_success")
+                .get("task_claims_rejected_per_success")
                 .copied()
                 .unwrap_or(f64::NAN),
         ),

@@ -15,9 +15,10 @@ const SECTION: &str = "cost per 1M pages";
 
 /// Lambda gives a function one full vCPU at 1,769 MB, proportionally less below.
 const MB_PER_VCPU: f64 = 1769.0;
-/// Messages per invocation (the event source mapping's batch size).
+/// Pages per invocation, as measured in section 3: one host turn of 10 pages. (An invocation
+/// may carry up to 10 turns of up to `turn_pages` each: requests per page can only be fewer.)
 const BATCH: f64 = 10.0;
-/// An assumed wall time for a batch of 10 fetched concurrently from real sites; loopback
+/// An assumed wall time for an invocation of 10 pages fetched from real sites; loopback
 /// fetches take microseconds and would flatter the compute cost.
 const ASSUMED_WAN_BATCH_S: f64 = 1.0;
 const PAGES: f64 = 1e6;
@@ -48,7 +49,7 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
         Figure::single(SECTION, "S3 requests", "USD", s3),
         Figure::single(
             SECTION,
-            "SQS FIFO (sends + event source polls/deletes)",
+            "SQS (turn sends + event source polls/deletes)",
             "USD",
             queue,
         ),

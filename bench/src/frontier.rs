@@ -188,7 +188,8 @@ pub fn host_turns(work: &Workload) -> Outcome {
             out.fetches += 1;
             Outcome::bin(&mut out.fetched, t, 1);
         }
-        let Some(back) = host.end_turn(&turn) else {
+        let next_work = (left[i] > 0).then_some(t);
+        let Some((back, _)) = host.hand_back(&turn, next_work, host.seeded, t) else {
             continue;
         };
         let rate = 1.0 / policy.delay_ms.max(1) as f64;

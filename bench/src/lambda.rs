@@ -1,6 +1,9 @@
 //! Section 3: the crawler Lambda's release binary, run as Lambda runs it. A minimal Lambda
-//! Runtime API on 127.0.0.1 hands it SQS events of 10 work messages; the function talks to moto
-//! and fetches the fixture site. Ready = the first `GET /invocation/next` after spawn.
+//! Runtime API on 127.0.0.1 hands it SQS events, each the current turn message of the fixture
+//! site's one host, whose turns fetch 10 pages (`politeness.turn_pages`); the function talks to
+//! moto, fetches the site, and queues the host's next turn on the SQS queue, from which the
+//! harness takes the next event (as the event source mapping would). Ready = the first
+//! `GET /invocation/next` after spawn.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::fixture_config;
@@ -22,7 +25,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, mpsc};
-use trawl_core::queue::WorkMessage;
+use trawl_aws::sqs::SqsQueue;
+use trawl_core::frontier::seed_tasks;
+use trawl_core::queue::{WorkMessage, WorkQueue};
 use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
@@ -30,11 +35,14 @@ use trawl_domain::task::{NewTask, Status, now_ms};
 
 const SECTION: &str = "Lambda worker";
 const API: &str = "/2018-06-01/runtime";
+/// Pages per invocation: one turn of the host, `politeness.turn_pages`.
 const BATCH: usize = 10;
 /// Memory size the function is told it has (it only reports it).
 const MEMORY_MB: &str = "128";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest wait for the host's next turn message to show up on the queue.
+const NEXT_TURN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// An invocation's answer: request id and body (`error` set for an error report).
 struct Answer {
@@ -160,10 +168,10 @@ fn event(messages: &[WorkMessage], batch: usize) -> BenchResult<String> {
                 message_id: format!("bench-{batch}-{i}"),
                 receipt_handle: format!("bench-receipt-{batch}-{i}"),
                 body: serde_json::to_string(m).step("encode message")?,
-                attributes: serde_json::json!({ "ApproximateReceiveCount": "1", "MessageGroupId": m.group }),
+                attributes: serde_json::json!({ "ApproximateReceiveCount": "1" }),
                 message_attributes: serde_json::json!({}),
                 event_source: "aws:sqs",
-                event_source_arn: "arn:aws:sqs:us-east-1:123456789012:trawl-crawl.fifo",
+                event_source_arn: "arn:aws:sqs:us-east-1:123456789012:trawl-crawl",
                 aws_region: "us-east-1",
             })
         })
@@ -189,11 +197,19 @@ async fn spawn_once(
     run: usize,
     batches: usize,
 ) -> BenchResult<Spawn> {
-    // A crawl of its own with the first batches × 10 pages seeded (no messages: the events
-    // carry them).
+    // A crawl of its own with the first batches × 10 pages seeded, turns of 10 pages. The
+    // host's first turn message is not sent: the first event carries it.
+    if batches * BATCH > site.pages {
+        return Err(check(
+            "lambda worker",
+            format!("{batches} turns of {BATCH} pages need a site of that many pages"),
+        ));
+    }
+    let mut config = fixture_config();
+    config.politeness.turn_pages = BATCH as u32;
     let crawl = Crawl::new(
         CrawlId::parse(&format!("lambda-{run}")).step("crawl id")?,
-        fixture_config(),
+        config,
         now_ms(),
     );
     stack
@@ -202,7 +218,7 @@ async fn spawn_once(
         .await
         .step("create crawl")?;
     let urls: Vec<CanonicalUrl> = (0..batches * BATCH)
-        .map(|i| CanonicalUrl::parse(&site.page_url(i % site.pages)))
+        .map(|i| CanonicalUrl::parse(&site.page_url(i)))
         .collect::<Result<_, _>>()
         .step("page urls")?;
     let tasks: Vec<NewTask> = urls
@@ -213,16 +229,18 @@ async fn spawn_once(
             parent: None,
         })
         .collect();
-    stack
-        .probe
-        .seed(&crawl.id, &tasks, now_ms())
+    let (seeded, turns) = seed_tasks(&stack.probe, &crawl, tasks, now_ms())
         .await
         .step("seed")?;
-    let per_host = crawl.config.politeness.per_host;
-    let messages: Vec<WorkMessage> = urls
-        .iter()
-        .map(|u| WorkMessage::new(crawl.id.clone(), u.task_id(), u, 0, per_host))
-        .collect();
+    let first = match turns.as_slice() {
+        [first] if seeded.accepted == (batches * BATCH) as u64 => first.clone(),
+        _ => {
+            return Err(check(
+                "lambda seed",
+                format!("{seeded:?}, {} turn messages", turns.len()),
+            ));
+        }
+    };
 
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -267,7 +285,11 @@ async fn spawn_once(
         &api,
         &event_tx,
         &mut answer_rx,
-        &messages,
+        Turns {
+            queue: &stack.queue,
+            crawl: &crawl.id,
+            first,
+        },
         &pid,
         spawned,
         batches,
@@ -292,11 +314,49 @@ async fn spawn_once(
     Ok(spawn)
 }
 
+/// Where the invocations' turn messages come from: the first one, then the queue.
+struct Turns<'a> {
+    queue: &'a SqsQueue,
+    crawl: &'a CrawlId,
+    first: WorkMessage,
+}
+
+impl Turns<'_> {
+    /// The host's next turn, queued by the last invocation: received from the queue and deleted
+    /// (the event source mapping's part). Messages of other crawls (an earlier run's last turn)
+    /// are deleted on the way.
+    async fn next(&self) -> BenchResult<WorkMessage> {
+        let started = Instant::now();
+        while started.elapsed() < NEXT_TURN_TIMEOUT {
+            let received = self.queue.receive(10, 1_000).await.step("receive turn")?;
+            if received.is_empty() {
+                continue;
+            }
+            let receipts: Vec<String> = received.iter().map(|r| r.receipt.clone()).collect();
+            self.queue.ack(&receipts).await.step("delete turn")?;
+            let mut ours = Vec::new();
+            for r in &received {
+                let message: WorkMessage = serde_json::from_str(&r.body).step("turn message")?;
+                if message.crawl_id == *self.crawl {
+                    ours.push(message);
+                }
+            }
+            if let Some(next) = ours.into_iter().max_by_key(|m| m.epoch) {
+                return Ok(next);
+            }
+        }
+        Err(check(
+            "lambda worker",
+            "the host's next turn was never queued",
+        ))
+    }
+}
+
 async fn drive(
     api: &RuntimeApi,
     events: &mpsc::Sender<(String, String)>,
     answers: &mut mpsc::Receiver<Answer>,
-    messages: &[WorkMessage],
+    turns: Turns<'_>,
     pid: &str,
     spawned: Instant,
     batches: usize,
@@ -318,17 +378,25 @@ async fn drive(
     };
     let ready_ms = (ready - spawned).as_secs_f64() * 1000.0;
     let init_cpu = machine::cpu_seconds(pid)?;
-    let started = Instant::now();
-    for (n, chunk) in messages.chunks(BATCH).take(batches).enumerate() {
+    // Wall time of the invocations alone (the harness's receive of the next turn excluded).
+    let mut wall = 0.0;
+    let mut turn = turns.first.clone();
+    for n in 0..batches {
+        if n > 0 {
+            turn = turns.next().await?;
+        }
         let id = format!("bench-invocation-{n}");
+        let event = event(std::slice::from_ref(&turn), n)?;
+        let started = Instant::now();
         events
-            .send((id.clone(), event(chunk, n)?))
+            .send((id.clone(), event))
             .await
             .step("hand over event")?;
         let answer = tokio::time::timeout(INVOCATION_TIMEOUT, answers.recv())
             .await
             .step("invocation")?
             .ok_or_else(|| check("invocation", "runtime api closed"))?;
+        wall += started.elapsed().as_secs_f64();
         let response: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
         let failures = response["batchItemFailures"].as_array().map_or(0, Vec::len);
         if answer.error || answer.id != id || failures > 0 {
@@ -338,7 +406,6 @@ async fn drive(
             ));
         }
     }
-    let wall = started.elapsed().as_secs_f64();
     let cpu = machine::cpu_seconds(pid)? - init_cpu;
     Ok(Spawn {
         ready_ms,
@@ -370,7 +437,7 @@ pub async fn run(
     let mut spawns = Vec::new();
     for run in 0..runs {
         eprintln!(
-            "  Lambda worker: cold start {}/{runs}, {batches} batches of {BATCH}",
+            "  Lambda worker: cold start {}/{runs}, {batches} turns of {BATCH} pages",
             run + 1
         );
         spawns.push(spawn_once(binary, &moto, &stack, site, run, batches).await?);
@@ -396,19 +463,19 @@ pub async fn run(
         ),
         Figure::of(
             SECTION,
-            format!("CPU per batch of {BATCH} (loopback site, moto)"),
+            format!("CPU per invocation: a turn of {BATCH} pages (loopback site, moto)"),
             "ms",
             &cpu,
         ),
         Figure::of(
             SECTION,
-            format!("wall time per batch of {BATCH}"),
+            format!("wall time per invocation ({BATCH} pages)"),
             "ms",
             &wall,
         ),
         Figure::of(
             SECTION,
-            format!("peak RSS after {batches} batches"),
+            format!("peak RSS after {batches} invocations"),
             "MiB",
             &rss,
         )

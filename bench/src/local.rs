@@ -25,9 +25,10 @@ use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
 
 const SECTION: &str = "local crawl";
-/// Requests in flight, for the raw loop and per host in the crawl.
+/// Requests in flight, for the raw loop and within a host's turn in the crawl.
 pub const PER_HOST: u32 = 16;
-/// Crawl workers (each receives batches of 10): enough to keep every host slot busy.
+/// Crawl workers (each receives batches of up to 10 turn messages). The fixture is one host, so
+/// one turn runs at a time; the others wait for its next turn, as they would on a real crawl.
 const WORKERS: usize = 4;
 /// Longest one crawl may take before the run is abandoned.
 const CRAWL_TIMEOUT: Duration = Duration::from_secs(180);
@@ -36,7 +37,7 @@ const SITE: &str = "127.0.0.1";
 const TMPFS: &str = "/dev/shm";
 
 /// A crawl config for the loopback fixture: private networks allowed, robots respected, no
-/// politeness delay, `PER_HOST` slots on the one host.
+/// politeness delay, `PER_HOST` requests in flight within the one host's turn.
 pub fn fixture_config() -> CrawlConfig {
     let mut config = CrawlConfig::default();
     config.scope.allowed_domains = vec![SITE.to_owned()];
@@ -132,15 +133,7 @@ async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
     );
     store.create_crawl(&crawl).await.step("create crawl")?;
     let fetcher = Arc::new(Fetcher::new("").step("fetcher")?);
-    let crawler = Arc::new(Crawler::new(
-        store,
-        blobs,
-        queue,
-        fetcher,
-        Layout::default(),
-        10,
-        calls,
-    ));
+    let crawler = Crawler::new(store, blobs, queue, fetcher, Layout::default(), 10, calls);
     let cpu_before = machine::cpu_seconds("self")?;
     let started = Instant::now();
     let seed = NewTask {
@@ -158,11 +151,10 @@ async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
     .await
     .step("seed")?;
     let deadline = Instant::now() + CRAWL_TIMEOUT;
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|_| tokio::spawn(work(Arc::clone(&crawler), deadline)))
-        .collect();
-    for worker in workers {
-        worker.await.step("worker")??;
+    // The workers run concurrently in one task, as the CLI's runner runs them.
+    let workers = (0..WORKERS).map(|_| work(&crawler, deadline));
+    for worker in futures_util::future::join_all(workers).await {
+        worker?;
     }
     let elapsed_s = started.elapsed().as_secs_f64();
     let cpu_s = machine::cpu_seconds("self")? - cpu_before;
@@ -181,7 +173,7 @@ type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
 
 /// One worker: receive → process_batch → ack / retry_later, until the queue holds nothing (not
 /// even in flight: discovery happens before a message is acked, so an empty queue is the end).
-async fn work(crawler: Arc<EmbeddedCrawler>, deadline: Instant) -> BenchResult<()> {
+async fn work(crawler: &EmbeddedCrawler, deadline: Instant) -> BenchResult<()> {
     let queue = crawler.queue();
     while Instant::now() < deadline {
         let batch = queue.receive(10, 20).await.step("receive")?;

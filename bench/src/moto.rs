@@ -1,6 +1,7 @@
 //! A moto server (the AWS API emulator the integration tests use), started from the tests'
-//! own launcher script on 127.0.0.1 with an ephemeral port, and a fresh table, bucket and FIFO
-//! queue on it with every adapter counting its calls.
+//! own launcher script on 127.0.0.1 with an ephemeral port, and a fresh table, bucket and
+//! standard queue (the crawl queue as deployed: host turns, delayed per message) on it with every
+//! adapter counting its calls.
 
 use crate::error::{BenchResult, Context, check};
 use std::io::{BufRead, BufReader};
@@ -81,7 +82,7 @@ pub async fn clients(endpoint: &str) -> Clients {
     Clients::new(&config)
 }
 
-/// A table, bucket and FIFO queue of their own, the adapters on them sharing one counter.
+/// A table, bucket and standard queue of their own, the adapters on them sharing one counter.
 pub struct Stack {
     pub store: DynamoStore,
     pub blobs: S3BlobStore,
@@ -113,8 +114,7 @@ pub async fn stack(endpoint: &str, name: &str) -> BenchResult<Stack> {
     let queue_url = clients
         .sqs
         .create_queue()
-        .queue_name(format!("{name}-crawl.fifo"))
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .queue_name(format!("{name}-crawl"))
         .send()
         .await
         .step("create queue")?

@@ -1,7 +1,8 @@
 //! Section 4: the sweeper's cost curve. The real sweeper (`trawl_core::sweep::Sweeper`) sweeps
 //! one crawl of growing size holding the same number of due tasks (pending, untouched for an
-//! hour: presumed lost messages). Tasks read and status queries issued must stay flat as the
-//! table grows, because every window is a status-index query bounded by `updated_before`.
+//! hour, each on a host of its own with no turn message out: presumed lost messages, one turn
+//! re-issued per host). Tasks read and status queries issued must stay flat as the table grows,
+//! because every window is a status-index query bounded by `updated_before`.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::TempDir;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -26,19 +27,23 @@ pub const DUE: usize = 50;
 const AGE_MS: Millis = 3_600_000;
 const SEED_CHUNK: usize = 1_000;
 
-/// A crawl of `size` pending tasks, `DUE` of them untouched for an hour (lost messages), the
-/// rest just created.
+/// A crawl of `size` pending tasks, `DUE` of them untouched for an hour, each on a host of its
+/// own that has no record (so no turn message out: lost messages), the rest just created on one
+/// more host.
 async fn fill<S: TaskStore + CrawlStore>(store: &S, crawl: &Crawl, size: usize) -> BenchResult<()> {
     let now = now_ms();
     let old = now - AGE_MS;
     let urls: Vec<NewTask> = (0..size)
         .map(|i| {
-            CanonicalUrl::parse(&format!("http://sweep.invalid/{}/{i}", crawl.id)).map(|url| {
-                NewTask {
-                    url,
-                    depth: 0,
-                    parent: None,
-                }
+            let url = if i < DUE {
+                format!("http://due-{i}.sweep.invalid/{}/{i}", crawl.id)
+            } else {
+                format!("http://sweep.invalid/{}/{i}", crawl.id)
+            };
+            CanonicalUrl::parse(&url).map(|url| NewTask {
+                url,
+                depth: 0,
+                parent: None,
             })
         })
         .collect::<Result<_, _>>()
@@ -59,9 +64,9 @@ struct SweepCost {
     ms: f64,
 }
 
-/// Fills one crawl per size and sweeps it once with the real sweeper (messages go to a local
-/// queue: the queue is not what is measured).
-async fn curve<S: TaskStore + CrawlStore>(
+/// Fills one crawl per size and sweeps it once with the real sweeper (turn messages go to a
+/// local queue: the queue is not what is measured).
+async fn curve<S: TaskStore + CrawlStore + HostStore>(
     store: &S,
     calls: &CallCounts,
     query_call: Call,
@@ -85,7 +90,7 @@ async fn curve<S: TaskStore + CrawlStore>(
             queue: &queue,
             trigger: &trigger,
             calls,
-            options: SweepOptions::default(),
+            options: SweepOptions::new(),
         };
         let mut budget = SweepBudget::new(10_000, Duration::from_secs(120));
         calls.reset();
@@ -95,10 +100,14 @@ async fn curve<S: TaskStore + CrawlStore>(
             .await
             .step("sweep")?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        if report.lost_messages != DUE as u64 || report.unfinished || queue.len() != DUE {
+        if report.lost_messages != DUE as u64
+            || report.hosts_requeued != DUE as u64
+            || report.unfinished
+            || queue.len() != DUE
+        {
             return Err(check(
                 "sweep",
-                format!("{report:?} in {size} tasks, expected {DUE} re-enqueued"),
+                format!("{report:?} in {size} tasks, expected {DUE} hosts' turns re-issued"),
             ));
         }
         out.push(SweepCost {

@@ -1,8 +1,8 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
 use crate::args::{
-    Command, CrawlSelector, PurgeArgs, RetryArgs, SetupArgs, TasksCommand, TasksListArgs,
-    TasksShowArgs,
+    Command, CrawlSelector, HostSort, HostsArgs, HostsCommand, PurgeArgs, RetryArgs, SetupArgs,
+    TasksCommand, TasksListArgs, TasksShowArgs,
 };
 use crate::backend::Backend;
 use crate::error::CliError;
@@ -11,11 +11,14 @@ use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, purge};
-use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::{CrawlStore, StatusCounts, TaskQuery, TaskStore};
+use trawl_core::frontier::{Reissue, hosts_of, reissue_turns, revive_hosts};
+use trawl_core::queue::WorkQueue;
+use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
+use trawl_core::sweep::MIN_LOST_AFTER_MS;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::task::{Status, now_ms};
 
 pub async fn dispatch<S, B, Q>(
@@ -24,7 +27,7 @@ pub async fn dispatch<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
@@ -64,6 +67,7 @@ where
         Command::Status(selector) => status(&backend, &selector, json).await,
         Command::Tasks(TasksCommand::List(args)) => tasks_list(&backend, &args, json).await,
         Command::Tasks(TasksCommand::Show(args)) => task_show(&backend, &args, json).await,
+        Command::Hosts(args) => hosts(&backend, &args, json).await,
         Command::Retry(args) => retry(&backend, &args, json).await,
         Command::Deliver(selector) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
@@ -149,7 +153,7 @@ async fn status<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
 {
     let crawls = match &selector.crawl_id {
         Some(raw) => vec![resolve_crawl(&backend.store, Some(raw)).await?],
@@ -195,7 +199,7 @@ async fn tasks_list<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
 {
     let status = parse_status(&args.status)?;
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
@@ -247,7 +251,7 @@ async fn task_show<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
 {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let task_id = match TaskId::parse(&args.task) {
@@ -305,7 +309,7 @@ async fn retry<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     let status = parse_status(&args.status)?;
@@ -335,28 +339,29 @@ where
                 .store
                 .reschedule(&crawl.id, &task.task_id, &[status], now)
                 .await?
-                && let Ok(url) = CanonicalUrl::parse(&task.url)
             {
-                moved.push(WorkMessage::new(
-                    crawl.id.clone(),
-                    task.task_id,
-                    &url,
-                    task.depth,
-                    crawl.config.politeness.per_host,
-                ));
+                moved.push(task.url);
             }
         }
     }
     if !moved.is_empty() && crawl.state == CrawlState::Completed {
         backend.store.reopen_crawl(&crawl.id, now).await?;
     }
-    // A local queue lives in `trawl crawl`, which rebuilds it from the table.
+    let hosts = hosts_of(moved.iter().map(String::as_str));
+    revive_hosts(&backend.store, &crawl, &hosts, now).await?;
+    // A local queue lives in `trawl crawl`, which rebuilds it from the table. Otherwise the
+    // hosts of the moved tasks that are idle get a turn (the others' turns take them).
     let enqueued = if backend.local || moved.is_empty() {
         0
     } else {
+        let which = Reissue::Lost {
+            lost_after_ms: MIN_LOST_AFTER_MS,
+            known_work: true,
+        };
+        let turns = reissue_turns(&backend.store, &crawl, hosts, which, now).await?;
         backend
             .queue
-            .send(&moved)
+            .send(&turns)
             .await
             .map_err(CliError::other)?
             .sent
@@ -375,7 +380,7 @@ where
         ));
     } else {
         output::line(format_args!(
-            "{} {} task(s) of {} rescheduled and enqueued",
+            "{} {} task(s) of {} rescheduled; {enqueued} idle host(s) woken",
             moved.len(),
             status,
             crawl.id
@@ -394,7 +399,7 @@ pub async fn deliver<S, B>(
     crawl_id: &CrawlId,
 ) -> Result<String, CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
 {
     let deliverer = Deliverer {
@@ -414,7 +419,7 @@ async fn purge_crawl<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
 {
     let id = parse_crawl_id(&args.crawl_id)?;
@@ -463,6 +468,189 @@ pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
         for (k, v) in vars {
             output::line(format_args!("export {k}={v}"));
         }
+    }
+    Ok(())
+}
+
+/// A host as `trawl hosts` shows it.
+struct HostView {
+    host: Host,
+    pending: u64,
+    /// Estimated time to drain the backlog at the host's pace (None: unpaced or nothing left).
+    eta_ms: Option<u64>,
+    state: String,
+}
+
+impl HostView {
+    fn of(host: Host, crawl: &Crawl, now: i64) -> Self {
+        let pending = host.backlog();
+        let parallel = u64::from(crawl.config.politeness.host_policy(&host.name).parallel);
+        let eta_ms = (pending > 0 && host.delay_ms > 0)
+            .then(|| pending.saturating_mul(host.delay_ms) / parallel.max(1));
+        let state = if let Some(reason) = &host.given_up {
+            format!("given up: {reason}")
+        } else if let Some(until) = host.snoozed_until.filter(|&u| u > now) {
+            format!("snoozed until {}", output::time(until))
+        } else if host.turn_until.is_some_and(|u| u > now) {
+            "crawling".to_owned()
+        } else if host.queued_for.is_some() {
+            "queued".to_owned()
+        } else {
+            "idle".to_owned()
+        };
+        Self {
+            host,
+            pending,
+            eta_ms,
+            state,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let h = &self.host;
+        json!({
+            "host": h.name,
+            "state": self.state,
+            "pending": self.pending,
+            "seeded": h.seeded,
+            "done": h.done,
+            "fetches": h.fetches,
+            "host_errors": h.signals,
+            "delay_ms": h.delay_ms,
+            "eta_ms": self.eta_ms,
+            "snoozed_until": h.snoozed_until.map(output::time),
+            "given_up": h.given_up,
+        })
+    }
+}
+
+/// `trawl hosts`: read from the host records only (never a scan of the tasks).
+async fn hosts<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    args: &HostsArgs,
+    json: bool,
+) -> Result<(), CliError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+{
+    let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
+    let now = now_ms();
+    if let Some(HostsCommand::Show { host }) = &args.show {
+        return host_show(backend, &crawl, host, json).await;
+    }
+    let mut views = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = backend.store.list_hosts(&crawl.id, cursor, 1_000).await?;
+        views.extend(page.hosts.into_iter().map(|h| HostView::of(h, &crawl, now)));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let total = views.len();
+    match args.sort {
+        HostSort::Pending => views.sort_by_key(|v| std::cmp::Reverse(v.pending)),
+        HostSort::Errors => views.sort_by_key(|v| std::cmp::Reverse(v.host.signals)),
+        HostSort::Eta => views.sort_by_key(|v| std::cmp::Reverse(v.eta_ms)),
+    }
+    views.truncate(args.limit);
+    if json {
+        output::json(&json!({
+            "crawl_id": crawl.id.as_str(),
+            "hosts": total,
+            "shown": views.iter().map(HostView::json).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    if views.is_empty() {
+        output::line(format_args!("crawl {} has no hosts yet", crawl.id));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| {
+            vec![
+                v.host.name.clone(),
+                v.pending.to_string(),
+                v.host.done.to_string(),
+                v.host.signals.to_string(),
+                format!("{} ms", v.host.delay_ms),
+                v.eta_ms.map_or_else(
+                    || "-".to_owned(),
+                    |ms| {
+                        humantime::format_duration(std::time::Duration::from_secs(ms / 1000))
+                            .to_string()
+                    },
+                ),
+                v.state.clone(),
+            ]
+        })
+        .collect();
+    output::table(
+        &["host", "pending", "done", "errors", "pace", "eta", "state"],
+        &rows,
+    );
+    if total > rows.len() {
+        output::note(format_args!(
+            "{} of {total} hosts shown (--limit)",
+            rows.len()
+        ));
+    }
+    Ok(())
+}
+
+async fn host_show<S, B, Q>(
+    backend: &Backend<S, B, Q>,
+    crawl: &Crawl,
+    name: &str,
+    json: bool,
+) -> Result<(), CliError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+{
+    let host = backend
+        .store
+        .get_host(&crawl.id, name)
+        .await?
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "crawl {} has no host {name:?}: `trawl hosts` lists them",
+                crawl.id
+            ))
+        })?;
+    let due = backend.store.due_tasks(&crawl.id, name, 10).await?;
+    let view = HostView::of(host, crawl, now_ms());
+    let next: Vec<serde_json::Value> = due
+        .iter()
+        .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time)}))
+        .collect();
+    if json {
+        let mut value = view.json();
+        value["next_tasks"] = json!(next);
+        output::json(&value);
+        return Ok(());
+    }
+    if let serde_json::Value::Object(fields) = view.json() {
+        let rows: Vec<Vec<String>> = fields
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| vec![k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)])
+            .collect();
+        output::table(&["field", "value"], &rows);
+    }
+    if !due.is_empty() {
+        let rows: Vec<Vec<String>> = due
+            .iter()
+            .map(|t| {
+                vec![
+                    t.status.name().to_owned(),
+                    t.due_at().map(output::time).unwrap_or_default(),
+                    t.url.clone(),
+                ]
+            })
+            .collect();
+        output::table(&["status", "due", "url"], &rows);
     }
     Ok(())
 }

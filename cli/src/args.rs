@@ -50,6 +50,8 @@ pub enum Command {
     /// List or inspect tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// The crawl's hosts: backlog, errors, snoozes, and when each will finish at its pace.
+    Hosts(HostsArgs),
     /// Make failed or ignored tasks claimable again.
     Retry(RetryArgs),
     /// Write a delivery (manifest, WARC, summary, delta) for a crawl.
@@ -194,6 +196,36 @@ pub struct CrawlSelector {
     /// Only this crawl (default: every crawl for `status`, the only crawl otherwise).
     #[arg(long)]
     pub crawl_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HostsArgs {
+    #[command(subcommand)]
+    pub show: Option<HostsCommand>,
+    #[arg(long, global = true)]
+    pub crawl_id: Option<String>,
+    /// Order: most pending first, most host-wide errors first, or latest estimated finish first.
+    #[arg(long, value_enum, default_value_t = HostSort::Pending)]
+    pub sort: HostSort,
+    /// Hosts shown at most.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostSort {
+    Pending,
+    Errors,
+    Eta,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostsCommand {
+    /// One host's record and its next due tasks.
+    Show {
+        /// The host (`example.com`, or `host:port` for a port that is not the default).
+        host: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -23,7 +23,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, SecretRef,
@@ -136,7 +136,7 @@ pub async fn run<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {

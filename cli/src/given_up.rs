@@ -73,6 +73,11 @@ impl Reason {
             ErrorKind::ClientError => "the server refused the requests (4xx): check the URLs, \
                  and put a contact URL in --user-agent"
                 .into(),
+            ErrorKind::HostGivenUp => format!(
+                "their host kept failing as a whole (429/503, refused connections): `trawl hosts \
+                 --crawl-id {crawl_id} --sort errors` shows which; once it answers again, run \
+                 `trawl retry --status ignored --crawl-id {crawl_id}`, then the crawl again"
+            ),
             ErrorKind::TooManyRedirects => "redirect loops, or chains of more than 5 hops".into(),
             ErrorKind::TooLarge => "the bodies exceed the crawl's size limit".into(),
             ErrorKind::InvalidContent => "the bodies could not be decoded".into(),

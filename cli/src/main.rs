@@ -73,6 +73,7 @@ fn local_access(command: &Command) -> LocalAccess {
     match command {
         Command::Crawl(_) | Command::Demo => LocalAccess::Create,
         Command::Status(_)
+        | Command::Hosts(_)
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
         // `setup` is refused before any local backend is opened.
         | Command::Setup(_) => LocalAccess::Read,

@@ -596,10 +596,10 @@ CHECKS = [
     ("logical ids", check_logical_ids),
     ("parameters", check_parameters),
     ("conditions and mappings", check_conditions_and_mappings),
-    ("table: keys, status-index, projection", check_table),
+    ("table: keys, status-index, host-index, projections", check_table),
     ("bucket: encryption, public access, lifecycle", check_bucket),
     ("bucket policy: TLS only", check_bucket_policy),
-    ("queues: FIFO, visibility, retention, dead-letter", check_queues),
+    ("queues: type, visibility, retention, dead-letter", check_queues),
     ("functions: runtime, arch, memory, timeout, env", check_functions),
     ("event source mappings", check_event_source_mappings),
     ("sweeper schedule", check_schedules),
@@ -657,8 +657,21 @@ def _tls_policy_dropped(sam, cdk):
     del cdk["Resources"]["BucketPolicy"]
 
 
-def _standard_crawl_queue(sam, cdk):
-    cdk["Resources"]["CrawlQueue"]["Properties"].pop("FifoQueue")
+def _fifo_crawl_queue(sam, cdk):
+    cdk["Resources"]["CrawlQueue"]["Properties"]["FifoQueue"] = True
+
+
+def _host_index_dropped(sam, cdk):
+    indexes = cdk["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"]
+    indexes[:] = [i for i in indexes if i["IndexName"] != "host-index"]
+
+
+def _host_index_projection(sam, cdk):
+    index = next(
+        i for i in sam["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"]
+        if i["IndexName"] == "host-index"
+    )
+    index["Projection"]["NonKeyAttributes"].remove("updated")
 
 
 def _receive_count(sam, cdk):
@@ -750,10 +763,12 @@ BROKEN = [
     ("another visibility mapping", _mapping_value, check_conditions_and_mappings),
     ("a GSI attribute not projected", _gsi_projection, check_table),
     ("another GSI sort key", _gsi_sort_key, check_table),
+    ("no host-index in CDK", _host_index_dropped, check_table),
+    ("host-index without updated", _host_index_projection, check_table),
     ("a table deleted with the stack", _table_not_retained, check_table),
     ("no lifecycle rules", _no_lifecycle, check_bucket),
     ("no TLS-only bucket policy", _tls_policy_dropped, check_bucket_policy),
-    ("a standard crawl queue", _standard_crawl_queue, check_queues),
+    ("a FIFO crawl queue", _fifo_crawl_queue, check_queues),
     ("another maxReceiveCount", _receive_count, check_queues),
     ("a fixed crawl-queue visibility", _fixed_visibility, check_queues),
     ("an x86_64 function", _x86_function, check_functions),

@@ -96,19 +96,21 @@ def main():
         table = boto3.client("dynamodb", **session).describe_table(TableName=env["TRAWL_TABLE"])["Table"]
         check("table key schema from the template", table["KeySchema"] == table_props["KeySchema"],
               f"{table['KeySchema']}")
-        index = table.get("GlobalSecondaryIndexes", [{}])[0]
-        wanted_index = table_props["GlobalSecondaryIndexes"][0]
-        check("status index from the template",
-              (index.get("IndexName"), index.get("KeySchema"), index.get("Projection"))
-              == (wanted_index["IndexName"], wanted_index["KeySchema"], wanted_index["Projection"]),
-              f"{index}")
+        made = {i["IndexName"]: i for i in table.get("GlobalSecondaryIndexes", [])}
+        for wanted_index in table_props["GlobalSecondaryIndexes"]:
+            index = made.get(wanted_index["IndexName"], {})
+            check(f"{wanted_index['IndexName']} from the template",
+                  (index.get("KeySchema"), index.get("Projection"))
+                  == (wanted_index["KeySchema"], wanted_index["Projection"]),
+                  f"{index}")
 
         sqs = boto3.client("sqs", **session)
         crawl = sqs.get_queue_attributes(QueueUrl=env["TRAWL_QUEUE_URL"], AttributeNames=["All"])["Attributes"]
         visibility = template["Mappings"]["CrawlQueueVisibility"][
             str(template["Parameters"]["CrawlerTimeout"]["Default"])]["Seconds"]
-        check("crawl queue is FIFO with the mapped visibility timeout",
-              (crawl.get("FifoQueue"), crawl.get("VisibilityTimeout")) == ("true", str(visibility)),
+        check("crawl queue is standard, kept 14 days, with the mapped visibility timeout",
+              (crawl.get("FifoQueue"), crawl.get("MessageRetentionPeriod"), crawl.get("VisibilityTimeout"))
+              == (None, "1209600", str(visibility)),
               f"{crawl}")
         check("crawl queue redrives to a dead-letter queue after 5 receives",
               '"maxReceiveCount": 5' in crawl.get("RedrivePolicy", ""), f"{crawl.get('RedrivePolicy')}")

@@ -25,16 +25,24 @@ FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Read by the Lambda runtime's logging setup, not through settings.rs.
 ENV_OUTSIDE_SETTINGS = {"RUST_LOG"}
 
-# The status index exactly as the DynamoDB adapter queries it.
+# The indexes exactly as the DynamoDB adapter queries them, in the template's order.
 STATUS_INDEX = {
     "IndexName": "status-index",
     "KeySchema": [("gsi_pk", "HASH"), ("updated", "RANGE")],
-    "AttributeTypes": {"pk": "S", "gsi_pk": "S", "updated": "N"},
     "NonKeyAttributes": [
         "crawl_id", "task_id", "url", "status", "depth",
         "retries", "lease_until", "next_attempt", "next_fetch", "enqueued",
     ],
 }
+# A host's tasks by due time (the host turn's work); the same summary as the status index, so
+# it projects `updated` too (the status index's key).
+HOST_INDEX = {
+    "IndexName": "host-index",
+    "KeySchema": [("hk", "HASH"), ("due", "RANGE")],
+    "NonKeyAttributes": STATUS_INDEX["NonKeyAttributes"] + ["updated"],
+}
+INDEXES = [STATUS_INDEX, HOST_INDEX]
+ATTRIBUTE_TYPES = {"pk": "S", "gsi_pk": "S", "updated": "N", "hk": "S", "due": "N"}
 
 # The AWS actions each function's code uses; its role may grant these and nothing else.
 ALLOWED_ACTIONS = {
@@ -49,7 +57,8 @@ ALLOWED_ACTIONS = {
         "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
     },
     "sweeper": {
-        "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:GetItem", "sqs:SendMessage",
+        "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:PutItem",
+        "sqs:SendMessage",
     },
     "deliverer": {
         "dynamodb:Query", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
@@ -217,8 +226,9 @@ def check_queues(template):
         if logical == function_by_code(template).get("crawler", (None,))[0]:
             crawler_queue = ref_target(props.get("Queue"))
     crawl = queues.get(crawler_queue, {}).get("Properties", {})
-    if crawl.get("FifoQueue") is not True or crawl.get("ContentBasedDeduplication") is not False:
-        problems.append(f"{crawler_queue}: crawl queue must be FIFO with ContentBasedDeduplication: false")
+    # Host turns are delayed per message (DelaySeconds), which FIFO queues refuse.
+    if crawler_queue not in queues or crawl.get("FifoQueue") or "ContentBasedDeduplication" in crawl:
+        problems.append(f"{crawler_queue}: crawl queue must be a standard queue (no FifoQueue, no ContentBasedDeduplication)")
     dlqs = dead_letter_queues(template)
     for logical, queue in queues.items():
         props = queue.get("Properties", {})
@@ -344,43 +354,60 @@ def check_table(template):
     if keys != [("pk", "HASH")]:
         problems.append(f"{logical}: key schema {keys}, expected [('pk', 'HASH')]")
     types = {a["AttributeName"]: a["AttributeType"] for a in props.get("AttributeDefinitions", [])}
-    if types != STATUS_INDEX["AttributeTypes"]:
-        problems.append(f"{logical}: attribute definitions {types}, expected {STATUS_INDEX['AttributeTypes']}")
+    if types != ATTRIBUTE_TYPES:
+        problems.append(f"{logical}: attribute definitions {types}, expected {ATTRIBUTE_TYPES}")
     indexes = props.get("GlobalSecondaryIndexes", [])
-    if [i.get("IndexName") for i in indexes] != [STATUS_INDEX["IndexName"]]:
-        problems.append(f"{logical}: indexes {[i.get('IndexName') for i in indexes]}, expected ['status-index']")
-    for index in indexes:
+    names = [i.get("IndexName") for i in indexes]
+    if names != [i["IndexName"] for i in INDEXES]:
+        problems.append(f"{logical}: indexes {names}, expected {[i['IndexName'] for i in INDEXES]}")
+    for index, wanted in zip(indexes, INDEXES):
+        name = wanted["IndexName"]
         index_keys = [(k["AttributeName"], k["KeyType"]) for k in index.get("KeySchema", [])]
-        if index_keys != STATUS_INDEX["KeySchema"]:
-            problems.append(f"{logical}: status-index keys {index_keys}, expected {STATUS_INDEX['KeySchema']}")
+        if index_keys != wanted["KeySchema"]:
+            problems.append(f"{logical}: {name} keys {index_keys}, expected {wanted['KeySchema']}")
         projection = index.get("Projection", {})
         if projection.get("ProjectionType") != "INCLUDE":
-            problems.append(f"{logical}: status-index projection must be INCLUDE")
-        if projection.get("NonKeyAttributes") != STATUS_INDEX["NonKeyAttributes"]:
+            problems.append(f"{logical}: {name} projection must be INCLUDE")
+        if projection.get("NonKeyAttributes") != wanted["NonKeyAttributes"]:
             problems.append(
-                f"{logical}: status-index attributes {projection.get('NonKeyAttributes')}, expected {STATUS_INDEX['NonKeyAttributes']}"
+                f"{logical}: {name} attributes {projection.get('NonKeyAttributes')}, expected {wanted['NonKeyAttributes']}"
             )
     return problems
 
 
 def check_adapter_schema(template):
-    """The adapter's STATUS_INDEX / PROJECTED constants equal the template's index."""
+    """The adapter's index constants (STATUS_INDEX / PROJECTED, HOST_INDEX / HOST_PROJECTED) and
+    the attributes its create_table defines equal the template's."""
     text = SCHEMA_RS.read_text(encoding="utf-8")
-    name = re.search(r'pub const STATUS_INDEX\s*:\s*&str\s*=\s*"([^"]+)"', text)
-    projected = re.search(r"pub const PROJECTED\s*:\s*\[&str;\s*\d+\]\s*=\s*\[([^\]]*)\]", text)
-    if not (name and projected):
-        return [f"{SCHEMA_RS}: STATUS_INDEX or PROJECTED not found"]
-    attributes = re.findall(r'"([^"]+)"', projected.group(1))
     (table,) = cfn.resources_of_type(template, "AWS::DynamoDB::Table").values()
-    index = table["Properties"]["GlobalSecondaryIndexes"][0]
+    indexes = {i["IndexName"]: i for i in table["Properties"]["GlobalSecondaryIndexes"]}
     problems = []
-    if name.group(1) != index["IndexName"]:
-        problems.append(f"schema.rs STATUS_INDEX {name.group(1)!r} != template {index['IndexName']!r}")
-    if attributes != index["Projection"]["NonKeyAttributes"]:
-        problems.append(f"schema.rs PROJECTED {attributes} != template {index['Projection']['NonKeyAttributes']}")
-    for key in ("gsi_pk", "updated"):
-        if f'"{key}"' not in text:
-            problems.append(f"schema.rs does not name the index key {key!r}")
+    for name_const, projected_const in (("STATUS_INDEX", "PROJECTED"), ("HOST_INDEX", "HOST_PROJECTED")):
+        name = re.search(rf'pub const {name_const}\s*:\s*&str\s*=\s*"([^"]+)"', text)
+        projected = re.search(
+            rf"pub const {projected_const}\s*:\s*\[&str;\s*\d+\]\s*=\s*\[([^\]]*)\]", text
+        )
+        if not (name and projected):
+            problems.append(f"{SCHEMA_RS}: {name_const} or {projected_const} not found")
+            continue
+        index = indexes.get(name.group(1))
+        if index is None:
+            problems.append(f"schema.rs {name_const} {name.group(1)!r} is not an index of the template")
+            continue
+        attributes = re.findall(r'"([^"]+)"', projected.group(1))
+        if attributes != index["Projection"]["NonKeyAttributes"]:
+            problems.append(
+                f"schema.rs {projected_const} {attributes} != template {index['Projection']['NonKeyAttributes']}"
+            )
+        for key in index["KeySchema"]:
+            if f'"{key["AttributeName"]}"' not in text:
+                problems.append(f"schema.rs does not name the {name.group(1)} key {key['AttributeName']!r}")
+    for attribute in table["Properties"]["AttributeDefinitions"]:
+        wanted = {"S": "ScalarAttributeType::S", "N": "ScalarAttributeType::N"}[attribute["AttributeType"]]
+        if f'attr("{attribute["AttributeName"]}", {wanted})' not in text:
+            problems.append(f"schema.rs does not define {attribute['AttributeName']!r} as {wanted}")
+    if len(indexes) != 2:
+        problems.append(f"the template has {len(indexes)} indexes; schema.rs creates 2")
     return problems
 
 
@@ -436,12 +463,12 @@ CHECKS = [
     ("no wildcard resources for DynamoDB/S3/SQS; only used actions", check_no_wildcard_data_resources),
     ("SQS events report batch item failures", check_report_batch_item_failures),
     ("visibility timeout >= 6 x function timeout", check_visibility_timeouts),
-    ("queues: FIFO crawl queue, dead-letter queues", check_queues),
+    ("queues: standard crawl queue, dead-letter queues", check_queues),
     ("bucket: public access blocked, encrypted, TLS only", check_bucket),
     ("functions: arm64, provided.al2023, rust-cargolambda", check_functions),
     ("each function's environment == what its settings.rs struct reads", check_environment),
-    ("table and status-index", check_table),
-    ("status-index == the DynamoDB adapter's schema.rs", check_adapter_schema),
+    ("table, status-index and host-index", check_table),
+    ("indexes == the DynamoDB adapter's schema.rs", check_adapter_schema),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("alarms", check_alarms),
 ]
@@ -471,8 +498,8 @@ def _short_visibility(t):
     t["Mappings"]["CrawlQueueVisibility"]["900"]["Seconds"] = 900
 
 
-def _not_fifo(t):
-    t["Resources"]["CrawlQueue"]["Properties"]["FifoQueue"] = False
+def _fifo_crawl_queue(t):
+    t["Resources"]["CrawlQueue"]["Properties"]["FifoQueue"] = True
 
 
 def _public_bucket(t):
@@ -505,6 +532,16 @@ def _gsi_attribute(t):
     t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"][0]["Projection"]["NonKeyAttributes"].pop()
 
 
+def _host_index_key(t):
+    t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"][1]["KeySchema"][1]["AttributeName"] = "updated"
+
+
+def _host_index_unprojected(t):
+    t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"][1]["Projection"]["NonKeyAttributes"].remove(
+        "updated"
+    )
+
+
 def _schedule_input(t):
     function_by_code(t)["sweeper"][1]["Properties"]["Events"]["Schedule"]["Properties"]["Input"] = '{"source": "x"}'
 
@@ -518,7 +555,7 @@ BROKEN = [
     ("a Resource: '*' in one branch of an !If", _wildcard_seed_bucket, check_no_wildcard_data_resources),
     ("no ReportBatchItemFailures", _drop_batch_failures, check_report_batch_item_failures),
     ("visibility 900 s for a 900 s crawler", _short_visibility, check_visibility_timeouts),
-    ("a standard crawl queue", _not_fifo, check_queues),
+    ("a FIFO crawl queue", _fifo_crawl_queue, check_queues),
     ("RestrictPublicBuckets false", _public_bucket, check_bucket),
     ("an x86_64 function", _x86, check_functions),
     ("an env name settings.rs does not read", _extra_env, check_environment),
@@ -526,6 +563,8 @@ BROKEN = [
     ("a variable the deliverer never reads", _unread_env, check_environment),
     ("a global variable not every function reads", _global_env, check_environment),
     ("a GSI attribute missing", _gsi_attribute, check_table),
+    ("a host-index ranged by updated", _host_index_key, check_table),
+    ("a host-index projection unlike schema.rs", _host_index_unprojected, check_adapter_schema),
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),
 ]

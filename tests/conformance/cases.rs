@@ -6,13 +6,15 @@
 
 use crate::support::unique;
 use futures_util::future::join_all;
+use trawl_core::frontier::update_host;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, Seeded, StoreError,
-    TaskQuery, TaskStore,
+    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostStore, Seeded,
+    StoreError, TaskQuery, TaskStore,
 };
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::{Host, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
@@ -204,18 +206,6 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
         let applied = self.store.reschedule(crawl, task, from, now).await.unwrap();
         self.check(&transition::reschedule(from, now), applied)
-            .await;
-        applied
-    }
-
-    async fn mark_enqueued(&mut self, status: Status, now: Millis) -> bool {
-        let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
-        let applied = self
-            .store
-            .mark_enqueued(crawl, task, status, now)
-            .await
-            .unwrap();
-        self.check(&transition::mark_enqueued(status, now), applied)
             .await;
         applied
     }
@@ -531,7 +521,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore>(store
             .unwrap();
     }
     let mut enqueued = Tracked::follow(store, &crawl, &urls[3]).await;
-    assert!(enqueued.mark_enqueued(Status::Pending, T0 + 100).await);
+    assert!(enqueued.reschedule(&[Status::Pending], T0 + 100).await);
     Tracked::follow(store, &crawl, &urls[4])
         .await
         .claim(T0 + 101)
@@ -807,7 +797,7 @@ pub async fn completion_happens_exactly_once<S: CrawlStore>(store: &S) {
     assert_eq!(winners, 1);
 }
 
-pub async fn reschedule_and_mark_enqueued<S: TaskStore>(store: &S) {
+pub async fn reschedule_moves_a_task_back_to_pending<S: TaskStore>(store: &S) {
     // GIVEN a succeeded task
     let crawl = crawl_id();
     let url = "http://example.com/recrawl";
@@ -828,14 +818,6 @@ pub async fn reschedule_and_mark_enqueued<S: TaskStore>(store: &S) {
         task.task.fetch,
         Some(record("v1", T0)),
         "the previous fetch is kept for conditional GETs"
-    );
-
-    // WHEN a message is sent for it, THEN that is recorded, only while the status matches
-    assert!(task.mark_enqueued(Status::Pending, T0 + 4).await);
-    assert!(!task.mark_enqueued(Status::Failed, T0 + 5).await);
-    assert_eq!(
-        (task.task.enqueued_at, task.task.updated_at),
-        (Some(T0 + 4), T0 + 4)
     );
 
     // AND a failed task rescheduled by an operator gets its whole retry budget back
@@ -859,12 +841,6 @@ pub async fn reschedule_and_mark_enqueued<S: TaskStore>(store: &S) {
     assert!(
         !store
             .reschedule(&crawl, &missing, &[Status::Pending], T0)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .mark_enqueued(&crawl, &missing, Status::Pending, T0)
             .await
             .unwrap()
     );
@@ -940,4 +916,215 @@ pub async fn request_settings_are_stored_as_given<S: CrawlStore>(store: &S) {
     // WHEN it is created and read back, THEN the settings are unchanged
     store.create_crawl(&crawl).await.unwrap();
     assert_eq!(store.get_crawl(&crawl.id).await.unwrap().unwrap(), crawl);
+}
+
+/// A crawl whose hosts are scheduled with the default politeness.
+fn crawl_of(id: &CrawlId) -> Crawl {
+    Crawl::new(id.clone(), CrawlConfig::default(), T0)
+}
+
+pub async fn due_tasks_are_per_host_in_due_order<S: TaskStore>(store: &S) {
+    // GIVEN tasks of two hosts, seeded one after another
+    let crawl = crawl_id();
+    let a: Vec<String> = (0..4).map(|i| format!("http://a.example/{i}")).collect();
+    for (i, url) in a.iter().enumerate() {
+        Tracked::seed(store, &crawl, url, T0 + i as Millis).await;
+    }
+    Tracked::seed(store, &crawl, "http://b.example:8080/x", T0).await;
+    let crawl_ref = &crawl;
+    let due = |host: &'static str, limit: u32| async move {
+        store
+            .due_tasks(crawl_ref, host, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.url.clone(), t.due_at()))
+            .collect::<Vec<_>>()
+    };
+    // THEN each host sees only its own, in seed order; a port is part of the host
+    assert_eq!(
+        due("a.example", 10).await,
+        a.iter()
+            .enumerate()
+            .map(|(i, u)| (u.clone(), Some(T0 + i as Millis)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(due("a.example", 2).await.len(), 2);
+    assert_eq!(
+        due("b.example:8080", 10).await,
+        [("http://b.example:8080/x".to_owned(), Some(T0))]
+    );
+    assert!(due("b.example", 10).await.is_empty());
+
+    // WHEN the first fails (due at its next attempt), the second is claimed (due when its
+    // lease expires) and the third succeeds (no longer due)
+    let mut first = Tracked::follow(store, &crawl, &a[0]).await;
+    let lease = first.claim(T0 + 10).await;
+    first
+        .fail(
+            &lease,
+            &Failure::from_http_status(500, None),
+            &policy(),
+            T0 + 10,
+        )
+        .await;
+    let retry_at = first.task.next_attempt_at.unwrap();
+    let mut second = Tracked::follow(store, &crawl, &a[1]).await;
+    second.claim(T0 + 11).await;
+    let mut third = Tracked::follow(store, &crawl, &a[2]).await;
+    let lease = third.claim(T0 + 12).await;
+    third.finish(&lease, &record("v1", T0 + 12), T0 + 12).await;
+
+    // THEN the host's due order follows: the untouched one now, then the failed one and the
+    // leased one at their times; the finished one is gone from it
+    let mut expected = vec![
+        (a[3].clone(), Some(T0 + 3)),
+        (a[0].clone(), Some(retry_at)),
+        (a[1].clone(), Some(T0 + 11 + LEASE_MS as Millis)),
+    ];
+    expected.sort_by_key(|(_, due)| *due);
+    assert_eq!(due("a.example", 10).await, expected);
+}
+
+pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(store: &S) {
+    // GIVEN a new host record
+    let crawl = crawl_of(&crawl_id());
+    let policy = crawl.config.politeness.host_policy("h.example");
+    let new = Host::new("h.example", &policy, T0);
+    assert_eq!(store.get_host(&crawl.id, "h.example").await.unwrap(), None);
+
+    // WHEN it is created, THEN only once, at version 1, as written
+    assert!(store.put_host(&crawl.id, &new).await.unwrap());
+    assert!(
+        !store.put_host(&crawl.id, &new).await.unwrap(),
+        "exists already"
+    );
+    let stored = store
+        .get_host(&crawl.id, "h.example")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored,
+        Host {
+            version: 1,
+            ..new.clone()
+        }
+    );
+
+    // WHEN two writers read version 1 and both write, THEN only the first one lands
+    let (seeded, _) = stored.note_seeded(3, T0 + 1);
+    assert!(store.put_host(&crawl.id, &seeded).await.unwrap());
+    let (late, _) = stored.note_seeded(5, T0 + 2);
+    assert!(!store.put_host(&crawl.id, &late).await.unwrap());
+    let stored = store
+        .get_host(&crawl.id, "h.example")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored,
+        Host {
+            version: 2,
+            ..seeded
+        }
+    );
+
+    // AND hosts are listed a page at a time, every one once, and deleted per crawl
+    for i in 0..5 {
+        let name = format!("h{i}.example");
+        assert!(
+            store
+                .put_host(&crawl.id, &Host::new(name, &policy, T0))
+                .await
+                .unwrap()
+        );
+    }
+    let other = crawl_of(&crawl_id());
+    assert!(store.put_host(&other.id, &new).await.unwrap());
+    let mut names = Vec::new();
+    let mut cursor = None;
+    for _ in 0..10 {
+        let page = store.list_hosts(&crawl.id, cursor, 2).await.unwrap();
+        assert!(page.hosts.len() <= 2);
+        names.extend(page.hosts.into_iter().map(|h| h.name));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "h.example",
+            "h0.example",
+            "h1.example",
+            "h2.example",
+            "h3.example",
+            "h4.example"
+        ]
+    );
+    assert_eq!(store.delete_hosts(&crawl.id).await.unwrap(), 6);
+    assert!(
+        store
+            .list_hosts(&crawl.id, None, 10)
+            .await
+            .unwrap()
+            .hosts
+            .is_empty()
+    );
+    assert!(
+        store
+            .get_host(&other.id, "h.example")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStore>(store: &S) {
+    // GIVEN a host whose turn was claimed by a worker that then stalled past the turn's end,
+    // and taken over by another worker
+    let crawl = crawl_of(&crawl_id());
+    let turn_ms = 30_000;
+    let claim = |now: Millis| {
+        update_host(store, &crawl, "z.example", now, move |h| {
+            match h.claim_turn(now, turn_ms) {
+                Ok((next, turn)) => (Some(next), Some(turn)),
+                Err(_) => (None, None),
+            }
+        })
+    };
+    let (_, zombie) = claim(T0).await.unwrap().unwrap();
+    let zombie = zombie.unwrap();
+    let (_, busy) = claim(T0 + 1_000).await.unwrap().unwrap();
+    assert_eq!(busy, None, "one turn at a time");
+    let (_, newer) = claim(T0 + 30_000).await.unwrap().unwrap();
+    let newer = newer.unwrap();
+    assert_eq!((zombie.token, newer.token), (1, 2));
+
+    // WHEN the zombie hands the host back, THEN nothing is written: the newer turn stands
+    let hand_back = |turn: Turn, now: Millis| {
+        update_host(store, &crawl, "z.example", now, move |h| {
+            match h.hand_back(&turn, Some(now), h.seeded, now) {
+                Some((next, visible_at)) => (Some(next), visible_at),
+                None => (None, None),
+            }
+        })
+    };
+    let before = store
+        .get_host(&crawl.id, "z.example")
+        .await
+        .unwrap()
+        .unwrap();
+    let (after, sent) = hand_back(zombie, T0 + 31_000).await.unwrap().unwrap();
+    assert_eq!((after.clone(), sent), (before.clone(), None));
+    assert_eq!(
+        store.get_host(&crawl.id, "z.example").await.unwrap(),
+        Some(before)
+    );
+    // AND the holder of the newer turn hands it back, with its next turn queued
+    let (back, sent) = hand_back(newer, T0 + 32_000).await.unwrap().unwrap();
+    assert_eq!((back.turn_until, sent), (None, Some(T0 + 32_000)));
 }

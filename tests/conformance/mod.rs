@@ -61,13 +61,16 @@ mod memory {
         query_pages_through_every_shard_in_update_order,
         counts_per_status,
         crawl_lifecycle,
-        reschedule_and_mark_enqueued,
+        reschedule_moves_a_task_back_to_pending,
         stale_objects_are_handed_to_the_next_finisher,
         release_gives_the_task_back,
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
         call_counts_add_up_atomically,
+        due_tasks_are_per_host_in_due_order,
+        host_records_are_written_only_over_the_version_read,
+        a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
     );
 }
 
@@ -86,13 +89,16 @@ mod sqlite {
         counts_per_status,
         crawl_lifecycle,
         request_settings_are_stored_as_given,
-        reschedule_and_mark_enqueued,
+        reschedule_moves_a_task_back_to_pending,
         stale_objects_are_handed_to_the_next_finisher,
         release_gives_the_task_back,
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
         call_counts_add_up_atomically,
+        due_tasks_are_per_host_in_due_order,
+        host_records_are_written_only_over_the_version_read,
+        a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
     );
 }
 
@@ -110,9 +116,11 @@ mod dynamodb {
         counts_per_status,
         crawl_lifecycle,
         request_settings_are_stored_as_given,
-        reschedule_and_mark_enqueued,
+        reschedule_moves_a_task_back_to_pending,
         stale_objects_are_handed_to_the_next_finisher,
         release_gives_the_task_back,
+        due_tasks_are_per_host_in_due_order,
+        host_records_are_written_only_over_the_version_read,
     );
 
     /// Races: single-threaded moto, where conditional writes are atomic as on DynamoDB.
@@ -123,6 +131,7 @@ mod dynamodb {
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
             call_counts_add_up_atomically,
+            a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
         );
     }
 }

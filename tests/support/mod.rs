@@ -49,7 +49,7 @@ pub async fn dynamo_store(endpoint: &str, shards: u32) -> (DynamoStore, Arc<Call
     )
 }
 
-/// A full AWS stack on moto for one test: table, bucket and FIFO queue of its own.
+/// A full AWS stack on moto for one test: table, bucket and crawl queue of its own.
 pub struct AwsStack {
     pub store: DynamoStore,
     pub blobs: trawl_aws::s3::S3BlobStore,
@@ -71,8 +71,7 @@ pub async fn aws_stack(endpoint: &str) -> AwsStack {
     let queue_url = clients
         .sqs
         .create_queue()
-        .queue_name(format!("{}.fifo", unique("crawl")))
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .queue_name(unique("crawl"))
         .send()
         .await
         .expect("create queue")

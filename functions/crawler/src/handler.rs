@@ -9,7 +9,7 @@ use std::time::Duration;
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::{Crawler, Disposition, MessageResult};
 use trawl_core::queue::{Received, WorkQueue};
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_lambda::{HandlerError, work_deadline};
 
 /// Nothing kept back from the Lambda deadline here: the crawler itself starts no fetch that could
@@ -25,7 +25,7 @@ pub struct Handler<S, B, Q> {
 
 impl<S, B, Q> Handler<S, B, Q>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
@@ -90,6 +90,7 @@ mod tests {
     use trawl_core::blob::Layout;
     use trawl_core::blob::memory::MemoryBlobStore;
     use trawl_core::fetch::Fetcher;
+    use trawl_core::frontier::add_tasks;
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
@@ -101,9 +102,11 @@ mod tests {
 
     #[tokio::test]
     async fn sample_event_blocks_loopback_and_returns_the_malformed_record() {
-        // GIVEN the crawl the sample event names, with its two URLs seeded (the SSRF guard on)
+        // GIVEN the crawl the sample event names, with two URLs of the event's host seeded (the
+        // SSRF guard on): the host's first turn is epoch 1, the event's
         let calls = Arc::new(CallCounts::default());
         let store = MemoryStore::new();
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let crawl = Crawl::new(
             CrawlId::parse("example").unwrap(),
             CrawlConfig::default(),
@@ -119,12 +122,12 @@ mod tests {
                 parent: None,
             })
             .collect();
-        store.seed(&crawl.id, &tasks, 0).await.unwrap();
+        add_tasks(&store, &queue, &crawl, tasks, 0).await.unwrap();
         let handler = Handler {
             crawler: Arc::new(Crawler::new(
                 store,
                 MemoryBlobStore::new(),
-                LocalQueue::new(Duration::from_secs(30), calls.clone()),
+                queue,
                 Arc::new(Fetcher::new("").unwrap()),
                 Layout::default(),
                 10,
@@ -145,7 +148,8 @@ mod tests {
             .await
             .unwrap();
 
-        // THEN only the malformed record comes back; loopback was refused, recorded, not fetched
+        // THEN only the malformed record comes back; the turn took both URLs of the host:
+        // loopback was refused, recorded, not fetched
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()

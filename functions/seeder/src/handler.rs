@@ -10,7 +10,7 @@ use trawl_core::queue::WorkQueue;
 use trawl_core::seed::{
     ManifestSource, SeedBudget, SeedDefaults, SeedRequest, SeedResponse, Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, work_deadline};
@@ -32,7 +32,7 @@ pub struct Handler<S, Q, M> {
 
 impl<S, Q, M> Handler<S, Q, M>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
     M: ManifestSource,
 {
@@ -162,7 +162,11 @@ mod tests {
         assert!(first.created);
         assert_eq!((first.accepted, first.rejected), (3, 1));
         assert!(first.rejections[0].input.starts_with("mailto:"));
-        assert_eq!(handler.queue.len(), 3);
+        // One turn message per host, whatever its number of URLs.
+        let id = CrawlId::parse("example-news").unwrap();
+        let hosts = handler.store.list_hosts(&id, None, 10).await.unwrap().hosts;
+        assert_eq!(handler.queue.len(), hosts.len());
+        assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 3);
         let crawl = handler
             .store
             .get_crawl(&CrawlId::parse("example-news").unwrap())
@@ -178,7 +182,7 @@ mod tests {
         let again = run(&handler, URLS).await.unwrap();
         assert!(!again.created);
         assert_eq!((again.accepted, again.already_known), (0, 3));
-        assert_eq!(handler.queue.len(), 3, "a re-seed sends nothing");
+        assert_eq!(handler.queue.len(), hosts.len(), "a re-seed sends nothing");
     }
 
     #[tokio::test]
@@ -209,7 +213,7 @@ mod tests {
         let handler = handler();
         let response = run(&handler, PAGINATION).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (23, 0));
-        assert_eq!(handler.queue.len(), 23);
+        assert_eq!(handler.queue.len(), 1, "one host: one turn message");
     }
 
     #[tokio::test]

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{CrawlStore, TaskStore};
-use trawl_core::sweep::{DeliveryTrigger, SweepBudget, SweepOptions, SweepSummary, Sweeper};
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::sweep::{
+    DeliveryTrigger, HostScans, SweepBudget, SweepOptions, SweepSummary, Sweeper,
+};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, now_ms};
@@ -32,7 +34,7 @@ pub struct SweepEvent {
     /// Sweep only this crawl.
     #[serde(default)]
     pub crawl_id: Option<CrawlId>,
-    /// Override of the lost-message threshold for pending tasks.
+    /// Override of the lost-message threshold (how overdue a host's message may be).
     #[serde(default)]
     pub lost_after_ms: Option<u64>,
 }
@@ -61,11 +63,13 @@ pub struct Handler<S, Q, D> {
     pub trigger: D,
     /// The counters the adapters share.
     pub calls: Arc<CallCounts>,
+    /// Where this container's scans of host records stopped.
+    pub host_scans: Arc<HostScans>,
 }
 
 impl<S, Q, D> Handler<S, Q, D>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
     D: DeliveryTrigger,
 {
@@ -92,7 +96,8 @@ where
             calls: &self.calls,
             options: SweepOptions {
                 lost_after_ms: event.lost_after_ms,
-                ..SweepOptions::default()
+                host_scans: self.host_scans.clone(),
+                ..SweepOptions::new()
             },
         };
         let mut budget =
@@ -161,6 +166,7 @@ mod tests {
             queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
             trigger: LocalDeliveryTrigger::default(),
             calls,
+            host_scans: Arc::default(),
         }
     }
 

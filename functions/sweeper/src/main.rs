@@ -26,6 +26,7 @@ async fn main() -> Result<(), Error> {
         ),
         queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
         trigger: SqsDeliveryTrigger::new(clients.sqs, settings.delivery_queue_url, calls.clone()),
+        host_scans: Default::default(),
         calls,
     };
     run(service_fn(|event| handler.handle(event))).await

@@ -62,6 +62,10 @@ const STATUS_INDEX_ATTRIBUTES = [
   'enqueued',
 ];
 
+// The host index projects the same, and `updated` (the status index's sort key), so that a task
+// summary is read from either index alike.
+const HOST_INDEX_ATTRIBUTES = [...STATUS_INDEX_ATTRIBUTES, 'updated'];
+
 const DLQ_RETENTION = Duration.days(14);
 const QUEUE_RETENTION = Duration.days(14);
 const MAX_RECEIVE_COUNT = 5;
@@ -95,7 +99,8 @@ export class TrawlStack extends Stack {
       default: 10,
       minValue: 1,
       maxValue: 10,
-      description: 'Crawl-queue messages per crawler invocation (a FIFO queue allows at most 10).',
+      description:
+        'Crawl-queue messages (host turns) per crawler invocation (at most 10 without a batching window).',
     });
     const batchConcurrency = new CfnParameter(this, 'BatchConcurrency', {
       type: 'Number',
@@ -179,7 +184,7 @@ export class TrawlStack extends Stack {
     });
 
     // ------------------------------------------------------------ storage
-    // The one definition of the key schema and the status index besides the SAM template's; the
+    // The one definition of the key schema and the indexes besides the SAM template's; the
     // DynamoDB adapter in shared/aws/src/dynamodb uses exactly these names.
     const table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
@@ -193,6 +198,15 @@ export class TrawlStack extends Stack {
       sortKey: { name: 'updated', type: dynamodb.AttributeType.NUMBER },
       projectionType: dynamodb.ProjectionType.INCLUDE,
       nonKeyAttributes: STATUS_INDEX_ATTRIBUTES,
+    });
+    // A host's tasks with work left, soonest due first: hk = {crawl_id}#{host}, due = when the
+    // task is next claimable (removed once it is terminal: a sparse index).
+    table.addGlobalSecondaryIndex({
+      indexName: 'host-index',
+      partitionKey: { name: 'hk', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'due', type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.INCLUDE,
+      nonKeyAttributes: HOST_INDEX_ATTRIBUTES,
     });
     samLogicalId(table, 'Table');
 
@@ -218,23 +232,21 @@ export class TrawlStack extends Stack {
 
     // ------------------------------------------------------------ queues
     const crawlDeadLetterQueue = new sqs.Queue(this, 'CrawlDeadLetterQueue', {
-      fifo: true,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       retentionPeriod: DLQ_RETENTION,
     });
     samLogicalId(crawlDeadLetterQueue, 'CrawlDeadLetterQueue');
 
-    // FIFO: each message's group is its politeness slot (`{host}#{n}`, WorkMessage.group), so no
-    // slot is crawled by two workers at once; the code sets the deduplication id itself.
+    // Standard: a message is a host's turn, delayed until the host is due (per-message
+    // DelaySeconds, which FIFO queues do not take). One worker at a time per host comes from the
+    // host record's fenced turn, not from the queue.
     const crawlQueue = new sqs.Queue(this, 'CrawlQueue', {
-      fifo: true,
-      contentBasedDeduplication: false,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       visibilityTimeout: Duration.seconds(
         Token.asNumber(crawlQueueVisibility.findInMap(crawlerTimeout.valueAsString, 'Seconds')),
       ),
-      // SQS's longest (14 days), not its default 4: a message waiting behind a slow host must
-      // not expire.
+      // SQS's longest (14 days), not its default 4: a turn waiting for a slow host must not
+      // expire (a lost one is re-issued from the host record by the sweeper).
       retentionPeriod: QUEUE_RETENTION,
       deadLetterQueue: { queue: crawlDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
     });
@@ -404,7 +416,7 @@ export class TrawlStack extends Stack {
       'sqs:GetQueueAttributes',
     );
 
-    table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem');
+    table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:PutItem');
     crawlQueue.grant(sweeper.role, 'sqs:SendMessage');
     deliveryQueue.grant(sweeper.role, 'sqs:SendMessage');
 

@@ -62,9 +62,10 @@ pub struct SetupError {
     pub message: String,
 }
 
-/// Creates a table (with the status index), a bucket, the FIFO crawl queue and the delivery
-/// queue, named after `name`: for moto and development accounts (production uses the SAM
-/// template, whose definitions `infra/tests` checks against these).
+/// Creates a table (with the status and host indexes), a bucket, the crawl queue (standard: host
+/// turns need per-message delays, which FIFO queues do not take) and the delivery queue, named
+/// after `name`: for moto and development accounts (production uses the SAM template, whose
+/// definitions `infra/tests` checks against these).
 pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupError> {
     use aws_sdk_dynamodb::error::DisplayErrorContext;
     let fail = |resource: &str, message: String| SetupError {
@@ -86,8 +87,12 @@ pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupE
     let queue = clients
         .sqs
         .create_queue()
-        .queue_name(format!("{name}-crawl.fifo"))
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .queue_name(format!("{name}-crawl"))
+        // As the template: a turn waiting for its host must not expire (SQS's default is 4 days).
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod,
+            "1209600",
+        )
         .send()
         .await
         .map_err(|e| fail("crawl queue", DisplayErrorContext(&e).to_string()))?;

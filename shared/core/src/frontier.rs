@@ -1,16 +1,23 @@
-//! Adding URLs to a crawl: the one path shared by the seeder and link discovery.
+//! The frontier: URLs wait in the task table, hosts are scheduled. Adding URLs to a crawl (the one
+//! path shared by the seeder and link discovery) and the host records' read-decide-write.
 //!
-//! Idempotent (a known URL is never reset), bounded by the crawl's page budget (never exceeded,
-//! whatever the concurrency), and only new tasks get a work message. A message that cannot be
-//! sent is reported; its task stays `pending` and the sweeper re-enqueues it, so nothing is lost.
+//! Adding URLs is idempotent (a known URL is never reset), bounded by the crawl's page budget
+//! (never exceeded, whatever the concurrency), and wakes only idle hosts: a host with a turn
+//! running or a message out finds its new work itself, so the queue holds one message per host
+//! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
+//! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
 use crate::queue::{QueueError, WorkMessage, WorkQueue};
-use crate::store::{CrawlStore, Seeded, StoreError, TaskStore};
-use std::collections::HashSet;
+use crate::store::{CrawlStore, HostStore, Seeded, StoreError, StoreResult, TaskStore};
+use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
-use trawl_domain::canonical::{TaskId, UrlError};
+use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
+use trawl_domain::host::Host;
 use trawl_domain::task::{Millis, NewTask};
+
+/// Read-decide-write rounds on one host record before giving up as contended.
+const HOST_WRITE_ATTEMPTS: usize = 8;
 
 #[derive(Debug, Error)]
 pub enum FrontierError {
@@ -23,7 +30,7 @@ pub enum FrontierError {
 /// What adding a set of URLs did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SeedReport {
-    /// New tasks created (and enqueued, unless listed in `enqueue_failed`).
+    /// New tasks created (their hosts woken, unless listed in `enqueue_failed`).
     pub accepted: u64,
     /// URLs the crawl already had (left untouched).
     pub already_known: u64,
@@ -31,8 +38,8 @@ pub struct SeedReport {
     pub over_budget: u64,
     /// URLs that were not valid, with the reason.
     pub rejected: Vec<UrlError>,
-    /// New tasks whose message could not be sent (the sweeper will enqueue them).
-    pub enqueue_failed: Vec<(TaskId, String)>,
+    /// Hosts whose turn message could not be sent (the sweeper will re-issue it).
+    pub enqueue_failed: Vec<(String, String)>,
 }
 
 impl SeedReport {
@@ -45,7 +52,7 @@ impl SeedReport {
     }
 }
 
-/// Adds `tasks` to `crawl`: dedupes them, takes page-budget slots, seeds, enqueues the new ones.
+/// Adds `tasks` to `crawl`: dedupes them, takes page-budget slots, seeds, wakes their hosts.
 pub async fn add_tasks<S, Q>(
     store: &S,
     queue: &Q,
@@ -54,7 +61,7 @@ pub async fn add_tasks<S, Q>(
     now: Millis,
 ) -> Result<SeedReport, FrontierError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     let (mut report, messages) = seed_tasks(store, crawl, tasks, now).await?;
@@ -64,9 +71,9 @@ where
     Ok(report)
 }
 
-/// `add_tasks` without the sending: returns the messages of the new tasks, for a caller that
-/// pools them into fewer, fuller batches (the crawler, per SQS batch). Until they are sent the
-/// new tasks are `pending` without a message, which the sweeper recovers if the send never
+/// `add_tasks` without the sending: returns the turn messages of the hosts it woke, for a caller
+/// that pools them into fewer, fuller batches (the crawler, per batch). Until they are sent
+/// those hosts wait with a message presumed out, which the sweeper re-issues if the send never
 /// happens.
 pub async fn seed_tasks<S>(
     store: &S,
@@ -75,7 +82,7 @@ pub async fn seed_tasks<S>(
     now: Millis,
 ) -> Result<(SeedReport, Vec<WorkMessage>), FrontierError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
 {
     let mut seen = HashSet::new();
     let mut tasks: Vec<NewTask> = tasks
@@ -97,21 +104,22 @@ where
     if tasks.is_empty() {
         return Ok((report, Vec::new()));
     }
-    let seeded = store.seed(&crawl.id, &tasks, now).await?;
-    let per_host = crawl.config.politeness.per_host;
+    // The hosts learn of their URLs before the tasks exist, so that no task can wait unknown
+    // to its host (a crash in between leaves a host woken for nothing: one empty turn).
+    let mut offered: BTreeMap<String, u64> = BTreeMap::new();
+    for task in &tasks {
+        *offered.entry(task.url.host_key()).or_default() += 1;
+    }
     let mut messages = Vec::new();
-    for (task, outcome) in tasks.iter().zip(&seeded) {
+    for (host, n) in offered {
+        if let Some(message) = offer(store, crawl, &host, n, now).await? {
+            messages.push(message);
+        }
+    }
+    let seeded = store.seed(&crawl.id, &tasks, now).await?;
+    for outcome in &seeded {
         match outcome {
-            Seeded::Created => {
-                report.accepted += 1;
-                messages.push(WorkMessage::new(
-                    crawl.id.clone(),
-                    task.url.task_id(),
-                    &task.url,
-                    task.depth,
-                    per_host,
-                ));
-            }
+            Seeded::Created => report.accepted += 1,
             Seeded::AlreadyKnown => report.already_known += 1,
         }
     }
@@ -122,4 +130,160 @@ where
             .await?;
     }
     Ok((report, messages))
+}
+
+/// Tells `name` of `n` URLs: one atomic add to its count (seeders of a busy host never contend),
+/// and a wake-up when it was idle. Returns the message of its turn when it was woken.
+async fn offer<S: HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    name: &str,
+    n: u64,
+    now: Millis,
+) -> StoreResult<Option<WorkMessage>> {
+    let to_add = match store.add_seeded(&crawl.id, name, n).await? {
+        Some(host) if !host.is_idle(now) => return Ok(None),
+        // Counted; wake it unless someone else did meanwhile.
+        Some(_) => 0,
+        // No record yet: created with the count (or added to the record a racer created).
+        None => n,
+    };
+    let woken = update_host(store, crawl, name, now, |h| {
+        let (next, send) = h.note_seeded(to_add, now);
+        let write = to_add > 0 || send.is_some();
+        (write.then_some(next), send)
+    })
+    .await?;
+    Ok(match woken {
+        Some((host, Some(visible_at))) => Some(turn_message(crawl, &host, visible_at, now)),
+        _ => None,
+    })
+}
+
+/// The message of `host`'s next turn (its current epoch), visible at `visible_at`.
+pub fn turn_message(crawl: &Crawl, host: &Host, visible_at: Millis, now: Millis) -> WorkMessage {
+    let delay_ms = u64::try_from(visible_at.saturating_sub(now)).unwrap_or(0);
+    WorkMessage::new(crawl.id.clone(), host.name.clone(), host.epoch, delay_ms)
+}
+
+/// Read-decide-write of one host record (a new one from the crawl's politeness when there is
+/// none). `decide` sees the stored host and returns the host to write (None: write nothing) and
+/// what to hand back; a lost race re-reads and decides again. Returns the host as written (or
+/// as read, when nothing was written) and `decide`'s answer.
+pub async fn update_host<S, T>(
+    store: &S,
+    crawl: &Crawl,
+    name: &str,
+    now: Millis,
+    mut decide: impl FnMut(&Host) -> (Option<Host>, T),
+) -> StoreResult<Option<(Host, T)>>
+where
+    S: HostStore,
+{
+    for _ in 0..HOST_WRITE_ATTEMPTS {
+        let current = match store.get_host(&crawl.id, name).await? {
+            Some(host) => host,
+            None => Host::new(name, &crawl.config.politeness.host_policy(name), now),
+        };
+        let (next, answer) = decide(&current);
+        let Some(next) = next else {
+            return Ok(Some((current, answer)));
+        };
+        let next = Host {
+            version: current.version,
+            ..next
+        };
+        if store.put_host(&crawl.id, &next).await? {
+            let written = Host {
+                version: current.version + 1,
+                ..next
+            };
+            return Ok(Some((written, answer)));
+        }
+    }
+    Err(StoreError::Unavailable {
+        operation: "put_host",
+        message: format!("host record {name} kept changing under {HOST_WRITE_ATTEMPTS} writes"),
+    })
+}
+
+/// Which hosts `reissue_turns` gives a new turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reissue {
+    /// Those whose message is presumed lost (`Host::message_lost`); `known_work`: the caller saw
+    /// due tasks of each.
+    Lost {
+        lost_after_ms: u64,
+        known_work: bool,
+    },
+    /// Every one (the in-process queue was rebuilt: no message is out).
+    All,
+}
+
+/// Re-issues the turn of each of `hosts` that `which` selects. Returns the messages to send.
+pub async fn reissue_turns<S>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: impl IntoIterator<Item = String>,
+    which: Reissue,
+    now: Millis,
+) -> StoreResult<Vec<WorkMessage>>
+where
+    S: HostStore,
+{
+    let mut messages = Vec::new();
+    for name in hosts {
+        let requeued = update_host(store, crawl, &name, now, |h| {
+            let lost = match which {
+                Reissue::All => true,
+                Reissue::Lost {
+                    lost_after_ms,
+                    known_work,
+                } => h.message_lost(now, lost_after_ms, known_work),
+            };
+            if !lost {
+                return (None, None);
+            }
+            let (next, visible_at) = h.requeue(now);
+            (Some(next), Some(visible_at))
+        })
+        .await?;
+        if let Some((host, Some(visible_at))) = requeued {
+            messages.push(turn_message(crawl, &host, visible_at, now));
+        }
+    }
+    Ok(messages)
+}
+
+/// Gives the given-up ones among `hosts` another chance (an operator's retry): their trouble is
+/// forgotten, so their next turn fetches again.
+pub async fn revive_hosts<S>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: &[String],
+    now: Millis,
+) -> StoreResult<()>
+where
+    S: HostStore,
+{
+    for name in hosts {
+        let policy = crawl.config.politeness.host_policy(name);
+        update_host(store, crawl, name, now, |h| {
+            (h.given_up.is_some().then(|| h.revive(&policy)), ())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The distinct hosts of some task URLs.
+pub fn hosts_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut hosts: Vec<String> = urls
+        .into_iter()
+        .map(trawl_domain::canonical::host_key_of)
+        .filter(|h| !h.is_empty())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
 }

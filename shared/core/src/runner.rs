@@ -4,13 +4,15 @@
 
 use crate::blob::BlobStore;
 use crate::crawler::{Crawler, Disposition, Outcome};
-use crate::queue::{QueueError, WorkMessage, WorkQueue};
-use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery, TaskStore};
+use crate::frontier::{Reissue, reissue_turns};
+use crate::queue::{QueueError, WorkQueue};
+use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore};
 use crate::sweep::{LocalDeliveryTrigger, SweepBudget, SweepError, SweepOptions, Sweeper};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
 
@@ -43,7 +45,7 @@ pub struct RunStats {
     pub succeeded: AtomicU64,
     /// Pages found unchanged (304 or same md5): no upload.
     pub unchanged: AtomicU64,
-    /// Failures that will be retried.
+    /// Failures that will be retried (snoozed hosts' URLs included).
     pub retrying: AtomicU64,
     /// Tasks given up (permanent failure or retries exhausted).
     pub gave_up: AtomicU64,
@@ -63,9 +65,9 @@ impl RunStats {
                 &self.succeeded
             }
             Outcome::Unchanged => &self.unchanged,
-            Outcome::Retrying => &self.retrying,
+            Outcome::Retrying | Outcome::Snoozed => &self.retrying,
             Outcome::GaveUp => &self.gave_up,
-            Outcome::Skipped | Outcome::HandedBack => &self.skipped,
+            Outcome::Skipped => &self.skipped,
             Outcome::Malformed | Outcome::Error => &self.errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -88,11 +90,12 @@ pub enum RunEnd {
     Stopped,
 }
 
-/// Puts every unfinished task of a crawl (back) on a queue that lives in this process: after a
-/// restart (or a kill -9) the in-process queue is empty while the table still knows the work.
-/// `in_progress` tasks are leftovers of a dead process (a local data directory is locked to one
-/// process): their leases are taken over and released at once rather than waited out. `now`
-/// is the caller's clock.
+/// Puts the turn of every host with unfinished work (back) on a queue that lives in this
+/// process: after a restart (or a kill -9) the in-process queue is empty while the table still
+/// knows the work. `in_progress` tasks are leftovers of a dead process (a local data directory is
+/// locked to one process): their leases are taken over and released at once rather than waited
+/// out, and so are the dead process's host turns (a new epoch per host). `now` is the caller's
+/// clock. Returns how many turn messages were sent.
 pub async fn rebuild_local_queue<S, Q>(
     store: &S,
     queue: &Q,
@@ -100,11 +103,10 @@ pub async fn rebuild_local_queue<S, Q>(
     now: Millis,
 ) -> Result<u64, RunError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
-    let per_host = crawl.config.politeness.per_host;
-    let mut sent = 0u64;
+    let mut hosts = BTreeSet::new();
     for status in [Status::InProgress, Status::Pending, Status::Failed] {
         let mut cursor = None;
         loop {
@@ -116,34 +118,26 @@ where
                 cursor,
             };
             let page = store.query(&query).await?;
-            let mut messages = Vec::with_capacity(page.tasks.len());
             for task in page.tasks {
                 if status == Status::InProgress {
-                    // Released tasks are pending: the next pass enqueues them.
                     let expired = task.lease_expires_at.unwrap_or(0).max(now);
                     if let ClaimOutcome::Claimed { lease, .. } =
                         store.claim(&crawl.id, &task.task_id, 1, expired).await?
                     {
                         store.release(&lease, expired).await?;
                     }
-                } else if let Ok(url) = CanonicalUrl::parse(&task.url) {
-                    messages.push(WorkMessage::new(
-                        crawl.id.clone(),
-                        task.task_id,
-                        &url,
-                        task.depth,
-                        per_host,
-                    ));
                 }
+                hosts.insert(host_key_of(&task.url));
             }
-            sent += queue.send(&messages).await?.sent as u64;
             cursor = page.cursor;
             if cursor.is_none() {
                 break;
             }
         }
     }
-    Ok(sent)
+    hosts.remove("");
+    let messages = reissue_turns(store, crawl, hosts, Reissue::All, now).await?;
+    Ok(queue.send(&messages).await?.sent as u64)
 }
 
 /// Runs `workers` worker loops and the sweeper until the crawl completes or `stop` is set.
@@ -155,7 +149,7 @@ pub async fn run_crawl<S, B, Q>(
     stop: &AtomicBool,
 ) -> Result<RunEnd, RunError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
@@ -185,7 +179,7 @@ where
             queue: crawler.queue(),
             trigger: &trigger,
             calls: crawler.calls(),
-            options: SweepOptions::default(),
+            options: SweepOptions::new(),
         };
         let end = loop {
             if stop.load(Ordering::Relaxed) {
@@ -243,7 +237,7 @@ async fn work_once<S, B, Q>(
     busy: &AtomicUsize,
 ) -> Result<bool, QueueError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
@@ -264,14 +258,16 @@ async fn settle<S, B, Q>(
     batch: Vec<crate::queue::Received>,
 ) -> Result<(), QueueError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
     let results = crawler.process_batch(batch, None).await;
     let mut handled = Vec::new();
     for result in results {
-        stats.record(result.outcome);
+        for outcome in &result.outcomes {
+            stats.record(*outcome);
+        }
         match result.disposition {
             Disposition::Done => handled.push(result.receipt),
             Disposition::RetryAfter(ms) => crawler.queue().retry_later(&result.receipt, ms).await?,

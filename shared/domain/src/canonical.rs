@@ -46,6 +46,22 @@ impl UrlError {
     }
 }
 
+/// The politeness unit of a URL: its host, with the port when it is not the scheme's default.
+pub fn host_key(url: &url::Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    }
+}
+
+/// The politeness unit of a stored URL string ("" when it does not parse).
+pub fn host_key_of(url: &str) -> String {
+    url::Url::parse(url)
+        .map(|u| host_key(&u))
+        .unwrap_or_default()
+}
+
 /// Cuts `s` to at most `max` bytes on a character boundary.
 pub fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -141,6 +157,12 @@ impl CanonicalUrl {
     /// The host, lower case (punycode for IDN hosts, brackets for IPv6).
     pub fn host(&self) -> &str {
         self.0.host_str().unwrap_or_default()
+    }
+
+    /// The politeness unit: the host, with its port when it is not the scheme's default
+    /// (`example.com`, `127.0.0.1:8080`). Hosts are scheduled by this key.
+    pub fn host_key(&self) -> String {
+        host_key(&self.0)
     }
 
     /// The task id: the md5 of the canonical URL, hex (fixed length, whatever the URL's).

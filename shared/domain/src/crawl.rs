@@ -50,17 +50,29 @@ pub const DEFAULT_DROP_PARAMS: &[&str] = &[
     "mc_eid", "igshid", "_ga", "_gl",
 ];
 
-/// How hard trawl may press one host.
+/// How hard trawl may press one host. Hosts are scheduled as a whole (`crate::host`): one
+/// worker at a time holds a host's turn and fetches its due URLs at the host's pace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Politeness {
-    /// Requests in flight per host at most (the number of SQS message-group slots per host).
+    /// Requests in flight per host at most (within the host's turn).
     pub per_host: u32,
-    /// Pause between two requests of one host slot, in milliseconds.
+    /// Pause between the starts of two requests to one host, in milliseconds.
     pub delay_ms: u64,
     /// Longest robots.txt Crawl-delay honoured, in milliseconds.
     pub max_crawl_delay_ms: u64,
     pub respect_robots: bool,
+    /// First snooze of a host after a host-wide signal (429, 503, refused or reset connections,
+    /// timeouts) without Retry-After; doubled on each further one in a row.
+    pub snooze_base_ms: u64,
+    /// Longest snooze, and longest Retry-After honoured.
+    pub snooze_max_ms: u64,
+    /// Host-wide signals in a row after which a host is given up (its tasks end `ignored`).
+    pub error_budget: u32,
+    /// Most pages one turn of a host fetches before handing the host back.
+    pub turn_pages: u32,
+    /// Per-domain overrides, first match wins: a big site may be given a faster pace.
+    pub rules: Vec<HostRule>,
 }
 
 impl Default for Politeness {
@@ -70,6 +82,58 @@ impl Default for Politeness {
             delay_ms: 0,
             max_crawl_delay_ms: 10_000,
             respect_robots: true,
+            snooze_base_ms: 10_000,
+            snooze_max_ms: 3_600_000,
+            error_budget: 8,
+            turn_pages: 50,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// Politeness for the hosts of one domain (the domain and its subdomains).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRule {
+    pub domain: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_host: Option<u32>,
+}
+
+impl HostRule {
+    /// Whether `host` (a host name, with or without `:port`) is the rule's domain or under it.
+    pub fn matches(&self, host: &str) -> bool {
+        let name = host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        });
+        let domain = self.domain.trim_start_matches('.').to_ascii_lowercase();
+        let name = name.to_ascii_lowercase();
+        name == domain || name.ends_with(&format!(".{domain}"))
+    }
+}
+
+impl Politeness {
+    /// How `host` is paced and when it is given up: the crawl's settings, overridden by the
+    /// first rule matching it.
+    pub fn host_policy(&self, host: &str) -> crate::host::HostPolicy {
+        let rule = self.rules.iter().find(|r| r.matches(host));
+        let delay_ms = rule.and_then(|r| r.delay_ms).unwrap_or(self.delay_ms);
+        crate::host::HostPolicy {
+            delay_ms,
+            max_delay_ms: delay_ms.max(60_000),
+            snooze_base_ms: self.snooze_base_ms,
+            snooze_max_ms: self.snooze_max_ms,
+            error_budget: self.error_budget,
+            parallel: rule
+                .and_then(|r| r.per_host)
+                .unwrap_or(self.per_host)
+                .max(1),
         }
     }
 }

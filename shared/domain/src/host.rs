@@ -29,6 +29,8 @@ pub struct HostPolicy {
     pub snooze_max_ms: u64,
     /// Host-wide signals in a row after which the host is given up.
     pub error_budget: u32,
+    /// Requests in flight at once within a turn.
+    pub parallel: u32,
 }
 
 impl Default for HostPolicy {
@@ -39,6 +41,7 @@ impl Default for HostPolicy {
             snooze_base_ms: 10_000,
             snooze_max_ms: 3_600_000,
             error_budget: 8,
+            parallel: 1,
         }
     }
 }
@@ -57,7 +60,7 @@ pub enum HostSignal {
     Timeout,
 }
 
-/// One host's scheduling state, as stored.
+/// One host's scheduling state, as stored (one record per crawl and host).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
     pub name: String,
@@ -77,6 +80,31 @@ pub struct Host {
     pub token: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_until: Option<Millis>,
+    /// Generation of the host's work message: every send bumps it and the message carries it,
+    /// so a duplicate or superseded message is recognised and dropped (one live chain of turns
+    /// per host, whatever the sweeper re-issued).
+    #[serde(default)]
+    pub epoch: u64,
+    /// When the current message becomes visible. None: no message out and no turn running (the
+    /// host is idle; the next seed sends one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_for: Option<Millis>,
+    /// Tasks created for the host so far. A turn compares it with the value it started with:
+    /// a change means new work arrived meanwhile.
+    #[serde(default)]
+    pub seeded: u64,
+    /// Tasks the host's turns brought to an end (succeeded, ignored or gone).
+    #[serde(default)]
+    pub done: u64,
+    /// Pages fetched (any answer) and host-wide signals received, over the host's life.
+    #[serde(default)]
+    pub fetches: u64,
+    #[serde(default)]
+    pub signals: u64,
+    /// Optimistic-concurrency version: the store bumps it on every write and writes only over
+    /// the version the writer read, so concurrent changes are re-decided, never lost.
+    #[serde(default)]
+    pub version: u64,
 }
 
 /// Why a turn could not be claimed.
@@ -111,6 +139,13 @@ impl Host {
             given_up: None,
             token: 0,
             turn_until: None,
+            epoch: 0,
+            queued_for: None,
+            seeded: 0,
+            done: 0,
+            fetches: 0,
+            signals: 0,
+            version: 0,
         }
     }
 
@@ -156,6 +191,7 @@ impl Host {
     /// slows the pace, an answer clears both. Past the error budget the host is given up.
     pub fn observe(&self, policy: &HostPolicy, signal: HostSignal, now: Millis) -> Host {
         let mut host = self.clone();
+        host.fetches += 1;
         match signal {
             HostSignal::Answered => {
                 host.trouble_in_a_row = 0;
@@ -163,6 +199,7 @@ impl Host {
                 host.delay_ms = policy.delay_ms;
             }
             HostSignal::Throttled { .. } | HostSignal::Unreachable | HostSignal::Timeout => {
+                host.signals += 1;
                 host.trouble_in_a_row += 1;
                 let doubling = 1u64 << (host.trouble_in_a_row - 1).min(30);
                 let backoff = policy.snooze_base_ms.saturating_mul(doubling);
@@ -171,7 +208,11 @@ impl Host {
                     _ => 0,
                 };
                 let snooze = backoff.max(asked).min(policy.snooze_max_ms);
-                host.snoozed_until = Some(now + snooze as Millis);
+                // One timeout may be one slow page; timeouts in a row are the host's.
+                let lone_timeout = signal == HostSignal::Timeout && host.trouble_in_a_row < 2;
+                if !lone_timeout {
+                    host.snoozed_until = Some(now + snooze as Millis);
+                }
                 if matches!(signal, HostSignal::Throttled { .. }) {
                     host.delay_ms = host
                         .delay_ms
@@ -192,16 +233,159 @@ impl Host {
         host
     }
 
-    /// Hands the host back at the end of a turn. `None` when `turn` is not the current one.
-    pub fn end_turn(&self, turn: &Turn) -> Option<Host> {
-        self.holds(turn).then(|| Host {
+    /// Hands the host back at the end of `turn`. `next_work` is when its earliest remaining task
+    /// is due (None: none known), `seeded_at_claim` the `seeded` count the turn started from.
+    /// Returns the host and, when a next turn is needed, when its message should become visible
+    /// (the host's own due time at the earliest); the message carries the new `epoch`. With no
+    /// work left and nothing seeded meanwhile, the host goes idle. `None` when `turn` is not the
+    /// current one (a zombie's hand-back changes nothing).
+    pub fn hand_back(
+        &self,
+        turn: &Turn,
+        next_work: Option<Millis>,
+        seeded_at_claim: u64,
+        now: Millis,
+    ) -> Option<(Host, Option<Millis>)> {
+        if !self.holds(turn) {
+            return None;
+        }
+        let mut host = Host {
             turn_until: None,
             ..self.clone()
-        })
+        };
+        let next_work = match next_work {
+            Some(at) => Some(at),
+            // Seeds that arrived during the turn may not have been visible to it yet.
+            None if self.seeded != seeded_at_claim => Some(now),
+            None => None,
+        };
+        let visible_at = next_work.map(|at| at.max(host.due_at()).max(now));
+        match visible_at {
+            Some(_) => host.epoch += 1,
+            // Nothing left: the counts agree again (seeds count URLs offered, known ones too).
+            None => host.done = host.seeded,
+        }
+        host.queued_for = visible_at;
+        Some((host, visible_at))
+    }
+
+    /// The stored record (seeds may have moved it since the turn was claimed) with what the
+    /// turn's holder decided during the turn: pace, snooze, trouble, give-up and counts.
+    pub fn merge_turn(&self, holder: &Host) -> Host {
+        Host {
+            delay_ms: holder.delay_ms,
+            next_allowed_at: holder.next_allowed_at,
+            snoozed_until: holder.snoozed_until,
+            trouble_in_a_row: holder.trouble_in_a_row,
+            given_up: holder.given_up.clone(),
+            done: holder.done,
+            fetches: holder.fetches,
+            signals: holder.signals,
+            ..self.clone()
+        }
+    }
+
+    /// A given-up host whose due tasks were all ended: idle until a seed wakes it again (its
+    /// turn then ends those too).
+    pub fn drained(&self) -> Host {
+        Host {
+            queued_for: None,
+            done: self.seeded,
+            ..self.clone()
+        }
+    }
+
+    /// An operator's retry of a given-up host: its trouble forgotten, its pace the policy's.
+    pub fn revive(&self, policy: &HostPolicy) -> Host {
+        Host {
+            given_up: None,
+            trouble_in_a_row: 0,
+            snoozed_until: None,
+            delay_ms: policy.delay_ms,
+            ..self.clone()
+        }
+    }
+
+    /// Tasks still to do, as far as the host's counts know (seeded minus ended).
+    pub fn backlog(&self) -> u64 {
+        self.seeded.saturating_sub(self.done)
+    }
+
+    /// No turn running and no message out: the next seed must wake it.
+    pub fn is_idle(&self, now: Millis) -> bool {
+        self.queued_for.is_none() && self.turn_until.is_none_or(|until| until <= now)
+    }
+
+    /// `n` URLs are being added to the host (some may be known already: the count is written
+    /// before the tasks, so that no task can exist without its host knowing of it). Returns the host and, when it was idle, when
+    /// the message of its next turn should become visible (the message carries the new epoch).
+    /// A host with a turn running or a message out needs nothing: that turn finds the new work.
+    pub fn note_seeded(&self, n: u64, now: Millis) -> (Host, Option<Millis>) {
+        let mut host = Host {
+            seeded: self.seeded + n,
+            ..self.clone()
+        };
+        if !self.is_idle(now) {
+            return (host, None);
+        }
+        let visible_at = host.due_at().max(now);
+        host.epoch += 1;
+        host.queued_for = Some(visible_at);
+        (host, Some(visible_at))
+    }
+
+    /// Whether the host's work message must be presumed lost at `now`: its turn expired without
+    /// being handed back (the holder died; its message, should it come back, will be stale); or
+    /// its message should have been received more than `lost_after_ms` ago; or it is idle while
+    /// it has work (`known_work`: a caller saw a due task of it; or its own counts say so).
+    pub fn message_lost(&self, now: Millis, lost_after_ms: u64, known_work: bool) -> bool {
+        match (self.turn_until, self.queued_for) {
+            (Some(until), _) => until <= now,
+            (None, Some(at)) => at.saturating_add(lost_after_ms as Millis) <= now,
+            (None, None) => known_work || self.backlog() > 0,
+        }
+    }
+
+    /// Sends the host's next turn anew (a lost message, or a restart of the in-process queue):
+    /// a new epoch supersedes any message still out, and an expired turn is cleared (its holder
+    /// is fenced by the next claim's token). Returns the host and when the message becomes
+    /// visible.
+    pub fn requeue(&self, now: Millis) -> (Host, Millis) {
+        let turn_until = self.turn_until.filter(|&until| until > now);
+        let visible_at = self.due_at().max(turn_until.unwrap_or(now)).max(now);
+        let host = Host {
+            epoch: self.epoch + 1,
+            queued_for: Some(visible_at),
+            turn_until,
+            ..self.clone()
+        };
+        (host, visible_at)
     }
 }
 
 impl HostSignal {
+    /// What a failed fetch says about its host: 429 and 503 ask it to slow down (with the
+    /// server's Retry-After); refused or reset connections and an unreachable robots.txt say it
+    /// is down; a timeout may be the page or the host. Any other failure is an answer.
+    pub fn of_failure(failure: &crate::retry::Failure) -> HostSignal {
+        use crate::task::ErrorKind;
+        match (failure.kind, failure.http_status) {
+            (_, Some(429 | 503)) | (ErrorKind::Throttled, _) => HostSignal::Throttled {
+                retry_after_ms: failure.retry_after_ms,
+            },
+            (ErrorKind::Connection | ErrorKind::RobotsUnavailable, _) => HostSignal::Unreachable,
+            (ErrorKind::Timeout, _) => HostSignal::Timeout,
+            _ => HostSignal::Answered,
+        }
+    }
+
+    /// Whether the URL that drew this signal spends a retry. The host's trouble is the host's:
+    /// a throttled or unreachable host snoozes and its URL goes back untouched. A timeout
+    /// counts against the URL too, so that one slow page on a healthy host ends in time.
+    pub fn spends_retry(self) -> bool {
+        matches!(self, HostSignal::Answered | HostSignal::Timeout)
+    }
+
     fn describe(self) -> &'static str {
         match self {
             HostSignal::Answered => "answered",
@@ -223,6 +407,7 @@ mod tests {
             snooze_base_ms: 10_000,
             snooze_max_ms: 60_000,
             error_budget: 4,
+            parallel: 1,
         }
     }
 
@@ -239,9 +424,9 @@ mod tests {
         let (taken, newer) = held.claim_turn(30_000, 30_000).unwrap();
         assert_eq!(newer.token, 2);
         // The zombie can no longer end (or act on) the turn.
-        assert!(taken.end_turn(&turn).is_none());
-        let back = taken.end_turn(&newer).unwrap();
-        assert_eq!(back.turn_until, None);
+        assert!(taken.hand_back(&turn, None, 0, 30_000).is_none());
+        let (back, next) = taken.hand_back(&newer, None, 0, 30_000).unwrap();
+        assert_eq!((back.turn_until, back.queued_for, next), (None, None, None));
     }
 
     #[test]
@@ -284,6 +469,18 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_timeout_paces_timeouts_in_a_row_snooze() {
+        let p = policy();
+        let host = Host::new("h", &p, 0);
+        let once = host.observe(&p, HostSignal::Timeout, 0);
+        assert_eq!((once.snoozed_until, once.trouble_in_a_row), (None, 1));
+        let twice = once.observe(&p, HostSignal::Timeout, 1_000);
+        assert_eq!(twice.snoozed_until, Some(21_000));
+        let well = once.observe(&p, HostSignal::Answered, 1_000);
+        assert_eq!(well.trouble_in_a_row, 0);
+    }
+
+    #[test]
     fn a_host_past_its_error_budget_is_given_up() {
         let p = policy();
         let mut host = Host::new("h", &p, 0);
@@ -296,5 +493,76 @@ mod tests {
             host.claim_turn(10_000_000, 1_000),
             Err(TurnRejection::GivenUp)
         );
+    }
+
+    #[test]
+    fn one_message_chain_per_host_seeds_wake_an_idle_host_only() {
+        let p = policy();
+        let idle = Host::new("h", &p, 0);
+        // An idle host is woken by its first seeds: one message, a new epoch.
+        let (woken, send) = idle.note_seeded(3, 100);
+        assert_eq!((send, woken.epoch, woken.seeded), (Some(100), 1, 3));
+        // More seeds while the message is out send nothing.
+        let (more, again) = woken.note_seeded(2, 150);
+        assert_eq!((again, more.epoch, more.seeded), (None, 1, 5));
+        // The turn started from seeded = 5; work remains due later: the next message is
+        // not visible before the host's pace allows.
+        let (held, turn) = more.claim_turn(200, 30_000).unwrap();
+        let paced = held.observe(&p, HostSignal::Answered, 300);
+        let (back, next) = paced.hand_back(&turn, Some(250), 5, 400).unwrap();
+        assert_eq!(next, Some(1_300), "not before next_allowed_at");
+        assert_eq!((back.epoch, back.queued_for), (2, Some(1_300)));
+    }
+
+    #[test]
+    fn a_turn_without_work_idles_the_host_unless_seeds_arrived_meanwhile() {
+        let p = policy();
+        let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
+        let (held, turn) = host.claim_turn(0, 30_000).unwrap();
+        let (idle, next) = held.hand_back(&turn, None, 1, 10).unwrap();
+        assert_eq!((idle.queued_for, next), (None, None));
+        // Seeds during the turn (seeded moved from 1 to 2): another turn, at once.
+        let (during, none) = held.note_seeded(1, 5);
+        assert_eq!(none, None, "a running turn finds new work itself");
+        let (busy, next) = during.hand_back(&turn, None, 1, 10).unwrap();
+        assert_eq!((next, busy.epoch), (Some(10), during.epoch + 1));
+    }
+
+    #[test]
+    fn lost_messages_are_recognised_and_requeued_under_a_new_epoch() {
+        let p = policy();
+        let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
+        assert!(
+            !host.message_lost(1_000, 5_000, true),
+            "message still expected"
+        );
+        assert!(host.message_lost(5_000, 5_000, false));
+        let (held, _) = host.claim_turn(6_000, 30_000).unwrap();
+        assert!(
+            !held.message_lost(20_000, 5_000, true),
+            "a live turn is not lost"
+        );
+        assert!(
+            held.message_lost(36_000, 60_000, false),
+            "an expired turn is, at once"
+        );
+        // An idle host is lost when it has work: known to a caller, or by its counts.
+        let turn = Turn {
+            token: held.token,
+            until: 36_000,
+        };
+        let (idle, _) = held.hand_back(&turn, None, 1, 7_000).unwrap();
+        assert_eq!((idle.queued_for, idle.backlog()), (None, 0));
+        assert!(!idle.message_lost(7_000, 5_000, false));
+        assert!(idle.message_lost(7_000, 5_000, true));
+        let (offered, _) = idle.note_seeded(2, 8_000);
+        assert_eq!((offered.backlog(), offered.drained().backlog()), (2, 0));
+        // The holder died: after its turn expired the host is requeued; the old epoch's
+        // messages are superseded.
+        let (requeued, at) = held.requeue(40_000);
+        assert_eq!((at, requeued.epoch, requeued.turn_until), (40_000, 2, None));
+        // Requeued during a live turn: visible when that turn expires.
+        let (_, later) = held.requeue(10_000);
+        assert_eq!(later, 36_000);
     }
 }

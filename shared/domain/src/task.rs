@@ -124,6 +124,8 @@ pub enum ErrorKind {
     InvalidContent,
     /// A storage call failed; the fetch itself may have been fine.
     Storage,
+    /// The host was given up after too many host-wide errors in a row (its error budget).
+    HostGivenUp,
 }
 
 impl ErrorKind {
@@ -230,6 +232,25 @@ pub struct Task {
     pub fetch: Option<FetchRecord>,
     /// md5s of objects that rejected writers left behind, for the next finisher to delete.
     pub stale: Vec<String>,
+}
+
+impl Task {
+    /// When the task can next be claimed: pending now (in seed or reschedule order), in progress
+    /// once its lease expires, failed at its next attempt; never once terminal. A host's turn
+    /// takes its tasks in this order (the per-host due index).
+    pub fn due_at(&self) -> Option<Millis> {
+        match self.status {
+            Status::Pending => Some(self.updated_at),
+            Status::InProgress => Some(self.lease_expires_at.unwrap_or(self.updated_at)),
+            Status::Failed => Some(self.next_attempt_at.unwrap_or(self.updated_at)),
+            Status::Succeeded | Status::Ignored | Status::Gone => None,
+        }
+    }
+
+    /// The host the task is scheduled under (`canonical::host_key`).
+    pub fn host(&self) -> String {
+        crate::canonical::host_key_of(&self.url)
+    }
 }
 
 /// A task to seed: a canonical URL with its crawl-graph position.

@@ -16,7 +16,6 @@
 //! | `release`       | in_progress under the lease's token               | pending              |
 //! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
-//! | `mark_enqueued` | the given status                                  | unchanged            |
 //! | `add_stale`     | exists; md5 neither its current object nor listed | unchanged            |
 //!
 //! Lease expiry is a `claim` of an `in_progress` task whose lease has run out: the same write
@@ -130,6 +129,28 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// What becomes of the task's due time (`Task::due_at`), from the changes alone: an adapter
+    /// that writes in place (DynamoDB's per-host due index) keeps it without reading the task.
+    /// Every transition that sets a status also sets the field its due time comes from.
+    pub fn due(&self) -> Change<Option<Millis>> {
+        let Change::Set(status) = self.status else {
+            return Change::Keep;
+        };
+        let field = |change: &Change<Option<Millis>>| match change {
+            Change::Set(at) => *at,
+            Change::Keep => None,
+        };
+        Change::Set(match status {
+            Status::Pending => match self.updated_at {
+                Change::Set(at) => Some(at),
+                Change::Keep => None,
+            },
+            Status::InProgress => field(&self.lease_expires_at),
+            Status::Failed => field(&self.next_attempt_at),
+            Status::Succeeded | Status::Ignored | Status::Gone => None,
+        })
+    }
+
     /// `task` with these changes made.
     pub fn apply(&self, task: &Task) -> Task {
         let mut next = task.clone();
@@ -413,19 +434,6 @@ pub fn reset(task: &Task, now: Millis) -> Update {
             fetch: Change::Set(None),
             updated_at: Change::Set(now),
             stale: forgotten.map_or(StaleChange::Keep, StaleChange::Add),
-            ..Changes::default()
-        },
-    }
-}
-
-/// Notes that a work message was sent, if the task is still in `status`. `updated_at` moves
-/// too, which takes the task out of the sweeper's due window.
-pub fn mark_enqueued(status: Status, now: Millis) -> Update {
-    Update {
-        requires: Condition::StatusIn(vec![status]),
-        changes: Changes {
-            enqueued_at: Change::Set(Some(now)),
-            updated_at: Change::Set(now),
             ..Changes::default()
         },
     }

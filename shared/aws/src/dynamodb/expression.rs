@@ -109,7 +109,8 @@ impl Expression {
     }
 
     /// `changes` as an update expression on the task `task_id` of `crawl_id`. A status change
-    /// rewrites the status index key too, and a fetch record its top-level `next_fetch` copy.
+    /// rewrites the status index key too, a fetch record its top-level `next_fetch` copy, and a
+    /// change of the due time (`Changes::due`) the host index's `due`.
     pub(super) fn update(
         &mut self,
         changes: &Changes,
@@ -189,6 +190,9 @@ impl Expression {
             );
         }
         self.optional_time(&mut set, &mut remove, "enqueued", &changes.enqueued_at);
+        // The host-index range key follows the task's due time; a terminal task loses it and
+        // leaves the (sparse) index. `hk`, its hash key, was written at seed and stays.
+        self.optional_time(&mut set, &mut remove, "due", &changes.due());
         if let Change::Set(updated) = changes.updated_at {
             set.push(format!(
                 "{} = {}",

@@ -9,6 +9,7 @@ use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task};
 
 type Item = HashMap<String, AttributeValue>;
@@ -31,6 +32,21 @@ pub(super) fn gsi_pk(crawl_id: &CrawlId, status: Status, shard: u32) -> String {
 
 pub(super) fn crawls_gsi(state: CrawlState) -> String {
     format!("crawls#{}", state.name())
+}
+
+/// The host-index key of a task: `{crawl_id}#{host}` (`Task::host`), written once at seed.
+pub(super) fn host_key(crawl_id: &CrawlId, host: &str) -> String {
+    format!("{crawl_id}#{host}")
+}
+
+/// A host record's key. Never a task's (32 hex digits) nor a crawl's (`crawl`).
+pub(super) fn host_pk(crawl_id: &CrawlId, name: &str) -> String {
+    format!("{crawl_id}#host#{name}")
+}
+
+/// Where a crawl's host records sit in the status index (all under one key, `updated = 0`).
+pub(super) fn hosts_gsi(crawl_id: &CrawlId) -> String {
+    format!("{crawl_id}#hosts")
 }
 
 fn corrupt(item: &Item, e: impl std::fmt::Display) -> StoreError {
@@ -86,6 +102,14 @@ pub(super) struct TaskItem {
     /// md5s of objects left by rejected writers, for the next finisher to delete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     stale: Vec<String>,
+    /// The host-index hash key (`host_key`): written at seed, never changed nor removed.
+    /// Empty only on items written before the index existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    hk: String,
+    /// The host-index range key: `Task::due_at`. Absent once the task is terminal, which takes
+    /// it out of the (sparse) index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    due: Option<Millis>,
 }
 
 impl TaskItem {
@@ -111,6 +135,8 @@ impl TaskItem {
             fetch: task.fetch.clone(),
             next_fetch: task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             stale: task.stale.clone(),
+            hk: host_key(&task.crawl_id, &task.host()),
+            due: task.due_at(),
         }
     }
 
@@ -204,6 +230,32 @@ pub(super) fn calls_of(item: &Item) -> StoreResult<CallTally> {
         calls.insert(call, count);
     }
     Ok(calls)
+}
+
+/// A host record as an item: the `Host` fields (through `serde_dynamo`: `None` is never a
+/// NULL), its key, and `gsi_pk = {crawl_id}#hosts` with `updated = 0`, which files every host of
+/// a crawl under one status-index key so that they are listed without a scan. The index does not
+/// project the host's own fields: a listing reads each record by its key. `version` is the one
+/// the write stores (the writer's + 1). A few hundred bytes: one write unit.
+pub(super) fn host_item(crawl_id: &CrawlId, host: &Host, version: u64) -> StoreResult<Item> {
+    let stored = Host {
+        version,
+        ..host.clone()
+    };
+    let mut item = encode_item(&stored)?;
+    item.insert(
+        "pk".into(),
+        AttributeValue::S(host_pk(crawl_id, &host.name)),
+    );
+    item.insert("gsi_pk".into(), AttributeValue::S(hosts_gsi(crawl_id)));
+    item.insert("updated".into(), AttributeValue::N("0".into()));
+    item.insert("crawl_id".into(), AttributeValue::S(crawl_id.to_string()));
+    Ok(item)
+}
+
+/// The host record of a host item (the key attributes are ignored).
+pub(super) fn host_from_item(item: Item) -> StoreResult<Host> {
+    serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
 }
 
 /// A crawl item. Its call counts are attributes of their own (`calls_attribute`), outside serde.

@@ -2,12 +2,23 @@
 //!
 //! One table, partition key `pk` only:
 //! - a task is `pk = {crawl_id}#{task_id}`;
-//! - a crawl is `pk = {crawl_id}#crawl` (a task id is 32 hex digits, so they never collide).
+//! - a crawl is `pk = {crawl_id}#crawl`;
+//! - a host record is `pk = {crawl_id}#host#{name}` (a task id is 32 hex digits, so none of
+//!   them collide).
 //!
 //! The GSI `status-index` (hash `gsi_pk`, range `updated`) answers every "which tasks are in
 //! status S" question without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`,
 //! the shard a stable hash of the task id (spreading one crawl's hot status over partitions);
-//! a crawl's is `crawls#{state}`. Every status change rewrites `gsi_pk` in the same write.
+//! a crawl's is `crawls#{state}`; a host record's `{crawl_id}#hosts` (with `updated = 0`), so a
+//! crawl's hosts are listed without a scan. Every status change rewrites `gsi_pk` in the same
+//! write.
+//!
+//! The GSI `host-index` (hash `hk` = `{crawl_id}#{host}`, range `due`) gives a host's tasks
+//! with work left, soonest due first: `hk` is written at seed, `due` (`Task::due_at`) at seed
+//! and by every write that changes it (`Changes::due`), and removed when the task becomes
+//! terminal, so finished tasks leave the index.
+//!
+//! Host records are written whole, with optimistic concurrency on their `version` attribute.
 //!
 //! What a task operation does is decided by `trawl_domain::transition`; `expression` turns the
 //! transition's condition and changes into one conditional write. Finish, fail and release
@@ -21,7 +32,7 @@ pub mod schema;
 
 use self::errors::{applied, conditional_item, is_conditional_failure, map_err};
 use self::expression::Expression;
-use self::items::{CrawlItem, TaskItem, crawl_pk, task_pk};
+use self::items::{CrawlItem, TaskItem, crawl_pk, host_pk, task_pk};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
@@ -30,20 +41,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
-    StoreResult, TaskPage, TaskQuery, TaskStore,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
-pub use self::schema::{STATUS_INDEX, create_table};
+pub use self::schema::{HOST_INDEX, STATUS_INDEX, create_table};
 
 /// Conditional puts in flight at once while seeding.
 const SEED_PARALLELISM: usize = 16;
+/// Host records read at once while listing hosts.
+const HOST_READ_PARALLELISM: usize = 16;
 
 /// The DynamoDB adapter. Cheap to clone (the SDK client is).
 #[derive(Debug, Clone)]
@@ -149,18 +163,21 @@ impl DynamoStore {
         start: Option<Item>,
         count_only: bool,
     ) -> StoreResult<(Vec<Item>, i64, Option<Item>)> {
-        let mut key_condition = "gsi_pk = :g".to_owned();
+        let mut key_condition = "#g = :g".to_owned();
         let mut req = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(STATUS_INDEX)
+            .expression_attribute_names("#g", "gsi_pk")
             .expression_attribute_values(":g", s(gsi))
             .set_exclusive_start_key(start)
             .set_limit(limit);
         if let Some(before) = updated_before {
-            key_condition.push_str(" AND updated <= :before");
-            req = req.expression_attribute_values(":before", n(before));
+            key_condition.push_str(" AND #u <= :before");
+            req = req
+                .expression_attribute_names("#u", "updated")
+                .expression_attribute_values(":before", n(before));
         }
         if count_only {
             req = req.select(Select::Count);
@@ -390,18 +407,33 @@ impl TaskStore for DynamoStore {
         tasks: &[NewTask],
         now: Millis,
     ) -> StoreResult<Vec<Seeded>> {
-        // Bounded parallelism, results in input order.
-        let mut results = Vec::with_capacity(tasks.len());
-        for chunk in tasks.chunks(SEED_PARALLELISM) {
-            let mut puts = Vec::with_capacity(chunk.len());
-            for task in chunk {
-                puts.push(self.seed_one(crawl_id, task, now));
-            }
-            for outcome in futures_util::future::join_all(puts).await {
-                results.push(outcome?);
+        // Bounded parallelism, results in input order. A URL repeated in the batch is put once
+        // (its first time): concurrent puts of one key would race for which one "created" it.
+        let mut first = std::collections::HashMap::new();
+        let unique: Vec<&NewTask> = tasks
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| *first.entry(t.url.task_id()).or_insert(*i) == *i)
+            .map(|(_, t)| t)
+            .collect();
+        let mut created = std::collections::HashMap::new();
+        for chunk in unique.chunks(SEED_PARALLELISM) {
+            let puts = chunk.iter().map(|task| self.seed_one(crawl_id, task, now));
+            for (task, outcome) in chunk.iter().zip(futures_util::future::join_all(puts).await) {
+                created.insert(task.url.task_id(), outcome?);
             }
         }
-        Ok(results)
+        Ok(tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let id = t.url.task_id();
+                match created.get(&id) {
+                    Some(&seeded) if first.get(&id) == Some(&i) => seeded,
+                    _ => Seeded::AlreadyKnown,
+                }
+            })
+            .collect())
     }
 
     async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
@@ -530,20 +562,6 @@ impl TaskStore for DynamoStore {
         Ok(written.is_ok())
     }
 
-    async fn mark_enqueued(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        status: Status,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::mark_enqueued(status, now);
-        let written = self
-            .write(crawl_id, task_id, &update, ReturnValue::None)
-            .await?;
-        Ok(written.is_ok())
-    }
-
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let mut cursor = match &query.cursor {
             Some(raw) => {
@@ -607,6 +625,45 @@ impl TaskStore for DynamoStore {
         Ok(TaskPage { tasks, cursor })
     }
 
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let limit = limit.max(1) as usize;
+        let mut tasks = Vec::with_capacity(limit.min(1000));
+        let mut start = None;
+        // A page can come back short (1 MB): go on until `limit` or the end of the host.
+        loop {
+            self.calls.record(Call::DynamoQuery);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(HOST_INDEX)
+                .key_condition_expression("#hk = :hk")
+                .expression_attribute_names("#hk", "hk")
+                .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
+                .scan_index_forward(true)
+                .limit(i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_err("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                tasks.push(items::summary_from_item(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(key) if tasks.len() < limit => start = Some(key),
+                _ => break,
+            }
+        }
+        // The index orders by due time only; ties in task id order, as the other stores.
+        tasks.sort_by(|a, b| (a.due_at(), &a.task_id).cmp(&(b.due_at(), &b.task_id)));
+        Ok(tasks)
+    }
+
     async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
         let mut counts = StatusCounts::new();
         for status in Status::ALL {
@@ -652,7 +709,196 @@ impl TaskStore for DynamoStore {
     }
 }
 
+impl HostStore for DynamoStore {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        self.read_host(crawl_id, name, true).await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        let item = items::host_item(crawl_id, host, host.version + 1)?;
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .expression_attribute_names("#pk", "pk");
+        let request = if host.version == 0 {
+            request.condition_expression("attribute_not_exists(#pk)")
+        } else {
+            // attribute_exists too: a record deleted meanwhile is not silently recreated.
+            request
+                .condition_expression("attribute_exists(#pk) AND #v = :v")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", n(host.version))
+        };
+        self.calls.record(Call::DynamoPutItem);
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(map_err("PutItem", e)),
+        }
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(items::host_pk(crawl_id, name)))
+            .update_expression("ADD #seeded :n, #v :one")
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#seeded", "seeded")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":n", self::n(n))
+            .expression_attribute_values(":one", self::n(1))
+            .return_values(ReturnValue::AllNew);
+        self.calls.record(Call::DynamoUpdateItem);
+        match request.send().await {
+            Ok(out) => out.attributes.map(items::host_from_item).transpose(),
+            Err(e) if is_conditional_failure(&e) => Ok(None),
+            Err(e) => Err(map_err("UpdateItem", e)),
+        }
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        let gsi = items::hosts_gsi(crawl_id);
+        let index_key = |pk: String, updated: Millis| {
+            HashMap::from([
+                ("pk".to_owned(), s(pk)),
+                ("gsi_pk".to_owned(), s(gsi.clone())),
+                ("updated".to_owned(), n(updated)),
+            ])
+        };
+        let mut start = match cursor {
+            None => None,
+            Some(raw) => {
+                let cursor =
+                    serde_json::from_str::<Cursor>(&raw).map_err(|_| StoreError::InvalidCursor)?;
+                match (cursor.shard, cursor.pk, cursor.updated) {
+                    (0, Some(pk), Some(updated)) => Some(index_key(pk, updated)),
+                    _ => return Err(StoreError::InvalidCursor),
+                }
+            }
+        };
+        let limit = limit.max(1) as usize;
+        // One key more than asked for tells whether there is a next page, so the last page
+        // has no cursor (as on the other stores).
+        let mut keys: Vec<Item> = Vec::new();
+        loop {
+            let want = i32::try_from(limit + 1 - keys.len()).unwrap_or(i32::MAX);
+            let (page, _, next) = self
+                .query_page(gsi.clone(), None, Some(want), start, false)
+                .await?;
+            keys.extend(page);
+            match next {
+                Some(key) if keys.len() <= limit => start = Some(key),
+                _ => break,
+            }
+        }
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let prefix = format!("{crawl_id}#host#");
+        let listed = keys
+            .iter()
+            .map(|key| {
+                let pk = key.get("pk").and_then(|v| v.as_s().ok());
+                let name = pk.and_then(|pk| pk.strip_prefix(&prefix));
+                let updated = key
+                    .get("updated")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse::<Millis>().ok());
+                match (pk, name, updated) {
+                    (Some(pk), Some(name), Some(updated)) => {
+                        Ok((pk.clone(), name.to_owned(), updated))
+                    }
+                    _ => Err(StoreError::Corrupt {
+                        key: pk.cloned().unwrap_or_else(|| gsi.clone()),
+                        reason: "a host index entry without a host key".into(),
+                    }),
+                }
+            })
+            .collect::<StoreResult<Vec<(String, String, Millis)>>>()?;
+        // The status index projects no host fields: read each listed record by its key.
+        let mut hosts = Vec::with_capacity(listed.len());
+        for chunk in listed.chunks(HOST_READ_PARALLELISM) {
+            let reads = chunk
+                .iter()
+                .map(|(_, name, _)| self.read_host(crawl_id, name, false));
+            for host in futures_util::future::join_all(reads).await {
+                // A record deleted since the index listed it is simply not there.
+                hosts.extend(host?);
+            }
+        }
+        hosts.sort_by(|a, b| a.name.cmp(&b.name));
+        let cursor = listed
+            .last()
+            .filter(|_| more)
+            .map(|(pk, _, updated)| {
+                serde_json::to_string(&Cursor {
+                    shard: 0,
+                    pk: Some(pk.clone()),
+                    updated: Some(*updated),
+                })
+            })
+            .transpose()
+            .map_err(|e| StoreError::Backend {
+                operation: "Query",
+                message: e.to_string(),
+            })?;
+        Ok(HostPage { hosts, cursor })
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        let mut deleted = 0u64;
+        loop {
+            // Deleting what the last page returned moves the next page forward.
+            let gsi = items::hosts_gsi(crawl_id);
+            let (items, _, _) = self.query_page(gsi, None, Some(25), None, false).await?;
+            if items.is_empty() {
+                return Ok(deleted);
+            }
+            let keys: Vec<AttributeValue> = items
+                .into_iter()
+                .filter_map(|mut item| item.remove("pk"))
+                .collect();
+            deleted += keys.len() as u64;
+            self.batch_delete(keys).await?;
+        }
+    }
+}
+
 impl DynamoStore {
+    /// One host record by key; `consistent` for a read that a conditional write will follow.
+    async fn read_host(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        consistent: bool,
+    ) -> StoreResult<Option<Host>> {
+        self.calls.record(Call::DynamoGetItem);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(host_pk(crawl_id, name)))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?;
+        out.item.map(items::host_from_item).transpose()
+    }
+
     /// One conditional put: creates the task unless it exists.
     async fn seed_one(
         &self,

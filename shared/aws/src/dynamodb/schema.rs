@@ -26,6 +26,26 @@ pub const PROJECTED: [&str; 10] = [
     "enqueued",
 ];
 
+/// The per-host due index: hash `hk` (`{crawl_id}#{host}`), range `due` (ms). Sparse: a task
+/// that reached a terminal status has no `due` and is not in it.
+pub const HOST_INDEX: &str = "host-index";
+
+/// Attributes the host index projects: the status index's, and `updated` (its key there), so
+/// that a task summary is read from either index alike.
+pub const HOST_PROJECTED: [&str; 11] = [
+    "crawl_id",
+    "task_id",
+    "url",
+    "status",
+    "depth",
+    "retries",
+    "lease_until",
+    "next_attempt",
+    "next_fetch",
+    "enqueued",
+    "updated",
+];
+
 fn build_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend {
         operation: "CreateTable",
@@ -33,7 +53,7 @@ fn build_err(e: impl std::fmt::Display) -> StoreError {
     }
 }
 
-/// Creates the table (on-demand) with its status index, and waits until it is active.
+/// Creates the table (on-demand) with its status and host indexes, and waits until it is active.
 pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
     let key = |name: &str, key_type| {
         KeySchemaElement::builder()
@@ -49,17 +69,19 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
             .build()
             .map_err(build_err)
     };
-    let projection = PROJECTED.iter().fold(
-        Projection::builder().projection_type(ProjectionType::Include),
-        |p, a| p.non_key_attributes(*a),
-    );
-    let index = GlobalSecondaryIndex::builder()
-        .index_name(STATUS_INDEX)
-        .key_schema(key("gsi_pk", KeyType::Hash)?)
-        .key_schema(key("updated", KeyType::Range)?)
-        .projection(projection.build())
-        .build()
-        .map_err(build_err)?;
+    let index = |name: &str, hash: &str, range: &str, projected: &[&str]| {
+        let projection = projected.iter().fold(
+            Projection::builder().projection_type(ProjectionType::Include),
+            |p, a| p.non_key_attributes(*a),
+        );
+        GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key(hash, KeyType::Hash)?)
+            .key_schema(key(range, KeyType::Range)?)
+            .projection(projection.build())
+            .build()
+            .map_err(build_err)
+    };
     client
         .create_table()
         .table_name(table)
@@ -67,8 +89,11 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
         .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("gsi_pk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("updated", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("hk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("due", ScalarAttributeType::N)?)
         .key_schema(key("pk", KeyType::Hash)?)
-        .global_secondary_indexes(index)
+        .global_secondary_indexes(index(STATUS_INDEX, "gsi_pk", "updated", &PROJECTED)?)
+        .global_secondary_indexes(index(HOST_INDEX, "hk", "due", &HOST_PROJECTED)?)
         .send()
         .await
         .map_err(|e| map_err("CreateTable", e))?;

@@ -1,6 +1,15 @@
-//! The work queue on SQS, through the real SDK. A queue whose URL ends in `.fifo` gets
-//! `MessageGroupId = {host}#{slot}`: SQS then never hands two messages of one group to two
-//! consumers at once, which is per-host politeness for free (Scrapy Cloud's frontier slots).
+//! The work queue on SQS, through the real SDK. A message is a host's turn
+//! (`{crawl_id, host, epoch}`); politeness is the host record's (one live turn per host, under a
+//! fenced lease), not the queue's.
+//!
+//! - A standard queue (the deployed one) delays each message by its `delay_ms` (`DelaySeconds`,
+//!   rounded up, at most SQS's 15 minutes): a host's next turn becomes visible when the host is
+//!   due, and a turn received early waits for its host again.
+//! - A FIFO queue (a URL ending in `.fifo`, still accepted) takes no per-message delay: messages
+//!   are visible at once. Each host's turns are one group (`WorkMessage::group`), and every send
+//!   gets its own deduplication id (`{group}#{epoch}#{sent_at}`), so that a re-issued turn is
+//!   never swallowed by FIFO's 5-minute deduplication window. Both ids are cut to what SQS
+//!   accepts (`sqs_id`).
 
 mod delivery;
 
@@ -23,6 +32,45 @@ const BATCH: usize = 10;
 const SEND_ATTEMPTS: usize = 3;
 /// Longest visibility SQS accepts (12 h), in seconds.
 const MAX_VISIBILITY_S: u64 = 43_200;
+/// Longest per-message delay SQS accepts (15 min), in seconds.
+const MAX_DELAY_S: u64 = 900;
+/// Longest MessageGroupId / MessageDeduplicationId SQS accepts.
+const MAX_ID_LEN: usize = 128;
+
+/// `raw` as a FIFO group or deduplication id: SQS accepts 1 to 128 ASCII letters, digits and
+/// punctuation. Other characters become `_`; a longer id keeps its head and ends with a hash of
+/// the whole, so two ids stay apart when their heads are alike.
+fn sqs_id(raw: &str) -> String {
+    let clean: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c.is_ascii_punctuation() {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !clean.is_empty() && clean.len() <= MAX_ID_LEN && clean == raw {
+        return clean;
+    }
+    // All ASCII by now (one byte per char). Replaced characters could make two raw ids one,
+    // and so could the cut: the hash of the raw id keeps them apart.
+    let head = &clean[..clean.len().min(MAX_ID_LEN - 17)];
+    format!("{head}~{:016x}", fnv1a(raw))
+}
+
+/// FNV-1a, 64 bits: stable across processes and versions (unlike std's hasher).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A standard queue's `DelaySeconds` for a message: `delay_ms` rounded up, capped at 15 min.
+fn delay_seconds(delay_ms: u64) -> i32 {
+    delay_ms.div_ceil(1000).min(MAX_DELAY_S) as i32
+}
 
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
@@ -75,11 +123,14 @@ impl SqsQueue {
             .id(index.to_string())
             .message_body(body);
         if self.fifo {
-            // A fresh deduplication id per send: a re-enqueue of the same task (sweeper, retry)
-            // must not be swallowed by FIFO's 5-minute deduplication window.
+            // A fresh deduplication id per send: a re-issued turn (sweeper, hand-back) must not
+            // be swallowed by FIFO's 5-minute deduplication window. FIFO takes no delay.
+            let group = message.group();
             entry = entry
-                .message_group_id(&message.group)
-                .message_deduplication_id(format!("{}-{sent_at}", message.task_id));
+                .message_deduplication_id(sqs_id(&format!("{group}#{}#{sent_at}", message.epoch)))
+                .message_group_id(sqs_id(&group));
+        } else if message.delay_ms > 0 {
+            entry = entry.delay_seconds(delay_seconds(message.delay_ms));
         }
         entry.build().map_err(|e| build_err("SendMessageBatch", e))
     }
@@ -132,7 +183,7 @@ impl WorkQueue for SqsQueue {
             report.failed.extend(
                 last_errors
                     .into_iter()
-                    .filter_map(|(i, why)| chunk.get(i).map(|m| (m.task_id.clone(), why))),
+                    .filter_map(|(i, why)| chunk.get(i).map(|m| (m.host.clone(), why))),
             );
         }
         Ok(report)
@@ -215,5 +266,46 @@ impl WorkQueue for SqsQueue {
             .await
             .map_err(|e| map_err("ChangeMessageVisibility", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_what_sqs_accepts() {
+        let ok = |id: &str| {
+            !id.is_empty()
+                && id.len() <= MAX_ID_LEN
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c.is_ascii_punctuation())
+        };
+        assert_eq!(
+            sqs_id("crawl-1#example.com:8080"),
+            "crawl-1#example.com:8080"
+        );
+        assert_eq!(sqs_id("c#[::1]:80#3#17"), "c#[::1]:80#3#17");
+        for raw in [
+            "",
+            "a b",
+            "h\u{e9}te",
+            &"x".repeat(300),
+            &format!("{}\u{e9}", "y".repeat(200)),
+        ] {
+            assert!(ok(&sqs_id(raw)), "{raw:?} -> {:?}", sqs_id(raw));
+        }
+        let long = "a".repeat(200);
+        assert_ne!(sqs_id(&format!("{long}#1")), sqs_id(&format!("{long}#2")));
+        assert_ne!(sqs_id("a b"), sqs_id("a_b"));
+    }
+
+    #[test]
+    fn delays_round_up_and_cap_at_15_minutes() {
+        assert_eq!(delay_seconds(1), 1);
+        assert_eq!(delay_seconds(1000), 1);
+        assert_eq!(delay_seconds(1001), 2);
+        assert_eq!(delay_seconds(3_600_000), 900);
     }
 }

@@ -1,6 +1,12 @@
-//! The crawler: for each work message, claim → fetch → store → discover → finish (or fail).
-//! The Lambda function and the CLI's workers both run this; they differ only in how they hand
-//! messages back (`Disposition`).
+//! The crawler: for each work message, a host's turn. Claim the host (a fenced host lease),
+//! then fetch its due URLs at its pace — claim → fetch → store → discover → finish (or fail) each
+//! — and hand the host back with its next turn's time. The Lambda function and the CLI's workers
+//! both run this; they differ only in how they hand messages back (`Disposition`).
+//!
+//! Host-wide trouble (429/503, refused connections, an unreachable robots.txt, timeouts in a
+//! row) snoozes the host for every worker and ends the turn; the URL that met it goes back
+//! without spending a retry (a timeout excepted: one slow page must end in time). A failing URL
+//! never holds its host: it gets a due time and the turn goes on with the host's other URLs.
 
 mod record;
 mod seen;
@@ -11,13 +17,15 @@ use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
 use crate::discover::{ScopeMatcher, extract_links};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
-use crate::frontier::{FrontierError, seed_tasks};
+use crate::frontier::{FrontierError, seed_tasks, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
-use crate::store::{ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, StoreError, TaskStore};
+use crate::store::{
+    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, TaskStore, TaskSummary,
+};
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::RwLock;
@@ -25,6 +33,7 @@ use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
+use trawl_domain::host::{Host, HostPolicy, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task};
 
@@ -34,31 +43,35 @@ const CRAWL_CACHE_TTL: Duration = Duration::from_secs(60);
 const MAX_HOLD_MS: u64 = 12 * 3600 * 1000;
 /// Back-off for a message whose processing hit a storage error.
 const INTERNAL_RETRY_MS: u64 = 5_000;
+/// Due tasks read per query of a turn.
+const DUE_PAGE: u32 = 100;
+/// Tasks of a given-up host ended per turn.
+const DRAIN_PER_TURN: u32 = 500;
 
 /// What to do with a message once processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposition {
     /// Handled (or nothing left to do): delete it.
     Done,
-    /// Make it visible again after this many milliseconds (a retry with backoff, a task not
-    /// due yet, or work handed back near the deadline).
+    /// Make it visible again after this many milliseconds (a host not due yet, another
+    /// worker's turn still running, work handed back near the deadline, a storage error).
     RetryAfter(u64),
     /// Leave it to come back after the queue's visibility timeout, and eventually reach the
     /// dead-letter queue (malformed bodies). Never silently dropped.
     Reject(String),
 }
 
-/// One message's result.
+/// One message's result: its disposition and what became of each task its turn touched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageResult {
     pub message_id: String,
     pub receipt: String,
     pub disposition: Disposition,
-    /// What happened, for logs and progress.
-    pub outcome: Outcome,
+    /// What happened, task by task, for logs and progress.
+    pub outcomes: Vec<Outcome>,
 }
 
-/// What processing a message did to its task.
+/// What a turn did to one task (or, for `Malformed` and `Error`, to its message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Stored (or recorded, for content not stored) and succeeded.
@@ -70,10 +83,11 @@ pub enum Outcome {
     Unchanged,
     Retrying,
     GaveUp,
-    /// Duplicate or stale message: the task was done, leased elsewhere, or gone.
+    /// The host answered with host-wide trouble: the task went back untouched (no retry spent)
+    /// and the host is snoozed.
+    Snoozed,
+    /// Claimed elsewhere, done meanwhile, or a duplicate message.
     Skipped,
-    /// Not started: too close to the deadline.
-    HandedBack,
     Malformed,
     Error,
 }
@@ -88,17 +102,21 @@ pub enum CrawlerError {
     Frontier(#[from] FrontierError),
 }
 
-/// Work messages waiting to be sent at the end of a batch.
-type Outbox = std::sync::Mutex<Vec<WorkMessage>>;
-
-/// A received message and its parsed body (or why it does not parse).
-type Parsed = (Received, Result<WorkMessage, String>);
+/// Work messages waiting to be sent at the end of a batch (next turns, woken hosts).
+type Outbox = Mutex<Vec<WorkMessage>>;
 
 /// A crawl's config with its scope compiled, cached per worker.
 struct CrawlContext {
     crawl: Crawl,
     scope: ScopeMatcher,
     loaded: Instant,
+}
+
+/// A turn in progress: the host as its holder sees it, and whether to start no more fetches.
+struct TurnState {
+    host: Host,
+    stop: bool,
+    outcomes: Vec<Outcome>,
 }
 
 /// Per-process crawler state: ports, the HTTP client, and a small crawl-config cache.
@@ -119,7 +137,7 @@ pub struct Crawler<S, B, Q> {
 
 impl<S, B, Q> Crawler<S, B, Q>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
@@ -172,43 +190,33 @@ where
         &self.calls
     }
 
-    /// Processes a batch. Messages of one politeness slot (`group`) run one after another with
-    /// the host's delay between them; slots run concurrently, at most `concurrency` at once.
-    /// Nothing is started once `deadline` is near: those messages are handed back untouched.
-    /// Ends by adding the batch's calls to its crawls (`crate::calls`).
+    /// Processes a batch of turn messages, at most `concurrency` hosts at once. No fetch is
+    /// started once `deadline` is near: turns end early and hand their hosts back. Ends by
+    /// sending the batch's next-turn messages together and adding its calls to its crawls
+    /// (`crate::calls`).
     pub async fn process_batch(
         &self,
         batch: Vec<Received>,
         deadline: Option<Instant>,
     ) -> Vec<MessageResult> {
-        let mut groups: Vec<(String, Vec<Parsed>)> = Vec::new();
         // Messages per crawl: the weights the batch's calls are shared by.
         let mut crawls: Vec<(CrawlId, u64)> = Vec::new();
+        let mut parsed = Vec::with_capacity(batch.len());
         for received in batch {
-            let parsed =
+            let message =
                 serde_json::from_str::<WorkMessage>(&received.body).map_err(|e| e.to_string());
-            if let Ok(message) = &parsed {
+            if let Ok(message) = &message {
                 match crawls.iter_mut().find(|(id, _)| *id == message.crawl_id) {
                     Some((_, n)) => *n += 1,
                     None => crawls.push((message.crawl_id.clone(), 1)),
                 }
             }
-            // A malformed body is a group of its own: it must not hold anything back.
-            let group = match &parsed {
-                Ok(m) => m.group.clone(),
-                Err(_) => format!("malformed#{}", received.message_id),
-            };
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, members)) => members.push((received, parsed)),
-                None => groups.push((group, vec![(received, parsed)])),
-            }
+            parsed.push((received, message));
         }
-        // Messages of the links the batch discovers, sent together at its end.
-        let outbox = std::sync::Mutex::new(Vec::new());
-        let results = stream::iter(groups)
-            .map(|(_, members)| self.process_group(members, deadline, &outbox))
+        let outbox = Mutex::new(Vec::new());
+        let results = stream::iter(parsed)
+            .map(|(received, message)| self.process_message(received, message, deadline, &outbox))
             .buffer_unordered(self.concurrency)
-            .flat_map(stream::iter)
             .collect::<Vec<_>>()
             .await;
         self.send_outbox(outbox).await;
@@ -216,131 +224,389 @@ where
         results
     }
 
-    async fn process_group(
+    async fn process_message(
         &self,
-        members: Vec<Parsed>,
+        received: Received,
+        message: Result<WorkMessage, String>,
         deadline: Option<Instant>,
         outbox: &Outbox,
-    ) -> Vec<MessageResult> {
-        let mut results = Vec::with_capacity(members.len());
-        let mut previous_delay: Option<Duration> = None;
-        for (received, parsed) in members {
-            let (disposition, outcome) = match parsed {
-                Err(why) => {
-                    tracing::warn!(message_id = %received.message_id, error = %why, "malformed work message");
-                    (
-                        Disposition::Reject(format!("malformed message: {why}")),
-                        Outcome::Malformed,
-                    )
-                }
-                Ok(message) => {
-                    if let Some(delay) = previous_delay.take() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    // A span per message, carried by its future (never entered across an await:
-                    // messages run concurrently).
-                    let span = tracing::info_span!(
-                        "message",
-                        message_id = %received.message_id,
-                        crawl = %message.crawl_id,
-                        task = %message.task_id
-                    );
-                    let (disposition, outcome, delay) = self
-                        .process_message(&message, deadline, outbox)
-                        .instrument(span)
-                        .await;
-                    previous_delay = delay;
-                    (disposition, outcome)
-                }
-            };
-            results.push(MessageResult {
-                message_id: received.message_id,
-                receipt: received.receipt,
-                disposition,
-                outcome,
-            });
+    ) -> MessageResult {
+        let (disposition, outcomes) = match message {
+            Err(why) => {
+                tracing::warn!(message_id = %received.message_id, error = %why, "malformed work message");
+                (
+                    Disposition::Reject(format!("malformed message: {why}")),
+                    vec![Outcome::Malformed],
+                )
+            }
+            Ok(message) => {
+                // A span per message, carried by its future (never entered across an await:
+                // turns run concurrently).
+                let span = tracing::info_span!(
+                    "turn",
+                    message_id = %received.message_id,
+                    crawl = %message.crawl_id,
+                    host = %message.host
+                );
+                self.process_turn(&message, deadline, outbox)
+                    .instrument(span)
+                    .await
+            }
+        };
+        MessageResult {
+            message_id: received.message_id,
+            receipt: received.receipt,
+            disposition,
+            outcomes,
         }
-        results
     }
 
-    /// One message. Returns the disposition, the outcome and the politeness delay owed to the
-    /// host before its next request.
-    async fn process_message(
+    /// One host's turn.
+    async fn process_turn(
         &self,
         message: &WorkMessage,
         deadline: Option<Instant>,
         outbox: &Outbox,
-    ) -> (Disposition, Outcome, Option<Duration>) {
+    ) -> (Disposition, Vec<Outcome>) {
+        let retry_later = || {
+            (
+                Disposition::RetryAfter(INTERNAL_RETRY_MS),
+                vec![Outcome::Error],
+            )
+        };
         let context = match self.context(&message.crawl_id).await {
             Ok(Some(context)) => context,
             Ok(None) => {
                 tracing::warn!("no such crawl (purged?): message dropped");
-                return (Disposition::Done, Outcome::Skipped, None);
+                return (Disposition::Done, vec![Outcome::Skipped]);
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot read crawl");
-                return (
-                    Disposition::RetryAfter(INTERNAL_RETRY_MS),
-                    Outcome::Error,
-                    None,
-                );
+                return retry_later();
             }
         };
-        let config = &context.crawl.config;
-        // A fetch may take its whole timeout; do not start one that cannot finish in time.
-        let needed = Duration::from_millis(config.fetch.timeout_ms + 2_000);
-        if deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < needed) {
-            return (Disposition::RetryAfter(0), Outcome::HandedBack, None);
+        let crawl = &context.crawl;
+        let config = &crawl.config;
+        let now = self.clock.now_ms();
+        let claimed = update_host(&self.store, crawl, &message.host, now, |h| {
+            if h.epoch != message.epoch {
+                return (None, Err(None));
+            }
+            match h.claim_turn(now, turn_ms(config)) {
+                Ok((next, turn)) => (Some(next), Ok((turn, h.seeded))),
+                Err(why) => (None, Err(Some(why))),
+            }
+        })
+        .await;
+        let (host, turn, seeded_at_claim) = match claimed {
+            Ok(Some((host, Ok((turn, seeded))))) => (host, turn, seeded),
+            Ok(Some((_, Err(None)))) | Ok(None) => {
+                tracing::debug!("superseded turn message dropped");
+                return (Disposition::Done, vec![Outcome::Skipped]);
+            }
+            Ok(Some((_, Err(Some(why))))) => {
+                return match why {
+                    TurnRejection::Busy { until } | TurnRejection::NotYet { at: until } => {
+                        (Disposition::RetryAfter(wait_ms(until, now)), Vec::new())
+                    }
+                    TurnRejection::GivenUp => self.drain(&context, &message.host, outbox).await,
+                };
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot claim the host's turn");
+                return retry_later();
+            }
+        };
+        let policy = config.politeness.host_policy(&host.name);
+        let state = self
+            .run_turn(&context, host, &turn, &policy, deadline, outbox)
+            .await;
+        let mut outcomes = state.outcomes;
+        let given_up = state.host.given_up.is_some();
+        if given_up {
+            outcomes.extend(self.end_tasks_of_given_up(&context, &state.host).await);
         }
+        // When the host's next turn is due: its soonest task (new links included).
+        let next_work = match self.store.due_tasks(&crawl.id, &state.host.name, 1).await {
+            Ok(due) => due.first().and_then(TaskSummary::claimable_from),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the host's due tasks");
+                outcomes.push(Outcome::Error);
+                return (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes);
+            }
+        };
+        let now = self.clock.now_ms();
+        let holder = state.host;
+        let handed = update_host(&self.store, crawl, &holder.name, now, |stored| match stored
+            .merge_turn(&holder)
+            .hand_back(&turn, next_work, seeded_at_claim, now)
+        {
+            Some((next, visible_at)) => (Some(next), visible_at),
+            None => (None, None),
+        })
+        .await;
+        match handed {
+            Ok(Some((host, Some(visible_at)))) => {
+                push(outbox, turn_message(crawl, &host, visible_at, now));
+                (Disposition::Done, outcomes)
+            }
+            Ok(_) => (Disposition::Done, outcomes),
+            Err(e) => {
+                // The message comes back; the turn's lease runs out and a worker takes over.
+                tracing::error!(error = %e, "cannot hand the host back");
+                outcomes.push(Outcome::Error);
+                (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes)
+            }
+        }
+    }
+
+    /// Fetches the host's due tasks at its pace, `policy.parallel` at a time, until none is
+    /// due, the turn's page budget or time is spent, or the host is snoozed or given up.
+    async fn run_turn(
+        &self,
+        context: &CrawlContext,
+        host: Host,
+        turn: &Turn,
+        policy: &HostPolicy,
+        deadline: Option<Instant>,
+        outbox: &Outbox,
+    ) -> TurnState {
+        let crawl = &context.crawl;
+        let config = &crawl.config;
+        // A fetch may take its whole timeout; none starts that could not end within the turn.
+        let fetch_ms = config.fetch.timeout_ms.saturating_add(2_000);
+        let turn_ends = turn.until.saturating_sub(fetch_ms as Millis);
+        let mut pages_left = config.politeness.turn_pages.max(1);
+        let owned = Mutex::new(TurnState {
+            host,
+            stop: false,
+            outcomes: Vec::new(),
+        });
+        // Shared by the turn's concurrent fetches.
+        let state = &owned;
+        let next_start = &Mutex::new(Instant::now());
+        let mut robots_delay: Option<Duration> = None;
+        let name = lock(state).host.name.clone();
+        while pages_left > 0 && !lock(state).stop {
+            let now = self.clock.now_ms();
+            let due: Vec<TaskSummary> = match self
+                .store
+                .due_tasks(&crawl.id, &name, DUE_PAGE.min(pages_left))
+                .await
+            {
+                Ok(due) => due
+                    .into_iter()
+                    .filter(|t| t.claimable_from().is_some_and(|at| at <= now))
+                    .collect(),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the host's due tasks");
+                    lock(state).outcomes.push(Outcome::Error);
+                    break;
+                }
+            };
+            let Some(first) = due.first() else {
+                break;
+            };
+            // robots.txt's Crawl-delay, read once per turn (the fetcher caches robots.txt per
+            // host, so this costs a request only for a host's first turn).
+            let robots_delay = match robots_delay {
+                Some(delay) => delay,
+                None => {
+                    let delay = match CanonicalUrl::parse(&first.url) {
+                        Ok(url) => self.fetcher.crawl_delay(&url, config).await,
+                        Err(_) => None,
+                    };
+                    *robots_delay.insert(delay.unwrap_or(Duration::ZERO))
+                }
+            };
+            pages_left = pages_left.saturating_sub(due.len() as u32);
+            stream::iter(due)
+                .map(|task| async move {
+                    // The host's pace: starts spaced by its delay (robots Crawl-delay at least).
+                    let pause = {
+                        let host = &lock(state).host;
+                        Duration::from_millis(host.delay_ms).max(robots_delay)
+                    };
+                    let start = {
+                        let mut next = lock(next_start);
+                        let at = (*next).max(Instant::now());
+                        *next = at + pause;
+                        at
+                    };
+                    tokio::time::sleep_until(start.into()).await;
+                    let late = deadline.is_some_and(|d| {
+                        d.saturating_duration_since(Instant::now())
+                            < Duration::from_millis(fetch_ms)
+                    });
+                    if lock(state).stop || late || self.clock.now_ms() > turn_ends {
+                        lock(state).stop = true;
+                        return;
+                    }
+                    let span = tracing::info_span!("task", task = %task.task_id);
+                    let (outcome, signal) = self
+                        .crawl_task(context, &task, outbox)
+                        .instrument(span)
+                        .await;
+                    let now = self.clock.now_ms();
+                    let mut turn_state = lock(state);
+                    turn_state.outcomes.push(outcome);
+                    if matches!(
+                        outcome,
+                        Outcome::Succeeded { .. } | Outcome::Unchanged | Outcome::GaveUp
+                    ) {
+                        turn_state.host.done += 1;
+                    }
+                    if outcome == Outcome::Error {
+                        turn_state.stop = true;
+                    }
+                    if let Some(signal) = signal {
+                        turn_state.host = turn_state.host.observe(policy, signal, now);
+                        if turn_state.host.snoozed_until.is_some()
+                            || turn_state.host.given_up.is_some()
+                        {
+                            turn_state.stop = true;
+                        }
+                    }
+                })
+                .buffer_unordered(policy.parallel.max(1) as usize)
+                .collect::<Vec<()>>()
+                .await;
+        }
+        owned.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claims and crawls one due task. Returns what became of it and, when the host answered
+    /// or failed to, the signal for the host.
+    async fn crawl_task(
+        &self,
+        context: &CrawlContext,
+        due: &TaskSummary,
+        outbox: &Outbox,
+    ) -> (Outcome, Option<HostSignal>) {
+        let config = &context.crawl.config;
         let now = self.clock.now_ms();
         let (task, lease) = match self
             .store
-            .claim(&message.crawl_id, &message.task_id, config.lease_ms, now)
+            .claim(&context.crawl.id, &due.task_id, config.lease_ms, now)
             .await
         {
             Ok(ClaimOutcome::Claimed { task, lease }) => (*task, lease),
-            Ok(ClaimOutcome::Rejected(ClaimRejection::NotDue { at })) => {
-                let wait = (at - now).clamp(0, MAX_HOLD_MS as Millis) as u64;
-                return (Disposition::RetryAfter(wait), Outcome::Skipped, None);
-            }
-            // Done, gone, or another worker holds it (the sweeper recovers it if that one dies).
+            // Done, not due after all, or leased by another worker: nothing to do here.
             Ok(ClaimOutcome::Rejected(why)) => {
-                tracing::debug!(?why, "claim rejected: duplicate message dropped");
-                return (Disposition::Done, Outcome::Skipped, None);
+                tracing::debug!(?why, "claim rejected");
+                return (Outcome::Skipped, None);
             }
             Err(e) => {
                 tracing::error!(error = %e, "claim failed");
-                return (
-                    Disposition::RetryAfter(INTERNAL_RETRY_MS),
-                    Outcome::Error,
-                    None,
-                );
+                return (Outcome::Error, None);
             }
         };
-        let delay = self.politeness_delay(&task, &context).await;
-        match self.crawl_claimed(&context, &task, &lease, outbox).await {
-            Ok((disposition, outcome)) => (disposition, outcome, delay),
+        match self.crawl_claimed(context, &task, &lease, outbox).await {
+            Ok(done) => done,
             Err(e) => {
                 // Give the task back so it need not wait for its lease to expire.
                 tracing::error!(error = %e, "processing failed; task released");
                 if let Err(release) = self.store.release(&lease, self.clock.now_ms()).await {
                     tracing::warn!(error = %release, "release failed; the lease will expire");
                 }
-                (
-                    Disposition::RetryAfter(INTERNAL_RETRY_MS),
-                    Outcome::Error,
-                    delay,
-                )
+                (Outcome::Error, None)
             }
         }
     }
 
-    /// Sends the batch's discovered links in full batches of 10. A message that cannot be sent
-    /// leaves its task `pending` without a message: the sweeper re-enqueues it.
+    /// Ends the due tasks of a given-up host (`ignored`, with the host's reason), a bounded
+    /// number per turn; the host's next turn ends the rest.
+    async fn end_tasks_of_given_up(&self, context: &CrawlContext, host: &Host) -> Vec<Outcome> {
+        let crawl = &context.crawl;
+        let reason = host.given_up.clone().unwrap_or_default();
+        let due = match self
+            .store
+            .due_tasks(&crawl.id, &host.name, DRAIN_PER_TURN)
+            .await
+        {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the given-up host's tasks");
+                return vec![Outcome::Error];
+            }
+        };
+        let failure = Failure::new(ErrorKind::HostGivenUp, reason);
+        let mut outcomes = Vec::with_capacity(due.len());
+        for task in due {
+            let now = self.clock.now_ms();
+            let claimed = self
+                .store
+                .claim(&crawl.id, &task.task_id, crawl.config.lease_ms, now)
+                .await;
+            let outcome = match claimed {
+                Ok(ClaimOutcome::Claimed { lease, .. }) => {
+                    match self.fail(context, &lease, &failure).await {
+                        Ok(outcome) => outcome,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot end a task of a given-up host");
+                            Outcome::Error
+                        }
+                    }
+                }
+                Ok(ClaimOutcome::Rejected(_)) => Outcome::Skipped,
+                Err(e) => {
+                    tracing::error!(error = %e, "claim failed");
+                    Outcome::Error
+                }
+            };
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// A turn of a given-up host: its due tasks end `ignored`; the host goes idle once none is
+    /// left (a later seed wakes it, and that turn ends the new ones too).
+    async fn drain(
+        &self,
+        context: &CrawlContext,
+        name: &str,
+        outbox: &Outbox,
+    ) -> (Disposition, Vec<Outcome>) {
+        let crawl = &context.crawl;
+        let Ok(Some(host)) = self.store.get_host(&crawl.id, name).await else {
+            return (
+                Disposition::RetryAfter(INTERNAL_RETRY_MS),
+                vec![Outcome::Error],
+            );
+        };
+        let mut outcomes = self.end_tasks_of_given_up(context, &host).await;
+        let left = match self.store.due_tasks(&crawl.id, name, 1).await {
+            Ok(due) => !due.is_empty(),
+            Err(_) => true,
+        };
+        let now = self.clock.now_ms();
+        let settled = update_host(&self.store, crawl, name, now, |h| {
+            if left {
+                let (next, visible_at) = h.requeue(now);
+                (Some(next), Some(visible_at))
+            } else {
+                (Some(h.drained()), None)
+            }
+        })
+        .await;
+        match settled {
+            Ok(Some((host, Some(visible_at)))) => {
+                push(outbox, turn_message(crawl, &host, visible_at, now));
+                (Disposition::Done, outcomes)
+            }
+            Ok(_) => (Disposition::Done, outcomes),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot settle the given-up host");
+                outcomes.push(Outcome::Error);
+                (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes)
+            }
+        }
+    }
+
+    /// Sends the batch's turn messages (next turns, hosts its links woke) in full batches of 10.
+    /// A message that cannot be sent leaves its host presumed queued: the sweeper re-issues it.
     async fn send_outbox(&self, outbox: Outbox) {
-        let messages = outbox
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let messages = outbox.into_inner().unwrap_or_else(PoisonError::into_inner);
         if messages.is_empty() {
             return;
         }
@@ -348,37 +614,29 @@ where
             Ok(report) if report.failed.is_empty() => {}
             Ok(report) => tracing::warn!(
                 failed = report.failed.len(),
-                "links not enqueued; the sweeper will"
+                "turns not enqueued; the sweeper will re-issue them"
             ),
-            Err(e) => tracing::warn!(error = %e, "links not enqueued; the sweeper will"),
+            Err(e) => {
+                tracing::warn!(error = %e, "turns not enqueued; the sweeper will re-issue them")
+            }
         }
     }
 
-    async fn politeness_delay(&self, task: &Task, context: &CrawlContext) -> Option<Duration> {
-        let config = &context.crawl.config;
-        let configured = Duration::from_millis(config.politeness.delay_ms);
-        let robots = match CanonicalUrl::parse(&task.url) {
-            Ok(url) => self.fetcher.crawl_delay(&url, config).await,
-            Err(_) => None,
-        };
-        let delay = robots.map_or(configured, |r| r.max(configured));
-        (!delay.is_zero()).then_some(delay)
-    }
-
-    /// Fetch, store, discover and record a claimed task.
+    /// Fetch, store, discover and record a claimed task. Returns what became of it and what
+    /// the fetch said about its host (None: no request reached the host).
     async fn crawl_claimed(
         &self,
         context: &CrawlContext,
         task: &Task,
         lease: &Lease,
         outbox: &Outbox,
-    ) -> Result<(Disposition, Outcome), CrawlerError> {
+    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
         let config = &context.crawl.config;
         let url = match CanonicalUrl::parse(&task.url) {
             Ok(url) => url,
             Err(e) => {
                 let failure = Failure::new(ErrorKind::InvalidContent, e.to_string());
-                return self.fail(context, lease, &failure).await;
+                return Ok((self.fail(context, lease, &failure).await?, None));
             }
         };
         let now = self.clock.now_ms();
@@ -392,7 +650,16 @@ where
         };
         let next_fetch_at = config.recrawl.interval_ms.map(|i| now + i as Millis);
         match self.fetcher.fetch(request).await {
-            FetchOutcome::Failed(failure) => self.fail(context, lease, &failure).await,
+            FetchOutcome::Failed(failure) => {
+                let signal = HostSignal::of_failure(&failure);
+                if signal.spends_retry() {
+                    return Ok((self.fail(context, lease, &failure).await?, Some(signal)));
+                }
+                // The host's trouble, not the URL's: back to pending, no retry spent.
+                tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
+                self.store.release(lease, self.clock.now_ms()).await?;
+                Ok((Outcome::Snoozed, Some(signal)))
+            }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
                 let previous = task.fetch.clone().unwrap_or_default();
@@ -421,7 +688,7 @@ where
                     StoredPage::Finished { .. } => Outcome::Unchanged,
                     StoredPage::LostLease => Outcome::Skipped,
                 };
-                Ok((Disposition::Done, outcome))
+                Ok((outcome, Some(HostSignal::Answered)))
             }
             FetchOutcome::Fetched(page) => {
                 let final_url = (page.final_url != url).then(|| page.final_url.as_str().to_owned());
@@ -474,9 +741,9 @@ where
                         } else {
                             Outcome::Unchanged
                         };
-                        Ok((Disposition::Done, outcome))
+                        Ok((outcome, Some(HostSignal::Answered)))
                     }
-                    StoredPage::LostLease => Ok((Disposition::Done, Outcome::Skipped)),
+                    StoredPage::LostLease => Ok((Outcome::Skipped, Some(HostSignal::Answered))),
                 }
             }
         }
@@ -487,21 +754,21 @@ where
         context: &CrawlContext,
         lease: &Lease,
         failure: &Failure,
-    ) -> Result<(Disposition, Outcome), CrawlerError> {
+    ) -> Result<Outcome, CrawlerError> {
         let now = self.clock.now_ms();
         tracing::info!(kind = ?failure.kind, error = %failure.message, "fetch failed");
-        match self
-            .store
-            .fail(lease, failure, &context.crawl.config.retry, now)
-            .await?
-        {
-            FailOutcome::Retrying { next_attempt_at } => {
-                let wait = (next_attempt_at - now).clamp(0, MAX_HOLD_MS as Millis) as u64;
-                Ok((Disposition::RetryAfter(wait), Outcome::Retrying))
-            }
-            FailOutcome::GaveUp { .. } => Ok((Disposition::Done, Outcome::GaveUp)),
-            FailOutcome::Rejected => Ok((Disposition::Done, Outcome::Skipped)),
-        }
+        // A retry is a due time on the task: the turn goes on with the host's other URLs.
+        Ok(
+            match self
+                .store
+                .fail(lease, failure, &context.crawl.config.retry, now)
+                .await?
+            {
+                FailOutcome::Retrying { .. } => Outcome::Retrying,
+                FailOutcome::GaveUp { .. } => Outcome::GaveUp,
+                FailOutcome::Rejected => Outcome::Skipped,
+            },
+        )
     }
 
     /// Seeds the page's in-scope links one level deeper.
@@ -537,9 +804,7 @@ where
         }
         let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
         let (report, messages) = seed_tasks(&self.store, crawl, tasks, self.clock.now_ms()).await?;
-        if let Ok(mut pending) = outbox.lock() {
-            pending.extend(messages);
-        }
+        lock(outbox).extend(messages);
         // The page itself exists too: pages linking back to it need not seed it again.
         if report.over_budget == 0 {
             let known = ids.iter().chain(std::iter::once(&task.task_id));
@@ -587,6 +852,33 @@ where
     }
 }
 
+/// How long a turn holds its host: the crawl's lease, and at least two fetch timeouts, so that a
+/// turn always has time for a fetch.
+fn turn_ms(config: &trawl_domain::crawl::CrawlConfig) -> u64 {
+    config.lease_ms.max(
+        config
+            .fetch
+            .timeout_ms
+            .saturating_add(2_000)
+            .saturating_mul(2),
+    )
+}
+
+/// The lock of a turn's shared state. No code path panics while holding it, so a poisoned lock
+/// still guards a consistent state.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn push(outbox: &Outbox, message: WorkMessage) {
+    lock(outbox).push(message);
+}
+
+/// Milliseconds from `now` until `at`, within what a queue can hold a message back.
+fn wait_ms(at: Millis, now: Millis) -> u64 {
+    u64::try_from(at.saturating_sub(now)).map_or(0, |ms| ms.min(MAX_HOLD_MS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -597,13 +889,23 @@ mod tests {
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::crawl::CrawlConfig;
-    use trawl_domain::retry::RetryPolicy;
     use trawl_domain::task::Status;
 
+    /// A turn message of `host` at `epoch`, as the queue would deliver it.
+    fn delivered(crawl: &CrawlId, host: &str, epoch: u64) -> Received {
+        let body = serde_json::to_string(&WorkMessage::new(crawl.clone(), host, epoch, 0)).unwrap();
+        Received {
+            message_id: format!("m{epoch}"),
+            receipt: format!("r{epoch}"),
+            body,
+            receive_count: 1,
+        }
+    }
+
     #[tokio::test]
-    async fn backoff_and_leases_follow_the_crawlers_clock() {
+    async fn a_dead_host_is_snoozed_on_the_crawlers_clock_then_given_up_without_spending_retries() {
         // GIVEN a crawler on a virtual clock far from the wall clock, and a URL whose host
-        // refuses connections (a port bound, then freed)
+        // refuses connections (a port bound, then freed), with an error budget of 3
         let t0: Millis = 1_000_000_000_000;
         let clock = ManualClock::at(t0);
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -614,17 +916,15 @@ mod tests {
         let mut config = CrawlConfig::default();
         config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
         config.politeness.respect_robots = false;
-        config.retry = RetryPolicy {
-            max_retry: 3,
-            base_delay_ms: 60_000,
-            max_delay_ms: 3_600_000,
-        };
+        config.politeness.snooze_base_ms = 60_000;
+        config.politeness.error_budget = 3;
         let crawl = Crawl::new(CrawlId::parse("clock").unwrap(), config, t0);
         let store = MemoryStore::new();
         store.create_crawl(&crawl).await.unwrap();
         let calls = Arc::new(CallCounts::default());
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
+        let host = url.host_key();
         let task = NewTask {
             url: url.clone(),
             depth: 0,
@@ -643,40 +943,77 @@ mod tests {
             calls,
         )
         .with_clock(Arc::new(clock.clone()));
+        let id = url.task_id();
 
-        // WHEN its message is processed
+        // WHEN the host's first turn runs
         let batch = crawler.queue().receive(10, 0).await.unwrap();
         let results = crawler.process_batch(batch, None).await;
 
-        // THEN the failure backs off from the virtual now (half to the full base delay)
-        assert_eq!(results[0].outcome, Outcome::Retrying);
-        let id = url.task_id();
-        let failed = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
-        assert_eq!((failed.status, failed.retries), (Status::Failed, 1));
-        let next = failed.next_attempt_at.unwrap();
-        assert!((t0 + 30_000..=t0 + 60_000).contains(&next), "{next}");
-        assert_eq!(
-            results[0].disposition,
-            Disposition::RetryAfter((next - t0) as u64)
-        );
-        // AND the task is claimable exactly when the virtual clock reaches it, with a lease
-        // counted from then
-        clock.advance(next - t0 - 1);
-        let early = crawler
+        // THEN the task went back untouched and the host is snoozed from the virtual now, its
+        // next turn queued (epoch 2) for when the snooze ends
+        assert_eq!(results[0].outcomes, [Outcome::Snoozed]);
+        assert_eq!(results[0].disposition, Disposition::Done);
+        let task = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+        assert_eq!((task.status, task.retries), (Status::Pending, 0));
+        let snoozed = crawler
             .store()
-            .claim(&crawl.id, &id, 120_000, clock.now_ms())
-            .await
-            .unwrap();
-        assert!(matches!(early, ClaimOutcome::Rejected(_)), "{early:?}");
-        clock.advance(1);
-        let ClaimOutcome::Claimed { lease, .. } = crawler
-            .store()
-            .claim(&crawl.id, &id, 120_000, clock.now_ms())
+            .get_host(&crawl.id, &host)
             .await
             .unwrap()
-        else {
-            panic!("due at {next}")
-        };
-        assert_eq!(lease.expires_at, next + 120_000);
+            .unwrap();
+        assert_eq!(snoozed.snoozed_until, Some(t0 + 60_000));
+        assert_eq!((snoozed.epoch, snoozed.queued_for), (2, Some(t0 + 60_000)));
+
+        // AND a message of the superseded epoch is dropped, while the current one arriving
+        // early waits for the snooze to end
+        let stale = crawler
+            .process_batch(vec![delivered(&crawl.id, &host, 1)], None)
+            .await;
+        assert_eq!(stale[0].disposition, Disposition::Done);
+        clock.advance(10_000);
+        let early = crawler
+            .process_batch(vec![delivered(&crawl.id, &host, 2)], None)
+            .await;
+        assert_eq!(early[0].disposition, Disposition::RetryAfter(50_000));
+        assert!(early[0].outcomes.is_empty());
+
+        // WHEN the clock reaches the snooze and the host still refuses, twice more
+        clock.advance(50_000);
+        let second = crawler
+            .process_batch(vec![delivered(&crawl.id, &host, 2)], None)
+            .await;
+        assert_eq!(second[0].outcomes, [Outcome::Snoozed]);
+        let host_now = crawler
+            .store()
+            .get_host(&crawl.id, &host)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            host_now.snoozed_until,
+            Some(clock.now_ms() + 120_000),
+            "doubled"
+        );
+        clock.advance(120_000);
+        let third = crawler
+            .process_batch(vec![delivered(&crawl.id, &host, 3)], None)
+            .await;
+
+        // THEN the host is given up within its budget of 3 and its task ends ignored with
+        // the host's reason, having spent no retry
+        assert_eq!(third[0].outcomes, [Outcome::Snoozed, Outcome::GaveUp]);
+        let given_up = crawler
+            .store()
+            .get_host(&crawl.id, &host)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(given_up.given_up.is_some(), "{given_up:?}");
+        assert_eq!((given_up.fetches, given_up.signals), (3, 3));
+        let task = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+        assert_eq!((task.status, task.retries), (Status::Ignored, 0));
+        assert_eq!(task.errors.last().unwrap().kind, ErrorKind::HostGivenUp);
+        // AND the host is idle: nothing left, no message out
+        assert_eq!(given_up.queued_for, None);
     }
 }

@@ -2,7 +2,7 @@
 //! frontier clean-up of the seed workflow). Deliveries are kept: they are the product.
 
 use crate::blob::{BlobError, BlobStore, Layout};
-use crate::store::{CrawlStore, StoreError, TaskStore};
+use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
 use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -42,7 +42,7 @@ pub struct PurgeReport {
     pub crawl_deleted: bool,
 }
 
-/// Deletes the crawl's tasks, then its objects, then its record (last, so a purge that stops
+/// Deletes the crawl's tasks and host records, then its objects, then its record (last, so a purge that stops
 /// half-way is finished by running it again). Refuses a running crawl unless `force`.
 pub async fn purge<S, B>(
     store: &S,
@@ -52,7 +52,7 @@ pub async fn purge<S, B>(
     force: bool,
 ) -> Result<PurgeReport, PurgeError>
 where
-    S: CrawlStore + TaskStore,
+    S: CrawlStore + TaskStore + HostStore,
     B: BlobStore,
 {
     let crawl = store.get_crawl(crawl_id).await?;
@@ -64,6 +64,7 @@ where
         return Err(PurgeError::Running(crawl_id.clone()));
     }
     let tasks_deleted = store.delete_tasks(crawl_id).await?;
+    store.delete_hosts(crawl_id).await?;
     let keys = blobs.list(&layout.crawl_prefix(crawl_id)).await?;
     for chunk in keys.chunks(PARALLEL_DELETES) {
         try_join_all(chunk.iter().map(|key| blobs.delete(key))).await?;

@@ -1,4 +1,4 @@
-//! The embedded work queue: in memory, with SQS FIFO's delivery rules.
+//! The embedded work queue: in memory, with SQS FIFO's delivery rules and per-message delays.
 //!
 //! - Messages of one `group` are delivered in send order, and a group is locked while its head
 //!   message is held: in flight (until acked or its visibility timeout lapses) or put back with
@@ -70,7 +70,8 @@ struct State {
 }
 
 impl State {
-    fn push(&mut self, group: &str, body: String) {
+    /// Adds a message, deliverable once `hold_until` (if any) has passed.
+    fn push(&mut self, group: &str, body: String, hold_until: Option<Instant>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let message = Message {
@@ -81,14 +82,26 @@ impl State {
         match self.groups.get_mut(group) {
             Some(existing) => existing.messages.push_back(message),
             None => {
+                let head = match hold_until {
+                    Some(until) => {
+                        // A delayed send: held like a delivered head, under a receipt no one has.
+                        let receipt = format!("delay.{seq}");
+                        self.receipts.insert(receipt.clone(), group.to_owned());
+                        self.held.insert((until, group.to_owned()));
+                        Head::Held { receipt, until }
+                    }
+                    None => {
+                        self.ready.insert((seq, group.to_owned()));
+                        Head::Ready
+                    }
+                };
                 self.groups.insert(
                     group.to_owned(),
                     Group {
                         messages: VecDeque::from([message]),
-                        head: Head::Ready,
+                        head,
                     },
                 );
-                self.ready.insert((seq, group.to_owned()));
             }
         }
         self.len += 1;
@@ -226,16 +239,19 @@ impl WorkQueue for LocalQueue {
     async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
         let mut report = SendReport::default();
         {
+            let now = Instant::now();
             let mut state = self.lock();
             for batch in messages.chunks(BATCH) {
                 self.calls.record(Call::LocalQueueSend);
                 for message in batch {
                     match serde_json::to_string(message) {
                         Ok(body) => {
-                            state.push(&message.group, body);
+                            let delay = Duration::from_millis(message.delay_ms).min(MAX_DELAY);
+                            let hold = (!delay.is_zero()).then(|| now + delay);
+                            state.push(&message.group(), body, hold);
                             report.sent += 1;
                         }
-                        Err(e) => report.failed.push((message.task_id.clone(), e.to_string())),
+                        Err(e) => report.failed.push((message.host.clone(), e.to_string())),
                     }
                 }
             }
@@ -296,23 +312,22 @@ impl WorkQueue for LocalQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+    use trawl_domain::canonical::CrawlId;
 
+    /// Turn `n` of host `{group}.test` (its epoch).
     fn message(group: &str, n: usize) -> WorkMessage {
-        let url = CanonicalUrl::parse(&format!("http://{group}.test/{n}")).unwrap();
-        WorkMessage {
-            crawl_id: CrawlId::parse("c1").unwrap(),
-            task_id: url.task_id(),
-            url: url.as_str().to_owned(),
-            depth: 0,
-            group: group.to_owned(),
-        }
+        WorkMessage::new(
+            CrawlId::parse("c1").unwrap(),
+            format!("{group}.test"),
+            n as u64,
+            0,
+        )
     }
 
+    /// `http://{host}/{epoch}`: which message this is.
     fn url_of(received: &Received) -> String {
-        serde_json::from_str::<WorkMessage>(&received.body)
-            .unwrap()
-            .url
+        let message = serde_json::from_str::<WorkMessage>(&received.body).unwrap();
+        format!("http://{}/{}", message.host, message.epoch)
     }
 
     fn queue(visibility_ms: u64) -> LocalQueue {
@@ -495,10 +510,10 @@ mod tests {
                     for received in queue.receive(10, 50).await.unwrap() {
                         let work: WorkMessage = serde_json::from_str(&received.body).unwrap();
                         // THEN no group is ever being worked on twice at once
-                        assert!(busy.lock().unwrap().insert(work.group.clone()), "{work:?}");
+                        assert!(busy.lock().unwrap().insert(work.group()), "{work:?}");
                         tokio::time::sleep(Duration::from_millis(1)).await;
-                        processed.lock().unwrap().push(work.url.clone());
-                        busy.lock().unwrap().remove(&work.group);
+                        processed.lock().unwrap().push(url_of(&received));
+                        busy.lock().unwrap().remove(&work.group());
                         queue.ack(&[received.receipt]).await.unwrap();
                     }
                 }
@@ -523,5 +538,33 @@ mod tests {
             assert_eq!(order, expected);
         }
         assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_delayed_message_is_invisible_until_its_delay_runs_out() {
+        // GIVEN a message sent with a 300 ms delay, and one without
+        let queue = queue(60_000);
+        let mut later = message("a", 1);
+        later.delay_ms = 300;
+        queue.send(&[later, message("b", 1)]).await.unwrap();
+
+        // WHEN receiving at once, THEN only the undelayed one comes
+        let now = queue.receive(10, 0).await.unwrap();
+        assert_eq!(
+            now.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://b.test/1"]
+        );
+        // AND the delayed one arrives once its delay ran out (a waiting receive wakes for it)
+        let started = Instant::now();
+        let after = queue.receive(10, 2_000).await.unwrap();
+        assert_eq!(
+            after.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://a.test/1"]
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

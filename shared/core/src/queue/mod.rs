@@ -1,45 +1,47 @@
-//! The work queue: small JSON messages naming a task to crawl. SQS (`sqs`, FIFO or standard) or an
+//! The work queue: small JSON messages naming a host whose turn it is. SQS (`sqs`, FIFO or standard) or an
 //! in-process queue (`local`) that the embedded backend rebuilds from the task table on start.
 //!
-//! Messages are hints, the task table is the truth: a duplicate message loses its claim and is
-//! dropped; a lost one is found again by the sweeper.
+//! Messages are hints, the task table and the host records are the truth: a duplicate message
+//! carries an old epoch and is dropped; a lost one is re-issued by the sweeper.
 
 pub mod local;
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
-use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::canonical::CrawlId;
 
-/// A work message: which task to crawl. Small (SQS bills per 64 KB chunk).
+/// A work message: a host's turn. "Fetch the due URLs of `host` in `crawl_id` at the host's
+/// pace, then hand the host back." Small (SQS bills per 64 KB chunk); one live message per host,
+/// whatever the host's backlog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkMessage {
     pub crawl_id: CrawlId,
-    pub task_id: TaskId,
-    pub url: String,
-    pub depth: u32,
-    /// The politeness slot: `{host}#{n}`, n = task hash mod the crawl's per-host parallelism.
-    /// It is the FIFO MessageGroupId, so one slot is never crawled by two workers at once.
-    pub group: String,
+    pub host: String,
+    /// The host's message generation (`Host::epoch`): a message of an older epoch is a
+    /// duplicate or was superseded, and is dropped.
+    pub epoch: u64,
+    /// Not part of the body: how long the queue keeps the message invisible after the send
+    /// (capped at SQS's 15 minutes; a turn received early waits for its host again).
+    #[serde(skip)]
+    pub delay_ms: u64,
 }
 
 impl WorkMessage {
-    pub fn new(
-        crawl_id: CrawlId,
-        task_id: TaskId,
-        url: &trawl_domain::canonical::CanonicalUrl,
-        depth: u32,
-        per_host: u32,
-    ) -> Self {
-        let group = format!("{}#{}", url.host(), task_id.shard(per_host.max(1)));
+    pub fn new(crawl_id: CrawlId, host: impl Into<String>, epoch: u64, delay_ms: u64) -> Self {
         Self {
             crawl_id,
-            task_id,
-            url: url.as_str().to_owned(),
-            depth,
-            group,
+            host: host.into(),
+            epoch,
+            delay_ms,
         }
+    }
+
+    /// The host's queue group (the local queue's, or a FIFO queue's MessageGroupId): turns of
+    /// different hosts never wait for each other, and one host's turns come in order.
+    pub fn group(&self) -> String {
+        format!("{}#{}", self.crawl_id, self.host)
     }
 }
 
@@ -70,11 +72,11 @@ pub enum QueueError {
 
 pub type QueueResult<T> = Result<T, QueueError>;
 
-/// Result of a send: messages SQS refused are named, never dropped silently.
+/// Result of a send: messages SQS refused are named (by host), never dropped silently.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendReport {
     pub sent: usize,
-    pub failed: Vec<(TaskId, String)>,
+    pub failed: Vec<(String, String)>,
 }
 
 pub trait WorkQueue: Send + Sync {

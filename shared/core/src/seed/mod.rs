@@ -37,7 +37,7 @@ use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{CrawlStore, StoreError, TaskStore};
+use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
 use cursor::{Cursor, Position};
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
@@ -283,7 +283,7 @@ pub struct Seeder<'a, S, Q, M> {
 
 impl<S, Q, M> Seeder<'_, S, Q, M>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
     M: ManifestSource,
 {
@@ -529,7 +529,7 @@ struct Sink<'a, S, Q> {
 
 impl<S, Q> Sink<'_, S, Q>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     /// Takes one seed URL: canonical and in scope, or rejected with the reason.
@@ -621,7 +621,7 @@ async fn seed_urls<S, Q>(
     pos: Position,
 ) -> Result<Option<Position>, SeedError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     for (i, url) in urls.iter().enumerate().skip(skip(pos.item)) {
@@ -643,7 +643,7 @@ async fn seed_manifest<S, Q>(
     pos: Position,
 ) -> Result<Option<Position>, SeedError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     let mut offset = pos.offset;
@@ -676,7 +676,7 @@ async fn seed_sitemaps<S, Q>(
     pos: Position,
 ) -> Result<Option<Position>, SeedError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     let config = sink.crawl.config.clone();
@@ -773,7 +773,7 @@ async fn seed_entries<S, Q>(
     start: u64,
 ) -> Result<Option<u64>, SeedError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     for (j, entry) in entries.iter().enumerate().skip(skip(start)) {
@@ -794,7 +794,7 @@ async fn seed_pages<S, Q>(
     pos: Position,
 ) -> Result<Option<Position>, SeedError>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
     for (i, template) in templates.iter().enumerate().skip(skip(pos.item)) {

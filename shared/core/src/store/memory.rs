@@ -4,8 +4,8 @@
 //! and never across an await).
 
 use super::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
-    StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
@@ -24,6 +25,7 @@ const CURSOR_TAG: &str = "memory1";
 struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
+    hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
 }
 
 impl Tables {
@@ -318,17 +320,6 @@ impl TaskStore for MemoryStore {
         self.apply("reschedule", crawl_id, task_id, &update)
     }
 
-    async fn mark_enqueued(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        status: Status,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::mark_enqueued(status, now);
-        self.apply("mark_enqueued", crawl_id, task_id, &update)
-    }
-
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
         let before = query.updated_before.unwrap_or(Millis::MAX);
@@ -368,11 +359,107 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        self.with("due_tasks", |t| {
+            let mut due: Vec<(Millis, &Task)> = t
+                .tasks_of(crawl_id)
+                .filter_map(|task| Some((task.due_at()?, task)))
+                .filter(|(_, task)| task.host() == host)
+                .collect();
+            due.sort_by(|a, b| (a.0, &a.1.task_id).cmp(&(b.0, &b.1.task_id)));
+            Ok(due
+                .into_iter()
+                .take(limit as usize)
+                .map(|(_, task)| TaskSummary::from(task))
+                .collect())
+        })
+    }
+
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_tasks", |t| {
             Ok(t.tasks
                 .remove(crawl_id)
                 .map_or(0, |tasks| tasks.len() as u64))
+        })
+    }
+}
+
+impl HostStore for MemoryStore {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        self.with("get_host", |t| {
+            Ok(t.hosts.get(crawl_id).and_then(|h| h.get(name)).cloned())
+        })
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        self.with("put_host", |t| {
+            let hosts = t.hosts.entry(crawl_id.clone()).or_default();
+            let stored = hosts.get(&host.name).map_or(0, |h| h.version);
+            if stored != host.version {
+                return Ok(false);
+            }
+            let written = Host {
+                version: host.version + 1,
+                ..host.clone()
+            };
+            hosts.insert(host.name.clone(), written);
+            Ok(true)
+        })
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        self.with("add_seeded", |t| {
+            let host = t.hosts.get_mut(crawl_id).and_then(|h| h.get_mut(name));
+            Ok(host.map(|host| {
+                host.seeded += n;
+                host.version += 1;
+                host.clone()
+            }))
+        })
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        self.with("list_hosts", |t| {
+            let limit = limit.max(1) as usize;
+            let after = cursor.unwrap_or_default();
+            let mut hosts: Vec<Host> = t
+                .hosts
+                .get(crawl_id)
+                .into_iter()
+                .flat_map(|h| {
+                    h.range::<String, _>((
+                        std::ops::Bound::Excluded(after.clone()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                })
+                .map(|(_, h)| h.clone())
+                .take(limit + 1)
+                .collect();
+            let more = hosts.len() > limit;
+            hosts.truncate(limit);
+            let cursor = more.then(|| hosts.last().map(|h| h.name.clone())).flatten();
+            Ok(HostPage { hosts, cursor })
+        })
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.with("delete_hosts", |t| {
+            Ok(t.hosts.remove(crawl_id).map_or(0, |h| h.len() as u64))
         })
     }
 }

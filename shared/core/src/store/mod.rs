@@ -20,6 +20,7 @@ use thiserror::Error;
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::Failed;
@@ -147,6 +148,27 @@ impl From<&Task> for TaskSummary {
             next_attempt_at: t.next_attempt_at,
             next_fetch_at: t.fetch.as_ref().and_then(|f| f.next_fetch_at),
             enqueued_at: t.enqueued_at,
+        }
+    }
+}
+
+impl TaskSummary {
+    /// From when the task can be claimed: at once when pending (whatever its place in the due
+    /// order), at its lease's end or next attempt otherwise; never once terminal.
+    pub fn claimable_from(&self) -> Option<Millis> {
+        match self.status {
+            Status::Pending => Some(Millis::MIN),
+            _ => self.due_at(),
+        }
+    }
+
+    /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
+    pub fn due_at(&self) -> Option<Millis> {
+        match self.status {
+            Status::Pending => Some(self.updated_at),
+            Status::InProgress => Some(self.lease_expires_at.unwrap_or(self.updated_at)),
+            Status::Failed => Some(self.next_attempt_at.unwrap_or(self.updated_at)),
+            Status::Succeeded | Status::Ignored | Status::Gone => None,
         }
     }
 }
@@ -301,15 +323,15 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
-    /// Notes that a work message was sent (sets `enqueued_at` and `updated_at` to `now`) if the
-    /// task is still in `status`. Keeps the sweeper from re-finding it on its next pass.
-    fn mark_enqueued(
+    /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
+    /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A
+    /// host's turn reads its work here.
+    fn due_tasks(
         &self,
         crawl_id: &CrawlId,
-        task_id: &TaskId,
-        status: Status,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+        host: &str,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
 
     /// Tasks of one crawl in one status, through the status index.
     fn query(&self, query: &TaskQuery) -> impl Future<Output = StoreResult<TaskPage>> + Send;
@@ -319,4 +341,54 @@ pub trait TaskStore: Send + Sync {
 
     /// Deletes every task of the crawl; returns how many.
     fn delete_tasks(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// One page of a crawl's hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPage {
+    pub hosts: Vec<Host>,
+    /// Pass back to get the next page; None when there is no more.
+    pub cursor: Option<String>,
+}
+
+/// Host records (`trawl_domain::host`): one per crawl and host. What a host transition does is
+/// decided in the domain; the store only persists it, with optimistic concurrency: a write
+/// succeeds only over the version the writer read, and the store bumps the version. Callers
+/// re-read and re-decide when they lose (`crate::frontier::update_host`).
+pub trait HostStore: Send + Sync {
+    fn get_host(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+    ) -> impl Future<Output = StoreResult<Option<Host>>> + Send;
+
+    /// Writes `host` if the stored record is at `host.version` (version 0: no record yet), and
+    /// stores it at `host.version + 1`. False, changing nothing, when another write came first.
+    fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Adds `n` to the host's `seeded` count in one atomic write (bumping its version, so that a
+    /// read-decide-write over the old count fails and decides again) and returns the host as it
+    /// now stands; None, writing nothing, when there is no such record. Seeders of one host never
+    /// contend with each other this way.
+    fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> impl Future<Output = StoreResult<Option<Host>>> + Send;
+
+    /// A crawl's hosts by name, a page at a time: reads host records only.
+    fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<HostPage>> + Send;
+
+    /// Deletes every host record of the crawl; returns how many.
+    fn delete_hosts(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
 }

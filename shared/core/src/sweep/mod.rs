@@ -1,25 +1,26 @@
-//! The sweeper: finds the tasks whose work message is missing or due again, re-enqueues them,
-//! and notices when a crawl is finished.
+//! The sweeper: finds hosts whose turn message is missing while they have due work, re-issues
+//! their turns, schedules recrawls, and notices when a crawl is finished.
 //!
 //! Everything goes through the status index (`TaskStore::query`), never a scan, and each query is
 //! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
-//! whole crawl. Per crawl:
+//! whole crawl. Per crawl, tasks that are:
 //! - `in_progress` whose lease expired (the worker died): updated more than `lease_ms` ago, and
 //!   `lease_expires_at <= now`;
 //! - `failed` whose next attempt is due: the backoff is at least half of
-//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window; then
-//!   `next_attempt_at <= now`, unless the sweeper itself sent a message since the failure and
-//!   that message is younger than the lost-message threshold;
-//! - `pending` untouched for longer than the lost-message threshold (the send failed, or the
-//!   message went to the dead-letter queue);
+//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
 //! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
 //!   crawler sets `next_fetch_at = fetched_at + interval`, so `updated <= now - interval` bounds
-//!   the window): rescheduled to `pending` (a completed crawl is reopened first) and enqueued.
+//!   the window): rescheduled to `pending` (a completed crawl is reopened first).
 //!
-//! Every re-enqueued task gets `mark_enqueued`, which bumps its `updated`: it leaves the due
-//! window, so the next pass does not find it again, and each pass can simply start from the
-//! oldest task. The work per invocation is bounded by a [`SweepBudget`] (query pages and time);
-//! whatever is left is found by the next invocation.
+//! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
+//! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
+//! without either get a new turn message, under a new epoch that supersedes any straggler. Lost
+//! messages are found from the host records themselves (a page-by-page scan of the crawl's
+//! hosts, never of its tasks): a task merely waiting behind its host's long backlog is never
+//! re-sent, and a pending task always has a host that knows of it (hosts are told of URLs
+//! before the tasks are written). The work per
+//! invocation is bounded by a [`SweepBudget`] (query pages and time); whatever is left is found
+//! by the next invocation.
 //!
 //! Completion: a running crawl with no `pending`, `in_progress` or `failed` task (failed tasks
 //! are always retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one
@@ -28,17 +29,19 @@
 //! check may be missed; the crawler seeds discovered links before it finishes the page that
 //! links to them, which keeps a non-terminal task visible throughout.
 
-use crate::queue::{QueueError, WorkMessage, WorkQueue};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::frontier::{Reissue, hosts_of, reissue_turns};
+use crate::queue::{QueueError, WorkQueue};
+use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
 
@@ -138,20 +141,44 @@ impl SweepBudget {
 }
 
 /// Tuning that is not part of a crawl's configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     pub page_size: u32,
-    /// How long a pending task sits untouched before its message is presumed lost.
+    /// How long a host's message may be overdue before it is presumed lost.
     /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
     pub lost_after_ms: Option<u64>,
+    /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
+    pub host_scans: Arc<HostScans>,
 }
 
-impl Default for SweepOptions {
-    fn default() -> Self {
+impl SweepOptions {
+    pub fn new() -> Self {
         Self {
             page_size: PAGE_SIZE,
-            lost_after_ms: None,
+            ..Self::default()
         }
+    }
+}
+
+/// Where each crawl's scan of host records stopped when a sweep's budget ran out, so that the
+/// next sweep of the process (a warm Lambda container, the CLI's coordinator) goes on from there
+/// instead of reading the same first hosts again. A new process starts from the first host.
+#[derive(Debug, Default)]
+pub struct HostScans(Mutex<HashMap<CrawlId, String>>);
+
+impl HostScans {
+    fn resume(&self, crawl: &CrawlId) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(crawl)
+    }
+
+    fn stopped_at(&self, crawl: &CrawlId, cursor: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(crawl.clone(), cursor);
     }
 }
 
@@ -163,15 +190,18 @@ pub struct SweepReport {
     pub expired_leases: u64,
     /// Failed tasks whose next attempt was due, re-enqueued.
     pub due_retries: u64,
-    /// Pending tasks presumed to have lost their message, re-enqueued.
+    /// Hosts whose turn message was presumed lost, found by the scan of host records.
     pub lost_messages: u64,
-    /// Succeeded tasks due for a recrawl, rescheduled and enqueued.
+    /// Succeeded tasks due for a recrawl, rescheduled (their idle hosts woken).
     pub recrawls: u64,
+    /// Hosts whose turn was re-issued (their message presumed lost, or woken by a recrawl).
+    pub hosts_requeued: u64,
     /// Messages that could not be sent (found again by a later sweep).
     pub enqueue_failed: u64,
-    /// Status-query pages and tasks read: the sweep's cost.
+    /// Query pages, tasks and host records read: the sweep's cost.
     pub pages_read: u64,
     pub tasks_read: u64,
+    pub hosts_read: u64,
     /// The budget ran out before every window was read: the next sweep continues.
     pub unfinished: bool,
     /// This sweep reopened the completed crawl for a recrawl round.
@@ -206,7 +236,6 @@ pub struct SweepSummary {
 enum Kind {
     ExpiredLease,
     DueRetry,
-    LostMessage,
     Recrawl,
 }
 
@@ -215,7 +244,6 @@ impl Kind {
         match self {
             Kind::ExpiredLease => Status::InProgress,
             Kind::DueRetry => Status::Failed,
-            Kind::LostMessage => Status::Pending,
             Kind::Recrawl => Status::Succeeded,
         }
     }
@@ -226,8 +254,8 @@ impl Kind {
 struct Window {
     kind: Kind,
     updated_before: Millis,
-    /// A message sent before this is presumed lost.
-    lost_before: Millis,
+    /// How long a host's message may be overdue before it is presumed lost.
+    lost_after_ms: u64,
 }
 
 impl Window {
@@ -236,7 +264,7 @@ impl Window {
         Self {
             kind,
             updated_before: ago(age_ms),
-            lost_before: ago(lost_after_ms),
+            lost_after_ms,
         }
     }
 }
@@ -253,7 +281,7 @@ pub struct Sweeper<'a, S, Q, D> {
 
 impl<S, Q, D> Sweeper<'_, S, Q, D>
 where
-    S: TaskStore + CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
     D: DeliveryTrigger,
 {
@@ -322,13 +350,14 @@ where
             let windows = [
                 (Kind::ExpiredLease, config.lease_ms),
                 (Kind::DueRetry, min_backoff),
-                (Kind::LostMessage, lost_after),
             ];
             for (kind, age_ms) in windows {
                 let window = Window::new(kind, now, age_ms, lost_after);
                 self.scan(crawl, window, now, &mut state, &mut report, budget)
                     .await?;
             }
+            self.scan_hosts(crawl, now, lost_after, &mut report, budget)
+                .await?;
         }
         if let Some(interval) = config.recrawl.interval_ms {
             let window = Window::new(Kind::Recrawl, now, interval, lost_after);
@@ -393,18 +422,16 @@ where
                 .await?;
             report.pages_read += 1;
             report.tasks_read += page.tasks.len() as u64;
-            let due: Vec<&TaskSummary> = page
-                .tasks
-                .iter()
-                .filter(|t| is_due(kind, t, now, window.lost_before))
-                .collect();
+            let due: Vec<&TaskSummary> =
+                page.tasks.iter().filter(|t| is_due(kind, t, now)).collect();
             if !due.is_empty() {
                 if kind == Kind::Recrawl && *state == CrawlState::Completed {
                     // Reopen before any task turns pending, so a running crawl owns them.
                     report.reopened = self.store.reopen_crawl(&crawl.id, now).await?;
                     *state = CrawlState::Running;
                 }
-                self.requeue(crawl, kind, &due, now, report).await?;
+                self.requeue(crawl, kind, &due, now, window.lost_after_ms, report)
+                    .await?;
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
@@ -413,13 +440,69 @@ where
         }
     }
 
-    /// Enqueues `due` (rescheduling recrawls first) and marks the sent ones enqueued.
+    /// Reads the crawl's host records page by page and re-issues the turns of those whose
+    /// message is presumed lost (`Host::message_lost`): a send that failed, a message that went
+    /// to the dead-letter queue, an idle host that still has work. Only host records are read;
+    /// a task merely waiting behind its host's backlog is never re-sent.
+    async fn scan_hosts(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        lost_after_ms: u64,
+        report: &mut SweepReport,
+        budget: &mut SweepBudget,
+    ) -> Result<(), SweepError> {
+        let scans = &self.options.host_scans;
+        let mut cursor = scans.resume(&crawl.id);
+        loop {
+            if !budget.take_page() {
+                report.unfinished = true;
+                if let Some(at) = cursor {
+                    scans.stopped_at(&crawl.id, at);
+                }
+                return Ok(());
+            }
+            let page = self
+                .store
+                .list_hosts(&crawl.id, cursor.take(), self.options.page_size.max(1))
+                .await?;
+            report.pages_read += 1;
+            report.hosts_read += page.hosts.len() as u64;
+            let lost: Vec<String> = page
+                .hosts
+                .into_iter()
+                .filter(|h| h.message_lost(now, lost_after_ms, false))
+                .map(|h| h.name)
+                .collect();
+            if !lost.is_empty() {
+                let which = Reissue::Lost {
+                    lost_after_ms,
+                    known_work: false,
+                };
+                let messages = reissue_turns(self.store, crawl, lost, which, now).await?;
+                let sent = self.queue.send(&messages).await?;
+                report.enqueue_failed += sent.failed.len() as u64;
+                let n = (messages.len() - sent.failed.len()) as u64;
+                report.lost_messages += n;
+                report.hosts_requeued += n;
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Re-issues the turns of `due`'s hosts whose message is presumed lost (rescheduling
+    /// recrawls first, which wakes idle hosts). A host with a live turn or a message still on
+    /// its way is left alone: that turn takes its due tasks.
     async fn requeue(
         &self,
         crawl: &Crawl,
         kind: Kind,
         due: &[&TaskSummary],
         now: Millis,
+        lost_after_ms: u64,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
         let mut tasks: Vec<&TaskSummary> = due.to_vec();
@@ -439,56 +522,36 @@ where
                     }
                 }
             }
+            report.recrawls += moved.len() as u64;
             tasks = moved;
         }
-        let per_host = crawl.config.politeness.per_host;
-        let messages: Vec<WorkMessage> = tasks
-            .iter()
-            .filter_map(|t| match CanonicalUrl::parse(&t.url) {
-                Ok(url) => Some(WorkMessage::new(
-                    crawl.id.clone(),
-                    t.task_id.clone(),
-                    &url,
-                    t.depth,
-                    per_host,
-                )),
-                Err(e) => {
-                    tracing::warn!(crawl_id = %crawl.id, task_id = %t.task_id, error = %e,
-                        "stored task URL does not parse; not re-enqueued");
-                    None
-                }
-            })
-            .collect();
+        let hosts = hosts_of(tasks.iter().map(|t| t.url.as_str()));
+        let which = Reissue::Lost {
+            lost_after_ms,
+            known_work: true,
+        };
+        let messages = reissue_turns(self.store, crawl, hosts, which, now).await?;
         if messages.is_empty() {
             return Ok(());
         }
         let sent = self.queue.send(&messages).await?;
-        let failed: HashSet<&TaskId> = sent.failed.iter().map(|(id, _)| id).collect();
+        let failed: HashSet<&str> = sent.failed.iter().map(|(host, _)| host.as_str()).collect();
         report.enqueue_failed += failed.len() as u64;
-        let expected = match kind {
-            Kind::Recrawl => Status::Pending,
-            other => other.status(),
-        };
-        let delivered: Vec<&WorkMessage> = messages
+        let woken: HashSet<&str> = messages
             .iter()
-            .filter(|m| !failed.contains(&m.task_id))
+            .map(|m| m.host.as_str())
+            .filter(|host| !failed.contains(host))
             .collect();
-        for chunk in delivered.chunks(WRITE_PARALLELISM) {
-            let writes = chunk.iter().map(|m| {
-                self.store
-                    .mark_enqueued(&crawl.id, &m.task_id, expected, now)
-            });
-            for outcome in futures_util::future::join_all(writes).await {
-                // false: the task moved on meanwhile (a worker took it), which is fine.
-                outcome?;
-            }
-        }
-        let n = delivered.len() as u64;
+        let n = tasks
+            .iter()
+            .filter(|t| woken.contains(host_key_of(&t.url).as_str()))
+            .count() as u64;
+        report.hosts_requeued += woken.len() as u64;
         match kind {
             Kind::ExpiredLease => report.expired_leases += n,
             Kind::DueRetry => report.due_retries += n,
-            Kind::LostMessage => report.lost_messages += n,
-            Kind::Recrawl => report.recrawls += n,
+            // Counted when rescheduled, above: the round has started for them either way.
+            Kind::Recrawl => {}
         }
         Ok(())
     }
@@ -535,17 +598,10 @@ where
 }
 
 /// Whether a task found in `kind`'s window is due.
-fn is_due(kind: Kind, t: &TaskSummary, now: Millis, lost_before: Millis) -> bool {
+fn is_due(kind: Kind, t: &TaskSummary, now: Millis) -> bool {
     match kind {
         Kind::ExpiredLease => t.lease_expires_at.is_none_or(|until| until <= now),
-        Kind::DueRetry => {
-            // A message the sweeper sent after the last failure may still be on its way.
-            let message_live = t
-                .enqueued_at
-                .is_some_and(|at| at >= t.updated_at && at > lost_before);
-            t.next_attempt_at.is_none_or(|at| at <= now) && !message_live
-        }
-        Kind::LostMessage => true,
+        Kind::DueRetry => t.next_attempt_at.is_none_or(|at| at <= now),
         Kind::Recrawl => t.next_fetch_at.is_some_and(|at| at <= now),
     }
 }
@@ -553,6 +609,7 @@ fn is_due(kind: Kind, t: &TaskSummary, now: Millis, lost_before: Millis) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trawl_domain::canonical::CanonicalUrl;
 
     fn summary(status: Status, updated: Millis) -> TaskSummary {
         let url = CanonicalUrl::parse("http://example.com/").unwrap();
@@ -576,26 +633,20 @@ mod tests {
         let now = 1_000_000;
         let mut t = summary(Status::InProgress, 0);
         t.lease_expires_at = Some(now + 1);
-        assert!(!is_due(Kind::ExpiredLease, &t, now, 0));
+        assert!(!is_due(Kind::ExpiredLease, &t, now));
         t.lease_expires_at = Some(now);
-        assert!(is_due(Kind::ExpiredLease, &t, now, 0));
+        assert!(is_due(Kind::ExpiredLease, &t, now));
 
         let mut f = summary(Status::Failed, 100);
         f.next_attempt_at = Some(now + 5);
-        assert!(!is_due(Kind::DueRetry, &f, now, 500));
+        assert!(!is_due(Kind::DueRetry, &f, now));
         f.next_attempt_at = Some(now - 5);
-        assert!(is_due(Kind::DueRetry, &f, now, 500));
-        // The sweeper sent a message after the failure, recently: wait for it.
-        f.enqueued_at = Some(600);
-        f.updated_at = 600;
-        assert!(!is_due(Kind::DueRetry, &f, now, 500));
-        // ... but long ago: presumed lost.
-        assert!(is_due(Kind::DueRetry, &f, now, 700));
+        assert!(is_due(Kind::DueRetry, &f, now));
 
         let mut s = summary(Status::Succeeded, 0);
-        assert!(!is_due(Kind::Recrawl, &s, now, 0));
+        assert!(!is_due(Kind::Recrawl, &s, now));
         s.next_fetch_at = Some(now);
-        assert!(is_due(Kind::Recrawl, &s, now, 0));
+        assert!(is_due(Kind::Recrawl, &s, now));
     }
 
     #[test]

@@ -457,23 +457,6 @@ fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
 }
 
 #[test]
-fn mark_enqueued_needs_the_status_and_moves_only_the_times() {
-    for status in Status::ALL {
-        let task = task_in(status);
-        let mut want = task.clone();
-        want.enqueued_at = Some(T0 + 50);
-        want.updated_at = T0 + 50;
-        assert_eq!(mark_enqueued(status, T0 + 50).apply(&task), Some(want));
-        let other = if status == Status::Pending {
-            Status::Failed
-        } else {
-            Status::Pending
-        };
-        assert_eq!(mark_enqueued(other, T0 + 50).apply(&task), None);
-    }
-}
-
-#[test]
 fn add_stale_edges() {
     let mut task = task_in(Status::InProgress);
     task.stale = vec!["listed".into()];
@@ -517,9 +500,6 @@ enum Event {
         from: Vec<Status>,
     },
     Reset,
-    MarkEnqueued {
-        status: Status,
-    },
     AddStale {
         md5: u8,
     },
@@ -557,7 +537,6 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0usize..8).prop_map(|lease| Event::Release { lease }),
         1 => proptest::collection::vec(status(), 0..3).prop_map(|from| Event::Reschedule { from }),
         1 => Just(Event::Reset),
-        1 => status().prop_map(|status| Event::MarkEnqueued { status }),
         1 => (0u8..4).prop_map(|md5| Event::AddStale { md5 }),
     ]
 }
@@ -572,7 +551,7 @@ fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
         Event::Release { .. } => from == InProgress && to == Pending,
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
         Event::Reset => from != InProgress && to == Pending,
-        Event::MarkEnqueued { .. } | Event::AddStale { .. } => from == to,
+        Event::AddStale { .. } => from == to,
     }
 }
 
@@ -627,7 +606,6 @@ proptest! {
                 Event::Release { lease: i } => lease(*i).map(|l| release(&l, now)),
                 Event::Reschedule { from } => Some(reschedule(from, now)),
                 Event::Reset => Some(reset(&task, now)),
-                Event::MarkEnqueued { status } => Some(mark_enqueued(*status, now)),
                 Event::AddStale { md5 } => Some(add_stale(&md5.to_string())),
             };
             let Some(update) = update else { continue };
@@ -642,6 +620,11 @@ proptest! {
             let Some(after) = update.apply(&task) else {
                 continue;
             };
+            // The per-host due index written in place agrees with the task it indexes.
+            match update.changes.due() {
+                Change::Set(due) => prop_assert_eq!(due, after.due_at(), "{:?}", event),
+                Change::Keep => prop_assert_eq!(task.due_at(), after.due_at(), "{:?}", event),
+            }
             let before = std::mem::replace(&mut task, after);
             prop_assert!(
                 legal_edge(&event, before.status, task.status),

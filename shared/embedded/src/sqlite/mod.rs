@@ -22,19 +22,21 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, Seeded, StatusCounts, StoreError,
-    StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
-use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
-/// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`; a version-1 file
-/// gets it when opened.
-const SCHEMA_VERSION: i64 = 2;
+/// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
+/// host-level frontier (`hosts`, and each task's host and due time); an older file gets what it
+/// lacks when opened.
+const SCHEMA_VERSION: i64 = 3;
 
 /// How long a statement waits for another connection's write lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +83,22 @@ CREATE TABLE IF NOT EXISTS crawl_calls (
     call     TEXT    NOT NULL,
     count    INTEGER NOT NULL,
     PRIMARY KEY (crawl_id, call)
+) WITHOUT ROWID;
+";
+
+/// The host-level frontier: host records, and per task its host and due time (`Task::due_at`,
+/// NULL once terminal) under a partial index, so a host's turn finds its due work without a scan.
+const HOSTS_SCHEMA: &str = "
+ALTER TABLE tasks ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE tasks ADD COLUMN due INTEGER;
+CREATE INDEX IF NOT EXISTS tasks_by_host_due ON tasks (crawl_id, host, due, task_id)
+    WHERE due IS NOT NULL;
+CREATE TABLE IF NOT EXISTS hosts (
+    crawl_id TEXT    NOT NULL,
+    name     TEXT    NOT NULL,
+    version  INTEGER NOT NULL,
+    record   TEXT    NOT NULL,
+    PRIMARY KEY (crawl_id, name)
 ) WITHOUT ROWID;
 ";
 
@@ -184,11 +202,15 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0 | 1 => {
+            0..=2 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(CALLS_SCHEMA).map_err(schema)?;
+                if version < 2 {
+                    tx.execute_batch(CALLS_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(HOSTS_SCHEMA).map_err(schema)?;
+                index_hosts(&tx).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -264,6 +286,31 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+/// Fills the host and due time of tasks written before version 3.
+fn index_hosts(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE tasks SET due = CASE status
+             WHEN ?1 THEN updated
+             WHEN ?2 THEN coalesce(lease_until, updated)
+             WHEN ?3 THEN coalesce(next_attempt, updated)
+             ELSE NULL END",
+        params![
+            code(Status::Pending),
+            code(Status::InProgress),
+            code(Status::Failed)
+        ],
+    )?;
+    let rows: Vec<(String, String, String)> = tx
+        .prepare("SELECT crawl_id, task_id, url FROM tasks WHERE host = ''")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut set = tx.prepare("UPDATE tasks SET host = ?3 WHERE crawl_id = ?1 AND task_id = ?2")?;
+    for (crawl, task, url) in rows {
+        set.execute(params![crawl, task, host_key_of(&url)])?;
+    }
+    Ok(())
 }
 
 fn immediate(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
@@ -410,8 +457,9 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
     };
     let written = conn.execute(
         &format!(
-            "{verb} tasks ({TASK_COLUMNS}, next_fetch)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+            "{verb} tasks ({TASK_COLUMNS}, next_fetch, host, due)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                     ?18, ?19)"
         ),
         params![
             task.crawl_id.as_str(),
@@ -434,6 +482,8 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
                 .transpose()?,
             encode("stale", &task.stale)?,
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
+            task.host(),
+            task.due_at(),
         ],
     )?;
     Ok(written)
@@ -948,20 +998,6 @@ impl TaskStore for SqliteStore {
         Ok(applied.is_ok())
     }
 
-    async fn mark_enqueued(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        status: Status,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::mark_enqueued(status, now);
-        let applied = self
-            .update("mark_enqueued", crawl_id, task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let (after_updated, after_task) = match &query.cursor {
             Some(cursor) => decode_cursor(cursor)?,
@@ -1030,6 +1066,34 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let crawl = crawl_id.as_str().to_owned();
+        let host = host.to_owned();
+        self.run("due_tasks", Call::SqliteRead, move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
+                        next_attempt, next_fetch, enqueued
+                 FROM tasks INDEXED BY tasks_by_host_due
+                 WHERE crawl_id = ?1 AND host = ?2 AND due IS NOT NULL
+                 ORDER BY due, task_id
+                 LIMIT ?3",
+            )?;
+            let rows = stmt
+                .query_map(params![crawl, host, limit.max(1)], summary_of)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows
+                .into_iter()
+                .map(SummaryRow::into_summary)
+                .collect::<StoreResult<Vec<_>>>()?)
+        })
+        .await
+    }
+
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let crawl = crawl_id.as_str().to_owned();
         self.run("delete_tasks", Call::SqliteWrite, move |conn| {
@@ -1038,6 +1102,127 @@ impl TaskStore for SqliteStore {
         })
         .await
     }
+}
+
+impl HostStore for SqliteStore {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
+        self.run("get_host", Call::SqliteRead, move |conn| {
+            let row: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name = ?2",
+                )?
+                .query_row(params![crawl, name], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()?;
+            Ok(row
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        let crawl = crawl_id.as_str().to_owned();
+        let record = encode("host", host)?;
+        let (name, version) = (host.name.clone(), saturating_i64(host.version));
+        self.run("put_host", Call::SqliteWrite, move |conn| {
+            // One statement either way: the version check and the write cannot interleave.
+            let written = if version == 0 {
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO hosts (crawl_id, name, version, record)
+                     VALUES (?1, ?2, 1, ?3)",
+                )?
+                .execute(params![crawl, name, record])?
+            } else {
+                conn.prepare_cached(
+                    "UPDATE hosts SET version = ?3 + 1, record = ?4
+                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
+                )?
+                .execute(params![crawl, name, version, record])?
+            };
+            Ok(written == 1)
+        })
+        .await
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
+        self.run("add_seeded", Call::SqliteWrite, move |conn| {
+            let row: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "UPDATE hosts
+                     SET version = version + 1,
+                         record = json_set(record, '$.seeded',
+                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
+                     WHERE crawl_id = ?1 AND name = ?2
+                     RETURNING version, record",
+                )?
+                .query_row(params![crawl, name, saturating_i64(n)], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()?;
+            Ok(row
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        let crawl = crawl_id.as_str().to_owned();
+        let after = cursor.unwrap_or_default();
+        let limit = limit.max(1) as usize;
+        self.run("list_hosts", Call::SqliteRead, move |conn| {
+            let rows: Vec<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name > ?2
+                     ORDER BY name LIMIT ?3",
+                )?
+                .query_map(
+                    params![crawl, after, saturating_i64(limit as u64 + 1)],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            let more = rows.len() > limit;
+            let hosts = rows
+                .into_iter()
+                .take(limit)
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .collect::<StoreResult<Vec<_>>>()?;
+            let cursor = more.then(|| hosts.last().map(|h| h.name.clone())).flatten();
+            Ok(HostPage { hosts, cursor })
+        })
+        .await
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("delete_hosts", Call::SqliteWrite, move |conn| {
+            let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+}
+
+/// A host record as stored: its JSON, at the row's version.
+fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
+    let key = format!("{crawl}/host");
+    let host: Host = decode(&key, "record", record)?;
+    Ok(Host {
+        version: number(&key, "version", version)?,
+        ..host
+    })
 }
 
 #[cfg(test)]

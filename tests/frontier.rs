@@ -1,0 +1,423 @@
+//! The host-level frontier on both backends — DynamoDB + S3 + SQS (moto) and SQLite + files +
+//! the in-process queue — against loopback sites: a failing URL holds none of its host's other
+//! URLs back, a throttled host is snoozed for every worker without spending its URLs' retries, a
+//! dead host is given up within its error budget so that the crawl completes, and a page that
+//! several links reach under different query orders is fetched once.
+
+use crate::site::{Route, Site};
+use crate::support::{aws_stack, moto, unique};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::crawler::{Crawler, Disposition, Outcome};
+use trawl_core::fetch::Fetcher;
+use trawl_core::frontier::add_tasks;
+use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::LocalQueue;
+use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::host::Host;
+use trawl_domain::task::{ErrorKind, NewTask, Status, Task, now_ms};
+use trawl_embedded::fs::FsBlobStore;
+use trawl_embedded::sqlite::SqliteStore;
+
+/// Longest any scenario drains for.
+const DRAIN_TIME: Duration = Duration::from_secs(40);
+
+/// A crawl of loopback sites: guard exempting them, no robots.txt, fast timeouts.
+fn config(sites: &[&Site]) -> CrawlConfig {
+    let mut config = CrawlConfig::default();
+    config.fetch.guard_exempt = sites.iter().map(|s| s.addr().to_string()).collect();
+    config.fetch.timeout_ms = 1_500;
+    config.fetch.connect_timeout_ms = 500;
+    config.politeness.respect_robots = false;
+    config.scope.follow_links = false;
+    config
+}
+
+/// A crawler and its crawl, on one backend.
+struct Run<S, B, Q> {
+    crawler: Crawler<S, B, Q>,
+    crawl: Crawl,
+}
+
+impl<S, B, Q> Run<S, B, Q>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    async fn start(
+        store: S,
+        blobs: B,
+        queue: Q,
+        calls: Arc<CallCounts>,
+        config: CrawlConfig,
+    ) -> Self {
+        let crawl = Crawl::new(
+            CrawlId::parse(&unique("frontier")).unwrap(),
+            config,
+            now_ms(),
+        );
+        store.create_crawl(&crawl).await.unwrap();
+        let crawler = Crawler::new(
+            store,
+            blobs,
+            queue,
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::new("pages"),
+            4,
+            calls,
+        );
+        Self { crawler, crawl }
+    }
+
+    async fn seed(&self, urls: &[String]) {
+        let tasks = urls
+            .iter()
+            .map(|u| NewTask {
+                url: CanonicalUrl::parse(u).unwrap(),
+                depth: 0,
+                parent: None,
+            })
+            .collect();
+        let report = add_tasks(
+            self.crawler.store(),
+            self.crawler.queue(),
+            &self.crawl,
+            tasks,
+            now_ms(),
+        )
+        .await
+        .unwrap();
+        assert!(report.enqueue_failed.is_empty());
+    }
+
+    /// One receive (waiting up to `wait_ms`) → process → settle round, as Lambda settles it.
+    async fn round(&self, wait_ms: u64) -> Option<Vec<Outcome>> {
+        let batch = self.crawler.queue().receive(10, wait_ms).await.unwrap();
+        if batch.is_empty() {
+            return None;
+        }
+        let mut done = Vec::new();
+        let mut outcomes = Vec::new();
+        for result in self.crawler.process_batch(batch, None).await {
+            match result.disposition {
+                Disposition::Done => done.push(result.receipt),
+                Disposition::RetryAfter(ms) => self
+                    .crawler
+                    .queue()
+                    .retry_later(&result.receipt, ms)
+                    .await
+                    .unwrap(),
+                Disposition::Reject(why) => panic!("rejected: {why}"),
+            }
+            outcomes.extend(result.outcomes);
+        }
+        self.crawler.queue().ack(&done).await.unwrap();
+        Some(outcomes)
+    }
+
+    /// Rounds until no task has work left (bounded in time).
+    async fn drain(&self) -> Vec<Outcome> {
+        let started = Instant::now();
+        let mut outcomes = Vec::new();
+        while !self.finished().await {
+            assert!(started.elapsed() < DRAIN_TIME, "not drained: {outcomes:?}");
+            outcomes.extend(self.round(1_000).await.unwrap_or_default());
+        }
+        outcomes
+    }
+
+    async fn finished(&self) -> bool {
+        let counts = self.crawler.store().counts(&self.crawl.id).await.unwrap();
+        [Status::Pending, Status::InProgress, Status::Failed]
+            .iter()
+            .all(|s| counts.get(s).copied().unwrap_or(0) == 0)
+    }
+
+    async fn task(&self, url: &str) -> Task {
+        let id = CanonicalUrl::parse(url).unwrap().task_id();
+        self.crawler
+            .store()
+            .get(&self.crawl.id, &id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no task for {url}"))
+    }
+
+    async fn host(&self, site: &Site) -> Host {
+        let name = CanonicalUrl::parse(&site.url("/")).unwrap().host_key();
+        self.crawler
+            .store()
+            .get_host(&self.crawl.id, &name)
+            .await
+            .unwrap()
+            .expect("a host record")
+    }
+}
+
+/// A run on DynamoDB + S3 + SQS (moto).
+async fn on_aws(
+    config: CrawlConfig,
+) -> Run<impl TaskStore + CrawlStore + HostStore, impl BlobStore, impl WorkQueue> {
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    Run::start(stack.store, stack.blobs, stack.queue, stack.calls, config).await
+}
+
+/// A run on the embedded backend: SQLite, files in a scratch directory, the in-process queue.
+async fn on_embedded(
+    config: CrawlConfig,
+) -> Run<impl TaskStore + CrawlStore + HostStore, impl BlobStore, impl WorkQueue> {
+    let calls = Arc::new(CallCounts::default());
+    let dir = std::env::temp_dir().join(unique("trawl-frontier"));
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let blobs = FsBlobStore::new(dir, calls.clone());
+    let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+    Run::start(store, blobs, queue, calls, config).await
+}
+
+/// Ten good pages and one that always answers 500, on one host paced at 50 ms.
+async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<S, B, Q>(
+    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
+) where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    // GIVEN the failing URL seeded first, then ten good ones
+    let site = Site::start().await;
+    site.route("/bad", Route::status(500));
+    let good: Vec<String> = (0..10)
+        .map(|i| {
+            site.route(&format!("/good{i}"), Route::html(format!("<p>{i}</p>")));
+            site.url(&format!("/good{i}"))
+        })
+        .collect();
+    let mut config = config(&[&site]);
+    config.politeness.delay_ms = 50;
+    config.retry.base_delay_ms = 60_000;
+    let run = start(config).await;
+    let mut urls = vec![site.url("/bad")];
+    urls.extend(good.iter().cloned());
+    run.seed(&urls).await;
+
+    // WHEN the host's first turn runs
+    let outcomes = run.round(1_000).await.expect("the host's turn");
+
+    // THEN that one turn fetched all ten good pages: the failure got a due time and the turn
+    // went on (no head-of-line blocking), pacing the host at its delay
+    let succeeded = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+        .count();
+    assert_eq!((succeeded, outcomes.len()), (10, 11), "{outcomes:?}");
+    for url in &good {
+        assert_eq!(run.task(url).await.status, Status::Succeeded);
+    }
+    let bad = run.task(&site.url("/bad")).await;
+    assert_eq!((bad.status, bad.retries), (Status::Failed, 1));
+    assert_eq!(site.hits("/bad"), 1);
+    // AND the host's next turn is queued for the failure's next attempt
+    let host = run.host(&site).await;
+    assert_eq!(host.queued_for, bad.next_attempt_at);
+    assert!(host.snoozed_until.is_none(), "a 500 is the URL's trouble");
+}
+
+#[tokio::test]
+async fn one_failing_url_holds_none_of_its_hosts_other_urls_back_on_aws() {
+    one_failing_url_holds_none_of_its_hosts_other_urls_back(on_aws).await;
+}
+
+#[tokio::test]
+async fn one_failing_url_holds_none_of_its_hosts_other_urls_back_embedded() {
+    one_failing_url_holds_none_of_its_hosts_other_urls_back(on_embedded).await;
+}
+
+/// A host answering 429 with Retry-After: 1 on every page, until it recovers.
+async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries<S, B, Q>(
+    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
+) where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    // GIVEN five pages of a host that throttles
+    let site = Site::start().await;
+    let paths: Vec<String> = (0..5).map(|i| format!("/p{i}")).collect();
+    for path in &paths {
+        site.route(path, Route::status(429).header("retry-after", "1"));
+    }
+    let mut config = config(&[&site]);
+    config.politeness.snooze_base_ms = 200;
+    config.politeness.per_host = 1;
+    let run = start(config).await;
+    let urls: Vec<String> = paths.iter().map(|p| site.url(p)).collect();
+    run.seed(&urls).await;
+
+    // WHEN the host's turn runs
+    let before = now_ms();
+    let outcomes = run.round(1_000).await.expect("the host's turn");
+    let after = now_ms();
+
+    // THEN one request was made: the 429 snoozed the host for the Retry-After (longer than
+    // its own backoff), the URL went back untouched, nothing else of the host was fetched
+    assert_eq!(outcomes, [Outcome::Snoozed]);
+    assert_eq!(site.total_hits(), 1);
+    let host = run.host(&site).await;
+    let snoozed_until = host.snoozed_until.expect("snoozed");
+    assert_eq!(host.queued_for, Some(snoozed_until));
+    assert!(
+        (before + 1_000..=after + 1_000).contains(&snoozed_until),
+        "Retry-After honoured: {before} {snoozed_until} {after}"
+    );
+    for url in &urls {
+        let t = run.task(url).await;
+        assert_eq!((t.status, t.retries), (Status::Pending, 0), "{url}");
+    }
+    // AND no worker gets the host meanwhile: a turn message arriving early is handed back
+    let early = run
+        .crawler
+        .process_batch(vec![turn_received(&run, &host)], None)
+        .await;
+    assert!(
+        matches!(early[0].disposition, Disposition::RetryAfter(ms) if ms > 0),
+        "{early:?}"
+    );
+    assert!(early[0].outcomes.is_empty());
+    assert_eq!(site.total_hits(), 1);
+
+    // WHEN the host recovers and its snooze runs out
+    for path in &paths {
+        site.route(path, Route::html("<p>ok</p>"));
+    }
+    let outcomes = run.drain().await;
+
+    // THEN every page succeeded without having spent a retry, each fetched once more
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+            .count(),
+        5
+    );
+    for url in &urls {
+        let t = run.task(url).await;
+        assert_eq!((t.status, t.retries), (Status::Succeeded, 0), "{url}");
+    }
+    assert_eq!(site.total_hits(), 6);
+    let host = run.host(&site).await;
+    assert_eq!((host.snoozed_until, host.trouble_in_a_row), (None, 0));
+}
+
+/// The host's current turn message, as another worker would receive it.
+fn turn_received<S, B, Q>(run: &Run<S, B, Q>, host: &Host) -> trawl_core::queue::Received {
+    let message =
+        trawl_core::queue::WorkMessage::new(run.crawl.id.clone(), host.name.clone(), host.epoch, 0);
+    trawl_core::queue::Received {
+        message_id: "other-worker".into(),
+        receipt: "other-worker".into(),
+        body: serde_json::to_string(&message).unwrap(),
+        receive_count: 1,
+    }
+}
+
+#[tokio::test]
+async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries_on_aws() {
+    a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries_embedded() {
+    a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries(on_embedded).await;
+}
+
+/// A good site and a host that refuses every connection.
+async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<S, B, Q>(
+    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
+) where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    // GIVEN five good pages and five of a dead host (a port bound, then freed), an error
+    // budget of 3 and short snoozes
+    let site = Site::start().await;
+    let good: Vec<String> = (0..5)
+        .map(|i| {
+            site.route(&format!("/g{i}"), Route::html("<p>g</p>"));
+            site.url(&format!("/g{i}"))
+        })
+        .collect();
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead: Vec<String> = (0..5)
+        .map(|i| format!("http://127.0.0.1:{dead_port}/d{i}"))
+        .collect();
+    let mut config = config(&[&site]);
+    config
+        .fetch
+        .guard_exempt
+        .push(format!("127.0.0.1:{dead_port}"));
+    config.politeness.error_budget = 3;
+    config.politeness.snooze_base_ms = 100;
+    let run = start(config).await;
+    let mut urls = good.clone();
+    urls.extend(dead.iter().cloned());
+    run.seed(&urls).await;
+
+    // WHEN everything is crawled
+    run.drain().await;
+
+    // THEN the good pages succeeded; the dead host was tried exactly its budget of times, then
+    // given up, its tasks ignored with the host's reason and no retry spent
+    for url in &good {
+        assert_eq!(run.task(url).await.status, Status::Succeeded);
+    }
+    let name = format!("127.0.0.1:{dead_port}");
+    let host = run
+        .crawler
+        .store()
+        .get_host(&run.crawl.id, &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(host.given_up.is_some(), "{host:?}");
+    assert_eq!((host.fetches, host.signals), (3, 3));
+    for url in &dead {
+        let t = run.task(url).await;
+        assert_eq!((t.status, t.retries), (Status::Ignored, 0), "{url}");
+        assert_eq!(t.errors.last().unwrap().kind, ErrorKind::HostGivenUp);
+    }
+    // AND the sweeper completes the crawl
+    let trigger = LocalDeliveryTrigger::default();
+    let sweeper = Sweeper {
+        store: run.crawler.store(),
+        queue: run.crawler.queue(),
+        trigger: &trigger,
+        calls: run.crawler.calls(),
+        options: SweepOptions::new(),
+    };
+    let mut budget = SweepBudget::new(100, Duration::from_secs(30));
+    let report = sweeper
+        .sweep_crawl(&run.crawl, now_ms(), &mut budget)
+        .await
+        .unwrap();
+    assert!(report.completed, "{report:?}");
+}
+
+#[tokio::test]
+async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_on_aws() {
+    a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embedded() {
+    a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes(on_embedded).await;
+}
