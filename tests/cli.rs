@@ -401,7 +401,7 @@ async fn every_error_is_one_line_naming_what_to_do_next() {
                 data,
             ],
             2,
-            "per_host",
+            "--per-host",
             "`trawl crawl --help`",
         ),
         (
@@ -938,5 +938,260 @@ async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_or_the_outp
         bytes.windows(16).any(|w| w == b"TRAWL_TEST_TOKEN")
     });
     assert!(names_stored);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn an_empty_or_foreign_database_file_is_refused_not_taken_as_a_new_crawl() {
+    // GIVEN a crawled site, and data directories whose trawl.db is empty, not SQLite, cut
+    // inside the SQLite header, or another program's SQLite database
+    let site = linked_site(2).await;
+    let start = site.url("/p/0.html");
+    let dir = temp_dir("baddb");
+    let mut sqlite_header = b"SQLite format 3\0".to_vec();
+    sqlite_header.extend([0u8; 20]);
+    let foreign = dir.join("foreign.db");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');")
+        .unwrap();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("empty", Vec::new(), "is empty"),
+        (
+            "text",
+            b"https://example.com/\n".repeat(10),
+            "not a trawl database",
+        ),
+        ("cut", sqlite_header, "not a trawl database"),
+        (
+            "foreign",
+            std::fs::read(&foreign).unwrap(),
+            "not a trawl database",
+        ),
+    ];
+    for (name, content, problem) in cases {
+        let data = dir.join(name);
+        std::fs::create_dir(&data).unwrap();
+        let db = data.join("trawl.db");
+        std::fs::write(&db, &content).unwrap();
+        let data = data.to_str().unwrap();
+
+        // WHEN a crawl or any other command runs there
+        let commands: [&[&str]; 3] = [
+            &["crawl", &start, "--allow-private-networks", "--json"],
+            &["status"],
+            &["retry", "--status", "failed"],
+        ];
+        for command in commands {
+            let mut args = command.to_vec();
+            args.extend(["--data-dir", data]);
+            let output = trawl(&args, &dir).await;
+
+            // THEN it is refused on one line saying what to do, and the file is left as it was
+            assert_one_error_line(&args, &output, 1, problem, "move it away or restore it");
+            assert!(
+                String::from_utf8_lossy(&output.stderr).contains(db.to_str().unwrap()),
+                "{args:?} names the file: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(std::fs::read(&db).unwrap() == content, "{name}: untouched");
+        }
+    }
+    // AND nothing was fetched
+    assert_eq!(site.total_hits(), 0);
+
+    // WHEN the file is moved away, THEN the crawl starts anew (only a missing file is a new crawl)
+    let data = dir.join("empty");
+    std::fs::rename(data.join("trawl.db"), dir.join("moved.db")).unwrap();
+    let data = data.to_str().unwrap();
+    let args = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn concurrency_and_per_host_out_of_range_are_usage_errors_naming_the_range() {
+    // GIVEN an empty directory
+    let dir = temp_dir("ranges");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+
+    // WHEN --concurrency or --per-host is out of range, THEN that is a usage error on one line
+    // naming the range, and nothing is created
+    let cases = [
+        ("--concurrency", "0", "1..=256"),
+        ("--concurrency", "257", "1..=256"),
+        ("--concurrency", "1000000", "1..=256"),
+        ("--concurrency", "-1", "--concurrency"),
+        ("--per-host", "0", "1..=64"),
+        ("--per-host", "65", "1..=64"),
+        ("--per-host", "100", "1..=64"),
+    ];
+    for (flag, value, range) in cases {
+        let args = [
+            "crawl",
+            "http://example.com/",
+            flag,
+            value,
+            "--data-dir",
+            data,
+        ];
+        let output = trawl(&args, &dir).await;
+        assert_one_error_line(&args, &output, 2, range, "`trawl crawl --help`");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains(flag),
+            "{args:?}"
+        );
+    }
+    assert!(!Path::new(data).exists());
+
+    // AND the bounds themselves are accepted
+    let site = linked_site(2).await;
+    let start = site.url("/p/0.html");
+    let args = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--concurrency",
+        "256",
+        "--per-host",
+        "64",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_garbage_line_in_a_seeds_file_is_refused_by_file_and_line_number() {
+    // GIVEN a site, and seeds files with comments, blank lines, a byte-order mark and CRLF line
+    // ends, some with one bad line
+    let site = linked_site(3).await;
+    let dir = temp_dir("seedsfile");
+    let good = format!(
+        "\u{feff}# seeds\r\n\r\n{}\r\n   \r\n  # indented comment\r\n{}\r\n",
+        site.url("/p/0.html"),
+        site.url("/p/1.html")
+    );
+    let with_line = |line: &str| {
+        format!(
+            "# seeds\n{}\n\n{line}\n{}\n",
+            site.url("/p/0.html"),
+            site.url("/p/1.html")
+        )
+    };
+    let mut not_text = with_line("").into_bytes();
+    not_text.splice(not_text.len() - 1.., *b"\n\xff\xfe\n");
+    let cases: [(&str, Vec<u8>, &str, &str); 5] = [
+        (
+            "garbage.txt",
+            with_line("this is not a url").into_bytes(),
+            "line 4",
+            "not a valid URL",
+        ),
+        (
+            "scheme.txt",
+            with_line("ftp://example.com/x").into_bytes(),
+            "line 4",
+            "not http or https",
+        ),
+        (
+            "nohost.txt",
+            with_line("http://").into_bytes(),
+            "line 4",
+            "not a valid URL",
+        ),
+        (
+            "long.txt",
+            with_line(&format!("http://example.com/{}", "a".repeat(3000))).into_bytes(),
+            "line 4",
+            "longer than",
+        ),
+        ("binary.txt", not_text, "line 6", "not UTF-8 text"),
+    ];
+    for (name, content, line, reason) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, &content).unwrap();
+        let data = dir.join(format!("data-{name}"));
+        let args = [
+            "crawl",
+            "--seeds-file",
+            file.to_str().unwrap(),
+            "--allow-private-networks",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ];
+
+        // WHEN it is crawled
+        let output = trawl(&args, &dir).await;
+
+        // THEN the file is refused naming the file, the line and why, before anything is done
+        assert_one_error_line(&args, &output, 2, line, "fix or remove that line");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+        assert!(stderr.contains(reason), "{name}: {reason:?}: {stderr}");
+        assert!(!data.join("trawl.db").exists(), "{name}: nothing created");
+    }
+    assert_eq!(site.total_hits(), 0);
+
+    // AND a file with only comments and blank lines says so
+    let file = dir.join("comments.txt");
+    std::fs::write(&file, "# nothing yet\n\n").unwrap();
+    let args = [
+        "crawl",
+        "--seeds-file",
+        file.to_str().unwrap(),
+        "--data-dir",
+        "data",
+    ];
+    let output = trawl(&args, &dir).await;
+    assert_one_error_line(&args, &output, 2, "has no URL", "add URLs");
+
+    // WHEN the good file is crawled, THEN its URLs are the seeds
+    let file = dir.join("good.txt");
+    std::fs::write(&file, &good).unwrap();
+    let data = dir.join("data-good");
+    let args = [
+        "crawl",
+        "--seeds-file",
+        file.to_str().unwrap(),
+        "--allow-private-networks",
+        "--max-depth",
+        "0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--json",
+    ];
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 2);
+    assert_eq!(site.hits("/p/0.html"), 1);
+    assert_eq!(site.hits("/p/1.html"), 1);
+    assert_eq!(site.hits("/p/2.html"), 0);
     let _ = std::fs::remove_dir_all(dir);
 }

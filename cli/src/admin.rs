@@ -24,6 +24,7 @@ use trawl_domain::task::{Status, now_ms};
 pub async fn dispatch<S, B, Q>(
     backend: Backend<S, B, Q>,
     command: Command,
+    plan: Option<crate::crawl::Plan>,
     json: bool,
 ) -> Result<(), CliError>
 where
@@ -32,7 +33,7 @@ where
     Q: WorkQueue,
 {
     match command {
-        Command::Crawl(args) => crate::crawl::run(backend, args, json).await,
+        Command::Crawl(args) => crate::crawl::run(backend, args, plan, json).await,
         Command::Demo => {
             let site = crate::demo::start_site()
                 .await
@@ -62,7 +63,7 @@ where
                 guard_exempt: vec![exempt],
                 request: Box::default(),
             };
-            crate::crawl::run(backend, args, json).await
+            crate::crawl::run(backend, args, None, json).await
         }
         Command::Status(selector) => status(&backend, &selector, json).await,
         Command::Tasks(TasksCommand::List(args)) => tasks_list(&backend, &args, json).await,

@@ -62,6 +62,17 @@ pub enum Command {
     Setup(SetupArgs),
 }
 
+/// Most pages `trawl crawl` fetches at once. Each page in flight holds a connection and up to
+/// the body cap in memory (10 MiB by default, `fetch.max_body_bytes`): 256 is at most 2.5 GiB of
+/// bodies and 256 sockets, within the usual limit of 1,024 open files, and beyond what one
+/// machine needs for a polite crawl (one request at a time per host slot, 64 slots per host at
+/// most). Unbounded, `--concurrency 1000000` made a 30-page crawl peak at 859 MiB.
+pub const MAX_CONCURRENCY: u64 = 256;
+
+/// Most requests in flight per host: the bound the seeder checks a crawl's
+/// `politeness.per_host` against (`trawl_core::seed::validate_config`).
+pub const MAX_PER_HOST: u32 = 64;
+
 #[derive(Debug, Args)]
 pub struct CrawlArgs {
     /// Seed URLs.
@@ -84,11 +95,13 @@ pub struct CrawlArgs {
     /// Also crawl this domain (default scope: the seeds' hosts). Repeatable.
     #[arg(long)]
     pub allow_domain: Vec<String>,
-    /// Pages fetched at once.
-    #[arg(long, default_value_t = 8)]
+    /// Pages fetched at once (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 8, allow_negative_numbers = true,
+          value_parser = parse_concurrency)]
     pub concurrency: usize,
-    /// Requests in flight per host at most.
-    #[arg(long, default_value_t = 1)]
+    /// Requests in flight per host at most (1 to 64).
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true,
+          value_parser = parse_per_host)]
     pub per_host: u32,
     /// User-Agent header (put a contact URL in it).
     #[arg(long)]
@@ -143,6 +156,24 @@ pub struct BasicEnv {
     pub host: String,
     pub username_var: String,
     pub password_var: String,
+}
+
+/// A count from 1 to `max`; the refusal names the range (negative numbers included: they are
+/// values here, not flags).
+fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
+    raw.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("expected a whole number in 1..={max}"))
+}
+
+fn parse_concurrency(raw: &str) -> Result<usize, String> {
+    usize::try_from(count_up_to(raw, MAX_CONCURRENCY)?).map_err(|e| e.to_string())
+}
+
+fn parse_per_host(raw: &str) -> Result<u32, String> {
+    u32::try_from(count_up_to(raw, u64::from(MAX_PER_HOST))?).map_err(|e| e.to_string())
 }
 
 fn parse_header(raw: &str) -> Result<(String, String), String> {
@@ -277,4 +308,27 @@ pub struct SetupArgs {
     /// Name prefix for the table, bucket and queues.
     #[arg(long, default_value = "trawl")]
     pub name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_core::seed::validate_config;
+    use trawl_domain::crawl::CrawlConfig;
+
+    #[test]
+    fn the_per_host_bound_is_the_one_the_seeder_checks() {
+        // GIVEN crawl configurations at the CLI's bound and one past it
+        let with = |per_host| {
+            let mut config = CrawlConfig::default();
+            config.politeness.per_host = per_host;
+            validate_config(&config)
+        };
+
+        // WHEN the seeder checks them, THEN the bound passes and one more does not
+        assert_eq!(with(MAX_PER_HOST), Vec::<String>::new());
+        assert_eq!(with(MAX_PER_HOST + 1).len(), 1);
+        assert_eq!(parse_per_host(&MAX_PER_HOST.to_string()), Ok(MAX_PER_HOST));
+        assert!(parse_per_host(&(MAX_PER_HOST + 1).to_string()).is_err());
+    }
 }

@@ -52,28 +52,119 @@ impl ManifestSource for NoManifests {
     }
 }
 
-/// Reads the seed file's URLs (blank lines and `#` comments skipped).
-fn seed_file_lines(
-    path: &std::path::Path,
-) -> Result<impl Iterator<Item = Result<String, CliError>>, CliError> {
+/// Longest line a seeds file may have: far above the longest URL trawl accepts
+/// (`MAX_URL_BYTES`), low enough that a file without line ends (a binary given by mistake) is
+/// not read into memory whole.
+const MAX_SEED_LINE: usize = 64 * 1024;
+
+/// A seed URL as given: on the command line, or on a line of the seeds file.
+struct Seed {
+    url: String,
+    /// 1-based line number in the seeds file (None: from the command line).
+    line: Option<usize>,
+}
+
+/// The seeds file's lines with a URL, numbered from 1 (blank lines and `#` comments skipped; a
+/// byte-order mark and CRLF line ends are fine). A line that is too long or not UTF-8 is an
+/// error naming it.
+struct SeedLines {
+    reader: std::io::BufReader<std::fs::File>,
+    shown: String,
+    line: usize,
+    failed: bool,
+}
+
+fn seed_file_lines(path: &std::path::Path) -> Result<SeedLines, CliError> {
     let file = std::fs::File::open(path).map_err(|e| {
         CliError::Usage(format!(
             "cannot read the seeds file {}: {e}; check the --seeds-file path",
             path.display()
         ))
     })?;
-    let shown = path.display().to_string();
-    Ok(std::io::BufReader::new(file)
-        .lines()
-        .filter_map(move |line| match line {
-            Ok(line) => {
-                let line = line.trim();
-                (!line.is_empty() && !line.starts_with('#')).then(|| Ok(line.to_owned()))
+    Ok(SeedLines {
+        reader: std::io::BufReader::new(file),
+        shown: path.display().to_string(),
+        line: 0,
+        failed: false,
+    })
+}
+
+impl SeedLines {
+    fn bad_line(&self, reason: impl std::fmt::Display) -> CliError {
+        bad_seed_line(&self.shown, self.line, reason)
+    }
+
+    /// The next line, trimmed; None at the end of the file.
+    fn read_line(&mut self) -> Result<Option<String>, CliError> {
+        let mut buf = Vec::new();
+        let read = std::io::Read::take(&mut self.reader, MAX_SEED_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| {
+                CliError::Usage(format!(
+                    "cannot read the seeds file {}: {e}; check the --seeds-file path",
+                    self.shown
+                ))
+            })?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        if buf.len() > MAX_SEED_LINE && buf.last() != Some(&b'\n') {
+            return Err(self.bad_line(format!("longer than {MAX_SEED_LINE} bytes")));
+        }
+        let text = std::str::from_utf8(&buf).map_err(|_| self.bad_line("not UTF-8 text"))?;
+        Ok(Some(text.trim_start_matches('\u{feff}').trim().to_owned()))
+    }
+}
+
+impl Iterator for SeedLines {
+    type Item = Result<Seed, CliError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.failed {
+            match self.read_line() {
+                Ok(None) => return None,
+                Ok(Some(text)) if text.is_empty() || text.starts_with('#') => {}
+                Ok(Some(url)) => {
+                    return Some(Ok(Seed {
+                        url,
+                        line: Some(self.line),
+                    }));
+                }
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
             }
-            Err(e) => Some(Err(CliError::Usage(format!(
-                "cannot read the seeds file {shown}: {e}"
-            )))),
-        }))
+        }
+        None
+    }
+}
+
+/// A seeds file's line that is not a seed URL: where it is, why, and what to do.
+fn bad_seed_line(file: &str, line: usize, reason: impl std::fmt::Display) -> CliError {
+    CliError::Usage(format!(
+        "bad seed in {file} line {line}: {reason}; fix or remove that line (blank lines and # \
+         comments are skipped)"
+    ))
+}
+
+/// The seeds, command line first: each URL with the line it came from.
+fn seeds(args: &CrawlArgs) -> Result<impl Iterator<Item = Result<Seed, CliError>>, CliError> {
+    let inline = args.urls.iter().map(|url| {
+        Ok(Seed {
+            url: url.clone(),
+            line: None,
+        })
+    });
+    let from_file = match &args.seeds_file {
+        Some(path) => Some(seed_file_lines(path)?),
+        None => None,
+    };
+    Ok(inline
+        .collect::<Vec<_>>()
+        .into_iter()
+        .chain(from_file.into_iter().flatten()))
 }
 
 /// A crawl id from a host: `example.com`, `127.0.0.1-8080`.
@@ -98,7 +189,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
         .collect();
     config.scope.max_pages = args.max_pages;
     config.scope.max_depth = args.max_depth;
-    config.politeness.per_host = args.per_host.max(1);
+    config.politeness.per_host = args.per_host;
     config.fetch.allow_private_networks = args.allow_private_networks;
     config.fetch.guard_exempt = args.guard_exempt.clone();
     if let Some(ua) = &args.user_agent {
@@ -130,9 +221,74 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) {
     fetch.cookies.jar = args.keep_cookies;
 }
 
+/// What `trawl crawl` was asked for, checked before the data directory is created or opened:
+/// a bad seed changes nothing.
+pub struct Plan {
+    crawl_id: CrawlId,
+    /// The seeds' and sitemaps' hosts (the default scope).
+    hosts: BTreeSet<String>,
+    /// Whether seed URLs were given (on the command line or in the seeds file).
+    seen_seed: bool,
+}
+
+impl Plan {
+    /// Checks every seed (the seeds file is read once here, to the end).
+    pub fn of(args: &CrawlArgs) -> Result<Self, CliError> {
+        let mut first: Option<CanonicalUrl> = None;
+        let mut hosts = BTreeSet::new();
+        let mut seen_seed = false;
+        for seed in seeds(args)? {
+            let seed = seed?;
+            let url = CanonicalUrl::parse(&seed.url).map_err(|e| {
+                match (seed.line, &args.seeds_file) {
+                    (Some(line), Some(path)) => bad_seed_line(&path.display().to_string(), line, e),
+                    _ => CliError::Usage(format!(
+                        "invalid seed URL: {e}; give absolute http(s) URLs"
+                    )),
+                }
+            })?;
+            hosts.insert(url.host().to_owned());
+            first.get_or_insert(url);
+            seen_seed = true;
+        }
+        for raw in &args.sitemap {
+            let url = CanonicalUrl::parse(raw).map_err(|e| {
+                CliError::Usage(format!(
+                    "invalid sitemap URL: {e}; give absolute http(s) URLs"
+                ))
+            })?;
+            hosts.insert(url.host().to_owned());
+            first.get_or_insert(url);
+        }
+        let crawl_id = match (&args.crawl_id, &first, &args.seeds_file) {
+            (Some(raw), _, _) => CrawlId::parse(raw).map_err(|e| CliError::Usage(e.to_string()))?,
+            (None, Some(url), _) => crawl_id_from(url)?,
+            (None, None, Some(path)) => {
+                return Err(CliError::Usage(format!(
+                    "the seeds file {} has no URL (blank lines and # comments are skipped): add \
+                     URLs, one per line, or pass --crawl-id ID to resume",
+                    path.display()
+                )));
+            }
+            (None, None, None) => {
+                return Err(CliError::Usage(
+                    "nothing to crawl: give seed URLs, --seeds-file FILE or --sitemap URL (or --crawl-id ID to resume)".into(),
+                ));
+            }
+        };
+        Ok(Self {
+            crawl_id,
+            hosts,
+            seen_seed,
+        })
+    }
+}
+
+/// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says.
 pub async fn run<S, B, Q>(
     backend: Backend<S, B, Q>,
     args: CrawlArgs,
+    plan: Option<Plan>,
     json: bool,
 ) -> Result<(), CliError>
 where
@@ -141,41 +297,13 @@ where
     Q: WorkQueue,
 {
     let started = Instant::now();
-    // Every seed is checked before anything is written.
-    let mut first: Option<CanonicalUrl> = None;
-    let mut hosts = BTreeSet::new();
-    let mut seen_seed = false;
-    let inline = args.urls.iter().cloned().map(Ok);
-    let from_file = match &args.seeds_file {
-        Some(path) => Some(seed_file_lines(path)?),
-        None => None,
-    };
-    for raw in inline.chain(from_file.into_iter().flatten()) {
-        let raw = raw?;
-        let url = CanonicalUrl::parse(&raw).map_err(|e| {
-            CliError::Usage(format!("invalid seed URL: {e}; give absolute http(s) URLs"))
-        })?;
-        hosts.insert(url.host().to_owned());
-        first.get_or_insert(url);
-        seen_seed = true;
-    }
-    for raw in &args.sitemap {
-        let url = CanonicalUrl::parse(raw).map_err(|e| {
-            CliError::Usage(format!(
-                "invalid sitemap URL: {e}; give absolute http(s) URLs"
-            ))
-        })?;
-        hosts.insert(url.host().to_owned());
-        first.get_or_insert(url);
-    }
-    let crawl_id = match (&args.crawl_id, &first) {
-        (Some(raw), _) => CrawlId::parse(raw).map_err(|e| CliError::Usage(e.to_string()))?,
-        (None, Some(url)) => crawl_id_from(url)?,
-        (None, None) => {
-            return Err(CliError::Usage(
-                "nothing to crawl: give seed URLs, --seeds-file FILE or --sitemap URL (or --crawl-id ID to resume)".into(),
-            ));
-        }
+    let Plan {
+        crawl_id,
+        hosts,
+        seen_seed,
+    } = match plan {
+        Some(plan) => plan,
+        None => Plan::of(&args)?,
     };
     let config = config_from(&args, &hosts);
     let Backend {
@@ -202,14 +330,9 @@ where
     };
     let mut sources = Vec::new();
     if seen_seed {
-        let inline = args.urls.iter().cloned().map(Ok);
-        let from_file = match &args.seeds_file {
-            Some(path) => Some(seed_file_lines(path)?),
-            None => None,
-        };
         let mut chunk = Vec::new();
-        for raw in inline.chain(from_file.into_iter().flatten()) {
-            chunk.push(raw?);
+        for seed in seeds(&args)? {
+            chunk.push(seed?.url);
             if chunk.len() == SEED_CHUNK {
                 sources.push(SeedSource::Urls(std::mem::take(&mut chunk)));
             }

@@ -27,6 +27,13 @@ pub enum CliError {
          --data-dir of an existing crawl"
     )]
     NoCrawlHere(String),
+    /// The data directory's database file is there but is not one (empty, cut short, another
+    /// program's): never taken for a new crawl, which would fetch everything again.
+    #[error(
+        "{path} is {reason}: move it away or restore it from a backup (only a missing trawl.db \
+         starts a new crawl)"
+    )]
+    NotADatabase { path: String, reason: String },
     #[error(
         "{0}; for --backend aws set TRAWL_TABLE, TRAWL_BUCKET and TRAWL_QUEUE_URL (see `trawl setup`)"
     )]
@@ -79,6 +86,17 @@ fn store_hint(e: &StoreError) -> &'static str {
         }
         StoreError::NoSuchCrawl(_) => "see `trawl status` for the crawls there are",
         _ => "run the same command again; RUST_LOG=debug shows each call",
+    }
+}
+
+impl From<trawl_embedded::sqlite::OpenError> for CliError {
+    fn from(e: trawl_embedded::sqlite::OpenError) -> Self {
+        match e {
+            trawl_embedded::sqlite::OpenError::NotATrawlDatabase { path, reason } => {
+                CliError::NotADatabase { path, reason }
+            }
+            trawl_embedded::sqlite::OpenError::Store(e) => CliError::Store(e),
+        }
     }
 }
 

@@ -16,18 +16,22 @@ mod progress;
 
 use args::{BackendKind, Cli, Command, TasksCommand};
 use backend::LocalAccess;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use error::CliError;
 use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging();
-    let result = run(cli).await.and_then(|()| match output::write_failure() {
-        Some(e) => Err(CliError::Output(e.to_string())),
-        None => Ok(()),
-    });
+    let result = match Cli::try_parse() {
+        Ok(cli) => {
+            init_logging();
+            run(cli).await.and_then(|()| match output::write_failure() {
+                Some(e) => Err(CliError::Output(e.to_string())),
+                None => Ok(()),
+            })
+        }
+        Err(e) => Err(usage_error(e)),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -35,6 +39,53 @@ async fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// A command line clap refused, as one line naming the problem and where to read about it
+/// (clap's own message spans several lines with the usage). Help and version are printed as
+/// clap prints them.
+fn usage_error(e: clap::Error) -> CliError {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    CliError::Usage(one_line(&e.render().to_string(), &subcommand_of(&args)))
+}
+
+/// The (sub)command the arguments name, as typed: `trawl crawl`, `trawl tasks list`.
+fn subcommand_of(args: &[String]) -> String {
+    let mut command = Cli::command();
+    let mut path = vec!["trawl".to_owned()];
+    for arg in args {
+        let Some(sub) = command.find_subcommand(arg).cloned() else {
+            continue;
+        };
+        path.push(sub.get_name().to_owned());
+        command = sub;
+    }
+    path.join(" ")
+}
+
+/// clap's message (`error: …`, tips, possible values, the usage) on one line, ending with the
+/// help to read.
+fn one_line(rendered: &str, command: &str) -> String {
+    let parts: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            !line.is_empty()
+                && !line.starts_with("Usage: ")
+                && !line.starts_with("For more information")
+        })
+        .map(|line| line.strip_prefix("error: ").unwrap_or(line))
+        .collect();
+    format!("{}; see `{command} --help`", parts.join("; "))
 }
 
 /// Logs go to stderr, quiet unless RUST_LOG asks: stdout is for results. The AWS SDK's warnings
@@ -59,12 +110,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         return admin::setup(args, global.json).await;
     }
+    // A crawl's seeds are checked before any backend is opened (or a data directory created).
+    let plan = match &cli.command {
+        Command::Crawl(args) => Some(crawl::Plan::of(args)?),
+        _ => None,
+    };
     match global.backend {
         BackendKind::Local => {
             let local = backend::local(&global.data_dir, local_access(&cli.command))?;
-            admin::dispatch(local, cli.command, global.json).await
+            admin::dispatch(local, cli.command, plan, global.json).await
         }
-        BackendKind::Aws => admin::dispatch(backend::aws().await?, cli.command, global.json).await,
+        BackendKind::Aws => {
+            admin::dispatch(backend::aws().await?, cli.command, plan, global.json).await
+        }
     }
 }
 

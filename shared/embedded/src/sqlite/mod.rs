@@ -18,9 +18,11 @@ use rusqlite::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::io::Read as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use thiserror::Error;
 use trawl_core::store::{
     ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
@@ -137,6 +139,41 @@ impl From<StoreError> for DbError {
 
 type DbResult<T> = Result<T, DbError>;
 
+/// Why the schema could not be created or checked.
+enum SchemaError {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+/// Whose a SQLite file is, from its schema version and tables.
+enum Schema {
+    /// No table at all and no version: a new database.
+    Empty,
+    /// trawl's tables, or a version newer than this trawl (checked with the schema).
+    Trawl,
+    /// Tables, but not trawl's.
+    Foreign,
+}
+
+/// Reads the schema version and tables (which also finds a damaged first page). trawl has set
+/// user_version since its first schema: version 0 with objects in it, or a known version
+/// without trawl's tables, is another program's database, not to be written into.
+fn schema_of(conn: &Connection) -> rusqlite::Result<Schema> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let (objects, ours): (i64, i64) = conn.query_row(
+        "SELECT count(*), count(CASE WHEN type = 'table' AND name IN ('tasks', 'crawls') \
+         THEN 1 END) FROM sqlite_master",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    Ok(match version {
+        0 if objects == 0 => Schema::Empty,
+        0 => Schema::Foreign,
+        v if (1..=SCHEMA_VERSION).contains(&v) && ours != 2 => Schema::Foreign,
+        _ => Schema::Trawl,
+    })
+}
+
 fn sql_error(operation: &'static str, e: rusqlite::Error) -> StoreError {
     let message = e.to_string();
     match e.sqlite_error_code() {
@@ -147,16 +184,112 @@ fn sql_error(operation: &'static str, e: rusqlite::Error) -> StoreError {
     }
 }
 
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// SQLite's file header: a database file is at least this long.
+const SQLITE_HEADER_BYTES: usize = 100;
+
+/// Why a store could not be opened.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    /// The file exists but is not a trawl database (empty, not SQLite, cut short, damaged, or
+    /// another program's): it is left untouched, never taken for a new database.
+    #[error("{path} is {reason}")]
+    NotATrawlDatabase { path: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<OpenError> for StoreError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::NotATrawlDatabase { path, reason } => {
+                StoreError::Corrupt { key: path, reason }
+            }
+            OpenError::Store(e) => e,
+        }
+    }
+}
+
+/// What is at a database path before it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileState {
+    Missing,
+    /// Starts with a SQLite header (whose content SQLite itself then checks).
+    Sqlite,
+}
+
+/// Reads the start of the file at `path`. Only a missing file may become a new database: an
+/// empty or foreign one (a truncated copy, a file written over) would otherwise be taken for a
+/// new crawl and everything fetched again.
+fn inspect(path: &Path) -> Result<FileState, OpenError> {
+    let shown = || path.display().to_string();
+    let refuse = |reason: String| OpenError::NotATrawlDatabase {
+        path: shown(),
+        reason,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) if file.metadata().is_ok_and(|m| m.is_dir()) => {
+            return Err(refuse("a directory, not a trawl database".into()));
+        }
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileState::Missing),
+        Err(e) => {
+            return Err(OpenError::Store(StoreError::Backend {
+                operation: "open",
+                message: format!("cannot read {}: {e}", shown()),
+            }));
+        }
+    };
+    let mut header = Vec::with_capacity(SQLITE_HEADER_BYTES);
+    let read = file
+        .take(SQLITE_HEADER_BYTES as u64)
+        .read_to_end(&mut header);
+    match read {
+        Ok(_) if header.is_empty() => Err(refuse("empty (0 bytes), not a trawl database".into())),
+        Ok(_) if !header.starts_with(SQLITE_MAGIC) => {
+            Err(refuse("not a trawl database (no SQLite header)".into()))
+        }
+        Ok(n) if n < SQLITE_HEADER_BYTES => Err(refuse(format!(
+            "not a trawl database (cut short: {n} bytes, less than a SQLite header)"
+        ))),
+        Ok(_) => Ok(FileState::Sqlite),
+        Err(e) => Err(OpenError::Store(StoreError::Backend {
+            operation: "open",
+            message: format!("cannot read {}: {e}", shown()),
+        })),
+    }
+}
+
 impl SqliteStore {
-    /// Opens (creating if missing) the database at `path`: WAL journal, `synchronous=NORMAL`, a
-    /// busy timeout, and the schema created or checked.
-    pub fn open(path: impl AsRef<Path>, calls: Arc<CallCounts>) -> StoreResult<Self> {
-        Self::open_with(path, OpenFlags::default(), calls)
+    /// Opens the database at `path`, creating it if (and only if) the file is missing: WAL
+    /// journal, `synchronous=NORMAL`, a busy timeout, and the schema created or checked. A file
+    /// that is there but empty or not a trawl database is refused
+    /// ([`OpenError::NotATrawlDatabase`]) and left as it is.
+    pub fn open(path: impl AsRef<Path>, calls: Arc<CallCounts>) -> Result<Self, OpenError> {
+        let path = path.as_ref();
+        let state = inspect(path)?;
+        let opened = Self::open_with(path, OpenFlags::default(), calls);
+        if state == FileState::Missing && opened.is_err() {
+            // A creation that failed (a full disk …) must not leave the empty file it began
+            // with: the next run would refuse it. A file with any byte in it is not removed.
+            if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        opened
     }
 
     /// Opens the database at `path` only if it exists (commands that only read must not create
-    /// one): a missing file is an error, not an empty store.
-    pub fn open_existing(path: impl AsRef<Path>, calls: Arc<CallCounts>) -> StoreResult<Self> {
+    /// one): a missing file is an error, not an empty store, and so is one that is not a trawl
+    /// database.
+    pub fn open_existing(
+        path: impl AsRef<Path>,
+        calls: Arc<CallCounts>,
+    ) -> Result<Self, OpenError> {
+        let path = path.as_ref();
+        inspect(path)?;
         Self::open_with(
             path,
             OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE),
@@ -164,36 +297,60 @@ impl SqliteStore {
         )
     }
 
-    fn open_with(
-        path: impl AsRef<Path>,
-        flags: OpenFlags,
-        calls: Arc<CallCounts>,
-    ) -> StoreResult<Self> {
-        let open = |e| sql_error("open", e);
+    fn open_with(path: &Path, flags: OpenFlags, calls: Arc<CallCounts>) -> Result<Self, OpenError> {
+        let shown = path.display().to_string();
+        // SQLite finds a damaged file only when it reads it: that is not a trawl database
+        // either, and no retry will change it.
+        let classify = |operation, e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                OpenError::NotATrawlDatabase {
+                    path: shown.clone(),
+                    reason: format!("not a trawl database (damaged: {e})"),
+                }
+            }
+            _ => OpenError::Store(sql_error(operation, e)),
+        };
+        let open = |e| classify("open", e);
         let conn = Connection::open_with_flags(path, flags).map_err(open)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open)?;
+        // Checked before anything is written (the journal mode below is written to the file).
+        let not_ours = |why: &str| OpenError::NotATrawlDatabase {
+            path: shown.clone(),
+            reason: format!("not a trawl database ({why})"),
+        };
+        match schema_of(&conn) {
+            Ok(Schema::Trawl | Schema::Empty) => {}
+            Ok(Schema::Foreign) => return Err(not_ours("a SQLite database of another program")),
+            Err(e) => return Err(open(e)),
+        }
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(open)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Backend {
+            return Err(OpenError::Store(StoreError::Backend {
                 operation: "open",
                 message: format!("cannot use WAL journal (got {mode})"),
-            });
+            }));
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open)?;
-        Self::with_schema(conn, calls)
+        Self::with_schema(conn, calls).map_err(|e| match e {
+            SchemaError::Sql(e) => classify("schema", e),
+            SchemaError::Store(e) => OpenError::Store(e),
+        })
     }
 
     /// A private database in memory (tests, throwaway runs).
     pub fn in_memory(calls: Arc<CallCounts>) -> StoreResult<Self> {
         let conn = Connection::open_in_memory().map_err(|e| sql_error("open", e))?;
-        Self::with_schema(conn, calls)
+        Self::with_schema(conn, calls).map_err(|e| match e {
+            SchemaError::Sql(e) => sql_error("schema", e),
+            SchemaError::Store(e) => e,
+        })
     }
 
-    fn with_schema(mut conn: Connection, calls: Arc<CallCounts>) -> StoreResult<Self> {
-        let schema = |e| sql_error("schema", e);
+    fn with_schema(mut conn: Connection, calls: Arc<CallCounts>) -> Result<Self, SchemaError> {
+        let schema = SchemaError::Sql;
         // Immediate: two processes opening a fresh file must not both create the schema.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -216,12 +373,12 @@ impl SqliteStore {
             }
             SCHEMA_VERSION => {}
             other => {
-                return Err(StoreError::Backend {
+                return Err(SchemaError::Store(StoreError::Backend {
                     operation: "schema",
                     message: format!(
                         "database schema version {other}, this trawl knows {SCHEMA_VERSION}"
                     ),
-                });
+                }));
             }
         }
         tx.commit().map_err(schema)?;
@@ -1351,9 +1508,83 @@ mod tests {
         assert_eq!(mode, "wal");
         assert!(matches!(
             SqliteStore::open(&future, Arc::clone(&calls)),
-            Err(StoreError::Backend { .. })
+            Err(OpenError::Store(StoreError::Backend { .. }))
         ));
-        assert!(SqliteStore::open(&garbage, calls).is_err());
+        assert!(matches!(
+            SqliteStore::open(&garbage, calls),
+            Err(OpenError::NotATrawlDatabase { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn only_a_missing_file_becomes_a_new_database() {
+        // GIVEN files that are empty, not SQLite, cut inside or after the SQLite header, and
+        // another program's SQLite database
+        let dir = TempDir::new("not-trawl");
+        let calls = Arc::new(CallCounts::default());
+        let whole = {
+            SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
+            std::fs::read(dir.db()).unwrap()
+        };
+        let foreign = dir.0.join("foreign.db");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('x');")
+            .unwrap();
+        let mut damaged = whole.clone();
+        damaged[SQLITE_HEADER_BYTES..].fill(0xAB);
+        let cases: [(&str, Vec<u8>, &str); 6] = [
+            ("empty", Vec::new(), "empty (0 bytes)"),
+            (
+                "text",
+                b"http://example.com/\n".to_vec(),
+                "no SQLite header",
+            ),
+            ("cut", whole[..40].to_vec(), "cut short: 40 bytes"),
+            ("damaged", damaged, "damaged"),
+            (
+                "foreign",
+                std::fs::read(&foreign).unwrap(),
+                "another program",
+            ),
+            ("missing", Vec::new(), ""),
+        ];
+        for (name, content, reason) in cases {
+            let path = dir.0.join(format!("{name}.db"));
+            if name != "missing" {
+                std::fs::write(&path, &content).unwrap();
+            }
+
+            // WHEN it is opened, to create or as existing
+            let created = SqliteStore::open(&path, Arc::clone(&calls));
+            let existing = SqliteStore::open_existing(&path, Arc::clone(&calls));
+
+            if name == "missing" {
+                // THEN only the missing one became a (new, empty) database
+                let store = created.unwrap();
+                assert_eq!(store.list_crawls(None).await.unwrap().len(), 0);
+                assert!(existing.is_ok());
+                continue;
+            }
+            // THEN the others are refused, naming the file and why, and left as they were
+            for result in [created.map(|_| ()), existing.map(|_| ())] {
+                match result {
+                    Err(OpenError::NotATrawlDatabase {
+                        path: shown,
+                        reason: why,
+                    }) => {
+                        assert_eq!(shown, path.display().to_string());
+                        assert!(why.contains(reason), "{name}: {why}");
+                        assert!(why.contains("not a trawl database"), "{name}: {why}");
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
+            }
+            assert!(
+                std::fs::read(&path).unwrap() == content,
+                "{name}: untouched"
+            );
+        }
     }
 
     #[tokio::test]
