@@ -216,8 +216,9 @@ pub enum Reissue {
         lost_after_ms: u64,
         known_work: bool,
     },
-    /// Every one (the in-process queue was rebuilt: no message is out).
-    All,
+    /// Every one, taking over any turn that seems to run (the in-process queue was rebuilt
+    /// after a restart: no message is out, and no turn runs).
+    Restart,
 }
 
 /// Re-issues the turn of each of `hosts` that `which` selects. Returns the messages to send.
@@ -234,17 +235,14 @@ where
     let mut messages = Vec::new();
     for name in hosts {
         let requeued = update_host(store, crawl, &name, now, |h| {
-            let lost = match which {
-                Reissue::All => true,
+            let (next, visible_at) = match which {
+                Reissue::Restart => h.restart(now),
                 Reissue::Lost {
                     lost_after_ms,
                     known_work,
-                } => h.message_lost(now, lost_after_ms, known_work),
+                } if h.message_lost(now, lost_after_ms, known_work) => h.requeue(now),
+                Reissue::Lost { .. } => return (None, None),
             };
-            if !lost {
-                return (None, None);
-            }
-            let (next, visible_at) = h.requeue(now);
             (Some(next), Some(visible_at))
         })
         .await?;

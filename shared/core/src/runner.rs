@@ -136,7 +136,7 @@ where
         }
     }
     hosts.remove("");
-    let messages = reissue_turns(store, crawl, hosts, Reissue::All, now).await?;
+    let messages = reissue_turns(store, crawl, hosts, Reissue::Restart, now).await?;
     Ok(queue.send(&messages).await?.sent as u64)
 }
 

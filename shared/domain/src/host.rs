@@ -295,6 +295,17 @@ impl Host {
         }
     }
 
+    /// The host's next turn after its process restarted (the in-process queue is rebuilt): a turn
+    /// that seems to run belongs to the dead process, so it is taken over at once rather than
+    /// waited out (its holder's token is superseded by the next claim).
+    pub fn restart(&self, now: Millis) -> (Host, Millis) {
+        Host {
+            turn_until: None,
+            ..self.clone()
+        }
+        .requeue(now)
+    }
+
     /// An operator's retry of a given-up host: its trouble forgotten, its pace the policy's.
     pub fn revive(&self, policy: &HostPolicy) -> Host {
         Host {
@@ -564,5 +575,8 @@ mod tests {
         // Requeued during a live turn: visible when that turn expires.
         let (_, later) = held.requeue(10_000);
         assert_eq!(later, 36_000);
+        // After a restart of the process that held it: at once.
+        let (restarted, now) = held.restart(10_000);
+        assert_eq!((now, restarted.turn_until), (10_000, None));
     }
 }
