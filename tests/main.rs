@@ -7,6 +7,7 @@ mod crawling;
 mod delivering;
 mod end_to_end;
 mod fetching;
+mod proxy;
 mod seeding;
 mod site;
 mod support;
