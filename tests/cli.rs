@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 
 /// The `trawl` binary cargo built beside this test binary (`cargo test --workspace` builds it).
-fn trawl_bin() -> PathBuf {
+pub(crate) fn trawl_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().and_then(Path::parent).unwrap().join("trawl");
     assert!(
@@ -19,7 +19,7 @@ fn trawl_bin() -> PathBuf {
     bin
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(crate::support::unique(name));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -35,7 +35,7 @@ async fn trawl(args: &[&str], cwd: &Path) -> Output {
         .unwrap()
 }
 
-fn json_of(output: &Output) -> Value {
+pub(crate) fn json_of(output: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
@@ -780,7 +780,7 @@ async fn the_aws_backend_sets_up_and_crawls_through_dynamodb_s3_and_sqs() {
 }
 
 /// Every file under `dir`, recursively (the SQLite database and its journal, bodies, deliveries).
-fn files_under(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();

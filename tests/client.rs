@@ -29,7 +29,7 @@ use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
 
 /// Secrets held by the test instead of the process environment (which tests must not change).
-struct TestSecrets(HashMap<String, String>);
+pub(crate) struct TestSecrets(pub(crate) HashMap<String, String>);
 
 impl SecretSource for TestSecrets {
     fn resolve<'a>(
@@ -79,16 +79,16 @@ impl Drop for Scratch {
 type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
 
 /// A crawl on the embedded backend with its own fetcher (and so its own cookie jar).
-struct Run {
-    crawler: EmbeddedCrawler,
-    fetcher: Arc<Fetcher>,
-    crawl_id: CrawlId,
+pub(crate) struct Run {
+    pub(crate) crawler: EmbeddedCrawler,
+    pub(crate) fetcher: Arc<Fetcher>,
+    pub(crate) crawl_id: CrawlId,
     calls: Arc<CallCounts>,
     _scratch: Scratch,
 }
 
 impl Run {
-    fn new(secrets: &[(&str, &str)]) -> Run {
+    pub(crate) fn new(secrets: &[(&str, &str)]) -> Run {
         let calls = Arc::new(CallCounts::default());
         let scratch = Scratch(std::env::temp_dir().join(unique("client")));
         let secrets = secrets
@@ -119,7 +119,7 @@ impl Run {
     }
 
     /// Seeds `urls` under `config` as the seeder function and the CLI do (so it is checked).
-    async fn seed(&self, config: CrawlConfig, urls: &[String]) -> Result<(), SeedError> {
+    pub(crate) async fn seed(&self, config: CrawlConfig, urls: &[String]) -> Result<(), SeedError> {
         let defaults = SeedDefaults::default();
         let seeder = Seeder {
             store: self.crawler.store(),
@@ -143,7 +143,7 @@ impl Run {
     }
 
     /// Crawls until the crawl completes.
-    async fn crawl(&self, config: CrawlConfig, urls: &[String]) {
+    pub(crate) async fn crawl(&self, config: CrawlConfig, urls: &[String]) {
         self.seed(config, urls).await.unwrap();
         let end = tokio::time::timeout(
             Duration::from_secs(30),
@@ -161,7 +161,7 @@ impl Run {
         assert!(matches!(end, RunEnd::Completed { .. }), "{end:?}");
     }
 
-    async fn task(&self, url: &str) -> Task {
+    pub(crate) async fn task(&self, url: &str) -> Task {
         let id = CanonicalUrl::parse(url).unwrap().task_id();
         self.crawler
             .store()
@@ -189,7 +189,7 @@ impl Run {
 
 /// Guard on (only the sites' addresses exempt), any loopback port in scope, links followed,
 /// and the `fetch` settings under test.
-fn config(sites: &[&Site], fetch: serde_json::Value) -> CrawlConfig {
+pub(crate) fn config(sites: &[&Site], fetch: serde_json::Value) -> CrawlConfig {
     let mut config = CrawlConfig {
         fetch: serde_json::from_value(fetch).unwrap(),
         ..CrawlConfig::default()
@@ -201,7 +201,7 @@ fn config(sites: &[&Site], fetch: serde_json::Value) -> CrawlConfig {
     config
 }
 
-fn assert_status(task: &Task, status: Status) {
+pub(crate) fn assert_status(task: &Task, status: Status) {
     assert_eq!(
         task.status, status,
         "{} ended {:?}: {:?}",

@@ -141,6 +141,53 @@ pub struct RequestArgs {
     /// Keep the cookies responses set (Set-Cookie) and send them back, as a browser does.
     #[arg(long)]
     pub keep_cookies: bool,
+    /// Send every request through this proxy: `http://`, `https://`, `socks5://` or
+    /// `socks5h://` (the proxy resolves names) with host and port. Repeatable: requests are
+    /// spread over the proxies and a failing one is benched for a while.
+    #[arg(long, value_name = "URL", value_parser = parse_proxy)]
+    pub proxy: Vec<String>,
+    /// Credentials for the proxy at HOST:PORT (one given with --proxy), user name and password
+    /// read from the environment variables USERVAR and PASSVAR; only the names are stored.
+    #[arg(long, value_name = "HOST:PORT=USERVAR:PASSVAR", value_parser = parse_proxy_basic)]
+    pub proxy_basic_env: Vec<BasicEnv>,
+    /// How requests pick a proxy: `per-request` (in turn) or `sticky` (one per host).
+    #[arg(long, value_enum, default_value_t = ProxyRotationArg::PerRequest)]
+    pub proxy_rotation: ProxyRotationArg,
+}
+
+/// `--proxy-rotation`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ProxyRotationArg {
+    #[default]
+    PerRequest,
+    Sticky,
+}
+
+/// `--proxy URL`: a proxy URL as the crawl stores it (`scheme://host:port`), checked now. Errors
+/// never echo the URL, which might carry a password.
+fn parse_proxy(raw: &str) -> Result<String, String> {
+    let url = url::Url::parse(raw.trim()).map_err(|_| "not a URL".to_owned())?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "a proxy URL may not hold credentials (they would be stored with the crawl): \
+             use --proxy-basic-env HOST:PORT=USERVAR:PASSVAR"
+                .into(),
+        );
+    }
+    if !["http", "https", "socks5", "socks5h"].contains(&url.scheme()) {
+        return Err("the scheme must be http, https, socks5 or socks5h".into());
+    }
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return Err("expected scheme://host:port".into());
+    };
+    if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+        return Err("expected scheme://host:port, without a path".into());
+    }
+    Ok(format!("{}://{host}:{port}", url.scheme()))
+}
+
+fn parse_proxy_basic(raw: &str) -> Result<BasicEnv, String> {
+    parse_basic(raw)
 }
 
 /// `--bearer-env HOST=VAR`.
@@ -330,5 +377,54 @@ mod tests {
         assert_eq!(with(MAX_PER_HOST + 1).len(), 1);
         assert_eq!(parse_per_host(&MAX_PER_HOST.to_string()), Ok(MAX_PER_HOST));
         assert!(parse_per_host(&(MAX_PER_HOST + 1).to_string()).is_err());
+    }
+
+    #[test]
+    fn proxy_urls_are_checked_and_stored_with_their_port() {
+        assert_eq!(
+            parse_proxy("http://Proxy.example:3128/").unwrap(),
+            "http://proxy.example:3128"
+        );
+        assert_eq!(
+            parse_proxy("socks5h://127.0.0.1:1080").unwrap(),
+            "socks5h://127.0.0.1:1080"
+        );
+        assert_eq!(
+            parse_proxy("https://proxy.example").unwrap(),
+            "https://proxy.example:443"
+        );
+        for bad in [
+            "proxy:3128",
+            "ftp://proxy:21",
+            "http://proxy:3128/path",
+            "not a url",
+        ] {
+            assert!(parse_proxy(bad).is_err(), "{bad}");
+        }
+        let with_password = parse_proxy("http://bob:hunter2@proxy:3128").unwrap_err();
+        assert!(with_password.contains("--proxy-basic-env"));
+        assert!(!with_password.contains("hunter2"));
+    }
+
+    #[test]
+    fn proxy_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "trawl",
+            "crawl",
+            "http://example.com/",
+            "--proxy",
+            "http://a:1",
+            "--proxy",
+            "socks5://b:2",
+            "--proxy-rotation",
+            "sticky",
+        ])
+        .unwrap();
+        let Command::Crawl(args) = cli.command else {
+            panic!("not a crawl");
+        };
+        assert_eq!(args.request.proxy, ["http://a:1", "socks5://b:2"]);
+        assert_eq!(args.request.proxy_rotation, ProxyRotationArg::Sticky);
+        assert!(Cli::try_parse_from(["trawl", "crawl", "--proxy-rotation", "random"]).is_err());
     }
 }

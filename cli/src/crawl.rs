@@ -2,7 +2,7 @@
 //! functions run. Re-running the same command resumes: known URLs are never fetched again.
 
 use crate::admin::deliver;
-use crate::args::{CrawlArgs, RequestArgs};
+use crate::args::{CrawlArgs, ProxyRotationArg, RequestArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::given_up::GivenUp;
@@ -26,7 +26,8 @@ use trawl_core::seed::{
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
-    BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, SecretRef,
+    BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry, ProxyRotation,
+    SecretRef,
 };
 use trawl_domain::task::{Status, now_ms};
 
@@ -180,7 +181,7 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
     CrawlId::parse(&raw).map_err(|e| CliError::Usage(format!("{e}; pass --crawl-id")))
 }
 
-fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
+fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
     let mut config = CrawlConfig::default();
     config.scope.allowed_domains = hosts
         .iter()
@@ -195,12 +196,12 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> CrawlConfig {
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
-    apply_request_args(&args.request, &mut config.fetch);
-    config
+    apply_request_args(&args.request, &mut config.fetch)?;
+    Ok(config)
 }
 
 /// The request flags as `fetch` settings; credentials by variable name only.
-fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) {
+fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(), CliError> {
     fetch.store_content_types = args.store_content_type.clone();
     fetch.headers = args.header.iter().cloned().collect();
     fetch.accept_language = args.accept_language.clone();
@@ -219,6 +220,30 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) {
     });
     fetch.auth = bearer.chain(basic).collect();
     fetch.cookies.jar = args.keep_cookies;
+    fetch.proxies = args.proxy.iter().map(ProxyEntry::new).collect();
+    for credentials in &args.proxy_basic_env {
+        let authority = credentials.host.to_ascii_lowercase();
+        let mut matched = fetch
+            .proxies
+            .iter_mut()
+            .filter(|p| p.url.split_once("://").is_some_and(|(_, a)| a == authority))
+            .peekable();
+        if matched.peek().is_none() {
+            return Err(CliError::Usage(format!(
+                "--proxy-basic-env {}: no --proxy at {authority}; give the proxy's HOST:PORT",
+                credentials.host
+            )));
+        }
+        for proxy in matched {
+            proxy.username = Some(SecretRef::Env(credentials.username_var.clone()));
+            proxy.password = Some(SecretRef::Env(credentials.password_var.clone()));
+        }
+    }
+    fetch.proxy_rotation = match args.proxy_rotation {
+        ProxyRotationArg::PerRequest => ProxyRotation::PerRequest,
+        ProxyRotationArg::Sticky => ProxyRotation::Sticky,
+    };
+    Ok(())
 }
 
 /// What `trawl crawl` was asked for, checked before the data directory is created or opened:
@@ -305,7 +330,7 @@ where
         Some(plan) => plan,
         None => Plan::of(&args)?,
     };
-    let config = config_from(&args, &hosts);
+    let config = config_from(&args, &hosts)?;
     let Backend {
         store,
         blobs,

@@ -173,6 +173,86 @@ pub struct FetchLimits {
     pub auth: Vec<HostAuth>,
     #[serde(skip_serializing_if = "Cookies::is_off")]
     pub cookies: Cookies,
+    /// Proxies every request goes through (none: direct). A proxy that fails is benched for a
+    /// while and the request sent through another one at once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub proxies: Vec<ProxyEntry>,
+    /// Which proxy a request takes.
+    #[serde(skip_serializing_if = "ProxyRotation::is_per_request")]
+    pub proxy_rotation: ProxyRotation,
+}
+
+/// A proxy: `http://`, `https://`, `socks5://` (names resolved by trawl) or `socks5h://` (by
+/// the proxy) with host and port, never credentials; those are named in `username` and
+/// `password` (both or neither). Written as the URL alone when it needs none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ProxyEntryRepr")]
+pub struct ProxyEntry {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<SecretRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+}
+
+impl ProxyEntry {
+    /// A proxy without credentials.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            username: None,
+            password: None,
+        }
+    }
+}
+
+/// What `proxies` entries may be written as: a URL, or an object with its credentials.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ProxyEntryRepr {
+    Url(String),
+    Full(ProxyEntryFields),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProxyEntryFields {
+    url: String,
+    #[serde(default)]
+    username: Option<SecretRef>,
+    #[serde(default)]
+    password: Option<SecretRef>,
+}
+
+impl From<ProxyEntryRepr> for ProxyEntry {
+    fn from(repr: ProxyEntryRepr) -> Self {
+        match repr {
+            ProxyEntryRepr::Url(url) => ProxyEntry::new(url),
+            ProxyEntryRepr::Full(f) => ProxyEntry {
+                url: f.url,
+                username: f.username,
+                password: f.password,
+            },
+        }
+    }
+}
+
+/// How requests are spread over a crawl's proxies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyRotation {
+    /// Each request takes the next proxy (round robin), skipping benched ones.
+    #[default]
+    PerRequest,
+    /// A host always goes through the same proxy (a stable hash of the host), unless that one
+    /// is benched: then through the next healthy one.
+    Sticky,
+}
+
+impl ProxyRotation {
+    fn is_per_request(&self) -> bool {
+        *self == ProxyRotation::PerRequest
+    }
 }
 
 /// The HTTP methods a crawl may use.
@@ -292,6 +372,8 @@ impl Default for FetchLimits {
             rules: Vec::new(),
             auth: Vec::new(),
             cookies: Cookies::default(),
+            proxies: Vec::new(),
+            proxy_rotation: ProxyRotation::PerRequest,
         }
     }
 }
@@ -423,9 +505,44 @@ mod tests {
             "rules",
             "auth",
             "cookies",
+            "proxies",
+            "proxy_rotation",
         ] {
             assert!(default.get(key).is_none(), "{key} in {default}");
         }
+    }
+
+    #[test]
+    fn proxies_read_as_urls_or_with_named_credentials() {
+        let fetch: FetchLimits = serde_json::from_value(serde_json::json!({
+            "proxies": [
+                "http://proxy-a:3128",
+                {"url": "socks5h://proxy-b:1080",
+                 "username": {"env": "PROXY_USER"}, "password": {"env": "PROXY_PASS"}}
+            ],
+            "proxy_rotation": "sticky"
+        }))
+        .unwrap();
+        assert_eq!(fetch.proxies[0], ProxyEntry::new("http://proxy-a:3128"));
+        assert_eq!(
+            fetch.proxies[1].password,
+            Some(SecretRef::Env("PROXY_PASS".into()))
+        );
+        assert_eq!(fetch.proxy_rotation, ProxyRotation::Sticky);
+        // Stored as objects, read back the same.
+        let stored = serde_json::to_value(&fetch).unwrap();
+        assert_eq!(
+            stored["proxies"][0],
+            serde_json::json!({"url": "http://proxy-a:3128"})
+        );
+        assert_eq!(
+            serde_json::from_value::<FetchLimits>(stored).unwrap(),
+            fetch
+        );
+        let typo = serde_json::json!({"proxies": [{"url": "http://p:1", "pasword": {"env": "P"}}]});
+        assert!(serde_json::from_value::<FetchLimits>(typo).is_err());
+        let rotation = serde_json::json!({"proxy_rotation": "random"});
+        assert!(serde_json::from_value::<FetchLimits>(rotation).is_err());
     }
 
     #[test]

@@ -127,31 +127,82 @@ pub(crate) fn check_literal(url: &url::Url, exempt: &[String]) -> Result<(), Blo
     }
 }
 
-/// A DNS resolver that drops forbidden addresses and fails when none is left.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct GuardedResolver;
+/// Resolves `host` and fails unless one of its addresses may be fetched: the check a request
+/// sent through a proxy gets (the proxy, not trawl, connects to the target). The addresses
+/// that passed are returned.
+pub(crate) async fn check_resolved(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
+    let resolved = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(ResolveError::Lookup)?;
+    allowed_addresses(host, resolved).map_err(ResolveError::Blocked)
+}
+
+/// Why a target host could not be checked.
+#[derive(Debug, Error)]
+pub(crate) enum ResolveError {
+    #[error("cannot resolve: {0}")]
+    Lookup(std::io::Error),
+    #[error(transparent)]
+    Blocked(BlockedAddress),
+}
+
+fn allowed_addresses(
+    host: &str,
+    resolved: impl Iterator<Item = SocketAddr>,
+) -> Result<Vec<SocketAddr>, BlockedAddress> {
+    let mut refused = None;
+    let allowed: Vec<SocketAddr> = resolved
+        .filter(|a| match forbidden_class(a.ip()) {
+            Some(class) => {
+                refused.get_or_insert(class);
+                false
+            }
+            None => true,
+        })
+        .collect();
+    if allowed.is_empty() {
+        // An empty answer is refused too; it has no class to name.
+        return Err(BlockedAddress {
+            host: host.to_owned(),
+            class: refused.unwrap_or("forbidden"),
+        });
+    }
+    Ok(allowed)
+}
+
+/// A DNS resolver that drops forbidden addresses and fails when none is left, except for one
+/// host name it resolves as is: the proxy a client goes through, allowed explicitly.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct GuardedResolver {
+    exempt_host: Option<std::sync::Arc<str>>,
+}
+
+impl GuardedResolver {
+    /// A resolver that lets `host` (a proxy's name) resolve to any address.
+    pub(crate) fn exempting(host: &str) -> Self {
+        Self {
+            exempt_host: Some(host.to_ascii_lowercase().into()),
+        }
+    }
+}
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
+        let exempt = self
+            .exempt_host
+            .as_deref()
+            .is_some_and(|e| e.eq_ignore_ascii_case(&host));
         Box::pin(async move {
             let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let mut refused = None;
-            let allowed: Vec<SocketAddr> = resolved
-                .filter(|a| match forbidden_class(a.ip()) {
-                    Some(class) => {
-                        refused.get_or_insert(class);
-                        false
-                    }
-                    None => true,
-                })
-                .collect();
-            if allowed.is_empty() {
-                // An empty answer is refused too; it has no class to name.
-                let class = refused.unwrap_or("forbidden");
-                return Err(Box::new(BlockedAddress { host, class }) as Box<_>);
+            if exempt {
+                return Ok(Box::new(resolved.collect::<Vec<_>>().into_iter()) as Addrs);
             }
-            Ok(Box::new(allowed.into_iter()) as Addrs)
+            match allowed_addresses(&host, resolved) {
+                Ok(allowed) => Ok(Box::new(allowed.into_iter()) as Addrs),
+                // Boxed as itself, so that `classify` finds it in the error's causes.
+                Err(blocked) => Err(Box::new(blocked) as Box<_>),
+            }
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Fetching one URL the way a polite, careful crawler must: robots.txt, the network guard,
 //! redirects re-checked hop by hop, conditional GET, timeouts and a hard cap on the body; and as
-//! a real client: the crawl's headers, method and body, credentials and cookies ([`request`]).
+//! a real client: the crawl's headers, method and body, credentials and cookies ([`request`]),
+//! through the crawl's proxies ([`proxy`]).
 //!
 //! One [`Fetcher`] is built per process and shared; each [`Fetcher::fetch`] takes the crawl's
 //! configuration, so crawls with different limits share connections and the robots cache. The
@@ -8,11 +9,13 @@
 //! crawl's; a crawler function shares it between the crawls that keep a jar in one container.
 
 mod guard;
+mod proxy;
 mod request;
 mod robots;
 mod secrets;
 
 pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
+pub use proxy::{MAX_PROXIES, NO_PROXY, ProxyStats};
 pub use request::validate as validate_request_settings;
 pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 
@@ -129,6 +132,7 @@ pub struct Fetcher {
     rules: RuleSets,
     jar: Jar,
     secrets: Arc<dyn SecretSource>,
+    proxies: proxy::ProxyPool,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -159,6 +163,7 @@ impl Fetcher {
             rules: RuleSets::default(),
             jar: Jar::default(),
             secrets: Arc::new(EnvSecrets),
+            proxies: proxy::ProxyPool::default(),
         })
     }
 
@@ -166,6 +171,12 @@ impl Fetcher {
     pub fn with_secrets(mut self, secrets: Arc<dyn SecretSource>) -> Self {
         self.secrets = secrets;
         self
+    }
+
+    /// What this fetcher saw of each proxy it sent requests through (requests, failures, times
+    /// benched), by URL.
+    pub fn proxy_stats(&self) -> Vec<ProxyStats> {
+        self.proxies.stats(Instant::now())
     }
 
     /// Fetches `req.url`: robots.txt first (when the crawl respects it), then the page, following
@@ -349,9 +360,9 @@ impl Fetcher {
             .map_err(|e| Failure::new(ErrorKind::Blocked, e.to_string()))
     }
 
-    /// Sends one request (no redirect following) through the client the crawl's guard setting
-    /// calls for, after checking IP-literal hosts against the guard; keeps the cookies it sets
-    /// when the crawl keeps a jar.
+    /// Sends one request (no redirect following), directly or through the crawl's proxies,
+    /// after checking the target against the network guard; keeps the cookies it sets when the
+    /// crawl keeps a jar.
     async fn send(
         &self,
         url: &CanonicalUrl,
@@ -361,10 +372,96 @@ impl Fetcher {
         deadline: Instant,
     ) -> Result<Response, Failure> {
         self.check_guard(url, config)?;
-        let client = self.client(
-            !config.fetch.allow_private_networks,
-            config.fetch.connect_timeout_ms,
-        )?;
+        let guarded = !config.fetch.allow_private_networks;
+        let connect_ms = config.fetch.connect_timeout_ms;
+        let response = if config.fetch.proxies.is_empty() {
+            let client = self.client(guarded, connect_ms)?;
+            let request = self.prepare(&client, url, config, plan, previous).await?;
+            match tokio::time::timeout_at(deadline, request.send()).await {
+                Err(_) => return Err(timed_out()),
+                Ok(Err(e)) => return Err(classify(&e)),
+                Ok(Ok(response)) => response,
+            }
+        } else {
+            self.send_through_proxies(url, config, plan, previous, deadline)
+                .await?
+        };
+        if config.fetch.cookies.jar {
+            let mut set = response.headers().get_all(header::SET_COOKIE).iter();
+            self.jar.set_cookies(&mut set, url.as_url());
+        }
+        Ok(response)
+    }
+
+    /// Sends through the first healthy proxy in the crawl's rotation order; a proxy that fails
+    /// is benched and the next one tried at once (each at most once).
+    async fn send_through_proxies(
+        &self,
+        url: &CanonicalUrl,
+        config: &CrawlConfig,
+        plan: &RequestPlan,
+        previous: Option<&FetchRecord>,
+        deadline: Instant,
+    ) -> Result<Response, Failure> {
+        let fetch = &config.fetch;
+        let guarded = !fetch.allow_private_networks;
+        if guarded {
+            // The proxy connects to the target: trawl checks where it would go first.
+            tokio::time::timeout_at(deadline, proxy::check_target(url))
+                .await
+                .map_err(|_| timed_out())??;
+        }
+        for index in self.proxies.order(fetch, url.host()) {
+            let Some(entry) = fetch.proxies.get(index) else {
+                continue;
+            };
+            if self.proxies.is_benched(&entry.url, Instant::now()) {
+                continue;
+            }
+            let (client, password) = self
+                .proxies
+                .client(entry, guarded, fetch.connect_timeout_ms, &*self.secrets)
+                .await?;
+            let request = self.prepare(&client, url, config, plan, previous).await?;
+            let mode = proxy::Mode::of(&entry.url, url);
+            self.proxies.record_request(&entry.url);
+            let fault = match tokio::time::timeout_at(deadline, request.send()).await {
+                Err(_) => return Err(timed_out()),
+                Ok(Err(e)) => {
+                    let mut failure = classify(&e);
+                    failure.message = proxy::scrub(&failure.message, password.as_ref());
+                    if !proxy::error_is_proxys(&e, &failure, mode) {
+                        return Err(failure);
+                    }
+                    failure.message
+                }
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    if !proxy::status_is_proxys(status, mode) {
+                        self.proxies.record_success(&entry.url);
+                        return Ok(response);
+                    }
+                    format!("HTTP {} from the proxy", status.as_u16())
+                }
+            };
+            let benched = self
+                .proxies
+                .record_failure(&entry.url, &fault, Instant::now());
+            tracing::warn!(proxy = %entry.url, url = %url, error = %fault, benched_s = benched.as_secs(), "proxy failed: benched, trying the next one");
+        }
+        Err(self.proxies.exhausted(&fetch.proxies, Instant::now()))
+    }
+
+    /// The request to `url` on `client`, with everything the crawl sends: User-Agent, the
+    /// plan's method, headers and body, credentials, cookies and conditional headers.
+    async fn prepare(
+        &self,
+        client: &Client,
+        url: &CanonicalUrl,
+        config: &CrawlConfig,
+        plan: &RequestPlan,
+        previous: Option<&FetchRecord>,
+    ) -> Result<reqwest::RequestBuilder, Failure> {
         let request = client
             .request(plan.method.clone(), url.as_str())
             .header(header::USER_AGENT, self.user_agent(config))
@@ -382,17 +479,7 @@ impl Fetcher {
                 request = request.header(header::IF_MODIFIED_SINCE, lm);
             }
         }
-        match tokio::time::timeout_at(deadline, request.send()).await {
-            Err(_) => Err(Failure::new(ErrorKind::Timeout, "no response in time")),
-            Ok(Err(e)) => Err(classify(&e)),
-            Ok(Ok(response)) => {
-                if config.fetch.cookies.jar {
-                    let mut set = response.headers().get_all(header::SET_COOKIE).iter();
-                    self.jar.set_cookies(&mut set, url.as_url());
-                }
-                Ok(response)
-            }
-        }
+        Ok(request)
     }
 
     fn user_agent<'a>(&'a self, config: &'a CrawlConfig) -> &'a str {
@@ -423,20 +510,29 @@ impl Fetcher {
     }
 }
 
-fn build_client(guarded: bool, connect_ms: u64) -> Result<Client, FetcherError> {
-    let builder = Client::builder()
-        // Redirects are followed by `fetch`, which checks every hop.
+/// The settings every client shares: no redirects followed (`fetch` checks every hop), no
+/// proxy from the environment (a proxy would resolve names past the guard; the crawl's own
+/// proxies are set by [`proxy`]), the connect timeout.
+fn client_builder(connect_ms: u64) -> reqwest::ClientBuilder {
+    Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        // A proxy would resolve names itself, past the guard; trawl connects directly.
         .no_proxy()
         .connect_timeout(Duration::from_millis(connect_ms))
-        .pool_idle_timeout(Duration::from_secs(30));
+        .pool_idle_timeout(Duration::from_secs(30))
+}
+
+fn build_client(guarded: bool, connect_ms: u64) -> Result<Client, FetcherError> {
+    let builder = client_builder(connect_ms);
     let builder = if guarded {
-        builder.dns_resolver(GuardedResolver)
+        builder.dns_resolver(GuardedResolver::default())
     } else {
         builder
     };
     Ok(builder.build()?)
+}
+
+fn timed_out() -> Failure {
+    Failure::new(ErrorKind::Timeout, "no response in time")
 }
 
 /// Where a response leads.

@@ -335,6 +335,7 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
             }
         }
     }
+    problems.extend(super::proxy::validate(fetch, is_env_name));
     for (domain, cookies) in &fetch.cookies.initial {
         let at = format!("fetch.cookies.initial[{domain:?}]");
         if host_and_port(domain.trim_start_matches('.')).is_none_or(|(_, port)| port.is_some()) {

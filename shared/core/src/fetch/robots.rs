@@ -109,7 +109,8 @@ pub(crate) fn product_token(user_agent: &str) -> &str {
 
 impl Fetcher {
     /// The robots rules for `url`'s origin, from the cache or fetched now.
-    /// `Err` only when the network guard refuses the origin or its credentials are missing.
+    /// `Err` only when the network guard refuses the origin, its credentials are missing or no
+    /// proxy is left to ask through.
     pub(crate) async fn robots_rules(
         &self,
         url: &CanonicalUrl,
@@ -166,6 +167,8 @@ impl Fetcher {
                 {
                     return Err(f);
                 }
+                // No proxy to ask through says nothing of the origin's rules: not cached.
+                Err(f) if super::proxy::is_exhausted(&f) => return Err(f),
                 Err(f) => return Ok(Rules::Unavailable(f.message)),
             };
             let status = response.status();
