@@ -189,7 +189,7 @@ pub fn host_turns(work: &Workload) -> Outcome {
             Outcome::bin(&mut out.fetched, t, 1);
         }
         let next_work = (left[i] > 0).then_some(t);
-        let Some((back, _)) = host.hand_back(&turn, next_work, host.seeded, t) else {
+        let Some((back, _)) = host.hand_back(&turn, next_work, host.seeded, 0, t) else {
             continue;
         };
         let rate = 1.0 / policy.delay_ms.max(1) as f64;

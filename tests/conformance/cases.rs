@@ -1107,7 +1107,7 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     // WHEN the zombie hands the host back, THEN nothing is written: the newer turn stands
     let hand_back = |turn: Turn, now: Millis| {
         update_host(store, &crawl, "z.example", now, move |h| {
-            match h.hand_back(&turn, Some(now), h.seeded, now) {
+            match h.hand_back(&turn, Some(now), h.seeded, 0, now) {
                 Some((next, visible_at)) => (Some(next), visible_at),
                 None => (None, None),
             }

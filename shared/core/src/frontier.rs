@@ -84,6 +84,25 @@ pub async fn seed_tasks<S>(
 where
     S: TaskStore + CrawlStore + HostStore,
 {
+    let (report, messages, _) = seed_in_turn(store, crawl, tasks, None, now).await?;
+    Ok((report, messages))
+}
+
+/// `seed_tasks` by the holder of `held`'s turn (link discovery): the URLs of the held host are
+/// not written to its record one page at a time (the busiest write of all) but counted and
+/// returned, for the holder to add when it hands the host back. Safe: while the turn runs the
+/// host needs no waking, and should the holder die, its expired turn is re-issued and finds the
+/// tasks in the host's due index.
+pub async fn seed_in_turn<S>(
+    store: &S,
+    crawl: &Crawl,
+    tasks: Vec<NewTask>,
+    held: Option<&str>,
+    now: Millis,
+) -> Result<(SeedReport, Vec<WorkMessage>, u64), FrontierError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+{
     let mut seen = HashSet::new();
     let mut tasks: Vec<NewTask> = tasks
         .into_iter()
@@ -102,7 +121,7 @@ where
         None => None,
     };
     if tasks.is_empty() {
-        return Ok((report, Vec::new()));
+        return Ok((report, Vec::new(), 0));
     }
     // The hosts learn of their URLs before the tasks exist, so that no task can wait unknown
     // to its host (a crash in between leaves a host woken for nothing: one empty turn).
@@ -110,6 +129,7 @@ where
     for task in &tasks {
         *offered.entry(task.url.host_key()).or_default() += 1;
     }
+    let held_offered = held.and_then(|h| offered.remove(h)).unwrap_or(0);
     let mut messages = Vec::new();
     for (host, n) in offered {
         if let Some(message) = offer(store, crawl, &host, n, now).await? {
@@ -129,7 +149,7 @@ where
             .release_pages(&crawl.id, granted - report.accepted)
             .await?;
     }
-    Ok((report, messages))
+    Ok((report, messages, held_offered))
 }
 
 /// Tells `name` of `n` URLs: one atomic add to its count (seeders of a busy host never contend),

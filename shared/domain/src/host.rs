@@ -234,7 +234,8 @@ impl Host {
     }
 
     /// Hands the host back at the end of `turn`. `next_work` is when its earliest remaining task
-    /// is due (None: none known), `seeded_at_claim` the `seeded` count the turn started from.
+    /// is due (None: none known), `seeded_at_claim` the `seeded` count the turn started from,
+    /// `seeded_by_turn` the URLs of this host the turn's own pages linked to (counted here).
     /// Returns the host and, when a next turn is needed, when its message should become visible
     /// (the host's own due time at the earliest); the message carries the new `epoch`. With no
     /// work left and nothing seeded meanwhile, the host goes idle. `None` when `turn` is not the
@@ -244,6 +245,7 @@ impl Host {
         turn: &Turn,
         next_work: Option<Millis>,
         seeded_at_claim: u64,
+        seeded_by_turn: u64,
         now: Millis,
     ) -> Option<(Host, Option<Millis>)> {
         if !self.holds(turn) {
@@ -251,12 +253,14 @@ impl Host {
         }
         let mut host = Host {
             turn_until: None,
+            seeded: self.seeded + seeded_by_turn,
             ..self.clone()
         };
         let next_work = match next_work {
             Some(at) => Some(at),
-            // Seeds that arrived during the turn may not have been visible to it yet.
-            None if self.seeded != seeded_at_claim => Some(now),
+            // Seeds that arrived during the turn (the holder's own links included) may not have
+            // been visible to it yet: one more turn looks.
+            None if self.seeded != seeded_at_claim || seeded_by_turn > 0 => Some(now),
             None => None,
         };
         let visible_at = next_work.map(|at| at.max(host.due_at()).max(now));
@@ -435,8 +439,8 @@ mod tests {
         let (taken, newer) = held.claim_turn(30_000, 30_000).unwrap();
         assert_eq!(newer.token, 2);
         // The zombie can no longer end (or act on) the turn.
-        assert!(taken.hand_back(&turn, None, 0, 30_000).is_none());
-        let (back, next) = taken.hand_back(&newer, None, 0, 30_000).unwrap();
+        assert!(taken.hand_back(&turn, None, 0, 0, 30_000).is_none());
+        let (back, next) = taken.hand_back(&newer, None, 0, 0, 30_000).unwrap();
         assert_eq!((back.turn_until, back.queued_for, next), (None, None, None));
     }
 
@@ -520,7 +524,7 @@ mod tests {
         // not visible before the host's pace allows.
         let (held, turn) = more.claim_turn(200, 30_000).unwrap();
         let paced = held.observe(&p, HostSignal::Answered, 300);
-        let (back, next) = paced.hand_back(&turn, Some(250), 5, 400).unwrap();
+        let (back, next) = paced.hand_back(&turn, Some(250), 5, 0, 400).unwrap();
         assert_eq!(next, Some(1_300), "not before next_allowed_at");
         assert_eq!((back.epoch, back.queued_for), (2, Some(1_300)));
     }
@@ -530,12 +534,12 @@ mod tests {
         let p = policy();
         let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
         let (held, turn) = host.claim_turn(0, 30_000).unwrap();
-        let (idle, next) = held.hand_back(&turn, None, 1, 10).unwrap();
+        let (idle, next) = held.hand_back(&turn, None, 1, 0, 10).unwrap();
         assert_eq!((idle.queued_for, next), (None, None));
         // Seeds during the turn (seeded moved from 1 to 2): another turn, at once.
         let (during, none) = held.note_seeded(1, 5);
         assert_eq!(none, None, "a running turn finds new work itself");
-        let (busy, next) = during.hand_back(&turn, None, 1, 10).unwrap();
+        let (busy, next) = during.hand_back(&turn, None, 1, 0, 10).unwrap();
         assert_eq!((next, busy.epoch), (Some(10), during.epoch + 1));
     }
 
@@ -562,7 +566,7 @@ mod tests {
             token: held.token,
             until: 36_000,
         };
-        let (idle, _) = held.hand_back(&turn, None, 1, 7_000).unwrap();
+        let (idle, _) = held.hand_back(&turn, None, 1, 0, 7_000).unwrap();
         assert_eq!((idle.queued_for, idle.backlog()), (None, 0));
         assert!(!idle.message_lost(7_000, 5_000, false));
         assert!(idle.message_lost(7_000, 5_000, true));

@@ -17,7 +17,7 @@ use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
 use crate::discover::{ScopeMatcher, extract_links};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
-use crate::frontier::{FrontierError, seed_tasks, turn_message, update_host};
+use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, TaskStore, TaskSummary,
@@ -33,7 +33,7 @@ use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
-use trawl_domain::host::{Host, HostPolicy, HostSignal, Turn, TurnRejection};
+use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task};
 
@@ -104,6 +104,13 @@ pub enum CrawlerError {
 
 /// Work messages waiting to be sent at the end of a batch (next turns, woken hosts).
 type Outbox = Mutex<Vec<WorkMessage>>;
+
+/// The host whose turn is running, and how many URLs of it the turn's pages linked to: added to
+/// the host's record at hand-back (`frontier::seed_in_turn`), not one write per page.
+struct Held {
+    host: String,
+    offered: std::sync::atomic::AtomicU64,
+}
 
 /// A crawl's config with its scope compiled, cached per worker.
 struct CrawlContext {
@@ -317,10 +324,14 @@ where
                 return retry_later();
             }
         };
-        let policy = config.politeness.host_policy(&host.name);
+        let held = Held {
+            host: host.name.clone(),
+            offered: Default::default(),
+        };
         let state = self
-            .run_turn(&context, host, &turn, &policy, deadline, outbox)
+            .run_turn(&context, host, &turn, deadline, outbox, &held)
             .await;
+        let seeded_by_turn = held.offered.into_inner();
         let mut outcomes = state.outcomes;
         let given_up = state.host.given_up.is_some();
         if given_up {
@@ -339,7 +350,7 @@ where
         let holder = state.host;
         let handed = update_host(&self.store, crawl, &holder.name, now, |stored| match stored
             .merge_turn(&holder)
-            .hand_back(&turn, next_work, seeded_at_claim, now)
+            .hand_back(&turn, next_work, seeded_at_claim, seeded_by_turn, now)
         {
             Some((next, visible_at)) => (Some(next), visible_at),
             None => (None, None),
@@ -367,12 +378,13 @@ where
         context: &CrawlContext,
         host: Host,
         turn: &Turn,
-        policy: &HostPolicy,
         deadline: Option<Instant>,
         outbox: &Outbox,
+        held: &Held,
     ) -> TurnState {
         let crawl = &context.crawl;
         let config = &crawl.config;
+        let policy = &config.politeness.host_policy(&host.name);
         // A fetch may take its whole timeout; none starts that could not end within the turn.
         let fetch_ms = config.fetch.timeout_ms.saturating_add(2_000);
         let turn_ends = turn.until.saturating_sub(fetch_ms as Millis);
@@ -444,7 +456,7 @@ where
                     }
                     let span = tracing::info_span!("task", task = %task.task_id);
                     let (outcome, signal) = self
-                        .crawl_task(context, &task, outbox)
+                        .crawl_task(context, &task, outbox, held)
                         .instrument(span)
                         .await;
                     let now = self.clock.now_ms();
@@ -482,6 +494,7 @@ where
         context: &CrawlContext,
         due: &TaskSummary,
         outbox: &Outbox,
+        held: &Held,
     ) -> (Outcome, Option<HostSignal>) {
         let config = &context.crawl.config;
         let now = self.clock.now_ms();
@@ -501,7 +514,10 @@ where
                 return (Outcome::Error, None);
             }
         };
-        match self.crawl_claimed(context, &task, &lease, outbox).await {
+        match self
+            .crawl_claimed(context, &task, &lease, outbox, held)
+            .await
+        {
             Ok(done) => done,
             Err(e) => {
                 // Give the task back so it need not wait for its lease to expire.
@@ -630,6 +646,7 @@ where
         task: &Task,
         lease: &Lease,
         outbox: &Outbox,
+        held: &Held,
     ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
         let config = &context.crawl.config;
         let url = match CanonicalUrl::parse(&task.url) {
@@ -717,8 +734,15 @@ where
                     && config.scope.follow_links
                     && !unchanged
                 {
-                    self.discover(context, task, page.final_url.as_url(), &body.bytes, outbox)
-                        .await?;
+                    self.discover(
+                        context,
+                        task,
+                        page.final_url.as_url(),
+                        &body.bytes,
+                        outbox,
+                        held,
+                    )
+                    .await?;
                 }
                 let bytes = record.content_length;
                 let page_body = page.body.map(|b| (b.bytes, b.md5));
@@ -779,6 +803,7 @@ where
         base: &url::Url,
         html: &[u8],
         outbox: &Outbox,
+        held: &Held,
     ) -> Result<(), CrawlerError> {
         let depth = task.depth + 1;
         let crawl = &context.crawl;
@@ -803,7 +828,11 @@ where
             return Ok(());
         }
         let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
-        let (report, messages) = seed_tasks(&self.store, crawl, tasks, self.clock.now_ms()).await?;
+        let now = self.clock.now_ms();
+        let (report, messages, offered) =
+            seed_in_turn(&self.store, crawl, tasks, Some(&held.host), now).await?;
+        held.offered
+            .fetch_add(offered, std::sync::atomic::Ordering::Relaxed);
         lock(outbox).extend(messages);
         // The page itself exists too: pages linking back to it need not seed it again.
         if report.over_budget == 0 {
