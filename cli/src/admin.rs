@@ -293,13 +293,8 @@ where
     });
     if json {
         output::json(&value);
-    } else if let serde_json::Value::Object(fields) = value {
-        let rows: Vec<Vec<String>> = fields
-            .into_iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| vec![k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)])
-            .collect();
-        output::table(&["field", "value"], &rows);
+    } else {
+        output::fields(value);
     }
     Ok(())
 }
@@ -632,14 +627,7 @@ where
         output::json(&value);
         return Ok(());
     }
-    if let serde_json::Value::Object(fields) = view.json() {
-        let rows: Vec<Vec<String>> = fields
-            .into_iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| vec![k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)])
-            .collect();
-        output::table(&["field", "value"], &rows);
-    }
+    output::fields(view.json());
     if !due.is_empty() {
         let rows: Vec<Vec<String>> = due
             .iter()

@@ -57,6 +57,18 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Prints a JSON object's non-null fields as a two-column table.
+pub fn fields(value: serde_json::Value) {
+    if let serde_json::Value::Object(fields) = value {
+        let rows: Vec<Vec<String>> = fields
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| vec![k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)])
+            .collect();
+        table(&["field", "value"], &rows);
+    }
+}
+
 /// Prints a JSON value on one line.
 pub fn json(value: &serde_json::Value) {
     line(value);

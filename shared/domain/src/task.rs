@@ -234,17 +234,32 @@ pub struct Task {
     pub stale: Vec<String>,
 }
 
+/// `Task::due_at` from the fields it reads (what a status-index projection holds too).
+pub fn due_at(
+    status: Status,
+    updated_at: Millis,
+    lease_expires_at: Option<Millis>,
+    next_attempt_at: Option<Millis>,
+) -> Option<Millis> {
+    match status {
+        Status::Pending => Some(updated_at),
+        Status::InProgress => Some(lease_expires_at.unwrap_or(updated_at)),
+        Status::Failed => Some(next_attempt_at.unwrap_or(updated_at)),
+        Status::Succeeded | Status::Ignored | Status::Gone => None,
+    }
+}
+
 impl Task {
     /// When the task can next be claimed: pending now (in seed or reschedule order), in progress
     /// once its lease expires, failed at its next attempt; never once terminal. A host's turn
     /// takes its tasks in this order (the per-host due index).
     pub fn due_at(&self) -> Option<Millis> {
-        match self.status {
-            Status::Pending => Some(self.updated_at),
-            Status::InProgress => Some(self.lease_expires_at.unwrap_or(self.updated_at)),
-            Status::Failed => Some(self.next_attempt_at.unwrap_or(self.updated_at)),
-            Status::Succeeded | Status::Ignored | Status::Gone => None,
-        }
+        due_at(
+            self.status,
+            self.updated_at,
+            self.lease_expires_at,
+            self.next_attempt_at,
+        )
     }
 
     /// The host the task is scheduled under (`canonical::host_key`).

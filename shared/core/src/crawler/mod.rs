@@ -20,18 +20,19 @@ use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
 use crate::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, TaskStore, TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
+    TaskSummary,
 };
 use futures_util::StreamExt;
 use futures_util::stream;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::RwLock;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
@@ -117,6 +118,13 @@ struct CrawlContext {
     crawl: Crawl,
     scope: ScopeMatcher,
     loaded: Instant,
+}
+
+/// What a turn may still start: its page budget, and the tasks it started (a due task read
+/// again before its claim shows is not started twice).
+struct Feed {
+    pages_left: u32,
+    started: HashSet<TaskId>,
 }
 
 /// A turn in progress: the host as its holder sees it, and whether to start no more fetches.
@@ -356,19 +364,7 @@ where
             None => (None, None),
         })
         .await;
-        match handed {
-            Ok(Some((host, Some(visible_at)))) => {
-                push(outbox, turn_message(crawl, &host, visible_at, now));
-                (Disposition::Done, outcomes)
-            }
-            Ok(_) => (Disposition::Done, outcomes),
-            Err(e) => {
-                // The message comes back; the turn's lease runs out and a worker takes over.
-                tracing::error!(error = %e, "cannot hand the host back");
-                outcomes.push(Outcome::Error);
-                (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes)
-            }
-        }
+        settle_host(handed, crawl, now, outbox, outcomes)
     }
 
     /// Fetches the host's due tasks at its pace, `policy.parallel` at a time, until none is
@@ -388,7 +384,6 @@ where
         // A fetch may take its whole timeout; none starts that could not end within the turn.
         let fetch_ms = config.fetch.timeout_ms.saturating_add(2_000);
         let turn_ends = turn.until.saturating_sub(fetch_ms as Millis);
-        let mut pages_left = config.politeness.turn_pages.max(1);
         let owned = Mutex::new(TurnState {
             host,
             stop: false,
@@ -397,92 +392,125 @@ where
         // Shared by the turn's concurrent fetches.
         let state = &owned;
         let next_start = &Mutex::new(Instant::now());
-        let mut robots_delay: Option<Duration> = None;
-        let name = lock(state).host.name.clone();
-        while pages_left > 0 && !lock(state).stop {
-            let now = self.clock.now_ms();
-            let due: Vec<TaskSummary> = match self
-                .store
-                .due_tasks(&crawl.id, &name, DUE_PAGE.min(pages_left))
-                .await
-            {
-                Ok(due) => due
-                    .into_iter()
-                    .filter(|t| t.claimable_from().is_some_and(|at| at <= now))
-                    .collect(),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the host's due tasks");
-                    lock(state).outcomes.push(Outcome::Error);
-                    break;
-                }
-            };
-            let Some(first) = due.first() else {
+        let name = &lock(state).host.name.clone();
+        // robots.txt's Crawl-delay, read once per turn (the fetcher caches robots.txt per host,
+        // so this costs a request only for a host's first turn).
+        let first = match self.store.due_tasks(&crawl.id, name, 1).await {
+            Ok(due) => due.into_iter().next(),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the host's due tasks");
+                lock(state).outcomes.push(Outcome::Error);
+                None
+            }
+        };
+        let Some(first) = first else {
+            return owned.into_inner().unwrap_or_else(PoisonError::into_inner);
+        };
+        let robots_delay = match CanonicalUrl::parse(&first.url) {
+            Ok(url) => self.fetcher.crawl_delay(&url, config).await,
+            Err(_) => None,
+        }
+        .unwrap_or(Duration::ZERO);
+        let feed = Feed {
+            pages_left: config.politeness.turn_pages.max(1),
+            started: HashSet::new(),
+        };
+        let feed = &Mutex::new(feed);
+        // Rounds: each runs the host's due tasks, refilled as fetch slots free up, until none is
+        // due; the pages those fetches linked to may be due by then, which the next round takes.
+        loop {
+            let before = lock(feed).pages_left;
+            if before == 0 || lock(state).stop {
                 break;
-            };
-            // robots.txt's Crawl-delay, read once per turn (the fetcher caches robots.txt per
-            // host, so this costs a request only for a host's first turn).
-            let robots_delay = match robots_delay {
-                Some(delay) => delay,
-                None => {
-                    let delay = match CanonicalUrl::parse(&first.url) {
-                        Ok(url) => self.fetcher.crawl_delay(&url, config).await,
-                        Err(_) => None,
-                    };
-                    *robots_delay.insert(delay.unwrap_or(Duration::ZERO))
-                }
-            };
-            pages_left = pages_left.saturating_sub(due.len() as u32);
-            stream::iter(due)
-                .map(|task| async move {
-                    // The host's pace: starts spaced by its delay (robots Crawl-delay at least).
-                    let pause = {
-                        let host = &lock(state).host;
-                        Duration::from_millis(host.delay_ms).max(robots_delay)
-                    };
-                    let start = {
-                        let mut next = lock(next_start);
-                        let at = (*next).max(Instant::now());
-                        *next = at + pause;
-                        at
-                    };
-                    tokio::time::sleep_until(start.into()).await;
-                    let late = deadline.is_some_and(|d| {
-                        d.saturating_duration_since(Instant::now())
-                            < Duration::from_millis(fetch_ms)
-                    });
-                    if lock(state).stop || late || self.clock.now_ms() > turn_ends {
-                        lock(state).stop = true;
-                        return;
+            }
+            let due = stream::unfold(VecDeque::<TaskSummary>::new(), |mut buffer| async move {
+                loop {
+                    if lock(state).stop {
+                        return None;
                     }
-                    let span = tracing::info_span!("task", task = %task.task_id);
-                    let (outcome, signal) = self
-                        .crawl_task(context, &task, outbox, held)
-                        .instrument(span)
-                        .await;
+                    if let Some(task) = buffer.pop_front() {
+                        let mut feed = lock(feed);
+                        if feed.pages_left == 0 {
+                            return None;
+                        }
+                        if feed.started.insert(task.task_id.clone()) {
+                            feed.pages_left -= 1;
+                            return Some((task, buffer));
+                        }
+                        continue;
+                    }
                     let now = self.clock.now_ms();
-                    let mut turn_state = lock(state);
-                    turn_state.outcomes.push(outcome);
-                    if matches!(
-                        outcome,
-                        Outcome::Succeeded { .. } | Outcome::Unchanged | Outcome::GaveUp
-                    ) {
-                        turn_state.host.done += 1;
+                    let page = match self.store.due_tasks(&crawl.id, name, DUE_PAGE).await {
+                        Ok(page) => page,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot read the host's due tasks");
+                            lock(state).outcomes.push(Outcome::Error);
+                            lock(state).stop = true;
+                            return None;
+                        }
+                    };
+                    let started = &lock(feed).started;
+                    buffer = page
+                        .into_iter()
+                        .filter(|t| t.claimable_from().is_some_and(|at| at <= now))
+                        .filter(|t| !started.contains(&t.task_id))
+                        .collect();
+                    if buffer.is_empty() {
+                        return None;
                     }
-                    if outcome == Outcome::Error {
+                }
+            });
+            due.map(|task| async move {
+                // The host's pace: starts spaced by its delay (robots Crawl-delay at least).
+                let pause = {
+                    let host = &lock(state).host;
+                    Duration::from_millis(host.delay_ms).max(robots_delay)
+                };
+                let start = {
+                    let mut next = lock(next_start);
+                    let at = (*next).max(Instant::now());
+                    *next = at + pause;
+                    at
+                };
+                tokio::time::sleep_until(start.into()).await;
+                let late = deadline.is_some_and(|d| {
+                    d.saturating_duration_since(Instant::now()) < Duration::from_millis(fetch_ms)
+                });
+                if lock(state).stop || late || self.clock.now_ms() > turn_ends {
+                    lock(state).stop = true;
+                    return;
+                }
+                let span = tracing::info_span!("task", task = %task.task_id);
+                let (outcome, signal) = self
+                    .crawl_task(context, &task, outbox, held)
+                    .instrument(span)
+                    .await;
+                let now = self.clock.now_ms();
+                let mut turn_state = lock(state);
+                turn_state.outcomes.push(outcome);
+                if matches!(
+                    outcome,
+                    Outcome::Succeeded { .. } | Outcome::Unchanged | Outcome::GaveUp
+                ) {
+                    turn_state.host.done += 1;
+                }
+                if outcome == Outcome::Error {
+                    turn_state.stop = true;
+                }
+                if let Some(signal) = signal {
+                    turn_state.host = turn_state.host.observe(policy, signal, now);
+                    if turn_state.host.snoozed_until.is_some() || turn_state.host.given_up.is_some()
+                    {
                         turn_state.stop = true;
                     }
-                    if let Some(signal) = signal {
-                        turn_state.host = turn_state.host.observe(policy, signal, now);
-                        if turn_state.host.snoozed_until.is_some()
-                            || turn_state.host.given_up.is_some()
-                        {
-                            turn_state.stop = true;
-                        }
-                    }
-                })
-                .buffer_unordered(policy.parallel.max(1) as usize)
-                .collect::<Vec<()>>()
-                .await;
+                }
+            })
+            .buffer_unordered(policy.parallel.max(1) as usize)
+            .collect::<Vec<()>>()
+            .await;
+            if lock(feed).pages_left == before {
+                break;
+            }
         }
         owned.into_inner().unwrap_or_else(PoisonError::into_inner)
     }
@@ -590,7 +618,7 @@ where
                 vec![Outcome::Error],
             );
         };
-        let mut outcomes = self.end_tasks_of_given_up(context, &host).await;
+        let outcomes = self.end_tasks_of_given_up(context, &host).await;
         let left = match self.store.due_tasks(&crawl.id, name, 1).await {
             Ok(due) => !due.is_empty(),
             Err(_) => true,
@@ -605,18 +633,7 @@ where
             }
         })
         .await;
-        match settled {
-            Ok(Some((host, Some(visible_at)))) => {
-                push(outbox, turn_message(crawl, &host, visible_at, now));
-                (Disposition::Done, outcomes)
-            }
-            Ok(_) => (Disposition::Done, outcomes),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot settle the given-up host");
-                outcomes.push(Outcome::Error);
-                (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes)
-            }
-        }
+        settle_host(settled, crawl, now, outbox, outcomes)
     }
 
     /// Sends the batch's turn messages (next turns, hosts its links woke) in full batches of 10.
@@ -899,8 +916,28 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn push(outbox: &Outbox, message: WorkMessage) {
-    lock(outbox).push(message);
+/// How a turn's message ends once its host's record was written: done, with the host's next
+/// turn queued when it has one; or, when the write failed, back to the queue (the turn's lease
+/// runs out and a worker takes the host over).
+fn settle_host(
+    written: StoreResult<Option<(Host, Option<Millis>)>>,
+    crawl: &Crawl,
+    now: Millis,
+    outbox: &Outbox,
+    mut outcomes: Vec<Outcome>,
+) -> (Disposition, Vec<Outcome>) {
+    match written {
+        Ok(Some((host, Some(visible_at)))) => {
+            lock(outbox).push(turn_message(crawl, &host, visible_at, now));
+            (Disposition::Done, outcomes)
+        }
+        Ok(_) => (Disposition::Done, outcomes),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the host back");
+            outcomes.push(Outcome::Error);
+            (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes)
+        }
+    }
 }
 
 /// Milliseconds from `now` until `at`, within what a queue can hold a message back.

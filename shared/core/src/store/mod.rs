@@ -164,12 +164,12 @@ impl TaskSummary {
 
     /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
     pub fn due_at(&self) -> Option<Millis> {
-        match self.status {
-            Status::Pending => Some(self.updated_at),
-            Status::InProgress => Some(self.lease_expires_at.unwrap_or(self.updated_at)),
-            Status::Failed => Some(self.next_attempt_at.unwrap_or(self.updated_at)),
-            Status::Succeeded | Status::Ignored | Status::Gone => None,
-        }
+        trawl_domain::task::due_at(
+            self.status,
+            self.updated_at,
+            self.lease_expires_at,
+            self.next_attempt_at,
+        )
     }
 }
 
