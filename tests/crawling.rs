@@ -207,7 +207,8 @@ async fn query_order_and_tracking_parameters_make_one_task_fetched_once() {
 async fn failures_end_in_the_right_status_with_nothing_stored() {
     // GIVEN a crawl open to any host (so the network guard, not the scope, must refuse
     // internal addresses) with bodies capped at 64 KiB
-    let Fixture { site, .. } = fixture().await;
+    let Fixture { site, internal } = fixture().await;
+    let internal_url = internal.url("/secret");
     let mut config = config(&site);
     config.scope.allowed_domains.clear();
     config.fetch.max_body_bytes = 64 * 1024;
@@ -253,18 +254,33 @@ async fn failures_end_in_the_right_status_with_nothing_stored() {
         status("/bomb.html").await.errors[0].kind,
         ErrorKind::TooLarge
     );
-    assert_eq!(
-        status("/loop/a").await.errors[0].kind,
-        ErrorKind::TooManyRedirects
-    );
-    assert_eq!(
-        status("/to-metadata").await.errors[0].kind,
-        ErrorKind::Blocked
-    );
-    assert_eq!(
-        status("/to-internal").await.errors[0].kind,
-        ErrorKind::Blocked
-    );
+    // A redirect is recorded on its task, and its target becomes a task of its own: a loop
+    // ends when it reaches a known task, each hop fetched once; a target the network guard
+    // refuses is refused as its own task, never fetched.
+    for (from, to) in [("/loop/a", "/loop/b"), ("/loop/b", "/loop/a")] {
+        let hop = status(from).await;
+        let record = hop.fetch.unwrap();
+        assert_eq!(
+            (hop.status, record.http_status, record.final_url),
+            (Status::Succeeded, 302, Some(site.url(to)))
+        );
+        assert_eq!(site.hits(from), 1, "{from}");
+    }
+    for (from, to) in [
+        (
+            "/to-metadata",
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+        ),
+        ("/to-internal", internal_url.clone()),
+    ] {
+        assert_eq!(status(from).await.status, Status::Succeeded, "{from}");
+        let target = task(&crawler, &crawl, &to).await;
+        assert_eq!(
+            (target.status, target.errors[0].kind),
+            (Status::Ignored, ErrorKind::Blocked),
+            "{to}"
+        );
+    }
     // A PDF is recorded (status, type, length) but not stored.
     let pdf = status("/doc.pdf").await;
     assert_eq!(pdf.status, Status::Succeeded);

@@ -49,6 +49,7 @@ async fn fetch_with(
             scope,
             depth: 0,
             now: now_ms(),
+            redirects: trawl_core::fetch::Redirects::Follow,
         })
         .await
 }

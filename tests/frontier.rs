@@ -2,7 +2,7 @@
 //! the in-process queue — against loopback sites: a failing URL holds none of its host's other
 //! URLs back, a throttled host is snoozed for every worker without spending its URLs' retries, a
 //! dead host is given up within its error budget so that the crawl completes, and a page that
-//! several links reach under different query orders is fetched once.
+//! several links reach under different query orders, or a redirect and a link, is fetched once.
 
 use crate::site::{Route, Site};
 use crate::support::{aws_stack, moto, unique};
@@ -420,4 +420,59 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_on_aw
 #[tokio::test]
 async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embedded() {
     a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes(on_embedded).await;
+}
+
+/// A redirect chain whose target is also linked directly.
+async fn a_redirect_target_also_linked_is_fetched_once<S, B, Q>(
+    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
+) where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    // GIVEN /old → /older → /page, and /page seeded too
+    let site = Site::start().await;
+    site.route("/old", Route::redirect(301, "/older"))
+        .route("/older", Route::redirect(302, "/page"))
+        .route("/page", Route::html("<p>the page</p>"));
+    let run = start(config(&[&site])).await;
+    run.seed(&[site.url("/old"), site.url("/page")]).await;
+
+    // WHEN everything is crawled
+    let outcomes = run.drain().await;
+
+    // THEN every URL was fetched once: each redirect recorded on its own task, pointing at its
+    // target, and the page stored once under its own task
+    for path in ["/old", "/older", "/page"] {
+        assert_eq!(site.hits(path), 1, "{path}");
+    }
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Outcome::Redirected)
+            .count(),
+        2,
+        "{outcomes:?}"
+    );
+    for (from, to, status) in [("/old", "/older", 301), ("/older", "/page", 302)] {
+        let hop = run.task(&site.url(from)).await;
+        let record = hop.fetch.expect("the redirect recorded");
+        assert_eq!(
+            (hop.status, record.http_status, record.final_url, record.md5),
+            (Status::Succeeded, status, Some(site.url(to)), None)
+        );
+    }
+    let page = run.task(&site.url("/page")).await;
+    assert_eq!(page.status, Status::Succeeded);
+    assert!(page.fetch.unwrap().object_key.is_some());
+}
+
+#[tokio::test]
+async fn a_redirect_target_also_linked_is_fetched_once_on_aws() {
+    a_redirect_target_also_linked_is_fetched_once(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_redirect_target_also_linked_is_fetched_once_embedded() {
+    a_redirect_target_also_linked_is_fetched_once(on_embedded).await;
 }

@@ -502,6 +502,7 @@ async fn fetch_once(fetcher: &Fetcher, config: &CrawlConfig, url: &str) -> Fetch
             scope: &scope,
             depth: 0,
             now: trawl_domain::task::now_ms(),
+            redirects: trawl_core::fetch::Redirects::Follow,
         }),
     )
     .await

@@ -45,6 +45,8 @@ pub struct RunStats {
     pub succeeded: AtomicU64,
     /// Pages found unchanged (304 or same md5): no upload.
     pub unchanged: AtomicU64,
+    /// Redirects recorded (their targets are tasks of their own).
+    pub redirected: AtomicU64,
     /// Failures that will be retried (snoozed hosts' URLs included).
     pub retrying: AtomicU64,
     /// Tasks given up (permanent failure or retries exhausted).
@@ -65,6 +67,7 @@ impl RunStats {
                 &self.succeeded
             }
             Outcome::Unchanged => &self.unchanged,
+            Outcome::Redirected => &self.redirected,
             Outcome::Retrying | Outcome::Snoozed => &self.retrying,
             Outcome::GaveUp => &self.gave_up,
             Outcome::Skipped => &self.skipped,
@@ -77,6 +80,7 @@ impl RunStats {
     pub fn finished(&self) -> u64 {
         self.succeeded.load(Ordering::Relaxed)
             + self.unchanged.load(Ordering::Relaxed)
+            + self.redirected.load(Ordering::Relaxed)
             + self.gave_up.load(Ordering::Relaxed)
     }
 }

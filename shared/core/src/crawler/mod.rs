@@ -16,7 +16,7 @@ pub use record::{RecordError, StoredPage, record_page};
 use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
 use crate::discover::{ScopeMatcher, extract_links};
-use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
+use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
 use crate::store::{
@@ -82,6 +82,8 @@ pub enum Outcome {
     },
     /// 304 or same md5: succeeded without a PUT.
     Unchanged,
+    /// A redirect, recorded; its target became a task of its own.
+    Redirected,
     Retrying,
     GaveUp,
     /// The host answered with host-wide trouble: the task went back untouched (no retry spent)
@@ -490,7 +492,10 @@ where
                 turn_state.outcomes.push(outcome);
                 if matches!(
                     outcome,
-                    Outcome::Succeeded { .. } | Outcome::Unchanged | Outcome::GaveUp
+                    Outcome::Succeeded { .. }
+                        | Outcome::Unchanged
+                        | Outcome::Redirected
+                        | Outcome::GaveUp
                 ) {
                     turn_state.host.done += 1;
                 }
@@ -681,6 +686,7 @@ where
             scope: &context.scope,
             depth: task.depth,
             now,
+            redirects: Redirects::Report,
         };
         let next_fetch_at = config.recrawl.interval_ms.map(|i| now + i as Millis);
         match self.fetcher.fetch(request).await {
@@ -693,6 +699,42 @@ where
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
                 self.store.release(lease, self.clock.now_ms()).await?;
                 Ok((Outcome::Snoozed, Some(signal)))
+            }
+            FetchOutcome::Redirected { status, location } => {
+                // The redirect is recorded here; its target is a task of its own (seeded at this
+                // task's depth), fetched once however many redirects and links lead to it.
+                let target = NewTask {
+                    url: location.clone(),
+                    depth: task.depth,
+                    parent: Some(task.task_id.clone()),
+                };
+                self.seed_found(context, task, vec![target], outbox, held)
+                    .await?;
+                let record = FetchRecord {
+                    http_status: status,
+                    final_url: Some(location.as_str().to_owned()),
+                    redirects: 1,
+                    fetched_at: now,
+                    next_fetch_at,
+                    ..FetchRecord::default()
+                };
+                let stored = record_page(
+                    &self.store,
+                    &self.blobs,
+                    &self.layout,
+                    task,
+                    lease,
+                    &url,
+                    record,
+                    None,
+                    self.clock.now_ms(),
+                )
+                .await?;
+                let outcome = match stored {
+                    StoredPage::Finished { .. } => Outcome::Redirected,
+                    StoredPage::LostLease => Outcome::Skipped,
+                };
+                Ok((outcome, Some(HostSignal::Answered)))
             }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
@@ -841,6 +883,20 @@ where
                 parent: Some(task.task_id.clone()),
             })
             .collect();
+        self.seed_found(context, task, tasks, outbox, held).await
+    }
+
+    /// Seeds URLs `task` led to (its links, its redirect's target), and remembers them per
+    /// worker so that pages linking to them again need not seed them again.
+    async fn seed_found(
+        &self,
+        context: &CrawlContext,
+        task: &Task,
+        tasks: Vec<NewTask>,
+        outbox: &Outbox,
+        held: &Held,
+    ) -> Result<(), CrawlerError> {
+        let crawl = &context.crawl;
         if tasks.is_empty() {
             return Ok(());
         }

@@ -62,6 +62,20 @@ pub struct FetchRequest<'a> {
     pub depth: u32,
     /// The wall clock, for Retry-After dates.
     pub now: Millis,
+    /// What a GET's redirect to an in-scope URL ends in.
+    pub redirects: Redirects,
+}
+
+/// How a GET follows redirects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redirects {
+    /// Up to `fetch.max_redirects` hops, each checked against scope and guard (sitemaps).
+    Follow,
+    /// Stop at the first hop and report it (`FetchOutcome::Redirected`): the crawler records it
+    /// and makes the target a task of its own, so that a page reached both by a redirect and by
+    /// a link is fetched once. Requests other than GET still follow (a 303 turns a POST into
+    /// the GET of its result).
+    Report,
 }
 
 /// How a fetch ended.
@@ -71,6 +85,11 @@ pub enum FetchOutcome {
     Fetched(FetchedPage),
     /// A 304: the previous content still stands.
     NotModified(NotModified),
+    /// A GET's redirect to an in-scope URL (with `Redirects::Report`).
+    Redirected {
+        status: u16,
+        location: CanonicalUrl,
+    },
     Failed(Failure),
 }
 
@@ -267,6 +286,12 @@ impl Fetcher {
                     ),
                     status,
                 ));
+            }
+            if req.redirects == Redirects::Report && plan.method == Method::GET {
+                return Ok(FetchOutcome::Redirected {
+                    status: status.as_u16(),
+                    location: next,
+                });
             }
             redirects += 1;
             plan.follow(status);
@@ -674,6 +699,7 @@ mod tests {
             scope: &scope,
             depth: 0,
             now: 0,
+            redirects: Redirects::Report,
         });
         assert_send(&fetch);
         let delay = fetcher.crawl_delay(&url, &config);

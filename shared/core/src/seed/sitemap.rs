@@ -3,7 +3,7 @@
 //! guard apply to them as to any page, with the protocol's 50 MB cap.
 
 use crate::discover::ScopeMatcher;
-use crate::fetch::{FetchOutcome, FetchRequest, Fetcher};
+use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use flate2::read::GzDecoder;
 use quick_xml::events::Event;
 use std::io::Read;
@@ -70,11 +70,13 @@ pub(crate) async fn fetch(
             scope: &scope,
             depth: 0,
             now,
+            redirects: Redirects::Follow,
         })
         .await;
     let page = match outcome {
         FetchOutcome::Fetched(page) => page,
         FetchOutcome::NotModified(_) => return Err("unexpected 304".into()),
+        FetchOutcome::Redirected { .. } => return Err("unexpected redirect".into()),
         FetchOutcome::Failed(f) => {
             return Err(format!("fetch failed ({:?}): {}", f.kind, f.message));
         }
