@@ -180,6 +180,22 @@ async fn a_300_page_site_is_fetched_once_per_page_and_delivered() {
     )
     .await;
     assert_eq!(unknown.status.code(), Some(2));
+    // AND a retry of one host moves only that host's tasks (here: none to move)
+    let retried = trawl(
+        &[
+            "retry",
+            "--status",
+            "ignored",
+            "--host",
+            &name,
+            "--json",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(json_of(&retried)["rescheduled"], 0);
 
     // WHEN the same command runs again, THEN nothing is fetched again
     let again = trawl(

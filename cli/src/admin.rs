@@ -16,7 +16,7 @@ use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
 use trawl_core::sweep::MIN_LOST_AFTER_MS;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::task::{Status, now_ms};
@@ -317,20 +317,21 @@ where
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let now = now_ms();
     let mut moved = Vec::new();
-    // Rescheduled tasks leave the status, so the first page is always the next one.
+    let mut cursor = None;
+    // Rescheduled tasks leave the status (and the `updated_before` window): the cursor goes on
+    // past the ones left, another host's.
     for _ in 0..100_000 {
         let query = TaskQuery {
             crawl_id: crawl.id.clone(),
             status,
             updated_before: Some(now),
             limit: 100,
-            cursor: None,
+            cursor: cursor.take(),
         };
         let page = backend.store.query(&query).await?;
-        if page.tasks.is_empty() {
-            break;
-        }
-        for task in page.tasks {
+        cursor = page.cursor;
+        let of_host = |url: &str| args.host.as_deref().is_none_or(|h| host_key_of(url) == h);
+        for task in page.tasks.into_iter().filter(|t| of_host(&t.url)) {
             if backend
                 .store
                 .reschedule(&crawl.id, &task.task_id, &[status], now)
@@ -338,6 +339,9 @@ where
             {
                 moved.push(task.url);
             }
+        }
+        if cursor.is_none() {
+            break;
         }
     }
     if !moved.is_empty() && crawl.state == CrawlState::Completed {

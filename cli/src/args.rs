@@ -339,6 +339,9 @@ pub struct RetryArgs {
     pub status: String,
     #[arg(long)]
     pub crawl_id: Option<String>,
+    /// Only this host's tasks (`example.com`, or `host:port`; `trawl hosts` lists them).
+    #[arg(long)]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Args)]

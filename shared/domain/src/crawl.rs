@@ -82,7 +82,8 @@ impl Default for Politeness {
             delay_ms: 0,
             max_crawl_delay_ms: 10_000,
             respect_robots: true,
-            snooze_base_ms: 10_000,
+            // 2 s doubling: a dead host is given up after about 4 minutes of trying (8 signals).
+            snooze_base_ms: 2_000,
             snooze_max_ms: 3_600_000,
             error_budget: 8,
             turn_pages: 50,
