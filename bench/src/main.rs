@@ -8,6 +8,7 @@ mod cost;
 mod error;
 mod freshness;
 mod frontier;
+mod hosts;
 mod lambda;
 mod local;
 mod machine;
@@ -55,6 +56,7 @@ enum Section {
     Sweep,
     Frontier,
     Freshness,
+    Hosts,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -214,6 +216,18 @@ async fn measure(args: &Args) -> Report {
         match sweep::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "sweeper", e),
+        }
+    }
+    if wanted(Section::Hosts) {
+        eprintln!("hosts view …");
+        match sibling("trawl") {
+            Some(cli) => match hosts::run(args.quick, runs, &cli).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "hosts view", e),
+            },
+            None => report.skipped.push(
+                "`trawl hosts` (the CLI binary is not built in this target directory)".to_owned(),
+            ),
         }
     }
     if wanted(Section::Frontier) {
