@@ -807,36 +807,15 @@ impl Deployment {
     async fn create() -> Self {
         let endpoint = support::moto::shared().endpoint.clone();
         let clients = support::clients(&endpoint).await;
-        let table = unique("tasks");
-        trawl_aws::dynamodb::create_table(&clients.dynamodb, &table)
+        let made = trawl_aws::stack::create_stack(&clients, &unique("deployment"))
             .await
             .unwrap();
-        let bucket = unique("bucket");
-        clients
-            .s3
-            .create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .unwrap();
-        let queue_url = clients
-            .sqs
-            .create_queue()
-            .queue_name(unique("crawl"))
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
-        let delivery_url = clients
-            .sqs
-            .create_queue()
-            .queue_name(unique("delivery"))
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
+        let (table, bucket, queue_url, delivery_url) = (
+            made.table,
+            made.bucket,
+            made.queue_url,
+            made.delivery_queue_url,
+        );
         Self {
             endpoint,
             table,

@@ -10,7 +10,6 @@
 //! serialises requests makes conditional writes and FIFO receives atomic, as AWS does.
 
 use crate::delivering::{gz_lines, read_warc, status_counts, warc_pages};
-use crate::seeding::crawl_queue;
 use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
 use futures_util::StreamExt;
@@ -26,6 +25,7 @@ use trawl_aws::manifest::S3Manifests;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
+use trawl_aws::stack::create_stack;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::deliver::{self, Deliverer, DeliveryReport, DeliveryRequest, ManifestLine};
@@ -151,7 +151,8 @@ fn config(site: &Site) -> CrawlConfig {
     config
 }
 
-/// Table, bucket, crawl queue and delivery queue of this test, on single-threaded moto.
+/// The stack of this test (`create_stack`: table, bucket, crawl and delivery queues), on
+/// single-threaded moto.
 struct Stack {
     clients: Clients,
     store: DynamoStore,
@@ -167,26 +168,10 @@ struct Stack {
 async fn stack() -> Stack {
     let endpoint = &moto::single_threaded().endpoint;
     let clients = support::clients(endpoint).await;
-    let (store, calls) = support::dynamo_store(endpoint, 4).await;
-    let bucket = unique("e2e");
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
-    let queue_url = crawl_queue(&clients.sqs).await;
-    let delivery_url = clients
-        .sqs
-        .create_queue()
-        .queue_name(unique("delivery"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url()
-        .unwrap()
-        .to_owned();
+    let made = create_stack(&clients, &unique("e2e")).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(clients.dynamodb.clone(), &made.table, 4, calls.clone());
+    let (bucket, queue_url, delivery_url) = (made.bucket, made.queue_url, made.delivery_queue_url);
     Stack {
         blobs: S3BlobStore::new(clients.s3.clone(), &bucket, calls.clone()),
         queue: SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone()),

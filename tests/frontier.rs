@@ -321,7 +321,6 @@ fn turn_received<S, B, Q>(run: &Run<S, B, Q>, host: &Host) -> trawl_core::queue:
         message_id: "other-worker".into(),
         receipt: "other-worker".into(),
         body: serde_json::to_string(&message).unwrap(),
-        receive_count: 1,
     }
 }
 

@@ -11,5 +11,6 @@ mod frontier;
 mod proxy;
 mod seeding;
 mod site;
+mod stack;
 mod support;
 mod sweeping;

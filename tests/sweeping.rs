@@ -340,20 +340,19 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
     // Single-threaded moto: conditional writes are atomic there, as on DynamoDB.
     let endpoint = &moto::single_threaded().endpoint;
     let clients = support::clients(endpoint).await;
-    let (store, calls) = support::dynamo_store(endpoint, 2).await;
-    let queue_url = crawl_queue(&clients.sqs).await;
-    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let delivery_url = clients
-        .sqs
-        .create_queue()
-        .queue_name(unique("delivery"))
-        .send()
+    let made = trawl_aws::stack::create_stack(&clients, &unique("sweep"))
         .await
-        .unwrap()
-        .queue_url()
-        .unwrap()
-        .to_owned();
-    let trigger = SqsDeliveryTrigger::new(clients.sqs.clone(), &delivery_url, calls.clone());
+        .unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = trawl_aws::dynamodb::DynamoStore::new(
+        clients.dynamodb.clone(),
+        &made.table,
+        2,
+        calls.clone(),
+    );
+    let queue = SqsQueue::new(clients.sqs.clone(), &made.queue_url, calls.clone());
+    let trigger =
+        SqsDeliveryTrigger::new(clients.sqs.clone(), &made.delivery_queue_url, calls.clone());
     let crawl = create(&store, config()).await;
     for path in ["a", "b", "c"] {
         seed(&store, &crawl, path, T0).await;
@@ -424,7 +423,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         let out = clients
             .sqs
             .receive_message()
-            .queue_url(&delivery_url)
+            .queue_url(&made.delivery_queue_url)
             .max_number_of_messages(10)
             .send()
             .await

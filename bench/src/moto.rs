@@ -1,16 +1,17 @@
 //! A moto server (the AWS API emulator the integration tests use), started from the tests'
-//! own launcher script on 127.0.0.1 with an ephemeral port, and a fresh table, bucket and
-//! standard queue (the crawl queue as deployed: host turns, delayed per message) on it with every
-//! adapter counting its calls.
+//! own launcher script on 127.0.0.1 with an ephemeral port, and a fresh stack on it
+//! (`trawl_aws::stack::create_stack`, as `trawl setup` makes one) with every adapter counting its
+//! calls.
 
 use crate::error::{BenchResult, Context, check};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use trawl_aws::clients::Clients;
-use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
+use trawl_aws::stack::create_stack;
 use trawl_domain::calls::CallCounts;
 
 const LAUNCHER: &str = concat!(
@@ -96,43 +97,26 @@ pub struct Stack {
     pub queue_url: String,
 }
 
+/// A stack called `name`, made as `trawl setup` makes one (`create_stack`).
 pub async fn stack(endpoint: &str, name: &str) -> BenchResult<Stack> {
     let clients = clients(endpoint).await;
     let calls = Arc::new(CallCounts::default());
-    let table = format!("{name}-tasks");
-    create_table(&clients.dynamodb, &table)
+    let made = create_stack(&clients, name)
         .await
-        .step("create table")?;
-    let bucket = format!("{name}-pages");
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .step("create bucket")?;
-    let queue_url = clients
-        .sqs
-        .create_queue()
-        .queue_name(format!("{name}-crawl"))
-        .send()
-        .await
-        .step("create queue")?
-        .queue_url
-        .ok_or_else(|| check("create queue", "no queue url"))?;
+        .map_err(|e| check("create stack", e.to_string()))?;
     Ok(Stack {
         probe: DynamoStore::new(
             clients.dynamodb.clone(),
-            &table,
+            &made.table,
             SHARDS,
             Arc::new(CallCounts::default()),
         ),
-        store: DynamoStore::new(clients.dynamodb, &table, SHARDS, calls.clone()),
-        blobs: S3BlobStore::new(clients.s3, &bucket, calls.clone()),
-        queue: SqsQueue::new(clients.sqs, &queue_url, calls.clone()),
+        store: DynamoStore::new(clients.dynamodb, &made.table, SHARDS, calls.clone()),
+        blobs: S3BlobStore::new(clients.s3, &made.bucket, calls.clone()),
+        queue: SqsQueue::new(clients.sqs, &made.queue_url, calls.clone()),
         calls,
-        table,
-        bucket,
-        queue_url,
+        table: made.table,
+        bucket: made.bucket,
+        queue_url: made.queue_url,
     })
 }

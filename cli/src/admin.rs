@@ -448,7 +448,7 @@ where
 /// variables that point trawl at them.
 pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
     let clients = trawl_aws::clients::Clients::new(&trawl_aws::clients::load_config().await);
-    let stack = trawl_aws::clients::create_stack(&clients, &args.name)
+    let stack = trawl_aws::stack::create_stack(&clients, &args.name)
         .await
         .map_err(|e| {
             CliError::other(format!(

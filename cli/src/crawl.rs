@@ -23,11 +23,11 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder,
 };
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
-    BasicCredentials, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry, ProxyRotation,
-    SecretRef,
+    BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry,
+    ProxyRotation, SecretRef,
 };
 use trawl_domain::task::{Status, now_ms};
 
@@ -252,8 +252,9 @@ pub struct Plan {
     crawl_id: CrawlId,
     /// The seeds' and sitemaps' hosts (the default scope).
     hosts: BTreeSet<String>,
-    /// Whether seed URLs were given (on the command line or in the seeds file).
-    seen_seed: bool,
+    /// The seed URLs as given, command line first, then the seeds file's: the file is read once,
+    /// here, and seeded from this.
+    seeds: Vec<String>,
 }
 
 impl Plan {
@@ -261,7 +262,7 @@ impl Plan {
     pub fn of(args: &CrawlArgs) -> Result<Self, CliError> {
         let mut first: Option<CanonicalUrl> = None;
         let mut hosts = BTreeSet::new();
-        let mut seen_seed = false;
+        let mut seeds_given = Vec::new();
         for seed in seeds(args)? {
             let seed = seed?;
             let url = CanonicalUrl::parse(&seed.url).map_err(|e| {
@@ -274,7 +275,7 @@ impl Plan {
             })?;
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
-            seen_seed = true;
+            seeds_given.push(seed.url);
         }
         for raw in &args.sitemap {
             let url = CanonicalUrl::parse(raw).map_err(|e| {
@@ -304,12 +305,26 @@ impl Plan {
         Ok(Self {
             crawl_id,
             hosts,
-            seen_seed,
+            seeds: seeds_given,
         })
+    }
+
+    /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
+    fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
+        let mut sources = Vec::new();
+        let mut urls = self.seeds.into_iter().peekable();
+        while urls.peek().is_some() {
+            sources.push(SeedSource::Urls(urls.by_ref().take(SEED_CHUNK).collect()));
+        }
+        if !sitemaps.is_empty() {
+            sources.push(SeedSource::Sitemaps(sitemaps.to_vec()));
+        }
+        sources
     }
 }
 
-/// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says.
+/// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says: seed, crawl
+/// until done or stopped, deliver if completed, report.
 pub async fn run<S, B, Q>(
     backend: Backend<S, B, Q>,
     args: CrawlArgs,
@@ -322,15 +337,12 @@ where
     Q: WorkQueue,
 {
     let started = Instant::now();
-    let Plan {
-        crawl_id,
-        hosts,
-        seen_seed,
-    } = match plan {
+    let plan = match plan {
         Some(plan) => plan,
         None => Plan::of(&args)?,
     };
-    let config = config_from(&args, &hosts)?;
+    let config = config_from(&args, &plan.hosts)?;
+    let crawl_id = plan.crawl_id.clone();
     let Backend {
         store,
         blobs,
@@ -343,32 +355,95 @@ where
     } = backend;
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 
-    // Seed (idempotent: a re-run adds nothing it already has).
-    let defaults = SeedDefaults::default();
     let seeder = Seeder {
         store: &store,
         queue: &queue,
         fetcher: &fetcher,
         manifests: &NoManifests,
-        defaults: &defaults,
+        defaults: &SeedDefaults::default(),
         calls: &calls,
     };
-    let mut sources = Vec::new();
-    if seen_seed {
-        let mut chunk = Vec::new();
-        for seed in seeds(&args)? {
-            chunk.push(seed?.url);
-            if chunk.len() == SEED_CHUNK {
-                sources.push(SeedSource::Urls(std::mem::take(&mut chunk)));
-            }
-        }
-        if !chunk.is_empty() {
-            sources.push(SeedSource::Urls(chunk));
-        }
+    let accepted = seed(
+        &seeder,
+        &crawl_id,
+        &config,
+        plan.sources(&args.sitemap),
+        json,
+    )
+    .await?;
+    let crawl = open_crawl(&store, &queue, &crawl_id, local).await?;
+    if !json {
+        let state = if crawl.state == CrawlState::Completed {
+            "completed"
+        } else {
+            "running"
+        };
+        output::note(format_args!(
+            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}"
+        ));
     }
-    if !args.sitemap.is_empty() {
-        sources.push(SeedSource::Sitemaps(args.sitemap.clone()));
+
+    let crawler = Crawler::new(
+        store,
+        blobs,
+        queue,
+        fetcher,
+        layout.clone(),
+        args.concurrency,
+        calls.clone(),
+    );
+    let stats = RunStats::default();
+    let end =
+        crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
+    let delivery = match end {
+        RunEnd::Completed { .. } => Some(
+            deliver(
+                crawler.store(),
+                crawler.blobs(),
+                &layout,
+                &uri_base,
+                &calls,
+                &crawl_id,
+            )
+            .await?,
+        ),
+        RunEnd::Stopped => None,
+    };
+    let counts = crawler.store().counts(&crawl_id).await?;
+    let given_up = GivenUp::read(crawler.store(), &crawl_id, &counts).await?;
+    let outcome = Outcome {
+        crawl_id: &crawl_id,
+        counts: &counts,
+        given_up: &given_up,
+        stats: &stats,
+        elapsed: started.elapsed().as_secs_f64(),
+        delivery: delivery.as_deref(),
+    };
+    if json {
+        outcome.print_json();
+    } else {
+        outcome.print_text();
     }
+    match end {
+        RunEnd::Completed { .. } => given_up.check_fetched(&crawl_id, &counts),
+        RunEnd::Stopped => Err(CliError::Interrupted),
+    }
+}
+
+/// Seeds the crawl from `sources` (idempotent: a re-run adds nothing it already has), following
+/// each request's cursor; returns how many seeds were new. Rejected seeds are warned about.
+async fn seed<S, Q, M>(
+    seeder: &Seeder<'_, S, Q, M>,
+    crawl_id: &CrawlId,
+    config: &CrawlConfig,
+    sources: Vec<SeedSource>,
+    json: bool,
+) -> Result<u64, CliError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    Q: WorkQueue,
+    M: ManifestSource,
+{
     let mut accepted = 0;
     for source in sources {
         let mut request = SeedRequest {
@@ -397,107 +472,126 @@ where
             }
         }
     }
+    Ok(accepted)
+}
+
+/// The crawl as seeded; an in-process queue (lost with its last process) is rebuilt from the
+/// table first.
+async fn open_crawl<S, Q>(
+    store: &S,
+    queue: &Q,
+    crawl_id: &CrawlId,
+    local: bool,
+) -> Result<Crawl, CliError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    Q: WorkQueue,
+{
     let crawl = store
-        .get_crawl(&crawl_id)
+        .get_crawl(crawl_id)
         .await?
         .ok_or_else(|| CliError::NoSuchCrawl(crawl_id.to_string()))?;
     if local {
-        rebuild_local_queue(&store, &queue, &crawl, now_ms())
+        rebuild_local_queue(store, queue, &crawl, now_ms())
             .await
             .map_err(CliError::other)?;
     }
-    if !json {
-        let state = if crawl.state == CrawlState::Completed {
-            "completed"
-        } else {
-            "running"
-        };
-        output::note(format_args!(
-            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}"
-        ));
-    }
+    Ok(crawl)
+}
 
-    let crawler = Crawler::new(
-        store,
-        blobs,
-        queue,
-        fetcher,
-        layout.clone(),
-        args.concurrency,
-        calls.clone(),
-    );
-    let stats = RunStats::default();
+/// Runs the in-process workers until the crawl completes or Ctrl-C stops it, showing progress.
+async fn crawl_until_done<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    crawl_id: &CrawlId,
+    workers: usize,
+    stats: &RunStats,
+    started: Instant,
+    json: bool,
+) -> Result<RunEnd, CliError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let signals = tokio::spawn(watch_ctrl_c(stop.clone(), json));
     let progress = Progress::start(json);
     let end = tokio::select! {
-        end = run_crawl(&crawler, &crawl_id, args.concurrency, &stats, &stop) => end,
-        never = progress.tick_loop(&stats, crawler.store(), &crawl_id, started) => match never {},
+        end = run_crawl(crawler, crawl_id, workers, stats, &stop) => end,
+        never = progress.tick_loop(stats, crawler.store(), crawl_id, started) => match never {},
     };
     signals.abort();
     progress.finish();
-    let end = end.map_err(CliError::other)?;
+    end.map_err(CliError::other)
+}
 
-    let delivery = match end {
-        RunEnd::Completed { .. } => Some(
-            deliver(
-                crawler.store(),
-                crawler.blobs(),
-                &layout,
-                &uri_base,
-                &calls,
-                &crawl_id,
-            )
-            .await?,
-        ),
-        RunEnd::Stopped => None,
-    };
-    let counts = crawler.store().counts(&crawl_id).await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    // Pages fetched (or found unchanged); given-up tasks are counted apart, with their reasons.
-    let pages = stats.succeeded.load(Ordering::Relaxed) + stats.unchanged.load(Ordering::Relaxed);
-    let given_up = GivenUp::read(crawler.store(), &crawl_id, &counts).await?;
-    let bytes = stats.bytes.load(Ordering::Relaxed);
-    let rate = if elapsed > 0.0 {
-        pages as f64 / elapsed
-    } else {
-        0.0
-    };
-    let count = |s: Status| counts.get(&s).copied().unwrap_or(0);
-    if json {
+/// How a run ended, as the last lines of `trawl crawl` report it.
+struct Outcome<'a> {
+    crawl_id: &'a CrawlId,
+    counts: &'a StatusCounts,
+    given_up: &'a GivenUp,
+    stats: &'a RunStats,
+    elapsed: f64,
+    /// Where the delivery is (None: stopped before the crawl completed).
+    delivery: Option<&'a str>,
+}
+
+impl Outcome<'_> {
+    /// Pages fetched (or found unchanged) this run; given-up tasks are counted apart, with their
+    /// reasons.
+    fn pages(&self) -> u64 {
+        self.stats.succeeded.load(Ordering::Relaxed) + self.stats.unchanged.load(Ordering::Relaxed)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.stats.bytes.load(Ordering::Relaxed)
+    }
+
+    fn rate(&self) -> f64 {
+        if self.elapsed > 0.0 {
+            self.pages() as f64 / self.elapsed
+        } else {
+            0.0
+        }
+    }
+
+    fn count(&self, status: Status) -> u64 {
+        self.counts.get(&status).copied().unwrap_or(0)
+    }
+
+    fn print_json(&self) {
         let per_status: serde_json::Map<String, serde_json::Value> = Status::ALL
             .iter()
-            .map(|s| (s.name().to_owned(), json!(count(*s))))
+            .map(|s| (s.name().to_owned(), json!(self.count(*s))))
             .collect();
         output::json(&json!({
-            "crawl_id": crawl_id.as_str(),
-            "completed": delivery.is_some(),
+            "crawl_id": self.crawl_id.as_str(),
+            "completed": self.delivery.is_some(),
             "counts": per_status,
-            "pages": pages,
-            "bytes": bytes,
-            "elapsed_seconds": (elapsed * 1000.0).round() / 1000.0,
-            "pages_per_second": (rate * 10.0).round() / 10.0,
-            "delivery": delivery,
-            "given_up": given_up.to_json(&crawl_id),
+            "pages": self.pages(),
+            "bytes": self.bytes(),
+            "elapsed_seconds": (self.elapsed * 1000.0).round() / 1000.0,
+            "pages_per_second": (self.rate() * 10.0).round() / 10.0,
+            "delivery": self.delivery,
+            "given_up": self.given_up.to_json(self.crawl_id),
         }));
-    } else {
+    }
+
+    fn print_text(&self) {
         let rows: Vec<Vec<String>> = Status::ALL
             .iter()
-            .map(|s| vec![s.name().to_owned(), count(*s).to_string()])
+            .map(|s| vec![s.name().to_owned(), self.count(*s).to_string()])
             .collect();
         output::table(&["status", "tasks"], &rows);
-        given_up.print(&crawl_id);
+        self.given_up.print(self.crawl_id);
+        let (pages, bytes, elapsed, rate) = (self.pages(), self.bytes(), self.elapsed, self.rate());
         output::line(format_args!(
             "{pages} page(s) fetched this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)"
         ));
-        match &delivery {
+        match self.delivery {
             Some(location) => output::line(format_args!("delivered to {location}")),
             None => output::line("stopped: run the same command again to resume"),
         }
-    }
-    match end {
-        RunEnd::Completed { .. } => given_up.check_fetched(&crawl_id, &counts),
-        RunEnd::Stopped => Err(CliError::Interrupted),
     }
 }
 

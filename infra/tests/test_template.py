@@ -20,6 +20,7 @@ SETTINGS_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "settings.rs"
 SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 # The DynamoDB adapter's own copy of the index definition (used for tests and local tables).
 SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
+STACK_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "stack.rs"
 
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Read by the Lambda runtime's logging setup, not through settings.rs.
@@ -411,6 +412,45 @@ def check_adapter_schema(template):
     return problems
 
 
+def check_stack_queues(template):
+    """`create_stack` (stack.rs: trawl setup, the tests, the bench) makes the template's queues:
+    two queues, each with a dead-letter queue, its retention and maxReceiveCount."""
+    text = STACK_RS.read_text(encoding="utf-8")
+    problems = []
+    constants = {}
+    for name in ("MESSAGE_RETENTION_SECONDS", "MAX_RECEIVE_COUNT"):
+        found = re.search(rf"pub const {name}\s*:\s*u32\s*=\s*([0-9_]+)\s*;", text)
+        if found is None:
+            problems.append(f"{STACK_RS}: {name} not found")
+        else:
+            constants[name] = int(found.group(1).replace("_", ""))
+    if problems:
+        return problems
+    queues = cfn.resources_of_type(template, "AWS::SQS::Queue")
+    dlqs = dead_letter_queues(template)
+    sources = [logical for logical in queues if logical not in dlqs]
+    if len(sources) != 2 or len(dlqs) != 2:
+        problems.append(
+            f"the template has queues {sorted(sources)} with dead-letter queues {sorted(dlqs)}; "
+            "stack.rs makes two of each"
+        )
+    for logical, queue in queues.items():
+        props = queue.get("Properties", {})
+        retention = int(props.get("MessageRetentionPeriod", 345600))
+        if retention != constants["MESSAGE_RETENTION_SECONDS"]:
+            problems.append(
+                f"{logical}: MessageRetentionPeriod {retention} != stack.rs "
+                f"MESSAGE_RETENTION_SECONDS {constants['MESSAGE_RETENTION_SECONDS']}"
+            )
+        redrive = props.get("RedrivePolicy")
+        if redrive and int(redrive.get("maxReceiveCount", 0)) != constants["MAX_RECEIVE_COUNT"]:
+            problems.append(
+                f"{logical}: maxReceiveCount {redrive.get('maxReceiveCount')} != stack.rs "
+                f"MAX_RECEIVE_COUNT {constants['MAX_RECEIVE_COUNT']}"
+            )
+    return problems
+
+
 def check_sweeper_schedule(template):
     problems = []
     logical, sweeper = function_by_code(template).get("sweeper", (None, {}))
@@ -469,6 +509,7 @@ CHECKS = [
     ("each function's environment == what its settings.rs struct reads", check_environment),
     ("table, status-index and host-index", check_table),
     ("indexes == the DynamoDB adapter's schema.rs", check_adapter_schema),
+    ("queues == create_stack's (stack.rs)", check_stack_queues),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("alarms", check_alarms),
 ]
@@ -542,6 +583,10 @@ def _host_index_unprojected(t):
     )
 
 
+def _dead_letter_receives(t):
+    t["Resources"]["DeliveryQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"] = 3
+
+
 def _schedule_input(t):
     function_by_code(t)["sweeper"][1]["Properties"]["Events"]["Schedule"]["Properties"]["Input"] = '{"source": "x"}'
 
@@ -565,6 +610,7 @@ BROKEN = [
     ("a GSI attribute missing", _gsi_attribute, check_table),
     ("a host-index ranged by updated", _host_index_key, check_table),
     ("a host-index projection unlike schema.rs", _host_index_unprojected, check_adapter_schema),
+    ("a maxReceiveCount unlike stack.rs", _dead_letter_receives, check_stack_queues),
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),
 ]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use trawl_aws::clients::Clients;
 use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_aws::stack::create_stack;
 use trawl_domain::calls::CallCounts;
 
 /// A name no other test in this run uses (tables, buckets, queues, crawl ids).
@@ -35,7 +36,7 @@ pub async fn clients(endpoint: &str) -> Clients {
     Clients::new(&config)
 }
 
-/// A fresh table on `endpoint`, wrapped in the DynamoDB store.
+/// A fresh table on `endpoint` (only the table of `create_stack`), wrapped in the DynamoDB store.
 pub async fn dynamo_store(endpoint: &str, shards: u32) -> (DynamoStore, Arc<CallCounts>) {
     let clients = clients(endpoint).await;
     let table = unique("tasks");
@@ -49,7 +50,7 @@ pub async fn dynamo_store(endpoint: &str, shards: u32) -> (DynamoStore, Arc<Call
     )
 }
 
-/// A full AWS stack on moto for one test: table, bucket and crawl queue of its own.
+/// A full AWS stack on moto for one test: table, bucket and queues of its own.
 pub struct AwsStack {
     pub store: DynamoStore,
     pub blobs: trawl_aws::s3::S3BlobStore,
@@ -57,30 +58,18 @@ pub struct AwsStack {
     pub calls: Arc<CallCounts>,
 }
 
+/// A stack of its own on `endpoint`, made as `trawl setup` makes one (`create_stack`), with the
+/// store, blobs and crawl queue on it counting their calls in one counter.
 pub async fn aws_stack(endpoint: &str) -> AwsStack {
-    let (store, calls) = dynamo_store(endpoint, 4).await;
     let clients = clients(endpoint).await;
-    let bucket = unique("pages");
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
+    let stack = create_stack(&clients, &unique("stack"))
         .await
-        .expect("create bucket");
-    let queue_url = clients
-        .sqs
-        .create_queue()
-        .queue_name(unique("crawl"))
-        .send()
-        .await
-        .expect("create queue")
-        .queue_url
-        .expect("queue url");
+        .expect("create stack");
+    let calls = Arc::new(CallCounts::default());
     AwsStack {
-        store,
-        blobs: trawl_aws::s3::S3BlobStore::new(clients.s3.clone(), bucket, calls.clone()),
-        queue: trawl_aws::sqs::SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone()),
+        store: DynamoStore::new(clients.dynamodb.clone(), stack.table, 4, calls.clone()),
+        blobs: trawl_aws::s3::S3BlobStore::new(clients.s3.clone(), stack.bucket, calls.clone()),
+        queue: trawl_aws::sqs::SqsQueue::new(clients.sqs.clone(), stack.queue_url, calls.clone()),
         calls,
     }
 }

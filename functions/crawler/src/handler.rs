@@ -42,16 +42,10 @@ where
                     "record {i} has no messageId or receiptHandle: cannot report it individually"
                 )));
             };
-            let receive_count = record
-                .attributes
-                .get("ApproximateReceiveCount")
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(1);
             batch.push(Received {
                 message_id,
                 receipt,
                 body: record.body.unwrap_or_default(),
-                receive_count,
             });
         }
         let results = self.crawler.process_batch(batch, deadline).await;

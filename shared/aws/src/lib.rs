@@ -8,3 +8,4 @@ pub mod manifest;
 pub mod s3;
 pub mod settings;
 pub mod sqs;
+pub mod stack;

@@ -1,5 +1,6 @@
 //! The table definition, as `infra/template.yaml` declares it (checked by `infra/tests`).
-//! Used by tests, `trawl setup` and the local stack; production tables come from the template.
+//! Created by `stack::create_stack` (`trawl setup`, the tests, the bench); production tables come
+//! from the template.
 
 use super::errors::map_err;
 use aws_sdk_dynamodb::Client;

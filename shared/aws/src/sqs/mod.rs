@@ -18,9 +18,7 @@ pub use delivery::SqsDeliveryTrigger;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry,
-};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_domain::calls::{Call, CallCounts};
@@ -197,7 +195,6 @@ impl WorkQueue for SqsQueue {
             .queue_url(&self.url)
             .max_number_of_messages(max.clamp(1, BATCH as u32) as i32)
             .wait_time_seconds((wait_ms / 1000).min(20) as i32)
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await
             .map_err(|e| map_err("ReceiveMessage", e))?;
@@ -206,16 +203,10 @@ impl WorkQueue for SqsQueue {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|m| {
-                let receive_count = m
-                    .attributes()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(1);
                 Some(Received {
                     message_id: m.message_id?,
                     receipt: m.receipt_handle?,
                     body: m.body.unwrap_or_default(),
-                    receive_count,
                 })
             })
             .collect())

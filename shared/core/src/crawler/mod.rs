@@ -1020,7 +1020,6 @@ mod tests {
             message_id: format!("m{epoch}"),
             receipt: format!("r{epoch}"),
             body,
-            receive_count: 1,
         }
     }
 

@@ -53,7 +53,6 @@ pub struct Received {
     pub receipt: String,
     /// The raw body: parsed by the consumer, so one malformed body never fails a batch.
     pub body: String,
-    pub receive_count: u32,
 }
 
 #[derive(Debug, Error)]
