@@ -718,23 +718,8 @@ where
                     next_fetch_at,
                     ..FetchRecord::default()
                 };
-                let stored = record_page(
-                    &self.store,
-                    &self.blobs,
-                    &self.layout,
-                    task,
-                    lease,
-                    &url,
-                    record,
-                    None,
-                    self.clock.now_ms(),
-                )
-                .await?;
-                let outcome = match stored {
-                    StoredPage::Finished { .. } => Outcome::Redirected,
-                    StoredPage::LostLease => Outcome::Skipped,
-                };
-                Ok((outcome, Some(HostSignal::Answered)))
+                self.record_bodiless(task, lease, &url, record, Outcome::Redirected)
+                    .await
             }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
@@ -748,23 +733,8 @@ where
                     next_fetch_at,
                     ..previous
                 };
-                let stored = record_page(
-                    &self.store,
-                    &self.blobs,
-                    &self.layout,
-                    task,
-                    lease,
-                    &url,
-                    record,
-                    None,
-                    self.clock.now_ms(),
-                )
-                .await?;
-                let outcome = match stored {
-                    StoredPage::Finished { .. } => Outcome::Unchanged,
-                    StoredPage::LostLease => Outcome::Skipped,
-                };
-                Ok((outcome, Some(HostSignal::Answered)))
+                self.record_bodiless(task, lease, &url, record, Outcome::Unchanged)
+                    .await
             }
             FetchOutcome::Fetched(page) => {
                 let final_url = (page.final_url != url).then(|| page.final_url.as_str().to_owned());
@@ -830,6 +800,35 @@ where
                 }
             }
         }
+    }
+
+    /// Finishes `task` with a record that stores no body (a redirect, a 304): `done` when the
+    /// finish holds, skipped when the lease was taken over.
+    async fn record_bodiless(
+        &self,
+        task: &Task,
+        lease: &Lease,
+        url: &CanonicalUrl,
+        record: FetchRecord,
+        done: Outcome,
+    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
+        let stored = record_page(
+            &self.store,
+            &self.blobs,
+            &self.layout,
+            task,
+            lease,
+            url,
+            record,
+            None,
+            self.clock.now_ms(),
+        )
+        .await?;
+        let outcome = match stored {
+            StoredPage::Finished { .. } => done,
+            StoredPage::LostLease => Outcome::Skipped,
+        };
+        Ok((outcome, Some(HostSignal::Answered)))
     }
 
     async fn fail(
