@@ -65,8 +65,8 @@ pub enum Command {
 /// Most pages `trawl crawl` fetches at once. Each page in flight holds a connection and up to
 /// the body cap in memory (10 MiB by default, `fetch.max_body_bytes`): 256 is at most 2.5 GiB of
 /// bodies and 256 sockets, within the usual limit of 1,024 open files, and beyond what one
-/// machine needs for a polite crawl (one request at a time per host slot, 64 slots per host at
-/// most). Unbounded, `--concurrency 1000000` made a 30-page crawl peak at 859 MiB.
+/// machine needs for a polite crawl (each host paced on its own, 64 requests in flight per host
+/// at most). Unbounded, `--concurrency 1000000` made a 30-page crawl peak at 859 MiB.
 pub const MAX_CONCURRENCY: u64 = 256;
 
 /// Most requests in flight per host: the bound the seeder checks a crawl's

@@ -1,13 +1,15 @@
 //! The embedded work queue: in memory, with SQS FIFO's delivery rules and per-message delays.
 //!
-//! - Messages of one `group` are delivered in send order, and a group is locked while its head
-//!   message is held: in flight (until acked or its visibility timeout lapses) or put back with
-//!   `retry_later` (until the delay runs out). So one politeness slot is never crawled twice at
-//!   once, as with SQS FIFO's MessageGroupId.
+//! - Messages of one `group` (a host's turns: `WorkMessage::group`) are delivered in send order,
+//!   and a group is locked while its head message is held: delayed by its send, in flight (until
+//!   acked or its visibility timeout lapses) or put back with `retry_later` (until the delay runs
+//!   out), as with SQS FIFO's MessageGroupId. The host record's fenced turn is what keeps a host
+//!   to one worker; the group only keeps its turns in order.
 //! - An unacked message is delivered again after the visibility timeout.
 //! - Every delivery has its own receipt; a receipt from an earlier delivery acks nothing.
 //!
-//! It does not survive a restart: the embedded backend rebuilds it from the task table.
+//! It does not survive a restart: the embedded backend rebuilds it from the task table and the
+//! host records (`runner::rebuild_local_queue`).
 
 use super::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use std::collections::{BTreeSet, HashMap, VecDeque};

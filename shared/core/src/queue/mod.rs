@@ -1,5 +1,6 @@
-//! The work queue: small JSON messages naming a host whose turn it is. SQS (`sqs`, FIFO or standard) or an
-//! in-process queue (`local`) that the embedded backend rebuilds from the task table on start.
+//! The work queue: small JSON messages naming a host whose turn it is. SQS (`sqs`, standard; FIFO
+//! still works, without per-message delays) or an in-process queue (`local`) that the embedded
+//! backend rebuilds from the task table and the host records on start.
 //!
 //! Messages are hints, the task table and the host records are the truth: a duplicate message
 //! carries an old epoch and is dropped; a lost one is re-issued by the sweeper.
