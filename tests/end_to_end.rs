@@ -629,9 +629,11 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
     let tasks = stack.tasks(&crawl).await;
     assert!(tasks.keys().cloned().eq(expected.iter().cloned()));
     assert!(tasks.values().all(|t| t.status == Status::Succeeded));
-    // AND the crashed page was recovered: claimed a second time, fetched once, stored once
+    // AND the crashed page was recovered: taken over by a sweep (or both overlapping ones), then
+    // claimed by a turn, fetched once, stored once
     let recovered = &tasks[&crashed.url];
-    assert_eq!((recovered.status, recovered.token), (Status::Succeeded, 2));
+    assert_eq!(recovered.status, Status::Succeeded);
+    assert!((3..=4).contains(&recovered.token), "{recovered:?}");
     assert_eq!(site.hits(&crashed_path), 1);
     let crashed_objects = stack
         .blobs

@@ -238,28 +238,22 @@ pub struct Task {
 pub fn due_at(
     status: Status,
     updated_at: Millis,
-    lease_expires_at: Option<Millis>,
     next_attempt_at: Option<Millis>,
 ) -> Option<Millis> {
     match status {
         Status::Pending => Some(updated_at),
-        Status::InProgress => Some(lease_expires_at.unwrap_or(updated_at)),
         Status::Failed => Some(next_attempt_at.unwrap_or(updated_at)),
-        Status::Succeeded | Status::Ignored | Status::Gone => None,
+        Status::InProgress | Status::Succeeded | Status::Ignored | Status::Gone => None,
     }
 }
 
 impl Task {
-    /// When the task can next be claimed: pending now (in seed or reschedule order), in progress
-    /// once its lease expires, failed at its next attempt; never once terminal. A host's turn
-    /// takes its tasks in this order (the per-host due index).
+    /// Its place in its host's due index: pending now (in seed or reschedule order), failed at
+    /// its next attempt. A task in progress is its holder's and out of the index (a claim costs
+    /// one index delete, a finish none); should its lease expire, the sweeper releases it back.
+    /// Never once terminal. A host's turn takes its tasks in this order.
     pub fn due_at(&self) -> Option<Millis> {
-        due_at(
-            self.status,
-            self.updated_at,
-            self.lease_expires_at,
-            self.next_attempt_at,
-        )
+        due_at(self.status, self.updated_at, self.next_attempt_at)
     }
 
     /// The host the task is scheduled under (`canonical::host_key`).

@@ -145,9 +145,8 @@ impl Changes {
                 Change::Set(at) => Some(at),
                 Change::Keep => None,
             },
-            Status::InProgress => field(&self.lease_expires_at),
             Status::Failed => field(&self.next_attempt_at),
-            Status::Succeeded | Status::Ignored | Status::Gone => None,
+            Status::InProgress | Status::Succeeded | Status::Ignored | Status::Gone => None,
         })
     }
 

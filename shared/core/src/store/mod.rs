@@ -153,8 +153,8 @@ impl From<&Task> for TaskSummary {
 }
 
 impl TaskSummary {
-    /// From when the task can be claimed: at once when pending (whatever its place in the due
-    /// order), at its lease's end or next attempt otherwise; never once terminal.
+    /// From when the task can be claimed through its host's due index: at once when pending
+    /// (whatever its place in the due order), at its next attempt when failed; never otherwise.
     pub fn claimable_from(&self) -> Option<Millis> {
         match self.status {
             Status::Pending => Some(Millis::MIN),
@@ -164,12 +164,7 @@ impl TaskSummary {
 
     /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
     pub fn due_at(&self) -> Option<Millis> {
-        trawl_domain::task::due_at(
-            self.status,
-            self.updated_at,
-            self.lease_expires_at,
-            self.next_attempt_at,
-        )
+        trawl_domain::task::due_at(self.status, self.updated_at, self.next_attempt_at)
     }
 }
 

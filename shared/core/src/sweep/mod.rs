@@ -5,7 +5,8 @@
 //! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
 //! whole crawl. Per crawl, tasks that are:
 //! - `in_progress` whose lease expired (the worker died): updated more than `lease_ms` ago, and
-//!   `lease_expires_at <= now`;
+//!   `lease_expires_at <= now`; released back to pending first (a task in progress is out of its
+//!   host's due index);
 //! - `failed` whose next attempt is due: the backoff is at least half of
 //!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
 //! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
@@ -31,7 +32,9 @@
 
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{
+    ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -186,7 +189,7 @@ impl HostScans {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub crawl_id: String,
-    /// In-progress tasks whose lease had expired, re-enqueued.
+    /// In-progress tasks whose lease had expired, released back to their hosts' due index.
     pub expired_leases: u64,
     /// Failed tasks whose next attempt was due, re-enqueued.
     pub due_retries: u64,
@@ -506,6 +509,25 @@ where
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
         let mut tasks: Vec<&TaskSummary> = due.to_vec();
+        if kind == Kind::ExpiredLease {
+            // Out of the due index while in progress: back to pending, where the host's turn
+            // finds it (a takeover and a release: the dead holder is fenced by the token).
+            for chunk in tasks.chunks(WRITE_PARALLELISM) {
+                let writes = chunk.iter().map(|t| async move {
+                    match self.store.claim(&crawl.id, &t.task_id, 0, now).await? {
+                        ClaimOutcome::Claimed { lease, .. } => {
+                            self.store.release(&lease, now).await
+                        }
+                        ClaimOutcome::Rejected(_) => Ok(false),
+                    }
+                });
+                for released in futures_util::future::join_all(writes).await {
+                    if released? {
+                        report.expired_leases += 1;
+                    }
+                }
+            }
+        }
         if kind == Kind::Recrawl {
             let mut moved = Vec::with_capacity(tasks.len());
             for chunk in tasks.chunks(WRITE_PARALLELISM) {
@@ -548,10 +570,9 @@ where
             .count() as u64;
         report.hosts_requeued += woken.len() as u64;
         match kind {
-            Kind::ExpiredLease => report.expired_leases += n,
             Kind::DueRetry => report.due_retries += n,
-            // Counted when rescheduled, above: the round has started for them either way.
-            Kind::Recrawl => {}
+            // Counted when released or rescheduled, above: their hosts' turns take them.
+            Kind::ExpiredLease | Kind::Recrawl => {}
         }
         Ok(())
     }

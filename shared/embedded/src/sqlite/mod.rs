@@ -450,14 +450,9 @@ fn index_hosts(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute(
         "UPDATE tasks SET due = CASE status
              WHEN ?1 THEN updated
-             WHEN ?2 THEN coalesce(lease_until, updated)
-             WHEN ?3 THEN coalesce(next_attempt, updated)
+             WHEN ?2 THEN coalesce(next_attempt, updated)
              ELSE NULL END",
-        params![
-            code(Status::Pending),
-            code(Status::InProgress),
-            code(Status::Failed)
-        ],
+        params![code(Status::Pending), code(Status::Failed)],
     )?;
     let rows: Vec<(String, String, String)> = tx
         .prepare("SELECT crawl_id, task_id, url FROM tasks WHERE host = ''")?
