@@ -582,3 +582,42 @@ async fn a_link_found_on_many_pages_is_seeded_once_per_worker() {
     let counts = crawler.store().counts(&crawl.id).await.unwrap();
     assert_eq!(counts.get(&Status::Succeeded).copied(), Some(4));
 }
+
+#[tokio::test]
+async fn the_hosts_view_reads_host_records_only() {
+    // GIVEN 30 URLs over three hosts, seeded
+    let sites = [
+        Site::start().await,
+        Site::start().await,
+        Site::start().await,
+    ];
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let calls = stack.calls.clone();
+    let (crawler, crawl) = start(stack, config(&sites[0])).await;
+    let urls: Vec<String> = (0..30)
+        .map(|i| sites[i % 3].url(&format!("/p{i}")))
+        .collect();
+    seed(&crawler, &crawl, &urls).await;
+    calls.reset();
+
+    // WHEN the crawl's hosts are listed (what `trawl hosts` reads)
+    let page = crawler
+        .store()
+        .list_hosts(&crawl.id, None, 100)
+        .await
+        .unwrap();
+
+    // THEN the three host records come back, each with the ten URLs offered to it, read with one
+    // query of the index and one read per host record: no task is read
+    assert_eq!(page.hosts.len(), 3);
+    assert!(
+        page.hosts.iter().all(|h| h.seeded == 10),
+        "{:?}",
+        page.hosts
+    );
+    let mut read = calls.snapshot();
+    read.sort_by_key(|(call, _)| call.name());
+    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, 1)];
+    expected.sort_by_key(|(call, _)| call.name());
+    assert_eq!(read, expected);
+}
