@@ -24,6 +24,7 @@ use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
 use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
@@ -201,7 +202,7 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
         };
         let outcome = self
             .store
-            .fail(&lease, &failure, &policy, now)
+            .fail(&lease, &failure, &policy, &Revisit::ONCE, now)
             .await
             .unwrap();
         assert!(matches!(outcome, FailOutcome::GaveUp { .. }), "{outcome:?}");

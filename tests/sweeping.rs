@@ -12,7 +12,7 @@ use trawl_aws::sqs::SqsQueue;
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore, TaskSummary};
 use trawl_core::sweep::{
     CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
 };
@@ -21,6 +21,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Turn;
 use trawl_domain::retry::Failure;
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
 use trawl_embedded::sqlite::SqliteStore;
 
@@ -38,10 +39,6 @@ fn config() -> CrawlConfig {
     config
 }
 
-fn url(path: &str) -> CanonicalUrl {
-    CanonicalUrl::parse(&format!("http://example.com/{path}")).unwrap()
-}
-
 async fn create<S: CrawlStore>(store: &S, config: CrawlConfig) -> Crawl {
     let id = CrawlId::parse(&unique("sweep")).unwrap();
     store
@@ -49,31 +46,6 @@ async fn create<S: CrawlStore>(store: &S, config: CrawlConfig) -> Crawl {
         .await
         .unwrap()
         .0
-}
-
-async fn seed<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
-    let task = NewTask {
-        url: url(path),
-        depth: 0,
-        parent: None,
-    };
-    store.seed(&crawl.id, &[task], at).await.unwrap();
-}
-
-async fn claim<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis) -> Lease {
-    match store
-        .claim(&crawl.id, &url(path).task_id(), crawl.config.lease_ms, at)
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::Claimed { lease, .. } => lease,
-        other => panic!("claim of {path} refused: {other:?}"),
-    }
-}
-
-async fn succeed<S: TaskStore>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
-    let lease = claim(store, crawl, path, at).await;
-    succeed_leased(store, crawl, &lease, at).await;
 }
 
 async fn succeed_leased<S: TaskStore>(store: &S, crawl: &Crawl, lease: &Lease, at: Millis) {
@@ -145,6 +117,18 @@ async fn take_turn<S: TaskStore + HostStore>(
     (turn, lease)
 }
 
+/// A worker takes `path`'s host's turn at `at`, fetches its page and hands the host back.
+async fn succeed_in_turn<S: TaskStore + HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    path: &str,
+    at: Millis,
+) {
+    let (turn, lease) = take_turn(store, crawl, path, at).await;
+    succeed_leased(store, crawl, &lease, at).await;
+    hand_back(store, crawl, path, turn, at).await;
+}
+
 /// The worker's turn ends at `at`; the host's next turn is queued when there is work left.
 async fn hand_back<S: TaskStore + HostStore>(
     store: &S,
@@ -155,7 +139,7 @@ async fn hand_back<S: TaskStore + HostStore>(
 ) {
     let name = host_url(path).host_key();
     let next = store.due_tasks(&crawl.id, &name, 1).await.unwrap();
-    let next_work = next.first().and_then(|t| t.due_at());
+    let next_work = next.first().and_then(TaskSummary::next_work);
     update_host(store, crawl, &name, at, |h| {
         match h.hand_back(&turn, next_work, h.seeded, 0, at) {
             Some((next, _)) => (Some(next), ()),
@@ -198,7 +182,13 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     let (turn, lease) = take_turn(&store, &crawl, "retrying", now - 20_000).await;
     let failure = Failure::new(ErrorKind::ServerError, "HTTP 500");
     store
-        .fail(&lease, &failure, &crawl.config.retry, now - 20_000)
+        .fail(
+            &lease,
+            &failure,
+            &crawl.config.retry,
+            &Revisit::ONCE,
+            now - 20_000,
+        )
         .await
         .unwrap();
     hand_back(&store, &crawl, "retrying", turn, now - 20_000).await;
@@ -212,7 +202,13 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     let (turn, lease) = take_turn(&store, &crawl, "dead", T0 + 3_000).await;
     let gone = Failure::new(ErrorKind::NotFound, "HTTP 404");
     store
-        .fail(&lease, &gone, &crawl.config.retry, T0 + 3_000)
+        .fail(
+            &lease,
+            &gone,
+            &crawl.config.retry,
+            &Revisit::ONCE,
+            T0 + 3_000,
+        )
         .await
         .unwrap();
     hand_back(&store, &crawl, "dead", turn, T0 + 3_000).await;
@@ -241,9 +237,9 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     );
     assert_eq!(found, (1, 0, 1, 1), "{report:?}");
     assert_eq!(report.hosts_requeued, 3);
-    // Read: the crashed task, the failed one (due, but its host is served), the recrawl-due
-    // one; the hosts' records. Nothing else.
-    assert_eq!(report.tasks_read, 3, "{report:?}");
+    // Read: the crashed task, the failed one (due, but its host is served); the hosts' records,
+    // whose wake-up times say which recrawls are due. Nothing else.
+    assert_eq!(report.tasks_read, 2, "{report:?}");
     assert_eq!(report.hosts_read, 8, "{report:?}");
     assert!(!report.unfinished && !report.completed);
     assert_eq!(
@@ -271,12 +267,14 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
         sent,
         ["crashed", "lost", "recrawl-due"].map(|p| host_url(p).host_key())
     );
-    let rescheduled = store
+    // The recrawl costs no write before its host's turn: the page stays current, and due.
+    let due = store
         .get(&crawl.id, &host_url("recrawl-due").task_id())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(rescheduled.status, Status::Pending);
+    assert_eq!(due.status, Status::Succeeded);
+    assert!(due.due_at().is_some_and(|at| at <= now), "{due:?}");
 
     // AND the next pass re-issues nothing: every host it woke has its message out now
     let again = sweeper
@@ -355,7 +353,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         SqsDeliveryTrigger::new(clients.sqs.clone(), &made.delivery_queue_url, calls.clone());
     let crawl = create(&store, config()).await;
     for path in ["a", "b", "c"] {
-        seed(&store, &crawl, path, T0).await;
+        add(&store, &crawl, path, T0).await;
     }
     let sweeper = Sweeper {
         store: &store,
@@ -371,7 +369,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         .unwrap();
     assert!(!early.completed);
     for path in ["a", "b", "c"] {
-        succeed(&store, &crawl, path, T0 + 20).await;
+        succeed_in_turn(&store, &crawl, path, T0 + 20).await;
     }
     let now = T0 + 30;
     let (mut one, mut two) = (budget(), budget());
@@ -392,8 +390,17 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         (CrawlState::Completed, 0)
     );
 
-    // One hour on, every page is due again: the crawl reopens (generation 1) and, once the
-    // round is done, completes again with a second notice.
+    // Before its pages are due, nothing happens; one hour on, every page is due again: the
+    // hosts' wake-up times reopen the crawl (generation 1) and wake them, and once the round
+    // is done it completes again with a second notice.
+    let early = sweeper
+        .sweep_all(T0 + HOUR as Millis, &mut budget())
+        .await
+        .unwrap();
+    assert!(
+        early.crawls.iter().all(|r| !r.reopened && r.recrawls == 0),
+        "{early:?}"
+    );
     let later = T0 + 20 + HOUR as Millis;
     let round = sweeper.sweep_all(later, &mut budget()).await.unwrap();
     let report = round
@@ -408,8 +415,11 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         (reopened.state, reopened.generation),
         (CrawlState::Running, 1)
     );
+    // Woken, not yet fetched: the round is not complete.
+    let waiting = sweeper.sweep_all(later + 5, &mut budget()).await.unwrap();
+    assert!(waiting.crawls.iter().all(|r| !r.completed), "{waiting:?}");
     for path in ["a", "b", "c"] {
-        succeed(&store, &reopened, path, later + 10).await;
+        succeed_in_turn(&store, &reopened, path, later + 10).await;
     }
     let done = sweeper.sweep_all(later + 20, &mut budget()).await.unwrap();
     assert!(

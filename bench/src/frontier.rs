@@ -15,7 +15,7 @@
 use crate::report::Figure;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use trawl_domain::host::{Host, HostPolicy, HostSignal};
+use trawl_domain::host::{Host, HostPolicy, HostSignal, NextWork};
 use trawl_domain::task::Millis;
 
 const SECTION: &str = "frontier";
@@ -188,7 +188,7 @@ pub fn host_turns(work: &Workload) -> Outcome {
             out.fetches += 1;
             Outcome::bin(&mut out.fetched, t, 1);
         }
-        let next_work = (left[i] > 0).then_some(t);
+        let next_work = (left[i] > 0).then_some(NextWork::Task(t));
         let Some((back, _)) = host.hand_back(&turn, next_work, host.seeded, 0, t) else {
             continue;
         };

@@ -14,8 +14,10 @@ use trawl_core::store::{
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::host::{Host, Turn};
+use trawl_domain::host::{Host, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
+use trawl_domain::schedule::Schedule;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
@@ -38,6 +40,8 @@ fn id(url: &str) -> TaskId {
     CanonicalUrl::parse(url).unwrap().task_id()
 }
 
+const DAY: Millis = 86_400_000;
+
 pub fn record(md5: &str, at: Millis) -> FetchRecord {
     FetchRecord {
         object_key: Some(format!("crawl=x/pk=y/attr=html/md5={md5}")),
@@ -47,7 +51,7 @@ pub fn record(md5: &str, at: Millis) -> FetchRecord {
         content_length: 1234,
         etag: Some("\"v1\"".into()),
         fetched_at: at,
-        next_fetch_at: Some(at + 86_400_000),
+        next_fetch_at: Some(at + DAY),
         ..FetchRecord::default()
     }
 }
@@ -179,6 +183,7 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         outcome
     }
 
+    /// A failure of a crawl that fetches each page once.
     async fn fail(
         &mut self,
         lease: &Lease,
@@ -186,8 +191,24 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         policy: &RetryPolicy,
         now: Millis,
     ) -> FailOutcome {
-        let outcome = self.store.fail(lease, failure, policy, now).await.unwrap();
-        let (update, failed) = transition::fail(lease, failure, policy, now);
+        self.fail_with(lease, failure, policy, &Revisit::ONCE, now)
+            .await
+    }
+
+    async fn fail_with(
+        &mut self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        revisit: &Revisit,
+        now: Millis,
+    ) -> FailOutcome {
+        let outcome = self
+            .store
+            .fail(lease, failure, policy, revisit, now)
+            .await
+            .unwrap();
+        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
         let applied = outcome != FailOutcome::Rejected;
         self.check(&update, applied).await;
         if applied {
@@ -454,33 +475,61 @@ pub async fn permanent_failures_are_terminal<S: TaskStore>(store: &S) {
     assert_eq!(missing.task.errors[0].message, "HTTP 404");
 }
 
-pub async fn a_404_on_recrawl_keeps_the_previous_fetch<S: TaskStore>(store: &S) {
-    // GIVEN a task fetched once, rescheduled for a recrawl and claimed
+pub async fn a_page_comes_due_again_and_is_gone_only_after_its_second_404<S: TaskStore>(store: &S) {
+    let revisit = Revisit {
+        schedule: Some(Schedule::fixed(DAY as u64)),
+        listing: false,
+        missing_after: 2,
+        recheck: Some(Schedule::CHECKER),
+    };
+    // GIVEN a page fetched once, due again in a day (`record`)
     let crawl = crawl_id();
     let mut task = Tracked::seed(store, &crawl, "http://example.com/moved", T0).await;
     let lease = task.claim(T0).await;
     task.finish(&lease, &record("aa", T0), T0).await;
-    assert!(task.reschedule(&[Status::Succeeded], T0 + 1).await);
-    let recrawl = task.claim(T0 + 2).await;
+
+    // THEN it is not claimable before its next fetch, and is at it: a recrawl needs no write
+    // before its host's turn takes it
+    assert_eq!(
+        store
+            .claim(&crawl, &task.task.task_id, LEASE_MS, T0 + DAY - 1)
+            .await
+            .unwrap(),
+        ClaimOutcome::Rejected(ClaimRejection::Done(Status::Succeeded))
+    );
+    let recrawl = task.claim(T0 + DAY).await;
 
     // WHEN the page now answers 404
+    let not_found = Failure::from_http_status(404, None);
     let outcome = task
-        .fail(
-            &recrawl,
-            &Failure::from_http_status(404, None),
-            &policy(),
-            T0 + 3,
-        )
+        .fail_with(&recrawl, &not_found, &policy(), &revisit, T0 + DAY + 1)
         .await;
 
-    // THEN it is gone at once, and the last good fetch is still recorded
+    // THEN it is tried again soon, its content still current
+    let FailOutcome::Retrying { next_attempt_at } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let kept = task.task.fetch.clone().unwrap();
+    assert_eq!((kept.md5.as_deref(), kept.missing), (Some("aa"), 1));
+
+    // WHEN it answers 404 a second time
+    let again = task.claim(next_attempt_at).await;
+    let outcome = task
+        .fail_with(&again, &not_found, &policy(), &revisit, next_attempt_at + 1)
+        .await;
+
+    // THEN it is gone, the last good fetch still recorded, and re-checked a day later
     assert_eq!(
         outcome,
         FailOutcome::GaveUp {
             status: Status::Gone
         }
     );
-    assert_eq!(task.task.fetch, Some(record("aa", T0)));
+    let gone = task.task.fetch.clone().unwrap();
+    assert_eq!((gone.md5.as_deref(), gone.missing), (Some("aa"), 2));
+    let check_at = next_attempt_at + 1 + DAY;
+    assert_eq!(task.task.due_at(), Some(check_at));
+    task.claim(check_at).await;
 }
 
 pub async fn error_history_is_bounded<S: TaskStore>(store: &S) {
@@ -975,11 +1024,15 @@ pub async fn due_tasks_are_per_host_in_due_order<S: TaskStore>(store: &S) {
     let lease = third.claim(T0 + 12).await;
     third.finish(&lease, &record("v1", T0 + 12), T0 + 12).await;
 
-    // THEN the host's due order follows: the untouched one now, then the failed one at its next
-    // attempt; the leased one is its holder's and the finished one done: both out of it
+    // THEN the host's due order follows: the untouched one now, the failed one at its next
+    // attempt, the finished one when it is fetched again; the leased one is its holder's
     assert_eq!(
         due("a.example", 10).await,
-        [(a[3].clone(), Some(T0 + 3)), (a[0].clone(), Some(retry_at))]
+        [
+            (a[3].clone(), Some(T0 + 3)),
+            (a[0].clone(), Some(retry_at)),
+            (a[2].clone(), Some(T0 + 12 + DAY))
+        ]
     );
 }
 
@@ -1104,7 +1157,7 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     // WHEN the zombie hands the host back, THEN nothing is written: the newer turn stands
     let hand_back = |turn: Turn, now: Millis| {
         update_host(store, &crawl, "z.example", now, move |h| {
-            match h.hand_back(&turn, Some(now), h.seeded, 0, now) {
+            match h.hand_back(&turn, Some(NextWork::Task(now)), h.seeded, 0, now) {
                 Some((next, visible_at)) => (Some(next), visible_at),
                 None => (None, None),
             }

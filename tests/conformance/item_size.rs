@@ -8,6 +8,7 @@ use std::sync::Arc;
 use trawl_aws::dynamodb::{DynamoStore, create_table};
 use trawl_core::store::TaskStore;
 use trawl_domain::calls::CallCounts;
+use trawl_domain::schedule::Pace;
 use trawl_domain::task::FetchRecord;
 
 /// DynamoDB's item size rules: names + values; numbers ~1 byte per 2 digits + 1; maps and
@@ -51,6 +52,11 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
         redirects: 1,
         fetched_at: T0 + 1,
         next_fetch_at: Some(T0 + 86_400_000),
+        pace: Some(Pace {
+            factor: 7.692_307_692_307_692,
+            unchanged: 17,
+        }),
+        missing: 0,
     };
     store.finish(&lease, &record, T0 + 1).await.unwrap();
 

@@ -142,9 +142,10 @@ mod tests {
     use super::*;
     use lambda_runtime::{Context, Diagnostic};
     use std::sync::Arc;
+    use trawl_core::frontier::update_host;
     use trawl_core::queue::local::LocalQueue;
-    use trawl_core::store::ClaimOutcome;
     use trawl_core::store::memory::MemoryStore;
+    use trawl_core::store::{ClaimOutcome, CrawlStore};
     use trawl_core::sweep::LocalDeliveryTrigger;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -218,6 +219,19 @@ mod tests {
         assert!(!summary.crawls[0].completed);
         assert_eq!(queue.len(), 1);
 
+        // The re-issued turn runs: a worker takes the host, fetches the page, hands it back.
+        let crawl = store.get_crawl(&id).await.unwrap().unwrap();
+        let host = url.host_key();
+        let turn = update_host(store, &crawl, &host, now + 1, |h| {
+            match h.claim_turn(now + 1, lease_ms) {
+                Ok((next, turn)) => (Some(next), Some(turn)),
+                Err(_) => (None, None),
+            }
+        })
+        .await
+        .unwrap()
+        .and_then(|(_, turn)| turn)
+        .expect("the host's turn");
         let ClaimOutcome::Claimed { lease, .. } = store
             .claim(&id, &url.task_id(), lease_ms, now + 1)
             .await
@@ -231,6 +245,12 @@ mod tests {
             ..FetchRecord::default()
         };
         store.finish(&lease, &record, now + 2).await.unwrap();
+        update_host(store, &crawl, &host, now + 2, |h| {
+            let back = h.hand_back(&turn, None, h.seeded, 0, now + 2);
+            (back.map(|(next, _)| next), ())
+        })
+        .await
+        .unwrap();
         for later in [now + 3, now + 4] {
             handler.sweep(event(), None, later).await.unwrap();
         }

@@ -15,6 +15,7 @@ pub mod discover;
 pub mod fetch;
 pub mod frontier;
 pub mod queue;
+pub mod revisit;
 pub mod runner;
 pub mod seed;
 pub mod store;

@@ -3,6 +3,8 @@
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
 use crate::retry::RetryPolicy;
+use crate::revisit::Revisit;
+use crate::schedule::Schedule;
 use crate::task::Millis;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -379,12 +381,128 @@ impl Default for FetchLimits {
     }
 }
 
-/// When succeeded pages are fetched again.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// When pages are fetched again, and when they are taken for gone (`crate::revisit`).
+/// A crawl with no schedule anywhere fetches each page once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecrawlPolicy {
-    /// Interval between fetches of a page, in milliseconds. None: never recrawl.
+    /// A fixed interval between fetches of a page, in milliseconds (MIN_TIME = MAX_TIME).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_ms: Option<u64>,
+    /// An adaptive schedule (Django Dynamic Scraper's); `{}` takes the document's defaults.
+    /// `interval_ms` wins when both are given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// Schedules per URL, first match wins; URLs no rule matches take the crawl's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RecrawlRule>,
+    /// 404/410 answers in a row that make a page that had content `gone` (until then its
+    /// content stays current and it is tried again after the first retry backoff).
+    pub missing_after: u32,
+    /// How gone pages are re-checked (DDS's checker defaults), in a crawl that recrawls.
+    pub checker: Schedule,
+    /// Pages that answer 200 but say they are not there (soft 404s), per URL.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub soft_404: Vec<Soft404Rule>,
+}
+
+impl Default for RecrawlPolicy {
+    fn default() -> Self {
+        Self {
+            interval_ms: None,
+            schedule: None,
+            rules: Vec::new(),
+            missing_after: 2,
+            checker: Schedule::CHECKER,
+            soft_404: Vec::new(),
+        }
+    }
+}
+
+impl RecrawlPolicy {
+    /// The crawl's own schedule (for URLs no rule matches).
+    pub fn crawl_schedule(&self) -> Option<Schedule> {
+        self.interval_ms.map(Schedule::fixed).or(self.schedule)
+    }
+
+    /// Whether any page of the crawl is ever fetched again: then the crawl runs on, generation
+    /// after generation, and gone pages are re-checked.
+    pub fn is_continuous(&self) -> bool {
+        self.crawl_schedule().is_some() || self.rules.iter().any(|r| r.schedule().is_some())
+    }
+
+    /// What the crawl decides for a URL matched by `rule` (None: no rule matched).
+    pub fn revisit(&self, rule: Option<&RecrawlRule>) -> Revisit {
+        let continuous = self.is_continuous();
+        Revisit {
+            schedule: match rule {
+                Some(rule) => rule.schedule(),
+                None => self.crawl_schedule(),
+            },
+            listing: rule.is_some_and(|r| r.listing),
+            missing_after: self.missing_after.max(1),
+            recheck: continuous.then_some(self.checker),
+        }
+    }
+}
+
+/// A schedule for the URLs matching a pattern (a regular expression, or a glob where `*` is
+/// any run of characters and `?` one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecrawlRule {
+    /// A regular expression matched against the canonical URL (anywhere, unless anchored).
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A glob matched against the whole canonical URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// A fixed interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    /// An adaptive schedule (`{}`: the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// Never fetched again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never: bool,
+    /// A listing page: new links on it count as a change, as a new md5 does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub listing: bool,
+}
+
+impl RecrawlRule {
+    /// The rule's schedule: never, fixed, or adaptive (the defaults when it names none).
+    pub fn schedule(&self) -> Option<Schedule> {
+        if self.never {
+            return None;
+        }
+        Some(
+            self.interval_ms
+                .map(Schedule::fixed)
+                .or(self.schedule)
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// A soft-404 check: a page of the matching URLs that answers 200 yet has an element matching
+/// `selector` (whose text contains `text`, when given) is taken for gone, as a 404 would be
+/// (Django Dynamic Scraper's `404_OR_X_PATH` checker, with CSS selectors).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Soft404Rule {
+    /// A regular expression the URL must match (none: every URL).
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A CSS selector.
+    pub selector: String,
+    /// Text the matched element must contain (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A page known to be gone: every sweep checks that the rule still recognises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_url: Option<String>,
 }
 
 /// Default User-Agent; deployments should set their own with a contact URL.

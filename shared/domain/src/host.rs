@@ -15,6 +15,22 @@
 use crate::task::Millis;
 use serde::{Deserialize, Serialize};
 
+/// Longest a host's next turn waits as a delayed message (SQS's longest delay). Work due later
+/// leaves the host idle with a wake-up time, for the sweeper: a message received early only to
+/// be put back would cost requests every 15 minutes of the wait.
+pub const LONGEST_QUEUED_WAIT_MS: u64 = 900_000;
+
+/// A host's soonest remaining work, as its turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextWork {
+    /// A task to fetch (pending, or a retry) from this time.
+    Task(Millis),
+    /// A page to fetch again (a recrawl, a check) from this time: always left to the sweeper,
+    /// which wakes the host then, so that a generation ends when its work is done rather than
+    /// when the next recrawl is.
+    Revisit(Millis),
+}
+
 /// How a host is paced and when it is given up. From the crawl's politeness (and its rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -89,6 +105,10 @@ pub struct Host {
     /// host is idle; the next seed sends one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_for: Option<Millis>,
+    /// When the host's next known work is due, while it waits idle for longer than a queue can
+    /// hold a message (a recrawl days away): the sweeper wakes it then. None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Millis>,
     /// Tasks created for the host so far. A turn compares it with the value it started with:
     /// a change means new work arrived meanwhile.
     #[serde(default)]
@@ -141,6 +161,7 @@ impl Host {
             turn_until: None,
             epoch: 0,
             queued_for: None,
+            wake_at: None,
             seeded: 0,
             done: 0,
             fetches: 0,
@@ -233,8 +254,8 @@ impl Host {
         host
     }
 
-    /// Hands the host back at the end of `turn`. `next_work` is when its earliest remaining task
-    /// is due (None: none known), `seeded_at_claim` the `seeded` count the turn started from,
+    /// Hands the host back at the end of `turn`. `next_work` is its soonest remaining work (None:
+    /// none known), `seeded_at_claim` the `seeded` count the turn started from,
     /// `seeded_by_turn` the URLs of this host the turn's own pages linked to (counted here).
     /// Returns the host and, when a next turn is needed, when its message should become visible
     /// (the host's own due time at the earliest); the message carries the new `epoch`. With no
@@ -243,7 +264,7 @@ impl Host {
     pub fn hand_back(
         &self,
         turn: &Turn,
-        next_work: Option<Millis>,
+        next_work: Option<NextWork>,
         seeded_at_claim: u64,
         seeded_by_turn: u64,
         now: Millis,
@@ -256,20 +277,26 @@ impl Host {
             seeded: self.seeded + seeded_by_turn,
             ..self.clone()
         };
-        let next_work = match next_work {
-            Some(at) => Some(at),
+        let (next_work, later) = match next_work {
             // Seeds that arrived during the turn (the holder's own links included) may not have
             // been visible to it yet: one more turn looks.
-            None if self.seeded != seeded_at_claim || seeded_by_turn > 0 => Some(now),
-            None => None,
+            _ if self.seeded != seeded_at_claim || seeded_by_turn > 0 => (Some(now), None),
+            // Work due later than a message can wait: idle, woken by the sweeper when it is due.
+            Some(NextWork::Task(at)) if at > now + LONGEST_QUEUED_WAIT_MS as Millis => {
+                (None, Some(at))
+            }
+            Some(NextWork::Task(at)) => (Some(at), None),
+            Some(NextWork::Revisit(at)) => (None, Some(at)),
+            None => (None, None),
         };
         let visible_at = next_work.map(|at| at.max(host.due_at()).max(now));
         match visible_at {
             Some(_) => host.epoch += 1,
-            // Nothing left: the counts agree again (seeds count URLs offered, known ones too).
+            // Nothing left now: the counts agree again (seeds count URLs offered, known ones too).
             None => host.done = host.seeded,
         }
         host.queued_for = visible_at;
+        host.wake_at = later;
         Some((host, visible_at))
     }
 
@@ -346,18 +373,22 @@ impl Host {
         let visible_at = host.due_at().max(now);
         host.epoch += 1;
         host.queued_for = Some(visible_at);
+        host.wake_at = None;
         (host, Some(visible_at))
     }
 
     /// Whether the host's work message must be presumed lost at `now`: its turn expired without
     /// being handed back (the holder died; its message, should it come back, will be stale); or
     /// its message should have been received more than `lost_after_ms` ago; or it is idle while
-    /// it has work (`known_work`: a caller saw a due task of it; or its own counts say so).
+    /// it has work (`known_work`: a caller saw a due task of it; or its own counts say so; or
+    /// its wake-up time has come).
     pub fn message_lost(&self, now: Millis, lost_after_ms: u64, known_work: bool) -> bool {
         match (self.turn_until, self.queued_for) {
             (Some(until), _) => until <= now,
             (None, Some(at)) => at.saturating_add(lost_after_ms as Millis) <= now,
-            (None, None) => known_work || self.backlog() > 0,
+            (None, None) => {
+                known_work || self.backlog() > 0 || self.wake_at.is_some_and(|at| at <= now)
+            }
         }
     }
 
@@ -371,6 +402,7 @@ impl Host {
         let host = Host {
             epoch: self.epoch + 1,
             queued_for: Some(visible_at),
+            wake_at: None,
             turn_until,
             ..self.clone()
         };
@@ -524,7 +556,9 @@ mod tests {
         // not visible before the host's pace allows.
         let (held, turn) = more.claim_turn(200, 30_000).unwrap();
         let paced = held.observe(&p, HostSignal::Answered, 300);
-        let (back, next) = paced.hand_back(&turn, Some(250), 5, 0, 400).unwrap();
+        let (back, next) = paced
+            .hand_back(&turn, Some(NextWork::Task(250)), 5, 0, 400)
+            .unwrap();
         assert_eq!(next, Some(1_300), "not before next_allowed_at");
         assert_eq!((back.epoch, back.queued_for), (2, Some(1_300)));
     }
@@ -582,5 +616,48 @@ mod tests {
         // After a restart of the process that held it: at once.
         let (restarted, now) = held.restart(10_000);
         assert_eq!((now, restarted.turn_until), (10_000, None));
+    }
+
+    #[test]
+    fn work_due_later_than_a_message_can_wait_idles_the_host_until_the_sweeper_wakes_it() {
+        let policy = policy();
+        let host = Host::new("a.test", &policy, 0);
+        let (held, turn) = host.claim_turn(0, 60_000).unwrap();
+        let day = 86_400_000;
+        // A recrawl, even a soon one, is the sweeper's: no message.
+        for next in [
+            NextWork::Revisit(day),
+            NextWork::Revisit(60_000),
+            NextWork::Task(day),
+        ] {
+            let (idle, message) = held.hand_back(&turn, Some(next), 0, 0, 1_000).unwrap();
+            let (NextWork::Revisit(at) | NextWork::Task(at)) = next;
+            assert_eq!(
+                (message, idle.queued_for, idle.wake_at),
+                (None, None, Some(at))
+            );
+            assert!(idle.is_idle(1_000));
+            assert!(
+                !idle.message_lost(at - 1, 60_000, false),
+                "not before it is due"
+            );
+            assert!(
+                idle.message_lost(at, 60_000, false),
+                "due: the sweeper wakes it"
+            );
+            let (woken, visible) = idle.requeue(at);
+            assert_eq!(
+                (visible, woken.wake_at, woken.queued_for),
+                (at, None, Some(at))
+            );
+            // A seed wakes it sooner, and the turn finds everything due.
+            let (seeded, message) = idle.note_seeded(1, 2_000);
+            assert_eq!((message, seeded.wake_at), (Some(2_000), None));
+        }
+        // A retry a few minutes away waits as a delayed message.
+        let (queued, message) = held
+            .hand_back(&turn, Some(NextWork::Task(120_000)), 0, 0, 1_000)
+            .unwrap();
+        assert_eq!((message, queued.wake_at), (Some(120_000), None));
     }
 }

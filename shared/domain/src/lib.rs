@@ -8,6 +8,7 @@ pub mod crawl;
 pub mod host;
 pub mod price;
 pub mod retry;
+pub mod revisit;
 pub mod schedule;
 pub mod task;
 pub mod transition;

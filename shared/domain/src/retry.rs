@@ -115,17 +115,27 @@ impl RetryPolicy {
         if !failure.kind.is_transient() || retries.saturating_add(1) >= self.max_retry.max(1) {
             return FailureVerdict::GiveUp;
         }
+        FailureVerdict::Retry {
+            next_attempt_at: self.backoff_at(retries, jitter, failure.retry_after_ms, now),
+        }
+    }
+
+    /// When the attempt after `retries` earlier failures is due: exponential backoff placed by
+    /// `jitter` between half and the full delay; a server's Retry-After wins when longer.
+    pub fn backoff_at(
+        &self,
+        retries: u32,
+        jitter: Jitter,
+        retry_after_ms: Option<u64>,
+        now: Millis,
+    ) -> Millis {
         let exp = self.base_delay_ms.saturating_mul(1u64 << retries.min(30));
         let delay = exp.min(self.max_delay_ms);
         let half = delay / 2;
         let spread = u128::from(delay - half) * u128::from(jitter.0) / u128::from(u32::MAX);
         let jittered = half + spread as u64;
-        let wait = failure
-            .retry_after_ms
-            .map_or(jittered, |ra| ra.min(self.max_delay_ms).max(jittered));
-        FailureVerdict::Retry {
-            next_attempt_at: now.saturating_add(Millis::try_from(wait).unwrap_or(Millis::MAX)),
-        }
+        let wait = retry_after_ms.map_or(jittered, |ra| ra.min(self.max_delay_ms).max(jittered));
+        now.saturating_add(Millis::try_from(wait).unwrap_or(Millis::MAX))
     }
 }
 

@@ -100,20 +100,29 @@ impl Schedule {
     }
 }
 
+// Its factors come from JSON, which has no NaN.
+impl Eq for Schedule {}
+
 impl Default for Schedule {
     fn default() -> Self {
         Self::RECRAWL
     }
 }
 
-/// A page's place in its schedule.
+/// A page's place in its schedule (kept in its fetch record, in a few bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Pace {
     /// The next-action factor.
+    #[serde(rename = "f")]
     pub factor: f64,
     /// Unchanged fetches in a row (ZERO_ACTIONS so far).
+    #[serde(rename = "u")]
     pub unchanged: u32,
 }
+
+// The factor is always finite: it starts from a configured number (JSON has no NaN) and is
+// clamped into [1, max / min] by every step.
+impl Eq for Pace {}
 
 #[cfg(test)]
 mod tests {

@@ -202,9 +202,19 @@ pub struct FetchRecord {
     pub redirects: u8,
     #[serde(rename = "at")]
     pub fetched_at: Millis,
-    /// When a recrawl is due (None: never).
+    /// When the page is fetched again: a recrawl, or the check of a gone page (None: never).
     #[serde(rename = "next", default, skip_serializing_if = "Option::is_none")]
     pub next_fetch_at: Option<Millis>,
+    /// The page's place in its schedule (`crate::revisit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace: Option<crate::schedule::Pace>,
+    /// 404/410 answers in a row since the content was last seen.
+    #[serde(rename = "miss", default, skip_serializing_if = "is_zero")]
+    pub missing: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A task as stored.
@@ -239,21 +249,29 @@ pub fn due_at(
     status: Status,
     updated_at: Millis,
     next_attempt_at: Option<Millis>,
+    next_fetch_at: Option<Millis>,
 ) -> Option<Millis> {
     match status {
         Status::Pending => Some(updated_at),
         Status::Failed => Some(next_attempt_at.unwrap_or(updated_at)),
-        Status::InProgress | Status::Succeeded | Status::Ignored | Status::Gone => None,
+        Status::Succeeded | Status::Gone => next_fetch_at,
+        Status::InProgress | Status::Ignored => None,
     }
 }
 
 impl Task {
     /// Its place in its host's due index: pending now (in seed or reschedule order), failed at
-    /// its next attempt. A task in progress is its holder's and out of the index (a claim costs
-    /// one index delete, a finish none); should its lease expire, the sweeper releases it back.
-    /// Never once terminal. A host's turn takes its tasks in this order.
+    /// its next attempt, succeeded or gone when its page is fetched again (a recrawl, a check:
+    /// `crate::revisit`). A task in progress is its holder's and out of the index (a claim costs
+    /// one index delete); should its lease expire, the sweeper releases it back. Ignored tasks
+    /// are never due. A host's turn takes its tasks in this order.
     pub fn due_at(&self) -> Option<Millis> {
-        due_at(self.status, self.updated_at, self.next_attempt_at)
+        due_at(
+            self.status,
+            self.updated_at,
+            self.next_attempt_at,
+            self.fetch.as_ref().and_then(|f| f.next_fetch_at),
+        )
     }
 
     /// The host the task is scheduled under (`canonical::host_key`).
@@ -283,6 +301,8 @@ pub struct Lease {
     pub retries: u32,
     /// The error history before this attempt.
     pub errors: Vec<ErrorRecord>,
+    /// The page's fetch record before this attempt: what a 404 or a failed recrawl keeps.
+    pub fetch: Option<FetchRecord>,
 }
 
 #[cfg(test)]

@@ -10,9 +10,11 @@
 //! | event           | requires                                          | status after         |
 //! |-----------------|---------------------------------------------------|----------------------|
 //! | `seed`          | no such task                                      | pending              |
-//! | `claim`         | pending; failed and due; in_progress and expired  | in_progress          |
+//! | `claim`         | pending; failed, succeeded or gone and due;       | in_progress          |
+//! |                 | in_progress and expired                           |                      |
 //! | `finish`        | in_progress under the lease's token               | succeeded            |
-//! | `fail`          | in_progress under the lease's token               | failed, ignored, gone|
+//! | `fail`          | in_progress under the lease's token               | failed, ignored,     |
+//! |                 |                                                   | gone, succeeded      |
 //! | `release`       | in_progress under the lease's token               | pending              |
 //! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
@@ -26,13 +28,19 @@
 //! - `retries` counts transient failures, the one that exhausts the budget included: a task
 //!   given up after `max_retry` transient failures shows `retries == max_retry`. A permanent
 //!   failure leaves it. Only `finish` (a success), `reschedule` (a new round starts with a full
-//!   budget) and `reset` set it back, to 0; nothing else lowers it.
+//!   budget), `reset` and a `fail` that puts a page back in its schedule (kept, or gone with
+//!   its content) set it back, to 0; nothing else lowers it.
 //! - the token only grows, by one per claim.
-//! - a terminal task (succeeded, ignored, gone) leaves its status only through `reschedule` or
-//!   `reset`.
+//! - a terminal task leaves its status only through `reschedule` or `reset`, or, succeeded or
+//!   gone, through a `claim` once its page is due again (`crate::revisit`): a recrawl or a check
+//!   is a due URL of its host, the page current meanwhile.
+//! - a fetch record, once made, is replaced by the next success and never dropped but by
+//!   `reset`: a 404 on a page that had content counts towards `missing_after` (and keeps the
+//!   content until then), and a recrawl that fails past its retries keeps the page `succeeded`.
 
 use crate::canonical::CrawlId;
 use crate::retry::{Failure, FailureVerdict, Jitter, RetryPolicy};
+use crate::revisit::Revisit;
 use crate::task::{
     ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
 };
@@ -146,7 +154,12 @@ impl Changes {
                 Change::Keep => None,
             },
             Status::Failed => field(&self.next_attempt_at),
-            Status::InProgress | Status::Succeeded | Status::Ignored | Status::Gone => None,
+            // Every transition to these sets the fetch record, whose next fetch is the due time.
+            Status::Succeeded | Status::Gone => match &self.fetch {
+                Change::Set(record) => record.as_ref().and_then(|r| r.next_fetch_at),
+                Change::Keep => None,
+            },
+            Status::InProgress | Status::Ignored => None,
         })
     }
 
@@ -204,7 +217,7 @@ pub struct Insert {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimRejection {
     Missing,
-    /// `succeeded`, `ignored` or `gone`.
+    /// `ignored`; or `succeeded` or `gone` and not due again yet.
     Done(Status),
     /// Another worker holds a live lease.
     Leased {
@@ -221,7 +234,8 @@ pub enum ClaimRejection {
 pub enum Failed {
     /// `failed`, claimable again from `next_attempt_at`.
     Retrying { next_attempt_at: Millis },
-    /// `ignored`, or `gone` for a page that does not exist.
+    /// `ignored`, or `gone` for a page that does not exist; or `succeeded` again when a
+    /// recrawl failed for good (the previous content stays current).
     GaveUp { status: Status },
 }
 
@@ -267,6 +281,7 @@ pub fn claimable(task: Option<&Task>, now: Millis) -> Result<(), ClaimRejection>
             Some(at) if at > now => Err(ClaimRejection::NotDue { at }),
             _ => Ok(()),
         },
+        Status::Succeeded | Status::Gone if task.due_at().is_some_and(|at| at <= now) => Ok(()),
         done @ (Status::Succeeded | Status::Ignored | Status::Gone) => {
             Err(ClaimRejection::Done(done))
         }
@@ -311,6 +326,7 @@ pub fn lease_of(claimed: &Task) -> Lease {
         expires_at: claimed.lease_expires_at.unwrap_or(claimed.updated_at),
         retries: claimed.retries,
         errors: claimed.errors.clone(),
+        fetch: claimed.fetch.clone(),
     }
 }
 
@@ -334,11 +350,14 @@ pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
 
 /// A failed attempt: the error joins the bounded history; `policy` decides between a retry at
 /// a backoff placed by the attempt's [`Jitter`] and a give-up (`gone` for a page that does not
-/// exist, else `ignored`). The previous fetch record is kept.
+/// exist, else `ignored`). What the page had is kept (`revisit`): a page with content answering
+/// 404/410 is retried at the first backoff until `missing_after` such answers in a row make it
+/// gone, and a recrawl given up is `succeeded` again with its previous content.
 pub fn fail(
     lease: &Lease,
     failure: &Failure,
     policy: &RetryPolicy,
+    revisit: &Revisit,
     now: Millis,
 ) -> (Update, Failed) {
     let mut errors = lease.errors.clone();
@@ -351,23 +370,68 @@ pub fn fail(
     } else {
         lease.retries
     };
+    let previous = lease.fetch.as_ref();
     let jitter = Jitter::of(&lease.task_id, lease.token);
-    let (status, next_attempt_at, failed) =
-        match policy.verdict(failure, lease.retries, jitter, now) {
-            FailureVerdict::Retry { next_attempt_at } => (
-                Status::Failed,
-                Some(next_attempt_at),
-                Failed::Retrying { next_attempt_at },
-            ),
-            FailureVerdict::GiveUp => {
-                let status = if failure.kind == ErrorKind::NotFound {
-                    Status::Gone
-                } else {
-                    Status::Ignored
+    let retry = |at: Millis| {
+        (
+            Status::Failed,
+            Some(at),
+            Failed::Retrying {
+                next_attempt_at: at,
+            },
+        )
+    };
+    let (status, next_attempt_at, failed, fetch) = if failure.kind == ErrorKind::NotFound {
+        let missing = previous.map_or(0, |p| p.missing).saturating_add(1);
+        match previous {
+            Some(page) if !revisit.is_gone(previous, missing) => {
+                let (status, at, failed) = retry(policy.backoff_at(0, jitter, None, now));
+                let page = FetchRecord {
+                    missing,
+                    ..page.clone()
                 };
-                (status, None, Failed::GaveUp { status })
+                (status, at, failed, Some(page))
             }
-        };
+            _ => {
+                let page = previous.map(|p| revisit.gone(p, missing, now));
+                let failed = Failed::GaveUp {
+                    status: Status::Gone,
+                };
+                (Status::Gone, None, failed, page)
+            }
+        }
+    } else {
+        match policy.verdict(failure, lease.retries, jitter, now) {
+            FailureVerdict::Retry { next_attempt_at } => {
+                let (status, at, failed) = retry(next_attempt_at);
+                (status, at, failed, previous.cloned())
+            }
+            FailureVerdict::GiveUp => match previous {
+                Some(page) => {
+                    let page = revisit.kept(page, now);
+                    let status = if page.missing > 0 {
+                        Status::Gone
+                    } else {
+                        Status::Succeeded
+                    };
+                    (status, None, Failed::GaveUp { status }, Some(page))
+                }
+                None => {
+                    let failed = Failed::GaveUp {
+                        status: Status::Ignored,
+                    };
+                    (Status::Ignored, None, failed, None)
+                }
+            },
+        }
+    };
+    // A page back in its schedule (kept, or gone and to be re-checked) starts its next fetch
+    // with a full budget, as after a success.
+    let retries = if fetch.is_some() && matches!(status, Status::Succeeded | Status::Gone) {
+        0
+    } else {
+        retries
+    };
     let update = Update {
         requires: Condition::Leased { token: lease.token },
         changes: Changes {
@@ -376,6 +440,7 @@ pub fn fail(
             errors: Change::Set(errors),
             next_attempt_at: Change::Set(next_attempt_at),
             lease_expires_at: Change::Set(None),
+            fetch: Change::Set(fetch),
             updated_at: Change::Set(now),
             ..Changes::default()
         },

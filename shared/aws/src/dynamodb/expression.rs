@@ -61,11 +61,16 @@ impl Expression {
                 let pending = self.value("c_pending", n(Status::Pending.code()));
                 let failed = self.value("c_failed", n(Status::Failed.code()));
                 let held = self.value("c_in_progress", n(Status::InProgress.code()));
-                // A missing time counts as due, as in `transition::claimable`.
+                let due = self.name("due");
+                let succeeded = self.value("c_succeeded", n(Status::Succeeded.code()));
+                let gone = self.value("c_gone", n(Status::Gone.code()));
+                // A missing time counts as due, as in `transition::claimable`; a succeeded or
+                // gone page is due again at its `due` (its next fetch), never without one.
                 format!(
                     "attribute_exists(pk) AND ({status} = {pending} \
                      OR ({status} = {failed} AND (attribute_not_exists({next}) OR {next} <= {now})) \
-                     OR ({status} = {held} AND (attribute_not_exists({lease}) OR {lease} <= {now})))"
+                     OR ({status} = {held} AND (attribute_not_exists({lease}) OR {lease} <= {now})) \
+                     OR (({status} = {succeeded} OR {status} = {gone}) AND {due} <= {now}))"
                 )
             }
             Condition::Leased { token } => {

@@ -49,6 +49,7 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
@@ -515,9 +516,10 @@ impl TaskStore for DynamoStore {
         lease: &Lease,
         failure: &Failure,
         policy: &RetryPolicy,
+        revisit: &Revisit,
         now: Millis,
     ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
         let written = self
             .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::None)
             .await?;

@@ -19,6 +19,7 @@ use crate::discover::{ScopeMatcher, extract_links};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
+use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
     TaskSummary,
@@ -36,6 +37,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task};
 
 /// How long a crawl's config is cached in a worker before it is read again.
@@ -119,6 +121,7 @@ struct Held {
 struct CrawlContext {
     crawl: Crawl,
     scope: ScopeMatcher,
+    revisit: RevisitRules,
     loaded: Instant,
 }
 
@@ -349,7 +352,7 @@ where
         }
         // When the host's next turn is due: its soonest task (new links included).
         let next_work = match self.store.due_tasks(&crawl.id, &state.host.name, 1).await {
-            Ok(due) => due.first().and_then(TaskSummary::claimable_from),
+            Ok(due) => due.first().and_then(TaskSummary::next_work),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
                 outcomes.push(Outcome::Error);
@@ -581,7 +584,12 @@ where
         };
         let failure = Failure::new(ErrorKind::HostGivenUp, reason);
         let mut outcomes = Vec::with_capacity(due.len());
-        for task in due {
+        let now = self.clock.now_ms();
+        let due_now = due
+            .into_iter()
+            .filter(|t| t.claimable_from().is_some_and(|at| at <= now));
+        for task in due_now {
+            let revisit = context.revisit.for_url(&task.url);
             let now = self.clock.now_ms();
             let claimed = self
                 .store
@@ -589,7 +597,7 @@ where
                 .await;
             let outcome = match claimed {
                 Ok(ClaimOutcome::Claimed { lease, .. }) => {
-                    match self.fail(context, &lease, &failure).await {
+                    match self.fail(context, &lease, &failure, &revisit).await {
                         Ok(outcome) => outcome,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot end a task of a given-up host");
@@ -624,11 +632,15 @@ where
             );
         };
         let outcomes = self.end_tasks_of_given_up(context, &host).await;
+        let now = self.clock.now_ms();
+        // Pages due later (recrawls) are not left: the sweeper wakes the host when they are due.
         let left = match self.store.due_tasks(&crawl.id, name, 1).await {
-            Ok(due) => !due.is_empty(),
+            Ok(due) => due
+                .first()
+                .and_then(TaskSummary::claimable_from)
+                .is_some_and(|at| at <= now),
             Err(_) => true,
         };
-        let now = self.clock.now_ms();
         let settled = update_host(&self.store, crawl, name, now, |h| {
             if left {
                 let (next, visible_at) = h.requeue(now);
@@ -671,11 +683,12 @@ where
         held: &Held,
     ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
         let config = &context.crawl.config;
+        let revisit = context.revisit.for_url(&task.url);
         let url = match CanonicalUrl::parse(&task.url) {
             Ok(url) => url,
             Err(e) => {
                 let failure = Failure::new(ErrorKind::InvalidContent, e.to_string());
-                return Ok((self.fail(context, lease, &failure).await?, None));
+                return Ok((self.fail(context, lease, &failure, &revisit).await?, None));
             }
         };
         let now = self.clock.now_ms();
@@ -688,12 +701,13 @@ where
             now,
             redirects: Redirects::Report,
         };
-        let next_fetch_at = config.recrawl.interval_ms.map(|i| now + i as Millis);
+        let previous = task.fetch.as_ref();
         match self.fetcher.fetch(request).await {
             FetchOutcome::Failed(failure) => {
                 let signal = HostSignal::of_failure(&failure);
                 if signal.spends_retry() {
-                    return Ok((self.fail(context, lease, &failure).await?, Some(signal)));
+                    let outcome = self.fail(context, lease, &failure, &revisit).await?;
+                    return Ok((outcome, Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
@@ -710,12 +724,16 @@ where
                 };
                 self.seed_found(context, task, vec![target], outbox, held)
                     .await?;
+                let changed =
+                    previous.and_then(|p| p.final_url.as_deref()) != Some(location.as_str());
+                let (next_fetch_at, pace) = revisit.after_fetch(previous, changed, now);
                 let record = FetchRecord {
                     http_status: status,
                     final_url: Some(location.as_str().to_owned()),
                     redirects: 1,
                     fetched_at: now,
                     next_fetch_at,
+                    pace,
                     ..FetchRecord::default()
                 };
                 self.record_bodiless(task, lease, &url, record, Outcome::Redirected)
@@ -723,7 +741,8 @@ where
             }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
-                let previous = task.fetch.clone().unwrap_or_default();
+                let (next_fetch_at, pace) = revisit.after_fetch(previous, false, now);
+                let previous = previous.cloned().unwrap_or_default();
                 let record = FetchRecord {
                     etag: not_modified.etag.or(previous.etag.clone()),
                     last_modified: not_modified
@@ -731,14 +750,26 @@ where
                         .or(previous.last_modified.clone()),
                     fetched_at: now,
                     next_fetch_at,
+                    pace,
+                    missing: 0,
                     ..previous
                 };
                 self.record_bodiless(task, lease, &url, record, Outcome::Unchanged)
                     .await
             }
             FetchOutcome::Fetched(page) => {
+                if let Some(body) = page.body.as_ref().filter(|_| page.is_html())
+                    && let Some(found) = context.revisit.soft_404(url.as_str(), &body.bytes)
+                {
+                    let failure = Failure {
+                        http_status: Some(page.status),
+                        ..Failure::new(ErrorKind::NotFound, found)
+                    };
+                    let outcome = self.fail(context, lease, &failure, &revisit).await?;
+                    return Ok((outcome, Some(HostSignal::Answered)));
+                }
                 let final_url = (page.final_url != url).then(|| page.final_url.as_str().to_owned());
-                let record = FetchRecord {
+                let mut record = FetchRecord {
                     object_key: None,
                     md5: page.body.as_ref().map(|b| b.md5_hex()),
                     http_status: page.status,
@@ -752,27 +783,36 @@ where
                     final_url,
                     redirects: page.redirects,
                     fetched_at: now,
-                    next_fetch_at,
+                    ..FetchRecord::default()
                 };
                 // Links first: if seeding them fails, the task is retried and nothing is lost.
                 // An unchanged body has the links its previous fetch already seeded.
                 let unchanged = record.md5.is_some()
-                    && record.md5.as_deref() == task.fetch.as_ref().and_then(|f| f.md5.as_deref());
+                    && record.md5.as_deref() == previous.and_then(|f| f.md5.as_deref());
+                let mut new_links = 0;
                 if let Some(body) = &page.body
                     && page.is_html()
                     && config.scope.follow_links
                     && !unchanged
                 {
-                    self.discover(
-                        context,
-                        task,
-                        page.final_url.as_url(),
-                        &body.bytes,
-                        outbox,
-                        held,
-                    )
-                    .await?;
+                    new_links = self
+                        .discover(
+                            context,
+                            task,
+                            page.final_url.as_url(),
+                            &body.bytes,
+                            outbox,
+                            held,
+                        )
+                        .await?;
                 }
+                // A listing page changes when new links appear on it, not when its ads do.
+                let changed = if revisit.listing {
+                    new_links > 0
+                } else {
+                    !unchanged
+                };
+                (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
                 let bytes = record.content_length;
                 let page_body = page.body.map(|b| (b.bytes, b.md5));
                 match record_page(
@@ -836,6 +876,7 @@ where
         context: &CrawlContext,
         lease: &Lease,
         failure: &Failure,
+        revisit: &Revisit,
     ) -> Result<Outcome, CrawlerError> {
         let now = self.clock.now_ms();
         tracing::info!(kind = ?failure.kind, error = %failure.message, "fetch failed");
@@ -843,7 +884,7 @@ where
         Ok(
             match self
                 .store
-                .fail(lease, failure, &context.crawl.config.retry, now)
+                .fail(lease, failure, &context.crawl.config.retry, revisit, now)
                 .await?
             {
                 FailOutcome::Retrying { .. } => Outcome::Retrying,
@@ -853,7 +894,7 @@ where
         )
     }
 
-    /// Seeds the page's in-scope links one level deeper.
+    /// Seeds the page's in-scope links one level deeper; returns how many were new.
     async fn discover(
         &self,
         context: &CrawlContext,
@@ -862,7 +903,7 @@ where
         html: &[u8],
         outbox: &Outbox,
         held: &Held,
-    ) -> Result<(), CrawlerError> {
+    ) -> Result<u64, CrawlerError> {
         let depth = task.depth + 1;
         let crawl = &context.crawl;
         let links = extract_links(base, html);
@@ -886,7 +927,8 @@ where
     }
 
     /// Seeds URLs `task` led to (its links, its redirect's target), and remembers them per
-    /// worker so that pages linking to them again need not seed them again.
+    /// worker so that pages linking to them again need not seed them again. Returns how many
+    /// tasks were new.
     async fn seed_found(
         &self,
         context: &CrawlContext,
@@ -894,10 +936,10 @@ where
         tasks: Vec<NewTask>,
         outbox: &Outbox,
         held: &Held,
-    ) -> Result<(), CrawlerError> {
+    ) -> Result<u64, CrawlerError> {
         let crawl = &context.crawl;
         if tasks.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
         let now = self.clock.now_ms();
@@ -918,7 +960,7 @@ where
             over_budget = report.over_budget,
             "links"
         );
-        Ok(())
+        Ok(report.accepted)
     }
 
     async fn context(&self, crawl_id: &CrawlId) -> Result<Option<Arc<CrawlContext>>, StoreError> {
@@ -940,9 +982,16 @@ where
                 });
             }
         };
+        // The seeder validates recrawl rules too.
+        let revisit =
+            RevisitRules::new(&crawl.config.recrawl).map_err(|reason| StoreError::Corrupt {
+                key: crawl_id.to_string(),
+                reason,
+            })?;
         let context = Arc::new(CrawlContext {
             crawl,
             scope,
+            revisit,
             loaded: Instant::now(),
         });
         self.crawls

@@ -15,6 +15,7 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
@@ -284,9 +285,10 @@ impl TaskStore for MemoryStore {
         lease: &Lease,
         failure: &Failure,
         policy: &RetryPolicy,
+        revisit: &Revisit,
         now: Millis,
     ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
         let applied = self.apply("fail", &lease.crawl_id, &lease.task_id, &update)?;
         Ok(if applied {
             failed.into()

@@ -20,8 +20,9 @@ use thiserror::Error;
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::host::Host;
+use trawl_domain::host::{Host, NextWork};
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::Failed;
 
@@ -69,6 +70,8 @@ pub enum Seeded {
 /// Why a claim was refused, read from the failed condition itself (no second read).
 pub use trawl_domain::transition::ClaimRejection;
 
+// One outcome per store call, moved once: boxing the lease would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The task as it now stands (`in_progress`, new token), with its previous fetch record.
@@ -79,6 +82,8 @@ pub enum ClaimOutcome {
     Rejected(ClaimRejection),
 }
 
+// One outcome per store call, moved once: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FinishOutcome {
     /// Recorded. `replaced` is the fetch record it replaced; `stale` the md5s of objects that
@@ -154,7 +159,8 @@ impl From<&Task> for TaskSummary {
 
 impl TaskSummary {
     /// From when the task can be claimed through its host's due index: at once when pending
-    /// (whatever its place in the due order), at its next attempt when failed; never otherwise.
+    /// (whatever its place in the due order), at its next attempt when failed, when its page is
+    /// due again when succeeded or gone; never otherwise.
     pub fn claimable_from(&self) -> Option<Millis> {
         match self.status {
             Status::Pending => Some(Millis::MIN),
@@ -162,9 +168,24 @@ impl TaskSummary {
         }
     }
 
+    /// The task as its host's next work, when its turn ends with it the soonest due: a page
+    /// fetched before (succeeded or gone) is a revisit, left to the sweeper.
+    pub fn next_work(&self) -> Option<NextWork> {
+        let at = self.claimable_from()?;
+        Some(match self.status {
+            Status::Succeeded | Status::Gone => NextWork::Revisit(at),
+            _ => NextWork::Task(at),
+        })
+    }
+
     /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
     pub fn due_at(&self) -> Option<Millis> {
-        trawl_domain::task::due_at(self.status, self.updated_at, self.next_attempt_at)
+        trawl_domain::task::due_at(
+            self.status,
+            self.updated_at,
+            self.next_attempt_at,
+            self.next_fetch_at,
+        )
     }
 }
 
@@ -285,13 +306,14 @@ pub trait TaskStore: Send + Sync {
 
     /// One conditional write fenced on the token (`transition::fail`): the error joins the
     /// bounded history, `retries` counts the failure if it is transient, and `policy` decides
-    /// between `failed` until a next attempt and a give-up (`gone` for NotFound, else `ignored`).
-    /// The previous fetch record is kept.
+    /// between `failed` until a next attempt and a give-up (`gone` for NotFound, else `ignored`);
+    /// `revisit` what the page keeps (its previous content, its place in its schedule).
     fn fail(
         &self,
         lease: &Lease,
         failure: &Failure,
         policy: &RetryPolicy,
+        revisit: &Revisit,
         now: Millis,
     ) -> impl Future<Output = StoreResult<FailOutcome>> + Send;
 

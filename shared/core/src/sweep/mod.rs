@@ -46,6 +46,7 @@ use tokio::time::Instant;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::task::{Millis, Status};
 
 /// Tasks read per status query.
@@ -195,8 +196,11 @@ pub struct SweepReport {
     pub due_retries: u64,
     /// Hosts whose turn message was presumed lost, found by the scan of host records.
     pub lost_messages: u64,
-    /// Succeeded tasks due for a recrawl, rescheduled (their idle hosts woken).
+    /// Idle hosts woken because their pages were due again (recrawls, checks of gone pages).
     pub recrawls: u64,
+    /// Hosts with a turn running or a message out, as the scan of host records found them: a
+    /// crawl is not complete while one is.
+    pub hosts_busy: u64,
     /// Hosts whose turn was re-issued (their message presumed lost, or woken by a recrawl).
     pub hosts_requeued: u64,
     /// Messages that could not be sent (found again by a later sweep).
@@ -239,7 +243,6 @@ pub struct SweepSummary {
 enum Kind {
     ExpiredLease,
     DueRetry,
-    Recrawl,
 }
 
 impl Kind {
@@ -247,7 +250,6 @@ impl Kind {
         match self {
             Kind::ExpiredLease => Status::InProgress,
             Kind::DueRetry => Status::Failed,
-            Kind::Recrawl => Status::Succeeded,
         }
     }
 }
@@ -288,8 +290,8 @@ where
     Q: WorkQueue,
     D: DeliveryTrigger,
 {
-    /// Sweeps every running crawl, and every completed crawl with a recrawl interval, in random
-    /// order (so one huge crawl cannot starve the others across invocations).
+    /// Sweeps every running crawl, and every completed crawl that recrawls, in random order (so
+    /// one huge crawl cannot starve the others across invocations).
     pub async fn sweep_all(
         &self,
         now: Millis,
@@ -300,7 +302,7 @@ where
         crawls.extend(
             completed
                 .into_iter()
-                .filter(|c| c.config.recrawl.interval_ms.is_some()),
+                .filter(|c| c.config.recrawl.is_continuous()),
         );
         fastrand::shuffle(&mut crawls);
         let mut summary = SweepSummary::default();
@@ -356,19 +358,18 @@ where
             ];
             for (kind, age_ms) in windows {
                 let window = Window::new(kind, now, age_ms, lost_after);
-                self.scan(crawl, window, now, &mut state, &mut report, budget)
-                    .await?;
+                self.scan(crawl, window, now, &mut report, budget).await?;
             }
-            self.scan_hosts(crawl, now, lost_after, &mut report, budget)
-                .await?;
         }
-        if let Some(interval) = config.recrawl.interval_ms {
-            let window = Window::new(Kind::Recrawl, now, interval, lost_after);
-            self.scan(crawl, window, now, &mut state, &mut report, budget)
+        // Due recrawls are hosts' wake-up times: a completed crawl that recrawls is scanned too,
+        // and reopened by the first host it wakes.
+        if state == CrawlState::Running || config.recrawl.is_continuous() {
+            self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
+            && report.hosts_busy == 0
             && report.enqueue_failed == 0
             && !report.unfinished
             && !budget.spent()
@@ -402,7 +403,6 @@ where
         crawl: &Crawl,
         window: Window,
         now: Millis,
-        state: &mut CrawlState,
         report: &mut SweepReport,
         budget: &mut SweepBudget,
     ) -> Result<(), SweepError> {
@@ -428,11 +428,6 @@ where
             let due: Vec<&TaskSummary> =
                 page.tasks.iter().filter(|t| is_due(kind, t, now)).collect();
             if !due.is_empty() {
-                if kind == Kind::Recrawl && *state == CrawlState::Completed {
-                    // Reopen before any task turns pending, so a running crawl owns them.
-                    report.reopened = self.store.reopen_crawl(&crawl.id, now).await?;
-                    *state = CrawlState::Running;
-                }
                 self.requeue(crawl, kind, &due, now, window.lost_after_ms, report)
                     .await?;
             }
@@ -445,18 +440,25 @@ where
 
     /// Reads the crawl's host records page by page and re-issues the turns of those whose
     /// message is presumed lost (`Host::message_lost`): a send that failed, a message that went
-    /// to the dead-letter queue, an idle host that still has work. Only host records are read;
-    /// a task merely waiting behind its host's backlog is never re-sent.
+    /// to the dead-letter queue, an idle host that still has work, or whose pages are due again
+    /// (its wake-up time: a completed crawl is reopened first, so that a running crawl owns the
+    /// fetches). Only host records are read; a task merely waiting behind its host's backlog is
+    /// never re-sent. Counts the hosts busy meanwhile (a scan resumed from an earlier sweep has
+    /// not seen them all, and counts as one).
     async fn scan_hosts(
         &self,
         crawl: &Crawl,
         now: Millis,
         lost_after_ms: u64,
+        state: &mut CrawlState,
         report: &mut SweepReport,
         budget: &mut SweepBudget,
     ) -> Result<(), SweepError> {
         let scans = &self.options.host_scans;
         let mut cursor = scans.resume(&crawl.id);
+        if cursor.is_some() {
+            report.hosts_busy += 1;
+        }
         loop {
             if !budget.take_page() {
                 report.unfinished = true;
@@ -471,23 +473,38 @@ where
                 .await?;
             report.pages_read += 1;
             report.hosts_read += page.hosts.len() as u64;
-            let lost: Vec<String> = page
+            report.hosts_busy += page.hosts.iter().filter(|h| !h.is_idle(now)).count() as u64;
+            let (lost, woken): (Vec<&Host>, Vec<&Host>) = page
                 .hosts
-                .into_iter()
+                .iter()
                 .filter(|h| h.message_lost(now, lost_after_ms, false))
-                .map(|h| h.name)
-                .collect();
-            if !lost.is_empty() {
+                .partition(|h| h.wake_at.is_none_or(|at| at > now));
+            if !woken.is_empty() && *state == CrawlState::Completed {
+                report.reopened = self.store.reopen_crawl(&crawl.id, now).await?;
+                *state = CrawlState::Running;
+            }
+            if *state == CrawlState::Running && !(lost.is_empty() && woken.is_empty()) {
+                let names: Vec<String> =
+                    lost.iter().chain(&woken).map(|h| h.name.clone()).collect();
                 let which = Reissue::Lost {
                     lost_after_ms,
                     known_work: false,
                 };
-                let messages = reissue_turns(self.store, crawl, lost, which, now).await?;
+                let messages = reissue_turns(self.store, crawl, names, which, now).await?;
                 let sent = self.queue.send(&messages).await?;
                 report.enqueue_failed += sent.failed.len() as u64;
-                let n = (messages.len() - sent.failed.len()) as u64;
-                report.lost_messages += n;
-                report.hosts_requeued += n;
+                let failed: HashSet<&str> =
+                    sent.failed.iter().map(|(host, _)| host.as_str()).collect();
+                let sent_to = |hosts: &[&Host]| {
+                    hosts
+                        .iter()
+                        .filter(|h| messages.iter().any(|m| m.host == h.name))
+                        .filter(|h| !failed.contains(h.name.as_str()))
+                        .count() as u64
+                };
+                report.lost_messages += sent_to(&lost);
+                report.recrawls += sent_to(&woken);
+                report.hosts_requeued += sent_to(&lost) + sent_to(&woken);
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
@@ -496,9 +513,8 @@ where
         }
     }
 
-    /// Re-issues the turns of `due`'s hosts whose message is presumed lost (rescheduling
-    /// recrawls first, which wakes idle hosts). A host with a live turn or a message still on
-    /// its way is left alone: that turn takes its due tasks.
+    /// Re-issues the turns of `due`'s hosts whose message is presumed lost. A host with a live
+    /// turn or a message still on its way is left alone: that turn takes its due tasks.
     async fn requeue(
         &self,
         crawl: &Crawl,
@@ -508,7 +524,7 @@ where
         lost_after_ms: u64,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        let mut tasks: Vec<&TaskSummary> = due.to_vec();
+        let tasks: Vec<&TaskSummary> = due.to_vec();
         if kind == Kind::ExpiredLease {
             // Out of the due index while in progress: back to pending, where the host's turn
             // finds it (a takeover and a release: the dead holder is fenced by the token).
@@ -527,25 +543,6 @@ where
                     }
                 }
             }
-        }
-        if kind == Kind::Recrawl {
-            let mut moved = Vec::with_capacity(tasks.len());
-            for chunk in tasks.chunks(WRITE_PARALLELISM) {
-                let writes = chunk.iter().map(|t| {
-                    self.store
-                        .reschedule(&crawl.id, &t.task_id, &[Status::Succeeded], now)
-                });
-                for (t, outcome) in chunk
-                    .iter()
-                    .zip(futures_util::future::join_all(writes).await)
-                {
-                    if outcome? {
-                        moved.push(*t);
-                    }
-                }
-            }
-            report.recrawls += moved.len() as u64;
-            tasks = moved;
         }
         let hosts = hosts_of(tasks.iter().map(|t| t.url.as_str()));
         let which = Reissue::Lost {
@@ -571,8 +568,8 @@ where
         report.hosts_requeued += woken.len() as u64;
         match kind {
             Kind::DueRetry => report.due_retries += n,
-            // Counted when released or rescheduled, above: their hosts' turns take them.
-            Kind::ExpiredLease | Kind::Recrawl => {}
+            // Counted when released, above: their hosts' turns take them.
+            Kind::ExpiredLease => {}
         }
         Ok(())
     }
@@ -623,7 +620,6 @@ fn is_due(kind: Kind, t: &TaskSummary, now: Millis) -> bool {
     match kind {
         Kind::ExpiredLease => t.lease_expires_at.is_none_or(|until| until <= now),
         Kind::DueRetry => t.next_attempt_at.is_none_or(|at| at <= now),
-        Kind::Recrawl => t.next_fetch_at.is_some_and(|at| at <= now),
     }
 }
 
@@ -663,11 +659,6 @@ mod tests {
         assert!(!is_due(Kind::DueRetry, &f, now));
         f.next_attempt_at = Some(now - 5);
         assert!(is_due(Kind::DueRetry, &f, now));
-
-        let mut s = summary(Status::Succeeded, 0);
-        assert!(!is_due(Kind::Recrawl, &s, now));
-        s.next_fetch_at = Some(now);
-        assert!(is_due(Kind::Recrawl, &s, now));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::canonical::CanonicalUrl;
+use crate::schedule::Schedule;
 use crate::task::ERROR_HISTORY;
 use proptest::prelude::*;
 
@@ -13,6 +14,16 @@ fn policy() -> RetryPolicy {
         max_retry: 3,
         base_delay_ms: 1_000,
         max_delay_ms: 60_000,
+    }
+}
+
+/// An adaptive crawl's revisits: gone after two 404s in a row, rechecked daily.
+fn adaptive() -> Revisit {
+    Revisit {
+        schedule: Some(Schedule::RECRAWL),
+        listing: false,
+        missing_after: 2,
+        recheck: Some(Schedule::CHECKER),
     }
 }
 
@@ -60,6 +71,7 @@ fn lease_on(task: &Task) -> Lease {
         expires_at: task.lease_expires_at.unwrap_or(0),
         retries: task.retries,
         errors: task.errors.clone(),
+        fetch: task.fetch.clone(),
     }
 }
 
@@ -212,14 +224,20 @@ fn fenced_transitions_need_the_current_token_and_in_progress() {
     let failure = Failure::from_http_status(500, None);
     for (name, update) in [
         ("finish", finish(&zombie, &record("new", T0), T0)),
-        ("fail", fail(&zombie, &failure, &policy(), T0).0),
+        (
+            "fail",
+            fail(&zombie, &failure, &policy(), &Revisit::ONCE, T0).0,
+        ),
         ("release", release(&zombie, T0)),
     ] {
         assert_eq!(update.apply(&held), None, "zombie {name}");
     }
     for (name, update) in [
         ("finish", finish(&current, &record("new", T0), T0)),
-        ("fail", fail(&current, &failure, &policy(), T0).0),
+        (
+            "fail",
+            fail(&current, &failure, &policy(), &Revisit::ONCE, T0).0,
+        ),
         ("release", release(&current, T0)),
     ] {
         assert!(update.apply(&held).is_some(), "{name}");
@@ -246,9 +264,10 @@ fn finish_records_the_fetch_and_restores_the_budget() {
 }
 
 #[test]
-fn fail_edges() {
+fn fail_edges_of_a_first_fetch() {
     let now = T0 + 50;
-    let held = task_in(Status::InProgress);
+    let mut held = task_in(Status::InProgress);
+    held.fetch = None;
     let lease_with = |retries: u32| Lease {
         retries,
         ..lease_on(&held)
@@ -332,7 +351,7 @@ fn fail_edges() {
     for (failure, before, status, retries, next_attempt_at) in table {
         let mut task = held.clone();
         task.retries = before;
-        let (update, failed) = fail(&lease_with(before), &failure, &policy(), now);
+        let (update, failed) = fail(&lease_with(before), &failure, &policy(), &adaptive(), now);
         let after = update.apply(&task).unwrap();
         let name = format!("{} after {before}", failure.message);
         assert_eq!(
@@ -350,10 +369,7 @@ fn fail_edges() {
             None => Failed::GaveUp { status },
         };
         assert_eq!(failed, expected, "{name}");
-        assert_eq!(
-            after.fetch, held.fetch,
-            "{name}: the previous fetch is kept"
-        );
+        assert_eq!(after.fetch, None, "{name}: nothing was fetched");
         assert_eq!(after.token, held.token, "{name}");
         assert_eq!(after.updated_at, now, "{name}");
         assert_eq!(after.errors.len(), 2, "{name}");
@@ -375,13 +391,87 @@ fn fail_keeps_only_the_latest_errors() {
         ..policy()
     };
     let failure = Failure::new(ErrorKind::Connection, "x".repeat(1_000));
-    let after = fail(&lease_on(&held), &failure, &patient, T0 + 9)
+    let after = fail(&lease_on(&held), &failure, &patient, &Revisit::ONCE, T0 + 9)
         .0
         .apply(&held)
         .unwrap();
     assert_eq!(after.errors.len(), ERROR_HISTORY);
     assert_eq!(after.errors[0].message, "#1");
     assert_eq!(after.errors[ERROR_HISTORY - 1].message.len(), 256);
+}
+
+#[test]
+fn a_page_with_content_is_gone_after_two_404s_and_a_failed_recrawl_keeps_it() {
+    let revisit = adaptive();
+    let mut held = task_in(Status::InProgress);
+    held.fetch = Some(FetchRecord {
+        next_fetch_at: Some(T0),
+        ..record("old", T0)
+    });
+    let not_found = Failure::from_http_status(404, None);
+    let (update, failed) = fail(&lease_on(&held), &not_found, &policy(), &revisit, T0 + 50);
+    let once = update.apply(&held).unwrap();
+    assert!(matches!(failed, Failed::Retrying { .. }), "{failed:?}");
+    assert_eq!(once.status, Status::Failed);
+    assert_eq!(
+        once.fetch.as_ref().map(|f| (f.md5.clone(), f.missing)),
+        Some((Some("old".into()), 1))
+    );
+    assert!(once.next_attempt_at.unwrap() <= T0 + 50 + policy().base_delay_ms as Millis);
+    assert_eq!(once.retries, held.retries, "a 404 spends no retry");
+
+    let mut again = once.clone();
+    again.status = Status::InProgress;
+    again.token += 1;
+    again.lease_expires_at = Some(T0 + 10_000);
+    let (update, failed) = fail(
+        &lease_on(&again),
+        &not_found,
+        &policy(),
+        &revisit,
+        T0 + 5_000,
+    );
+    let gone = update.apply(&again).unwrap();
+    assert_eq!(
+        failed,
+        Failed::GaveUp {
+            status: Status::Gone
+        }
+    );
+    let record = gone.fetch.clone().unwrap();
+    assert_eq!((record.md5.as_deref(), record.missing), (Some("old"), 2));
+    assert_eq!(
+        gone.due_at(),
+        Some(T0 + 5_000 + 1_440 * 60_000),
+        "rechecked in a day"
+    );
+    assert_eq!(
+        claimable(Some(&gone), T0 + 5_000),
+        Err(ClaimRejection::Done(Status::Gone))
+    );
+    assert_eq!(claimable(Some(&gone), gone.due_at().unwrap()), Ok(()));
+
+    // A recrawl that fails past its retries: the page stays, due again later.
+    let server_error = Failure::from_http_status(500, None);
+    let mut last_try = held.clone();
+    last_try.retries = policy().max_retry - 1;
+    let (update, failed) = fail(
+        &lease_on(&last_try),
+        &server_error,
+        &policy(),
+        &revisit,
+        T0 + 50,
+    );
+    let kept = update.apply(&last_try).unwrap();
+    assert_eq!(
+        failed,
+        Failed::GaveUp {
+            status: Status::Succeeded
+        }
+    );
+    assert_eq!(kept.status, Status::Succeeded);
+    assert_eq!(kept.fetch.as_ref().unwrap().md5.as_deref(), Some("old"));
+    assert_eq!(kept.due_at(), Some(T0 + 50 + 150 * 60_000));
 }
 
 #[test]
@@ -545,9 +635,13 @@ fn event() -> impl Strategy<Value = Event> {
 fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
     use Status::*;
     match event {
-        Event::Claim { .. } => matches!(from, Pending | Failed | InProgress) && to == InProgress,
+        Event::Claim { .. } => {
+            matches!(from, Pending | Failed | InProgress | Succeeded | Gone) && to == InProgress
+        }
         Event::Finish { .. } => from == InProgress && to == Succeeded,
-        Event::Fail { .. } => from == InProgress && matches!(to, Failed | Ignored | Gone),
+        Event::Fail { .. } => {
+            from == InProgress && matches!(to, Failed | Ignored | Gone | Succeeded)
+        }
         Event::Release { .. } => from == InProgress && to == Pending,
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
         Event::Reset => from != InProgress && to == Pending,
@@ -578,7 +672,18 @@ proptest! {
     fn random_event_sequences_keep_the_state_machine(
         events in proptest::collection::vec((0i64..150_000, event()), 1..60),
         max_retry in 0u32..5,
+        recrawled in any::<bool>(),
     ) {
+        // Short schedules, so that succeeded and gone pages come due within the sequence.
+        let revisit = if recrawled {
+            Revisit {
+                schedule: Some(Schedule::fixed(100_000)),
+                recheck: Some(Schedule::fixed(300_000)),
+                ..adaptive()
+            }
+        } else {
+            Revisit::ONCE
+        };
         let policy = RetryPolicy { max_retry, base_delay_ms: 1_000, max_delay_ms: 60_000 };
         let mut task = pending();
         let mut leases: Vec<Lease> = Vec::new();
@@ -588,10 +693,17 @@ proptest! {
             let lease = |i: usize| leases.get(i % leases.len().max(1)).cloned();
             let update = match &event {
                 Event::Claim { lease_ms } => Some(claim(*lease_ms, now)),
-                Event::Finish { lease: i, md5 } => lease(*i)
-                    .map(|l| finish(&l, &record(&md5.to_string(), now), now)),
+                Event::Finish { lease: i, md5 } => lease(*i).map(|l| {
+                    let (next_fetch_at, pace) = revisit.after_fetch(l.fetch.as_ref(), true, now);
+                    let record = FetchRecord {
+                        next_fetch_at,
+                        pace,
+                        ..record(&md5.to_string(), now)
+                    };
+                    finish(&l, &record, now)
+                }),
                 Event::Fail { lease: i, failure } => lease(*i).map(|l| {
-                    let (update, failed) = fail(&l, failure, &policy, now);
+                    let (update, failed) = fail(&l, failure, &policy, &revisit, now);
                     if let Some(after) = update.apply(&task) {
                         let said = match failed {
                             Failed::Retrying { next_attempt_at } => {
@@ -614,7 +726,10 @@ proptest! {
             {
                 // What lets a fenced write build the new state from the lease alone.
                 let l = leases.iter().find(|l| l.token == token).unwrap();
-                prop_assert_eq!((l.retries, &l.errors), (task.retries, &task.errors));
+                prop_assert_eq!(
+                    (l.retries, &l.errors, &l.fetch),
+                    (task.retries, &task.errors, &task.fetch)
+                );
                 prop_assert_eq!(token, leases.last().unwrap().token, "only the latest lease writes");
             }
             let Some(after) = update.apply(&task) else {
@@ -634,6 +749,12 @@ proptest! {
                 Event::Finish { .. } | Event::Reschedule { .. } | Event::Reset => {
                     prop_assert_eq!(task.retries, 0);
                 }
+                Event::Fail { .. }
+                    if task.fetch.is_some()
+                        && matches!(task.status, Status::Succeeded | Status::Gone) =>
+                {
+                    prop_assert_eq!(task.retries, 0, "back in its schedule");
+                }
                 _ => prop_assert!(task.retries >= before.retries, "{:?}", event),
             }
             match event {
@@ -644,10 +765,15 @@ proptest! {
                 _ => prop_assert_eq!(task.token, before.token),
             }
             if before.status.is_terminal() && task.status != before.status {
+                let due_again = matches!(event, Event::Claim { .. })
+                    && before.due_at().is_some_and(|at| at <= now);
                 prop_assert!(
-                    matches!(event, Event::Reschedule { .. } | Event::Reset),
+                    due_again || matches!(event, Event::Reschedule { .. } | Event::Reset),
                     "{:?} took a {} task out", event, before.status
                 );
+            }
+            if before.fetch.is_some() && !matches!(event, Event::Reset) {
+                prop_assert!(task.fetch.is_some(), "{:?} dropped the fetch record", event);
             }
             prop_assert_eq!(
                 (&task.crawl_id, &task.task_id, &task.url, task.depth, task.created_at),

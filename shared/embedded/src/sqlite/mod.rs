@@ -32,6 +32,7 @@ use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
@@ -1107,9 +1108,10 @@ impl TaskStore for SqliteStore {
         lease: &Lease,
         failure: &Failure,
         policy: &RetryPolicy,
+        revisit: &Revisit,
         now: Millis,
     ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, now);
+        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
         let applied = self
             .update("fail", &lease.crawl_id, &lease.task_id, update)
             .await?;

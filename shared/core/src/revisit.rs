@@ -1,0 +1,219 @@
+//! A crawl's recrawl policy compiled once per crawl: which schedule a URL follows
+//! (`trawl_domain::revisit::Revisit`), and whether a page that answered 200 is a soft 404.
+
+use lol_html::html_content::{Element, TextChunk};
+use lol_html::{ElementContentHandlers, HandlerResult, HtmlRewriter, Selector, Settings};
+use regex::Regex;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use trawl_domain::crawl::{RecrawlPolicy, RecrawlRule, Soft404Rule};
+use trawl_domain::revisit::Revisit;
+
+/// Most recrawl rules and soft-404 rules a crawl may have (each is tried on every fetch).
+pub const MAX_RULES: usize = 64;
+
+/// A recrawl policy with its patterns compiled.
+#[derive(Debug, Clone)]
+pub struct RevisitRules {
+    policy: RecrawlPolicy,
+    rules: Vec<Regex>,
+    soft_404: Vec<(Option<Regex>, Soft404Rule)>,
+}
+
+impl RevisitRules {
+    /// Compiles `policy`; the error names the rule that does not compile.
+    pub fn new(policy: &RecrawlPolicy) -> Result<Self, String> {
+        if policy.rules.len() > MAX_RULES || policy.soft_404.len() > MAX_RULES {
+            return Err(format!(
+                "recrawl: at most {MAX_RULES} rules and {MAX_RULES} soft-404 rules"
+            ));
+        }
+        let rules = policy
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| rule_pattern(rule).map_err(|e| format!("recrawl.rules[{i}]: {e}")))
+            .collect::<Result<_, _>>()?;
+        let soft_404 = policy
+            .soft_404
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let at = format!("recrawl.soft_404[{i}]");
+                let pattern = rule
+                    .pattern
+                    .as_deref()
+                    .map(|p| Regex::new(p).map_err(|e| format!("{at}: {e}")))
+                    .transpose()?;
+                rule.selector
+                    .parse::<Selector>()
+                    .map_err(|e| format!("{at}: invalid selector {:?}: {e}", rule.selector))?;
+                Ok((pattern, rule.clone()))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self {
+            policy: policy.clone(),
+            rules,
+            soft_404,
+        })
+    }
+
+    /// What the crawl decides for `url`: the first rule that matches it, or the crawl's own.
+    pub fn for_url(&self, url: &str) -> Revisit {
+        let rule = self
+            .rules
+            .iter()
+            .position(|pattern| pattern.is_match(url))
+            .and_then(|i| self.policy.rules.get(i));
+        self.policy.revisit(rule)
+    }
+
+    /// The soft-404 rules that apply to `url`.
+    pub fn soft_404_rules(&self, url: &str) -> impl Iterator<Item = &Soft404Rule> {
+        self.soft_404
+            .iter()
+            .filter(move |(pattern, _)| pattern.as_ref().is_none_or(|p| p.is_match(url)))
+            .map(|(_, rule)| rule)
+    }
+
+    /// Whether the page `html` of `url` is a soft 404: what the first matching rule found.
+    pub fn soft_404(&self, url: &str, html: &[u8]) -> Option<String> {
+        self.soft_404_rules(url)
+            .find_map(|rule| soft_404_match(rule, html))
+    }
+}
+
+/// A rule's pattern as one regular expression (a glob is anchored at both ends).
+fn rule_pattern(rule: &RecrawlRule) -> Result<Regex, String> {
+    let pattern = match (&rule.pattern, &rule.glob) {
+        (Some(regex), None) => regex.clone(),
+        (None, Some(glob)) => glob_regex(glob),
+        _ => return Err("give one of `match` (a regular expression) or `glob`".to_owned()),
+    };
+    Regex::new(&pattern).map_err(|e| format!("invalid pattern: {e}"))
+}
+
+/// `*` is any run of characters, `?` any one; everything else is literal.
+fn glob_regex(glob: &str) -> String {
+    let mut out = String::with_capacity(glob.len() + 8);
+    out.push('^');
+    for c in glob.chars() {
+        match c {
+            '*' => out.push_str(".*"),
+            '?' => out.push('.'),
+            c => out.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    out.push('$');
+    out
+}
+
+/// What `rule` found in `html`, if it recognises the page as gone (a selector that does not
+/// parse, which `RevisitRules::new` refuses, recognises nothing).
+pub fn soft_404_match(rule: &Soft404Rule, html: &[u8]) -> Option<String> {
+    let selector = rule.selector.parse::<Selector>().ok()?;
+    let matched = RefCell::new(false);
+    let found = RefCell::new(String::new());
+    let on_element = |_: &mut Element<'_, '_>| -> HandlerResult {
+        *matched.borrow_mut() = true;
+        Ok(())
+    };
+    let on_text = |t: &mut TextChunk<'_>| -> HandlerResult {
+        // Bounded: the expected text is short, and a page may be megabytes.
+        let mut found = found.borrow_mut();
+        if found.len() < 64 * 1024 {
+            found.push_str(t.as_str());
+        }
+        Ok(())
+    };
+    let handlers = ElementContentHandlers::default()
+        .element(on_element)
+        .text(on_text);
+    let mut rewriter = HtmlRewriter::new(
+        Settings {
+            element_content_handlers: vec![(Cow::Owned(selector), handlers)],
+            ..Settings::new()
+        },
+        |_: &[u8]| {},
+    );
+    // A parser error (only the memory limit, on absurd markup) decides on what was read.
+    let _ = rewriter.write(html).and_then(|()| rewriter.end());
+    if !*matched.borrow() {
+        return None;
+    }
+    match &rule.text {
+        None => Some(format!("soft 404: {:?} matched", rule.selector)),
+        Some(text) => {
+            let found = found.borrow().to_lowercase();
+            found
+                .contains(&text.to_lowercase())
+                .then(|| format!("soft 404: {:?} says {text:?}", rule.selector))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_domain::schedule::Schedule;
+
+    fn policy() -> RecrawlPolicy {
+        serde_json::from_str(
+            r#"{
+                "schedule": {},
+                "rules": [
+                    {"match": "/list/", "interval_ms": 3600000, "listing": true},
+                    {"glob": "*.pdf", "never": true}
+                ],
+                "soft_404": [
+                    {"match": "/article/", "selector": "h1.title", "text": "Not Found"}
+                ]
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn listing_hourly_articles_adaptive_pdfs_never_is_one_configuration() {
+        let rules = RevisitRules::new(&policy()).unwrap();
+        let listing = rules.for_url("http://a.test/list/2");
+        assert_eq!(listing.schedule, Some(Schedule::fixed(3_600_000)));
+        assert!(listing.listing);
+        let article = rules.for_url("http://a.test/article/7");
+        assert_eq!(article.schedule, Some(Schedule::RECRAWL));
+        assert!(!article.listing);
+        assert_eq!(rules.for_url("http://a.test/doc.pdf").schedule, None);
+        assert_eq!(
+            rules.for_url("http://a.test/doc.pdf?x").schedule,
+            Some(Schedule::RECRAWL)
+        );
+        assert_eq!(article.missing_after, 2);
+        assert_eq!(article.recheck, Some(Schedule::CHECKER));
+    }
+
+    #[test]
+    fn soft_404_needs_the_selector_and_its_text_on_matching_urls() {
+        let rules = RevisitRules::new(&policy()).unwrap();
+        let gone = b"<html><h1 class=title>Page <b>not found</b></h1></html>";
+        let fine = b"<html><h1 class=title>Hello</h1></html>";
+        assert!(rules.soft_404("http://a.test/article/1", gone).is_some());
+        assert_eq!(rules.soft_404("http://a.test/article/1", fine), None);
+        assert_eq!(
+            rules.soft_404("http://a.test/other", gone),
+            None,
+            "not its URLs"
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_their_place() {
+        let mut bad = policy();
+        bad.rules[1].glob = None;
+        let e = RevisitRules::new(&bad).unwrap_err();
+        assert!(e.contains("recrawl.rules[1]"), "{e}");
+        let mut bad = policy();
+        bad.soft_404[0].selector = "h1[".into();
+        let e = RevisitRules::new(&bad).unwrap_err();
+        assert!(e.contains("recrawl.soft_404[0]"), "{e}");
+    }
+}
