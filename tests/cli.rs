@@ -25,7 +25,7 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-async fn trawl(args: &[&str], cwd: &Path) -> Output {
+pub(crate) async fn trawl(args: &[&str], cwd: &Path) -> Output {
     Command::new(trawl_bin())
         .args(args)
         .current_dir(cwd)
@@ -47,7 +47,7 @@ pub(crate) fn json_of(output: &Output) -> Value {
 
 /// A site of `n` pages, each linking to the next two and back to the first: all reachable
 /// from `/p/0.html`.
-async fn linked_site(n: usize) -> Site {
+pub(crate) async fn linked_site(n: usize) -> Site {
     let site = Site::start().await;
     site.route(
         "/robots.txt",

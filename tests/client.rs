@@ -134,6 +134,7 @@ impl Run {
             config: Some(config),
             source: SeedSource::Urls(urls.to_vec()),
             cursor: None,
+            update_config: false,
         };
         let response = seeder
             .seed(request, SeedBudget::default(), now_ms())

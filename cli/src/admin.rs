@@ -6,18 +6,18 @@ use crate::args::{
 };
 use crate::backend::Backend;
 use crate::error::CliError;
+use crate::generations;
 use crate::output;
 use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, purge};
-use trawl_core::frontier::{Reissue, hosts_of, reissue_turns, revive_hosts};
+use trawl_core::operate::{self, Rewind, Selection};
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
-use trawl_core::sweep::MIN_LOST_AFTER_MS;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of};
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
 use trawl_domain::task::{Status, now_ms};
 
@@ -50,18 +50,10 @@ where
             }
             let args = crate::args::CrawlArgs {
                 urls: vec![site],
-                seeds_file: None,
-                sitemap: Vec::new(),
-                crawl_id: None,
-                max_pages: None,
-                max_depth: None,
-                allow_domain: Vec::new(),
                 concurrency: 8,
-                per_host: 4,
-                user_agent: None,
-                allow_private_networks: false,
+                per_host: Some(4),
                 guard_exempt: vec![exempt],
-                request: Box::default(),
+                ..crate::args::CrawlArgs::default()
             };
             crate::crawl::run(backend, args, None, json).await
         }
@@ -91,6 +83,50 @@ where
         }
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
+        Command::Recrawl(args) => {
+            let selection = Selection {
+                matching: args
+                    .only
+                    .as_deref()
+                    .map(|m| generations::regex(m, "--only"))
+                    .transpose()?,
+                ..Selection::fetched()
+            };
+            let how = Rewind::Reschedule;
+            generations::rewind(
+                backend,
+                &args.rewind,
+                selection,
+                how,
+                "to fetch again",
+                json,
+            )
+            .await
+        }
+        Command::Refetch(args) => {
+            let crawl = resolve_crawl(&backend.store, args.rewind.crawl_id.as_deref()).await?;
+            let selection = generations::refetch_selection(
+                &crawl.config,
+                &args.urls,
+                args.matching.as_deref(),
+            )?;
+            let how = Rewind::Reschedule;
+            generations::rewind(
+                backend,
+                &args.rewind,
+                selection,
+                how,
+                "to fetch again",
+                json,
+            )
+            .await
+        }
+        Command::Reset(args) => {
+            let selection = Selection::settled();
+            generations::rewind(backend, &args, selection, Rewind::Reset, "reset", json).await
+        }
+        Command::Config(command) => generations::config(&backend, &command, json).await,
+        Command::Check(args) => generations::check(&backend, &args, json).await,
     }
 }
 
@@ -315,57 +351,25 @@ where
         ));
     }
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
-    let now = now_ms();
-    let mut moved = Vec::new();
-    let mut cursor = None;
-    // Rescheduled tasks leave the status (and the `updated_before` window): the cursor goes on
-    // past the ones left, another host's.
-    for _ in 0..100_000 {
-        let query = TaskQuery {
-            crawl_id: crawl.id.clone(),
-            status,
-            updated_before: Some(now),
-            limit: 100,
-            cursor: cursor.take(),
-        };
-        let page = backend.store.query(&query).await?;
-        cursor = page.cursor;
-        let of_host = |url: &str| args.host.as_deref().is_none_or(|h| host_key_of(url) == h);
-        for task in page.tasks.into_iter().filter(|t| of_host(&t.url)) {
-            if backend
-                .store
-                .reschedule(&crawl.id, &task.task_id, &[status], now)
-                .await?
-            {
-                moved.push(task.url);
-            }
-        }
-        if cursor.is_none() {
-            break;
-        }
-    }
-    if !moved.is_empty() && crawl.state == CrawlState::Completed {
-        backend.store.reopen_crawl(&crawl.id, now).await?;
-    }
-    let hosts = hosts_of(moved.iter().map(String::as_str));
-    revive_hosts(&backend.store, &crawl, &hosts, now).await?;
+    let selection = Selection {
+        statuses: vec![status],
+        host: args.host.clone(),
+        ..Selection::default()
+    };
     // A local queue lives in `trawl crawl`, which rebuilds it from the table. Otherwise the
     // hosts of the moved tasks that are idle get a turn (the others' turns take them).
-    let enqueued = if backend.local || moved.is_empty() {
-        0
-    } else {
-        let which = Reissue::Lost {
-            lost_after_ms: MIN_LOST_AFTER_MS,
-            known_work: true,
-        };
-        let turns = reissue_turns(&backend.store, &crawl, hosts, which, now).await?;
-        backend
-            .queue
-            .send(&turns)
-            .await
-            .map_err(CliError::other)?
-            .sent
-    };
+    let queue = (!backend.local).then_some(&backend.queue);
+    let done = operate::rewind(
+        &backend.store,
+        queue,
+        &crawl,
+        &selection,
+        Rewind::Reschedule,
+        now_ms(),
+    )
+    .await
+    .map_err(CliError::other)?;
+    let (moved, enqueued) = (done.urls, done.enqueued);
     if json {
         output::json(
             &json!({"crawl_id": crawl.id.as_str(), "rescheduled": moved.len(), "enqueued": enqueued}),

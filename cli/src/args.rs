@@ -60,6 +60,81 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Create the AWS table, bucket and queues (for moto and development accounts).
     Setup(SetupArgs),
+    /// Start the crawl's next generation now: every page fetched before is fetched again
+    /// (conditional GETs: unchanged pages cost no upload), then delivered with its delta.
+    Recrawl(RecrawlNowArgs),
+    /// Fetch these pages again now, whatever their status or schedule (Scrapy's dont_filter).
+    Refetch(RefetchArgs),
+    /// Forget every fetch of the crawl, so that everything is fetched again in full and
+    /// delivered as new (DeltaFetch's reset).
+    Reset(RewindArgs),
+    /// Show or change a crawl's stored configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Fetch a URL and say what the crawl's rules make of it (its schedule, a soft 404, a
+    /// gone page) without writing anything.
+    Check(CheckArgs),
+}
+
+/// A rewind of a crawl, then (unless --detach) the crawl run until done.
+#[derive(Debug, Args)]
+pub struct RewindArgs {
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+    /// Only mark the work and give the hosts their turns (deployed functions, or a later
+    /// `trawl crawl --crawl-id`, fetch it); do not crawl here.
+    #[arg(long)]
+    pub detach: bool,
+    /// Pages fetched at once while crawling (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 8, allow_negative_numbers = true,
+          value_parser = parse_concurrency)]
+    pub concurrency: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct RecrawlNowArgs {
+    #[command(flatten)]
+    pub rewind: RewindArgs,
+    /// Only pages whose URL matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub only: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RefetchArgs {
+    #[command(flatten)]
+    pub rewind: RewindArgs,
+    /// The pages' URLs.
+    pub urls: Vec<String>,
+    /// Every page whose URL matches this regular expression.
+    #[arg(long = "match", value_name = "REGEX")]
+    pub matching: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// The crawl's configuration, as JSON (the form --config and `config set` take).
+    Show(CrawlSelector),
+    /// Replace the crawl's configuration by a JSON file's (checked as the seeder checks it).
+    Set {
+        #[arg(long)]
+        crawl_id: Option<String>,
+        /// The configuration, as JSON.
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The URL to fetch.
+    pub url: String,
+    /// The crawl whose rules apply (default: the only crawl, else the defaults).
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+    /// Allow loopback and private addresses (as `trawl crawl` does).
+    #[arg(long)]
+    pub allow_private_networks: bool,
 }
 
 /// Most pages `trawl crawl` fetches at once. Each page in flight holds a connection and up to
@@ -73,7 +148,7 @@ pub const MAX_CONCURRENCY: u64 = 256;
 /// `politeness.per_host` against (`trawl_core::seed::validate_config`).
 pub const MAX_PER_HOST: u32 = 64;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub struct CrawlArgs {
     /// Seed URLs.
     pub urls: Vec<String>,
@@ -99,10 +174,9 @@ pub struct CrawlArgs {
     #[arg(long, value_name = "N", default_value_t = 8, allow_negative_numbers = true,
           value_parser = parse_concurrency)]
     pub concurrency: usize,
-    /// Requests in flight per host at most (1 to 64).
-    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true,
-          value_parser = parse_per_host)]
-    pub per_host: u32,
+    /// Requests in flight per host at most (1 to 64; default 1).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_per_host)]
+    pub per_host: Option<u32>,
     /// User-Agent header (put a contact URL in it).
     #[arg(long)]
     pub user_agent: Option<String>,
@@ -115,6 +189,58 @@ pub struct CrawlArgs {
     /// Boxed: these flags would make every other command's arguments as large.
     #[command(flatten)]
     pub request: Box<RequestArgs>,
+    #[command(flatten)]
+    pub recrawl: Box<RecrawlArgs>,
+    /// The whole crawl configuration as JSON (the seeder's `config`: scope, politeness, retry,
+    /// recrawl with its rules and soft-404 checks, fetch …); flags given as well win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Replace the stored configuration of an existing crawl by this run's (without it, a run
+    /// whose options differ from the stored ones is refused, and says where they differ).
+    #[arg(long)]
+    pub update_config: bool,
+}
+
+/// When pages are fetched again (the crawl's `recrawl` settings; URL rules in --config).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RecrawlArgs {
+    /// Fetch every page again this long after its last fetch: `90s`, `15m`, `6h`, `7d`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub recrawl_every: Option<u64>,
+    /// Fetch pages again on Django Dynamic Scraper's adaptive schedule (15 min to 7 days by
+    /// default: sooner for pages that change, later for pages that do not).
+    #[arg(long)]
+    pub adaptive: bool,
+    /// The adaptive schedule's shortest interval (implies --adaptive).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub recrawl_min: Option<u64>,
+    /// The adaptive schedule's longest interval (implies --adaptive).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub recrawl_max: Option<u64>,
+    /// 404/410 answers in a row after which a page that had content is gone (default 2).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub missing_after: Option<u32>,
+}
+
+/// A duration: a number with a unit (`ms`, `s`, `m`, `h`, `d`), in milliseconds.
+pub fn parse_duration_ms(raw: &str) -> Result<u64, String> {
+    let raw = raw.trim();
+    let split = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let (number, unit) = raw.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a duration: give e.g. 90s, 15m, 6h, 7d"))?;
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{raw:?}: the unit is one of ms, s, m, h, d")),
+    };
+    number
+        .checked_mul(unit_ms)
+        .ok_or_else(|| format!("{raw:?} is too long"))
 }
 
 /// How `trawl crawl` makes its requests (the crawl's `fetch` settings).
@@ -150,9 +276,10 @@ pub struct RequestArgs {
     /// read from the environment variables USERVAR and PASSVAR; only the names are stored.
     #[arg(long, value_name = "HOST:PORT=USERVAR:PASSVAR", value_parser = parse_proxy_basic)]
     pub proxy_basic_env: Vec<BasicEnv>,
-    /// How requests pick a proxy: `per-request` (in turn) or `sticky` (one per host).
-    #[arg(long, value_enum, default_value_t = ProxyRotationArg::PerRequest)]
-    pub proxy_rotation: ProxyRotationArg,
+    /// How requests pick a proxy: `per-request` (in turn, the default) or `sticky` (one per
+    /// host).
+    #[arg(long, value_enum)]
+    pub proxy_rotation: Option<ProxyRotationArg>,
 }
 
 /// `--proxy-rotation`.
@@ -427,7 +554,7 @@ mod tests {
             panic!("not a crawl");
         };
         assert_eq!(args.request.proxy, ["http://a:1", "socks5://b:2"]);
-        assert_eq!(args.request.proxy_rotation, ProxyRotationArg::Sticky);
+        assert_eq!(args.request.proxy_rotation, Some(ProxyRotationArg::Sticky));
         assert!(Cli::try_parse_from(["trawl", "crawl", "--proxy-rotation", "random"]).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! functions run. Re-running the same command resumes: known URLs are never fetched again.
 
 use crate::admin::deliver;
-use crate::args::{CrawlArgs, ProxyRotationArg, RequestArgs};
+use crate::args::{CrawlArgs, ProxyRotationArg, RecrawlArgs, RequestArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::given_up::GivenUp;
@@ -27,7 +27,7 @@ use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry,
-    ProxyRotation, SecretRef,
+    ProxyRotation, RecrawlPolicy, SecretRef,
 };
 use trawl_domain::task::{Status, now_ms};
 
@@ -181,30 +181,79 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
     CrawlId::parse(&raw).map_err(|e| CliError::Usage(format!("{e}; pass --crawl-id")))
 }
 
+/// The crawl's configuration: `--config FILE` (or the defaults), then the flags given; the
+/// seeds' hosts join the allowed domains.
 fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
-    let mut config = CrawlConfig::default();
-    config.scope.allowed_domains = hosts
-        .iter()
-        .cloned()
-        .chain(args.allow_domain.iter().cloned())
-        .collect();
-    config.scope.max_pages = args.max_pages;
-    config.scope.max_depth = args.max_depth;
-    config.politeness.per_host = args.per_host;
-    config.fetch.allow_private_networks = args.allow_private_networks;
-    config.fetch.guard_exempt = args.guard_exempt.clone();
+    let mut config = match &args.config {
+        Some(path) => read_config(path)?,
+        None => CrawlConfig::default(),
+    };
+    let domains = &mut config.scope.allowed_domains;
+    for domain in hosts.iter().chain(&args.allow_domain) {
+        if !domains.contains(domain) {
+            domains.push(domain.clone());
+        }
+    }
+    if args.max_pages.is_some() {
+        config.scope.max_pages = args.max_pages;
+    }
+    if args.max_depth.is_some() {
+        config.scope.max_depth = args.max_depth;
+    }
+    if let Some(per_host) = args.per_host {
+        config.politeness.per_host = per_host;
+    }
+    config.fetch.allow_private_networks |= args.allow_private_networks;
+    config
+        .fetch
+        .guard_exempt
+        .extend(args.guard_exempt.iter().cloned());
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
     apply_request_args(&args.request, &mut config.fetch)?;
+    apply_recrawl_args(&args.recrawl, &mut config.recrawl);
     Ok(config)
 }
 
+/// A crawl configuration from a JSON file (`trawl config show` prints one).
+pub fn read_config(path: &std::path::Path) -> Result<CrawlConfig, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        CliError::Usage(format!(
+            "{} is not a crawl configuration: {e} (`trawl config show` prints one)",
+            path.display()
+        ))
+    })
+}
+
+/// The recrawl flags given, over the configuration's.
+fn apply_recrawl_args(args: &RecrawlArgs, recrawl: &mut RecrawlPolicy) {
+    if let Some(every) = args.recrawl_every {
+        recrawl.interval_ms = Some(every);
+    }
+    if args.adaptive || args.recrawl_min.is_some() || args.recrawl_max.is_some() {
+        let mut schedule = recrawl.schedule.unwrap_or_default();
+        schedule.min_ms = args.recrawl_min.unwrap_or(schedule.min_ms);
+        schedule.max_ms = args.recrawl_max.unwrap_or(schedule.max_ms);
+        recrawl.schedule = Some(schedule);
+    }
+    if let Some(n) = args.missing_after {
+        recrawl.missing_after = n;
+    }
+}
+
 /// The request flags as `fetch` settings; credentials by variable name only.
+/// Each flag given replaces the configuration's setting; those not given leave it.
 fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(), CliError> {
-    fetch.store_content_types = args.store_content_type.clone();
-    fetch.headers = args.header.iter().cloned().collect();
-    fetch.accept_language = args.accept_language.clone();
+    if !args.store_content_type.is_empty() {
+        fetch.store_content_types = args.store_content_type.clone();
+    }
+    fetch.headers.extend(args.header.iter().cloned());
+    if args.accept_language.is_some() {
+        fetch.accept_language = args.accept_language.clone();
+    }
     let bearer = args.bearer_env.iter().map(|b| HostAuth {
         host: b.host.clone(),
         bearer: Some(SecretRef::Env(b.token_var.clone())),
@@ -218,9 +267,9 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
             password: SecretRef::Env(b.password_var.clone()),
         }),
     });
-    fetch.auth = bearer.chain(basic).collect();
-    fetch.cookies.jar = args.keep_cookies;
-    fetch.proxies = args.proxy.iter().map(ProxyEntry::new).collect();
+    fetch.auth.extend(bearer.chain(basic));
+    fetch.cookies.jar |= args.keep_cookies;
+    fetch.proxies.extend(args.proxy.iter().map(ProxyEntry::new));
     for credentials in &args.proxy_basic_env {
         let authority = credentials.host.to_ascii_lowercase();
         let mut matched = fetch
@@ -239,10 +288,12 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
             proxy.password = Some(SecretRef::Env(credentials.password_var.clone()));
         }
     }
-    fetch.proxy_rotation = match args.proxy_rotation {
-        ProxyRotationArg::PerRequest => ProxyRotation::PerRequest,
-        ProxyRotationArg::Sticky => ProxyRotation::Sticky,
-    };
+    if let Some(rotation) = args.proxy_rotation {
+        fetch.proxy_rotation = match rotation {
+            ProxyRotationArg::PerRequest => ProxyRotation::PerRequest,
+            ProxyRotationArg::Sticky => ProxyRotation::Sticky,
+        };
+    }
     Ok(())
 }
 
@@ -367,6 +418,7 @@ where
         &seeder,
         &crawl_id,
         &config,
+        args.update_config,
         plan.sources(&args.sitemap),
         json,
     )
@@ -436,6 +488,7 @@ async fn seed<S, Q, M>(
     seeder: &Seeder<'_, S, Q, M>,
     crawl_id: &CrawlId,
     config: &CrawlConfig,
+    update_config: bool,
     sources: Vec<SeedSource>,
     json: bool,
 ) -> Result<u64, CliError>
@@ -451,6 +504,7 @@ where
             config: Some(config.clone()),
             source,
             cursor: None,
+            update_config,
         };
         for _ in 0..100_000 {
             let response = seeder

@@ -10,11 +10,12 @@ mod backend;
 mod crawl;
 mod demo;
 mod error;
+mod generations;
 mod given_up;
 mod output;
 mod progress;
 
-use args::{BackendKind, Cli, Command, TasksCommand};
+use args::{BackendKind, Cli, Command, ConfigCommand, TasksCommand};
 use backend::LocalAccess;
 use clap::{CommandFactory, Parser};
 use error::CliError;
@@ -133,8 +134,13 @@ fn local_access(command: &Command) -> LocalAccess {
         Command::Status(_)
         | Command::Hosts(_)
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
+        | Command::Check(_)
+        | Command::Config(ConfigCommand::Show(_))
         // `setup` is refused before any local backend is opened.
         | Command::Setup(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,
+        // They crawl afterwards, unless detached: the crawl's own access.
+        Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) => LocalAccess::Write,
+        Command::Config(ConfigCommand::Set { .. }) => LocalAccess::Write,
     }
 }

@@ -8,12 +8,14 @@
 
 pub mod blob;
 pub mod calls;
+pub mod check;
 pub mod clock;
 pub mod crawler;
 pub mod deliver;
 pub mod discover;
 pub mod fetch;
 pub mod frontier;
+pub mod operate;
 pub mod queue;
 pub mod revisit;
 pub mod runner;

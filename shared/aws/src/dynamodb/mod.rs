@@ -46,7 +46,7 @@ use trawl_core::store::{
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -276,6 +276,30 @@ impl CrawlStore for DynamoStore {
             .expression_attribute_values(":running", s(CrawlState::Running.name()))
             .expression_attribute_values(":g", s(items::crawls_gsi(CrawlState::Completed)))
             .expression_attribute_values(":gen", n(generation))
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        applied(result)
+    }
+
+    async fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let config = serde_dynamo::aws_sdk_dynamodb_1::to_attribute_value(config).map_err(|e| {
+            StoreError::Backend {
+                operation: "UpdateItem",
+                message: e.to_string(),
+            }
+        })?;
+        self.calls.record(Call::DynamoUpdateItem);
+        let result = self
+            .update_crawl(id)
+            .update_expression("SET config = :config, updated = :now")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":config", config)
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
@@ -560,6 +584,14 @@ impl TaskStore for DynamoStore {
         let update = transition::reschedule(from, now);
         let written = self
             .write(crawl_id, task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
+    }
+
+    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
+        let update = transition::reset(task, now);
+        let written = self
+            .write(&task.crawl_id, &task.task_id, &update, ReturnValue::None)
             .await?;
         Ok(written.is_ok())
     }

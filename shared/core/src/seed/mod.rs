@@ -73,6 +73,10 @@ pub struct SeedRequest {
     /// The `cursor` of a previous response, to continue an unfinished seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// An existing crawl whose stored configuration differs from `config` is refused unless
+    /// this is set; then `config` replaces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_config: bool,
 }
 
 /// Where a seed's URLs come from.
@@ -261,12 +265,45 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if config.recrawl.interval_ms.is_some_and(|ms| ms < 1_000) {
         problems.push("recrawl.interval_ms must be at least 1000".into());
     }
+    let schedules = config
+        .recrawl
+        .crawl_schedule()
+        .into_iter()
+        .chain(config.recrawl.rules.iter().filter_map(|r| r.schedule()))
+        .chain(std::iter::once(config.recrawl.checker));
+    for schedule in schedules {
+        if schedule.min_ms < 1_000 || schedule.max_ms < schedule.min_ms {
+            problems.push("recrawl schedules need 1000 <= min_ms <= max_ms".into());
+        }
+        if !(schedule.initial_factor >= 1.0 && schedule.factor_change >= 1.0) {
+            problems.push("recrawl schedules need initial_factor and factor_change >= 1".into());
+        }
+    }
+    if let Err(e) = crate::revisit::RevisitRules::new(&config.recrawl) {
+        problems.push(e);
+    }
     let ua = &config.user_agent;
     if ua.len() > 256 || ua.chars().any(char::is_control) {
         problems
             .push("user_agent must be at most 256 characters, without control characters".into());
     }
     problems
+}
+
+/// The top-level sections in which two configurations differ (`scope`, `recrawl` …).
+pub fn config_differences(stored: &CrawlConfig, asked: &CrawlConfig) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(stored)), Ok(serde_json::Value::Object(asked))) =
+        (serde_json::to_value(stored), serde_json::to_value(asked))
+    else {
+        return vec!["all".to_owned()];
+    };
+    let mut keys: Vec<&String> = stored.keys().chain(asked.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| stored.get(*k) != asked.get(*k))
+        .cloned()
+        .collect()
 }
 
 /// The ports a seed uses.
@@ -348,6 +385,25 @@ where
             config.scope.allowed_domains = self.seed_hosts(&request.source).await?;
         }
         let (crawl, created) = match existing {
+            Some(mut crawl) if request.config.is_some() => {
+                if config.scope.allowed_domains.is_empty() {
+                    config.scope.allowed_domains = crawl.config.scope.allowed_domains.clone();
+                }
+                let differs = config_differences(&crawl.config, &config);
+                if !differs.is_empty() {
+                    if !request.update_config {
+                        return Err(SeedError::invalid(format!(
+                            "crawl {} exists with another configuration (it differs in: {}); \
+                             ask to update it (CLI: --update-config) or leave it as it is",
+                            crawl.id,
+                            differs.join(", ")
+                        )));
+                    }
+                    self.store.update_config(&crawl.id, &config, now).await?;
+                    crawl.config = config;
+                }
+                (crawl, false)
+            }
             Some(crawl) => (crawl, false),
             None => {
                 self.store

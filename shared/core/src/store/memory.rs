@@ -12,7 +12,7 @@ use std::collections::btree_map::Entry;
 use std::sync::{Arc, Mutex};
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -139,6 +139,24 @@ impl CrawlStore for MemoryStore {
                     true
                 }
                 _ => false,
+            })
+        })
+    }
+
+    async fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.with("update_config", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) => {
+                    c.config = config.clone();
+                    c.updated_at = now;
+                    true
+                }
+                None => false,
             })
         })
     }
@@ -320,6 +338,11 @@ impl TaskStore for MemoryStore {
     ) -> StoreResult<bool> {
         let update = transition::reschedule(from, now);
         self.apply("reschedule", crawl_id, task_id, &update)
+    }
+
+    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
+        let update = transition::reset(task, now);
+        self.apply("reset", &task.crawl_id, &task.task_id, &update)
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {

@@ -19,7 +19,7 @@ use std::future::Future;
 use thiserror::Error;
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::{Host, NextWork};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -228,6 +228,15 @@ pub trait CrawlStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// Replaces the crawl's configuration (an operator's `trawl config set`, a seed request
+    /// that asks to update it). False when there is no such crawl.
+    fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
     fn reopen_crawl(
@@ -339,6 +348,11 @@ pub trait TaskStore: Send + Sync {
         from: &[Status],
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Forgets `task`'s fetch record so that it is fetched again in full (`transition::reset`):
+    /// pending, its object left for the next finisher to delete. False when the task changed
+    /// since it was read (claimed meanwhile) or is in progress.
+    fn reset(&self, task: &Task, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
     /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A

@@ -908,6 +908,27 @@ impl CrawlStore for SqliteStore {
         .await
     }
 
+    async fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let id = id.as_str().to_owned();
+        let config = serde_json::to_string(config).map_err(|e| StoreError::Backend {
+            operation: "update_config",
+            message: e.to_string(),
+        })?;
+        self.run("update_config", Call::SqliteWrite, move |conn| {
+            let changed = conn.execute(
+                "UPDATE crawls SET config = ?2, updated = ?3 WHERE id = ?1",
+                params![id, config, now],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         let id = id.as_str().to_owned();
         self.run("reopen_crawl", Call::SqliteWrite, move |conn| {
@@ -1149,6 +1170,14 @@ impl TaskStore for SqliteStore {
     ) -> StoreResult<bool> {
         let update = transition::reschedule(from, now);
         let applied = self.update("reschedule", crawl_id, task_id, update).await?;
+        Ok(applied.is_ok())
+    }
+
+    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
+        let update = transition::reset(task, now);
+        let applied = self
+            .update("reset", &task.crawl_id, &task.task_id, update)
+            .await?;
         Ok(applied.is_ok())
     }
 

@@ -1,0 +1,147 @@
+//! The checker's dry run (`trawl check URL`): fetches a page the way the crawler would and says
+//! what the crawl's rules make of it — its schedule, a soft 404, a page gone — by running the
+//! same transitions on a copy of its task. Nothing is written.
+
+use crate::discover::ScopeMatcher;
+use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
+use crate::revisit::RevisitRules;
+use serde::Serialize;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::retry::Failure;
+use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, Task};
+use trawl_domain::transition;
+
+/// What a fetch of the page would do to its task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub url: String,
+    /// What the server answered.
+    pub answer: String,
+    /// The soft-404 rule that recognised the page as gone, and what it found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_404: Option<String>,
+    /// The task's status before (None: the crawl does not know the URL) and after.
+    pub status_before: Option<Status>,
+    pub status_after: Status,
+    /// Whether the stored content would change (a new md5).
+    pub changed: bool,
+    /// 404s in a row, and how many make the page gone.
+    pub missing: u32,
+    pub missing_after: u32,
+    /// When the page would be fetched again (None: never).
+    pub next_fetch_at: Option<Millis>,
+}
+
+/// Fetches `url` under `config` at `now`, as the task `known` (None: a new one) would be.
+pub async fn check(
+    fetcher: &Fetcher,
+    config: &CrawlConfig,
+    crawl_id: &CrawlId,
+    known: Option<&Task>,
+    url: &CanonicalUrl,
+    now: Millis,
+) -> Result<Check, String> {
+    let scope = ScopeMatcher::new(&config.scope).map_err(|e| format!("scope: {e}"))?;
+    let rules = RevisitRules::new(&config.recrawl)?;
+    let revisit = rules.for_url(url.as_str());
+    let task = match known {
+        Some(task) => task.clone(),
+        None => {
+            let new = NewTask {
+                url: url.clone(),
+                depth: 0,
+                parent: None,
+            };
+            transition::seed(crawl_id, &new, now).task
+        }
+    };
+    // The claim a turn would make: the lease the fenced writes build on.
+    let claimed = transition::claim(config.lease_ms, now).changes.apply(&task);
+    let lease = transition::lease_of(&claimed);
+    let previous = task.fetch.as_ref();
+    let request = FetchRequest {
+        url,
+        config,
+        previous,
+        scope: &scope,
+        depth: task.depth,
+        now,
+        redirects: Redirects::Report,
+    };
+    let fail = |failure: &Failure| {
+        transition::fail(&lease, failure, &config.retry, &revisit, now)
+            .0
+            .changes
+            .apply(&claimed)
+    };
+    let record = |changed: bool, base: FetchRecord| {
+        let (next_fetch_at, pace) = revisit.after_fetch(previous, changed, now);
+        FetchRecord {
+            next_fetch_at,
+            pace,
+            fetched_at: now,
+            missing: 0,
+            ..base
+        }
+    };
+    let finish = |r: &FetchRecord| transition::finish(&lease, r, now).changes.apply(&claimed);
+    let mut soft_404 = None;
+    let (answer, changed, after) = match fetcher.fetch(request).await {
+        FetchOutcome::Failed(failure) => (failure.message.clone(), false, fail(&failure)),
+        FetchOutcome::NotModified(_) => {
+            let r = record(false, previous.cloned().unwrap_or_default());
+            ("304 Not Modified".to_owned(), false, finish(&r))
+        }
+        FetchOutcome::Redirected { status, location } => {
+            let answer = format!("HTTP {status} to {location} (its own task)");
+            let moved = previous.and_then(|p| p.final_url.as_deref()) != Some(location.as_str());
+            let base = FetchRecord {
+                http_status: status,
+                final_url: Some(location.as_str().to_owned()),
+                ..FetchRecord::default()
+            };
+            (answer, moved, finish(&record(moved, base)))
+        }
+        FetchOutcome::Fetched(page) => {
+            let answer = format!("HTTP {}", page.status);
+            let found = page
+                .body
+                .as_ref()
+                .filter(|_| page.is_html())
+                .and_then(|b| rules.soft_404(url.as_str(), &b.bytes));
+            match found {
+                Some(found) => {
+                    let failure = Failure {
+                        http_status: Some(page.status),
+                        ..Failure::new(ErrorKind::NotFound, found.clone())
+                    };
+                    soft_404 = Some(found);
+                    (answer, false, fail(&failure))
+                }
+                None => {
+                    let md5 = page.body.as_ref().map(|b| b.md5_hex());
+                    let changed =
+                        md5.is_none() || md5.as_deref() != previous.and_then(|p| p.md5.as_deref());
+                    let base = FetchRecord {
+                        md5,
+                        http_status: page.status,
+                        ..FetchRecord::default()
+                    };
+                    (answer, changed, finish(&record(changed, base)))
+                }
+            }
+        }
+    };
+    Ok(Check {
+        url: url.as_str().to_owned(),
+        answer,
+        soft_404,
+        status_before: known.map(|t| t.status),
+        status_after: after.status,
+        changed,
+        missing: after.fetch.as_ref().map_or(0, |f| f.missing),
+        missing_after: revisit.missing_after,
+        next_fetch_at: after.due_at(),
+    })
+}

@@ -1,0 +1,186 @@
+//! Generations a user drives from the CLI: a crawl that recrawls, the next generation now with
+//! its delta, a reset, a configuration that does not change behind the user's back, and the
+//! checker's dry run.
+
+use crate::cli::{json_of, linked_site, temp_dir, trawl};
+use crate::site::Route;
+use serde_json::Value;
+use std::path::Path;
+
+const PAGES: usize = 20;
+const CHANGED: [usize; 5] = [2, 5, 8, 11, 14];
+const REMOVED: [usize; 3] = [17, 18, 19];
+
+/// The summary of the delivery a `--json` crawl run reports.
+fn delivered_summary(run: &Value) -> Value {
+    let delivery = run["delivery"].as_str().unwrap_or_else(|| panic!("{run}"));
+    let text = std::fs::read_to_string(Path::new(delivery).join("summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn page_path(i: usize) -> String {
+    format!("/p/{i}.html")
+}
+
+#[tokio::test]
+async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
+    // GIVEN a site of 20 linked pages, crawled with a daily recrawl and a 1 s retry backoff
+    let site = linked_site(PAGES).await;
+    let dir = temp_dir("generations");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"retry": {"base_delay_ms": 1000}, "recrawl": {"missing_after": 2}}"#,
+    )
+    .unwrap();
+    let start = site.url("/p/0.html");
+    let crawl = |extra: &'static [&'static str]| {
+        let (start, config) = (start.clone(), config.clone());
+        let dir = dir.clone();
+        async move {
+            let mut args = vec![
+                "crawl",
+                start.as_str(),
+                "--allow-private-networks",
+                "--recrawl-every",
+                "1d",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data,
+                "--json",
+            ];
+            args.extend_from_slice(extra);
+            trawl(&args, &dir).await
+        }
+    };
+    let first = crawl(&[]).await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let first = json_of(&first);
+    assert_eq!(first["counts"]["succeeded"], PAGES);
+    assert_eq!(delivered_summary(&first)["delta"]["new"], PAGES);
+
+    // AND its configuration is the one asked for
+    let shown = json_of(&trawl(&["config", "show", "--json", "--data-dir", data], &dir).await);
+    assert_eq!(shown["recrawl"]["interval_ms"], 86_400_000);
+    assert_eq!(shown["retry"]["base_delay_ms"], 1_000);
+
+    // WHEN the same crawl is run again with other options
+    let other = crawl(&["--per-host", "2"]).await;
+
+    // THEN it is refused, saying where the configuration differs and what to do
+    assert_eq!(other.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        said.contains("politeness") && said.contains("--update-config"),
+        "{said}"
+    );
+
+    // GIVEN 5 pages changed and 3 removed
+    for i in CHANGED {
+        let links = format!(
+            r#"<a href="/p/{}.html">n</a> <a href="/p/0.html">0</a>"#,
+            i + 1
+        );
+        site.route(
+            &page_path(i),
+            Route::html(format!("<h1>page {i}, v2</h1>{links}")),
+        );
+    }
+    for i in REMOVED {
+        site.route(&page_path(i), Route::status(404));
+    }
+
+    // WHEN the checker's dry run looks at a removed page
+    let hits_before = site.hits(&page_path(17));
+    let check = json_of(
+        &trawl(
+            &[
+                "check",
+                &site.url(&page_path(17)),
+                "--allow-private-networks",
+                "--json",
+                "--data-dir",
+                data,
+            ],
+            &dir,
+        )
+        .await,
+    );
+
+    // THEN it says what the first 404 would do, and writes nothing
+    assert_eq!(site.hits(&page_path(17)), hits_before + 1);
+    assert_eq!(
+        (check["status_after"].as_u64(), check["missing"].as_u64()),
+        (Some(30), Some(1)),
+        "{check}"
+    );
+    let task = json_of(
+        &trawl(
+            &[
+                "tasks",
+                "show",
+                &site.url(&page_path(17)),
+                "--json",
+                "--data-dir",
+                data,
+            ],
+            &dir,
+        )
+        .await,
+    );
+    assert_eq!(task["status"], "succeeded", "{task}");
+
+    // WHEN the next generation starts now
+    let recrawl = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
+
+    // THEN every page was asked again, the removed ones twice, and the delta says 5 changed
+    // and 3 gone
+    assert!(
+        recrawl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recrawl.stderr)
+    );
+    let recrawl = json_of(&recrawl);
+    let delta = &delivered_summary(&recrawl)["delta"];
+    assert_eq!(
+        (&delta["changed"], &delta["gone"], &delta["new"]),
+        (
+            &Value::from(CHANGED.len()),
+            &Value::from(REMOVED.len()),
+            &Value::from(0)
+        ),
+        "{delta}"
+    );
+    assert_eq!(delta["unchanged"], PAGES - CHANGED.len() - REMOVED.len());
+    for i in REMOVED {
+        // The first crawl, two 404s in a row, and the dry run's fetch of page 17.
+        let expected = if i == 17 { 4 } else { 3 };
+        assert_eq!(site.hits(&page_path(i)), expected, "page {i}");
+    }
+    assert_eq!(recrawl["counts"]["gone"], REMOVED.len());
+
+    // WHEN the crawl is reset
+    let hits: Vec<u64> = (0..PAGES).map(|i| site.hits(&page_path(i))).collect();
+    let reset = trawl(&["reset", "--json", "--data-dir", data], &dir).await;
+
+    // THEN everything is fetched again, in full
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    for (i, before) in hits.iter().enumerate() {
+        assert!(
+            site.hits(&page_path(i)) > *before,
+            "page {i} was not fetched again"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
