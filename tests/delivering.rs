@@ -58,6 +58,8 @@ struct Backend<S, B> {
     layout: Layout,
     uri_base: String,
     calls: Arc<CallCounts>,
+    /// Bodies stored from now on are kept compressed (`storage.compress_bodies`).
+    compress: bool,
     _dir: Option<TempDir>,
 }
 
@@ -71,6 +73,7 @@ fn embedded() -> Backend<SqliteStore, FsBlobStore> {
         layout: Layout::new("data"),
         uri_base: root.display().to_string(),
         calls,
+        compress: false,
         _dir: Some(dir),
     }
 }
@@ -93,6 +96,7 @@ async fn aws() -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
         layout: Layout::new("trawl"),
         uri_base: format!("s3://{bucket}"),
         calls,
+        compress: false,
         _dir: None,
     }
 }
@@ -174,6 +178,7 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
                 content_type: "text/html".into(),
                 md5: Md5::digest(stored).into(),
                 source_url: url.to_owned(),
+                compress: self.compress,
             };
             self.blobs
                 .put(&key, Bytes::copy_from_slice(stored), &meta)
@@ -799,6 +804,92 @@ async fn a_crawl_created_again_after_a_purge_gets_a_fresh_delivery<
     assert_eq!(b.manifest(&old).await.len(), PAGES);
 }
 
+/// Three pages stored compressed; their delivery holds the pages as fetched. Returns the pages
+/// (key, body) for the caller to look at them as stored.
+async fn compressed_bodies_are_delivered_as_fetched<
+    S: CrawlStore + TaskStore + HostStore,
+    B: BlobStore,
+>(
+    b: &mut Backend<S, B>,
+) -> Vec<(String, Vec<u8>)> {
+    // GIVEN a crawl whose bodies are kept compressed
+    b.compress = true;
+    let crawl = b.create(T0).await;
+    b.seed(&crawl, &urls(0..3), T0).await;
+    let mut pages = Vec::new();
+    for i in 0..3 {
+        let body = format!("<html>{}</html>", "compressible words ".repeat(200 + i)).into_bytes();
+        b.succeed(&crawl, &url(i), &body, T0 + 1).await;
+        pages.push((
+            b.layout
+                .html_key(&crawl, &task_id(&url(i)), &md5_hex(&body)),
+            body,
+        ));
+    }
+    assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+
+    // WHEN the bodies are read back and the crawl delivered
+    for (key, body) in &pages {
+        assert_eq!(b.blobs.get(key).await.unwrap().unwrap(), body.as_slice());
+    }
+    let report = b.deliverer().deliver(&crawl, None, T0 + 3).await.unwrap();
+
+    // THEN the WARC holds the original bytes, matching the md5s in the keys
+    assert_eq!(
+        (report.summary.warc.pages, report.summary.warc.problems),
+        (3, 0)
+    );
+    let warc = warc_pages(&read_warc(&b.files(&report, FileKind::Pages).await));
+    for (i, (_, body)) in pages.iter().enumerate() {
+        assert_eq!(&warc[&url(i)], body);
+    }
+    pages
+}
+
+#[tokio::test]
+async fn compressed_bodies_are_gzip_files_read_back_as_fetched_embedded() {
+    let mut b = embedded();
+    let pages = compressed_bodies_are_delivered_as_fetched(&mut b).await;
+    for (key, body) in pages {
+        let raw = std::fs::read(b.blobs.root().join(&key)).unwrap();
+        assert!(
+            raw.starts_with(&[0x1f, 0x8b]),
+            "{key} is not stored as gzip"
+        );
+        assert!(
+            raw.len() * 4 < body.len(),
+            "{} of {}",
+            raw.len(),
+            body.len()
+        );
+    }
+}
+
+#[tokio::test]
+async fn compressed_bodies_carry_content_encoding_gzip_on_s3() {
+    let mut b = aws().await;
+    let pages = compressed_bodies_are_delivered_as_fetched(&mut b).await;
+    let s3 = support::clients(&support::moto::shared().endpoint).await.s3;
+    let bucket = b.uri_base.trim_start_matches("s3://").to_owned();
+    for (key, body) in pages {
+        let out = s3
+            .get_object()
+            .bucket(&bucket)
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.content_encoding(), Some("gzip"), "{key}");
+        let raw = out.body.collect().await.unwrap().into_bytes();
+        assert!(
+            raw.len() * 4 < body.len(),
+            "{} of {}",
+            raw.len(),
+            body.len()
+        );
+    }
+}
+
 /// Incompressible bytes (xorshift), so the compressed WARC really is as large as the pages.
 fn noise(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -854,6 +945,7 @@ async fn many_pages<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
         content_type: "text/html".into(),
         md5: Md5::digest(body).into(),
         source_url: url(0),
+        compress: false,
     };
     b.blobs
         .put(&key, Bytes::from_static(body), &meta)

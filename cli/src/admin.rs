@@ -60,6 +60,7 @@ where
                 per_host: 4,
                 user_agent: None,
                 allow_private_networks: false,
+                compress_bodies: false,
                 guard_exempt: vec![exempt],
                 request: Box::default(),
             };

@@ -193,6 +193,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
     config.politeness.per_host = args.per_host;
     config.fetch.allow_private_networks = args.allow_private_networks;
     config.fetch.guard_exempt = args.guard_exempt.clone();
+    config.storage.compress_bodies = args.compress_bodies;
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }

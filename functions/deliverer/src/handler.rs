@@ -317,6 +317,7 @@ mod tests {
             content_type: "text/html".into(),
             md5: Md5::digest(body).into(),
             source_url: urls[0].into(),
+            compress: false,
         };
         handler
             .blobs

@@ -1364,6 +1364,7 @@ mod tests {
             content_type: "text/html".into(),
             md5: Md5::digest(body).into(),
             source_url: PAGE.into(),
+            compress: false,
         };
         blobs
             .put(&key, Bytes::from_static(body), &meta)
