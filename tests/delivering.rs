@@ -136,6 +136,20 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
         assert!(self.store.create_crawl(&crawl).await.unwrap().1);
     }
 
+    /// Reopens the crawl (its next generation) and reschedules the succeeded pages `range` at
+    /// `now`.
+    async fn next_generation(&self, crawl: &CrawlId, range: std::ops::Range<usize>, now: Millis) {
+        assert!(self.store.reopen_crawl(crawl, now - 10).await.unwrap());
+        for u in urls(range) {
+            assert!(
+                self.store
+                    .reschedule(crawl, &task_id(&u), &[Status::Succeeded], now)
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+
     async fn seed(&self, crawl: &CrawlId, urls: &[String], now: Millis) {
         let tasks: Vec<NewTask> = urls
             .iter()
@@ -160,17 +174,16 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
         }
     }
 
-    /// Claims `url`, stores `stored` as its body under the key of `body`'s md5, and finishes it.
-    /// (`stored` differs from `body` only to plant a corrupt object.)
-    async fn succeed_with(
+    /// Stores `stored` as `url`'s body under the key of `body`'s md5 (`stored` differs from
+    /// `body` only to plant a corrupt object; None: no object); the fetch record pointing at it.
+    async fn store_body(
         &self,
         crawl: &CrawlId,
         url: &str,
         body: &[u8],
         stored: Option<&[u8]>,
         now: Millis,
-    ) {
-        let lease = self.lease(crawl, url, now).await;
+    ) -> FetchRecord {
         let md5 = md5_hex(body);
         let key = self.layout.html_key(crawl, &task_id(url), &md5);
         if let Some(stored) = stored {
@@ -185,7 +198,7 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
                 .await
                 .unwrap();
         }
-        let record = FetchRecord {
+        FetchRecord {
             object_key: Some(key),
             md5: Some(md5),
             http_status: 200,
@@ -193,7 +206,20 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
             content_length: body.len() as u64,
             fetched_at: now,
             ..FetchRecord::default()
-        };
+        }
+    }
+
+    /// Claims `url`, stores its body (`store_body`) and finishes it.
+    async fn succeed_with(
+        &self,
+        crawl: &CrawlId,
+        url: &str,
+        body: &[u8],
+        stored: Option<&[u8]>,
+        now: Millis,
+    ) {
+        let lease = self.lease(crawl, url, now).await;
+        let record = self.store_body(crawl, url, body, stored, now).await;
         let outcome = self.store.finish(&lease, &record, now).await.unwrap();
         assert!(
             matches!(outcome, FinishOutcome::Finished { .. }),
@@ -550,7 +576,7 @@ async fn delivery_holds_every_task_and_page<S: CrawlStore + TaskStore + HostStor
     assert!(prefix.ends_with("/gen-000000/"), "{prefix}");
     let mut names: Vec<String> = b
         .blobs
-        .list(&prefix)
+        .list(prefix)
         .await
         .unwrap()
         .iter()
@@ -598,16 +624,8 @@ async fn a_second_delivery_reports_the_delta<
     assert_eq!(deliveries.len(), 6, "{deliveries:?}");
 
     // GIVEN a recrawl round: 5 pages change, 3 disappear, 1 is discovered
-    assert!(b.store.reopen_crawl(&crawl, T0 + 50).await.unwrap());
     let t1 = T0 + 60;
-    for i in 0..8 {
-        assert!(
-            b.store
-                .reschedule(&crawl, &task_id(&url(i)), &[Status::Succeeded], t1)
-                .await
-                .unwrap()
-        );
-    }
+    b.next_generation(&crawl, 0..8, t1).await;
     for i in 0..5 {
         let body = format!("<html>page {i} v2</html>");
         b.succeed(&crawl, &url(i), body.as_bytes(), t1).await;
@@ -939,27 +957,9 @@ async fn many_pages<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
     const BATCH: usize = 1_000;
     let crawl = b.create(T0).await;
     let body = b"<p>x</p>";
-    let md5 = md5_hex(body);
-    let key = b.layout.html_key(&crawl, &task_id(&url(0)), &md5);
-    let meta = ObjectMeta {
-        content_type: "text/html".into(),
-        md5: Md5::digest(body).into(),
-        source_url: url(0),
-        compress: false,
-    };
-    b.blobs
-        .put(&key, Bytes::from_static(body), &meta)
-        .await
-        .unwrap();
-    let record = FetchRecord {
-        object_key: Some(key),
-        md5: Some(md5),
-        http_status: 200,
-        content_type: Some("text/html".into()),
-        content_length: body.len() as u64,
-        fetched_at: T0 + 1,
-        ..FetchRecord::default()
-    };
+    let record = b
+        .store_body(&crawl, &url(0), body, Some(body), T0 + 1)
+        .await;
     for start in (0..n).step_by(BATCH) {
         let batch = urls(start..(start + BATCH).min(n));
         b.seed(&crawl, &batch, T0).await;
@@ -1072,7 +1072,7 @@ async fn a_long_delivery_is_segmented_and_resumed<
         assert_eq!(warc_pages, 2 * n);
     } else {
         for file in [
-            &manifests[0],
+            manifests[0],
             manifests[manifests.len() - 1],
             pages[pages.len() - 1],
         ] {
@@ -1143,16 +1143,8 @@ async fn a_partitioned_delta_across_calls<S: CrawlStore + TaskStore + HostStore,
     assert_eq!(first.summary.delta.new, n as u64);
 
     // AND a second generation: 10 pages changed, 5 gone after two 404s in a row
-    assert!(b.store.reopen_crawl(&crawl, T0 + 20).await.unwrap());
     let t1 = T0 + 30;
-    for i in 0..15 {
-        assert!(
-            b.store
-                .reschedule(&crawl, &task_id(&url(i)), &[Status::Succeeded], t1)
-                .await
-                .unwrap()
-        );
-    }
+    b.next_generation(&crawl, 0..15, t1).await;
     for i in 0..10 {
         b.succeed(&crawl, &url(i), format!("<p>{i} v2</p>").as_bytes(), t1)
             .await;

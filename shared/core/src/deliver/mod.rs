@@ -1287,15 +1287,7 @@ mod tests {
 
     use crate::blob::memory::MemoryBlobStore;
     use crate::blob::{BlobResult, ObjectMeta};
-    use crate::store::memory::MemoryStore;
-    use crate::store::{ClaimOutcome, FinishOutcome};
     use std::sync::atomic::{AtomicU32, Ordering};
-    use trawl_domain::canonical::CanonicalUrl;
-    use trawl_domain::crawl::CrawlConfig;
-    use trawl_domain::task::NewTask;
-
-    const T0: Millis = 1_800_000_000_000;
-    const PAGE: &str = "http://example.com/";
 
     /// A blob store whose first `failures` reads of page bodies fail the way a body cut
     /// mid-stream does (`GetObject …: unavailable: streaming error`).
@@ -1337,103 +1329,46 @@ mod tests {
         }
     }
 
-    /// A completed crawl of one stored page.
-    async fn one_page(store: &MemoryStore, blobs: &impl BlobStore, layout: &Layout) -> CrawlId {
-        let crawl = CrawlId::parse("cut").unwrap();
-        store
-            .create_crawl(&Crawl::new(crawl.clone(), CrawlConfig::default(), T0))
-            .await
-            .unwrap();
-        let url = CanonicalUrl::parse(PAGE).unwrap();
-        let task_id = url.task_id();
-        let new = NewTask {
-            url,
-            depth: 0,
-            parent: None,
-        };
-        store.seed(&crawl, &[new], T0).await.unwrap();
-        let ClaimOutcome::Claimed { lease, .. } =
-            store.claim(&crawl, &task_id, 60_000, T0).await.unwrap()
-        else {
-            panic!("claim refused");
-        };
-        let body = b"<html>whole</html>";
-        let md5 = hex::encode(Md5::digest(body));
-        let key = layout.html_key(&crawl, &task_id, &md5);
-        let meta = ObjectMeta {
-            content_type: "text/html".into(),
-            md5: Md5::digest(body).into(),
-            source_url: PAGE.into(),
-            compress: false,
-        };
-        blobs
-            .put(&key, Bytes::from_static(body), &meta)
-            .await
-            .unwrap();
-        let record = FetchRecord {
-            object_key: Some(key),
-            md5: Some(md5),
-            http_status: 200,
-            content_length: body.len() as u64,
-            fetched_at: T0 + 1,
-            ..FetchRecord::default()
-        };
-        assert!(matches!(
-            store.finish(&lease, &record, T0 + 1).await.unwrap(),
-            FinishOutcome::Finished { .. }
-        ));
-        assert!(store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
-        crawl
-    }
-
-    async fn deliver_with_cut_reads(failures: u32) -> (Result<DeliveryReport, DeliverError>, u32) {
-        let (store, layout, calls) = (MemoryStore::new(), Layout::new(""), CallCounts::default());
+    /// Reads the one page of a store whose first `failures` reads fail; the result and the reads.
+    async fn read_with_cut_reads(failures: u32) -> (BlobResult<Option<Bytes>>, u32) {
         let blobs = CutReads {
             inner: MemoryBlobStore::new(),
             failures,
             reads: AtomicU32::new(0),
         };
-        let crawl = one_page(&store, &blobs, &layout).await;
-        let deliverer = Deliverer {
-            store: &store,
-            blobs: &blobs,
-            layout: &layout,
-            uri_base: "",
-            calls: &calls,
-            limits: DeliveryLimits::default(),
+        let body = Bytes::from_static(b"<html>whole</html>");
+        let meta = ObjectMeta {
+            content_type: "text/html".into(),
+            md5: Md5::digest(&body).into(),
+            source_url: "http://example.com/".into(),
+            compress: false,
         };
-        let result = deliverer.deliver(&crawl, None, T0 + 3).await;
+        let key = "crawl=c/pk=p/attr=html/md5=m";
+        blobs.put(key, body, &meta).await.unwrap();
+        let result = get_with_retry(&blobs, key).await;
         (result, blobs.reads.load(Ordering::SeqCst))
     }
 
     #[tokio::test]
     async fn a_body_cut_mid_stream_is_read_again() {
-        // GIVEN a store whose first read of the page fails mid-stream
-        // WHEN the crawl is delivered
-        let (result, reads) = deliver_with_cut_reads(1).await;
+        // GIVEN a store whose first read of a page body fails mid-stream
+        // WHEN the deliverer reads it (`load` reads every body this way)
+        let (result, reads) = read_with_cut_reads(1).await;
 
-        // THEN the body was read twice and the page is in the WARC, not a problem
-        let report = result.unwrap();
+        // THEN it was read twice and comes back whole
+        assert_eq!(result.unwrap().as_deref(), Some(&b"<html>whole</html>"[..]));
         assert_eq!(reads, 2);
-        assert_eq!(
-            (report.summary.warc.pages, report.summary.warc.problems),
-            (1, 0)
-        );
     }
 
     #[tokio::test]
-    async fn a_body_that_never_reads_ends_the_delivery_after_bounded_attempts() {
-        // GIVEN a store whose reads of the page always fail
-        // WHEN the crawl is delivered
-        let (result, reads) = deliver_with_cut_reads(u32::MAX).await;
+    async fn a_body_that_never_reads_fails_after_bounded_attempts() {
+        // GIVEN a store whose reads of a page body always fail
+        // WHEN the deliverer reads it
+        let (result, reads) = read_with_cut_reads(u32::MAX).await;
 
         // THEN it fails as retryable after BODY_READ_ATTEMPTS reads, not forever
         let e = result.unwrap_err();
         assert!(e.is_retryable(), "{e}");
-        assert!(
-            matches!(e, DeliverError::Blob(BlobError::Unavailable { .. })),
-            "{e}"
-        );
         assert_eq!(reads, BODY_READ_ATTEMPTS);
     }
 }
