@@ -28,7 +28,7 @@ cargo-test:
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
 delivery-2m:
-	cargo test -p trawl-tests -- --ignored --nocapture delivering::two_million_pages
+	cargo test --release -p trawl-tests -- --ignored --nocapture delivering::two_million_pages
 
 ## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
 bench: deps

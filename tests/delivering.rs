@@ -1108,7 +1108,8 @@ async fn a_delivery_of_hundreds_of_pages_pauses_and_resumes_on_aws() {
 }
 
 /// The figure: 2,000,000 pages on the embedded backend, segments of 64 MiB, calls of
-/// 20 s. Long in a debug build, most of it spent seeding: `make delivery-2m`.
+/// 20 s. Most of its time is seeding (a claim and a finish per page, through the store's port):
+/// `make delivery-2m` runs it in a release build.
 #[tokio::test]
 #[ignore = "2,000,000 pages: run with make delivery-2m"]
 async fn two_million_pages_are_delivered_in_segments_across_calls() {
