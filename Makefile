@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps fmt-check clippy cargo-test bench
+.PHONY: test deps fmt-check clippy cargo-test bench delivery-2m
 
 ## Everything CI runs: formatting, lints, the SAM and CDK checks and all tests.
 test: deps fmt-check clippy validate cdk-check cargo-test
@@ -25,6 +25,10 @@ clippy:
 cargo-test:
 	cargo build -p trawl
 	cargo test --workspace --all-targets
+
+## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
+delivery-2m:
+	cargo test --release -p trawl-tests -- --ignored --nocapture delivering::two_million_pages
 
 ## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
 bench: deps

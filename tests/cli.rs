@@ -101,13 +101,23 @@ async fn the_readme_quickstart_crawls_the_demo_site_offline() {
     let status = json_of(&trawl(&["status", "--json"], &dir).await);
     assert_eq!(status["crawls"][0]["counts"]["succeeded"], 201);
     let deliveries = dir.join("trawl-data/deliveries");
-    let success = std::fs::read_dir(&deliveries)
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path()
-        .join("gen-000000/_SUCCESS");
+    let only_entry = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path()
+    };
+    // deliveries/crawl=ID/run=CREATED/gen-000000/
+    let run = only_entry(&only_entry(&deliveries));
+    assert!(
+        run.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("run=")
+    );
+    let success = run.join("gen-000000/_SUCCESS");
     assert!(success.exists(), "{}", success.display());
     let _ = std::fs::remove_dir_all(dir);
 }

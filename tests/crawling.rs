@@ -8,7 +8,7 @@ use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::crawler::{Crawler, Disposition, MessageResult, StoredPage, record_page};
+use trawl_core::crawler::{Crawler, Disposition, MessageResult, PageBody, StoredPage, record_page};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
@@ -426,7 +426,11 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
         lease,
         &url,
         record,
-        Some((body.into(), md5)),
+        Some(PageBody {
+            bytes: body.into(),
+            md5,
+            compress: false,
+        }),
         now_ms(),
     )
     .await

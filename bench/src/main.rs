@@ -15,6 +15,7 @@ mod machine;
 mod moto;
 mod report;
 mod site;
+mod storage;
 mod sweep;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -57,6 +58,7 @@ enum Section {
     Frontier,
     Freshness,
     Hosts,
+    Storage,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -237,6 +239,10 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Freshness) {
         eprintln!("freshness simulation …");
         report.figures.extend(freshness::run(args.quick));
+    }
+    if wanted(Section::Storage) {
+        eprintln!("bodies at rest …");
+        report.figures.extend(storage::run(pages));
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {

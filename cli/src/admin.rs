@@ -11,7 +11,7 @@ use crate::output;
 use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
-use trawl_core::deliver::{Deliverer, purge};
+use trawl_core::deliver::{Deliverer, DeliveryLimits, purge};
 use trawl_core::operate::{self, Rewind, Selection};
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
@@ -412,6 +412,7 @@ where
         layout,
         uri_base,
         calls,
+        limits: DeliveryLimits::default(),
     };
     let report = deliverer.deliver(crawl_id, None, now_ms()).await?;
     Ok(report.location)

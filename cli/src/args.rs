@@ -183,6 +183,9 @@ pub struct CrawlArgs {
     /// Allow loopback and private addresses (intranet crawls, local test sites).
     #[arg(long)]
     pub allow_private_networks: bool,
+    /// Keep page bodies gzip-compressed at rest (read back as fetched).
+    #[arg(long)]
+    pub compress_bodies: bool,
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,

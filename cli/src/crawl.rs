@@ -208,6 +208,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
         .fetch
         .guard_exempt
         .extend(args.guard_exempt.iter().cloned());
+    config.storage.compress_bodies |= args.compress_bodies;
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }

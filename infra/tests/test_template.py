@@ -66,7 +66,7 @@ ALLOWED_ACTIONS = {
         "dynamodb:BatchWriteItem",
         "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket",
         "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
-        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:SendMessage",
     },
 }
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}

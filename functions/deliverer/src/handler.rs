@@ -1,13 +1,24 @@
-//! The deliverer's events: a delivery-queue batch (the sweeper's completion message) or an
-//! on-demand request, both naming a crawl and optionally a generation.
+//! The deliverer's events: a delivery-queue batch (the sweeper's completion message, or the
+//! deliverer's own continuation) or an on-demand request, both naming a crawl and optionally a
+//! generation.
+//!
+//! A delivery longer than one invocation stops cleanly near the Lambda deadline, leaving its
+//! checkpoint in the bucket, and sends its continuation (the same request) to the delivery
+//! queue: the next invocation picks it up where this one stopped.
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::deliver::{DeliverError, Deliverer, DeliveryReport, DeliveryRequest};
+use trawl_core::deliver::{
+    DeliverError, Deliverer, Delivery, DeliveryLimits, DeliveryProgress, DeliveryReport,
+    DeliveryRequest,
+};
+use trawl_core::queue::QueueError;
 use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::sweep::{CompletionNotice, DeliveryTrigger};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::HandlerError;
@@ -52,47 +63,79 @@ pub enum DelivererResponse {
     Batch(SqsBatchResponse),
     /// To a direct caller: the delivery.
     Delivery(Box<DeliveryReport>),
+    /// To a direct caller: the delivery went on past this invocation; its continuation is on
+    /// the delivery queue.
+    Continued(DeliveryProgress),
+}
+
+/// Time kept before the Lambda deadline: the open segment is completed and the checkpoint and
+/// the continuation written in it.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
+
+/// The instant `margin` before `deadline` (a wall-clock time), on the monotonic clock.
+pub fn stop_at(deadline: SystemTime, margin: Duration) -> Instant {
+    let left = deadline
+        .duration_since(SystemTime::now())
+        .unwrap_or_default()
+        .saturating_sub(margin);
+    Instant::now() + left
 }
 
 /// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
-/// No deadline is watched: a delivery runs to completion (the function's timeout is sized for it).
 #[derive(Clone)]
-pub struct Handler<S, B> {
+pub struct Handler<S, B, C> {
     pub store: S,
     pub blobs: B,
     pub layout: Layout,
     /// `s3://bucket` (or a directory for the embedded backend).
     pub uri_base: String,
     pub calls: Arc<CallCounts>,
+    /// Where a delivery that outlasts its invocation sends its continuation: the delivery queue.
+    pub continuation: C,
+    pub limits: DeliveryLimits,
 }
 
-impl<S, B> Handler<S, B>
+impl<S, B, C> Handler<S, B, C>
 where
     S: CrawlStore + TaskStore,
     B: BlobStore,
+    C: DeliveryTrigger,
 {
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<DelivererResponse, HandlerError> {
-        self.deliver(event.payload, now_ms()).await
+        let deadline = stop_at(event.context.deadline(), DEADLINE_MARGIN);
+        self.deliver(event.payload, now_ms(), Some(deadline)).await
     }
 
-    /// Delivers what the event asks for: one crawl (direct) or each record's (queue).
+    /// Delivers what the event asks for: one crawl (direct) or each record's (queue), stopping
+    /// after `deadline` with the rest queued.
     pub async fn deliver(
         &self,
         payload: serde_json::Value,
         now: Millis,
+        deadline: Option<Instant>,
     ) -> Result<DelivererResponse, HandlerError> {
         match DelivererEvent::parse(payload)? {
             DelivererEvent::Direct(request) => {
-                let report = self.deliver_request(&request, now).await?;
-                Ok(DelivererResponse::Delivery(Box::new(report)))
+                Ok(match self.deliver_request(&request, now, deadline).await? {
+                    Delivery::Done(report) => DelivererResponse::Delivery(report),
+                    Delivery::Paused(progress) => {
+                        self.continue_later(&progress).await.map_err(|e| {
+                            HandlerError::failed(
+                                format!("delivery paused but not continued: {e}"),
+                                true,
+                            )
+                        })?;
+                        DelivererResponse::Continued(progress)
+                    }
+                })
             }
             DelivererEvent::Queue(event) => {
                 let mut response = SqsBatchResponse::default();
                 for record in &event.records {
-                    if !self.deliver_record(record, now).await {
+                    if !self.deliver_record(record, now, deadline).await {
                         let mut failure = BatchItemFailure::default();
                         // An empty id makes Lambda retry the whole batch: still no record lost.
                         failure.item_identifier = record.message_id.clone().unwrap_or_default();
@@ -108,20 +151,47 @@ where
         &self,
         request: &DeliveryRequest,
         now: Millis,
-    ) -> Result<DeliveryReport, DeliverError> {
+        deadline: Option<Instant>,
+    ) -> Result<Delivery, DeliverError> {
         Deliverer {
             store: &self.store,
             blobs: &self.blobs,
             layout: &self.layout,
             uri_base: &self.uri_base,
             calls: &self.calls,
+            limits: self.limits,
         }
-        .deliver(&request.crawl_id, request.generation, now)
+        .deliver_until(&request.crawl_id, request.generation, now, deadline)
         .await
     }
 
+    /// Queues the continuation of a paused delivery. Its checkpoint is in the bucket whether
+    /// or not this succeeds: a failed send only means the request is retried instead.
+    async fn continue_later(&self, progress: &DeliveryProgress) -> Result<(), QueueError> {
+        // The generation is named, so a later generation cannot take the continuation over.
+        let notice = CompletionNotice {
+            crawl_id: progress.crawl_id.clone(),
+            generation: progress.generation,
+        };
+        self.continuation.trigger(&notice).await?;
+        tracing::info!(
+            crawl = %progress.crawl_id,
+            delivery = %progress.delivery_id,
+            tasks = progress.tasks,
+            files = progress.files,
+            phase = %progress.phase,
+            "delivery continues in the next invocation"
+        );
+        Ok(())
+    }
+
     /// Delivers one queue record; false when the record must come back (or go to the DLQ).
-    async fn deliver_record(&self, record: &SqsMessage, now: Millis) -> bool {
+    async fn deliver_record(
+        &self,
+        record: &SqsMessage,
+        now: Millis,
+        deadline: Option<Instant>,
+    ) -> bool {
         let id = record.message_id.as_deref().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or_default();
         let request = match serde_json::from_str::<DeliveryRequest>(body) {
@@ -132,8 +202,15 @@ where
                 return false;
             }
         };
-        match self.deliver_request(&request, now).await {
-            Ok(report) => {
+        match self.deliver_request(&request, now, deadline).await {
+            Ok(Delivery::Paused(progress)) => match self.continue_later(&progress).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(message_id = id, error = %e, "continuation not queued");
+                    false
+                }
+            },
+            Ok(Delivery::Done(report)) => {
                 tracing::info!(
                     message_id = id,
                     crawl = %report.crawl_id,
@@ -173,6 +250,7 @@ mod tests {
     use trawl_core::blob::memory::MemoryBlobStore;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, FinishOutcome};
+    use trawl_core::sweep::LocalDeliveryTrigger;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
@@ -192,7 +270,9 @@ mod tests {
 
     /// The handler on the embedded backend, with the sample events' crawl: two pages, one
     /// stored, completed (generation 0).
-    async fn handler(name: &str) -> (Handler<MemoryStore, MemoryBlobStore>, TempDir) {
+    type TestHandler = Handler<MemoryStore, MemoryBlobStore, LocalDeliveryTrigger>;
+
+    async fn handler(name: &str) -> (TestHandler, TempDir) {
         let dir = TempDir(std::env::temp_dir().join(format!(
             "trawl-deliverer-{name}-{}-{}",
             std::process::id(),
@@ -205,6 +285,8 @@ mod tests {
             layout: Layout::new(""),
             uri_base: dir.0.display().to_string(),
             calls,
+            continuation: LocalDeliveryTrigger::default(),
+            limits: DeliveryLimits::default(),
         };
         let crawl = CrawlId::parse("news-2026").unwrap();
         let store = &handler.store;
@@ -235,6 +317,7 @@ mod tests {
             content_type: "text/html".into(),
             md5: Md5::digest(body).into(),
             source_url: urls[0].into(),
+            compress: false,
         };
         handler
             .blobs
@@ -269,7 +352,7 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
-    async fn delivery_keys(handler: &Handler<MemoryStore, MemoryBlobStore>) -> Vec<String> {
+    async fn delivery_keys(handler: &TestHandler) -> Vec<String> {
         handler.blobs.list("deliveries/").await.unwrap()
     }
 
@@ -279,8 +362,8 @@ mod tests {
         let (handler, _dir) = handler("direct").await;
 
         // WHEN the sample direct event arrives twice
-        let first = handler.deliver(event(DIRECT), T0 + 10).await.unwrap();
-        let second = handler.deliver(event(DIRECT), T0 + 20).await.unwrap();
+        let first = handler.deliver(event(DIRECT), T0 + 10, None).await.unwrap();
+        let second = handler.deliver(event(DIRECT), T0 + 20, None).await.unwrap();
 
         // THEN one delivery is written, and the second call returns it
         let (DelivererResponse::Delivery(first), DelivererResponse::Delivery(second)) =
@@ -293,7 +376,7 @@ mod tests {
         assert_eq!(first.delivery_id, "gen-000000");
         assert_eq!(first.summary.tasks, 2);
         assert_eq!(first.summary.warc.pages, 1);
-        assert_eq!(delivery_keys(&handler).await.len(), 5);
+        assert_eq!(delivery_keys(&handler).await.len(), 6);
         let json = serde_json::to_value(DelivererResponse::Delivery(first)).unwrap();
         assert_eq!(json["crawl_id"], "news-2026");
     }
@@ -304,17 +387,19 @@ mod tests {
         let (handler, _dir) = handler("queue").await;
 
         // WHEN the sample SQS event arrives
-        let response = handler.deliver(event(QUEUE), T0 + 10).await.unwrap();
+        let response = handler.deliver(event(QUEUE), T0 + 10, None).await.unwrap();
 
         // THEN the record succeeded and the delivery exists
         let DelivererResponse::Batch(batch) = response else {
             panic!("queue events answer with a batch response");
         };
         assert!(batch.batch_item_failures.is_empty());
+        let keys = delivery_keys(&handler).await;
         assert!(
-            delivery_keys(&handler)
-                .await
-                .contains(&"deliveries/crawl=news-2026/gen-000000/_SUCCESS".to_owned())
+            keys.iter()
+                .any(|k| k.starts_with("deliveries/crawl=news-2026/run=")
+                    && k.ends_with("/gen-000000/_SUCCESS")),
+            "{keys:?}"
         );
         let json = serde_json::to_value(DelivererResponse::Batch(batch)).unwrap();
         assert_eq!(json, serde_json::json!({"batchItemFailures": []}));
@@ -335,7 +420,7 @@ mod tests {
 
         for json in bad {
             // WHEN a malformed event arrives
-            let result = handler.deliver(event(json), T0 + 10).await;
+            let result = handler.deliver(event(json), T0 + 10, None).await;
 
             // THEN it is an InvalidEvent naming the problem, and nothing is delivered
             let Err(e) = result else {
@@ -347,7 +432,11 @@ mod tests {
         }
         let diagnostic = Diagnostic::from(
             handler
-                .deliver(event(r#"{"crawl_id": "news-2026", "extra": true}"#), T0)
+                .deliver(
+                    event(r#"{"crawl_id": "news-2026", "extra": true}"#),
+                    T0,
+                    None,
+                )
                 .await
                 .unwrap_err(),
         );
@@ -374,7 +463,7 @@ mod tests {
         batch["Records"] = serde_json::json!([malformed, unknown, good]);
 
         // WHEN it is handled
-        let response = handler.deliver(batch, T0 + 10).await.unwrap();
+        let response = handler.deliver(batch, T0 + 10, None).await.unwrap();
 
         // THEN only the two bad records are failures; the good one is delivered
         let DelivererResponse::Batch(batch) = response else {
@@ -386,7 +475,7 @@ mod tests {
             .map(|f| f.item_identifier.as_str())
             .collect();
         assert_eq!(failed, ["malformed", "unknown"]);
-        assert_eq!(delivery_keys(&handler).await.len(), 5);
+        assert_eq!(delivery_keys(&handler).await.len(), 6);
     }
 
     #[tokio::test]
@@ -398,7 +487,7 @@ mod tests {
 
         // WHEN it is requested without a generation
         let e = handler
-            .deliver(event(r#"{"crawl_id": "news-2026"}"#), T0 + 10)
+            .deliver(event(r#"{"crawl_id": "news-2026"}"#), T0 + 10, None)
             .await
             .unwrap_err();
 
@@ -411,5 +500,66 @@ mod tests {
             diagnostic.error_message
         );
         assert!(delivery_keys(&handler).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_delivery_past_its_deadline_continues_through_the_queue() {
+        // GIVEN the sample crawl with 300 more tasks, and a deadline already passed
+        let (handler, _dir) = handler("continued").await;
+        let crawl = CrawlId::parse("news-2026").unwrap();
+        let more: Vec<NewTask> = (0..300)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://example.com/more/{i}")).unwrap(),
+                depth: 1,
+                parent: None,
+            })
+            .collect();
+        handler.store.seed(&crawl, &more, T0).await.unwrap();
+        let record = |body: String| {
+            let mut batch = event(QUEUE);
+            batch["Records"][0]["body"] = body.into();
+            batch
+        };
+
+        // WHEN the sample record is handled, then each continuation it queues, each invocation
+        // stopping at once (after the minimum of work)
+        let mut pending = vec![record(r#"{"crawl_id":"news-2026"}"#.to_owned())];
+        let mut invocations = 0;
+        while let Some(batch) = pending.pop() {
+            invocations += 1;
+            assert!(invocations < 50, "the delivery does not end");
+            let response = handler
+                .deliver(batch, T0 + 10, Some(Instant::now()))
+                .await
+                .unwrap();
+            let DelivererResponse::Batch(batch) = response else {
+                panic!("queue events answer with a batch response");
+            };
+            assert!(batch.batch_item_failures.is_empty());
+            for notice in handler.continuation.take() {
+                pending.push(record(serde_json::to_string(&notice).unwrap()));
+            }
+        }
+
+        // THEN it took several invocations, each acknowledged, and ended with one delivery of
+        // every task
+        assert!(invocations >= 3, "{invocations}");
+        let keys = delivery_keys(&handler).await;
+        assert!(
+            keys.iter().any(|k| k.ends_with("/gen-000000/_SUCCESS")),
+            "{keys:?}"
+        );
+        assert!(
+            !keys.iter().any(|k| k.ends_with("checkpoint.json")),
+            "{keys:?}"
+        );
+        let DelivererResponse::Delivery(report) =
+            handler.deliver(event(DIRECT), T0 + 20, None).await.unwrap()
+        else {
+            panic!("direct events answer with the delivery");
+        };
+        assert!(report.already_delivered);
+        assert_eq!(report.summary.tasks, 302);
+        assert_eq!(report.summary.warc.pages, 1);
     }
 }

@@ -9,7 +9,9 @@ use trawl_aws::clients::{Clients, load_config};
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::settings::{DelivererSettings, FromEnv};
+use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_core::blob::Layout;
+use trawl_core::deliver::DeliveryLimits;
 use trawl_domain::calls::CallCounts;
 
 #[tokio::main]
@@ -28,7 +30,13 @@ async fn main() -> Result<(), Error> {
         blobs: S3BlobStore::new(clients.s3, &settings.bucket, calls.clone()),
         layout: Layout::new(&settings.prefix),
         uri_base: format!("s3://{}", settings.bucket),
+        continuation: SqsDeliveryTrigger::new(
+            clients.sqs,
+            settings.delivery_queue_url,
+            calls.clone(),
+        ),
         calls,
+        limits: DeliveryLimits::default(),
     };
     run(service_fn(|event| handler.handle(event))).await
 }

@@ -365,6 +365,7 @@ export class TrawlStack extends Stack {
       environment: {
         TRAWL_BUCKET: bucket.bucketName,
         TRAWL_PREFIX: prefix.valueAsString,
+        TRAWL_DELIVERY_QUEUE_URL: deliveryQueue.queueUrl,
       },
     });
 
@@ -444,12 +445,14 @@ export class TrawlStack extends Stack {
         resources: [bucket.arnForObjects('*')],
       }),
     );
-    // GetQueueAttributes: the event source mapping cannot be created without it.
+    // GetQueueAttributes: the event source mapping cannot be created without it. SendMessage: a
+    // delivery longer than one invocation queues its continuation.
     deliveryQueue.grant(
       deliverer.role,
       'sqs:ReceiveMessage',
       'sqs:DeleteMessage',
       'sqs:GetQueueAttributes',
+      'sqs:SendMessage',
     );
 
     // ------------------------------------------------------------ triggers

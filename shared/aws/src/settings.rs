@@ -183,18 +183,25 @@ impl FromEnv for SweeperSettings {
     }
 }
 
-/// The deliverer: reads a completed crawl, writes its delivery to the bucket. Its trigger (the
-/// delivery queue) is an event source, not something it calls.
+/// The deliverer: reads a completed crawl, writes its delivery to the bucket. The delivery queue
+/// is its trigger, and where it sends the continuation of a delivery longer than an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelivererSettings {
     pub table: String,
     pub shards: u32,
     pub bucket: String,
     pub prefix: String,
+    pub delivery_queue_url: String,
 }
 
 impl FromEnv for DelivererSettings {
-    const VARIABLES: &'static [&'static str] = &[ENV_TABLE, ENV_SHARDS, ENV_BUCKET, ENV_PREFIX];
+    const VARIABLES: &'static [&'static str] = &[
+        ENV_TABLE,
+        ENV_SHARDS,
+        ENV_BUCKET,
+        ENV_PREFIX,
+        ENV_DELIVERY_QUEUE_URL,
+    ];
 
     fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
         Ok(Self {
@@ -202,6 +209,7 @@ impl FromEnv for DelivererSettings {
             shards: env.shards()?,
             bucket: env.required(ENV_BUCKET)?,
             prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
+            delivery_queue_url: env.required(ENV_DELIVERY_QUEUE_URL)?,
         })
     }
 }
@@ -275,8 +283,12 @@ mod tests {
 
     #[test]
     fn the_deliverer_needs_no_crawl_queue_and_the_crawler_no_per_host() {
-        let deliverer =
-            DelivererSettings::from_lookup(lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")])).unwrap();
+        let deliverer = DelivererSettings::from_lookup(lookup(&[
+            (ENV_TABLE, "t"),
+            (ENV_BUCKET, "b"),
+            (ENV_DELIVERY_QUEUE_URL, "d"),
+        ]))
+        .unwrap();
         assert_eq!(
             (deliverer.table.as_str(), deliverer.bucket.as_str()),
             ("t", "b")

@@ -520,6 +520,16 @@ pub struct CrawlConfig {
     pub user_agent: String,
     /// How long a claim holds a task before another worker may take it over, in milliseconds.
     pub lease_ms: u64,
+    pub storage: Storage,
+}
+
+/// How page bodies are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Storage {
+    /// Keep bodies gzip-compressed at rest (S3: `Content-Encoding: gzip`). Readers see the
+    /// page's own bytes either way, and the md5 in the key is theirs. Off by default.
+    pub compress_bodies: bool,
 }
 
 impl Default for CrawlConfig {
@@ -535,6 +545,7 @@ impl Default for CrawlConfig {
             fetch: FetchLimits::default(),
             user_agent: DEFAULT_USER_AGENT.to_owned(),
             lease_ms: 120_000,
+            storage: Storage::default(),
         }
     }
 }

@@ -9,8 +9,12 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use base64::Engine;
 use bytes::Bytes;
+use md5::{Digest, Md5};
 use std::sync::Arc;
-use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta};
+use trawl_core::blob::{
+    BlobError, BlobResult, BlobStore, BlobUpload, GZIP, ObjectMeta, compress, decompress,
+    verify_md5,
+};
 use trawl_domain::calls::{Call, CallCounts};
 
 /// Multipart part size: S3's minimum is 5 MiB for every part but the last.
@@ -58,13 +62,23 @@ impl S3BlobStore {
 
 impl BlobStore for S3BlobStore {
     async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
+        // Compressed: the key's md5 is checked here, S3 checks the compressed bytes it receives.
+        let (body, md5, encoding) = if meta.compress {
+            verify_md5("PutObject", key, &body, meta)?;
+            let gz = compress("PutObject", key, &body)?;
+            let md5: [u8; 16] = Md5::digest(&gz).into();
+            (gz, md5, Some(GZIP))
+        } else {
+            (body, meta.md5, None)
+        };
         self.calls.record(Call::S3PutObject);
         self.client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
-            .content_md5(base64::engine::general_purpose::STANDARD.encode(meta.md5))
+            .content_md5(base64::engine::general_purpose::STANDARD.encode(md5))
             .content_type(&meta.content_type)
+            .set_content_encoding(encoding.map(str::to_owned))
             .metadata("source-url", &meta.source_url)
             .body(ByteStream::from(body))
             .send()
@@ -89,6 +103,7 @@ impl BlobStore for S3BlobStore {
             }
             Err(e) => return Err(map_err("GetObject", key, e)),
         };
+        let compressed = out.content_encoding() == Some(GZIP);
         let body = out
             .body
             .collect()
@@ -97,8 +112,12 @@ impl BlobStore for S3BlobStore {
                 operation: "GetObject",
                 key: key.to_owned(),
                 message: e.to_string(),
-            })?;
-        Ok(Some(body.into_bytes()))
+            })?
+            .into_bytes();
+        if compressed {
+            return decompress("GetObject", key, &body).map(Some);
+        }
+        Ok(Some(body))
     }
 
     async fn delete(&self, key: &str) -> BlobResult<()> {

@@ -1,7 +1,7 @@
 //! An object store in memory, for unit tests and simulations: the same contract as S3 and the
 //! directory store (a body must match its declared md5; an upload is invisible until complete).
 
-use super::{BlobResult, BlobStore, BlobUpload, ObjectMeta, verify_md5};
+use super::{BlobResult, BlobStore, BlobUpload, ObjectMeta, from_rest, to_rest};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,14 +29,16 @@ fn store(objects: &Objects, key: &str, body: Bytes) {
 
 impl BlobStore for MemoryBlobStore {
     async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
-        verify_md5("put", key, &body, meta)?;
-        store(&self.objects, key, body);
+        store(&self.objects, key, to_rest("put", key, body, meta)?);
         Ok(())
     }
 
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
-        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(objects.get(key).cloned())
+        let stored = {
+            let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+            objects.get(key).cloned()
+        };
+        stored.map(|s| from_rest("get", key, s)).transpose()
     }
 
     async fn delete(&self, key: &str) -> BlobResult<()> {
@@ -96,6 +98,7 @@ mod tests {
             content_type: "text/html".to_owned(),
             md5: Md5::digest(body).into(),
             source_url: "http://example.com/".to_owned(),
+            compress: false,
         }
     }
 

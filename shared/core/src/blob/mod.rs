@@ -4,12 +4,22 @@
 //! Page bodies live at `{prefix}crawl={crawl_id}/pk={task_id}/attr=html/md5={md5_hex}`: the key
 //! names the content, so writing the same body twice is harmless, and a task's objects are all
 //! under one prefix.
+//!
+//! A crawl may keep its bodies gzip-compressed at rest (`ObjectMeta::compress`): the store
+//! compresses on `put` and decompresses on `get`, so every reader sees the page's own bytes and
+//! the md5 in the key stays the md5 of those bytes. S3 marks such an object with
+//! `Content-Encoding: gzip`; a store without metadata (a directory, memory) recognises its own
+//! compressed bodies by the gzip header's comment (`AT_REST_MARK`), so a fetched body that
+//! happens to be gzip is never taken for one.
 
 pub mod memory;
 
 use bytes::Bytes;
+use flate2::Compression;
+use flate2::read::GzDecoder;
 use md5::Digest;
 use std::future::Future;
+use std::io::{Read, Write};
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 
@@ -49,6 +59,74 @@ pub struct ObjectMeta {
     pub md5: [u8; 16],
     /// The page's URL (stored as object metadata).
     pub source_url: String,
+    /// Keep the body gzip-compressed at rest (the crawl's `storage.compress_bodies`).
+    pub compress: bool,
+}
+
+/// The `Content-Encoding` of a body kept compressed.
+pub const GZIP: &str = "gzip";
+
+/// The gzip header comment of a body trawl compressed for storage.
+pub const AT_REST_MARK: &str = "trawl: body gzip-compressed at rest";
+
+/// `body` gzip-compressed for storage, marked as trawl's own.
+pub fn compress(operation: &'static str, key: &str, body: &[u8]) -> BlobResult<Bytes> {
+    let failed = |e: std::io::Error| BlobError::Backend {
+        operation,
+        key: key.to_owned(),
+        message: format!("gzip: {e}"),
+    };
+    let mut gz = flate2::GzBuilder::new()
+        .comment(AT_REST_MARK)
+        .write(Vec::with_capacity(body.len() / 4), Compression::default());
+    gz.write_all(body).map_err(failed)?;
+    Ok(Bytes::from(gz.finish().map_err(failed)?))
+}
+
+/// The body a store keeps compressed, decompressed.
+pub fn decompress(operation: &'static str, key: &str, stored: &[u8]) -> BlobResult<Bytes> {
+    let mut body = Vec::with_capacity(stored.len() * 4);
+    GzDecoder::new(stored)
+        .read_to_end(&mut body)
+        .map_err(|e| BlobError::Backend {
+            operation,
+            key: key.to_owned(),
+            message: format!("stored gzip body unreadable: {e}"),
+        })?;
+    Ok(Bytes::from(body))
+}
+
+/// A stored object as read from a store without metadata: decompressed when it is a body trawl
+/// compressed (its gzip header carries `AT_REST_MARK`), as stored otherwise.
+pub fn from_rest(operation: &'static str, key: &str, stored: Bytes) -> BlobResult<Bytes> {
+    if !stored.starts_with(&[0x1f, 0x8b]) {
+        return Ok(stored);
+    }
+    let marked = GzDecoder::new(&stored[..])
+        .header()
+        .and_then(|h| h.comment())
+        .is_some_and(|c| c == AT_REST_MARK.as_bytes());
+    if marked {
+        decompress(operation, key, &stored)
+    } else {
+        Ok(stored)
+    }
+}
+
+/// What a store without metadata keeps for `body`: checked against its md5, then compressed
+/// when the crawl asks for it.
+pub fn to_rest(
+    operation: &'static str,
+    key: &str,
+    body: Bytes,
+    meta: &ObjectMeta,
+) -> BlobResult<Bytes> {
+    verify_md5(operation, key, &body, meta)?;
+    if meta.compress {
+        compress(operation, key, &body)
+    } else {
+        Ok(body)
+    }
 }
 
 /// Where things go in the object store.
@@ -165,6 +243,38 @@ pub trait BlobUpload: Send {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_at_rest_round_trip_and_foreign_gzip_is_left_alone() {
+        let html = Bytes::from_static(b"<html>hello hello hello hello</html>");
+        let meta = ObjectMeta {
+            content_type: "text/html".into(),
+            md5: md5::Md5::digest(&html).into(),
+            source_url: "http://example.com/".into(),
+            compress: true,
+        };
+        let stored = to_rest("put", "k", html.clone(), &meta).unwrap();
+        assert_ne!(stored, html);
+        assert_eq!(from_rest("get", "k", stored).unwrap(), html);
+        // A fetched body that is itself gzip (a .gz file) is kept and read back as fetched.
+        let mut foreign = flate2::write::GzEncoder::new(Vec::new(), Compression::default());
+        foreign.write_all(b"a tarball").unwrap();
+        let foreign = Bytes::from(foreign.finish().unwrap());
+        assert_eq!(from_rest("get", "k", foreign.clone()).unwrap(), foreign);
+        let plain = ObjectMeta {
+            compress: false,
+            md5: md5::Md5::digest(&foreign).into(),
+            ..meta.clone()
+        };
+        assert_eq!(
+            to_rest("put", "k", foreign.clone(), &plain).unwrap(),
+            foreign
+        );
+        assert!(
+            to_rest("put", "k", html, &plain).is_err(),
+            "md5 still checked"
+        );
+    }
 
     #[test]
     fn keys_follow_the_md5_layout() {

@@ -11,7 +11,7 @@
 mod record;
 mod seen;
 
-pub use record::{RecordError, StoredPage, record_page};
+pub use record::{PageBody, RecordError, StoredPage, record_page};
 
 use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
@@ -814,7 +814,11 @@ where
                 };
                 (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
                 let bytes = record.content_length;
-                let page_body = page.body.map(|b| (b.bytes, b.md5));
+                let page_body = page.body.map(|b| PageBody {
+                    bytes: b.bytes,
+                    md5: b.md5,
+                    compress: config.storage.compress_bodies,
+                });
                 match record_page(
                     &self.store,
                     &self.blobs,

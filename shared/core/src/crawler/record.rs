@@ -37,7 +37,17 @@ pub enum StoredPage {
     LostLease,
 }
 
-/// Stores `body` (when given: bytes and raw md5) and finishes the claimed `task` with `record`,
+/// A body to store.
+#[derive(Debug, Clone)]
+pub struct PageBody {
+    pub bytes: Bytes,
+    /// Raw md5 of `bytes`.
+    pub md5: [u8; 16],
+    /// The crawl keeps its bodies compressed at rest (`storage.compress_bodies`).
+    pub compress: bool,
+}
+
+/// Stores `body` (when given) and finishes the claimed `task` with `record`,
 /// following the rule above, at `now`. `task` is the task as the claim returned it.
 #[allow(clippy::too_many_arguments)]
 pub async fn record_page<S: TaskStore, B: BlobStore>(
@@ -48,11 +58,16 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     lease: &Lease,
     url: &CanonicalUrl,
     mut record: FetchRecord,
-    body: Option<(Bytes, [u8; 16])>,
+    body: Option<PageBody>,
     now: Millis,
 ) -> Result<StoredPage, RecordError> {
     let mut written: Option<(String, String)> = None;
-    if let Some((bytes, md5)) = body {
+    if let Some(PageBody {
+        bytes,
+        md5,
+        compress,
+    }) = body
+    {
         let md5_hex = hex::encode(md5);
         let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
         let unchanged = task
@@ -67,6 +82,7 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                     .unwrap_or_else(|| "text/html".to_owned()),
                 md5,
                 source_url: url.as_str().to_owned(),
+                compress,
             };
             blobs.put(&key, bytes, &meta).await?;
             written = Some((key.clone(), md5_hex.clone()));

@@ -1,9 +1,15 @@
-//! The comparison with the previous delivery: a compact index of its manifest (task id → md5
-//! fingerprint and presence, ~50 bytes a task whatever the URL length), built by streaming the
-//! manifest, and a second streamed pass to name the tasks that vanished altogether.
+//! The delta: what changed since the previous delivery of the same crawl run, from the fetch
+//! records the two manifests hold (md5, status, last error), not from status changes: a recrawl
+//! that keeps its task `succeeded` with a new fetch record is compared like any other.
+//!
+//! Memory is bounded whatever the crawl's size: the previous manifest is indexed one hash
+//! partition of task ids at a time (task id → md5 and state, ~60 bytes an entry, at most
+//! `DeliveryLimits::delta_index_entries` entries). For each partition the current manifest is
+//! streamed and compared, then the previous one again to name the tasks that vanished. With P
+//! partitions that is P reads of the current manifest and 2P of the previous one; a partition is
+//! the delta's unit of progress (one `delta-NNNNN.jsonl.gz` each, checkpointed once written).
 
 use super::{DeliverError, ManifestLine};
-use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
@@ -11,13 +17,18 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use trawl_domain::task::Status;
 
-/// One line of `delta.jsonl.gz`.
+/// One line of a `delta-NNNNN.jsonl.gz`. Unchanged pages are counted in the summary, not listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeltaLine {
     pub change: Change,
     pub url: String,
-    /// The current md5 (the previous one for `gone`).
+    /// The current md5 (the last delivered one for `gone`).
     pub md5: Option<String>,
+    /// For `changed`: the md5 the previous delivery had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_md5: Option<String>,
+    /// Why: `first fetch`, `content came back`, `md5 changed`, `http 404 twice`, `task removed` …
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,7 +37,15 @@ pub enum Change {
     New,
     Changed,
     Gone,
+}
+
+/// What the comparison of one current task says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Line(DeltaLine),
     Unchanged,
+    /// Absent from both deliveries (never fetched, or still gone).
+    Nothing,
 }
 
 /// Whether a task's content is part of a delivery: it was fetched, and it is not `gone` or
@@ -35,33 +54,59 @@ pub(crate) fn is_present(status: Status, fetched: bool) -> bool {
     fetched && !matches!(status, Status::Gone | Status::Ignored)
 }
 
-type Fingerprint = [u8; 16];
+type Digest16 = [u8; 16];
 
-fn fingerprint(md5: Option<&str>) -> Option<Fingerprint> {
-    md5.map(|m| Md5::digest(m.as_bytes()).into())
+fn task_key(key: &str, task_id: &str) -> Result<Digest16, DeliverError> {
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(task_id, &mut out).map_err(|_| DeliverError::CorruptDelivery {
+        key: key.to_owned(),
+        reason: format!("bad task id {task_id:?}"),
+    })?;
+    Ok(out)
 }
 
-fn task_key(task_id: &str) -> Option<Fingerprint> {
-    let mut key = [0u8; 16];
-    hex::decode_to_slice(task_id, &mut key).ok().map(|()| key)
+/// A hex md5 as 16 bytes; anything else by its own md5 (compared, never shown).
+fn digest(md5: &str) -> Digest16 {
+    let mut out = [0u8; 16];
+    match hex::decode_to_slice(md5, &mut out) {
+        Ok(()) => out,
+        Err(_) => Md5::digest(md5.as_bytes()).into(),
+    }
+}
+
+/// The partition of a task id: its first four bytes, uniform (task ids are md5s of URLs).
+fn partition_of(task: &Digest16, partitions: u32) -> u32 {
+    u32::from_be_bytes([task[0], task[1], task[2], task[3]]) % partitions.max(1)
+}
+
+/// The partitions needed for `previous_tasks` entries within `max_entries`.
+pub(crate) fn partitions_for(previous_tasks: u64, max_entries: u64) -> u32 {
+    u32::try_from(previous_tasks.div_ceil(max_entries.max(1)).max(1)).unwrap_or(u32::MAX)
+}
+
+/// A task's state in the previous delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Was {
+    Present(Option<Digest16>),
+    Gone,
+    Absent,
 }
 
 struct Entry {
-    md5: Option<Fingerprint>,
-    present: bool,
+    was: Was,
     seen: bool,
 }
 
-/// The previous delivery's manifest, indexed.
-pub(crate) struct Previous {
-    pub(crate) delivery_id: String,
-    key: String,
-    manifest: Bytes,
-    index: HashMap<Fingerprint, Entry>,
+/// One partition of the previous delivery's manifest, indexed.
+#[derive(Default)]
+pub(crate) struct PartitionIndex {
+    partition: u32,
+    partitions: u32,
+    entries: HashMap<Digest16, Entry>,
 }
 
 /// The lines of a gzipped manifest, decoded one at a time.
-fn lines<'a>(
+pub(crate) fn lines<'a>(
     key: &'a str,
     manifest: &'a [u8],
 ) -> impl Iterator<Item = Result<ManifestLine, DeliverError>> + 'a {
@@ -78,85 +123,133 @@ fn lines<'a>(
         })
 }
 
-impl Previous {
-    pub(crate) fn load(
-        delivery_id: String,
-        key: String,
-        manifest: Bytes,
-    ) -> Result<Self, DeliverError> {
-        let mut index = HashMap::new();
-        for line in lines(&key, &manifest) {
-            let line = line?;
-            let task = task_key(&line.task_id).ok_or_else(|| DeliverError::CorruptDelivery {
-                key: key.clone(),
-                reason: format!("bad task id {:?}", line.task_id),
-            })?;
-            let present = Status::from_name(&line.status)
-                .is_some_and(|s| is_present(s, line.fetched_at.is_some()));
-            index.insert(
-                task,
-                Entry {
-                    md5: fingerprint(line.md5.as_deref()),
-                    present,
-                    seen: false,
-                },
-            );
+/// `http 404`, `http 404 twice`, `http 404 3 times`: the last error and how often in a row.
+fn gone_reason(line: &ManifestLine) -> String {
+    match &line.last_error {
+        Some(error) => {
+            let what = error.message.to_lowercase();
+            match error.times {
+                0 | 1 => what,
+                2 => format!("{what} twice"),
+                n => format!("{what} {n} times"),
+            }
         }
-        Ok(Self {
-            delivery_id,
-            key,
-            manifest,
-            index,
-        })
+        None => format!("now {}", line.status),
+    }
+}
+
+impl PartitionIndex {
+    pub(crate) fn new(partition: u32, partitions: u32) -> Self {
+        Self {
+            partition,
+            partitions,
+            entries: HashMap::new(),
+        }
     }
 
-    /// What happened to `task_id` since; None when it was and is absent from both deliveries.
+    /// The task key of `line` when it falls in this partition.
+    fn mine(&self, key: &str, line: &ManifestLine) -> Result<Option<Digest16>, DeliverError> {
+        let task = task_key(key, &line.task_id)?;
+        Ok((partition_of(&task, self.partitions) == self.partition).then_some(task))
+    }
+
+    /// Indexes this partition's lines of one previous manifest segment.
+    pub(crate) fn add_previous(&mut self, key: &str, manifest: &[u8]) -> Result<(), DeliverError> {
+        for line in lines(key, manifest) {
+            let line = line?;
+            let Some(task) = self.mine(key, &line)? else {
+                continue;
+            };
+            let status = Status::from_name(&line.status);
+            let was = if status.is_some_and(|s| is_present(s, line.fetched_at.is_some())) {
+                Was::Present(line.md5.as_deref().map(digest))
+            } else if status == Some(Status::Gone) {
+                Was::Gone
+            } else {
+                Was::Absent
+            };
+            self.entries.insert(task, Entry { was, seen: false });
+        }
+        Ok(())
+    }
+
+    /// Compares one line of the current manifest; None when it belongs to another partition.
     pub(crate) fn compare(
         &mut self,
-        task_id: &str,
-        present: bool,
-        md5: Option<&str>,
-    ) -> Option<Change> {
-        let before = task_key(task_id).and_then(|k| self.index.get_mut(&k));
-        let was = match before {
+        key: &str,
+        line: &ManifestLine,
+    ) -> Result<Option<Verdict>, DeliverError> {
+        let Some(task) = self.mine(key, line)? else {
+            return Ok(None);
+        };
+        let was = match self.entries.get_mut(&task) {
             Some(entry) => {
                 entry.seen = true;
-                entry.present.then_some(entry.md5)
+                entry.was
             }
-            None => None,
+            None => Was::Absent,
         };
-        match (was, present) {
-            (None, true) => Some(Change::New),
-            (Some(old), true) if old == fingerprint(md5) => Some(Change::Unchanged),
-            (Some(_), true) => Some(Change::Changed),
-            (Some(_), false) => Some(Change::Gone),
-            (None, false) => None,
-        }
+        let status = Status::from_name(&line.status);
+        let present = status.is_some_and(|s| is_present(s, line.fetched_at.is_some()));
+        let current = line.md5.as_deref().map(digest);
+        let delta = |change, reason: &str, previous_md5: Option<Digest16>| {
+            Verdict::Line(DeltaLine {
+                change,
+                url: line.url.clone(),
+                md5: line.md5.clone(),
+                previous_md5: previous_md5.map(hex::encode),
+                reason: reason.to_owned(),
+            })
+        };
+        Ok(Some(match (was, present) {
+            (Was::Present(old), true) if old == current => Verdict::Unchanged,
+            (Was::Present(old), true) => delta(Change::Changed, "md5 changed", old),
+            (Was::Gone, true) => delta(Change::New, "content came back", None),
+            (Was::Absent, true) => delta(Change::New, "first fetch", None),
+            (Was::Present(_), false) => delta(Change::Gone, &gone_reason(line), None),
+            (Was::Gone | Was::Absent, false) => Verdict::Nothing,
+        }))
     }
 
-    /// Streams the previous manifest again: the tasks it delivered that this delivery no longer
-    /// has at all (deleted tasks), as `gone` lines.
-    pub(crate) fn vanished(&self) -> impl Iterator<Item = Result<DeltaLine, DeliverError>> + '_ {
-        lines(&self.key, &self.manifest).filter_map(|line| match line {
-            Err(e) => Some(Err(e)),
-            Ok(line) => {
-                let entry = task_key(&line.task_id).and_then(|k| self.index.get(&k))?;
-                (entry.present && !entry.seen).then_some(Ok(DeltaLine {
+    /// This partition's tasks of one previous manifest segment that were delivered then and are
+    /// not in the current manifest at all (removed tasks), as `gone` lines.
+    pub(crate) fn vanished(
+        &self,
+        key: &str,
+        manifest: &[u8],
+    ) -> Result<Vec<DeltaLine>, DeliverError> {
+        let mut gone = Vec::new();
+        for line in lines(key, manifest) {
+            let line = line?;
+            let Some(task) = self.mine(key, &line)? else {
+                continue;
+            };
+            if let Some(Entry {
+                was: Was::Present(_),
+                seen: false,
+            }) = self.entries.get(&task)
+            {
+                gone.push(DeltaLine {
                     change: Change::Gone,
                     url: line.url,
                     md5: line.md5,
-                }))
+                    previous_md5: None,
+                    reason: "task removed".to_owned(),
+                });
             }
-        })
+        }
+        Ok(gone)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::ManifestError;
     use super::*;
     use flate2::Compression;
     use flate2::write::GzEncoder;
     use std::io::Write;
+    use trawl_domain::task::ErrorKind;
 
     fn line(n: u8, status: &str, md5: &str) -> ManifestLine {
         ManifestLine {
@@ -176,59 +269,112 @@ mod tests {
         }
     }
 
-    #[test]
-    fn compares_with_the_previous_manifest_and_finds_vanished_tasks() {
-        // GIVEN a previous manifest: 1..=3 delivered, 4 gone
+    fn gz(lines: &[ManifestLine]) -> Vec<u8> {
         let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-        for l in [
-            line(1, "succeeded", "a"),
-            line(2, "succeeded", "b"),
-            line(3, "succeeded", "c"),
-            line(4, "gone", "d"),
-        ] {
-            gz.write_all(&serde_json::to_vec(&l).unwrap()).unwrap();
+        for l in lines {
+            gz.write_all(&serde_json::to_vec(l).unwrap()).unwrap();
             gz.write_all(b"\n").unwrap();
         }
-        let manifest = Bytes::from(gz.finish().unwrap());
-        let mut previous = Previous::load("gen-000000".into(), "k".into(), manifest).unwrap();
-        let id = |n: u8| hex::encode([n; 16]);
+        gz.finish().unwrap()
+    }
 
-        // WHEN this delivery has 1 unchanged, 2 changed, 4 back, 5 new, 6 never fetched; 3 vanished
-        let changes = [
-            previous.compare(&id(1), true, Some("a")),
-            previous.compare(&id(2), true, Some("b2")),
-            previous.compare(&id(4), true, Some("d")),
-            previous.compare(&id(5), true, Some("e")),
-            previous.compare(&id(6), false, None),
-        ];
-        let vanished: Vec<DeltaLine> = previous.vanished().map(Result::unwrap).collect();
+    fn change(verdict: Option<Verdict>) -> (String, String) {
+        match verdict {
+            Some(Verdict::Line(l)) => (format!("{:?}", l.change), l.reason),
+            Some(other) => (format!("{other:?}"), String::new()),
+            None => ("None".to_owned(), String::new()),
+        }
+    }
 
-        // THEN each change is named, and only 3 is reported gone at the end
+    #[test]
+    fn compares_fetch_records_and_names_the_reason() {
+        // GIVEN a previous manifest: 1..=3 delivered, 4 gone
+        let previous = gz(&[
+            line(1, "succeeded", "aa"),
+            line(2, "succeeded", "bb"),
+            line(3, "succeeded", "cc"),
+            line(4, "gone", "dd"),
+            line(7, "succeeded", "ee"),
+        ]);
+        let mut index = PartitionIndex::new(0, 1);
+        index.add_previous("prev", &previous).unwrap();
+        let mut gone_twice = line(7, "gone", "ee");
+        gone_twice.last_error = Some(ManifestError {
+            kind: ErrorKind::NotFound,
+            message: "HTTP 404".into(),
+            at: "2027-01-15T08:00:00Z".into(),
+            times: 2,
+        });
+
+        // WHEN this delivery has 1 unchanged, 2 changed, 4 back, 5 new, 6 never fetched, 7 gone;
+        // 3 vanished
+        let changes: Vec<_> = [
+            line(1, "succeeded", "aa"),
+            line(2, "succeeded", "b2"),
+            line(4, "succeeded", "dd"),
+            line(5, "succeeded", "ff"),
+            ManifestLine {
+                fetched_at: None,
+                md5: None,
+                ..line(6, "pending", "")
+            },
+            gone_twice,
+        ]
+        .iter()
+        .map(|l| change(index.compare("cur", l).unwrap()))
+        .collect();
+        let vanished = index.vanished("prev", &previous).unwrap();
+
+        // THEN each change is named with its reason, and only 3 is reported removed
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
         assert_eq!(
             changes,
             [
-                Some(Change::Unchanged),
-                Some(Change::Changed),
-                Some(Change::New),
-                Some(Change::New),
-                None
+                s("Unchanged", ""),
+                s("Changed", "md5 changed"),
+                s("New", "content came back"),
+                s("New", "first fetch"),
+                s("Nothing", ""),
+                s("Gone", "http 404 twice"),
             ]
         );
-        assert_eq!(
-            vanished,
-            [DeltaLine {
-                change: Change::Gone,
-                url: "http://example.com/3".into(),
-                md5: Some("c".into()),
-            }]
+        assert_eq!(vanished.len(), 1);
+        assert_eq!(vanished[0].url, "http://example.com/3");
+        assert_eq!(vanished[0].reason, "task removed");
+    }
+
+    #[test]
+    fn partitions_split_the_tasks_between_them() {
+        // GIVEN 200 previous tasks indexed in 3 partitions
+        let previous: Vec<ManifestLine> = (0..200u8).map(|n| line(n, "succeeded", "aa")).collect();
+        let manifest = gz(&previous);
+        let partitions = partitions_for(200, 70);
+        assert_eq!(partitions, 3);
+        let mut sizes = Vec::new();
+        for p in 0..partitions {
+            let mut index = PartitionIndex::new(p, partitions);
+            index.add_previous("prev", &manifest).unwrap();
+            // WHEN every current task is compared with each partition
+            let mine = previous
+                .iter()
+                .filter_map(|l| index.compare("cur", l).unwrap())
+                .count();
+            sizes.push((index.entries.len(), mine));
+        }
+        // THEN each task lands in exactly one partition, none holding them all
+        assert_eq!(sizes.iter().map(|s| s.0).sum::<usize>(), 200);
+        assert!(
+            sizes
+                .iter()
+                .all(|&(held, compared)| held == compared && held < 200)
         );
     }
 
     #[test]
     fn a_corrupt_manifest_is_a_typed_error() {
-        let result = Previous::load("gen-000000".into(), "k".into(), Bytes::from_static(b"nope"));
+        let mut index = PartitionIndex::new(0, 1);
         assert!(matches!(
-            result,
+            index.add_previous("k", b"nope"),
             Err(DeliverError::CorruptDelivery { key, .. }) if key == "k"
         ));
     }

@@ -8,6 +8,7 @@ use super::DeliverError;
 use crate::blob::BlobUpload;
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use md5::{Digest, Md5};
 use std::io::Write;
 
 /// Compressed bytes handed to the upload at once.
@@ -18,6 +19,15 @@ pub(crate) struct GzipFile<U> {
     member: Option<GzEncoder<Vec<u8>>>,
     members: u64,
     compressed: u64,
+    /// Of the compressed bytes: the md5 the delivery's index lists.
+    md5: Md5,
+}
+
+/// What a completed file holds.
+pub(crate) struct Written {
+    pub(crate) bytes: u64,
+    /// Hex md5 of the compressed file.
+    pub(crate) md5: String,
 }
 
 fn encode_error(e: std::io::Error) -> DeliverError {
@@ -31,6 +41,7 @@ impl<U: BlobUpload> GzipFile<U> {
             member: None,
             members: 0,
             compressed: 0,
+            md5: Md5::new(),
         }
     }
 
@@ -61,19 +72,28 @@ impl<U: BlobUpload> GzipFile<U> {
         if !chunk.is_empty() {
             self.upload.write(chunk).await?;
             self.compressed += chunk.len() as u64;
+            self.md5.update(chunk);
         }
         Ok(())
     }
 
-    /// Ends the last member and makes the file visible. Returns its compressed size. A file with
-    /// nothing written still gets one empty member: a zero-byte file is not valid gzip.
-    pub(crate) async fn complete(mut self) -> Result<u64, DeliverError> {
+    /// Compressed bytes handed to the upload so far (the current member's buffered tail aside).
+    pub(crate) fn compressed(&self) -> u64 {
+        self.compressed
+    }
+
+    /// Ends the last member and makes the file visible. A file with nothing written still gets
+    /// one empty member: a zero-byte file is not valid gzip.
+    pub(crate) async fn complete(mut self) -> Result<Written, DeliverError> {
         if self.members == 0 && self.member.is_none() {
             self.write(&[]).await?;
         }
         self.end_member().await?;
         self.upload.complete().await?;
-        Ok(self.compressed)
+        Ok(Written {
+            bytes: self.compressed,
+            md5: hex::encode(self.md5.finalize()),
+        })
     }
 
     /// Discards the file. Best effort: it is only called on a path that already failed.

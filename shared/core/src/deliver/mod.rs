@@ -1,17 +1,26 @@
-//! Delivery: a completed crawl's results, written under
-//! `{prefix}deliveries/crawl={crawl_id}/{delivery_id}/`:
+//! Delivery: a completed crawl generation's results, written under
+//! `{prefix}deliveries/crawl={crawl_id}/run={created}/{delivery_id}/`, where `run` is the crawl's
+//! creation time (a crawl purged and created again under the same id is a new run, with
+//! deliveries of its own) and the delivery id names the generation (`gen-000000`):
 //!
-//! - `manifest.jsonl.gz`: one line per task (`ManifestLine`);
-//! - `pages.warc.gz`: WARC/1.1, a `warcinfo` record, then `request` + `response` per stored page,
-//!   each record its own gzip member;
-//! - `delta.jsonl.gz`: new, changed, gone and unchanged pages since the previous delivery;
+//! - `manifest-NNNNN.jsonl.gz`: one line per task (`ManifestLine`), in numbered segments;
+//! - `pages-NNNNN.warc.gz`: WARC/1.1, each segment a `warcinfo` record then `request` +
+//!   `response` per stored page, each record its own gzip member; segment N holds the pages of
+//!   the tasks in manifest segment N;
+//! - `delta-NNNNN.jsonl.gz`: new, changed and gone pages since the previous delivery of the run,
+//!   each with its reason (unchanged ones are counted in the summary);
+//! - `index.json`: every file above with its size, record count and md5 (`DeliveryIndex`);
 //! - `summary.json`: counts, errors, bytes, timing, calls and estimated cost (`Summary`);
 //! - `_SUCCESS`, written last: a delivery without it is incomplete and is ignored.
 //!
-//! Everything is streamed (tasks page by page, files through multipart uploads in compressed
-//! chunks), so memory is bounded by a few page bodies plus ~50 bytes per task for the delta.
-//! The delivery id is derived from the crawl's generation: delivering one completion twice returns
-//! the existing delivery instead of writing a second one.
+//! No size has a ceiling: a segment is closed once it reaches its target size
+//! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: position in the task
+//! index, files done, counts so far) each time a segment or a delta partition is written. A call
+//! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
+//! continues from the checkpoint; a call that crashed continues from the last one (files after
+//! it are written again, under the same names). Memory is bounded by a few page bodies, one
+//! manifest segment and the delta's partition index (`delta`).
+//! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod delta;
 mod gzip;
@@ -26,29 +35,61 @@ pub use summary::{CallCount, CostEstimate, DeltaSummary, PageProblem, Summary, W
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use bytes::Bytes;
-use delta::Previous;
+use delta::{PartitionIndex, Verdict};
 use futures_util::future::try_join_all;
 use gzip::GzipFile;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::task::{ErrorKind, FetchRecord, Millis, Status, Task};
+use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task};
 use warc::Exchange;
 
-pub const MANIFEST_FILE: &str = "manifest.jsonl.gz";
-pub const WARC_FILE: &str = "pages.warc.gz";
-pub const DELTA_FILE: &str = "delta.jsonl.gz";
+pub const INDEX_FILE: &str = "index.json";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const SUCCESS_FILE: &str = "_SUCCESS";
+const CHECKPOINT_FILE: &str = "checkpoint.json";
+/// The one manifest of a delivery written before segments: read as a previous delivery.
+const LEGACY_MANIFEST_FILE: &str = "manifest.jsonl.gz";
 
 /// Tasks per status query page.
 const QUERY_PAGE: u32 = 100;
 /// Tasks (and their bodies) loaded at once: bounds memory to this many page bodies.
 const PARALLEL_LOADS: usize = 8;
+/// Work a call does before it may stop for its deadline (a task is one unit, a delta partition
+/// this many), so that every call moves the delivery on.
+const MIN_WORK_PER_CALL: u64 = QUERY_PAGE as u64;
+/// Attempts at reading one page body: a read cut mid-stream is tried again, not the end of the
+/// delivery.
+const BODY_READ_ATTEMPTS: u32 = 4;
+/// The first retry's pause; each further one doubles it (with jitter).
+const BODY_READ_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How large a delivery's pieces grow. The defaults suit S3 and Lambda; tests make them small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLimits {
+    /// A WARC segment is closed at the first page that takes it to this compressed size.
+    pub pages_segment_bytes: u64,
+    /// Likewise a manifest segment (smaller: the delta reads a manifest segment whole).
+    pub manifest_segment_bytes: u64,
+    /// Previous-manifest entries the delta holds in memory at once (~60 bytes each).
+    pub delta_index_entries: u64,
+}
+
+impl Default for DeliveryLimits {
+    fn default() -> Self {
+        Self {
+            // 1 GiB less room for one large page: segments stay within 1 GiB.
+            pages_segment_bytes: 960 << 20,
+            manifest_segment_bytes: 64 << 20,
+            delta_index_entries: 1_000_000,
+        }
+    }
+}
 
 /// A delivery request: the delivery queue's message body, and the on-demand request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +110,69 @@ fn generation_of(delivery_id: &str) -> Option<u64> {
     delivery_id.strip_prefix("gen-")?.parse().ok()
 }
 
-/// One line of `manifest.jsonl.gz`: a task as it stands.
+/// Where one run of a crawl keeps its deliveries: `run=` and its creation time, compact
+/// RFC 3339 with milliseconds (`run=20270115T080000.000Z`), so runs sort by age.
+pub fn run_prefix(layout: &Layout, crawl: &Crawl) -> String {
+    let at =
+        std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(crawl.created_at).unwrap_or(0));
+    let created: String = humantime::format_rfc3339_millis(at)
+        .to_string()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect();
+    format!("{}run={created}/", layout.deliveries_prefix(&crawl.id))
+}
+
+/// The kinds of segmented files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    Manifest,
+    Pages,
+    Delta,
+}
+
+impl FileKind {
+    /// The file name of segment `n`.
+    pub fn name(self, n: u32) -> String {
+        match self {
+            FileKind::Manifest => format!("manifest-{n:05}.jsonl.gz"),
+            FileKind::Pages => format!("pages-{n:05}.warc.gz"),
+            FileKind::Delta => format!("delta-{n:05}.jsonl.gz"),
+        }
+    }
+}
+
+/// One file of a delivery, as `index.json` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexedFile {
+    pub name: String,
+    pub kind: FileKind,
+    /// Compressed size.
+    pub bytes: u64,
+    /// Manifest and delta lines, or WARC records (the `warcinfo` included).
+    pub records: u64,
+    /// Hex md5 of the file as stored.
+    pub md5: String,
+}
+
+/// `index.json`: the files of a delivery, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryIndex {
+    pub crawl_id: String,
+    pub generation: u64,
+    pub delivery_id: String,
+    pub files: Vec<IndexedFile>,
+}
+
+impl DeliveryIndex {
+    /// The files of one kind, in order.
+    pub fn of_kind(&self, kind: FileKind) -> impl Iterator<Item = &IndexedFile> {
+        self.files.iter().filter(move |f| f.kind == kind)
+    }
+}
+
+/// One line of a manifest segment: a task as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestLine {
     pub url: String,
@@ -98,6 +201,26 @@ pub struct ManifestError {
     pub message: String,
     /// RFC 3339.
     pub at: String,
+    /// Errors of this kind in a row, this one included (`http 404 twice`).
+    #[serde(default = "one")]
+    pub times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// How many of the task's last errors in a row are of the last one's kind.
+fn times_in_a_row(errors: &[ErrorRecord]) -> u32 {
+    let Some(last) = errors.last() else {
+        return 0;
+    };
+    let n = errors
+        .iter()
+        .rev()
+        .take_while(|e| e.kind == last.kind)
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// What a delivery call did.
@@ -108,9 +231,32 @@ pub struct DeliveryReport {
     pub delivery_id: String,
     /// Where the delivery is (`s3://bucket/…/` or a directory).
     pub location: String,
+    /// Its key prefix in the object store (the files are `{prefix}{name}`).
+    pub prefix: String,
     /// True when the delivery already existed and nothing was written.
     pub already_delivered: bool,
     pub summary: Summary,
+}
+
+/// How far a delivery that stopped for its deadline got; the next call continues it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryProgress {
+    pub crawl_id: CrawlId,
+    pub generation: u64,
+    pub delivery_id: String,
+    /// Tasks written to the manifest so far.
+    pub tasks: u64,
+    /// Files written so far.
+    pub files: usize,
+    /// `tasks` or `delta`.
+    pub phase: String,
+}
+
+/// What a delivery call with a deadline did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    Done(Box<DeliveryReport>),
+    Paused(DeliveryProgress),
 }
 
 #[derive(Debug, Error)]
@@ -135,7 +281,7 @@ pub enum DeliverError {
         requested: u64,
         current: u64,
     },
-    /// An earlier delivery that cannot be read back (its manifest or summary).
+    /// An earlier delivery or checkpoint that cannot be read back.
     #[error("delivery file {key} is unreadable: {reason}")]
     CorruptDelivery { key: String, reason: String },
     /// Serialising or compressing a delivery file failed (not expected with in-memory buffers).
@@ -196,6 +342,10 @@ fn json_line<T: Serialize>(value: &T) -> Result<Vec<u8>, DeliverError> {
     Ok(line)
 }
 
+fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>, DeliverError> {
+    serde_json::to_vec_pretty(value).map_err(|e| DeliverError::Encode(e.to_string()))
+}
+
 /// Writes a delivery. Borrowed ports, so the CLI and the Lambda share one implementation.
 pub struct Deliverer<'a, S, B> {
     pub store: &'a S,
@@ -206,6 +356,7 @@ pub struct Deliverer<'a, S, B> {
     /// The counters the adapters share: the delivery adds its calls to the crawl, whose totals
     /// the summary reports and prices.
     pub calls: &'a CallCounts,
+    pub limits: DeliveryLimits,
 }
 
 /// A task loaded for writing: the full record and, for a page to archive, its body.
@@ -219,38 +370,8 @@ enum BodyLookup {
     Missing,
 }
 
-/// The keys of the three streamed files.
-struct OutputKeys {
-    manifest: String,
-    warc: String,
-    delta: String,
-}
-
-impl OutputKeys {
-    fn new(prefix: &str) -> Self {
-        Self {
-            manifest: format!("{prefix}{MANIFEST_FILE}"),
-            warc: format!("{prefix}{WARC_FILE}"),
-            delta: format!("{prefix}{DELTA_FILE}"),
-        }
-    }
-}
-
-/// The three streamed files of a delivery, open together so the tasks are read once.
-struct Outputs<U> {
-    manifest: GzipFile<U>,
-    warc: GzipFile<U>,
-    delta: GzipFile<U>,
-}
-
-/// What every record of one delivery shares.
-struct Context<'c> {
-    crawl: &'c Crawl,
-    warcinfo_id: &'c str,
-}
-
-/// Counts gathered while writing.
-#[derive(Default)]
+/// Counts gathered while writing (kept in the checkpoint between calls).
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Tally {
     tasks: u64,
     statuses: BTreeMap<String, u64>,
@@ -260,20 +381,191 @@ struct Tally {
     delta: DeltaSummary,
 }
 
+/// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
+/// tasks of that page already written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Position {
+    status: usize,
+    cursor: Option<String>,
+    skip: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    /// Writing manifest and WARC segments.
+    Tasks(Position),
+    /// Comparing with the previous delivery, partition by partition.
+    Delta { partition: u32, partitions: u32 },
+}
+
+/// The previous delivery of the run: the one the delta compares with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Previous {
+    delivery_id: String,
+    /// Keys of its manifest segments.
+    manifests: Vec<String>,
+    tasks: u64,
+}
+
+/// `checkpoint.json`: what a call that stops leaves for the next one.
+#[derive(Debug, Serialize, Deserialize)]
+struct Checkpoint {
+    generation: u64,
+    previous: Option<Previous>,
+    phase: Phase,
+    /// Files written, in order.
+    files: Vec<IndexedFile>,
+    tally: Tally,
+}
+
+impl Checkpoint {
+    fn segments(&self, kind: FileKind) -> u32 {
+        let n = self.files.iter().filter(|f| f.kind == kind).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    fn progress(&self, crawl_id: &CrawlId) -> DeliveryProgress {
+        DeliveryProgress {
+            crawl_id: crawl_id.clone(),
+            generation: self.generation,
+            delivery_id: delivery_id(self.generation),
+            tasks: self.tally.tasks,
+            files: self.files.len(),
+            phase: match self.phase {
+                Phase::Tasks(_) => "tasks",
+                Phase::Delta { .. } => "delta",
+            }
+            .to_owned(),
+        }
+    }
+}
+
+/// The time a call has, and the work it did (it stops only after `MIN_WORK_PER_CALL`).
+struct Budget {
+    deadline: Option<Instant>,
+    work: u64,
+}
+
+impl Budget {
+    fn spent(&self) -> bool {
+        self.work >= MIN_WORK_PER_CALL && self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// Why filling a segment stopped.
+enum Stop {
+    Full,
+    Paused,
+    Exhausted,
+}
+
+/// One manifest segment and its WARC segment, open together so the tasks are read once.
+struct Segment<U> {
+    number: u32,
+    manifest: GzipFile<U>,
+    pages: GzipFile<U>,
+    lines: u64,
+    records: u64,
+    warcinfo_id: String,
+}
+
+impl<U: BlobUpload> Segment<U> {
+    fn full(&self, limits: &DeliveryLimits) -> bool {
+        self.pages.compressed() >= limits.pages_segment_bytes
+            || self.manifest.compressed() >= limits.manifest_segment_bytes
+    }
+
+    async fn abort(self) {
+        self.manifest.abort().await;
+        self.pages.abort().await;
+    }
+
+    /// Completes both files; their index entries.
+    async fn complete(self) -> Result<[IndexedFile; 2], DeliverError> {
+        let manifest = match self.manifest.complete().await {
+            Ok(written) => written,
+            Err(e) => {
+                self.pages.abort().await;
+                return Err(e);
+            }
+        };
+        let pages = self.pages.complete().await?;
+        Ok([
+            IndexedFile {
+                name: FileKind::Manifest.name(self.number),
+                kind: FileKind::Manifest,
+                bytes: manifest.bytes,
+                records: self.lines,
+                md5: manifest.md5,
+            },
+            IndexedFile {
+                name: FileKind::Pages.name(self.number),
+                kind: FileKind::Pages,
+                bytes: pages.bytes,
+                records: self.records,
+                md5: pages.md5,
+            },
+        ])
+    }
+}
+
+/// Reads a body, trying again (bounded, with growing jittered pauses) when the read fails in a
+/// way that may pass: a connection reset or a body cut mid-stream.
+pub(crate) async fn get_with_retry<B: BlobStore>(
+    blobs: &B,
+    key: &str,
+) -> Result<Option<Bytes>, BlobError> {
+    let mut pause = BODY_READ_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match blobs.get(key).await {
+            Err(e) if e.is_retryable() && attempt < BODY_READ_ATTEMPTS => {
+                tracing::warn!(%key, attempt, error = %e, "body read failed; reading it again");
+                tokio::time::sleep(pause.mul_f64(0.5 + fastrand::f64() / 2.0)).await;
+                pause *= 2;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 impl<S, B> Deliverer<'_, S, B>
 where
     S: CrawlStore + TaskStore,
     B: BlobStore,
 {
-    /// Delivers `generation` of the crawl (its current one when None), or returns the delivery
-    /// that already exists for it. Ends by adding the delivery's calls to the crawl.
+    /// Delivers `generation` of the crawl (its current one when None) to the end, or returns the
+    /// delivery that already exists for it. Ends by adding the delivery's calls to the crawl.
     pub async fn deliver(
         &self,
         crawl_id: &CrawlId,
         generation: Option<u64>,
         now: Millis,
     ) -> Result<DeliveryReport, DeliverError> {
-        let delivered = self.deliver_unreported(crawl_id, generation, now).await;
+        // Without a deadline a call never pauses; the loop only satisfies the type.
+        loop {
+            if let Delivery::Done(report) =
+                self.deliver_until(crawl_id, generation, now, None).await?
+            {
+                return Ok(*report);
+            }
+        }
+    }
+
+    /// Like `deliver`, but stops cleanly once `deadline` has passed (after a minimum of work),
+    /// leaving a checkpoint the next call continues from.
+    pub async fn deliver_until(
+        &self,
+        crawl_id: &CrawlId,
+        generation: Option<u64>,
+        now: Millis,
+        deadline: Option<Instant>,
+    ) -> Result<Delivery, DeliverError> {
+        let delivered = self
+            .deliver_unreported(crawl_id, generation, now, deadline)
+            .await;
         crate::calls::report(self.store, self.calls, crawl_id).await;
         delivered
     }
@@ -283,7 +575,8 @@ where
         crawl_id: &CrawlId,
         generation: Option<u64>,
         now: Millis,
-    ) -> Result<DeliveryReport, DeliverError> {
+        deadline: Option<Instant>,
+    ) -> Result<Delivery, DeliverError> {
         let mut crawl = self
             .store
             .get_crawl(crawl_id)
@@ -297,12 +590,16 @@ where
                 current: crawl.generation,
             });
         }
+        let run = run_prefix(self.layout, &crawl);
         let id = delivery_id(generation);
-        let prefix = format!("{}{id}/", self.layout.deliveries_prefix(crawl_id));
-        let delivered = self.completed_deliveries(crawl_id).await?;
+        let prefix = format!("{run}{id}/");
+        let delivered = self.completed_deliveries(&run).await?;
         if delivered.contains_key(&generation) {
-            let summary = self.read_summary(&prefix).await?;
-            return Ok(self.report(&crawl, generation, &prefix, true, summary));
+            let summary = self
+                .read_json::<Summary>(&format!("{prefix}{SUMMARY_FILE}"))
+                .await?;
+            let report = self.report(&crawl, generation, &prefix, true, summary);
+            return Ok(Delivery::Done(Box::new(report)));
         }
         if generation < crawl.generation {
             return Err(DeliverError::Superseded {
@@ -317,47 +614,82 @@ where
                 generation,
             });
         }
-        let mut previous = match delivered.range(..generation).next_back() {
-            Some((_, previous_id)) => Some(self.load_previous(crawl_id, previous_id).await?),
-            None => None,
-        };
-
-        let keys = OutputKeys::new(&prefix);
-        let mut outputs = self.open_outputs(&keys).await?;
-        let tally = match self
-            .write_tasks(&mut outputs, &crawl, &id, previous.as_mut(), now)
-            .await
-        {
-            Ok(tally) => tally,
-            Err(e) => {
-                outputs.abort().await;
-                return Err(e);
+        let checkpoint_key = format!("{prefix}{CHECKPOINT_FILE}");
+        let mut state = match self.read_optional::<Checkpoint>(&checkpoint_key).await? {
+            Some(state) if state.generation == generation => state,
+            _ => {
+                let previous = match delivered.range(..generation).next_back() {
+                    Some((_, previous_id)) => Some(
+                        self.previous(&format!("{run}{previous_id}/"), previous_id)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                Checkpoint {
+                    generation,
+                    previous,
+                    phase: Phase::Tasks(Position::default()),
+                    files: Vec::new(),
+                    tally: Tally::default(),
+                }
             }
         };
-        let files = outputs.complete().await?;
+        let mut budget = Budget { deadline, work: 0 };
+        if !self
+            .write_tasks(&crawl, &id, &prefix, &mut state, &mut budget, now)
+            .await?
+            || !self.write_delta(&prefix, &mut state, &mut budget).await?
+        {
+            tracing::info!(crawl = %crawl_id, delivery = %id, tasks = state.tally.tasks,
+                files = state.files.len(), "delivery paused at its deadline");
+            return Ok(Delivery::Paused(state.progress(crawl_id)));
+        }
+
+        let index = DeliveryIndex {
+            crawl_id: crawl_id.to_string(),
+            generation,
+            delivery_id: id.clone(),
+            files: state.files,
+        };
+        self.write_plain(
+            &format!("{prefix}{INDEX_FILE}"),
+            "application/json",
+            &to_json(&index)?,
+        )
+        .await?;
         // The crawl's calls so far, this delivery's included (on a failed report: as read above).
         if let Some(totals) = crate::calls::report(self.store, self.calls, crawl_id).await {
             crawl.calls = totals;
         }
-        let summary = self.summary(&crawl, generation, &id, tally, files, now);
+        let files = index
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.bytes))
+            .collect();
+        let summary = self.summary(&crawl, generation, &id, state.tally, files, now);
         self.write_plain(
             &format!("{prefix}{SUMMARY_FILE}"),
             "application/json",
-            &serde_json::to_vec_pretty(&summary)
-                .map_err(|e| DeliverError::Encode(e.to_string()))?,
+            &to_json(&summary)?,
         )
         .await?;
         self.write_plain(&format!("{prefix}{SUCCESS_FILE}"), "text/plain", b"")
             .await?;
+        if let Err(e) = self.blobs.delete(&checkpoint_key).await {
+            // Harmless: a delivery with `_SUCCESS` is never resumed.
+            tracing::warn!(key = %checkpoint_key, error = %e, "checkpoint left behind");
+        }
         tracing::info!(
             crawl = %crawl_id,
             delivery = %id,
             tasks = summary.tasks,
             pages = summary.warc.pages,
             problems = summary.warc.problems,
+            files = index.files.len(),
             "delivery written"
         );
-        Ok(self.report(&crawl, generation, &prefix, false, summary))
+        let report = self.report(&crawl, generation, &prefix, false, summary);
+        Ok(Delivery::Done(Box::new(report)))
     }
 
     fn report(
@@ -373,89 +705,73 @@ where
             generation,
             delivery_id: delivery_id(generation),
             location: object_uri(self.uri_base, prefix),
+            prefix: prefix.to_owned(),
             already_delivered,
             summary,
         }
     }
 
-    /// Generations with a complete delivery (a `_SUCCESS` marker), and their delivery ids.
-    async fn completed_deliveries(
-        &self,
-        crawl_id: &CrawlId,
-    ) -> Result<BTreeMap<u64, String>, DeliverError> {
-        let prefix = self.layout.deliveries_prefix(crawl_id);
-        let keys = self.blobs.list(&prefix).await?;
+    /// Generations of this run with a complete delivery (a `_SUCCESS` marker), and their ids.
+    async fn completed_deliveries(&self, run: &str) -> Result<BTreeMap<u64, String>, DeliverError> {
+        let keys = self.blobs.list(run).await?;
         Ok(keys
             .iter()
             .filter_map(|key| {
                 let id = key
-                    .strip_prefix(&prefix)?
+                    .strip_prefix(run)?
                     .strip_suffix(&format!("/{SUCCESS_FILE}"))?;
                 Some((generation_of(id)?, id.to_owned()))
             })
             .collect())
     }
 
-    async fn read_summary(&self, prefix: &str) -> Result<Summary, DeliverError> {
-        let key = format!("{prefix}{SUMMARY_FILE}");
-        let corrupt = |reason: String| DeliverError::CorruptDelivery {
-            key: key.clone(),
-            reason,
-        };
-        let body = self
-            .blobs
-            .get(&key)
-            .await?
-            .ok_or_else(|| corrupt("missing beside _SUCCESS".into()))?;
-        serde_json::from_slice(&body).map_err(|e| corrupt(e.to_string()))
-    }
-
-    async fn load_previous(
+    /// A JSON file of a delivery, or None when it does not exist.
+    async fn read_optional<T: serde::de::DeserializeOwned>(
         &self,
-        crawl_id: &CrawlId,
-        previous_id: &str,
-    ) -> Result<Previous, DeliverError> {
-        let key = format!(
-            "{}{previous_id}/{MANIFEST_FILE}",
-            self.layout.deliveries_prefix(crawl_id)
-        );
-        let manifest =
-            self.blobs
-                .get(&key)
-                .await?
-                .ok_or_else(|| DeliverError::CorruptDelivery {
-                    key: key.clone(),
-                    reason: "missing beside _SUCCESS".into(),
-                })?;
-        Previous::load(previous_id.to_owned(), key, manifest)
+        key: &str,
+    ) -> Result<Option<T>, DeliverError> {
+        match self.blobs.get(key).await? {
+            Some(body) => {
+                serde_json::from_slice(&body)
+                    .map(Some)
+                    .map_err(|e| DeliverError::CorruptDelivery {
+                        key: key.to_owned(),
+                        reason: e.to_string(),
+                    })
+            }
+            None => Ok(None),
+        }
     }
 
-    /// Opens the three streamed files. `keys` outlives them: an upload borrows its key.
-    async fn open_outputs<'k>(
-        &'k self,
-        keys: &'k OutputKeys,
-    ) -> Result<Outputs<impl BlobUpload + 'k>, DeliverError> {
-        const GZIP: &str = "application/gzip";
-        let manifest = GzipFile::new(self.blobs.upload(&keys.manifest, GZIP).await?);
-        let warc = match self.blobs.upload(&keys.warc, GZIP).await {
-            Ok(upload) => GzipFile::new(upload),
-            Err(e) => {
-                manifest.abort().await;
-                return Err(e.into());
-            }
+    /// A JSON file a complete delivery must have.
+    async fn read_json<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<T, DeliverError> {
+        self.read_optional(key)
+            .await?
+            .ok_or_else(|| DeliverError::CorruptDelivery {
+                key: key.to_owned(),
+                reason: "missing beside _SUCCESS".into(),
+            })
+    }
+
+    /// The previous delivery's manifest segments (its one manifest, if written before segments).
+    async fn previous(&self, prefix: &str, delivery_id: &str) -> Result<Previous, DeliverError> {
+        let index: Option<DeliveryIndex> =
+            self.read_optional(&format!("{prefix}{INDEX_FILE}")).await?;
+        let summary: Summary = self.read_json(&format!("{prefix}{SUMMARY_FILE}")).await?;
+        let manifests = match index {
+            Some(index) => index
+                .of_kind(FileKind::Manifest)
+                .map(|f| format!("{prefix}{}", f.name))
+                .collect(),
+            None => vec![format!("{prefix}{LEGACY_MANIFEST_FILE}")],
         };
-        let delta = match self.blobs.upload(&keys.delta, GZIP).await {
-            Ok(upload) => GzipFile::new(upload),
-            Err(e) => {
-                manifest.abort().await;
-                warc.abort().await;
-                return Err(e.into());
-            }
-        };
-        Ok(Outputs {
-            manifest,
-            warc,
-            delta,
+        Ok(Previous {
+            delivery_id: delivery_id.to_owned(),
+            manifests,
+            tasks: summary.tasks,
         })
     }
 
@@ -474,17 +790,101 @@ where
         Ok(())
     }
 
-    /// One pass over every task, status by status, page by page, feeding the three files.
-    async fn write_tasks<U: BlobUpload>(
+    async fn save(&self, prefix: &str, state: &Checkpoint) -> Result<(), DeliverError> {
+        self.write_plain(
+            &format!("{prefix}{CHECKPOINT_FILE}"),
+            "application/json",
+            &to_json(state)?,
+        )
+        .await
+    }
+
+    /// The task pass: segment after segment until every task is written (true) or the budget is
+    /// spent (false). Checkpoints after each segment.
+    async fn write_tasks(
         &self,
-        out: &mut Outputs<U>,
         crawl: &Crawl,
         delivery_id: &str,
-        mut previous: Option<&mut Previous>,
+        prefix: &str,
+        state: &mut Checkpoint,
+        budget: &mut Budget,
         now: Millis,
-    ) -> Result<Tally, DeliverError> {
-        let mut tally = Tally::default();
-        let warcinfo_id = warc::record_id();
+    ) -> Result<bool, DeliverError> {
+        let Phase::Tasks(mut at) = state.phase.clone() else {
+            return Ok(true);
+        };
+        loop {
+            let number = state.segments(FileKind::Manifest);
+            let keys = [FileKind::Manifest, FileKind::Pages]
+                .map(|k| format!("{prefix}{}", k.name(number)));
+            let mut segment = self
+                .open_segment(crawl, delivery_id, number, &keys, now)
+                .await?;
+            let stop = match self
+                .fill(crawl, &mut segment, &mut at, &mut state.tally, budget)
+                .await
+            {
+                Ok(stop) => stop,
+                Err(e) => {
+                    segment.abort().await;
+                    return Err(e);
+                }
+            };
+            let finished = matches!(stop, Stop::Exhausted);
+            if finished && segment.lines == 0 && number > 0 {
+                // The last segment closed exactly at the last task: no empty one after it.
+                segment.abort().await;
+            } else {
+                state.files.extend(segment.complete().await?);
+            }
+            state.phase = if finished {
+                let partitions = delta::partitions_for(
+                    state.previous.as_ref().map_or(0, |p| p.tasks),
+                    self.limits.delta_index_entries,
+                );
+                Phase::Delta {
+                    partition: 0,
+                    partitions,
+                }
+            } else {
+                Phase::Tasks(at.clone())
+            };
+            self.save(prefix, state).await?;
+            match stop {
+                Stop::Full => continue,
+                Stop::Paused => return Ok(false),
+                Stop::Exhausted => return Ok(true),
+            }
+        }
+    }
+
+    /// Opens segment `number` (`keys`: its manifest and WARC keys, which outlive the uploads
+    /// that borrow them) and writes the WARC segment's `warcinfo` record.
+    async fn open_segment<'k>(
+        &'k self,
+        crawl: &Crawl,
+        delivery_id: &str,
+        number: u32,
+        keys: &'k [String; 2],
+        now: Millis,
+    ) -> Result<Segment<impl BlobUpload + 'k>, DeliverError> {
+        const GZIP: &str = "application/gzip";
+        let manifest = GzipFile::new(self.blobs.upload(&keys[0], GZIP).await?);
+        let pages = match self.blobs.upload(&keys[1], GZIP).await {
+            Ok(upload) => GzipFile::new(upload),
+            Err(e) => {
+                manifest.abort().await;
+                return Err(e.into());
+            }
+        };
+        let mut segment = Segment {
+            number,
+            manifest,
+            pages,
+            lines: 0,
+            records: 0,
+            warcinfo_id: warc::record_id(),
+        };
         let robots = if crawl.config.politeness.respect_robots {
             "obey"
         } else {
@@ -492,66 +892,84 @@ where
         };
         let version = format!("trawl/{}", env!("CARGO_PKG_VERSION"));
         let description = format!("crawl {} delivery {delivery_id}", crawl.id);
-        out.warc
-            .write(&warc::warcinfo(
-                &warcinfo_id,
-                now,
-                WARC_FILE,
-                &[
-                    ("software", &version),
-                    ("format", "WARC File Format 1.1"),
-                    (
-                        "conformsTo",
-                        "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/",
-                    ),
-                    ("isPartOf", crawl.id.as_str()),
-                    ("description", &description),
-                    ("robots", robots),
-                    ("http-header-user-agent", &crawl.config.user_agent),
-                ],
-            ))
-            .await?;
-        out.warc.end_member().await?;
-        let context = Context {
-            crawl,
-            warcinfo_id: &warcinfo_id,
-        };
+        let info = warc::warcinfo(
+            &segment.warcinfo_id,
+            now,
+            &FileKind::Pages.name(number),
+            &[
+                ("software", &version),
+                ("format", "WARC File Format 1.1"),
+                (
+                    "conformsTo",
+                    "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/",
+                ),
+                ("isPartOf", crawl.id.as_str()),
+                ("description", &description),
+                ("robots", robots),
+                ("http-header-user-agent", &crawl.config.user_agent),
+            ],
+        );
+        let written = async {
+            segment.pages.write(&info).await?;
+            segment.pages.end_member().await
+        }
+        .await;
+        if let Err(e) = written {
+            segment.abort().await;
+            return Err(e);
+        }
+        segment.records = 1;
+        Ok(segment)
+    }
 
-        for status in Status::ALL {
-            let mut cursor = None;
-            loop {
-                let page = self
-                    .store
-                    .query(&TaskQuery {
-                        crawl_id: crawl.id.clone(),
-                        status,
-                        updated_before: None,
-                        limit: QUERY_PAGE,
-                        cursor,
-                    })
-                    .await?;
-                for chunk in page.tasks.chunks(PARALLEL_LOADS) {
-                    let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
-                    for item in loaded.into_iter().flatten() {
-                        self.write_task(out, &mut tally, &context, &mut previous, item)
-                            .await?;
+    /// Writes tasks from `at` on into `segment` until it is full, the budget is spent or no task
+    /// is left; `at` moves past every task written.
+    async fn fill<U: BlobUpload>(
+        &self,
+        crawl: &Crawl,
+        segment: &mut Segment<U>,
+        at: &mut Position,
+        tally: &mut Tally,
+        budget: &mut Budget,
+    ) -> Result<Stop, DeliverError> {
+        // Bounded: each round either ends or moves `at` to the next page (or status).
+        loop {
+            let Some(&status) = Status::ALL.get(at.status) else {
+                return Ok(Stop::Exhausted);
+            };
+            let page = self
+                .store
+                .query(&TaskQuery {
+                    crawl_id: crawl.id.clone(),
+                    status,
+                    updated_before: None,
+                    limit: QUERY_PAGE,
+                    cursor: at.cursor.clone(),
+                })
+                .await?;
+            let rest = page.tasks.get(at.skip..).unwrap_or_default();
+            for chunk in rest.chunks(PARALLEL_LOADS) {
+                let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
+                for item in loaded {
+                    if let Some(item) = item {
+                        self.write_task(segment, tally, crawl, item).await?;
+                    }
+                    at.skip += 1;
+                    budget.work += 1;
+                    if segment.full(&self.limits) {
+                        return Ok(Stop::Full);
+                    }
+                    if budget.spent() {
+                        return Ok(Stop::Paused);
                     }
                 }
-                cursor = page.cursor;
-                if cursor.is_none() {
-                    break;
-                }
+            }
+            at.skip = 0;
+            at.cursor = page.cursor;
+            if at.cursor.is_none() {
+                at.status += 1;
             }
         }
-
-        if let Some(previous) = previous {
-            tally.delta.previous = Some(previous.delivery_id.clone());
-            for line in previous.vanished() {
-                out.delta.write(&json_line(&line?)?).await?;
-                tally.delta.gone += 1;
-            }
-        }
-        Ok(tally)
     }
 
     /// The full task and, when it is a page to archive, its body. None if the task vanished.
@@ -565,7 +983,7 @@ where
             .filter(|_| delta::is_present(task.status, true))
             .and_then(|f| f.object_key.as_deref());
         let body = match key {
-            Some(key) => Some(match self.blobs.get(key).await? {
+            Some(key) => Some(match get_with_retry(self.blobs, key).await? {
                 Some(bytes) => BodyLookup::Found(bytes),
                 None => BodyLookup::Missing,
             }),
@@ -576,10 +994,9 @@ where
 
     async fn write_task<U: BlobUpload>(
         &self,
-        out: &mut Outputs<U>,
+        segment: &mut Segment<U>,
         tally: &mut Tally,
-        context: &Context<'_>,
-        previous: &mut Option<&mut Previous>,
+        crawl: &Crawl,
         Loaded { task, body }: Loaded,
     ) -> Result<(), DeliverError> {
         let fetch = task.fetch.as_ref();
@@ -613,34 +1030,14 @@ where
                 kind: e.kind,
                 message: e.message.clone(),
                 at: warc::rfc3339(e.at),
+                times: times_in_a_row(&task.errors),
             }),
         };
-        out.manifest.write(&json_line(&line)?).await?;
+        segment.manifest.write(&json_line(&line)?).await?;
+        segment.lines += 1;
 
         if let (Some(fetch), Some(body)) = (fetch, body) {
-            self.archive(out, tally, context, &task, fetch, body)
-                .await?;
-        }
-
-        let present = delta::is_present(task.status, fetch.is_some());
-        let md5 = fetch.and_then(|f| f.md5.as_deref());
-        let change = match previous {
-            Some(previous) => previous.compare(task.task_id.as_str(), present, md5),
-            None => present.then_some(Change::New),
-        };
-        if let Some(change) = change {
-            match change {
-                Change::New => tally.delta.new += 1,
-                Change::Changed => tally.delta.changed += 1,
-                Change::Gone => tally.delta.gone += 1,
-                Change::Unchanged => tally.delta.unchanged += 1,
-            }
-            out.delta
-                .write(&json_line(&DeltaLine {
-                    change,
-                    url: task.url.clone(),
-                    md5: md5.map(str::to_owned),
-                })?)
+            self.archive(segment, tally, crawl, &task, fetch, body)
                 .await?;
         }
         Ok(())
@@ -649,9 +1046,9 @@ where
     /// Writes the page's request and response records, or records why it cannot.
     async fn archive<U: BlobUpload>(
         &self,
-        out: &mut Outputs<U>,
+        segment: &mut Segment<U>,
         tally: &mut Tally,
-        context: &Context<'_>,
+        crawl: &Crawl,
         task: &Task,
         fetch: &FetchRecord,
         body: BodyLookup,
@@ -680,17 +1077,19 @@ where
             content_type: fetch.content_type.as_deref(),
             etag: fetch.etag.as_deref(),
             last_modified: fetch.last_modified.as_deref(),
-            user_agent: &context.crawl.config.user_agent,
-            warcinfo_id: context.warcinfo_id,
+            user_agent: &crawl.config.user_agent,
+            warcinfo_id: &segment.warcinfo_id,
             request_id: &request_id,
             response_id: &response_id,
         };
-        out.warc.write(&exchange.request_record()).await?;
-        out.warc.end_member().await?;
-        out.warc.write(&exchange.response_head(&bytes)).await?;
-        out.warc.write(&bytes).await?;
-        out.warc.write(warc::RECORD_END).await?;
-        out.warc.end_member().await?;
+        let warc = &mut segment.pages;
+        warc.write(&exchange.request_record()).await?;
+        warc.end_member().await?;
+        warc.write(&exchange.response_head(&bytes)).await?;
+        warc.write(&bytes).await?;
+        warc.write(warc::RECORD_END).await?;
+        warc.end_member().await?;
+        segment.records += 2;
         tally.warc.pages += 1;
         tally.page_bytes += bytes.len() as u64;
         Ok(())
@@ -706,6 +1105,115 @@ where
                 problem,
             });
         }
+    }
+
+    /// The delta pass: one partition after another until all are written (true) or the budget
+    /// is spent (false). Checkpoints after each partition.
+    async fn write_delta(
+        &self,
+        prefix: &str,
+        state: &mut Checkpoint,
+        budget: &mut Budget,
+    ) -> Result<bool, DeliverError> {
+        let Phase::Delta {
+            partition: first,
+            partitions,
+        } = state.phase
+        else {
+            return Ok(false);
+        };
+        state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
+        let current: Vec<String> = state
+            .files
+            .iter()
+            .filter(|f| f.kind == FileKind::Manifest)
+            .map(|f| format!("{prefix}{}", f.name))
+            .collect();
+        for partition in first..partitions {
+            if budget.spent() {
+                return Ok(false);
+            }
+            let key = format!("{prefix}{}", FileKind::Delta.name(partition));
+            let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
+            let mut lines = 0;
+            let written = self
+                .delta_partition(&mut out, &mut lines, state, &current, partition, partitions)
+                .await;
+            if let Err(e) = written {
+                out.abort().await;
+                return Err(e);
+            }
+            let file = out.complete().await?;
+            state.files.push(IndexedFile {
+                name: FileKind::Delta.name(partition),
+                kind: FileKind::Delta,
+                bytes: file.bytes,
+                records: lines,
+                md5: file.md5,
+            });
+            state.phase = Phase::Delta {
+                partition: partition + 1,
+                partitions,
+            };
+            self.save(prefix, state).await?;
+            budget.work += MIN_WORK_PER_CALL;
+        }
+        Ok(true)
+    }
+
+    async fn delta_partition<U: BlobUpload>(
+        &self,
+        out: &mut GzipFile<U>,
+        lines: &mut u64,
+        state: &mut Checkpoint,
+        current: &[String],
+        partition: u32,
+        partitions: u32,
+    ) -> Result<(), DeliverError> {
+        let previous = state
+            .previous
+            .as_ref()
+            .map_or(&[][..], |p| &p.manifests[..]);
+        let mut index = PartitionIndex::new(partition, partitions);
+        for key in previous {
+            index.add_previous(key, &self.read_file(key).await?)?;
+        }
+        let counts = &mut state.tally.delta;
+        for key in current {
+            for line in delta::lines(key, &self.read_file(key).await?) {
+                match index.compare(key, &line?)? {
+                    Some(Verdict::Line(line)) => {
+                        match line.change {
+                            Change::New => counts.new += 1,
+                            Change::Changed => counts.changed += 1,
+                            Change::Gone => counts.gone += 1,
+                        }
+                        out.write(&json_line(&line)?).await?;
+                        *lines += 1;
+                    }
+                    Some(Verdict::Unchanged) => counts.unchanged += 1,
+                    Some(Verdict::Nothing) | None => {}
+                }
+            }
+        }
+        for key in previous {
+            for line in index.vanished(key, &self.read_file(key).await?)? {
+                counts.gone += 1;
+                out.write(&json_line(&line)?).await?;
+                *lines += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// A manifest segment this delivery or the previous one wrote.
+    async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
+        get_with_retry(self.blobs, key)
+            .await?
+            .ok_or_else(|| DeliverError::CorruptDelivery {
+                key: key.to_owned(),
+                reason: "missing".into(),
+            })
     }
 
     fn summary(
@@ -749,44 +1257,6 @@ where
     }
 }
 
-impl<U: BlobUpload> Outputs<U> {
-    async fn abort(self) {
-        self.manifest.abort().await;
-        self.warc.abort().await;
-        self.delta.abort().await;
-    }
-
-    /// Completes the three files; their compressed sizes by name.
-    async fn complete(self) -> Result<BTreeMap<String, u64>, DeliverError> {
-        let Outputs {
-            manifest,
-            warc,
-            delta,
-        } = self;
-        let manifest_size = match manifest.complete().await {
-            Ok(size) => size,
-            Err(e) => {
-                warc.abort().await;
-                delta.abort().await;
-                return Err(e);
-            }
-        };
-        let warc_size = match warc.complete().await {
-            Ok(size) => size,
-            Err(e) => {
-                delta.abort().await;
-                return Err(e);
-            }
-        };
-        let delta_size = delta.complete().await?;
-        Ok(BTreeMap::from([
-            (MANIFEST_FILE.to_owned(), manifest_size),
-            (WARC_FILE.to_owned(), warc_size),
-            (DELTA_FILE.to_owned(), delta_size),
-        ]))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -813,5 +1283,92 @@ mod tests {
         assert_eq!(object_uri("s3://b", "k/x"), "s3://b/k/x");
         assert_eq!(object_uri("/data/objects/", "k"), "/data/objects/k");
         assert_eq!(object_uri("", "k"), "k");
+    }
+
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::blob::{BlobResult, ObjectMeta};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A blob store whose first `failures` reads of page bodies fail the way a body cut
+    /// mid-stream does (`GetObject …: unavailable: streaming error`).
+    struct CutReads {
+        inner: MemoryBlobStore,
+        failures: u32,
+        reads: AtomicU32,
+    }
+
+    impl BlobStore for CutReads {
+        async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
+            self.inner.put(key, body, meta).await
+        }
+
+        async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
+            if key.contains("/attr=html/") {
+                let read = self.reads.fetch_add(1, Ordering::SeqCst);
+                if read < self.failures {
+                    return Err(BlobError::Unavailable {
+                        operation: "GetObject",
+                        key: key.to_owned(),
+                        message: "streaming error".into(),
+                    });
+                }
+            }
+            self.inner.get(key).await
+        }
+
+        async fn delete(&self, key: &str) -> BlobResult<()> {
+            self.inner.delete(key).await
+        }
+
+        async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
+            self.inner.list(prefix).await
+        }
+
+        async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
+            self.inner.upload(key, content_type).await
+        }
+    }
+
+    /// Reads the one page of a store whose first `failures` reads fail; the result and the reads.
+    async fn read_with_cut_reads(failures: u32) -> (BlobResult<Option<Bytes>>, u32) {
+        let blobs = CutReads {
+            inner: MemoryBlobStore::new(),
+            failures,
+            reads: AtomicU32::new(0),
+        };
+        let body = Bytes::from_static(b"<html>whole</html>");
+        let meta = ObjectMeta {
+            content_type: "text/html".into(),
+            md5: Md5::digest(&body).into(),
+            source_url: "http://example.com/".into(),
+            compress: false,
+        };
+        let key = "crawl=c/pk=p/attr=html/md5=m";
+        blobs.put(key, body, &meta).await.unwrap();
+        let result = get_with_retry(&blobs, key).await;
+        (result, blobs.reads.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_mid_stream_is_read_again() {
+        // GIVEN a store whose first read of a page body fails mid-stream
+        // WHEN the deliverer reads it (`load` reads every body this way)
+        let (result, reads) = read_with_cut_reads(1).await;
+
+        // THEN it was read twice and comes back whole
+        assert_eq!(result.unwrap().as_deref(), Some(&b"<html>whole</html>"[..]));
+        assert_eq!(reads, 2);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_reads_fails_after_bounded_attempts() {
+        // GIVEN a store whose reads of a page body always fail
+        // WHEN the deliverer reads it
+        let (result, reads) = read_with_cut_reads(u32::MAX).await;
+
+        // THEN it fails as retryable after BODY_READ_ATTEMPTS reads, not forever
+        let e = result.unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+        assert_eq!(reads, BODY_READ_ATTEMPTS);
     }
 }

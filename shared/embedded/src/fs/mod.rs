@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::fs;
 use tokio::io::AsyncWriteExt;
-use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta, verify_md5};
+use trawl_core::blob::{
+    BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta, from_rest, to_rest,
+};
 use trawl_domain::calls::{Call, CallCounts};
 
 /// Where temporary and in-progress files live, under the root.
@@ -132,7 +134,7 @@ async fn publish(
 impl BlobStore for FsBlobStore {
     async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
         let target = self.path_of(key)?;
-        verify_md5("put", key, &body, meta)?;
+        let body = to_rest("put", key, body, meta)?;
         self.calls.record(Call::FileWrite);
         let (temp, mut file) = self.temp_file("put", key).await?;
         if let Err(e) = file.write_all(&body).await {
@@ -147,7 +149,7 @@ impl BlobStore for FsBlobStore {
         let path = self.path_of(key)?;
         self.calls.record(Call::FileRead);
         match fs::read(&path).await {
-            Ok(body) => Ok(Some(Bytes::from(body))),
+            Ok(stored) => from_rest("get", key, Bytes::from(stored)).map(Some),
             Err(e) if e.kind() == IoErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error("get", key, &e)),
         }
@@ -298,6 +300,7 @@ mod tests {
         ObjectMeta {
             content_type: "text/html".to_owned(),
             md5: Md5::digest(body).into(),
+            compress: false,
             source_url: "http://example.com/".to_owned(),
         }
     }
