@@ -181,7 +181,10 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
     CrawlId::parse(&raw).map_err(|e| CliError::Usage(format!("{e}; pass --crawl-id")))
 }
 
-fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
+pub(crate) fn config_from(
+    args: &CrawlArgs,
+    hosts: &BTreeSet<String>,
+) -> Result<CrawlConfig, CliError> {
     let mut config = CrawlConfig::default();
     config.scope.allowed_domains = hosts
         .iter()
@@ -309,8 +312,17 @@ impl Plan {
         })
     }
 
+    pub fn crawl_id(&self) -> &CrawlId {
+        &self.crawl_id
+    }
+
+    /// The seeds' and sitemaps' hosts (the default scope).
+    pub fn hosts(&self) -> &BTreeSet<String> {
+        &self.hosts
+    }
+
     /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
-    fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
+    pub fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
         let mut sources = Vec::new();
         let mut urls = self.seeds.into_iter().peekable();
         while urls.peek().is_some() {

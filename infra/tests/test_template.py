@@ -25,6 +25,8 @@ STACK_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "stack.rs"
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Read by the Lambda runtime's logging setup, not through settings.rs.
 ENV_OUTSIDE_SETTINGS = {"RUST_LOG"}
+# Read by the CLI only (`trawl --stack`): no function gets it.
+ENV_CLI_ONLY = {"TRAWL_STACK"}
 
 # The indexes exactly as the DynamoDB adapter queries them, in the template's order.
 STATUS_INDEX = {
@@ -50,6 +52,7 @@ ALLOWED_ACTIONS = {
     "seeder": {
         "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query",
         "sqs:SendMessage", "s3:GetObject",
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
     },
     "crawler": {
         "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query",
@@ -305,9 +308,10 @@ def check_functions(template):
             problems.append(f"{logical}: LoggingConfig.LogGroup must reference a log group of this template")
         elif "RetentionInDays" not in group.get("Properties", {}):
             problems.append(f"{ref_target(logging.get('LogGroup'))}: no RetentionInDays")
-    crawler = by_code.get("crawler", (None, {}))[1]
-    if crawler.get("Properties", {}).get("RecursiveLoop") != "Allow":
-        problems.append("crawler: RecursiveLoop must be Allow (it feeds the queue that triggers it)")
+    for name in ("crawler", "seeder"):
+        function = by_code.get(name, (None, {}))[1]
+        if function.get("Properties", {}).get("RecursiveLoop") != "Allow":
+            problems.append(f"{name}: RecursiveLoop must be Allow (it feeds the queue that triggers it)")
     return problems
 
 
@@ -334,7 +338,7 @@ def check_environment(template):
             problems.append(f"{logical}: sets variables {name} does not read: {sorted(unread)}")
         if missing:
             problems.append(f"{logical}: lacks variables {name} reads: {sorted(missing)}")
-    unset = wanted - used
+    unset = wanted - used - ENV_CLI_ONLY
     if unset:
         problems.append(f"settings.rs names no function gets: {sorted(unset)}")
     return problems
@@ -429,10 +433,10 @@ def check_stack_queues(template):
     queues = cfn.resources_of_type(template, "AWS::SQS::Queue")
     dlqs = dead_letter_queues(template)
     sources = [logical for logical in queues if logical not in dlqs]
-    if len(sources) != 2 or len(dlqs) != 2:
+    if len(sources) != 3 or len(dlqs) != 3:
         problems.append(
             f"the template has queues {sorted(sources)} with dead-letter queues {sorted(dlqs)}; "
-            "stack.rs makes two of each"
+            "stack.rs makes three of each"
         )
     for logical, queue in queues.items():
         props = queue.get("Properties", {})
@@ -447,6 +451,36 @@ def check_stack_queues(template):
             problems.append(
                 f"{logical}: maxReceiveCount {redrive.get('maxReceiveCount')} != stack.rs "
                 f"MAX_RECEIVE_COUNT {constants['MAX_RECEIVE_COUNT']}"
+            )
+    return problems
+
+
+def check_outputs(template):
+    """`trawl --stack` reads the variables from the outputs stack.rs lists (OUTPUT_VARIABLES):
+    each must exist, and give what the template gives the functions under that variable."""
+    text = STACK_RS.read_text(encoding="utf-8")
+    consts = dict(re.findall(r'pub const (ENV_\w+)\s*:\s*&str\s*=\s*"([^"]+)"',
+                             SETTINGS_RS.read_text(encoding="utf-8")))
+    block = re.search(r"pub const OUTPUT_VARIABLES[^=]*=\s*\[(.*?)\];", text, re.S)
+    if block is None:
+        return [f"{STACK_RS}: OUTPUT_VARIABLES not found"]
+    pairs = re.findall(r'\("(\w+)",\s*(ENV_\w+)\)', block.group(1))
+    if not pairs:
+        return [f"{STACK_RS}: OUTPUT_VARIABLES lists nothing"]
+    given = {}
+    for _, function in function_by_code(template).values():
+        for var, value in cfn.function_environment(template, function).items():
+            given[var] = value
+    problems = []
+    outputs = template.get("Outputs", {})
+    for output, const in pairs:
+        variable = consts.get(const, const)
+        if output not in outputs:
+            problems.append(f"no output {output} (stack.rs reads {variable} from it)")
+        elif variable in given and outputs[output].get("Value") != given[variable]:
+            problems.append(
+                f"output {output} is {outputs[output].get('Value')!r}; the functions get "
+                f"{variable} = {given[variable]!r}"
             )
     return problems
 
@@ -510,6 +544,7 @@ CHECKS = [
     ("table, status-index and host-index", check_table),
     ("indexes == the DynamoDB adapter's schema.rs", check_adapter_schema),
     ("queues == create_stack's (stack.rs)", check_stack_queues),
+    ("outputs that --stack reads (stack.rs)", check_outputs),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("alarms", check_alarms),
 ]
@@ -591,6 +626,14 @@ def _schedule_input(t):
     function_by_code(t)["sweeper"][1]["Properties"]["Events"]["Schedule"]["Properties"]["Input"] = '{"source": "x"}'
 
 
+def _output_missing(t):
+    del t["Outputs"]["SeedQueueUrl"]
+
+
+def _output_elsewhere(t):
+    t["Outputs"]["TableName"]["Value"] = {"Ref": "Bucket"}
+
+
 def _no_throttle_alarm(t):
     del t["Resources"]["CrawlerThrottlesAlarm"]
 
@@ -613,6 +656,8 @@ BROKEN = [
     ("a maxReceiveCount unlike stack.rs", _dead_letter_receives, check_stack_queues),
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),
+    ("no SeedQueueUrl output", _output_missing, check_outputs),
+    ("a TableName output naming the bucket", _output_elsewhere, check_outputs),
 ]
 
 
