@@ -8,6 +8,7 @@ mod delivering;
 mod end_to_end;
 mod fetching;
 mod frontier;
+mod operator;
 mod proxy;
 mod seeding;
 mod site;

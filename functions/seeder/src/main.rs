@@ -1,9 +1,7 @@
 //! The seeder Lambda (wiring only; the logic is in `trawl_core::seed`, the glue in `handler`).
 
-mod handler;
-
-use handler::Handler;
 use lambda_runtime::{Error, run, service_fn};
+use seeder::handler::Handler;
 use std::sync::Arc;
 use trawl_aws::clients::{Clients, load_config};
 use trawl_aws::dynamodb::DynamoStore;
