@@ -21,6 +21,12 @@ SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 # The DynamoDB adapter's own copy of the index definition (used for tests and local tables).
 SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
 STACK_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "stack.rs"
+DASHBOARD_JSON = cfn.INFRA_DIR / "dashboard.json"
+# What the functions write (kept equal to the code by a unit test in shared/lambda/src/metrics.rs)
+# and the EMF structure CloudWatch requires of it.
+EMF_SAMPLES = cfn.INFRA_DIR / "metrics" / "emf-samples.jsonl"
+EMF_SCHEMA = cfn.INFRA_DIR / "metrics" / "emf-schema.json"
+SEARCH = re.compile(r"SEARCH\('\{(\w+),([\w,]+)\} MetricName=\"(\w+)\"'")
 
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Read by the Lambda runtime's logging setup, not through settings.rs.
@@ -485,6 +491,81 @@ def check_outputs(template):
     return problems
 
 
+def emitted_metrics():
+    """{(metric name, dimensions)} of the sample EMF lines, each line checked against the EMF
+    schema; raises ValueError on a line that does not conform."""
+    import jsonschema
+
+    schema = json.loads(EMF_SCHEMA.read_text(encoding="utf-8"))
+    emitted = set()
+    for line in EMF_SAMPLES.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        jsonschema.validate(record, schema)
+        for directive in record["_aws"]["CloudWatchMetrics"]:
+            for dimensions in directive["Dimensions"]:
+                missing = [d for d in dimensions if not isinstance(record.get(d), str)]
+                if missing:
+                    raise ValueError(f"EMF line without dimension values {missing}: {line}")
+                for metric in directive["Metrics"]:
+                    if not isinstance(record.get(metric["Name"]), (int, float)):
+                        raise ValueError(f"EMF line without a value for {metric['Name']}: {line}")
+                    emitted.add((directive["Namespace"], metric["Name"], tuple(dimensions)))
+    return emitted
+
+
+def dashboard_body(template):
+    dashboards = cfn.resources_of_type(template, "AWS::CloudWatch::Dashboard")
+    if len(dashboards) != 1:
+        raise ValueError(f"expected one dashboard, found {len(dashboards)}")
+    body = next(iter(dashboards.values()))["Properties"]["DashboardBody"]
+    return json.loads(body["Fn::Sub"] if isinstance(body, dict) else body)
+
+
+def dashboard_metrics(body):
+    """{(namespace, metric, dimensions)} of SEARCH expressions, and [metric array] of the rest."""
+    searched, listed = set(), []
+    for widget in body.get("widgets", []):
+        for metric in widget.get("properties", {}).get("metrics", []):
+            for item in metric:
+                if isinstance(item, dict) and "expression" in item:
+                    for namespace, dims, name in SEARCH.findall(item["expression"]):
+                        searched.add((namespace, name, tuple(dims.split(","))))
+            if metric and isinstance(metric[0], str):
+                listed.append(metric)
+    return searched, listed
+
+
+def check_dashboard(template):
+    """The dashboard shows every metric the functions emit, by the dimensions they emit it
+    with, and nothing else of namespace trawl; every queue's depth and age; each function's
+    duration, throttles and concurrency; the table's throttles. Its body is infra/dashboard.json."""
+    body = dashboard_body(template)
+    problems = []
+    if body != json.loads(DASHBOARD_JSON.read_text(encoding="utf-8")):
+        problems.append("the template's DashboardBody differs from infra/dashboard.json")
+    emitted = emitted_metrics()
+    searched, listed = dashboard_metrics(body)
+    for namespace, name, dims in sorted(searched - emitted):
+        problems.append(f"dashboard shows {namespace}/{name} by {dims}, which no function emits")
+    shown = {name for _, name, _ in searched}
+    for _, name, _ in sorted(emitted):
+        if name not in shown:
+            problems.append(f"the functions emit {name}, which the dashboard does not show")
+    refs = {(m[1], m[3]) for m in listed if len(m) >= 4}
+    for logical in cfn.resources_of_type(template, "AWS::SQS::Queue"):
+        for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
+            if (metric, "${%s.QueueName}" % logical) not in refs:
+                problems.append(f"dashboard lacks {metric} of {logical}")
+    for logical, _ in function_by_code(template).values():
+        for metric in ("Duration", "Throttles", "ConcurrentExecutions"):
+            if (metric, "${%s}" % logical) not in refs:
+                problems.append(f"dashboard lacks {metric} of {logical}")
+    for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        if (metric, "${Table}") not in refs:
+            problems.append(f"dashboard lacks the table's {metric}")
+    return problems
+
+
 def check_sweeper_schedule(template):
     problems = []
     logical, sweeper = function_by_code(template).get("sweeper", (None, {}))
@@ -547,6 +628,7 @@ CHECKS = [
     ("outputs that --stack reads (stack.rs)", check_outputs),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("alarms", check_alarms),
+    ("dashboard == the functions' EMF metrics (schema-checked), queues, Lambda, DynamoDB", check_dashboard),
 ]
 
 
@@ -634,6 +716,28 @@ def _output_elsewhere(t):
     t["Outputs"]["TableName"]["Value"] = {"Ref": "Bucket"}
 
 
+def _dashboard_body(t, edit):
+    dashboard = t["Resources"]["Dashboard"]["Properties"]
+    body = json.loads(dashboard["DashboardBody"]["Fn::Sub"])
+    edit(body)
+    dashboard["DashboardBody"]["Fn::Sub"] = json.dumps(body)
+
+
+def _dashboard_renamed_metric(t):
+    def edit(body):
+        metric = body["widgets"][0]["properties"]["metrics"][0][0]
+        metric["expression"] = metric["expression"].replace("PagesFetched", "PagesFetchd")
+    _dashboard_body(t, edit)
+
+
+def _dashboard_no_seed_queue(t):
+    def edit(body):
+        for widget in body["widgets"]:
+            metrics = widget["properties"]["metrics"]
+            widget["properties"]["metrics"] = [m for m in metrics if "${SeedQueue.QueueName}" not in m]
+    _dashboard_body(t, edit)
+
+
 def _no_throttle_alarm(t):
     del t["Resources"]["CrawlerThrottlesAlarm"]
 
@@ -657,6 +761,8 @@ BROKEN = [
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),
     ("no SeedQueueUrl output", _output_missing, check_outputs),
+    ("a dashboard metric no function emits", _dashboard_renamed_metric, check_dashboard),
+    ("a dashboard without the seed queue", _dashboard_no_seed_queue, check_dashboard),
     ("a TableName output naming the bucket", _output_elsewhere, check_outputs),
 ]
 

@@ -109,7 +109,8 @@ where
         request: &DeliveryRequest,
         now: Millis,
     ) -> Result<DeliveryReport, DeliverError> {
-        Deliverer {
+        let started = std::time::Instant::now();
+        let report = Deliverer {
             store: &self.store,
             blobs: &self.blobs,
             layout: &self.layout,
@@ -117,7 +118,12 @@ where
             calls: &self.calls,
         }
         .deliver(&request.crawl_id, request.generation, now)
-        .await
+        .await?;
+        let elapsed_ms = started.elapsed().as_millis() as f64;
+        if let Some(record) = trawl_lambda::metrics::delivery(&report, elapsed_ms, now) {
+            record.emit();
+        }
+        Ok(report)
     }
 
     /// Delivers one queue record; false when the record must come back (or go to the DLQ).

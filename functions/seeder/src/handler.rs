@@ -21,7 +21,7 @@ use trawl_core::seed::{
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
-use trawl_lambda::{HandlerError, work_deadline};
+use trawl_lambda::{HandlerError, metrics, work_deadline};
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
@@ -121,6 +121,7 @@ where
         next.cursor = Some(cursor);
         match self.seeds.send(&next).await {
             Ok(()) => {
+                metrics::seed_continued(next.crawl_id.as_str(), now).emit();
                 tracing::info!(message_id = id, crawl_id = %next.crawl_id, "seed continues in a new message");
                 true
             }
@@ -176,6 +177,7 @@ where
                     unfinished = response.cursor.is_some(),
                     "seeded"
                 );
+                metrics::seed(&response, now).emit();
                 Ok(response)
             }
             Err(e) => {

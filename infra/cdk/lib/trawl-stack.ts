@@ -587,10 +587,22 @@ export class TrawlStack extends Stack {
       crawler.fn.metricThrottles({ statistic: 'Sum', period }),
     );
 
+    // ------------------------------------------------------------ dashboard
+    // The body is infra/dashboard.json itself (the SAM template holds it compacted; infra/tests
+    // check both): the functions' EMF metrics, queues, Lambda and DynamoDB.
+    const dashboardBody = JSON.stringify(
+      JSON.parse(readFileSync(join(REPO_ROOT, 'infra', 'dashboard.json'), 'utf8')),
+    );
+    const dashboard = new cloudwatch.CfnDashboard(this, 'Dashboard', {
+      dashboardBody: Fn.sub(dashboardBody),
+    });
+    dashboard.overrideLogicalId('Dashboard');
+
     // ------------------------------------------------------------ outputs
     const output = (id: string, value: string, description?: string): void => {
       new CfnOutput(this, id, { value, description });
     };
+    output('DashboardName', dashboard.ref, 'The CloudWatch dashboard of this stack.');
     output('TableName', table.tableName, 'DynamoDB table (TRAWL_TABLE).');
     output('BucketName', bucket.bucketName, 'S3 bucket (TRAWL_BUCKET).');
     output('CrawlQueueUrl', crawlQueue.queueUrl, 'Crawl queue (TRAWL_QUEUE_URL).');
