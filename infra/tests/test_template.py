@@ -507,7 +507,9 @@ def emitted_metrics():
                 if missing:
                     raise ValueError(f"EMF line without dimension values {missing}: {line}")
                 for metric in directive["Metrics"]:
-                    if not isinstance(record.get(metric["Name"]), (int, float)):
+                    value = record.get(metric["Name"])
+                    values = value if isinstance(value, list) else [value]
+                    if not values or len(values) > 100 or not all(isinstance(v, (int, float)) for v in values):
                         raise ValueError(f"EMF line without a value for {metric['Name']}: {line}")
                     emitted.add((directive["Namespace"], metric["Name"], tuple(dimensions)))
     return emitted

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
+use trawl_core::fetch::FetchStats;
 use trawl_core::queue::{Received, WorkMessage, WorkQueue};
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::canonical::CrawlId;
@@ -59,7 +60,8 @@ where
         let crawls = crawls_of(&batch);
         let results = self.crawler.process_batch(batch, deadline).await;
         let elapsed_ms = started.elapsed().as_millis() as f64;
-        for record in batch_metrics(&crawls, &results, elapsed_ms, now_ms()) {
+        let fetches = self.crawler.fetcher().take_stats();
+        for record in batch_metrics(&crawls, &results, &fetches, elapsed_ms, now_ms()) {
             record.emit();
         }
         Ok(respond(self.crawler.queue(), results).await)
@@ -92,11 +94,16 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
     }
 }
 
+/// Where fetches go when a batch held several crawls' turns (the fetcher counts per batch).
+const MIXED_CRAWLS: &str = "(several)";
+
 /// The batch's metrics, one record per crawl: pages and bytes fetched, tasks by outcome, snoozes,
-/// messages handed back, and the batch's duration.
+/// messages handed back, and the batch's duration; the fetches by status or error kind, and their
+/// latencies, go to the batch's crawl (or to [`MIXED_CRAWLS`]).
 fn batch_metrics(
     crawls: &HashMap<String, CrawlId>,
     results: &[MessageResult],
+    fetches: &FetchStats,
     elapsed_ms: f64,
     now: Millis,
 ) -> Vec<Record> {
@@ -134,6 +141,20 @@ fn batch_metrics(
                     f64::from(u8::from(*outcome == Outcome::Snoozed)),
                 )
                 .add_kind(OUTCOME, Metric::TaskOutcomes, outcome_name(outcome), 1.0);
+        }
+    }
+    if fetches.fetches > 0 {
+        let fetched = match records.as_mut_slice() {
+            [only] => only,
+            _ => {
+                records.push(Record::new(FUNCTION, MIXED_CRAWLS, now));
+                let last = records.len() - 1;
+                &mut records[last]
+            }
+        };
+        fetched.add_samples(Metric::FetchLatency, &fetches.latencies_ms);
+        for (outcome, count) in &fetches.outcomes {
+            fetched.add_kind(OUTCOME, Metric::FetchOutcomes, outcome, *count as f64);
         }
     }
     records
@@ -286,12 +307,32 @@ mod tests {
             ("m2".to_owned(), CrawlId::parse("b").unwrap()),
         ]);
 
-        // WHEN its metrics are made
-        let records = batch_metrics(&crawls, &results, 250.0, 1_000);
+        // WHEN its metrics are made, with the batch's fetches
+        let fetches = FetchStats {
+            outcomes: [("200".to_owned(), 2), ("error:timeout".to_owned(), 1)].into(),
+            latencies_ms: vec![10.0, 20.0, 30.0],
+            fetches: 3,
+        };
+        let records = batch_metrics(&crawls, &results, &fetches, 250.0, 1_000);
 
-        // THEN each crawl has its own, and the malformed message counts for none
+        // THEN each crawl has its own, and the malformed message counts for none; the fetches of
+        // two crawls' batch go to neither
         let lines: Vec<Vec<serde_json::Value>> = records.iter().map(|r| r.lines()).collect();
-        assert_eq!(lines.len(), 2);
+        assert_eq!(lines.len(), 3);
+        let mixed = &lines[2];
+        assert_eq!(mixed[0]["CrawlId"], MIXED_CRAWLS);
+        assert_eq!(
+            mixed[0]["FetchLatency"],
+            serde_json::json!([10.0, 20.0, 30.0])
+        );
+        assert_eq!(
+            (
+                mixed[1]["Outcome"].as_str(),
+                mixed[1]["FetchOutcomes"].as_f64()
+            ),
+            (Some("200"), Some(2.0))
+        );
+        assert_eq!(mixed[2]["Outcome"], "error:timeout");
         let a = &lines[0][0];
         assert_eq!(
             (a["CrawlId"].as_str(), a["Function"].as_str()),

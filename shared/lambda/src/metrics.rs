@@ -33,6 +33,10 @@ pub enum Metric {
     PagesFetched,
     /// Crawler: body bytes fetched.
     BytesFetched,
+    /// Crawler: fetches by HTTP status or `error:KIND` (dimension `Outcome`).
+    FetchOutcomes,
+    /// Crawler: milliseconds from request to outcome (a sample of each batch's fetches).
+    FetchLatency,
     /// Crawler: tasks by outcome (dimension `Outcome`).
     TaskOutcomes,
     /// Crawler: tasks put back because their host was snoozed (429/503, refused connections).
@@ -82,9 +86,11 @@ impl Unit {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 16] = [
+    pub const ALL: [Metric; 18] = [
         Metric::PagesFetched,
         Metric::BytesFetched,
+        Metric::FetchOutcomes,
+        Metric::FetchLatency,
         Metric::TaskOutcomes,
         Metric::HostSnoozes,
         Metric::MessagesHandedBack,
@@ -105,6 +111,8 @@ impl Metric {
         match self {
             Metric::PagesFetched => "PagesFetched",
             Metric::BytesFetched => "BytesFetched",
+            Metric::FetchOutcomes => "FetchOutcomes",
+            Metric::FetchLatency => "FetchLatency",
             Metric::TaskOutcomes => "TaskOutcomes",
             Metric::HostSnoozes => "HostSnoozes",
             Metric::MessagesHandedBack => "MessagesHandedBack",
@@ -125,7 +133,9 @@ impl Metric {
     pub fn unit(self) -> Unit {
         match self {
             Metric::BytesFetched | Metric::DeliveredBytes => Unit::Bytes,
-            Metric::BatchDuration | Metric::DeliveryDuration => Unit::Milliseconds,
+            Metric::BatchDuration | Metric::DeliveryDuration | Metric::FetchLatency => {
+                Unit::Milliseconds
+            }
             _ => Unit::Count,
         }
     }
@@ -138,6 +148,8 @@ pub struct Record {
     crawl_id: String,
     timestamp: Millis,
     values: Vec<(Metric, f64)>,
+    /// Metrics given as samples (an EMF value array: CloudWatch computes percentiles).
+    samples: Vec<(Metric, Vec<f64>)>,
     /// One EMF line per kind.
     by_kind: Vec<ByKind>,
 }
@@ -157,6 +169,7 @@ impl Record {
             crawl_id: crawl_id.into(),
             timestamp,
             values: Vec::new(),
+            samples: Vec::new(),
             by_kind: Vec::new(),
         }
     }
@@ -166,6 +179,16 @@ impl Record {
         match self.values.iter_mut().find(|(m, _)| *m == metric) {
             Some((_, total)) => *total += value,
             None => self.values.push((metric, value)),
+        }
+        self
+    }
+
+    /// Adds `values` to the samples of `metric` (EMF takes at most 100 values per line: the
+    /// caller samples).
+    pub fn add_samples(&mut self, metric: Metric, values: &[f64]) -> &mut Self {
+        match self.samples.iter_mut().find(|(m, _)| *m == metric) {
+            Some((_, kept)) => kept.extend_from_slice(values),
+            None => self.samples.push((metric, values.to_vec())),
         }
         self
     }
@@ -205,18 +228,30 @@ impl Record {
     /// The record as EMF lines: one with the plain metrics (if any), one per kind.
     pub fn lines(&self) -> Vec<Value> {
         let mut lines = Vec::new();
-        if !self.values.is_empty() {
-            lines.push(self.line(&[], &self.values));
+        let plain: Vec<(Metric, Value)> = self
+            .values
+            .iter()
+            .map(|(m, v)| (*m, json!(v)))
+            .chain(
+                self.samples
+                    .iter()
+                    .filter(|(_, values)| !values.is_empty())
+                    .map(|(m, values)| (*m, json!(values))),
+            )
+            .collect();
+        if !plain.is_empty() {
+            lines.push(self.line(&[], &plain));
         }
         for by_kind in &self.by_kind {
             for (kind, count) in &by_kind.counts {
-                lines.push(self.line(&[(by_kind.dimension, kind)], &[(by_kind.metric, *count)]));
+                let value = [(by_kind.metric, json!(count))];
+                lines.push(self.line(&[(by_kind.dimension, kind)], &value));
             }
         }
         lines
     }
 
-    fn line(&self, extra: &[(&str, &str)], values: &[(Metric, f64)]) -> Value {
+    fn line(&self, extra: &[(&str, &str)], values: &[(Metric, Value)]) -> Value {
         let mut dimensions = vec![FUNCTION, CRAWL_ID];
         dimensions.extend(extra.iter().map(|(d, _)| *d));
         let definitions: Vec<Value> = values
@@ -241,7 +276,7 @@ impl Record {
             root.insert((*dimension).into(), json!(value));
         }
         for (metric, value) in values {
-            root.insert(metric.name().into(), json!(value));
+            root.insert(metric.name().into(), value.clone());
         }
         Value::Object(root)
     }
@@ -344,6 +379,9 @@ mod tests {
             .add(Metric::HostSnoozes, 1.0)
             .add(Metric::MessagesHandedBack, 1.0)
             .add(Metric::BatchDuration, 2_350.0)
+            .add_samples(Metric::FetchLatency, &[120.0, 85.5, 310.0])
+            .add_kind(OUTCOME, Metric::FetchOutcomes, "200", 9.0)
+            .add_kind(OUTCOME, Metric::FetchOutcomes, "error:timeout", 1.0)
             .add_kind(OUTCOME, Metric::TaskOutcomes, "succeeded", 8.0)
             .add_kind(OUTCOME, Metric::TaskOutcomes, "retrying", 1.0);
         let swept = SweepReport {
@@ -410,7 +448,11 @@ mod tests {
             }
             for metric in directive["Metrics"].as_array().unwrap() {
                 let name = metric["Name"].as_str().unwrap();
-                assert!(root[name].is_number(), "metric {name} missing: {line}");
+                let value = &root[name];
+                let numbers = value.as_array().map_or(value.is_number(), |values| {
+                    values.len() <= 100 && values.iter().all(Value::is_number)
+                });
+                assert!(numbers, "metric {name} missing: {line}");
                 named.insert(name.to_owned());
             }
             // Nothing at the root that is neither declared nor `_aws`.

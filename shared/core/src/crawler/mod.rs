@@ -199,6 +199,10 @@ where
         &self.blobs
     }
 
+    pub fn fetcher(&self) -> &Fetcher {
+        &self.fetcher
+    }
+
     pub fn queue(&self) -> &Q {
         &self.queue
     }
