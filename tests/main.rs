@@ -9,6 +9,7 @@ mod end_to_end;
 mod fetching;
 mod frontier;
 mod generations;
+mod operator;
 mod proxy;
 mod seeding;
 mod site;

@@ -55,11 +55,12 @@ async fn create_stack_makes_the_table_bucket_and_queues_with_dead_letter_queues(
         .await
         .unwrap();
 
-    // AND every queue is standard and keeps messages 14 days; the crawl and delivery queues
+    // AND every queue is standard and keeps messages 14 days; the crawl, delivery and seed queues
     // redrive to their own dead-letter queue after MAX_RECEIVE_COUNT receives
     let pairs = [
         (&stack.queue_url, &stack.crawl_dead_letter_url),
         (&stack.delivery_queue_url, &stack.delivery_dead_letter_url),
+        (&stack.seed_queue_url, &stack.seed_dead_letter_url),
     ];
     for (queue, dead_letter) in pairs {
         let source = queue_attributes(&clients.sqs, queue).await;

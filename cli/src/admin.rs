@@ -1,8 +1,8 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
 use crate::args::{
-    Command, CrawlSelector, HostSort, HostsArgs, HostsCommand, PurgeArgs, RetryArgs, SetupArgs,
-    TasksCommand, TasksListArgs, TasksShowArgs,
+    Command, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand, PurgeArgs,
+    RetryArgs, SetupArgs, TasksCommand, TasksListArgs, TasksShowArgs,
 };
 use crate::backend::Backend;
 use crate::error::CliError;
@@ -57,7 +57,8 @@ where
             };
             crate::crawl::run(backend, args, None, json).await
         }
-        Command::Status(selector) => status(&backend, &selector, json).await,
+        Command::Status(args) if args.watch => crate::watch::run(&backend, &args, json).await,
+        Command::Status(args) => status(&backend, &args.selector, json).await,
         Command::Tasks(TasksCommand::List(args)) => tasks_list(&backend, &args, json).await,
         Command::Tasks(TasksCommand::Show(args)) => task_show(&backend, &args, json).await,
         Command::Hosts(args) => hosts(&backend, &args, json).await,
@@ -127,6 +128,45 @@ where
         }
         Command::Config(command) => generations::config(&backend, &command, json).await,
         Command::Check(args) => generations::check(&backend, &args, json).await,
+        Command::Submit(args) => match plan {
+            Some(plan) => crate::submit::run(backend.seed_queue.as_ref(), &args, plan, json).await,
+            None => Err(CliError::Usage(
+                "nothing to submit: give seed URLs, --seeds-file FILE or --sitemap URL".into(),
+            )),
+        },
+        Command::Deliveries(DeliveriesCommand::List(selector)) => {
+            let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
+            let b = &backend;
+            crate::deliveries::print_list(&b.blobs, &b.layout, &b.uri_base, &crawl.id, json).await
+        }
+        Command::Deliveries(DeliveriesCommand::Get(args)) => {
+            let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
+            let b = &backend;
+            let (dir, delivery) = crate::deliveries::get(
+                &b.blobs,
+                &b.layout,
+                &crawl.id,
+                args.delivery.as_deref(),
+                &args.out,
+            )
+            .await?;
+            if json {
+                output::json(&json!({
+                    "crawl_id": crawl.id.as_str(),
+                    "delivery": delivery.id,
+                    "directory": dir.display().to_string(),
+                    "files": delivery.files,
+                }));
+            } else {
+                output::line(format_args!(
+                    "downloaded {} ({} file(s)) to {}",
+                    delivery.id,
+                    delivery.files.len(),
+                    dir.display()
+                ));
+            }
+            Ok(())
+        }
     }
 }
 

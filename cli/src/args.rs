@@ -16,10 +16,14 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Where crawls live: `local` (SQLite + files under --data-dir) or `aws` (the resources
-    /// named by TRAWL_TABLE, TRAWL_BUCKET, TRAWL_QUEUE_URL …).
+    /// Where crawls live: `local` (SQLite + files under --data-dir) or `aws` (the resources of
+    /// --stack, or named by TRAWL_TABLE, TRAWL_BUCKET, TRAWL_QUEUE_URL …).
     #[arg(long, global = true, value_enum, default_value_t = BackendKind::Local, env = "TRAWL_BACKEND")]
     pub backend: BackendKind,
+    /// The deployed CloudFormation stack (`make deploy`) whose outputs name the table, bucket
+    /// and queues of `--backend aws`; TRAWL_TABLE and the other variables, when set, win.
+    #[arg(long, global = true, value_name = "NAME", env = "TRAWL_STACK")]
+    pub stack: Option<String>,
     /// The local backend's directory.
     #[arg(
         long,
@@ -41,12 +45,14 @@ pub enum BackendKind {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Crawl from seed URLs until done, then deliver. Re-run the same command to resume.
+    /// Crawl from seed URLs until done, then deliver, with workers in this process (also with
+    /// --backend aws: to hand a crawl to the deployed functions, use `submit`). Re-run the same
+    /// command to resume.
     Crawl(CrawlArgs),
     /// Serve a small generated site on 127.0.0.1 and crawl it: trawl at work, offline.
     Demo,
-    /// Tasks per status, per crawl.
-    Status(CrawlSelector),
+    /// Tasks per status, per crawl; with --watch, follows one crawl until it is delivered.
+    Status(StatusArgs),
     /// List or inspect tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -74,6 +80,12 @@ pub enum Command {
     /// Fetch a URL and say what the crawl's rules make of it (its schedule, a soft 404, a
     /// gone page) without writing anything.
     Check(CheckArgs),
+    /// Hand a crawl to the deployed functions (--backend aws): sends the seed requests to the
+    /// seed queue and returns at once; follow it with `trawl status --crawl-id ID --watch`.
+    Submit(CrawlArgs),
+    /// List or download a crawl's deliveries.
+    #[command(subcommand)]
+    Deliveries(DeliveriesCommand),
 }
 
 /// A rewind of a crawl, then (unless --detach) the crawl run until done.
@@ -135,6 +147,50 @@ pub struct CheckArgs {
     /// Allow loopback and private addresses (as `trawl crawl` does).
     #[arg(long)]
     pub allow_private_networks: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub selector: CrawlSelector,
+    /// Follow the crawl (counts, pages/min, errors by kind, ETA) until its delivery exists.
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between refreshes with --watch, e.g. `10s`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+}
+
+fn parse_duration(raw: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(raw)
+        .map_err(|e| format!("{e}; e.g. 10s, 1m"))
+        .and_then(|d| {
+            if d.is_zero() {
+                Err("must be more than zero".into())
+            } else {
+                Ok(d)
+            }
+        })
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// The crawl's deliveries, newest last: id, files, whether complete.
+    List(CrawlSelector),
+    /// Download a delivery's files (default: the newest complete one) into a directory.
+    Get(DeliveriesGetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeliveriesGetArgs {
+    #[arg(long)]
+    pub crawl_id: Option<String>,
+    /// The delivery (as `trawl deliveries list` names it; default: the newest complete one).
+    #[arg(long)]
+    pub delivery: Option<String>,
+    /// Where the files go: DIR/DELIVERY/… (created if missing).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub out: PathBuf,
 }
 
 /// Most pages `trawl crawl` fetches at once. Each page in flight holds a connection and up to

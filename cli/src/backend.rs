@@ -9,7 +9,8 @@ use trawl_aws::clients::Clients;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::settings::{CliSettings, FromEnv};
-use trawl_aws::sqs::SqsQueue;
+use trawl_aws::sqs::{SqsQueue, SqsSeedQueue};
+use trawl_aws::stack::StackError;
 use trawl_core::blob::Layout;
 use trawl_core::queue::local::LocalQueue;
 use trawl_domain::calls::CallCounts;
@@ -31,6 +32,8 @@ pub struct Backend<S, B, Q> {
     pub uri_base: String,
     /// Whether the queue lives in this process (so it is rebuilt from the table on start).
     pub local: bool,
+    /// The deployed seeder's queue (`trawl submit`), when the stack has one.
+    pub seed_queue: Option<SqsSeedQueue>,
     /// Held for the process's life: one process per local data directory.
     _lock: Option<File>,
 }
@@ -81,6 +84,7 @@ pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliEr
         layout: Layout::default(),
         uri_base: root.display().to_string(),
         local: true,
+        seed_queue: None,
         _lock: lock,
     })
 }
@@ -99,10 +103,12 @@ fn lock_data_dir(data_dir: &Path, shown: &str) -> Result<File, CliError> {
     }
 }
 
-/// DynamoDB + S3 + SQS named by the environment (moto or a real account).
-pub async fn aws() -> Result<AwsBackend, CliError> {
-    let settings = CliSettings::from_env()?;
-    let clients = Clients::new(&trawl_aws::clients::load_config().await);
+/// DynamoDB + S3 + SQS named by the environment (moto or a real account), or by the outputs of
+/// the CloudFormation stack `stack` where the environment names nothing.
+pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
+    let config = trawl_aws::clients::load_config().await;
+    let settings = aws_settings(&config, stack).await?;
+    let clients = Clients::new(&config);
     let calls = Arc::new(CallCounts::default());
     Ok(Backend {
         store: DynamoStore::new(
@@ -113,10 +119,38 @@ pub async fn aws() -> Result<AwsBackend, CliError> {
         ),
         blobs: S3BlobStore::new(clients.s3.clone(), &settings.bucket, calls.clone()),
         queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
+        seed_queue: settings
+            .seed_queue_url
+            .map(|url| SqsSeedQueue::new(clients.sqs, url, calls.clone())),
         calls,
         layout: Layout::new(&settings.prefix),
         uri_base: format!("s3://{}", settings.bucket),
         local: false,
         _lock: None,
     })
+}
+
+/// The settings of `--backend aws`: each variable from the environment, else from the stack's
+/// outputs.
+async fn aws_settings(
+    config: &trawl_aws::clients::SdkConfig,
+    stack: Option<&str>,
+) -> Result<CliSettings, CliError> {
+    let Some(name) = stack else {
+        return Ok(CliSettings::from_env()?);
+    };
+    let outputs = trawl_aws::stack::stack_variables(config, name)
+        .await
+        .map_err(|e| match e {
+            StackError::NotFound(_) => CliError::Usage(format!(
+                "{e}: check --stack (or TRAWL_STACK), the region (AWS_REGION) and the account"
+            )),
+            StackError::Unavailable { .. } => CliError::other(e),
+        })?;
+    Ok(CliSettings::from_lookup(|name| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .or_else(|| outputs.get(name).cloned())
+    })?)
 }

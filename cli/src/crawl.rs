@@ -183,7 +183,10 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
 
 /// The crawl's configuration: `--config FILE` (or the defaults), then the flags given; the
 /// seeds' hosts join the allowed domains.
-fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
+pub(crate) fn config_from(
+    args: &CrawlArgs,
+    hosts: &BTreeSet<String>,
+) -> Result<CrawlConfig, CliError> {
     let mut config = match &args.config {
         Some(path) => read_config(path)?,
         None => CrawlConfig::default(),
@@ -361,8 +364,17 @@ impl Plan {
         })
     }
 
+    pub fn crawl_id(&self) -> &CrawlId {
+        &self.crawl_id
+    }
+
+    /// The seeds' and sitemaps' hosts (the default scope).
+    pub fn hosts(&self) -> &BTreeSet<String> {
+        &self.hosts
+    }
+
     /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
-    fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
+    pub fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
         let mut sources = Vec::new();
         let mut urls = self.seeds.into_iter().peekable();
         while urls.peek().is_some() {

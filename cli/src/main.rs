@@ -8,14 +8,17 @@ mod admin;
 mod args;
 mod backend;
 mod crawl;
+mod deliveries;
 mod demo;
 mod error;
 mod generations;
 mod given_up;
 mod output;
 mod progress;
+mod submit;
+mod watch;
 
-use args::{BackendKind, Cli, Command, ConfigCommand, TasksCommand};
+use args::{BackendKind, Cli, Command, ConfigCommand, DeliveriesCommand, TasksCommand};
 use backend::LocalAccess;
 use clap::{CommandFactory, Parser};
 use error::CliError;
@@ -111,9 +114,15 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         return admin::setup(args, global.json).await;
     }
+    if matches!(cli.command, Command::Submit(_)) && global.backend != BackendKind::Aws {
+        return Err(CliError::Usage(
+            "`trawl submit` hands a crawl to the deployed functions: add --backend aws and              --stack NAME (`trawl crawl` crawls in this process)"
+                .into(),
+        ));
+    }
     // A crawl's seeds are checked before any backend is opened (or a data directory created).
     let plan = match &cli.command {
-        Command::Crawl(args) => Some(crawl::Plan::of(args)?),
+        Command::Crawl(args) | Command::Submit(args) => Some(crawl::Plan::of(args)?),
         _ => None,
     };
     match global.backend {
@@ -122,7 +131,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             admin::dispatch(local, cli.command, plan, global.json).await
         }
         BackendKind::Aws => {
-            admin::dispatch(backend::aws().await?, cli.command, plan, global.json).await
+            let aws = backend::aws(global.stack.as_deref()).await?;
+            admin::dispatch(aws, cli.command, plan, global.json).await
         }
     }
 }
@@ -136,8 +146,10 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
         | Command::Check(_)
         | Command::Config(ConfigCommand::Show(_))
-        // `setup` is refused before any local backend is opened.
-        | Command::Setup(_) => LocalAccess::Read,
+        | Command::Deliveries(DeliveriesCommand::List(_) | DeliveriesCommand::Get(_))
+        // `setup` and `submit` are refused before any local backend is opened.
+        | Command::Setup(_)
+        | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,
         // They crawl afterwards, unless detached: the crawl's own access.
         Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) => LocalAccess::Write,

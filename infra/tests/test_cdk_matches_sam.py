@@ -535,6 +535,24 @@ def check_alarms(sam, cdk):
     return problems
 
 
+def dashboard_bodies(template):
+    """{logical id: the dashboard body as data} (both sides write it as one `Fn::Sub` string)."""
+    bodies = {}
+    for logical, dashboard in of_type(template, "AWS::CloudWatch::Dashboard").items():
+        body = props(dashboard).get("DashboardBody")
+        bodies[logical] = json.loads(body["Fn::Sub"] if isinstance(body, dict) else body)
+    return bodies
+
+
+def check_dashboards(sam, cdk):
+    sam_bodies, cdk_bodies = dashboard_bodies(sam), dashboard_bodies(cdk)
+    problems = only_in("dashboard", set(sam_bodies), set(cdk_bodies))
+    for logical in sorted(set(sam_bodies) & set(cdk_bodies)):
+        if sam_bodies[logical] != cdk_bodies[logical]:
+            problems.append(f"{logical}: the dashboard bodies differ")
+    return problems
+
+
 def function_roles(template):
     """{role logical id} of every function."""
     roles = set()
@@ -605,6 +623,7 @@ CHECKS = [
     ("sweeper schedule", check_schedules),
     ("log groups", check_log_groups),
     ("alarms", check_alarms),
+    ("dashboard: same body", check_dashboards),
     ("function roles: same grants", check_function_permissions),
     ("schedule role", check_schedule_permissions),
     ("outputs", check_outputs),
@@ -756,6 +775,13 @@ def _output_missing(sam, cdk):
     del cdk["Outputs"]["CrawlQueueUrl"]
 
 
+def _dashboard_widget_dropped(sam, cdk):
+    dashboard = cdk["Resources"]["Dashboard"]["Properties"]
+    body = json.loads(dashboard["DashboardBody"]["Fn::Sub"])
+    body["widgets"].pop()
+    dashboard["DashboardBody"]["Fn::Sub"] = json.dumps(body)
+
+
 BROKEN = [
     ("an extra CDK queue", _extra_queue, check_resource_types),
     ("an alarm under another logical id", _renamed_alarm, check_logical_ids),
@@ -786,6 +812,7 @@ BROKEN = [
     ("a Resource '*'", _wider_resource, check_function_permissions),
     ("lambda:* for the schedule", _schedule_role_actions, check_schedule_permissions),
     ("a missing output", _output_missing, check_outputs),
+    ("a dashboard widget fewer", _dashboard_widget_dropped, check_dashboards),
 ]
 
 

@@ -21,10 +21,18 @@ SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 # The DynamoDB adapter's own copy of the index definition (used for tests and local tables).
 SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
 STACK_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "stack.rs"
+DASHBOARD_JSON = cfn.INFRA_DIR / "dashboard.json"
+# What the functions write (kept equal to the code by a unit test in shared/lambda/src/metrics.rs)
+# and the EMF structure CloudWatch requires of it.
+EMF_SAMPLES = cfn.INFRA_DIR / "metrics" / "emf-samples.jsonl"
+EMF_SCHEMA = cfn.INFRA_DIR / "metrics" / "emf-schema.json"
+SEARCH = re.compile(r"SEARCH\('\{(\w+),([\w,]+)\} MetricName=\"(\w+)\"'")
 
 FUNCTION_NAMES = {"seeder", "crawler", "sweeper", "deliverer"}
 # Read by the Lambda runtime's logging setup, not through settings.rs.
 ENV_OUTSIDE_SETTINGS = {"RUST_LOG"}
+# Read by the CLI only (`trawl --stack`): no function gets it.
+ENV_CLI_ONLY = {"TRAWL_STACK"}
 
 # The indexes exactly as the DynamoDB adapter queries them, in the template's order.
 STATUS_INDEX = {
@@ -50,6 +58,7 @@ ALLOWED_ACTIONS = {
     "seeder": {
         "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query",
         "sqs:SendMessage", "s3:GetObject",
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
     },
     "crawler": {
         "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query",
@@ -305,9 +314,10 @@ def check_functions(template):
             problems.append(f"{logical}: LoggingConfig.LogGroup must reference a log group of this template")
         elif "RetentionInDays" not in group.get("Properties", {}):
             problems.append(f"{ref_target(logging.get('LogGroup'))}: no RetentionInDays")
-    crawler = by_code.get("crawler", (None, {}))[1]
-    if crawler.get("Properties", {}).get("RecursiveLoop") != "Allow":
-        problems.append("crawler: RecursiveLoop must be Allow (it feeds the queue that triggers it)")
+    for name in ("crawler", "seeder"):
+        function = by_code.get(name, (None, {}))[1]
+        if function.get("Properties", {}).get("RecursiveLoop") != "Allow":
+            problems.append(f"{name}: RecursiveLoop must be Allow (it feeds the queue that triggers it)")
     return problems
 
 
@@ -334,7 +344,7 @@ def check_environment(template):
             problems.append(f"{logical}: sets variables {name} does not read: {sorted(unread)}")
         if missing:
             problems.append(f"{logical}: lacks variables {name} reads: {sorted(missing)}")
-    unset = wanted - used
+    unset = wanted - used - ENV_CLI_ONLY
     if unset:
         problems.append(f"settings.rs names no function gets: {sorted(unset)}")
     return problems
@@ -429,10 +439,10 @@ def check_stack_queues(template):
     queues = cfn.resources_of_type(template, "AWS::SQS::Queue")
     dlqs = dead_letter_queues(template)
     sources = [logical for logical in queues if logical not in dlqs]
-    if len(sources) != 2 or len(dlqs) != 2:
+    if len(sources) != 3 or len(dlqs) != 3:
         problems.append(
             f"the template has queues {sorted(sources)} with dead-letter queues {sorted(dlqs)}; "
-            "stack.rs makes two of each"
+            "stack.rs makes three of each"
         )
     for logical, queue in queues.items():
         props = queue.get("Properties", {})
@@ -448,6 +458,113 @@ def check_stack_queues(template):
                 f"{logical}: maxReceiveCount {redrive.get('maxReceiveCount')} != stack.rs "
                 f"MAX_RECEIVE_COUNT {constants['MAX_RECEIVE_COUNT']}"
             )
+    return problems
+
+
+def check_outputs(template):
+    """`trawl --stack` reads the variables from the outputs stack.rs lists (OUTPUT_VARIABLES):
+    each must exist, and give what the template gives the functions under that variable."""
+    text = STACK_RS.read_text(encoding="utf-8")
+    consts = dict(re.findall(r'pub const (ENV_\w+)\s*:\s*&str\s*=\s*"([^"]+)"',
+                             SETTINGS_RS.read_text(encoding="utf-8")))
+    block = re.search(r"pub const OUTPUT_VARIABLES[^=]*=\s*\[(.*?)\];", text, re.S)
+    if block is None:
+        return [f"{STACK_RS}: OUTPUT_VARIABLES not found"]
+    pairs = re.findall(r'\("(\w+)",\s*(ENV_\w+)\)', block.group(1))
+    if not pairs:
+        return [f"{STACK_RS}: OUTPUT_VARIABLES lists nothing"]
+    given = {}
+    for _, function in function_by_code(template).values():
+        for var, value in cfn.function_environment(template, function).items():
+            given[var] = value
+    problems = []
+    outputs = template.get("Outputs", {})
+    for output, const in pairs:
+        variable = consts.get(const, const)
+        if output not in outputs:
+            problems.append(f"no output {output} (stack.rs reads {variable} from it)")
+        elif variable in given and outputs[output].get("Value") != given[variable]:
+            problems.append(
+                f"output {output} is {outputs[output].get('Value')!r}; the functions get "
+                f"{variable} = {given[variable]!r}"
+            )
+    return problems
+
+
+def emitted_metrics():
+    """{(metric name, dimensions)} of the sample EMF lines, each line checked against the EMF
+    schema; raises ValueError on a line that does not conform."""
+    import jsonschema
+
+    schema = json.loads(EMF_SCHEMA.read_text(encoding="utf-8"))
+    emitted = set()
+    for line in EMF_SAMPLES.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        jsonschema.validate(record, schema)
+        for directive in record["_aws"]["CloudWatchMetrics"]:
+            for dimensions in directive["Dimensions"]:
+                missing = [d for d in dimensions if not isinstance(record.get(d), str)]
+                if missing:
+                    raise ValueError(f"EMF line without dimension values {missing}: {line}")
+                for metric in directive["Metrics"]:
+                    value = record.get(metric["Name"])
+                    values = value if isinstance(value, list) else [value]
+                    if not values or len(values) > 100 or not all(isinstance(v, (int, float)) for v in values):
+                        raise ValueError(f"EMF line without a value for {metric['Name']}: {line}")
+                    emitted.add((directive["Namespace"], metric["Name"], tuple(dimensions)))
+    return emitted
+
+
+def dashboard_body(template):
+    dashboards = cfn.resources_of_type(template, "AWS::CloudWatch::Dashboard")
+    if len(dashboards) != 1:
+        raise ValueError(f"expected one dashboard, found {len(dashboards)}")
+    body = next(iter(dashboards.values()))["Properties"]["DashboardBody"]
+    return json.loads(body["Fn::Sub"] if isinstance(body, dict) else body)
+
+
+def dashboard_metrics(body):
+    """{(namespace, metric, dimensions)} of SEARCH expressions, and [metric array] of the rest."""
+    searched, listed = set(), []
+    for widget in body.get("widgets", []):
+        for metric in widget.get("properties", {}).get("metrics", []):
+            for item in metric:
+                if isinstance(item, dict) and "expression" in item:
+                    for namespace, dims, name in SEARCH.findall(item["expression"]):
+                        searched.add((namespace, name, tuple(dims.split(","))))
+            if metric and isinstance(metric[0], str):
+                listed.append(metric)
+    return searched, listed
+
+
+def check_dashboard(template):
+    """The dashboard shows every metric the functions emit, by the dimensions they emit it
+    with, and nothing else of namespace trawl; every queue's depth and age; each function's
+    duration, throttles and concurrency; the table's throttles. Its body is infra/dashboard.json."""
+    body = dashboard_body(template)
+    problems = []
+    if body != json.loads(DASHBOARD_JSON.read_text(encoding="utf-8")):
+        problems.append("the template's DashboardBody differs from infra/dashboard.json")
+    emitted = emitted_metrics()
+    searched, listed = dashboard_metrics(body)
+    for namespace, name, dims in sorted(searched - emitted):
+        problems.append(f"dashboard shows {namespace}/{name} by {dims}, which no function emits")
+    shown = {name for _, name, _ in searched}
+    for _, name, _ in sorted(emitted):
+        if name not in shown:
+            problems.append(f"the functions emit {name}, which the dashboard does not show")
+    refs = {(m[1], m[3]) for m in listed if len(m) >= 4}
+    for logical in cfn.resources_of_type(template, "AWS::SQS::Queue"):
+        for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
+            if (metric, "${%s.QueueName}" % logical) not in refs:
+                problems.append(f"dashboard lacks {metric} of {logical}")
+    for logical, _ in function_by_code(template).values():
+        for metric in ("Duration", "Throttles", "ConcurrentExecutions"):
+            if (metric, "${%s}" % logical) not in refs:
+                problems.append(f"dashboard lacks {metric} of {logical}")
+    for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        if (metric, "${Table}") not in refs:
+            problems.append(f"dashboard lacks the table's {metric}")
     return problems
 
 
@@ -510,8 +627,10 @@ CHECKS = [
     ("table, status-index and host-index", check_table),
     ("indexes == the DynamoDB adapter's schema.rs", check_adapter_schema),
     ("queues == create_stack's (stack.rs)", check_stack_queues),
+    ("outputs that --stack reads (stack.rs)", check_outputs),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("alarms", check_alarms),
+    ("dashboard == the functions' EMF metrics (schema-checked), queues, Lambda, DynamoDB", check_dashboard),
 ]
 
 
@@ -591,6 +710,36 @@ def _schedule_input(t):
     function_by_code(t)["sweeper"][1]["Properties"]["Events"]["Schedule"]["Properties"]["Input"] = '{"source": "x"}'
 
 
+def _output_missing(t):
+    del t["Outputs"]["SeedQueueUrl"]
+
+
+def _output_elsewhere(t):
+    t["Outputs"]["TableName"]["Value"] = {"Ref": "Bucket"}
+
+
+def _dashboard_body(t, edit):
+    dashboard = t["Resources"]["Dashboard"]["Properties"]
+    body = json.loads(dashboard["DashboardBody"]["Fn::Sub"])
+    edit(body)
+    dashboard["DashboardBody"]["Fn::Sub"] = json.dumps(body)
+
+
+def _dashboard_renamed_metric(t):
+    def edit(body):
+        metric = body["widgets"][0]["properties"]["metrics"][0][0]
+        metric["expression"] = metric["expression"].replace("PagesFetched", "PagesFetchd")
+    _dashboard_body(t, edit)
+
+
+def _dashboard_no_seed_queue(t):
+    def edit(body):
+        for widget in body["widgets"]:
+            metrics = widget["properties"]["metrics"]
+            widget["properties"]["metrics"] = [m for m in metrics if "${SeedQueue.QueueName}" not in m]
+    _dashboard_body(t, edit)
+
+
 def _no_throttle_alarm(t):
     del t["Resources"]["CrawlerThrottlesAlarm"]
 
@@ -613,6 +762,10 @@ BROKEN = [
     ("a maxReceiveCount unlike stack.rs", _dead_letter_receives, check_stack_queues),
     ("a schedule Input unlike the event file", _schedule_input, check_sweeper_schedule),
     ("no Throttles alarm", _no_throttle_alarm, check_alarms),
+    ("no SeedQueueUrl output", _output_missing, check_outputs),
+    ("a dashboard metric no function emits", _dashboard_renamed_metric, check_dashboard),
+    ("a dashboard without the seed queue", _dashboard_no_seed_queue, check_dashboard),
+    ("a TableName output naming the bucket", _output_elsewhere, check_outputs),
 ]
 
 

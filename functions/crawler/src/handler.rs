@@ -4,13 +4,21 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use trawl_core::blob::BlobStore;
-use trawl_core::crawler::{Crawler, Disposition, MessageResult};
-use trawl_core::queue::{Received, WorkQueue};
+use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
+use trawl_core::fetch::FetchStats;
+use trawl_core::queue::{Received, WorkMessage, WorkQueue};
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::task::{Millis, now_ms};
+use trawl_lambda::metrics::{Metric, OUTCOME, Record};
 use trawl_lambda::{HandlerError, work_deadline};
+
+/// The `Function` dimension of its metrics.
+const FUNCTION: &str = "crawler";
 
 /// Nothing kept back from the Lambda deadline here: the crawler itself starts no fetch that could
 /// not finish before it (the crawl's fetch timeout plus a margin) and hands those messages back.
@@ -34,6 +42,7 @@ where
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN).map(|d| d.into_std());
+        let started = std::time::Instant::now();
         let mut batch = Vec::with_capacity(event.payload.records.len());
         for (i, record) in event.payload.records.into_iter().enumerate() {
             let (Some(message_id), Some(receipt)) = (record.message_id, record.receipt_handle)
@@ -48,9 +57,107 @@ where
                 body: record.body.unwrap_or_default(),
             });
         }
+        let crawls = crawls_of(&batch);
         let results = self.crawler.process_batch(batch, deadline).await;
+        let elapsed_ms = started.elapsed().as_millis() as f64;
+        let fetches = self.crawler.fetcher().take_stats();
+        for record in batch_metrics(&crawls, &results, &fetches, elapsed_ms, now_ms()) {
+            record.emit();
+        }
         Ok(respond(self.crawler.queue(), results).await)
     }
+}
+
+/// The crawl of each message (by message id); malformed messages have none.
+fn crawls_of(batch: &[Received]) -> HashMap<String, CrawlId> {
+    batch
+        .iter()
+        .filter_map(|r| {
+            let message = serde_json::from_str::<WorkMessage>(&r.body).ok()?;
+            Some((r.message_id.clone(), message.crawl_id))
+        })
+        .collect()
+}
+
+/// The outcome's name in the `Outcome` dimension.
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Succeeded { .. } => "succeeded",
+        Outcome::Unchanged => "unchanged",
+        Outcome::Redirected => "redirected",
+        Outcome::Retrying => "retrying",
+        Outcome::GaveUp => "gave_up",
+        Outcome::Snoozed => "snoozed",
+        Outcome::Skipped => "skipped",
+        Outcome::Malformed => "malformed",
+        Outcome::Error => "error",
+    }
+}
+
+/// Where fetches go when a batch held several crawls' turns (the fetcher counts per batch).
+const MIXED_CRAWLS: &str = "(several)";
+
+/// The batch's metrics, one record per crawl: pages and bytes fetched, tasks by outcome, snoozes,
+/// messages handed back, and the batch's duration; the fetches by status or error kind, and their
+/// latencies, go to the batch's crawl (or to [`MIXED_CRAWLS`]).
+fn batch_metrics(
+    crawls: &HashMap<String, CrawlId>,
+    results: &[MessageResult],
+    fetches: &FetchStats,
+    elapsed_ms: f64,
+    now: Millis,
+) -> Vec<Record> {
+    let mut records: Vec<Record> = Vec::new();
+    for result in results {
+        let Some(crawl_id) = crawls.get(&result.message_id) else {
+            continue;
+        };
+        let index = match records
+            .iter()
+            .position(|r| r.crawl_id() == crawl_id.as_str())
+        {
+            Some(index) => index,
+            None => {
+                let mut record = Record::new(FUNCTION, crawl_id.as_str(), now);
+                record.add(Metric::BatchDuration, elapsed_ms);
+                records.push(record);
+                records.len() - 1
+            }
+        };
+        let record = &mut records[index];
+        let handed_back = !matches!(result.disposition, Disposition::Done);
+        record.add(Metric::MessagesHandedBack, f64::from(u8::from(handed_back)));
+        for outcome in &result.outcomes {
+            let (pages, bytes) = match outcome {
+                Outcome::Succeeded { bytes, .. } => (1.0, *bytes as f64),
+                Outcome::Unchanged | Outcome::Redirected => (1.0, 0.0),
+                _ => (0.0, 0.0),
+            };
+            record
+                .add(Metric::PagesFetched, pages)
+                .add(Metric::BytesFetched, bytes)
+                .add(
+                    Metric::HostSnoozes,
+                    f64::from(u8::from(*outcome == Outcome::Snoozed)),
+                )
+                .add_kind(OUTCOME, Metric::TaskOutcomes, outcome_name(outcome), 1.0);
+        }
+    }
+    if fetches.fetches > 0 {
+        let fetched = match records.as_mut_slice() {
+            [only] => only,
+            _ => {
+                records.push(Record::new(FUNCTION, MIXED_CRAWLS, now));
+                let last = records.len() - 1;
+                &mut records[last]
+            }
+        };
+        fetched.add_samples(Metric::FetchLatency, &fetches.latencies_ms);
+        for (outcome, count) in &fetches.outcomes {
+            fetched.add_kind(OUTCOME, Metric::FetchOutcomes, outcome, *count as f64);
+        }
+    }
+    records
 }
 
 /// Turns dispositions into the batch response, setting the delay of messages that come back.
@@ -163,6 +270,94 @@ mod tests {
             assert_eq!(task.errors[0].kind, ErrorKind::Blocked);
         }
         assert!(handler.crawler.blobs().list("").await.unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_batch_s_metrics_count_pages_bytes_outcomes_and_messages_handed_back_per_crawl() {
+        // GIVEN a batch of two crawls' turns: one stored 2 pages (one unchanged) and snoozed a
+        // task, one came back to retry later; and a malformed message of no crawl
+        let result = |id: &str, disposition, outcomes: Vec<Outcome>| MessageResult {
+            message_id: id.into(),
+            receipt: String::new(),
+            disposition,
+            outcomes,
+        };
+        let results = [
+            result(
+                "m1",
+                Disposition::Done,
+                vec![
+                    Outcome::Succeeded {
+                        bytes: 100,
+                        put: true,
+                    },
+                    Outcome::Unchanged,
+                    Outcome::Snoozed,
+                ],
+            ),
+            result("m2", Disposition::RetryAfter(1_000), vec![Outcome::Error]),
+            result(
+                "m3",
+                Disposition::Reject("x".into()),
+                vec![Outcome::Malformed],
+            ),
+        ];
+        let crawls = HashMap::from([
+            ("m1".to_owned(), CrawlId::parse("a").unwrap()),
+            ("m2".to_owned(), CrawlId::parse("b").unwrap()),
+        ]);
+
+        // WHEN its metrics are made, with the batch's fetches
+        let fetches = FetchStats {
+            outcomes: [("200".to_owned(), 2), ("error:timeout".to_owned(), 1)].into(),
+            latencies_ms: vec![10.0, 20.0, 30.0],
+            fetches: 3,
+        };
+        let records = batch_metrics(&crawls, &results, &fetches, 250.0, 1_000);
+
+        // THEN each crawl has its own, and the malformed message counts for none; the fetches of
+        // two crawls' batch go to neither
+        let lines: Vec<Vec<serde_json::Value>> = records.iter().map(|r| r.lines()).collect();
+        assert_eq!(lines.len(), 3);
+        let mixed = &lines[2];
+        assert_eq!(mixed[0]["CrawlId"], MIXED_CRAWLS);
+        assert_eq!(
+            mixed[0]["FetchLatency"],
+            serde_json::json!([10.0, 20.0, 30.0])
+        );
+        assert_eq!(
+            (
+                mixed[1]["Outcome"].as_str(),
+                mixed[1]["FetchOutcomes"].as_f64()
+            ),
+            (Some("200"), Some(2.0))
+        );
+        assert_eq!(mixed[2]["Outcome"], "error:timeout");
+        let a = &lines[0][0];
+        assert_eq!(
+            (a["CrawlId"].as_str(), a["Function"].as_str()),
+            (Some("a"), Some("crawler"))
+        );
+        assert_eq!(a["PagesFetched"], 2.0);
+        assert_eq!(a["BytesFetched"], 100.0);
+        assert_eq!(a["HostSnoozes"], 1.0);
+        assert_eq!(a["MessagesHandedBack"], 0.0);
+        assert_eq!(a["BatchDuration"], 250.0);
+        let outcomes: Vec<(&str, f64)> = lines[0][1..]
+            .iter()
+            .map(|l| {
+                (
+                    l["Outcome"].as_str().unwrap(),
+                    l["TaskOutcomes"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [("succeeded", 1.0), ("unchanged", 1.0), ("snoozed", 1.0)]
+        );
+        assert_eq!(lines[1][0]["MessagesHandedBack"], 1.0);
+        assert_eq!(lines[1][1]["Outcome"], "error");
     }
 
     #[tokio::test]

@@ -1,8 +1,6 @@
 //! The crawler Lambda (wiring only; the logic is in `trawl_core::crawler`, the glue in `handler`).
 
-mod handler;
-
-use handler::Handler;
+use crawler::handler::Handler;
 use lambda_runtime::{Error, run, service_fn};
 use std::sync::Arc;
 use trawl_aws::clients::{Clients, load_config};

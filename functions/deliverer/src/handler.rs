@@ -153,7 +153,8 @@ where
         now: Millis,
         deadline: Option<Instant>,
     ) -> Result<Delivery, DeliverError> {
-        Deliverer {
+        let started = std::time::Instant::now();
+        let delivery = Deliverer {
             store: &self.store,
             blobs: &self.blobs,
             layout: &self.layout,
@@ -162,7 +163,14 @@ where
             limits: self.limits,
         }
         .deliver_until(&request.crawl_id, request.generation, now, deadline)
-        .await
+        .await?;
+        if let Delivery::Done(report) = &delivery {
+            let elapsed_ms = started.elapsed().as_millis() as f64;
+            if let Some(record) = trawl_lambda::metrics::delivery(report, elapsed_ms, now) {
+                record.emit();
+            }
+        }
+        Ok(delivery)
     }
 
     /// Queues the continuation of a paused delivery. Its checkpoint is in the bucket whether

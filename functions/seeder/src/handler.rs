@@ -1,47 +1,135 @@
-//! The seeder's glue: a seed request in, a response with counts (and a cursor when unfinished)
-//! or a typed error out.
+//! The seeder's glue. Two events:
+//! - a seed-queue batch (`trawl submit`, or its own continuation): each record's request is
+//!   seeded until the deadline; an unfinished one sends its continuation (the same request with
+//!   the cursor) to the seed queue, so any source seeds itself to the end. A record that fails
+//!   (or whose continuation cannot be sent) is reported back and comes again: seeding is
+//!   idempotent, so nothing is seeded twice.
+//! - a direct invocation with one seed request: answered with the counts, and the cursor when
+//!   unfinished (the caller continues with it).
 
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
+use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::WorkQueue;
 use trawl_core::seed::{
-    ManifestSource, SeedBudget, SeedDefaults, SeedRequest, SeedResponse, Seeder,
+    ManifestSource, SeedBudget, SeedDefaults, SeedQueue, SeedRequest, SeedResponse, Seeder,
 };
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
-use trawl_lambda::{HandlerError, work_deadline};
+use trawl_lambda::{HandlerError, metrics, work_deadline};
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
 
 /// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
 #[derive(Clone)]
-pub struct Handler<S, Q, M> {
+pub struct Handler<S, Q, M, P> {
     pub store: S,
     pub queue: Q,
     pub fetcher: Arc<Fetcher>,
     pub manifests: M,
     pub defaults: SeedDefaults,
+    /// Where unfinished seeds from the seed queue go on.
+    pub seeds: P,
     /// The counters the adapters share.
     pub calls: Arc<CallCounts>,
 }
 
-impl<S, Q, M> Handler<S, Q, M>
+/// What the function answers.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum SeederResponse {
+    /// To the seed queue: the records to retry (ReportBatchItemFailures).
+    Batch(SqsBatchResponse),
+    /// To a direct caller: what was seeded, and the cursor when unfinished.
+    Seeded(Box<SeedResponse>),
+}
+
+impl<S, Q, M, P> Handler<S, Q, M, P>
 where
     S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
     M: ManifestSource,
+    P: SeedQueue,
 {
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
-    ) -> Result<SeedResponse, HandlerError> {
+    ) -> Result<SeederResponse, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
-        self.seed(event.payload, deadline, now_ms()).await
+        // Boxed: the seeder's future is large, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.dispatch(event.payload, deadline, now_ms())).await
+    }
+
+    /// A seed-queue batch or a direct request (told apart by the batch's `Records`).
+    pub async fn dispatch(
+        &self,
+        payload: serde_json::Value,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> Result<SeederResponse, HandlerError> {
+        if payload.get("Records").is_none() {
+            let response = self.seed(payload, deadline, now).await?;
+            return Ok(SeederResponse::Seeded(Box::new(response)));
+        }
+        let event: SqsEvent = serde_json::from_value(payload)
+            .map_err(|e| HandlerError::invalid(format!("malformed SQS event: {e}")))?;
+        let mut response = SqsBatchResponse::default();
+        for record in &event.records {
+            if !self.seed_record(record, deadline, now).await {
+                // An empty id makes Lambda retry the whole batch: still no record lost.
+                response.add_failure(record.message_id.clone().unwrap_or_default());
+            }
+        }
+        Ok(SeederResponse::Batch(response))
+    }
+
+    /// Seeds one seed-queue record, sending its continuation when unfinished; false when the
+    /// record must come back (or, after the queue's retries, go to its dead-letter queue).
+    async fn seed_record(
+        &self,
+        record: &SqsMessage,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> bool {
+        let id = record.message_id.as_deref().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or_default();
+        let request = match serde_json::from_str(body)
+            .map_err(|e| e.to_string())
+            .and_then(|value| SeedRequest::from_json(value).map_err(|e| e.to_string()))
+        {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::error!(message_id = id, error = %e, "malformed seed message");
+                return false;
+            }
+        };
+        let mut next = request.clone();
+        // Failures are logged by `seed_request`.
+        let Ok(response) = self.seed_request(request, deadline, now).await else {
+            return false;
+        };
+        let Some(cursor) = response.cursor else {
+            return true;
+        };
+        next.cursor = Some(cursor);
+        match self.seeds.send(&next).await {
+            Ok(()) => {
+                metrics::seed_continued(next.crawl_id.as_str(), now).emit();
+                tracing::info!(message_id = id, crawl_id = %next.crawl_id, "seed continues in a new message");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(message_id = id, error = %e, "could not send the seed's continuation");
+                false
+            }
+        }
     }
 
     /// Handles one seed request, stopping at `deadline` with a cursor when unfinished.
@@ -54,6 +142,15 @@ where
         let request = SeedRequest::from_json(event).inspect_err(|e| {
             tracing::warn!(error = %e, "malformed seed request");
         })?;
+        self.seed_request(request, deadline, now).await
+    }
+
+    async fn seed_request(
+        &self,
+        request: SeedRequest,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> Result<SeedResponse, HandlerError> {
         let crawl_id = request.crawl_id.to_string();
         let budget = SeedBudget {
             deadline,
@@ -80,6 +177,7 @@ where
                     unfinished = response.cursor.is_some(),
                     "seeded"
                 );
+                metrics::seed(&response, now).emit();
                 Ok(response)
             }
             Err(e) => {
@@ -98,7 +196,7 @@ mod tests {
     use std::sync::Arc;
     use trawl_core::fetch::Fetcher;
     use trawl_core::queue::local::LocalQueue;
-    use trawl_core::seed::{ManifestError, OpenManifest, SeedDefaults, SeedSource};
+    use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
     use trawl_core::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::CrawlId;
@@ -107,6 +205,7 @@ mod tests {
     const S3: &str = include_str!("../../../events/seeder-s3.json");
     const SITEMAP: &str = include_str!("../../../events/seeder-sitemap.json");
     const PAGINATION: &str = include_str!("../../../events/seeder-pagination.json");
+    const SEED_QUEUE: &str = include_str!("../../../events/seeder-sqs.json");
 
     /// Manifests served from memory, keyed by (bucket, key).
     #[derive(Default)]
@@ -136,7 +235,7 @@ mod tests {
         }
     }
 
-    type TestHandler = Handler<MemoryStore, LocalQueue, MemoryManifests>;
+    type TestHandler = Handler<MemoryStore, LocalQueue, MemoryManifests, LocalSeedQueue>;
 
     fn handler() -> TestHandler {
         let calls = Arc::new(CallCounts::default());
@@ -146,8 +245,16 @@ mod tests {
             fetcher: Arc::new(Fetcher::new("").unwrap()),
             manifests: MemoryManifests::default(),
             defaults: SeedDefaults::default(),
+            seeds: LocalSeedQueue::default(),
             calls,
         }
+    }
+
+    /// `body` as the seed queue delivers it to Lambda.
+    fn seed_queue_event(body: &str) -> serde_json::Value {
+        let mut event: serde_json::Value = serde_json::from_str(SEED_QUEUE).unwrap();
+        event["Records"][0]["body"] = body.into();
+        event
     }
 
     async fn run(handler: &TestHandler, event: &str) -> Result<SeedResponse, HandlerError> {
@@ -228,12 +335,67 @@ mod tests {
 
             // WHEN the pagination event arrives
             let event = LambdaEvent::new(serde_json::from_str(PAGINATION).unwrap(), context);
-            let response = handler.handle(event).await.unwrap();
+            let SeederResponse::Seeded(response) = handler.handle(event).await.unwrap() else {
+                panic!("a direct request gets the seed's response");
+            };
 
             // THEN every page is seeded at once: no cursor to come back with
             assert_eq!(response.accepted, 23, "deadline {deadline}");
             assert!(response.cursor.is_none(), "deadline {deadline}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_queued_seed_past_its_deadline_continues_through_the_seed_queue_to_the_end() {
+        // GIVEN the seed-queue sample event, and an invocation whose deadline has passed (so
+        // each one seeds a single URL before it must stop)
+        let handler = handler();
+        let sample: serde_json::Value = serde_json::from_str(SEED_QUEUE).unwrap();
+        let body = sample["Records"][0]["body"].as_str().unwrap().to_owned();
+        let mut pending = vec![body];
+        let mut invocations = 0;
+
+        // WHEN each message the seeder sends to its queue is delivered back to it, as the
+        // event source mapping would (bounded: 23 URLs need 23 invocations)
+        while let Some(body) = pending.pop() {
+            invocations += 1;
+            assert!(invocations <= 30, "the seed never ends");
+            let response = handler
+                .dispatch(seed_queue_event(&body), Some(Instant::now()), 1_000)
+                .await
+                .unwrap();
+            let SeederResponse::Batch(batch) = response else {
+                panic!("a queue event gets a batch response");
+            };
+            assert!(batch.batch_item_failures.is_empty());
+            pending.extend(
+                handler
+                    .seeds
+                    .take()
+                    .iter()
+                    .map(|r| serde_json::to_string(r).unwrap()),
+            );
+        }
+
+        // THEN every page of the template was seeded, once, and nothing is left to send
+        let id = CrawlId::parse("example-listing").unwrap();
+        let hosts = handler.store.list_hosts(&id, None, 10).await.unwrap().hosts;
+        assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 23);
+        assert!(invocations > 1, "the deadline split the seed");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_seed_message_is_reported_back_not_acknowledged() {
+        let handler = handler();
+        let response = handler
+            .dispatch(seed_queue_event("{\"crawl_id\": \"bad id!\"}"), None, 1_000)
+            .await
+            .unwrap();
+        let SeederResponse::Batch(batch) = response else {
+            panic!("a queue event gets a batch response");
+        };
+        assert_eq!(batch.batch_item_failures.len(), 1);
+        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
     }
 
     #[test]

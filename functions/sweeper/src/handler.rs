@@ -132,6 +132,7 @@ where
                 completed = r.completed,
                 "swept"
             );
+            trawl_lambda::metrics::sweep(r, now).emit();
         }
         Ok(summary)
     }

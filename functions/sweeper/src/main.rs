@@ -1,10 +1,8 @@
 //! The sweeper Lambda (wiring only; the logic is in `trawl_core::sweep`, the glue in `handler`).
 
-mod handler;
-
-use handler::Handler;
 use lambda_runtime::{Error, run, service_fn};
 use std::sync::Arc;
+use sweeper::handler::Handler;
 use trawl_aws::clients::{Clients, load_config};
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::settings::{FromEnv, SweeperSettings};

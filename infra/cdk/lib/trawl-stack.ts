@@ -42,6 +42,8 @@ const VISIBILITY_PER_TIMEOUT = 6;
 
 // The deliverer's timeout (seconds); the delivery queue's visibility timeout is 6x it.
 const DELIVERER_TIMEOUT = 900;
+// The seeder's timeout (seconds); the seed queue's visibility timeout is 6x it.
+const SEEDER_TIMEOUT = 300;
 
 const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
@@ -266,6 +268,20 @@ export class TrawlStack extends Stack {
     });
     samLogicalId(deliveryQueue, 'DeliveryQueue');
 
+    const seedDeadLetterQueue = new sqs.Queue(this, 'SeedDeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      retentionPeriod: DLQ_RETENTION,
+    });
+    samLogicalId(seedDeadLetterQueue, 'SeedDeadLetterQueue');
+
+    const seedQueue = new sqs.Queue(this, 'SeedQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      visibilityTimeout: Duration.seconds(VISIBILITY_PER_TIMEOUT * SEEDER_TIMEOUT),
+      retentionPeriod: QUEUE_RETENTION,
+      deadLetterQueue: { queue: seedDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
+    });
+    samLogicalId(seedQueue, 'SeedQueue');
+
     // ------------------------------------------------------------ functions
     // Read by every function. Each function adds exactly the other variables its settings struct
     // reads (shared/aws/src/settings.rs; infra/tests/test_template.py checks the SAM template).
@@ -323,10 +339,15 @@ export class TrawlStack extends Stack {
     };
 
     const seeder = rustFunction('seeder', {
-      description: 'Starts a crawl from a seed request or an S3 manifest (invoked directly).',
-      timeout: Duration.seconds(300),
+      description:
+        'Starts a crawl from a seed request or an S3 manifest (seed queue, or invoked directly).',
+      timeout: Duration.seconds(SEEDER_TIMEOUT),
+      // Deliberate: a seed that reaches the deadline sends its continuation to the seed queue
+      // that triggers it; the loop ends with the source (each continuation starts further on).
+      recursiveLoop: lambda.RecursiveLoop.ALLOW,
       environment: {
         TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+        TRAWL_SEED_QUEUE_URL: seedQueue.queueUrl,
         TRAWL_USER_AGENT: userAgent.valueAsString,
         TRAWL_PER_HOST: perHost.valueAsString,
       },
@@ -380,6 +401,14 @@ export class TrawlStack extends Stack {
       'dynamodb:Query',
     );
     crawlQueue.grant(seeder.role, 'sqs:SendMessage');
+    // Its own continuations, and the seed queue's event source mapping.
+    seedQueue.grant(
+      seeder.role,
+      'sqs:SendMessage',
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+      'sqs:GetQueueAttributes',
+    );
     seeder.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         actions: ['s3:GetObject'],
@@ -471,6 +500,13 @@ export class TrawlStack extends Stack {
       reportBatchItemFailures: true,
     });
     samLogicalId(delivererTrigger, 'DelivererFunctionDeliveryQueue');
+    // One request per invocation: each may take the whole timeout.
+    const seederTrigger = seeder.fn.addEventSourceMapping('SeedQueue', {
+      eventSourceArn: seedQueue.queueArn,
+      batchSize: 1,
+      reportBatchItemFailures: true,
+    });
+    samLogicalId(seederTrigger, 'SeederFunctionSeedQueue');
 
     // The sweeper's schedule input is events/sweeper-schedule.json itself (the file that
     // `cargo lambda invoke sweeper` uses), so the two cannot differ.
@@ -536,6 +572,14 @@ export class TrawlStack extends Stack {
       }),
     );
     alarm(
+      'SeedDeadLetterAlarm',
+      'Seed requests reached the seed dead-letter queue.',
+      seedDeadLetterQueue.metricApproximateNumberOfMessagesVisible({
+        statistic: 'Maximum',
+        period,
+      }),
+    );
+    alarm(
       'CrawlerErrorsAlarm',
       'The crawler failed whole invocations (per-message failures are not counted here).',
       crawler.fn.metricErrors({ statistic: 'Sum', period }),
@@ -546,10 +590,22 @@ export class TrawlStack extends Stack {
       crawler.fn.metricThrottles({ statistic: 'Sum', period }),
     );
 
+    // ------------------------------------------------------------ dashboard
+    // The body is infra/dashboard.json itself (the SAM template holds it compacted; infra/tests
+    // check both): the functions' EMF metrics, queues, Lambda and DynamoDB.
+    const dashboardBody = JSON.stringify(
+      JSON.parse(readFileSync(join(REPO_ROOT, 'infra', 'dashboard.json'), 'utf8')),
+    );
+    const dashboard = new cloudwatch.CfnDashboard(this, 'Dashboard', {
+      dashboardBody: Fn.sub(dashboardBody),
+    });
+    dashboard.overrideLogicalId('Dashboard');
+
     // ------------------------------------------------------------ outputs
     const output = (id: string, value: string, description?: string): void => {
       new CfnOutput(this, id, { value, description });
     };
+    output('DashboardName', dashboard.ref, 'The CloudWatch dashboard of this stack.');
     output('TableName', table.tableName, 'DynamoDB table (TRAWL_TABLE).');
     output('BucketName', bucket.bucketName, 'S3 bucket (TRAWL_BUCKET).');
     output('CrawlQueueUrl', crawlQueue.queueUrl, 'Crawl queue (TRAWL_QUEUE_URL).');
@@ -560,7 +616,19 @@ export class TrawlStack extends Stack {
       deliveryDeadLetterQueue.queueUrl,
       'Delivery dead-letter queue.',
     );
-    output('SeederFunctionName', seeder.fn.functionName, 'Invoke this to start a crawl.');
+    output(
+      'SeedQueueUrl',
+      seedQueue.queueUrl,
+      'Seed queue (TRAWL_SEED_QUEUE_URL); `trawl submit` sends seed requests to it.',
+    );
+    output('SeedDeadLetterQueueUrl', seedDeadLetterQueue.queueUrl, 'Seed dead-letter queue.');
+    output('ShardCount', shards.valueAsString, 'Status-index shards (TRAWL_SHARDS).');
+    output('KeyPrefix', prefix.valueAsString, 'Key prefix in the bucket (TRAWL_PREFIX).');
+    output(
+      'SeederFunctionName',
+      seeder.fn.functionName,
+      'The seeder (triggered by the seed queue; may also be invoked directly).',
+    );
     output('CrawlerFunctionName', crawler.fn.functionName);
     output('SweeperFunctionName', sweeper.fn.functionName);
     output('DelivererFunctionName', deliverer.fn.functionName);

@@ -3,7 +3,9 @@
 //! The SDK reads `AWS_ENDPOINT_URL` (and per-service variants) itself, so pointing trawl at moto
 //! or LocalStack needs no code path of its own; S3 then needs path-style addressing.
 
-use aws_config::{BehaviorVersion, SdkConfig};
+pub use aws_config::SdkConfig;
+
+use aws_config::BehaviorVersion;
 
 /// Loads region, credentials and endpoint from the environment (the default provider chain).
 pub async fn load_config() -> SdkConfig {

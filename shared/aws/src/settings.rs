@@ -16,6 +16,11 @@ pub const ENV_PREFIX: &str = "TRAWL_PREFIX";
 pub const ENV_QUEUE_URL: &str = "TRAWL_QUEUE_URL";
 /// URL of the queue that triggers the deliverer when a crawl completes.
 pub const ENV_DELIVERY_QUEUE_URL: &str = "TRAWL_DELIVERY_QUEUE_URL";
+/// URL of the queue that triggers the seeder (seed requests and their continuations).
+pub const ENV_SEED_QUEUE_URL: &str = "TRAWL_SEED_QUEUE_URL";
+/// CloudFormation stack whose outputs name the resources `trawl --backend aws` uses (optional;
+/// the variables above, when set, take precedence over its outputs).
+pub const ENV_STACK: &str = "TRAWL_STACK";
 /// Number of status-index shards per crawl and status (optional, default 4).
 pub const ENV_SHARDS: &str = "TRAWL_SHARDS";
 /// Messages processed at once inside one crawler batch (optional, default 10).
@@ -98,6 +103,8 @@ pub struct SeederSettings {
     pub table: String,
     pub shards: u32,
     pub queue_url: String,
+    /// The seed queue that triggers it, where an unfinished seed sends its continuation.
+    pub seed_queue_url: String,
     pub default_user_agent: Option<String>,
     pub default_per_host: u32,
 }
@@ -107,6 +114,7 @@ impl FromEnv for SeederSettings {
         ENV_TABLE,
         ENV_SHARDS,
         ENV_QUEUE_URL,
+        ENV_SEED_QUEUE_URL,
         ENV_USER_AGENT,
         ENV_PER_HOST,
     ];
@@ -116,6 +124,7 @@ impl FromEnv for SeederSettings {
             table: env.required(ENV_TABLE)?,
             shards: env.shards()?,
             queue_url: env.required(ENV_QUEUE_URL)?,
+            seed_queue_url: env.required(ENV_SEED_QUEUE_URL)?,
             default_user_agent: env.optional(ENV_USER_AGENT),
             default_per_host: env.number(ENV_PER_HOST, u64::from(DEFAULT_PER_HOST), 64)? as u32,
         })
@@ -215,7 +224,7 @@ impl FromEnv for DelivererSettings {
 }
 
 /// `trawl --backend aws`: the table, the bucket and the crawl queue (it delivers in-process;
-/// crawl defaults come from its command line).
+/// crawl defaults come from its command line), and the seed queue for `trawl submit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliSettings {
     pub table: String,
@@ -223,11 +232,19 @@ pub struct CliSettings {
     pub bucket: String,
     pub prefix: String,
     pub queue_url: String,
+    /// Only `trawl submit` sends to it; it says so when it is missing.
+    pub seed_queue_url: Option<String>,
 }
 
 impl FromEnv for CliSettings {
-    const VARIABLES: &'static [&'static str] =
-        &[ENV_TABLE, ENV_SHARDS, ENV_BUCKET, ENV_PREFIX, ENV_QUEUE_URL];
+    const VARIABLES: &'static [&'static str] = &[
+        ENV_TABLE,
+        ENV_SHARDS,
+        ENV_BUCKET,
+        ENV_PREFIX,
+        ENV_QUEUE_URL,
+        ENV_SEED_QUEUE_URL,
+    ];
 
     fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
         Ok(Self {
@@ -236,6 +253,7 @@ impl FromEnv for CliSettings {
             bucket: env.required(ENV_BUCKET)?,
             prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
             queue_url: env.required(ENV_QUEUE_URL)?,
+            seed_queue_url: env.optional(ENV_SEED_QUEUE_URL),
         })
     }
 }
@@ -323,6 +341,7 @@ mod tests {
         let bad = SeederSettings::from_lookup(lookup(&[
             (ENV_TABLE, "t"),
             (ENV_QUEUE_URL, "q"),
+            (ENV_SEED_QUEUE_URL, "s"),
             (ENV_PER_HOST, "65"),
         ]));
         assert!(matches!(

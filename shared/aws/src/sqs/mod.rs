@@ -12,8 +12,10 @@
 //!   accepts (`sqs_id`).
 
 mod delivery;
+mod seed;
 
 pub use delivery::SqsDeliveryTrigger;
+pub use seed::SqsSeedQueue;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;

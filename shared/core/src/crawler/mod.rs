@@ -202,6 +202,10 @@ where
         &self.blobs
     }
 
+    pub fn fetcher(&self) -> &Fetcher {
+        &self.fetcher
+    }
+
     pub fn queue(&self) -> &Q {
         &self.queue
     }

@@ -13,11 +13,13 @@ mod proxy;
 mod request;
 mod robots;
 mod secrets;
+mod stats;
 
 pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
 pub use proxy::{MAX_PROXIES, NO_PROXY, ProxyStats};
 pub use request::validate as validate_request_settings;
 pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
+pub use stats::{FetchStats, LATENCY_SAMPLES};
 
 use crate::discover::ScopeMatcher;
 use bytes::{Bytes, BytesMut};
@@ -152,6 +154,7 @@ pub struct Fetcher {
     jar: Jar,
     secrets: Arc<dyn SecretSource>,
     proxies: proxy::ProxyPool,
+    stats: Mutex<FetchStats>,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -183,6 +186,7 @@ impl Fetcher {
             jar: Jar::default(),
             secrets: Arc::new(EnvSecrets),
             proxies: proxy::ProxyPool::default(),
+            stats: Mutex::default(),
         })
     }
 
@@ -202,10 +206,21 @@ impl Fetcher {
     /// redirects itself so that every hop is canonicalised and checked against the scope, the
     /// network guard and robots.txt. Never panics and never returns early without an outcome.
     pub async fn fetch(&self, req: FetchRequest<'_>) -> FetchOutcome {
-        match self.fetch_inner(&req).await {
+        let started = Instant::now();
+        let outcome = match self.fetch_inner(&req).await {
             Ok(outcome) => outcome,
             Err(failure) => FetchOutcome::Failed(failure),
-        }
+        };
+        self.stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(&outcome, started.elapsed());
+        outcome
+    }
+
+    /// What the fetches since the last call came to (by status or error kind, latencies).
+    pub fn take_stats(&self) -> FetchStats {
+        std::mem::take(&mut *self.stats.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The robots.txt Crawl-delay for `url`'s origin, capped at the crawl's

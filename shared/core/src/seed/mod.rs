@@ -22,11 +22,13 @@
 //! at a batch boundary and returns a `cursor`; the same request with that cursor continues where
 //! it stopped, with nothing seeded twice or skipped.
 
+mod continuation;
 mod cursor;
 mod manifest;
 mod pagination;
 mod sitemap;
 
+pub use continuation::{LocalSeedQueue, SeedQueue};
 pub use manifest::{
     MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
 };

@@ -1,0 +1,4 @@
+//! The deliverer's event glue, a library so that the integration tests drive the very handler the
+//! Lambda runtime calls (`main.rs` only wires it).
+
+pub mod handler;

@@ -1,0 +1,479 @@
+//! The operator's paths on moto: a deployed stack found by its CloudFormation outputs
+//! (`--stack`), a crawl handed to the functions with `trawl submit`, run by the four handlers as
+//! Lambda runs them (this test plays the event source mappings and the schedule), followed with
+//! `trawl status --watch` and fetched with `trawl deliveries get`.
+
+use crate::cli::{json_of, temp_dir, trawl_bin};
+use crate::delivering::{gz_lines, read_warc, warc_pages};
+use crate::site::{Route, Site};
+use crate::support::{self, moto, unique};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use std::collections::BTreeSet;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::process::Command;
+use tokio::time::Instant;
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::manifest::S3Manifests;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue, SqsSeedQueue};
+use trawl_aws::stack::{Stack, create_stack};
+use trawl_core::blob::Layout;
+use trawl_core::crawler::Crawler;
+use trawl_core::deliver::{DeliveryLimits, ManifestLine};
+use trawl_core::fetch::Fetcher;
+use trawl_core::seed::SeedDefaults;
+use trawl_core::store::CrawlStore;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::task::now_ms;
+
+const PAGES: usize = 12;
+const PREFIX: &str = "pages/";
+/// Bounds of the handlers' loop: rounds, and wall time.
+const ROUNDS: usize = 300;
+const TIME_LIMIT: Duration = Duration::from_secs(90);
+
+/// Resources made by `create_stack`, and a CloudFormation stack whose outputs name them as the
+/// template's do (moto creates no Lambda functions from a SAM template, so the stack is a stub
+/// with the same outputs).
+struct Deployed {
+    clients: Clients,
+    stack: Stack,
+    name: String,
+}
+
+async fn deploy(endpoint: &str) -> Deployed {
+    let clients = support::clients(endpoint).await;
+    let stack = create_stack(&clients, &unique("op")).await.unwrap();
+    let name = unique("deployed");
+    let outputs = serde_json::json!({
+        "TableName": {"Value": stack.table},
+        "BucketName": {"Value": stack.bucket},
+        "KeyPrefix": {"Value": PREFIX},
+        "ShardCount": {"Value": "4"},
+        "CrawlQueueUrl": {"Value": stack.queue_url},
+        "DeliveryQueueUrl": {"Value": stack.delivery_queue_url},
+        "SeedQueueUrl": {"Value": stack.seed_queue_url},
+        "SeederFunctionName": {"Value": "not-read"},
+    });
+    let template = serde_json::json!({
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": outputs,
+    });
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "trawl-tests",
+        ))
+        .load()
+        .await;
+    aws_sdk_cloudformation::Client::new(&config)
+        .create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+    Deployed {
+        clients,
+        stack,
+        name,
+    }
+}
+
+impl Deployed {
+    /// `trawl --backend aws ARGS` with only the AWS variables (moto, test credentials) and
+    /// `extra`: no TRAWL_* variable unless given.
+    fn trawl(&self, args: &[&str], extra: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(trawl_bin());
+        command
+            .arg("--backend")
+            .arg("aws")
+            .args(args)
+            .kill_on_drop(true)
+            .env("AWS_ENDPOINT_URL", &moto::shared().endpoint)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1");
+        for (name, _) in trawl_aws::stack::OUTPUT_VARIABLES {
+            command.env_remove(name);
+        }
+        command.env_remove(trawl_aws::settings::ENV_STACK);
+        command.envs(extra.iter().copied());
+        command
+    }
+
+    async fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+        self.trawl(args, extra).output().await.unwrap()
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn the_stack_option_reads_the_resources_from_the_stack_outputs_and_variables_win() {
+    // GIVEN a deployed stack on moto
+    let deployed = deploy(&moto::shared().endpoint).await;
+
+    // WHEN trawl is given only the stack's name, by flag or by variable
+    let by_flag = deployed
+        .run(&["--stack", &deployed.name, "status", "--json"], &[])
+        .await;
+    let by_variable = deployed
+        .run(&["status", "--json"], &[("TRAWL_STACK", &deployed.name)])
+        .await;
+
+    // THEN it finds the table (empty: no crawl yet)
+    for output in [&by_flag, &by_variable] {
+        assert!(output.status.success(), "{}", stderr(output));
+        assert_eq!(json_of(output)["crawls"], serde_json::json!([]));
+    }
+
+    // AND a variable set beside the stack wins over its output: another table, with a crawl
+    let other = create_stack(&deployed.clients, &unique("other"))
+        .await
+        .unwrap();
+    let store = DynamoStore::new(
+        deployed.clients.dynamodb.clone(),
+        &other.table,
+        4,
+        Arc::new(CallCounts::default()),
+    );
+    let crawl_id = CrawlId::parse(&unique("elsewhere")).unwrap();
+    store
+        .create_crawl(&Crawl::new(
+            crawl_id.clone(),
+            CrawlConfig::default(),
+            now_ms(),
+        ))
+        .await
+        .unwrap();
+    let overridden = deployed
+        .run(
+            &["--stack", &deployed.name, "status", "--json"],
+            &[("TRAWL_TABLE", &other.table)],
+        )
+        .await;
+    assert!(overridden.status.success(), "{}", stderr(&overridden));
+    assert_eq!(
+        json_of(&overridden)["crawls"][0]["crawl_id"],
+        crawl_id.as_str()
+    );
+
+    // AND a stack that does not exist is one line naming the flag to check
+    let missing = deployed
+        .run(&["--stack", "no-such-stack", "status"], &[])
+        .await;
+    assert_eq!(missing.status.code(), Some(2));
+    let line = stderr(&missing);
+    assert_eq!(line.trim().lines().count(), 1, "{line}");
+    assert!(
+        line.contains("no CloudFormation stack") && line.contains("--stack"),
+        "{line}"
+    );
+}
+
+/// The site: `PAGES` pages, each linking to the next two and back to the first.
+async fn site() -> Site {
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    for i in 0..PAGES {
+        let links: String = [i + 1, i + 2, 0]
+            .iter()
+            .filter(|&&j| j < PAGES)
+            .map(|j| format!(r#"<a href="/p/{j}.html">{j}</a> "#))
+            .collect();
+        site.route(
+            &format!("/p/{i}.html"),
+            Route::html(format!("<h1>page {i}</h1>{links}")),
+        );
+    }
+    site
+}
+
+/// The four functions' handlers, wired as their `main.rs` wires them, on the deployed stack.
+struct Functions {
+    seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
+    crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
+    sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
+    deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
+}
+
+fn functions(deployed: &Deployed) -> Functions {
+    let (clients, stack) = (&deployed.clients, &deployed.stack);
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, 4, calls.clone());
+    let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
+    let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
+    let fetcher = Arc::new(Fetcher::new("").unwrap());
+    let delivery_calls = calls.clone();
+    let delivery_queue = move || {
+        SqsDeliveryTrigger::new(
+            clients.sqs.clone(),
+            &stack.delivery_queue_url,
+            delivery_calls.clone(),
+        )
+    };
+    Functions {
+        seeder: seeder::handler::Handler {
+            store: store.clone(),
+            queue: queue.clone(),
+            fetcher: fetcher.clone(),
+            manifests: S3Manifests::new(clients.s3.clone(), calls.clone()),
+            defaults: SeedDefaults::default(),
+            seeds: SqsSeedQueue::new(clients.sqs.clone(), &stack.seed_queue_url, calls.clone()),
+            calls: calls.clone(),
+        },
+        crawler: crawler::handler::Handler {
+            crawler: Arc::new(Crawler::new(
+                store.clone(),
+                blobs.clone(),
+                queue.clone(),
+                fetcher,
+                Layout::new(PREFIX),
+                4,
+                calls.clone(),
+            )),
+        },
+        sweeper: sweeper::handler::Handler {
+            store: store.clone(),
+            queue,
+            trigger: delivery_queue(),
+            calls: calls.clone(),
+            host_scans: Default::default(),
+        },
+        deliverer: deliverer::handler::Handler {
+            store,
+            blobs,
+            layout: Layout::new(PREFIX),
+            uri_base: format!("s3://{}", stack.bucket),
+            calls,
+            continuation: delivery_queue(),
+            limits: DeliveryLimits::default(),
+        },
+    }
+}
+
+/// What an SQS event source mapping hands a function: a batch received from `queue_url` (no
+/// long poll), as an SQS event; None when the queue has nothing visible.
+async fn receive_batch(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Option<SqsEvent> {
+    let received = sqs
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    if messages.is_empty() {
+        return None;
+    }
+    let mut event = SqsEvent::default();
+    for m in messages {
+        let mut record = SqsMessage::default();
+        record.message_id = m.message_id().map(str::to_owned);
+        record.receipt_handle = m.receipt_handle().map(str::to_owned);
+        record.body = m.body().map(str::to_owned);
+        event.records.push(record);
+    }
+    Some(event)
+}
+
+/// What the mapping does with the function's answer: deletes every record not reported failed.
+async fn acknowledge(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    event: &SqsEvent,
+    response: &serde_json::Value,
+) {
+    let failed: BTreeSet<&str> = response["batchItemFailures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["itemIdentifier"].as_str())
+        .collect();
+    for record in &event.records {
+        if failed.contains(record.message_id.as_deref().unwrap_or_default()) {
+            continue;
+        }
+        sqs.delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(record.receipt_handle.clone().unwrap_or_default())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+impl Functions {
+    /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
+    async fn round(&self, deployed: &Deployed) {
+        let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
+        if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
+            let payload = serde_json::to_value(&event).unwrap();
+            let response = self.seeder.dispatch(payload, None, now_ms()).await.unwrap();
+            let response = serde_json::to_value(response).unwrap();
+            acknowledge(sqs, &stack.seed_queue_url, &event, &response).await;
+        }
+        if let Some(event) = receive_batch(sqs, &stack.queue_url).await {
+            let lambda_event =
+                lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
+            let response = self.crawler.handle(lambda_event).await.unwrap();
+            let response = serde_json::to_value(response).unwrap();
+            acknowledge(sqs, &stack.queue_url, &event, &response).await;
+        }
+        let schedule =
+            serde_json::from_str(include_str!("../events/sweeper-schedule.json")).unwrap();
+        self.sweeper.sweep(schedule, None, now_ms()).await.unwrap();
+        if let Some(event) = receive_batch(sqs, &stack.delivery_queue_url).await {
+            let payload = serde_json::to_value(&event).unwrap();
+            let response = self
+                .deliverer
+                .deliver(payload, now_ms(), None)
+                .await
+                .unwrap();
+            let response = serde_json::to_value(response).unwrap();
+            acknowledge(sqs, &stack.delivery_queue_url, &event, &response).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
+    // GIVEN a deployed stack on moto and a site of 12 pages
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let crawl_id = unique("submitted");
+    let stack_env = [("TRAWL_STACK", deployed.name.as_str())];
+
+    // WHEN `trawl submit` hands the crawl over
+    let start = site.url("/p/0.html");
+    let submitted = deployed
+        .run(
+            &[
+                "submit",
+                &start,
+                "--crawl-id",
+                &crawl_id,
+                "--allow-private-networks",
+                "--json",
+            ],
+            &stack_env,
+        )
+        .await;
+
+    // THEN it returns at once with the crawl id, nothing crawled yet
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    assert_eq!(json_of(&submitted)["crawl_id"], crawl_id.as_str());
+    assert_eq!(site.total_hits(), 0);
+
+    // WHEN `status --watch` follows it while the functions run it
+    let watch = deployed
+        .trawl(
+            &[
+                "status",
+                "--crawl-id",
+                &crawl_id,
+                "--watch",
+                "--interval",
+                "300ms",
+                "--json",
+            ],
+            &stack_env,
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watched = tokio::spawn(watch.wait_with_output());
+    let functions = functions(&deployed);
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        if watched.is_finished() || started.elapsed() > TIME_LIMIT {
+            break;
+        }
+        functions.round(&deployed).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // THEN the watch ends by itself once the delivery exists, having seen the crawl run
+    let watched = tokio::time::timeout(Duration::from_secs(10), watched)
+        .await
+        .expect("status --watch did not end after the delivery")
+        .unwrap()
+        .unwrap();
+    assert!(watched.status.success(), "{}", stderr(&watched));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&watched.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["state"], "completed");
+    assert_eq!(last["counts"]["succeeded"], PAGES as u64);
+    assert!(last["delivery"].as_str().unwrap().starts_with("s3://"));
+    assert!(
+        lines.len() >= 2,
+        "one refresh before the delivery: {lines:?}"
+    );
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l["delivery"].is_null())
+    );
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+
+    // AND `deliveries list` shows it complete, and `deliveries get` downloads a valid WARC with
+    // every page and a manifest with every task
+    let listed = deployed
+        .run(
+            &["deliveries", "list", "--crawl-id", &crawl_id, "--json"],
+            &stack_env,
+        )
+        .await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let deliveries = json_of(&listed)["deliveries"].as_array().unwrap().clone();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0]["complete"], true);
+    let out = temp_dir("deliveries");
+    let fetched = deployed
+        .run(
+            &[
+                "deliveries",
+                "get",
+                "--crawl-id",
+                &crawl_id,
+                "--out",
+                out.to_str().unwrap(),
+                "--json",
+            ],
+            &stack_env,
+        )
+        .await;
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    let dir = std::path::PathBuf::from(json_of(&fetched)["directory"].as_str().unwrap());
+    let warc = std::fs::read(dir.join("pages.warc.gz")).unwrap();
+    let pages = warc_pages(&read_warc(&warc));
+    assert_eq!(pages.len(), PAGES);
+    let manifest: Vec<ManifestLine> =
+        gz_lines(&std::fs::read(dir.join("manifest.jsonl.gz")).unwrap())
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(manifest.len(), PAGES);
+    assert!(manifest.iter().all(|l| l.status == "succeeded"));
+    let _ = std::fs::remove_dir_all(out);
+}
