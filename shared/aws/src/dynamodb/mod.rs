@@ -25,6 +25,7 @@
 //! build on the lease (what the claim returned, fenced by the token); claim, reschedule and the
 //! rest are blind conditional writes.
 
+pub mod capacity;
 mod errors;
 mod expression;
 mod items;
@@ -101,6 +102,11 @@ impl DynamoStore {
             shards: shards.max(1),
             calls,
         }
+    }
+
+    /// Status-index shards per status (a task's shard is a stable hash of its id).
+    pub fn shards(&self) -> u32 {
+        self.shards
     }
 
     fn task_key(crawl_id: &CrawlId, task_id: &TaskId) -> AttributeValue {
