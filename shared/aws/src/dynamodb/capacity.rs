@@ -501,7 +501,10 @@ mod tests {
             depth: 0,
             parent: None,
         };
-        metered.seed(&crawl.id, &[task.clone()], 10).await.unwrap();
+        metered
+            .seed(&crawl.id, std::slice::from_ref(&task), 10)
+            .await
+            .unwrap();
         // The same URL again: a refused conditional put, charged on the table only.
         metered.seed(&crawl.id, &[task], 11).await.unwrap();
         let ClaimOutcome::Claimed { lease, .. } = metered
