@@ -67,7 +67,7 @@ pub fn write_units(before: Option<&Image>, after: Option<&Image>) -> WriteUnits 
 }
 
 /// Writes of one kind and the units they consumed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WriteTally {
     pub writes: u64,
     pub table: u64,
@@ -88,7 +88,7 @@ impl WriteTally {
         }
     }
 
-    fn merge(&mut self, other: &WriteTally) {
+    pub fn merge(&mut self, other: &WriteTally) {
         self.writes += other.writes;
         self.table += other.table;
         for (name, n) in &other.indexes {
@@ -335,18 +335,21 @@ impl<S: TaskStore> TaskStore for Metered<S> {
         tasks: &[NewTask],
         now: Millis,
     ) -> StoreResult<Vec<Seeded>> {
-        // A URL repeated in the batch is written once (as the adapter does).
-        let mut ids: Vec<TaskId> = tasks.iter().map(|t| t.url.task_id()).collect();
-        ids.sort();
-        ids.dedup();
-        let mut before = Vec::with_capacity(ids.len());
-        for id in &ids {
-            before.push(self.task(crawl_id, id).await?);
-        }
+        // Each URL's first time in the batch is one conditional put (as the adapter sends
+        // them): created, or refused by the task already there. Read from the outcome, not
+        // from images, which concurrent seeders of the same URL could interleave.
         let out = self.inner.seed(crawl_id, tasks, now).await?;
-        for (id, before) in ids.iter().zip(before) {
-            let after = self.task(crawl_id, id).await?;
-            self.record("seed", before.as_ref(), after.as_ref());
+        let mut seen = std::collections::BTreeSet::new();
+        for (task, outcome) in tasks.iter().zip(&out) {
+            let id = task.url.task_id();
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let stored = self.task(crawl_id, &id).await?;
+            match outcome {
+                Seeded::Created => self.record("seed", None, stored.as_ref()),
+                Seeded::AlreadyKnown => self.record("seed", stored.as_ref(), stored.as_ref()),
+            }
         }
         Ok(out)
     }
