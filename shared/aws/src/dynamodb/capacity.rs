@@ -122,23 +122,25 @@ impl WriteMeter {
         if let Some(Attr::S(pk)) = after.or(before).and_then(|i| i.get(TABLE.hash)) {
             *self.by_key.entry((TABLE_KEYS, pk.clone())).or_default() += units.table;
         }
-        // An index write lands on the old key's partition (delete) and the new one's (put).
-        for image in [before, after].into_iter().flatten() {
-            for (index, key) in TABLE.index_keys(image) {
-                let n = units
-                    .indexes
-                    .iter()
-                    .find(|(name, _)| *name == index)
-                    .map_or(0, |&(_, n)| n);
-                if n > 0 {
-                    // Split between the two images when both hold the item.
-                    let share = if before.is_some() && after.is_some() && n > 1 {
-                        n / 2
-                    } else {
-                        n
-                    };
-                    *self.by_key.entry((index, key)).or_default() += share;
+        // An index write lands on the old key's partition (the delete) and the new one's (the
+        // put); a delete and a put are sized alike here (entries of one item).
+        let keys = |image: Option<&Image>| image.map(|i| TABLE.index_keys(i)).unwrap_or_default();
+        let (old, new) = (keys(before), keys(after));
+        for &(index, n) in &units.indexes {
+            let old = old.iter().find(|(i, _)| *i == index).map(|(_, k)| k);
+            let new = new.iter().find(|(i, _)| *i == index).map(|(_, k)| k);
+            let mut add = |key: &String, units: u64| {
+                if units > 0 {
+                    *self.by_key.entry((index, key.clone())).or_default() += units;
                 }
+            };
+            match (old, new) {
+                (Some(old), Some(new)) if old != new => {
+                    add(old, n / 2);
+                    add(new, n - n / 2);
+                }
+                (_, Some(key)) | (Some(key), None) => add(key, n),
+                (None, None) => {}
             }
         }
     }
