@@ -104,6 +104,15 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
             "unchanged recrawl" => wru.at_most(4.0),
             _ => wru,
         });
+        // `summary.json` prices write calls with `UNIT_MODEL`'s per-call units (it has no
+        // images): how far that is from the metered units shows when those need updating.
+        let per_call = Units::of(Call::ALL.iter().map(|&c| (c, scenario.calls_per_page(c))));
+        figures.push(Figure::single(
+            WRITES,
+            format!("{}: summary.json's per-call estimate ÷ metered", scenario.name),
+            "ratio",
+            per_call.dynamodb_wru / units.dynamodb_wru.max(f64::MIN_POSITIVE),
+        ));
         figures.push(Figure::single(
             WRITES,
             format!("{}: … on the table", scenario.name),
