@@ -109,7 +109,10 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
         let per_call = Units::of(Call::ALL.iter().map(|&c| (c, scenario.calls_per_page(c))));
         figures.push(Figure::single(
             WRITES,
-            format!("{}: summary.json's per-call estimate ÷ metered", scenario.name),
+            format!(
+                "{}: summary.json's per-call estimate ÷ metered",
+                scenario.name
+            ),
             "ratio",
             per_call.dynamodb_wru / units.dynamodb_wru.max(f64::MIN_POSITIVE),
         ));
