@@ -1,6 +1,8 @@
 //! Section 2: AWS calls per URL through the real SDK against moto: a fresh crawl, an unchanged
-//! recrawl, a URL that fails until `ignored`, and contention between 16 workers: for one host's
-//! turn, and for the tasks of one pool.
+//! recrawl, a changed recrawl, a URL that fails until `ignored`, and contention between 16
+//! workers: for one host's turn, and for the tasks of one pool. The crawler's store is metered
+//! (`trawl_aws::dynamodb::capacity::Metered`): every write is priced in write units from the
+//! items before and after it, table and each index apart.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::fixture_config;
@@ -9,10 +11,11 @@ use crate::report::Figure;
 use crate::site::Site;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
@@ -32,25 +35,42 @@ const CONTENDERS: usize = 16;
 /// Longest any one drain may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
 
-type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
+type AwsCrawler = Crawler<Metered<DynamoStore>, S3BlobStore, SqsQueue>;
 
-/// Calls made by one scenario, by `service.Operation`, and per URL.
+/// Calls made by one scenario, by `service.Operation`, and per URL; and the DynamoDB write
+/// units its writes consumed, by store operation.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallProfile {
     pub urls: u64,
     pub calls: BTreeMap<String, u64>,
+    pub writes: BTreeMap<&'static str, WriteTally>,
 }
 
 impl CallProfile {
-    fn of(calls: &CallCounts, urls: u64) -> Self {
-        Self {
+    /// What `calls` and `meter` counted since their last reset; resets both.
+    fn take(calls: &CallCounts, meter: &Mutex<WriteMeter>, urls: u64) -> Self {
+        let mut meter = meter.lock().unwrap_or_else(PoisonError::into_inner);
+        let profile = Self {
             urls,
             calls: calls
                 .snapshot()
                 .into_iter()
                 .map(|(c, n)| (format!("{}.{}", c.service(), c.operation()), n))
                 .collect(),
+            writes: meter.by_operation().clone(),
+        };
+        meter.reset();
+        calls.reset();
+        profile
+    }
+
+    /// Write units of every operation together.
+    pub fn write_units(&self) -> WriteTally {
+        let mut all = WriteTally::default();
+        for tally in self.writes.values() {
+            all.merge(tally);
         }
+        all
     }
 
     pub fn get(&self, call: Call) -> u64 {
@@ -84,6 +104,8 @@ pub struct CallsResult {
     pub fresh: CallProfile,
     pub recrawl_schedule: CallProfile,
     pub recrawl: CallProfile,
+    pub changed_schedule: CallProfile,
+    pub changed: CallProfile,
     pub failing: CallProfile,
     pub failing_attempts: u64,
     pub contention: BTreeMap<String, f64>,
@@ -94,6 +116,7 @@ struct Harness {
     crawler: AwsCrawler,
     crawl: Crawl,
     calls: Arc<CallCounts>,
+    meter: Arc<Mutex<WriteMeter>>,
     probe: DynamoStore,
 }
 
@@ -106,8 +129,10 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
         .step("create crawl")?;
     let calls = stack.calls.clone();
     let probe = stack.probe;
+    let store = Metered::new(stack.store, probe.clone(), probe.shards());
+    let meter = store.meter();
     let crawler = Crawler::new(
-        stack.store,
+        store,
         stack.blobs,
         stack.queue,
         Arc::new(Fetcher::new("").step("fetcher")?),
@@ -119,6 +144,7 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
         crawler,
         crawl,
         calls,
+        meter,
         probe,
     })
 }
@@ -213,54 +239,22 @@ async fn tasks_in(
     Ok(out)
 }
 
-/// Fresh crawl, unchanged recrawl, and a failing URL, on the threaded moto.
-async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchResult<CallsResult> {
-    let pages = site.pages as u64;
+/// Every succeeded task back to pending, then the turns of their hosts re-issued and sent (what
+/// the sweeper's recrawl pass does), then crawled again: the profiles of the scheduling and of
+/// the crawl. Every page must succeed again.
+async fn crawl_again(
+    harness: &Harness,
+    probe: &DynamoStore,
+    pages: u64,
+) -> BenchResult<(CallProfile, CallProfile)> {
     let Harness {
         crawler,
         crawl,
         calls,
-        probe,
-    } = new_crawler(
-        stack(&moto.endpoint, "bench-fresh").await?,
-        "fresh",
-        fixture_config(),
-    )
-    .await?;
-
-    // Fresh: the seed write of the start page apart, then the crawl.
-    calls.reset();
-    let start = NewTask {
-        url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
-        depth: 0,
-        parent: None,
-    };
-    add_tasks(
-        crawler.store(),
-        crawler.queue(),
-        &crawl,
-        vec![start],
-        now_ms(),
-    )
-    .await
-    .step("seed")?;
-    let fresh_seed = CallProfile::of(&calls, 1);
-    calls.reset();
-    site.reset(client).await?;
-    drain(&crawler, &probe, &crawl).await?;
-    let succeeded = status_of(&probe, &crawl, Status::Succeeded).await?;
-    if succeeded != pages {
-        return Err(check(
-            "fresh crawl",
-            format!("{succeeded} of {pages} pages succeeded"),
-        ));
-    }
-    let fresh = CallProfile::of(&calls, pages);
-
-    // Unchanged recrawl: every succeeded task back to pending, then the turns of their hosts
-    // re-issued and sent (what the sweeper's recrawl pass does), then crawled again.
-    calls.reset();
-    let done = tasks_in(&crawler, &crawl, Status::Succeeded).await?;
+        meter,
+        ..
+    } = harness;
+    let done = tasks_in(crawler, crawl, Status::Succeeded).await?;
     let mut moved = Vec::new();
     for (url, _) in &done {
         let parsed = CanonicalUrl::parse(url).step("stored url")?;
@@ -278,7 +272,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         lost_after_ms: 0,
         known_work: true,
     };
-    let messages = reissue_turns(crawler.store(), &crawl, hosts, which, now_ms())
+    let messages = reissue_turns(crawler.store(), crawl, hosts, which, now_ms())
         .await
         .step("reissue turns")?;
     let sent = crawler
@@ -296,17 +290,68 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
             ),
         ));
     }
-    let recrawl_schedule = CallProfile::of(&calls, pages);
-    calls.reset();
-    drain(&crawler, &probe, &crawl).await?;
-    let again = status_of(&probe, &crawl, Status::Succeeded).await?;
+    let schedule = CallProfile::take(calls, meter, pages);
+    drain(crawler, probe, crawl).await?;
+    let again = status_of(probe, crawl, Status::Succeeded).await?;
     if again != pages {
         return Err(check(
             "recrawl",
             format!("{again} of {pages} pages succeeded"),
         ));
     }
-    let recrawl = CallProfile::of(&calls, pages);
+    Ok((schedule, CallProfile::take(calls, meter, pages)))
+}
+
+/// Fresh crawl, unchanged recrawl, changed recrawl and a failing URL, on the threaded moto.
+async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchResult<CallsResult> {
+    let pages = site.pages as u64;
+    let harness = new_crawler(
+        stack(&moto.endpoint, "bench-fresh").await?,
+        "fresh",
+        fixture_config(),
+    )
+    .await?;
+    let Harness {
+        crawler,
+        crawl,
+        calls,
+        meter,
+        probe,
+    } = &harness;
+
+    // Fresh: the seed write of the start page apart, then the crawl.
+    CallProfile::take(calls, meter, 0);
+    let start = NewTask {
+        url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
+        depth: 0,
+        parent: None,
+    };
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        crawl,
+        vec![start],
+        now_ms(),
+    )
+    .await
+    .step("seed")?;
+    let fresh_seed = CallProfile::take(calls, meter, 1);
+    site.reset(client).await?;
+    drain(crawler, probe, crawl).await?;
+    let succeeded = status_of(probe, crawl, Status::Succeeded).await?;
+    if succeeded != pages {
+        return Err(check(
+            "fresh crawl",
+            format!("{succeeded} of {pages} pages succeeded"),
+        ));
+    }
+    let fresh = CallProfile::take(calls, meter, pages);
+
+    // Unchanged recrawl: even pages answer 304, odd ones the same body (an md5 hit).
+    let (recrawl_schedule, recrawl) = crawl_again(&harness, probe, pages).await?;
+    // Changed recrawl: every page a new edition (new body, new ETag).
+    site.change(client).await?;
+    let (changed_schedule, changed) = crawl_again(&harness, probe, pages).await?;
 
     // A URL that always answers 500, crawled until it is given up.
     let mut failing_config = fixture_config();
@@ -316,6 +361,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         crawler,
         crawl,
         calls,
+        meter,
         probe,
     } = new_crawler(
         stack(&moto.endpoint, "bench-fail").await?,
@@ -337,7 +383,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     )
     .await
     .step("seed failing url")?;
-    calls.reset();
+    CallProfile::take(&calls, &meter, 0);
     let started = Instant::now();
     let mut attempts = 0;
     loop {
@@ -360,12 +406,14 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
             .count() as u64;
         settle(&crawler, &results).await?;
     }
-    let failing = CallProfile::of(&calls, 1);
+    let failing = CallProfile::take(&calls, &meter, 1);
     Ok(CallsResult {
         fresh_seed,
         fresh,
         recrawl_schedule,
         recrawl,
+        changed_schedule,
+        changed,
         failing,
         failing_attempts: attempts,
         contention: BTreeMap::new(),
@@ -547,7 +595,7 @@ pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsRes
     let client = reqwest::Client::new();
     let moto = Moto::start(true)?;
     eprintln!(
-        "  AWS calls: fresh crawl, recrawl, failing URL ({} pages)",
+        "  AWS calls: fresh crawl, unchanged and changed recrawls, failing URL ({} pages)",
         site.pages
     );
     let mut result = profiles(&moto, site, &client).await?;

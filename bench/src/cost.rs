@@ -1,136 +1,213 @@
-//! Section 5: cost per million pages on AWS, from the measured calls per URL (section 2) and
-//! the Lambda worker's CPU and wall time per page (section 3).
+//! Section 5: cost per million pages on AWS, fresh, unchanged recrawl and changed recrawl, from
+//! what section 2 measured on moto — calls per URL and the DynamoDB write units its metered
+//! store priced from the items themselves (`trawl_aws::dynamodb::capacity`) — and the Lambda
+//! worker's CPU per page (section 3), priced by `trawl_domain::price` (as `summary.json`).
 //!
-//! Excluded: S3 storage, CloudWatch Logs, data transfer, the seeder/sweeper/deliverer (per crawl,
-//! not per page), and the event source mapping's empty polls (a constant, not per page).
+//! Reads are taken as 1 RRU per GetItem or Query (items under 4 KB, strongly consistent).
+//! Excluded: S3 storage, CloudWatch Logs, data transfer, the seeder, sweeper and deliverer's own
+//! invocations (per crawl, not per page), and the event source mapping's empty polls.
 
-use crate::calls::CallsResult;
+use crate::calls::{CallProfile, CallsResult};
 use crate::lambda::LambdaResult;
 use crate::report::Figure;
 use serde_json::json;
 use trawl_domain::calls::Call;
-use trawl_domain::price::{PRICES, UNIT_MODEL, Units};
+use trawl_domain::price::{LambdaModel, PRICES, PageCost, Units};
 
 const SECTION: &str = "cost per 1M pages";
-
-/// Lambda gives a function one full vCPU at 1,769 MB, proportionally less below.
-const MB_PER_VCPU: f64 = 1769.0;
-/// Pages per invocation, as measured in section 3: one host turn of 10 pages. (An invocation
-/// may carry up to 10 turns of up to `turn_pages` each: requests per page can only be fewer.)
-const BATCH: f64 = 10.0;
-/// An assumed wall time for an invocation of 10 pages fetched from real sites; loopback
-/// fetches take microseconds and would flatter the compute cost.
-const ASSUMED_WAN_BATCH_S: f64 = 1.0;
+const WRITES: &str = "DynamoDB write units";
 const PAGES: f64 = 1e6;
 
-/// Lambda compute $ per page at `memory_mb`: CPU-bound time scaled to the memory size's CPU
-/// share, or the batch's wall time per page when longer.
-fn compute_per_page(lambda: &LambdaResult, memory_mb: f64, wall_per_page_s: f64) -> f64 {
-    let cpu_bound_s = lambda.cpu_per_page_s * MB_PER_VCPU / memory_mb;
-    memory_mb / 1024.0 * cpu_bound_s.max(wall_per_page_s) * PRICES.lambda_arm64_gb_s
+/// The Lambda the figures assume: 256 MB, pages from real sites answering in 0.5 s, 1 request
+/// per second per host, 10 turns of 50 pages per invocation (a full batch of host turns).
+const LAMBDA: LambdaModel = LambdaModel {
+    memory_mb: 256.0,
+    fetch_latency_s: 0.5,
+    host_delay_s: 1.0,
+    turns: 10.0,
+    pages_per_turn: 50.0,
+};
+
+/// One scenario: its profiles (scheduling and crawl) added up, per page.
+struct Scenario<'a> {
+    name: &'static str,
+    parts: [&'a CallProfile; 2],
+}
+
+impl Scenario<'_> {
+    fn pages(&self) -> f64 {
+        self.parts[1].urls.max(1) as f64
+    }
+
+    fn calls_per_page(&self, call: Call) -> f64 {
+        self.parts.iter().map(|p| p.get(call) as f64).sum::<f64>() / self.pages()
+    }
+
+    /// Write units per page: (table, per index).
+    fn writes_per_page(&self) -> (f64, Vec<(&'static str, f64)>) {
+        let mut table = 0.0;
+        let mut indexes: Vec<(&'static str, f64)> = Vec::new();
+        for part in self.parts {
+            let all = part.write_units();
+            table += all.table as f64;
+            for (&name, &n) in &all.indexes {
+                match indexes.iter_mut().find(|(i, _)| *i == name) {
+                    Some((_, sum)) => *sum += n as f64,
+                    None => indexes.push((name, n as f64)),
+                }
+            }
+        }
+        let pages = self.pages();
+        (
+            table / pages,
+            indexes.into_iter().map(|(i, n)| (i, n / pages)).collect(),
+        )
+    }
+
+    /// Billing units per page: calls as `Units::of` counts them, the write units as metered.
+    fn units(&self) -> Units {
+        let (table, indexes) = self.writes_per_page();
+        let mut units = Units::of(Call::ALL.iter().map(|&c| (c, self.calls_per_page(c))));
+        units.dynamodb_wru = table + indexes.iter().map(|(_, n)| n).sum::<f64>();
+        units
+    }
 }
 
 pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_json::Value) {
-    let fresh = &calls.fresh;
-    // The same prices and unit model as `summary.json`.
-    let units = Units::of(Call::ALL.iter().map(|&call| (call, fresh.per_url(call))));
-    let per_page = PRICES.cost(&units);
-    let dynamo = per_page.dynamodb * PAGES;
-    let s3 = per_page.s3 * PAGES;
-    let queue = per_page.sqs * PAGES;
-    let requests = PRICES.lambda_request / BATCH * PAGES;
-    let wan_wall = ASSUMED_WAN_BATCH_S / BATCH;
-    let compute = |mb: f64, wall: f64| compute_per_page(lambda, mb, wall) * PAGES;
-    let measured_128 = compute(128.0, lambda.wall_per_page_s);
-    let wan_128 = compute(128.0, wan_wall);
-    let fixed = dynamo + s3 + queue + requests;
-    let figures = vec![
-        Figure::single(SECTION, "DynamoDB (on-demand)", "USD", dynamo),
-        Figure::single(SECTION, "S3 requests", "USD", s3),
-        Figure::single(
-            SECTION,
-            "SQS (turn sends + event source polls/deletes)",
-            "USD",
-            queue,
-        ),
-        Figure::single(SECTION, "Lambda requests", "USD", requests),
-        Figure::single(
-            SECTION,
-            "Lambda compute, 128 MB, measured loopback batches",
-            "USD",
-            measured_128,
-        ),
-        Figure::single(
-            SECTION,
-            "Lambda compute, 256 MB, measured loopback batches",
-            "USD",
-            compute(256.0, lambda.wall_per_page_s),
-        ),
-        Figure::single(
-            SECTION,
-            format!("Lambda compute, 128 MB, {ASSUMED_WAN_BATCH_S} s per batch (assumed WAN)"),
-            "USD",
-            wan_128,
-        ),
-        Figure::single(
-            SECTION,
-            format!("Lambda compute, 256 MB, {ASSUMED_WAN_BATCH_S} s per batch (assumed WAN)"),
-            "USD",
-            compute(256.0, wan_wall),
-        ),
-        Figure::single(
-            SECTION,
-            "total, 128 MB, measured",
-            "USD",
-            fixed + measured_128,
-        ),
-        Figure::single(
-            SECTION,
-            format!("total, 128 MB, {ASSUMED_WAN_BATCH_S} s per batch"),
-            "USD",
-            fixed + wan_128,
-        ),
+    let scenarios = [
+        Scenario {
+            name: "fresh",
+            parts: [&calls.fresh_seed, &calls.fresh],
+        },
+        Scenario {
+            name: "unchanged recrawl",
+            parts: [&calls.recrawl_schedule, &calls.recrawl],
+        },
+        Scenario {
+            name: "changed recrawl",
+            parts: [&calls.changed_schedule, &calls.changed],
+        },
     ];
-    let details = json!({
-        "prices": PRICES.as_of,
-        "unit_model": UNIT_MODEL,
-        "usd": {
-            "dynamodb_per_wru": PRICES.dynamodb_wru, "dynamodb_per_rru": PRICES.dynamodb_rru,
-            "s3_per_put": PRICES.s3_put_class, "s3_per_get": PRICES.s3_get,
-            "sqs_fifo_per_request": PRICES.sqs_fifo_request,
-            "lambda_arm64_per_gb_s": PRICES.lambda_arm64_gb_s,
-            "lambda_per_request": PRICES.lambda_request,
-        },
-        "units_per_page": {
-            "dynamodb_wru": units.dynamodb_wru, "dynamodb_rru": units.dynamodb_rru,
-            "s3_put_class": units.s3_put_class, "s3_get": units.s3_get,
-            "sqs_requests": units.sqs_requests, "lambda_invocations": 1.0 / BATCH,
-            "lambda_cpu_s": lambda.cpu_per_page_s, "lambda_wall_s_loopback": lambda.wall_per_page_s,
-        },
-        "assumed_wan_batch_s": ASSUMED_WAN_BATCH_S,
-        "excluded": "S3 storage, CloudWatch Logs, data transfer, seeder/sweeper/deliverer, empty event-source polls",
-    });
-    (figures, details)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compute_is_cpu_bound_or_wall_bound() {
-        let lambda = LambdaResult {
-            cpu_per_page_s: 0.01,
-            wall_per_page_s: 0.0,
-            peak_rss_mib: 30.0,
-        };
-        // CPU-bound: the GB-seconds do not depend on the memory size.
-        let a = compute_per_page(&lambda, 128.0, 0.0);
-        let b = compute_per_page(&lambda, 256.0, 0.0);
-        assert!((a - b).abs() < 1e-15 && a > 0.0);
-        // Wall-bound: twice the memory, twice the cost.
-        let c = compute_per_page(&lambda, 128.0, 10.0);
-        let d = compute_per_page(&lambda, 256.0, 10.0);
-        assert!((d / c - 2.0).abs() < 1e-9);
+    let mut figures = Vec::new();
+    let mut details = serde_json::Map::new();
+    for scenario in &scenarios {
+        let (table, indexes) = scenario.writes_per_page();
+        let units = scenario.units();
+        let wru = Figure::single(
+            WRITES,
+            format!("{}: WRU per URL (table + indexes)", scenario.name),
+            "WRU",
+            units.dynamodb_wru,
+        );
+        figures.push(match scenario.name {
+            "fresh" => wru.at_most(5.5),
+            "unchanged recrawl" => wru.at_most(4.0),
+            _ => wru,
+        });
+        // `summary.json` prices write calls with `UNIT_MODEL`'s per-call units (it has no
+        // images): how far that is from the metered units shows when those need updating.
+        let per_call = Units::of(Call::ALL.iter().map(|&c| (c, scenario.calls_per_page(c))));
+        figures.push(Figure::single(
+            WRITES,
+            format!(
+                "{}: summary.json's per-call estimate ÷ metered",
+                scenario.name
+            ),
+            "ratio",
+            per_call.dynamodb_wru / units.dynamodb_wru.max(f64::MIN_POSITIVE),
+        ));
+        figures.push(Figure::single(
+            WRITES,
+            format!("{}: … on the table", scenario.name),
+            "WRU",
+            table,
+        ));
+        for (index, n) in &indexes {
+            figures.push(Figure::single(
+                WRITES,
+                format!("{}: … on {index}", scenario.name),
+                "WRU",
+                *n,
+            ));
+        }
+        let page: PageCost = PRICES.page(&units, &LAMBDA, lambda.cpu_per_page_s);
+        let per_million = |usd: f64| usd * PAGES;
+        for (what, usd) in [
+            ("DynamoDB", page.cost.dynamodb),
+            ("S3 requests", page.cost.s3),
+            ("SQS", page.cost.sqs),
+            ("Lambda", page.lambda),
+        ] {
+            figures.push(Figure::single(
+                SECTION,
+                format!("{}: {what}", scenario.name),
+                "USD",
+                per_million(usd),
+            ));
+        }
+        let total = Figure::single(
+            SECTION,
+            format!("{}: total", scenario.name),
+            "USD",
+            per_million(page.total()),
+        );
+        figures.push(match scenario.name {
+            "fresh" => total.at_most(9.0),
+            "unchanged recrawl" => total.at_most(3.0),
+            _ => total,
+        });
+        let by_operation: serde_json::Map<String, serde_json::Value> = scenario
+            .parts
+            .iter()
+            .flat_map(|p| p.writes.iter())
+            .map(|(op, tally)| {
+                (
+                    (*op).to_owned(),
+                    json!({"writes": tally.writes, "table": tally.table, "indexes": tally.indexes}),
+                )
+            })
+            .collect();
+        details.insert(
+            scenario.name.to_owned(),
+            json!({
+                "units_per_page": {
+                    "dynamodb_wru": units.dynamodb_wru, "dynamodb_wru_table": table,
+                    "dynamodb_wru_indexes": indexes.iter().map(|(i, n)| json!({*i: n})).collect::<Vec<_>>(),
+                    "dynamodb_rru": units.dynamodb_rru,
+                    "s3_put_class": units.s3_put_class, "s3_get": units.s3_get,
+                    "sqs_requests": units.sqs_requests,
+                    "lambda_gb_s": LAMBDA.gb_s_per_page(lambda.cpu_per_page_s),
+                    "lambda_invocations": LAMBDA.invocations_per_page(),
+                },
+                "usd_per_million": {
+                    "dynamodb": per_million(page.cost.dynamodb), "s3": per_million(page.cost.s3),
+                    "sqs": per_million(page.cost.sqs), "lambda": per_million(page.lambda),
+                    "total": per_million(page.total()),
+                },
+                "writes_by_operation": by_operation,
+            }),
+        );
     }
+    details.insert(
+        "basis".to_owned(),
+        json!({
+            "prices": PRICES.as_of,
+            "usd": {
+                "dynamodb_per_wru": PRICES.dynamodb_wru, "dynamodb_per_rru": PRICES.dynamodb_rru,
+                "s3_per_put": PRICES.s3_put_class, "s3_per_get": PRICES.s3_get,
+                "sqs_per_request": PRICES.sqs_request,
+                "lambda_arm64_per_gb_s": PRICES.lambda_arm64_gb_s,
+                "lambda_per_request": PRICES.lambda_request,
+            },
+            "lambda": {
+                "memory_mb": LAMBDA.memory_mb, "fetch_latency_s": LAMBDA.fetch_latency_s,
+                "host_delay_s": LAMBDA.host_delay_s, "turns_per_invocation": LAMBDA.turns,
+                "pages_per_turn": LAMBDA.pages_per_turn,
+                "cpu_s_per_page_measured": lambda.cpu_per_page_s,
+            },
+            "reads": "1 RRU per GetItem or Query",
+            "excluded": "S3 storage, CloudWatch Logs, data transfer, seeder/sweeper/deliverer invocations, empty event-source polls",
+        }),
+    );
+    (figures, serde_json::Value::Object(details))
 }

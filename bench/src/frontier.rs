@@ -31,11 +31,11 @@ const FAST_HOSTS: usize = 10;
 /// The crawl to schedule.
 pub struct Workload {
     /// URLs per host, biggest first.
-    sizes: Vec<u64>,
+    pub sizes: Vec<u64>,
     /// Pause between two requests per host.
     delays: Vec<u64>,
     /// Hosts that never answer.
-    dead: Vec<bool>,
+    pub dead: Vec<bool>,
 }
 
 impl Workload {
@@ -62,7 +62,7 @@ impl Workload {
         }
     }
 
-    fn urls(&self) -> u64 {
+    pub fn urls(&self) -> u64 {
         self.sizes.iter().sum()
     }
 }
@@ -117,7 +117,7 @@ impl Outcome {
     }
 
     /// When `share` of all the fetches had been made (bin resolution).
-    fn time_to(&self, share: f64) -> Millis {
+    pub fn time_to(&self, share: f64) -> Millis {
         let goal = (self.fetches as f64 * share).ceil() as u64;
         let mut sum = 0;
         for (i, &n) in self.fetched.iter().enumerate() {
@@ -140,10 +140,44 @@ impl Outcome {
     }
 }
 
+/// What a host-turn schedule did, in the order it decided it (not in time order), for a
+/// store-backed replay (`capacity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A turn of host `host` starts.
+    Turn { at: Millis, host: usize },
+    /// The `url`-th URL of `host` is fetched.
+    Fetch { at: Millis, host: usize, url: u64 },
+    /// The turn ends: the host is handed back.
+    HandBack { at: Millis, host: usize },
+}
+
+impl Event {
+    pub fn at(&self) -> Millis {
+        match *self {
+            Event::Turn { at, .. } | Event::Fetch { at, .. } | Event::HandBack { at, .. } => at,
+        }
+    }
+}
+
 /// Host turns, decided by `trawl_domain::host`. Every host with work is claimed the moment it
 /// is due (unlimited workers); a turn fetches up to `TURN` URLs at the host's pace, a dead host
 /// answers nothing and is snoozed until its error budget gives it up.
 pub fn host_turns(work: &Workload) -> Outcome {
+    host_turns_with(work, None, None)
+}
+
+/// `host_turns` with at most `workers` turns running at once (a turn waits for the first worker
+/// free), and every turn, fetch and hand-back logged to `log`.
+pub fn host_turns_with(
+    work: &Workload,
+    workers: Option<usize>,
+    mut log: Option<&mut Vec<Event>>,
+) -> Outcome {
+    let mut free_at: BinaryHeap<Reverse<Millis>> = BinaryHeap::new();
+    if let Some(n) = workers {
+        free_at.extend((0..n.max(1)).map(|_| Reverse(0)));
+    }
     let mut out = Outcome::default();
     let base = HostPolicy::default();
     let mut hosts: Vec<Host> = Vec::with_capacity(work.sizes.len());
@@ -159,16 +193,26 @@ pub fn host_turns(work: &Workload) -> Outcome {
     }
     let mut worked_since = vec![0 as Millis; hosts.len()];
     out.top_done_ms = vec![0; FAST_HOSTS.min(hosts.len())];
-    while let Some(Reverse((now, i))) = queue.pop() {
+    while let Some(Reverse((due, i))) = queue.pop() {
+        let now = match free_at.pop() {
+            Some(Reverse(free)) => free.max(due),
+            None => due,
+        };
         let policy = HostPolicy {
             delay_ms: work.delays[i],
             ..base
         };
         let turn_ms = TURN as u64 * policy.delay_ms.max(1) + 60_000;
         let Ok((mut host, turn)) = hosts[i].claim_turn(now, turn_ms) else {
+            if workers.is_some() {
+                free_at.push(Reverse(now));
+            }
             continue;
         };
         out.turns += 1;
+        if let Some(log) = log.as_deref_mut() {
+            log.push(Event::Turn { at: now, host: i });
+        }
         let mut t = now;
         let mut fetched = 0;
         while fetched < TURN && left[i] > 0 {
@@ -186,7 +230,20 @@ pub fn host_turns(work: &Workload) -> Outcome {
             left[i] -= 1;
             fetched += 1;
             out.fetches += 1;
+            if let Some(log) = log.as_deref_mut() {
+                log.push(Event::Fetch {
+                    at: t,
+                    host: i,
+                    url: left[i],
+                });
+            }
             Outcome::bin(&mut out.fetched, t, 1);
+        }
+        if workers.is_some() {
+            free_at.push(Reverse(t));
+        }
+        if let Some(log) = log.as_deref_mut() {
+            log.push(Event::HandBack { at: t, host: i });
         }
         let next_work = (left[i] > 0).then_some(NextWork::Task(t));
         let Some((back, _)) = host.hand_back(&turn, next_work, host.seeded, 0, t) else {

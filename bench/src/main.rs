@@ -4,6 +4,7 @@
 //! curve, and cost per million pages. See bench/README.md.
 
 mod calls;
+mod capacity;
 mod cost;
 mod error;
 mod freshness;
@@ -56,6 +57,7 @@ enum Section {
     Lambda,
     Sweep,
     Frontier,
+    Capacity,
     Freshness,
     Hosts,
     Storage,
@@ -235,6 +237,13 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Frontier) {
         eprintln!("frontier simulation …");
         report.figures.extend(frontier::run(args.quick));
+    }
+    if wanted(Section::Capacity) {
+        eprintln!("capacity simulation …");
+        match capacity::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "capacity simulation", e),
+        }
     }
     if wanted(Section::Freshness) {
         eprintln!("freshness simulation …");

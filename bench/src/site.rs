@@ -105,6 +105,8 @@ struct Served {
     bodies: Vec<Bytes>,
     hits: Vec<AtomicU32>,
     requests: AtomicU64,
+    /// Bumped by `/__change`: every page's body and ETag differ from the edition before.
+    edition: AtomicU32,
 }
 
 /// What `/__stats` reports.
@@ -150,14 +152,22 @@ impl Served {
         match (path, page) {
             (_, Some((i, body))) => {
                 self.requests.fetch_add(1, Ordering::Relaxed);
+                let edition = self.edition.load(Ordering::Relaxed);
+                let body = if edition == 0 {
+                    body.clone()
+                } else {
+                    let mut changed = body.to_vec();
+                    changed.extend_from_slice(format!("<!-- edition {edition} -->\n").as_bytes());
+                    Bytes::from(changed)
+                };
                 if let Some(h) = self.hits.get(i) {
                     h.fetch_add(1, Ordering::Relaxed);
                 }
                 let html = "text/html; charset=utf-8";
                 if i % 2 == 1 {
-                    return reply(StatusCode::OK, html, body.clone());
+                    return reply(StatusCode::OK, html, body);
                 }
-                let etag = format!("\"p{i}\"");
+                let etag = format!("\"p{i}e{edition}\"");
                 let fresh = req
                     .headers()
                     .get("if-none-match")
@@ -165,7 +175,7 @@ impl Served {
                 let mut response = if fresh {
                     reply(StatusCode::NOT_MODIFIED, html, Bytes::new())
                 } else {
-                    reply(StatusCode::OK, html, body.clone())
+                    reply(StatusCode::OK, html, body)
                 };
                 if let Ok(v) = etag.parse() {
                     response.headers_mut().insert("etag", v);
@@ -185,6 +195,10 @@ impl Served {
             ("/__stats", _) => {
                 let body = serde_json::to_vec(&self.stats()).unwrap_or_default();
                 reply(StatusCode::OK, "application/json", Bytes::from(body))
+            }
+            ("/__change", _) => {
+                self.edition.fetch_add(1, Ordering::Relaxed);
+                reply(StatusCode::OK, "text/plain", Bytes::new())
             }
             ("/__reset", _) => {
                 self.requests.store(0, Ordering::Relaxed);
@@ -210,6 +224,7 @@ pub fn serve_main(pages: usize) -> BenchResult<()> {
             bodies: (0..pages).map(|i| page(i, pages)).collect(),
             hits: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             requests: AtomicU64::new(0),
+            edition: AtomicU32::new(0),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.step("bind site")?;
         let port = listener.local_addr().step("site address")?.port();
@@ -289,6 +304,16 @@ impl Site {
             .await
             .step("site stats")?;
         serde_json::from_slice(&body).step("site stats")
+    }
+
+    /// Changes every page (a new edition: new bodies, new ETags), for a changed recrawl.
+    pub async fn change(&self, client: &reqwest::Client) -> BenchResult<()> {
+        client
+            .get(self.url("/__change"))
+            .send()
+            .await
+            .step("site change")?;
+        Ok(())
     }
 
     pub async fn reset(&self, client: &reqwest::Client) -> BenchResult<()> {

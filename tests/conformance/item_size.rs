@@ -1,32 +1,40 @@
 //! A typical succeeded task must fit one DynamoDB write unit (1 KB): every status change is
-//! one write, so this is what each URL costs in WCUs.
+//! one write, so this is what each URL costs in WCUs. And the write-unit model's images of a
+//! task (`trawl_aws::dynamodb::capacity::task_image`) must be the items DynamoDB really holds
+//! after every step of a task's life, or its figures would price items that do not exist.
 
-use super::cases::{T0, claim, crawl_id, new_task};
+use super::cases::{T0, claim, crawl_id, new_task, record};
 use crate::support::{clients, moto, unique};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
+use trawl_aws::dynamodb::capacity::{image_of, task_image};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
 use trawl_core::store::TaskStore;
 use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::capacity::{Image, item_size};
 use trawl_domain::schedule::Pace;
-use trawl_domain::task::FetchRecord;
+use trawl_domain::task::{FetchRecord, Status};
 
-/// DynamoDB's item size rules: names + values; numbers ~1 byte per 2 digits + 1; maps and
-/// lists 3 bytes + 1 per element.
-fn size(value: &AttributeValue) -> usize {
-    match value {
-        AttributeValue::S(s) => s.len(),
-        AttributeValue::N(n) => n.trim_start_matches('-').len().div_ceil(2) + 1,
-        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
-        AttributeValue::L(items) => 3 + items.iter().map(|v| size(v) + 1).sum::<usize>(),
-        AttributeValue::M(map) => {
-            3 + map
-                .iter()
-                .map(|(k, v)| k.len() + size(v) + 1)
-                .sum::<usize>()
-        }
-        other => panic!("unexpected attribute {other:?}"),
-    }
+/// The item stored under `url`'s task, as the model reads it.
+async fn stored(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    crawl: &CrawlId,
+    url: &str,
+) -> Image {
+    let task_id = CanonicalUrl::parse(url).unwrap().task_id();
+    let item = client
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(format!("{crawl}#{task_id}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    image_of(&item)
 }
 
 #[tokio::test]
@@ -61,18 +69,63 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
     store.finish(&lease, &record, T0 + 1).await.unwrap();
 
     // WHEN its stored item is measured
-    let item = client
-        .get_item()
-        .table_name(&table)
-        .key("pk", AttributeValue::S(format!("{crawl}#{}", task.task_id)))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    let bytes: usize = item.iter().map(|(k, v)| k.len() + size(v)).sum();
+    let item = stored(&client, &table, &crawl, url).await;
+    let bytes = item_size(&item);
 
     // THEN it fits one write unit
     println!("typical succeeded task item: {bytes} bytes");
     assert!(bytes < 1024, "{bytes} bytes: {item:?}");
+}
+
+#[tokio::test]
+async fn the_capacity_model_prices_the_items_dynamodb_holds() {
+    // GIVEN a task taken through seed, claim, finish, reschedule, claim and a changed finish
+    let client = clients(&moto::shared().endpoint).await.dynamodb;
+    let table = unique("images");
+    create_table(&client, &table).await.unwrap();
+    let store = DynamoStore::new(client.clone(), &table, 4, Arc::new(CallCounts::default()));
+    let crawl = crawl_id();
+    let url = "https://a.example/page?id=7";
+    let id = CanonicalUrl::parse(url).unwrap().task_id();
+    let steps = [
+        "seed",
+        "claim",
+        "finish",
+        "reschedule",
+        "claim again",
+        "changed finish",
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        let now = T0 + i as i64 * 1_000;
+        match *step {
+            "seed" => {
+                store.seed(&crawl, &[new_task(url)], now).await.unwrap();
+            }
+            "claim" | "claim again" => {
+                claim(&store, &crawl, url, now).await;
+            }
+            "reschedule" => {
+                assert!(
+                    store
+                        .reschedule(&crawl, &id, &[Status::Succeeded], now)
+                        .await
+                        .unwrap()
+                );
+            }
+            _ => {
+                let task = store.get(&crawl, &id).await.unwrap().unwrap();
+                let lease = trawl_domain::transition::lease_of(&task);
+                let md5 = if *step == "finish" { "aa" } else { "bb" };
+                store.finish(&lease, &record(md5, now), now).await.unwrap();
+            }
+        }
+        // WHEN the stored item is compared with the model's image of the stored task
+        let task = store.get(&crawl, &id).await.unwrap().unwrap();
+        // THEN they are the same item, attribute for attribute
+        assert_eq!(
+            stored(&client, &table, &crawl, url).await,
+            task_image(&task, 4).unwrap(),
+            "after {step}"
+        );
+    }
 }

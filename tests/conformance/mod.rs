@@ -5,6 +5,7 @@
 //! Race cases run against a single-threaded moto: threaded moto does not make conditional
 //! writes atomic (double claims happen that DynamoDB would reject).
 
+mod budget;
 mod cases;
 mod item_size;
 

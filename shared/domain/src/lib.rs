@@ -4,6 +4,7 @@
 
 pub mod calls;
 pub mod canonical;
+pub mod capacity;
 pub mod crawl;
 pub mod host;
 pub mod price;

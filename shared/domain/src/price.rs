@@ -1,6 +1,8 @@
-//! What backend calls cost: one dated price table and one model of the billing units each call
-//! uses, shared by `summary.json` (a crawl's estimated cost) and the benchmark (cost per million
-//! pages), so the two never disagree.
+//! What backend calls cost: one dated price table, the billing units of calls, and what a page
+//! costs (`PageCost`), shared by `summary.json` (a crawl's estimated cost) and the benchmark
+//! (cost per million pages), so the two never disagree. DynamoDB write units come from
+//! `capacity` (DynamoDB's rules on the items as stored) wherever they were metered; `Units::of`
+//! prices unmetered write calls with `UNIT_MODEL`'s per-call figures.
 
 use crate::calls::Call;
 
@@ -17,8 +19,9 @@ pub struct Prices {
     pub s3_put_class: f64,
     /// S3 Standard, per GET (and other read) request.
     pub s3_get: f64,
-    /// SQS FIFO, per request (each 64 KB chunk; trawl's batches of small messages are one).
-    pub sqs_fifo_request: f64,
+    /// SQS standard queue, per request (each 64 KB chunk; trawl's batches of small messages
+    /// are one). Every trawl queue is a standard queue.
+    pub sqs_request: f64,
     /// Lambda on arm64, per GB-second.
     pub lambda_arm64_gb_s: f64,
     /// Lambda, per request.
@@ -26,14 +29,15 @@ pub struct Prices {
 }
 
 /// us-east-1 list prices as AWS published them in July 2025, after DynamoDB's November 2024
-/// on-demand price cut. Not re-checked since: check the current pricing pages before quoting.
+/// on-demand price cut. Not re-checked since: check the current pricing pages before quoting
+/// (aws.amazon.com/dynamodb/pricing/on-demand, /s3/pricing, /sqs/pricing, /lambda/pricing).
 pub const PRICES: Prices = Prices {
     as_of: "us-east-1 list prices of 2025-07 (check current pricing before quoting)",
     dynamodb_wru: 0.625 / 1e6,
     dynamodb_rru: 0.125 / 1e6,
     s3_put_class: 0.005 / 1e3,
     s3_get: 0.0004 / 1e3,
-    sqs_fifo_request: 0.50 / 1e6,
+    sqs_request: 0.40 / 1e6,
     lambda_arm64_gb_s: 0.000_013_333_4,
     lambda_request: 0.20 / 1e6,
 };
@@ -43,8 +47,8 @@ pub const UNIT_MODEL: &str = "items under 1 KB; a DynamoDB PutItem = 2 WRU (the 
 status-index entry), an UpdateItem = 3 WRU (a task write changes `updated`, the index's sort key, \
 so the index deletes and re-puts the entry), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such \
 deletes, a GetItem or Query = 1 RRU; S3 PUT, LIST and multipart calls are PUT-class, GetObject \
-GET-class, deletes free; every SQS call one FIFO request; SQLite, files and the in-process queue \
-free.";
+GET-class, deletes free; every SQS call one standard-queue request; SQLite, files and the \
+in-process queue free.";
 
 /// Write units of a PutItem: the item and its status-index entry.
 const PUT_WRU: f64 = 2.0;
@@ -124,7 +128,65 @@ impl Prices {
             dynamodb: units.dynamodb_wru * self.dynamodb_wru
                 + units.dynamodb_rru * self.dynamodb_rru,
             s3: units.s3_put_class * self.s3_put_class + units.s3_get * self.s3_get,
-            sqs: units.sqs_requests * self.sqs_fifo_request,
+            sqs: units.sqs_requests * self.sqs_request,
+        }
+    }
+}
+
+/// Lambda gives a function one full vCPU at 1,769 MB, proportionally less below
+/// (docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
+pub const MB_PER_VCPU: f64 = 1769.0;
+
+/// What a crawler invocation is billed for, per page: its memory size times its duration,
+/// shared by the pages it fetched. An invocation runs `turns` host turns at once; a turn
+/// fetches one page per `max(fetch latency, host delay)` (one request in flight per host, the
+/// default), so an invocation's wall time per page is that over `turns` — unless the CPU time
+/// (scaled to the memory size's share of a vCPU) is longer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LambdaModel {
+    pub memory_mb: f64,
+    pub fetch_latency_s: f64,
+    pub host_delay_s: f64,
+    /// Host turns an invocation runs at once (messages per batch).
+    pub turns: f64,
+    /// Pages per turn.
+    pub pages_per_turn: f64,
+}
+
+impl LambdaModel {
+    /// GB-seconds per page, given the CPU seconds a page takes on one vCPU.
+    pub fn gb_s_per_page(&self, cpu_s_per_page: f64) -> f64 {
+        let wall = self.fetch_latency_s.max(self.host_delay_s) / self.turns.max(1.0);
+        let cpu = cpu_s_per_page * MB_PER_VCPU / self.memory_mb;
+        self.memory_mb / 1024.0 * wall.max(cpu)
+    }
+
+    /// Invocations per page.
+    pub fn invocations_per_page(&self) -> f64 {
+        1.0 / (self.turns * self.pages_per_turn).max(1.0)
+    }
+}
+
+/// What one page costs, by service, in US dollars.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PageCost {
+    pub cost: Cost,
+    pub lambda: f64,
+}
+
+impl PageCost {
+    pub fn total(&self) -> f64 {
+        self.cost.total() + self.lambda
+    }
+}
+
+impl Prices {
+    /// A page's cost: its backend `units` and its share of Lambda (`model`, `cpu_s_per_page`).
+    pub fn page(&self, units: &Units, model: &LambdaModel, cpu_s_per_page: f64) -> PageCost {
+        PageCost {
+            cost: self.cost(units),
+            lambda: model.gb_s_per_page(cpu_s_per_page) * self.lambda_arm64_gb_s
+                + model.invocations_per_page() * self.lambda_request,
         }
     }
 }
@@ -150,8 +212,28 @@ mod tests {
         let cost = PRICES.cost(&units);
         assert!((cost.dynamodb - (3.125 + 0.25)).abs() < 1e-9, "{cost:?}");
         assert!((cost.s3 - (0.005 + 0.004)).abs() < 1e-9, "{cost:?}");
-        assert!((cost.sqs - 1.0).abs() < 1e-9, "{cost:?}");
-        assert!((cost.total() - 4.384).abs() < 1e-9, "{cost:?}");
+        assert!((cost.sqs - 0.8).abs() < 1e-9, "{cost:?}");
+        assert!((cost.total() - 4.184).abs() < 1e-9, "{cost:?}");
+    }
+
+    #[test]
+    fn lambda_is_billed_for_wall_time_shared_by_the_turns_in_flight() {
+        let model = LambdaModel {
+            memory_mb: 256.0,
+            fetch_latency_s: 0.5,
+            host_delay_s: 1.0,
+            turns: 10.0,
+            pages_per_turn: 50.0,
+        };
+        // Ten turns at one page per second each: 0.1 s of a 0.25 GB function per page.
+        assert!((model.gb_s_per_page(0.001) - 0.025).abs() < 1e-12);
+        // CPU-bound when a page's CPU time (at 256 MB's share of a vCPU) is longer.
+        let cpu = 0.05 * MB_PER_VCPU / 256.0;
+        assert!((model.gb_s_per_page(0.05) - 0.25 * cpu).abs() < 1e-12);
+        assert!((model.invocations_per_page() - 1.0 / 500.0).abs() < 1e-12);
+        let page = PRICES.page(&Units::default(), &model, 0.001);
+        let expected = 0.025 * PRICES.lambda_arm64_gb_s + PRICES.lambda_request / 500.0;
+        assert!((page.total() - expected).abs() < 1e-15);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //! build on the lease (what the claim returned, fenced by the token); claim, reschedule and the
 //! rest are blind conditional writes.
 
+pub mod capacity;
 mod errors;
 mod expression;
 mod items;
@@ -40,6 +41,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
+use trawl_core::store::budget::{PageBudget, Taken};
 use trawl_core::store::{
     ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
@@ -67,6 +69,8 @@ pub struct DynamoStore {
     table: String,
     shards: u32,
     calls: Arc<CallCounts>,
+    /// This worker's page-budget slots (`max_pages` without a write per page).
+    budget: Arc<PageBudget>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -101,7 +105,13 @@ impl DynamoStore {
             table: table.into(),
             shards: shards.max(1),
             calls,
+            budget: Arc::default(),
         }
+    }
+
+    /// Status-index shards per status (a task's shard is a stable hash of its id).
+    pub fn shards(&self) -> u32 {
+        self.shards
     }
 
     fn task_key(crawl_id: &CrawlId, task_id: &TaskId) -> AttributeValue {
@@ -326,42 +336,13 @@ impl CrawlStore for DynamoStore {
     }
 
     async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        // Optimistic: ask for everything; when the condition says too few are left, ask for
-        // what the failed condition reports as left. Bounded: contention only shrinks the ask.
-        let mut ask = wanted.min(max);
-        for _ in 0..8 {
-            if ask == 0 {
-                return Ok(0);
-            }
-            self.calls.record(Call::DynamoUpdateItem);
-            let result = self
-                .update_crawl(id)
-                .update_expression("ADD pages_reserved :ask")
-                .condition_expression("attribute_exists(pk) AND pages_reserved <= :limit")
-                .expression_attribute_values(":ask", n(ask))
-                .expression_attribute_values(":limit", n(max - ask))
-                .return_values_on_condition_check_failure(OnFailure::AllOld)
-                .send()
-                .await;
-            match result {
-                Ok(_) => return Ok(ask),
-                Err(e) => match conditional_item(&e) {
-                    Some(item) => {
-                        let reserved = CrawlItem::from_item(item)?.pages_reserved;
-                        ask = ask.min(max.saturating_sub(reserved));
-                    }
-                    None if is_conditional_failure(&e) => {
-                        return Err(StoreError::NoSuchCrawl(id.clone()));
-                    }
-                    None => return Err(map_err("UpdateItem", e)),
-                },
-            }
-        }
-        Ok(0)
+        self.budget
+            .reserve(id, wanted, max, |ask| self.take_pages(id, ask, max))
+            .await
     }
 
     async fn release_pages(&self, id: &CrawlId, count: u64) -> StoreResult<()> {
-        if count == 0 {
+        if count == 0 || self.budget.release(id, count) {
             return Ok(());
         }
         self.calls.record(Call::DynamoUpdateItem);
@@ -413,6 +394,7 @@ impl CrawlStore for DynamoStore {
     }
 
     async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.budget.forget(id);
         self.calls.record(Call::DynamoDeleteItem);
         self.client
             .delete_item()
@@ -913,6 +895,59 @@ impl HostStore for DynamoStore {
 }
 
 impl DynamoStore {
+    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`: one conditional
+    /// add, optimistic — when the condition says too few are left, it asks again for what the
+    /// failed condition reports as left. Bounded: contention only shrinks the ask.
+    async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
+        let mut ask = ask.min(max);
+        let mut reserved = max;
+        for _ in 0..8 {
+            if ask == 0 {
+                break;
+            }
+            self.calls.record(Call::DynamoUpdateItem);
+            let result = self
+                .update_crawl(id)
+                .update_expression("ADD pages_reserved :ask")
+                .condition_expression("attribute_exists(pk) AND pages_reserved <= :limit")
+                .expression_attribute_values(":ask", n(ask))
+                .expression_attribute_values(":limit", n(max - ask))
+                .return_values(ReturnValue::UpdatedNew)
+                .return_values_on_condition_check_failure(OnFailure::AllOld)
+                .send()
+                .await;
+            match result {
+                Ok(out) => {
+                    let after = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get("pages_reserved"))
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(max);
+                    return Ok(Taken {
+                        granted: ask,
+                        reserved: after,
+                    });
+                }
+                Err(e) => match conditional_item(&e) {
+                    Some(item) => {
+                        reserved = CrawlItem::from_item(item)?.pages_reserved;
+                        ask = ask.min(max.saturating_sub(reserved));
+                    }
+                    None if is_conditional_failure(&e) => {
+                        return Err(StoreError::NoSuchCrawl(id.clone()));
+                    }
+                    None => return Err(map_err("UpdateItem", e)),
+                },
+            }
+        }
+        Ok(Taken {
+            granted: 0,
+            reserved,
+        })
+    }
+
     /// One host record by key; `consistent` for a read that a conditional write will follow.
     async fn read_host(
         &self,

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType,
 };
 use trawl_core::store::{StoreError, StoreResult};
+use trawl_domain::capacity::{IndexDef, Projection as Projected, TableDef};
 
 /// The status index: hash `gsi_pk`, range `updated`.
 pub const STATUS_INDEX: &str = "status-index";
@@ -47,6 +48,27 @@ pub const HOST_PROJECTED: [&str; 11] = [
     "updated",
 ];
 
+/// The table's keys and indexes, as `create_table` creates them: what the write-unit model
+/// (`trawl_domain::capacity`) reads, so its figures follow the layout.
+pub const TABLE: TableDef = TableDef {
+    hash: "pk",
+    range: None,
+    indexes: &[
+        IndexDef {
+            name: STATUS_INDEX,
+            hash: "gsi_pk",
+            range: Some("updated"),
+            projection: Projected::Include(&PROJECTED),
+        },
+        IndexDef {
+            name: HOST_INDEX,
+            hash: "hk",
+            range: Some("due"),
+            projection: Projected::Include(&HOST_PROJECTED),
+        },
+    ],
+};
+
 fn build_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend {
         operation: "CreateTable",
@@ -70,19 +92,31 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
             .build()
             .map_err(build_err)
     };
-    let index = |name: &str, hash: &str, range: &str, projected: &[&str]| {
-        let projection = projected.iter().fold(
-            Projection::builder().projection_type(ProjectionType::Include),
-            |p, a| p.non_key_attributes(*a),
-        );
-        GlobalSecondaryIndex::builder()
-            .index_name(name)
-            .key_schema(key(hash, KeyType::Hash)?)
-            .key_schema(key(range, KeyType::Range)?)
+    let index = |def: &IndexDef| {
+        let projection = match def.projection {
+            Projected::KeysOnly => Projection::builder().projection_type(ProjectionType::KeysOnly),
+            Projected::All => Projection::builder().projection_type(ProjectionType::All),
+            Projected::Include(names) => names.iter().fold(
+                Projection::builder().projection_type(ProjectionType::Include),
+                |p, a| p.non_key_attributes(*a),
+            ),
+        };
+        let mut builder = GlobalSecondaryIndex::builder()
+            .index_name(def.name)
+            .key_schema(key(def.hash, KeyType::Hash)?);
+        if let Some(range) = def.range {
+            builder = builder.key_schema(key(range, KeyType::Range)?);
+        }
+        builder
             .projection(projection.build())
             .build()
             .map_err(build_err)
     };
+    let indexes = TABLE
+        .indexes
+        .iter()
+        .map(index)
+        .collect::<StoreResult<Vec<_>>>()?;
     client
         .create_table()
         .table_name(table)
@@ -92,9 +126,8 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
         .attribute_definitions(attr("updated", ScalarAttributeType::N)?)
         .attribute_definitions(attr("hk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("due", ScalarAttributeType::N)?)
-        .key_schema(key("pk", KeyType::Hash)?)
-        .global_secondary_indexes(index(STATUS_INDEX, "gsi_pk", "updated", &PROJECTED)?)
-        .global_secondary_indexes(index(HOST_INDEX, "hk", "due", &HOST_PROJECTED)?)
+        .key_schema(key(TABLE.hash, KeyType::Hash)?)
+        .set_global_secondary_indexes(Some(indexes))
         .send()
         .await
         .map_err(|e| map_err("CreateTable", e))?;

@@ -12,6 +12,7 @@
 //!   it, so a worker whose lease was taken over can never overwrite a newer result;
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
 
+pub mod budget;
 pub mod memory;
 
 use std::collections::BTreeMap;
@@ -254,7 +255,9 @@ pub trait CrawlStore: Send + Sync {
         max: u64,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
 
-    /// Gives back slots that were reserved but not used (the URL was already known).
+    /// Gives back slots that were reserved but not used (the URL was already known). Stores
+    /// shared by many workers hand slots out in chunks (`budget::PageBudget`): there the slots
+    /// go back to the worker's chunk, and only the first reservation of a chunk writes.
     fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
+use trawl_core::store::budget::{PageBudget, Taken};
 use trawl_core::store::{
     ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
@@ -118,6 +119,8 @@ const CURSOR_TAG: &str = "sqlite1";
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     calls: Arc<CallCounts>,
+    /// This process's page-budget slots (`max_pages` without a write per page).
+    budget: Arc<PageBudget>,
 }
 
 /// An error inside a blocking closure, before it is tied to its operation.
@@ -386,6 +389,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             calls,
+            budget: Arc::default(),
         })
     }
 
@@ -943,49 +947,16 @@ impl CrawlStore for SqliteStore {
     }
 
     async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        self.run("reserve_pages", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let reserved: Option<i64> = tx
-                .query_row(
-                    "SELECT pages_reserved FROM crawls WHERE id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let reserved: u64 = match reserved {
-                Some(n) => number(&id, "pages_reserved", n)?,
-                None => return Err(StoreError::NoSuchCrawl(crawl_id).into()),
-            };
-            let granted = wanted.min(max.saturating_sub(reserved));
-            if granted > 0 {
-                tx.execute(
-                    "UPDATE crawls SET pages_reserved = ?2 WHERE id = ?1",
-                    params![id, saturating_i64(reserved + granted)],
-                )?;
-            }
-            tx.commit()?;
-            Ok(granted)
-        })
-        .await
+        self.budget
+            .reserve(id, wanted, max, |ask| self.take_pages(id, ask, max))
+            .await
     }
 
     async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        let n = saturating_i64(n);
-        self.run("release_pages", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET pages_reserved = MAX(pages_reserved - ?2, 0) WHERE id = ?1",
-                params![id, n],
-            )?;
-            if changed == 0 {
-                return Err(StoreError::NoSuchCrawl(crawl_id).into());
-            }
-            Ok(())
-        })
-        .await
+        if n == 0 || self.budget.release(id, n) {
+            return Ok(());
+        }
+        self.give_back_pages(id, n).await
     }
 
     async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
@@ -1026,12 +997,66 @@ impl CrawlStore for SqliteStore {
     }
 
     async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.budget.forget(id);
         let id = id.as_str().to_owned();
         self.run("delete_crawl", Call::SqliteWrite, move |conn| {
             let tx = immediate(conn)?;
             tx.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
             tx.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
             tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`, in one transaction.
+    async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
+        let crawl_id = id.clone();
+        let id = id.as_str().to_owned();
+        self.run("reserve_pages", Call::SqliteWrite, move |conn| {
+            let tx = immediate(conn)?;
+            let reserved: Option<i64> = tx
+                .query_row(
+                    "SELECT pages_reserved FROM crawls WHERE id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let reserved: u64 = match reserved {
+                Some(n) => number(&id, "pages_reserved", n)?,
+                None => return Err(StoreError::NoSuchCrawl(crawl_id).into()),
+            };
+            let granted = ask.min(max.saturating_sub(reserved));
+            if granted > 0 {
+                tx.execute(
+                    "UPDATE crawls SET pages_reserved = ?2 WHERE id = ?1",
+                    params![id, saturating_i64(reserved + granted)],
+                )?;
+            }
+            tx.commit()?;
+            Ok(Taken {
+                granted,
+                reserved: reserved + granted,
+            })
+        })
+        .await
+    }
+
+    /// Lowers the crawl's `pages_reserved` by `n`, for a process that holds no chunk of it.
+    async fn give_back_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
+        let crawl_id = id.clone();
+        let id = id.as_str().to_owned();
+        let n = saturating_i64(n);
+        self.run("release_pages", Call::SqliteWrite, move |conn| {
+            let changed = conn.execute(
+                "UPDATE crawls SET pages_reserved = MAX(pages_reserved - ?2, 0) WHERE id = ?1",
+                params![id, n],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NoSuchCrawl(crawl_id).into());
+            }
             Ok(())
         })
         .await

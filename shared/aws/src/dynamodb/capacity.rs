@@ -1,0 +1,564 @@
+//! Write units as this adapter's writes consume them: the items exactly as `items` lays them
+//! out, and the table's keys and indexes as `schema::TABLE` defines them, priced by
+//! `trawl_domain::capacity`'s rules.
+//!
+//! [`Metered`] wraps any store (the in-memory one for the benchmark and the simulator; this one
+//! on moto) and, around each write, reads the item before and after through a probe (a store on
+//! the same data whose reads are not counted), lays both out as DynamoDB items and adds the
+//! write's units to a [`WriteMeter`]: per operation, and per table and index key (where the
+//! write lands, for partition accounting). Refused conditional writes are charged as DynamoDB
+//! charges them. Deletions of whole crawls are not metered (per crawl, not per page).
+
+use super::items::{CrawlItem, TaskItem, host_item};
+use super::schema::TABLE;
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use trawl_core::store::{
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+};
+use trawl_domain::calls::CallTally;
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::capacity::{Attr, Image, WriteUnits};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::Host;
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Task};
+
+/// A DynamoDB item as the capacity model reads it.
+pub fn image_of(item: &HashMap<String, AttributeValue>) -> Image {
+    item.iter().map(|(k, v)| (k.clone(), attr(v))).collect()
+}
+
+fn attr(value: &AttributeValue) -> Attr {
+    match value {
+        AttributeValue::S(s) => Attr::S(s.clone()),
+        AttributeValue::N(n) => Attr::N(n.clone()),
+        AttributeValue::B(b) => Attr::B(b.as_ref().to_vec()),
+        AttributeValue::Bool(b) => Attr::Bool(*b),
+        AttributeValue::L(l) => Attr::L(l.iter().map(attr).collect()),
+        AttributeValue::M(m) => Attr::M(m.iter().map(|(k, v)| (k.clone(), attr(v))).collect()),
+        AttributeValue::Ss(s) => Attr::Ss(s.clone()),
+        AttributeValue::Ns(n) => Attr::Ns(n.clone()),
+        AttributeValue::Bs(b) => Attr::Bs(b.iter().map(|x| x.as_ref().to_vec()).collect()),
+        _ => Attr::Null,
+    }
+}
+
+/// The item of `task` as this adapter stores it with `shards` status shards.
+pub fn task_image(task: &Task, shards: u32) -> StoreResult<Image> {
+    Ok(image_of(&TaskItem::from_task(task, shards).to_item()?))
+}
+
+/// The item of a stored host record (its `version` is the stored one).
+pub fn host_image(crawl_id: &CrawlId, host: &Host) -> StoreResult<Image> {
+    Ok(image_of(&host_item(crawl_id, host, host.version)?))
+}
+
+/// The item of a crawl record.
+pub fn crawl_image(crawl: &Crawl) -> StoreResult<Image> {
+    Ok(image_of(&CrawlItem::from_crawl(crawl).to_item()?))
+}
+
+/// Write units of writing `before` → `after` on this table.
+pub fn write_units(before: Option<&Image>, after: Option<&Image>) -> WriteUnits {
+    TABLE.write_units(before, after)
+}
+
+/// Writes of one kind and the units they consumed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WriteTally {
+    pub writes: u64,
+    pub table: u64,
+    /// Units per index name.
+    pub indexes: BTreeMap<&'static str, u64>,
+}
+
+impl WriteTally {
+    pub fn total(&self) -> u64 {
+        self.table + self.indexes.values().sum::<u64>()
+    }
+
+    fn add(&mut self, units: &WriteUnits) {
+        self.writes += 1;
+        self.table += units.table;
+        for &(name, n) in &units.indexes {
+            *self.indexes.entry(name).or_default() += n;
+        }
+    }
+
+    pub fn merge(&mut self, other: &WriteTally) {
+        self.writes += other.writes;
+        self.table += other.table;
+        for (name, n) in &other.indexes {
+            *self.indexes.entry(name).or_default() += n;
+        }
+    }
+}
+
+/// Where units landed: the table (`TABLE_KEYS`) or an index, and the partition key value.
+pub type KeyUnits = BTreeMap<(&'static str, String), u64>;
+
+/// The table's name in [`KeyUnits`].
+pub const TABLE_KEYS: &str = "table";
+
+/// Units metered so far, per operation and per key.
+#[derive(Debug, Default)]
+pub struct WriteMeter {
+    by_operation: BTreeMap<&'static str, WriteTally>,
+    by_key: KeyUnits,
+}
+
+impl WriteMeter {
+    fn record(&mut self, operation: &'static str, before: Option<&Image>, after: Option<&Image>) {
+        let refused = before == after;
+        let units = if refused {
+            TABLE.refused_write_units(before)
+        } else {
+            write_units(before, after)
+        };
+        self.by_operation.entry(operation).or_default().add(&units);
+        if let Some(Attr::S(pk)) = after.or(before).and_then(|i| i.get(TABLE.hash)) {
+            *self.by_key.entry((TABLE_KEYS, pk.clone())).or_default() += units.table;
+        }
+        // An index write lands on the old key's partition (the delete) and the new one's (the
+        // put); a delete and a put are sized alike here (entries of one item).
+        let keys = |image: Option<&Image>| image.map(|i| TABLE.index_keys(i)).unwrap_or_default();
+        let (old, new) = (keys(before), keys(after));
+        for &(index, n) in &units.indexes {
+            let old = old.iter().find(|(i, _)| *i == index).map(|(_, k)| k);
+            let new = new.iter().find(|(i, _)| *i == index).map(|(_, k)| k);
+            let mut add = |key: &String, units: u64| {
+                if units > 0 {
+                    *self.by_key.entry((index, key.clone())).or_default() += units;
+                }
+            };
+            match (old, new) {
+                (Some(old), Some(new)) if old != new => {
+                    add(old, n / 2);
+                    add(new, n - n / 2);
+                }
+                (_, Some(key)) | (Some(key), None) => add(key, n),
+                (None, None) => {}
+            }
+        }
+    }
+
+    /// Units per operation.
+    pub fn by_operation(&self) -> &BTreeMap<&'static str, WriteTally> {
+        &self.by_operation
+    }
+
+    /// Every operation together.
+    pub fn total(&self) -> WriteTally {
+        let mut all = WriteTally::default();
+        for tally in self.by_operation.values() {
+            all.merge(tally);
+        }
+        all
+    }
+
+    /// Units per key since the last call (the simulator drains this every virtual second).
+    pub fn take_keys(&mut self) -> KeyUnits {
+        std::mem::take(&mut self.by_key)
+    }
+
+    /// Forgets everything metered.
+    pub fn reset(&mut self) {
+        self.by_operation.clear();
+        self.by_key.clear();
+    }
+}
+
+/// A store whose writes are metered (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Metered<S> {
+    inner: S,
+    probe: S,
+    shards: u32,
+    meter: Arc<Mutex<WriteMeter>>,
+}
+
+impl<S> Metered<S> {
+    /// `inner` does the work; `probe` (the same data, uncounted) reads the images; tasks are
+    /// laid out with `shards` status shards.
+    pub fn new(inner: S, probe: S, shards: u32) -> Self {
+        Self {
+            inner,
+            probe,
+            shards,
+            meter: Arc::default(),
+        }
+    }
+
+    /// The meter (shared by clones).
+    pub fn meter(&self) -> Arc<Mutex<WriteMeter>> {
+        Arc::clone(&self.meter)
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn record(&self, operation: &'static str, before: Option<&Image>, after: Option<&Image>) {
+        self.meter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(operation, before, after);
+    }
+}
+
+impl<S: TaskStore> Metered<S> {
+    async fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Image>> {
+        self.probe
+            .get(crawl_id, task_id)
+            .await?
+            .map(|t| task_image(&t, self.shards))
+            .transpose()
+    }
+
+    /// Runs one write of one task, metered.
+    async fn on_task<T>(
+        &self,
+        operation: &'static str,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        write: impl Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        let before = self.task(crawl_id, task_id).await?;
+        let out = write.await?;
+        let after = self.task(crawl_id, task_id).await?;
+        self.record(operation, before.as_ref(), after.as_ref());
+        Ok(out)
+    }
+}
+
+impl<S: CrawlStore> Metered<S> {
+    async fn crawl(&self, id: &CrawlId) -> StoreResult<Option<Image>> {
+        self.probe
+            .get_crawl(id)
+            .await?
+            .map(|c| crawl_image(&c))
+            .transpose()
+    }
+
+    async fn on_crawl<T>(
+        &self,
+        operation: &'static str,
+        id: &CrawlId,
+        write: impl Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        let before = self.crawl(id).await?;
+        let out = write.await?;
+        let after = self.crawl(id).await?;
+        self.record(operation, before.as_ref(), after.as_ref());
+        Ok(out)
+    }
+}
+
+impl<S: HostStore> Metered<S> {
+    async fn host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Image>> {
+        self.probe
+            .get_host(crawl_id, name)
+            .await?
+            .map(|h| host_image(crawl_id, &h))
+            .transpose()
+    }
+
+    async fn on_host<T>(
+        &self,
+        operation: &'static str,
+        crawl_id: &CrawlId,
+        name: &str,
+        write: impl Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        let before = self.host(crawl_id, name).await?;
+        let out = write.await?;
+        let after = self.host(crawl_id, name).await?;
+        self.record(operation, before.as_ref(), after.as_ref());
+        Ok(out)
+    }
+}
+
+impl<S: CrawlStore> CrawlStore for Metered<S> {
+    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        self.on_crawl("create_crawl", &crawl.id, self.inner.create_crawl(crawl))
+            .await
+    }
+
+    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.inner.get_crawl(id).await
+    }
+
+    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        self.inner.list_crawls(state).await
+    }
+
+    async fn complete_crawl(
+        &self,
+        id: &CrawlId,
+        generation: u64,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let write = self.inner.complete_crawl(id, generation, now);
+        self.on_crawl("complete_crawl", id, write).await
+    }
+
+    async fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let write = self.inner.update_config(id, config, now);
+        self.on_crawl("update_config", id, write).await
+    }
+
+    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
+        self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
+            .await
+    }
+
+    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
+        let write = self.inner.reserve_pages(id, wanted, max);
+        self.on_crawl("reserve_pages", id, write).await
+    }
+
+    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
+        self.on_crawl("release_pages", id, self.inner.release_pages(id, n))
+            .await
+    }
+
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+        self.on_crawl("add_calls", id, self.inner.add_calls(id, share))
+            .await
+    }
+
+    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.inner.delete_crawl(id).await
+    }
+}
+
+impl<S: TaskStore> TaskStore for Metered<S> {
+    async fn seed(
+        &self,
+        crawl_id: &CrawlId,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> StoreResult<Vec<Seeded>> {
+        // Each URL's first time in the batch is one conditional put (as the adapter sends
+        // them): created, or refused by the task already there. Read from the outcome, not
+        // from images, which concurrent seeders of the same URL could interleave.
+        let out = self.inner.seed(crawl_id, tasks, now).await?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (task, outcome) in tasks.iter().zip(&out) {
+            let id = task.url.task_id();
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let stored = self.task(crawl_id, &id).await?;
+            match outcome {
+                Seeded::Created => self.record("seed", None, stored.as_ref()),
+                Seeded::AlreadyKnown => self.record("seed", stored.as_ref(), stored.as_ref()),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
+        self.inner.get(crawl_id, task_id).await
+    }
+
+    async fn claim(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> StoreResult<ClaimOutcome> {
+        let write = self.inner.claim(crawl_id, task_id, lease_ms, now);
+        self.on_task("claim", crawl_id, task_id, write).await
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        record: &FetchRecord,
+        now: Millis,
+    ) -> StoreResult<FinishOutcome> {
+        let write = self.inner.finish(lease, record, now);
+        self.on_task("finish", &lease.crawl_id, &lease.task_id, write)
+            .await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        revisit: &Revisit,
+        now: Millis,
+    ) -> StoreResult<FailOutcome> {
+        let write = self.inner.fail(lease, failure, policy, revisit, now);
+        self.on_task("fail", &lease.crawl_id, &lease.task_id, write)
+            .await
+    }
+
+    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
+        let write = self.inner.release(lease, now);
+        self.on_task("release", &lease.crawl_id, &lease.task_id, write)
+            .await
+    }
+
+    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
+        let write = self.inner.reset(task, now);
+        self.on_task("reset", &task.crawl_id, &task.task_id, write)
+            .await
+    }
+
+    async fn add_stale(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        md5: &str,
+    ) -> StoreResult<bool> {
+        let write = self.inner.add_stale(crawl_id, task_id, md5);
+        self.on_task("add_stale", crawl_id, task_id, write).await
+    }
+
+    async fn reschedule(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        from: &[trawl_domain::task::Status],
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let write = self.inner.reschedule(crawl_id, task_id, from, now);
+        self.on_task("reschedule", crawl_id, task_id, write).await
+    }
+
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        self.inner.due_tasks(crawl_id, host, limit).await
+    }
+
+    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        self.inner.query(query).await
+    }
+
+    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        self.inner.counts(crawl_id).await
+    }
+
+    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.inner.delete_tasks(crawl_id).await
+    }
+}
+
+impl<S: HostStore> HostStore for Metered<S> {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        self.inner.get_host(crawl_id, name).await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        let write = self.inner.put_host(crawl_id, host);
+        self.on_host("put_host", crawl_id, &host.name, write).await
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        let write = self.inner.add_seeded(crawl_id, name, n);
+        self.on_host("add_seeded", crawl_id, name, write).await
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        self.inner.list_hosts(crawl_id, cursor, limit).await
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.inner.delete_hosts(crawl_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_core::store::memory::MemoryStore;
+    use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::crawl::CrawlConfig;
+    use trawl_domain::task::FetchRecord;
+
+    fn record(md5: &str, now: Millis) -> FetchRecord {
+        FetchRecord {
+            md5: Some(md5.to_owned()),
+            http_status: 200,
+            fetched_at: now,
+            ..FetchRecord::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fresh_task_costs_its_writes_on_the_table_and_both_indexes() {
+        let store = MemoryStore::new();
+        let metered = Metered::new(store.clone(), store, 4);
+        let crawl = Crawl::new(CrawlId::parse("c1").unwrap(), CrawlConfig::default(), 1);
+        metered.create_crawl(&crawl).await.unwrap();
+        let url = CanonicalUrl::parse("http://a.test/x").unwrap();
+        let task = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        };
+        metered
+            .seed(&crawl.id, std::slice::from_ref(&task), 10)
+            .await
+            .unwrap();
+        // The same URL again: a refused conditional put, charged on the table only.
+        metered.seed(&crawl.id, &[task], 11).await.unwrap();
+        let ClaimOutcome::Claimed { lease, .. } = metered
+            .claim(&crawl.id, &url.task_id(), 60_000, 20)
+            .await
+            .unwrap()
+        else {
+            panic!("not claimed");
+        };
+        metered.finish(&lease, &record("ab", 30), 30).await.unwrap();
+        let meter = metered.meter();
+        let meter = meter.lock().unwrap();
+        let ops = meter.by_operation();
+        let seed = &ops["seed"];
+        // Insert (1) + refused (1) on the table; each index: one insert.
+        assert_eq!(seed.writes, 2);
+        assert_eq!(seed.table, 2);
+        assert_eq!(seed.indexes.values().sum::<u64>(), 2);
+        // The claim moves the status-index key (2) and takes the task out of the host index (1).
+        let claim = &ops["claim"];
+        assert_eq!(
+            (
+                claim.table,
+                claim.indexes["status-index"],
+                claim.indexes["host-index"]
+            ),
+            (1, 2, 1)
+        );
+        // The finish moves the status key again; a task in progress is not in the host index.
+        let finish = &ops["finish"];
+        assert_eq!(finish.indexes["status-index"], 2);
+        assert_eq!(finish.indexes["host-index"], 0);
+    }
+}
