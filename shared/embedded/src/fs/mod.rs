@@ -81,52 +81,90 @@ impl FsBlobStore {
             .into_iter()
             .fold(self.root.clone(), |path, segment| path.join(segment)))
     }
-
-    /// Creates a temporary file under the uploads area.
-    async fn temp_file(
-        &self,
-        operation: &'static str,
-        key: &str,
-    ) -> BlobResult<(PathBuf, fs::File)> {
-        let dir = self.root.join(UPLOADS_DIR);
-        fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| io_error(operation, key, &e))?;
-        let path = dir.join(temp_name());
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(|e| io_error(operation, key, &e))?;
-        Ok((path, file))
-    }
 }
 
-/// Flushes `file` to disk and renames it to `target`; removes it if that fails.
-async fn publish(
+/// Makes the temporary file `temp` (its content written) the object at `target`, durably:
+/// renamed into place (readers see all of it or none), then its data and every directory entry
+/// leading to it flushed to disk, the directories this creates included. When this returns, the
+/// object survives a power cut, so a pointer written afterwards never names a lost body. The
+/// rename comes first so that one journal commit carries both the data and the new names (on
+/// ext4 the directories' flushes then find nothing left to do). Removes `temp` if that fails.
+/// Blocking: each object is one task of the blocking pool, and the concurrent flushes of the
+/// pages in flight share journal commits.
+fn publish(file: std::fs::File, temp: &Path, target: &Path) -> std::io::Result<()> {
+    let result = (|| {
+        let dirs = match target.parent() {
+            Some(parent) => create_dirs(parent)?,
+            None => Vec::new(),
+        };
+        std::fs::rename(temp, target)?;
+        file.sync_data()?;
+        for dir in dirs {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        // Best effort: the temporary file is invisible to `list` anyway.
+        let _ = std::fs::remove_file(temp);
+    }
+    result
+}
+
+/// Creates `dir` and its missing parents. Returns the directories whose entries change and must
+/// be flushed: `dir` itself, each one created, and the existing one the first was created in.
+fn create_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut changed = vec![dir.to_path_buf()];
+    let mut existing = dir;
+    while !existing.is_dir() {
+        match existing.parent() {
+            Some(parent) => {
+                existing = parent;
+                changed.push(parent.to_path_buf());
+            }
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(changed)
+}
+
+/// Writes `body` to a new temporary file under `uploads` and publishes it at `target`.
+fn write_object(uploads: &Path, target: &Path, body: &[u8]) -> std::io::Result<()> {
+    let (temp, mut file) = create_temp(uploads)?;
+    if let Err(e) = std::io::Write::write_all(&mut file, body) {
+        drop(file);
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    publish(file, &temp, target)
+}
+
+/// Creates a temporary file under the uploads area.
+fn create_temp(uploads: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    std::fs::create_dir_all(uploads)?;
+    let path = uploads.join(temp_name());
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((path, file))
+}
+
+/// Runs blocking file work on the blocking pool, as one task.
+async fn blocking<T: Send + 'static>(
     operation: &'static str,
     key: &str,
-    mut file: fs::File,
-    temp: &Path,
-    target: &Path,
-) -> BlobResult<()> {
-    let result = async {
-        file.flush().await?;
-        file.sync_data().await?;
-        drop(file);
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).await?;
-        }
-        fs::rename(temp, target).await
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> BlobResult<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|e| io_error(operation, key, &e)),
+        Err(e) => Err(BlobError::Backend {
+            operation,
+            key: key.to_owned(),
+            message: format!("blocking task failed: {e}"),
+        }),
     }
-    .await;
-    if let Err(e) = result {
-        // Best effort: the temporary file is invisible to `list` anyway.
-        let _ = fs::remove_file(temp).await;
-        return Err(io_error(operation, key, &e));
-    }
-    Ok(())
 }
 
 impl BlobStore for FsBlobStore {
@@ -134,13 +172,8 @@ impl BlobStore for FsBlobStore {
         let target = self.path_of(key)?;
         verify_md5("put", key, &body, meta)?;
         self.calls.record(Call::FileWrite);
-        let (temp, mut file) = self.temp_file("put", key).await?;
-        if let Err(e) = file.write_all(&body).await {
-            drop(file);
-            let _ = fs::remove_file(&temp).await;
-            return Err(io_error("put", key, &e));
-        }
-        publish("put", key, file, &temp, &target).await
+        let uploads = self.root.join(UPLOADS_DIR);
+        blocking("put", key, move || write_object(&uploads, &target, &body)).await
     }
 
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
@@ -223,7 +256,9 @@ impl BlobStore for FsBlobStore {
 
     async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {
         let target = self.path_of(key)?;
-        let (temp, file) = self.temp_file("upload", key).await?;
+        let uploads = self.root.join(UPLOADS_DIR);
+        let (temp, file) = blocking("upload", key, move || create_temp(&uploads)).await?;
+        let file = fs::File::from_std(file);
         Ok(FsUpload {
             key: key.to_owned(),
             target,
@@ -254,7 +289,13 @@ impl BlobUpload for FsUpload {
 
     async fn complete(self) -> BlobResult<()> {
         self.calls.record(Call::FileWrite);
-        publish("complete", &self.key, self.file, &self.temp, &self.target).await
+        let mut file = self.file;
+        file.flush()
+            .await
+            .map_err(|e| io_error("complete", &self.key, &e))?;
+        let file = file.into_std().await;
+        let (temp, target) = (self.temp, self.target);
+        blocking("complete", &self.key, move || publish(file, &temp, &target)).await
     }
 
     async fn abort(self) -> BlobResult<()> {
