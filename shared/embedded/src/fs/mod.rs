@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::fs;
-use tokio::io::AsyncWriteExt;
 use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta, verify_md5};
 use trawl_domain::calls::{Call, CallCounts};
 
@@ -131,13 +130,23 @@ fn create_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Writes `body` to a new temporary file under `uploads` and publishes it at `target`.
 fn write_object(uploads: &Path, target: &Path, body: &[u8]) -> std::io::Result<()> {
-    let (temp, mut file) = create_temp(uploads)?;
-    if let Err(e) = std::io::Write::write_all(&mut file, body) {
+    let (temp, file) = create_temp(uploads)?;
+    write_and_publish(file, &temp, target, body)
+}
+
+/// Writes `rest` at the end of the temporary file `temp` and publishes it at `target`.
+fn write_and_publish(
+    mut file: std::fs::File,
+    temp: &Path,
+    target: &Path,
+    rest: &[u8],
+) -> std::io::Result<()> {
+    if let Err(e) = std::io::Write::write_all(&mut file, rest) {
         drop(file);
-        let _ = std::fs::remove_file(&temp);
+        let _ = std::fs::remove_file(temp);
         return Err(e);
     }
-    publish(file, &temp, target)
+    publish(file, temp, target)
 }
 
 /// Creates a temporary file under the uploads area.
@@ -258,16 +267,20 @@ impl BlobStore for FsBlobStore {
         let target = self.path_of(key)?;
         let uploads = self.root.join(UPLOADS_DIR);
         let (temp, file) = blocking("upload", key, move || create_temp(&uploads)).await?;
-        let file = fs::File::from_std(file);
         Ok(FsUpload {
             key: key.to_owned(),
             target,
             temp,
-            file,
+            file: Some(file),
+            buffer: Vec::new(),
             calls: Arc::clone(&self.calls),
         })
     }
 }
+
+/// Bytes a streamed upload gathers before writing them out: a delivery writes a record at a
+/// time, and each write to the file is a task of the blocking pool.
+const UPLOAD_BUFFER: usize = 1 << 20;
 
 /// A streamed upload: a temporary file renamed into place on `complete`.
 #[derive(Debug)]
@@ -275,27 +288,57 @@ struct FsUpload {
     key: String,
     target: PathBuf,
     temp: PathBuf,
-    file: fs::File,
+    /// None only while a write of the buffer is under way.
+    file: Option<std::fs::File>,
+    buffer: Vec<u8>,
     calls: Arc<CallCounts>,
+}
+
+impl FsUpload {
+    /// The file, unless an earlier write lost it.
+    fn take_file(&mut self) -> BlobResult<std::fs::File> {
+        self.file.take().ok_or_else(|| BlobError::Backend {
+            operation: "upload",
+            key: self.key.clone(),
+            message: "an earlier write failed".to_owned(),
+        })
+    }
+
+    /// Writes the buffer to the file, in one task of the blocking pool.
+    async fn write_buffer(&mut self) -> BlobResult<()> {
+        let mut file = self.take_file()?;
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let (file, buffer) = blocking("upload", &self.key, move || {
+            std::io::Write::write_all(&mut file, &buffer)?;
+            buffer.clear();
+            Ok((file, buffer))
+        })
+        .await?;
+        self.file = Some(file);
+        self.buffer = buffer;
+        Ok(())
+    }
 }
 
 impl BlobUpload for FsUpload {
     async fn write(&mut self, chunk: &[u8]) -> BlobResult<()> {
-        self.file
-            .write_all(chunk)
-            .await
-            .map_err(|e| io_error("upload", &self.key, &e))
+        self.buffer.extend_from_slice(chunk);
+        if self.buffer.len() >= UPLOAD_BUFFER {
+            self.write_buffer().await?;
+        }
+        Ok(())
     }
 
-    async fn complete(self) -> BlobResult<()> {
+    async fn complete(mut self) -> BlobResult<()> {
         self.calls.record(Call::FileWrite);
-        let mut file = self.file;
-        file.flush()
-            .await
-            .map_err(|e| io_error("complete", &self.key, &e))?;
-        let file = file.into_std().await;
+        let file = self.take_file()?;
+        let buffer = std::mem::take(&mut self.buffer);
         let (temp, target) = (self.temp, self.target);
-        blocking("complete", &self.key, move || publish(file, &temp, &target)).await
+        // The rest of the buffer and the publishing: one task of the blocking pool.
+        blocking("complete", &self.key, move || {
+            write_and_publish(file, &temp, &target, &buffer)
+        })
+        .await
     }
 
     async fn abort(self) -> BlobResult<()> {
