@@ -347,6 +347,115 @@ async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every succeeded task of the crawl in `data` names a stored body whose md5 is the one in its
+/// key and its record. Returns how many succeeded tasks there are.
+async fn assert_every_pointer_names_its_body(data: &Path) -> usize {
+    use md5::Digest;
+    use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
+    use trawl_domain::task::Status;
+    let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
+    let store =
+        trawl_embedded::sqlite::SqliteStore::open_existing(data.join("trawl.db"), calls).unwrap();
+    let mut succeeded = 0;
+    for crawl in store.list_crawls(None).await.unwrap() {
+        let mut cursor = None;
+        loop {
+            let query = TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status: Status::Succeeded,
+                updated_before: None,
+                limit: 500,
+                cursor,
+            };
+            let page = store.query(&query).await.unwrap();
+            for summary in &page.tasks {
+                let task = store
+                    .get(&crawl.id, &summary.task_id)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let fetch = task.fetch.expect("a succeeded task has its fetch record");
+                let key = fetch.object_key.expect("a stored page names its body");
+                let body = std::fs::read(data.join(&key))
+                    .unwrap_or_else(|e| panic!("{} names {key}, which is missing: {e}", task.url));
+                let md5 = hex::encode(md5::Md5::digest(&body));
+                assert_eq!(
+                    key.rsplit_once("/md5=").map(|(_, m)| m),
+                    Some(md5.as_str()),
+                    "{key}"
+                );
+                assert_eq!(fetch.md5.as_deref(), Some(md5.as_str()), "{key}");
+                succeeded += 1;
+            }
+            cursor = page.cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+    }
+    succeeded
+}
+
+#[tokio::test]
+async fn no_kill_leaves_a_succeeded_task_naming_a_missing_or_wrong_body() {
+    // GIVEN a crawl with 8 pages in flight, killed outright three times at varying points
+    let site = linked_site(300).await;
+    let dir = temp_dir("kill9-bodies");
+    let data_dir = dir.join("data");
+    let data = data_dir.to_str().unwrap();
+    let args = [
+        "crawl",
+        &site.url("/p/0.html"),
+        "--allow-private-networks",
+        "--per-host",
+        "8",
+        "--concurrency",
+        "8",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let mut at = 0;
+    for round in 0..3u64 {
+        // Somewhere in the next 40 to 80 pages: the kill lands between any two steps of a page.
+        let nanos = u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos(),
+        );
+        at += 40 + (nanos + round * 7) % 40;
+        let mut child = Command::new(trawl_bin())
+            .args(args)
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while site.total_hits() < at && started.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        child.kill().await.unwrap();
+        assert!(site.total_hits() < 301, "killed before the end");
+
+        // THEN, as each kill left it, every succeeded task names its own, whole body
+        assert_every_pointer_names_its_body(&data_dir).await;
+    }
+
+    // WHEN the crawl is run to its end, THEN every page is stored and named rightly
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 300);
+    assert_eq!(assert_every_pointer_names_its_body(&data_dir).await, 300);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Asserts a failed command printed one line on stderr, naming the problem and what to do.
 fn assert_one_error_line(args: &[&str], output: &Output, code: i32, problem: &str, next: &str) {
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -286,7 +286,12 @@ fn crawl_cli(cli: &Path, site: &Site) -> BenchResult<(f64, f64, f64)> {
 }
 
 /// Runs section 1 `runs` times on a site of `pages`.
-pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<Vec<Figure>> {
+pub async fn run(
+    pages: usize,
+    runs: usize,
+    cli: Option<&Path>,
+    scrapy: Option<&Path>,
+) -> BenchResult<Vec<Figure>> {
     let site = Site::start(pages)?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(PER_HOST as usize)
@@ -295,6 +300,7 @@ pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<V
     let (mut raw, mut rate, mut cpu, mut rss, mut fraction) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut cli_rate, mut cli_cpu, mut cli_rss) = (vec![], vec![], vec![]);
+    let (mut scrapy_rate, mut scrapy_cpu, mut versus_scrapy) = (vec![], vec![], vec![]);
     // The same crawl with its data on tmpfs, where fsync is free: the disk's share of the cost.
     let in_memory = Some(PathBuf::from(TMPFS)).filter(|p| p.is_dir());
     let (mut memory_rate, mut memory_cpu) = (vec![], vec![]);
@@ -324,6 +330,21 @@ pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<V
             cli_rate.push(pages as f64 / elapsed);
             cli_cpu.push(cpu_s / pages as f64 * 1000.0);
             cli_rss.push(peak);
+        }
+        if let Some(python) = scrapy {
+            site.reset(&client).await?;
+            let (elapsed, cpu_s) = crate::scrapy::crawl(python, &site, PER_HOST)?;
+            let stats = site.stats(&client).await?;
+            if stats.distinct != pages as u64 {
+                return Err(check("scrapy", format!("site saw {stats:?}")));
+            }
+            let rate = pages as f64 / elapsed;
+            scrapy_rate.push(rate);
+            scrapy_cpu.push(cpu_s / pages as f64 * 1000.0);
+            // Each run's ratio from the two crawls of that run.
+            if let Some(cli) = cli_rate.last() {
+                versus_scrapy.push(cli / rate);
+            }
         }
         site.reset(&client).await?;
     }
@@ -363,9 +384,31 @@ pub async fn run(pages: usize, runs: usize, cli: Option<&Path>) -> BenchResult<V
                 "pages/s",
                 &cli_rate,
             ),
-            Figure::of(SECTION, "… CPU per page", "ms", &cli_cpu),
+            Figure::of(SECTION, "… CPU per page", "ms", &cli_cpu).at_most(0.5),
             Figure::of(SECTION, "… peak RSS (sampled)", "MiB", &cli_rss),
         ]);
+    }
+    if scrapy.is_some() {
+        figures.extend([
+            Figure::of(
+                SECTION,
+                format!("Scrapy, same site (spawn to exit, {PER_HOST} in flight, bodies to files)"),
+                "pages/s",
+                &scrapy_rate,
+            ),
+            Figure::of(SECTION, "… CPU per page", "ms", &scrapy_cpu),
+        ]);
+        if cli.is_some() {
+            figures.push(
+                Figure::of(
+                    SECTION,
+                    "`trawl crawl` ÷ Scrapy, pages/s",
+                    "ratio",
+                    &versus_scrapy,
+                )
+                .at_least(10.0),
+            );
+        }
     }
     Ok(figures)
 }

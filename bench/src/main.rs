@@ -15,6 +15,7 @@ mod local;
 mod machine;
 mod moto;
 mod report;
+mod scrapy;
 mod site;
 mod storage;
 mod sweep;
@@ -164,7 +165,16 @@ async fn measure(args: &Args) -> Report {
                 "`trawl crawl` (the CLI binary is not built in this target directory)".to_owned(),
             );
         }
-        match local::run(pages, runs, cli.as_deref()).await {
+        let scrapy = match scrapy::python() {
+            Ok(python) => Some(python),
+            Err(e) => {
+                report
+                    .skipped
+                    .push(format!("Scrapy beside `trawl crawl` (no Scrapy: {e})"));
+                None
+            }
+        };
+        match local::run(pages, runs, cli.as_deref(), scrapy.as_deref()).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "local crawl", e),
         }

@@ -62,14 +62,24 @@ impl Figure {
 
     /// Holds the median to `<= bound`.
     pub fn at_most(mut self, bound: f64) -> Self {
-        let bound_text = if bound.fract() == 0.0 {
-            format!("{bound:.0}")
-        } else {
-            trim(bound)
-        };
-        self.target = Some(format!("<= {bound_text}"));
+        self.target = Some(format!("<= {}", bound_text(bound)));
         self.meets_target = Some(self.median <= bound);
         self
+    }
+
+    /// Holds the median to `>= bound`.
+    pub fn at_least(mut self, bound: f64) -> Self {
+        self.target = Some(format!(">= {}", bound_text(bound)));
+        self.meets_target = Some(self.median >= bound);
+        self
+    }
+}
+
+fn bound_text(bound: f64) -> String {
+    if bound.fract() == 0.0 {
+        format!("{bound:.0}")
+    } else {
+        trim(bound)
     }
 }
 

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::fs;
-use tokio::io::AsyncWriteExt;
 use trawl_core::blob::{
     BlobError, BlobResult, BlobStore, BlobUpload, ObjectMeta, from_rest, to_rest,
 };
@@ -83,52 +82,100 @@ impl FsBlobStore {
             .into_iter()
             .fold(self.root.clone(), |path, segment| path.join(segment)))
     }
-
-    /// Creates a temporary file under the uploads area.
-    async fn temp_file(
-        &self,
-        operation: &'static str,
-        key: &str,
-    ) -> BlobResult<(PathBuf, fs::File)> {
-        let dir = self.root.join(UPLOADS_DIR);
-        fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| io_error(operation, key, &e))?;
-        let path = dir.join(temp_name());
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(|e| io_error(operation, key, &e))?;
-        Ok((path, file))
-    }
 }
 
-/// Flushes `file` to disk and renames it to `target`; removes it if that fails.
-async fn publish(
-    operation: &'static str,
-    key: &str,
-    mut file: fs::File,
+/// Makes the temporary file `temp` (its content written) the object at `target`, durably:
+/// renamed into place (readers see all of it or none), then its data and every directory entry
+/// leading to it flushed to disk, the directories this creates included. When this returns, the
+/// object survives a power cut, so a pointer written afterwards never names a lost body. The
+/// rename comes first so that one journal commit carries both the data and the new names (on
+/// ext4 the directories' flushes then find nothing left to do). Removes `temp` if that fails.
+/// Blocking: each object is one task of the blocking pool, and the concurrent flushes of the
+/// pages in flight share journal commits.
+fn publish(file: std::fs::File, temp: &Path, target: &Path) -> std::io::Result<()> {
+    let result = (|| {
+        let dirs = match target.parent() {
+            Some(parent) => create_dirs(parent)?,
+            None => Vec::new(),
+        };
+        std::fs::rename(temp, target)?;
+        file.sync_data()?;
+        for dir in dirs {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        // Best effort: the temporary file is invisible to `list` anyway.
+        let _ = std::fs::remove_file(temp);
+    }
+    result
+}
+
+/// Creates `dir` and its missing parents. Returns the directories whose entries change and must
+/// be flushed: `dir` itself, each one created, and the existing one the first was created in.
+fn create_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut changed = vec![dir.to_path_buf()];
+    let mut existing = dir;
+    while !existing.is_dir() {
+        match existing.parent() {
+            Some(parent) => {
+                existing = parent;
+                changed.push(parent.to_path_buf());
+            }
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(changed)
+}
+
+/// Writes `body` to a new temporary file under `uploads` and publishes it at `target`.
+fn write_object(uploads: &Path, target: &Path, body: &[u8]) -> std::io::Result<()> {
+    let (temp, file) = create_temp(uploads)?;
+    write_and_publish(file, &temp, target, body)
+}
+
+/// Writes `rest` at the end of the temporary file `temp` and publishes it at `target`.
+fn write_and_publish(
+    mut file: std::fs::File,
     temp: &Path,
     target: &Path,
-) -> BlobResult<()> {
-    let result = async {
-        file.flush().await?;
-        file.sync_data().await?;
+    rest: &[u8],
+) -> std::io::Result<()> {
+    if let Err(e) = std::io::Write::write_all(&mut file, rest) {
         drop(file);
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).await?;
-        }
-        fs::rename(temp, target).await
+        let _ = std::fs::remove_file(temp);
+        return Err(e);
     }
-    .await;
-    if let Err(e) = result {
-        // Best effort: the temporary file is invisible to `list` anyway.
-        let _ = fs::remove_file(temp).await;
-        return Err(io_error(operation, key, &e));
+    publish(file, temp, target)
+}
+
+/// Creates a temporary file under the uploads area.
+fn create_temp(uploads: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    std::fs::create_dir_all(uploads)?;
+    let path = uploads.join(temp_name());
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((path, file))
+}
+
+/// Runs blocking file work on the blocking pool, as one task.
+async fn blocking<T: Send + 'static>(
+    operation: &'static str,
+    key: &str,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> BlobResult<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|e| io_error(operation, key, &e)),
+        Err(e) => Err(BlobError::Backend {
+            operation,
+            key: key.to_owned(),
+            message: format!("blocking task failed: {e}"),
+        }),
     }
-    Ok(())
 }
 
 impl BlobStore for FsBlobStore {
@@ -136,13 +183,8 @@ impl BlobStore for FsBlobStore {
         let target = self.path_of(key)?;
         let body = to_rest("put", key, body, meta)?;
         self.calls.record(Call::FileWrite);
-        let (temp, mut file) = self.temp_file("put", key).await?;
-        if let Err(e) = file.write_all(&body).await {
-            drop(file);
-            let _ = fs::remove_file(&temp).await;
-            return Err(io_error("put", key, &e));
-        }
-        publish("put", key, file, &temp, &target).await
+        let uploads = self.root.join(UPLOADS_DIR);
+        blocking("put", key, move || write_object(&uploads, &target, &body)).await
     }
 
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
@@ -225,16 +267,22 @@ impl BlobStore for FsBlobStore {
 
     async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {
         let target = self.path_of(key)?;
-        let (temp, file) = self.temp_file("upload", key).await?;
+        let uploads = self.root.join(UPLOADS_DIR);
+        let (temp, file) = blocking("upload", key, move || create_temp(&uploads)).await?;
         Ok(FsUpload {
             key: key.to_owned(),
             target,
             temp,
-            file,
+            file: Some(file),
+            buffer: Vec::new(),
             calls: Arc::clone(&self.calls),
         })
     }
 }
+
+/// Bytes a streamed upload gathers before writing them out: a delivery writes a record at a
+/// time, and each write to the file is a task of the blocking pool.
+const UPLOAD_BUFFER: usize = 1 << 20;
 
 /// A streamed upload: a temporary file renamed into place on `complete`.
 #[derive(Debug)]
@@ -242,21 +290,57 @@ struct FsUpload {
     key: String,
     target: PathBuf,
     temp: PathBuf,
-    file: fs::File,
+    /// None only while a write of the buffer is under way.
+    file: Option<std::fs::File>,
+    buffer: Vec<u8>,
     calls: Arc<CallCounts>,
+}
+
+impl FsUpload {
+    /// The file, unless an earlier write lost it.
+    fn take_file(&mut self) -> BlobResult<std::fs::File> {
+        self.file.take().ok_or_else(|| BlobError::Backend {
+            operation: "upload",
+            key: self.key.clone(),
+            message: "an earlier write failed".to_owned(),
+        })
+    }
+
+    /// Writes the buffer to the file, in one task of the blocking pool.
+    async fn write_buffer(&mut self) -> BlobResult<()> {
+        let mut file = self.take_file()?;
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let (file, buffer) = blocking("upload", &self.key, move || {
+            std::io::Write::write_all(&mut file, &buffer)?;
+            buffer.clear();
+            Ok((file, buffer))
+        })
+        .await?;
+        self.file = Some(file);
+        self.buffer = buffer;
+        Ok(())
+    }
 }
 
 impl BlobUpload for FsUpload {
     async fn write(&mut self, chunk: &[u8]) -> BlobResult<()> {
-        self.file
-            .write_all(chunk)
-            .await
-            .map_err(|e| io_error("upload", &self.key, &e))
+        self.buffer.extend_from_slice(chunk);
+        if self.buffer.len() >= UPLOAD_BUFFER {
+            self.write_buffer().await?;
+        }
+        Ok(())
     }
 
-    async fn complete(self) -> BlobResult<()> {
+    async fn complete(mut self) -> BlobResult<()> {
         self.calls.record(Call::FileWrite);
-        publish("complete", &self.key, self.file, &self.temp, &self.target).await
+        let file = self.take_file()?;
+        let buffer = std::mem::take(&mut self.buffer);
+        let (temp, target) = (self.temp, self.target);
+        // The rest of the buffer and the publishing: one task of the blocking pool.
+        blocking("complete", &self.key, move || {
+            write_and_publish(file, &temp, &target, &buffer)
+        })
+        .await
     }
 
     async fn abort(self) -> BlobResult<()> {

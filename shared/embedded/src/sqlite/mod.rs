@@ -7,8 +7,11 @@
 //! the check and the change are one atomic step even when several processes share the file, and
 //! a refused claim's reason is the one that refused it.
 //!
-//! rusqlite is blocking: statements run on tokio's blocking pool, over one connection per store
-//! behind a mutex (open several stores on one file for parallel readers).
+//! rusqlite is blocking: a store's one connection lives on a thread of its own, which runs the
+//! operations queued meanwhile as one transaction (`writer`: group commit). Open several stores
+//! on one file for parallel readers.
+
+mod writer;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -20,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::Read as _;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use trawl_core::store::budget::{PageBudget, Taken};
@@ -41,6 +44,9 @@ use trawl_domain::transition::{self, Update};
 /// host-level frontier (`hosts`, and each task's host and due time); an older file gets what it
 /// lacks when opened.
 const SCHEMA_VERSION: i64 = 3;
+
+/// Prepared statements kept per connection (more than the store has).
+const STATEMENT_CACHE: usize = 64;
 
 /// How long a statement waits for another connection's write lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,7 +123,7 @@ const CURSOR_TAG: &str = "sqlite1";
 /// The SQLite status store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
+    writer: writer::Writer,
     calls: Arc<CallCounts>,
     /// This process's page-budget slots (`max_pages` without a write per page).
     budget: Arc<PageBudget>,
@@ -386,49 +392,31 @@ impl SqliteStore {
             }
         }
         tx.commit().map_err(schema)?;
+        // Room for every statement the store prepares, so that none is parsed twice.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let writer = writer::Writer::start(conn).map_err(|e| {
+            SchemaError::Store(StoreError::Backend {
+                operation: "open",
+                message: format!("cannot start the database thread: {e}"),
+            })
+        })?;
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            writer,
             calls,
             budget: Arc::default(),
         })
     }
 
-    /// Runs `work` on the blocking pool with the connection, counting one `call`.
+    /// Runs `work` with the connection in the next group (`writer`), counting one `call`.
     async fn run<T, F>(&self, operation: &'static str, call: Call, work: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> DbResult<T> + Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
         self.calls.record(call);
-        self.execute(operation, work).await
-    }
-
-    /// Runs `work` on the blocking pool with the connection; the caller counts the call.
-    async fn execute<T, F>(&self, operation: &'static str, work: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> DbResult<T> + Send + 'static,
-    {
-        let conn = Arc::clone(&self.conn);
-        let joined = tokio::task::spawn_blocking(move || {
-            let mut guard = conn.lock().map_err(|_| {
-                DbError::Store(StoreError::Backend {
-                    operation,
-                    message: "connection lock poisoned by a panicked statement".to_owned(),
-                })
-            })?;
-            work(&mut guard)
-        })
-        .await;
-        match joined {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(DbError::Sql(e))) => Err(sql_error(operation, e)),
-            Ok(Err(DbError::Store(e))) => Err(e),
-            Err(e) => Err(StoreError::Backend {
-                operation,
-                message: format!("blocking task failed: {e}"),
-            }),
-        }
+        self.writer
+            .run(operation, call == Call::SqliteWrite, work)
+            .await
     }
 }
 
@@ -468,10 +456,6 @@ fn index_hosts(tx: &Transaction<'_>) -> rusqlite::Result<()> {
         set.execute(params![crawl, task, host_key_of(&url)])?;
     }
     Ok(())
-}
-
-fn immediate(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
-    conn.transaction_with_behavior(TransactionBehavior::Immediate)
 }
 
 fn code(status: Status) -> i64 {
@@ -596,11 +580,10 @@ impl TaskRow {
 
 fn select_task(conn: &Connection, crawl_id: &str, task_id: &str) -> DbResult<Option<Task>> {
     let row = conn
-        .query_row(
-            &format!("SELECT {TASK_COLUMNS} FROM tasks WHERE crawl_id = ?1 AND task_id = ?2"),
-            params![crawl_id, task_id],
-            TaskRow::read,
-        )
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE crawl_id = ?1 AND task_id = ?2"
+        ))?
+        .query_row(params![crawl_id, task_id], TaskRow::read)
         .optional()?;
     Ok(row.map(TaskRow::into_task).transpose()?)
 }
@@ -612,13 +595,14 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
     } else {
         "REPLACE INTO"
     };
-    let written = conn.execute(
-        &format!(
+    // Cached: a page's claim, finish and link seeds each write tasks.
+    let written = conn
+        .prepare_cached(&format!(
             "{verb} tasks ({TASK_COLUMNS}, next_fetch, host, due)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                      ?18, ?19)"
-        ),
-        params![
+        ))?
+        .execute(params![
             task.crawl_id.as_str(),
             task.task_id.as_str(),
             task.url,
@@ -641,8 +625,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             task.host(),
             task.due_at(),
-        ],
-    )?;
+        ])?;
     Ok(written)
 }
 
@@ -650,20 +633,18 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
 /// transaction. Returns the task before the update when it was applied, and the task as it
 /// stands otherwise.
 fn apply_update(
-    conn: &mut Connection,
+    conn: &Connection,
     crawl_id: &str,
     task_id: &str,
     update: &Update,
 ) -> DbResult<Result<Task, Option<Task>>> {
-    let tx = immediate(conn)?;
-    let Some(current) = select_task(&tx, crawl_id, task_id)? else {
+    let Some(current) = select_task(conn, crawl_id, task_id)? else {
         return Ok(Err(None));
     };
     let Some(next) = update.apply(&current) else {
         return Ok(Err(Some(current)));
     };
-    write_task(&tx, &next, false)?;
-    tx.commit()?;
+    write_task(conn, &next, false)?;
     Ok(Ok(current))
 }
 
@@ -844,17 +825,15 @@ impl CrawlStore for SqliteStore {
         let reserved = saturating_i64(crawl.pages_reserved);
         let calls = crawl.calls.clone();
         self.run("create_crawl", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let created = tx.execute(
+            let created = conn.execute(
                 &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
                 params![id, config, state, created_at, updated_at, generation, reserved],
             )? == 1;
             if created {
-                add_calls(&tx, &id, &calls)?;
+                add_calls(conn, &id, &calls)?;
             }
-            let stored = select_crawl(&tx, &id)?
+            let stored = select_crawl(conn, &id)?
                 .ok_or_else(|| corrupt(&id, "crawl vanished inside its own transaction"))?;
-            tx.commit()?;
             Ok((stored, created))
         })
         .await
@@ -966,26 +945,23 @@ impl CrawlStore for SqliteStore {
         *share.entry(Call::SqliteWrite).or_default() += 1;
         let crawl_id = id.clone();
         let id = id.as_str().to_owned();
-        let added = self
-            .execute("add_calls", move |conn| {
-                let tx = immediate(conn)?;
-                let exists = tx
-                    .query_row(
-                        "SELECT 1 FROM crawls WHERE id = ?1",
-                        params![id],
-                        |_| Ok(()),
-                    )
-                    .optional()?
-                    .is_some();
-                if !exists {
-                    return Err(StoreError::NoSuchCrawl(crawl_id).into());
-                }
-                add_calls(&tx, &id, &share)?;
-                let totals = select_calls(&tx, &id)?;
-                tx.commit()?;
-                Ok(totals)
-            })
-            .await;
+        let added =
+            self.writer
+                .run("add_calls", true, move |conn| {
+                    let exists =
+                        conn.query_row("SELECT 1 FROM crawls WHERE id = ?1", params![id], |_| {
+                            Ok(())
+                        })
+                        .optional()?
+                        .is_some();
+                    if !exists {
+                        return Err(StoreError::NoSuchCrawl(crawl_id).into());
+                    }
+                    add_calls(conn, &id, &share)?;
+                    let totals = select_calls(conn, &id)?;
+                    Ok(totals)
+                })
+                .await;
         if let Err(e) = &added
             && !matches!(e, StoreError::NoSuchCrawl(_))
         {
@@ -1000,10 +976,8 @@ impl CrawlStore for SqliteStore {
         self.budget.forget(id);
         let id = id.as_str().to_owned();
         self.run("delete_crawl", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            tx.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
-            tx.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
-            tx.commit()?;
+            conn.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
+            conn.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
             Ok(())
         })
         .await
@@ -1011,13 +985,12 @@ impl CrawlStore for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`, in one transaction.
+    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`, within the writer's transaction.
     async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
         let crawl_id = id.clone();
         let id = id.as_str().to_owned();
         self.run("reserve_pages", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let reserved: Option<i64> = tx
+            let reserved: Option<i64> = conn
                 .query_row(
                     "SELECT pages_reserved FROM crawls WHERE id = ?1",
                     params![id],
@@ -1030,12 +1003,11 @@ impl SqliteStore {
             };
             let granted = ask.min(max.saturating_sub(reserved));
             if granted > 0 {
-                tx.execute(
+                conn.execute(
                     "UPDATE crawls SET pages_reserved = ?2 WHERE id = ?1",
                     params![id, saturating_i64(reserved + granted)],
                 )?;
             }
-            tx.commit()?;
             Ok(Taken {
                 granted,
                 reserved: reserved + granted,
@@ -1078,17 +1050,15 @@ impl TaskStore for SqliteStore {
             .map(|new| transition::seed(crawl_id, new, now).task)
             .collect();
         self.run("seed", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
             let mut results = Vec::with_capacity(inserts.len());
             for task in &inserts {
                 // INSERT OR IGNORE: the insert's condition, no such task.
-                results.push(if write_task(&tx, task, true)? == 1 {
+                results.push(if write_task(conn, task, true)? == 1 {
                     Seeded::Created
                 } else {
                     Seeded::AlreadyKnown
                 });
             }
-            tx.commit()?;
             Ok(results)
         })
         .await
@@ -1111,11 +1081,10 @@ impl TaskStore for SqliteStore {
     ) -> StoreResult<ClaimOutcome> {
         let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
         self.run("claim", Call::SqliteWrite, move |conn| {
-            let tx = immediate(conn)?;
-            let current = select_task(&tx, &crawl, &task)?;
+            let current = select_task(conn, &crawl, &task)?;
             let outcome = match transition::claimed(current.as_ref(), lease_ms, now) {
                 Ok(claimed) => {
-                    write_task(&tx, &claimed, false)?;
+                    write_task(conn, &claimed, false)?;
                     ClaimOutcome::Claimed {
                         lease: transition::lease_of(&claimed),
                         task: Box::new(claimed),
@@ -1123,7 +1092,6 @@ impl TaskStore for SqliteStore {
                 }
                 Err(why) => ClaimOutcome::Rejected(why),
             };
-            tx.commit()?;
             Ok(outcome)
         })
         .await
