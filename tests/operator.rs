@@ -465,14 +465,23 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
         .await;
     assert!(fetched.status.success(), "{}", stderr(&fetched));
     let dir = std::path::PathBuf::from(json_of(&fetched)["directory"].as_str().unwrap());
-    let warc = std::fs::read(dir.join("pages.warc.gz")).unwrap();
-    let pages = warc_pages(&read_warc(&warc));
-    assert_eq!(pages.len(), PAGES);
-    let manifest: Vec<ManifestLine> =
-        gz_lines(&std::fs::read(dir.join("manifest.jsonl.gz")).unwrap())
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap())
+    // The delivery's segments, as downloaded (one of each for 12 pages).
+    let segment = |kind: &str| {
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(kind))
             .collect();
+        names.sort();
+        assert_eq!(names.len(), 1, "{names:?}");
+        std::fs::read(dir.join(&names[0])).unwrap()
+    };
+    let pages = warc_pages(&read_warc(&segment("pages-")));
+    assert_eq!(pages.len(), PAGES);
+    let manifest: Vec<ManifestLine> = gz_lines(&segment("manifest-"))
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(manifest.len(), PAGES);
     assert!(manifest.iter().all(|l| l.status == "succeeded"));
     let _ = std::fs::remove_dir_all(out);

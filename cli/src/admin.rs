@@ -12,7 +12,7 @@ use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, purge};
-use trawl_core::operate::{self, Rewind, Selection};
+use trawl_core::operate::{self, Operation, Rewind, Selection};
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
 use trawl_domain::calls::CallCounts;
@@ -85,46 +85,20 @@ where
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
         Command::Recrawl(args) => {
-            let selection = Selection {
-                matching: args
-                    .only
-                    .as_deref()
-                    .map(|m| generations::regex(m, "--only"))
-                    .transpose()?,
-                ..Selection::fetched()
-            };
-            let how = Rewind::Reschedule;
-            generations::rewind(
-                backend,
-                &args.rewind,
-                selection,
-                how,
-                "to fetch again",
-                json,
-            )
-            .await
+            let operation = Operation::Recrawl { only: args.only };
+            let what = "to fetch again";
+            generations::rewind(backend, &args.rewind, operation, what, json).await
         }
         Command::Refetch(args) => {
-            let crawl = resolve_crawl(&backend.store, args.rewind.crawl_id.as_deref()).await?;
-            let selection = generations::refetch_selection(
-                &crawl.config,
-                &args.urls,
-                args.matching.as_deref(),
-            )?;
-            let how = Rewind::Reschedule;
-            generations::rewind(
-                backend,
-                &args.rewind,
-                selection,
-                how,
-                "to fetch again",
-                json,
-            )
-            .await
+            let operation = Operation::Refetch {
+                urls: args.urls,
+                matching: args.matching,
+            };
+            let what = "to fetch again";
+            generations::rewind(backend, &args.rewind, operation, what, json).await
         }
         Command::Reset(args) => {
-            let selection = Selection::settled();
-            generations::rewind(backend, &args, selection, Rewind::Reset, "reset", json).await
+            generations::rewind(backend, &args, Operation::Reset {}, "reset", json).await
         }
         Command::Config(command) => generations::config(&backend, &command, json).await,
         Command::Check(args) => generations::check(&backend, &args, json).await,
@@ -137,7 +111,7 @@ where
         Command::Deliveries(DeliveriesCommand::List(selector)) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
             let b = &backend;
-            crate::deliveries::print_list(&b.blobs, &b.layout, &b.uri_base, &crawl.id, json).await
+            crate::deliveries::print_list(&b.blobs, &b.layout, &b.uri_base, &crawl, json).await
         }
         Command::Deliveries(DeliveriesCommand::Get(args)) => {
             let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
@@ -145,7 +119,7 @@ where
             let (dir, delivery) = crate::deliveries::get(
                 &b.blobs,
                 &b.layout,
-                &crawl.id,
+                &crawl,
                 args.delivery.as_deref(),
                 &args.out,
             )

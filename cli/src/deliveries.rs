@@ -1,5 +1,5 @@
 //! `trawl deliveries list|get`: a crawl's deliveries as the deliverer leaves them in the object
-//! store, under `Layout::deliveries_prefix` — one folder per delivery, complete once its
+//! store, under the crawl's run (`deliver::run_prefix`) — one folder per delivery, complete once its
 //! `_SUCCESS` marker is written (written last). Every file of a delivery is listed and fetched as
 //! it is, whatever its name: segmented deliveries need no change here.
 
@@ -9,8 +9,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::deliver::SUCCESS_FILE;
-use trawl_domain::canonical::CrawlId;
+use trawl_core::deliver::{SUCCESS_FILE, run_prefix};
+use trawl_domain::crawl::Crawl;
 
 /// One delivery: its id (folder) and its files, relative to the folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,9 +30,9 @@ impl Delivery {
 pub async fn list<B: BlobStore>(
     blobs: &B,
     layout: &Layout,
-    crawl_id: &CrawlId,
+    crawl: &Crawl,
 ) -> Result<Vec<Delivery>, CliError> {
-    let prefix = layout.deliveries_prefix(crawl_id);
+    let prefix = run_prefix(layout, crawl);
     let keys = blobs.list(&prefix).await.map_err(CliError::other)?;
     let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for key in keys {
@@ -57,11 +57,11 @@ pub async fn list<B: BlobStore>(
 }
 
 /// Where delivery `id` is: `s3://bucket/…/` or a directory.
-pub fn location(uri_base: &str, layout: &Layout, crawl_id: &CrawlId, id: &str) -> String {
+pub fn location(uri_base: &str, layout: &Layout, crawl: &Crawl, id: &str) -> String {
     format!(
         "{}/{}{id}/",
         uri_base.trim_end_matches('/'),
-        layout.deliveries_prefix(crawl_id)
+        run_prefix(layout, crawl)
     )
 }
 
@@ -70,11 +70,12 @@ pub async fn print_list<B: BlobStore>(
     blobs: &B,
     layout: &Layout,
     uri_base: &str,
-    crawl_id: &CrawlId,
+    crawl: &Crawl,
     json: bool,
 ) -> Result<(), CliError> {
-    let deliveries = list(blobs, layout, crawl_id).await?;
-    let location = |d: &Delivery| location(uri_base, layout, crawl_id, &d.id);
+    let crawl_id = &crawl.id;
+    let deliveries = list(blobs, layout, crawl).await?;
+    let location = |d: &Delivery| location(uri_base, layout, crawl, &d.id);
     if json {
         let listed: Vec<_> = deliveries
             .iter()
@@ -120,11 +121,12 @@ pub async fn print_list<B: BlobStore>(
 pub async fn get<B: BlobStore>(
     blobs: &B,
     layout: &Layout,
-    crawl_id: &CrawlId,
+    crawl: &Crawl,
     wanted: Option<&str>,
     out: &Path,
 ) -> Result<(PathBuf, Delivery), CliError> {
-    let deliveries = list(blobs, layout, crawl_id).await?;
+    let crawl_id = &crawl.id;
+    let deliveries = list(blobs, layout, crawl).await?;
     let delivery = match wanted {
         Some(id) => deliveries.into_iter().find(|d| d.id == id).ok_or_else(|| {
             CliError::Usage(format!(
@@ -144,7 +146,7 @@ pub async fn get<B: BlobStore>(
             })?,
     };
     let dir = out.join(safe_relative(&delivery.id)?);
-    let folder = format!("{}{}/", layout.deliveries_prefix(crawl_id), delivery.id);
+    let folder = format!("{}{}/", run_prefix(layout, crawl), delivery.id);
     for file in &delivery.files {
         let target = dir.join(safe_relative(file)?);
         let body = blobs
@@ -211,8 +213,9 @@ mod tests {
         // unfinished one
         let blobs = MemoryBlobStore::new();
         let layout = Layout::new("p");
-        let crawl = CrawlId::parse("news").unwrap();
-        let base = layout.deliveries_prefix(&crawl);
+        let id = trawl_domain::canonical::CrawlId::parse("news").unwrap();
+        let crawl = Crawl::new(id, Default::default(), 1_800_000_000_000);
+        let base = run_prefix(&layout, &crawl);
         put(&blobs, &format!("{base}gen-000000/manifest.jsonl.gz"), "m").await;
         put(&blobs, &format!("{base}gen-000000/seg/part-1"), "w").await;
         put(&blobs, &format!("{base}gen-000000/{SUCCESS_FILE}"), "").await;

@@ -6,29 +6,21 @@ use crate::args::{CheckArgs, ConfigCommand, CrawlArgs, RewindArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
-use regex::Regex;
 use serde_json::json;
 use trawl_core::blob::BlobStore;
 use trawl_core::fetch::Fetcher;
-use trawl_core::operate::{self, Rewind, Selection};
+use trawl_core::operate::{self, OperateError, Operation, OperationRequest};
 use trawl_core::queue::WorkQueue;
-use trawl_core::seed::{config_differences, validate_config};
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::task::now_ms;
 
-/// A regular expression from the command line.
-pub fn regex(raw: &str, flag: &str) -> Result<Regex, CliError> {
-    Regex::new(raw).map_err(|e| CliError::Usage(format!("{flag}: invalid regular expression: {e}")))
-}
-
-/// Moves the selected tasks back to pending, then (unless detached) crawls until done.
+/// Moves the tasks `operation` takes back to pending, then (unless detached) crawls until done.
 pub async fn rewind<S, B, Q>(
     backend: Backend<S, B, Q>,
     args: &RewindArgs,
-    selection: Selection,
-    how: Rewind,
+    operation: Operation,
     what: &str,
     json: bool,
 ) -> Result<(), CliError>
@@ -38,6 +30,9 @@ where
     Q: WorkQueue,
 {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
+    let Some((selection, how)) = operation.selection(&crawl).map_err(usage)? else {
+        return Ok(());
+    };
     // A local queue lives in the crawl run, which rebuilds it from the store.
     let queue = (!backend.local).then_some(&backend.queue);
     let done = operate::rewind(&backend.store, queue, &crawl, &selection, how, now_ms())
@@ -79,36 +74,12 @@ where
     crate::crawl::run(backend, resume, None, json).await
 }
 
-/// `trawl refetch`: the URLs given, or those matching.
-pub fn refetch_selection(
-    config: &CrawlConfig,
-    urls: &[String],
-    matching: Option<&str>,
-) -> Result<Selection, CliError> {
-    let scope = trawl_core::discover::ScopeMatcher::new(&config.scope)
-        .map_err(|e| CliError::other(format!("stored scope: {e}")))?;
-    let tasks = match (urls.is_empty(), matching) {
-        (true, None) => {
-            return Err(CliError::Usage(
-                "refetch what? give URLs or --match REGEX".into(),
-            ));
-        }
-        (true, Some(_)) => None,
-        (false, _) => Some(
-            urls.iter()
-                .map(|raw| {
-                    CanonicalUrl::parse(raw)
-                        .map(|url| scope.normalise(url).task_id())
-                        .map_err(|e| CliError::Usage(format!("{raw}: {e}")))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-    };
-    Ok(Selection {
-        tasks,
-        matching: matching.map(|m| regex(m, "--match")).transpose()?,
-        ..Selection::settled()
-    })
+/// An operation's refusal (a bad pattern or URL) as a usage error; the rest as they come.
+fn usage(e: OperateError) -> CliError {
+    match e {
+        OperateError::Invalid(why) => CliError::Usage(why),
+        e => CliError::other(e),
+    }
 }
 
 pub async fn config<S, B, Q>(
@@ -117,7 +88,8 @@ pub async fn config<S, B, Q>(
     json: bool,
 ) -> Result<(), CliError>
 where
-    S: CrawlStore,
+    S: TaskStore + CrawlStore + HostStore,
+    Q: WorkQueue,
 {
     match command {
         ConfigCommand::Show(selector) => {
@@ -126,29 +98,24 @@ where
         }
         ConfigCommand::Set { crawl_id, file } => {
             let crawl = resolve_crawl(&backend.store, crawl_id.as_deref()).await?;
-            let config = crate::crawl::read_config(file)?;
-            let problems = validate_config(&config);
-            if !problems.is_empty() {
-                return Err(CliError::Usage(format!(
-                    "{}: {}",
-                    file.display(),
-                    problems.join("; ")
-                )));
-            }
-            let changed = config_differences(&crawl.config, &config);
-            backend
-                .store
-                .update_config(&crawl.id, &config, now_ms())
-                .await?;
+            let request = OperationRequest {
+                crawl_id: crawl.id.clone(),
+                operation: Operation::Config {
+                    config: Box::new(crate::crawl::read_config(file)?),
+                },
+            };
+            let done = operate::operate(&backend.store, None::<&Q>, &request, now_ms())
+                .await
+                .map_err(usage)?;
             if json {
-                output::json(&json!({"crawl_id": crawl.id.as_str(), "changed": changed}));
-            } else if changed.is_empty() {
+                output::json(&json!({"crawl_id": crawl.id.as_str(), "changed": done.changed}));
+            } else if done.changed.is_empty() {
                 output::line(format_args!("crawl {}: configuration unchanged", crawl.id));
             } else {
                 output::line(format_args!(
                     "crawl {}: configuration updated ({})",
                     crawl.id,
-                    changed.join(", ")
+                    done.changed.join(", ")
                 ));
             }
         }

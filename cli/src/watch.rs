@@ -172,11 +172,11 @@ where
         .collect();
     let delivery = if crawl.state == CrawlState::Completed {
         let wanted = delivery_id(crawl.generation);
-        deliveries::list(&backend.blobs, &backend.layout, crawl_id)
+        deliveries::list(&backend.blobs, &backend.layout, &crawl)
             .await?
             .into_iter()
             .find(|d| d.id == wanted && d.complete())
-            .map(|d| deliveries::location(&backend.uri_base, &backend.layout, crawl_id, &d.id))
+            .map(|d| deliveries::location(&backend.uri_base, &backend.layout, &crawl, &d.id))
     } else {
         None
     };

@@ -5,7 +5,8 @@
 //!   (or whose continuation cannot be sent) is reported back and comes again: seeding is
 //!   idempotent, so nothing is seeded twice.
 //! - a direct invocation with one seed request: answered with the counts, and the cursor when
-//!   unfinished (the caller continues with it).
+//!   unfinished (the caller continues with it); or with an operator's operation (an `operation`
+//!   field: recrawl, refetch, reset, config — `trawl_core::operate`), answered with what it did.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::fetch::Fetcher;
+use trawl_core::operate::{OperateError, OperationRequest, OperationResponse, operate};
 use trawl_core::queue::WorkQueue;
 use trawl_core::seed::{
     ManifestSource, SeedBudget, SeedDefaults, SeedQueue, SeedRequest, SeedResponse, Seeder,
@@ -48,6 +50,8 @@ pub enum SeederResponse {
     Batch(SqsBatchResponse),
     /// To a direct caller: what was seeded, and the cursor when unfinished.
     Seeded(Box<SeedResponse>),
+    /// To a direct caller: what an operation did.
+    Operated(OperationResponse),
 }
 
 impl<S, Q, M, P> Handler<S, Q, M, P>
@@ -74,6 +78,9 @@ where
         deadline: Option<Instant>,
         now: Millis,
     ) -> Result<SeederResponse, HandlerError> {
+        if payload.get("operation").is_some() {
+            return Ok(SeederResponse::Operated(self.operate(payload, now).await?));
+        }
         if payload.get("Records").is_none() {
             let response = self.seed(payload, deadline, now).await?;
             return Ok(SeederResponse::Seeded(Box::new(response)));
@@ -129,6 +136,30 @@ where
                 tracing::warn!(message_id = id, error = %e, "could not send the seed's continuation");
                 false
             }
+        }
+    }
+
+    /// Runs an operator's operation on a crawl (its moved tasks' hosts get their turns).
+    pub async fn operate(
+        &self,
+        event: serde_json::Value,
+        now: Millis,
+    ) -> Result<OperationResponse, HandlerError> {
+        let request: OperationRequest = serde_json::from_value(event)
+            .map_err(|e| HandlerError::invalid(format!("malformed operation request: {e}")))?;
+        match operate(&self.store, Some(&self.queue), &request, now).await {
+            Ok(response) => {
+                tracing::info!(
+                    crawl_id = response.crawl_id,
+                    tasks = response.tasks,
+                    reopened = response.reopened,
+                    "operated"
+                );
+                Ok(response)
+            }
+            Err(OperateError::Invalid(e)) => Err(HandlerError::invalid(e)),
+            // An operation is idempotent: one that failed half-way is asked again.
+            Err(e) => Err(HandlerError::failed(e, true)),
         }
     }
 
@@ -255,6 +286,73 @@ mod tests {
         let mut event: serde_json::Value = serde_json::from_str(SEED_QUEUE).unwrap();
         event["Records"][0]["body"] = body.into();
         event
+    }
+
+    #[tokio::test]
+    async fn operations_rewind_a_crawl_and_change_its_configuration() {
+        // GIVEN a crawl of the sample's id with one page fetched
+        let handler = handler();
+        let urls = URLS.replace("example-news", "example-com");
+        let seeded = run(&handler, &urls).await.unwrap();
+        assert!(seeded.accepted > 0);
+        let id = CrawlId::parse("example-com").unwrap();
+        let store = &handler.store;
+        let task = store
+            .query(&trawl_core::store::TaskQuery {
+                crawl_id: id.clone(),
+                status: trawl_domain::task::Status::Pending,
+                updated_before: None,
+                limit: 10,
+                cursor: None,
+            })
+            .await
+            .unwrap()
+            .tasks
+            .into_iter()
+            .find(|t| t.url.contains("/news/"))
+            .unwrap();
+        let trawl_core::store::ClaimOutcome::Claimed { lease, .. } = store
+            .claim(&id, &task.task_id, 60_000, 2_000)
+            .await
+            .unwrap()
+        else {
+            panic!("claim refused");
+        };
+        let record = trawl_domain::task::FetchRecord {
+            http_status: 200,
+            fetched_at: 2_000,
+            ..Default::default()
+        };
+        store.finish(&lease, &record, 2_000).await.unwrap();
+
+        // WHEN the sample operations arrive
+        let operate = |sample: &str| {
+            let event: serde_json::Value = serde_json::from_str(sample).unwrap();
+            handler.dispatch(event, None, 3_000)
+        };
+        let recrawl = operate(include_str!("../../../events/seeder-recrawl.json"))
+            .await
+            .unwrap();
+        let config = operate(include_str!("../../../events/seeder-config.json"))
+            .await
+            .unwrap();
+        let bad = operate(r#"{"crawl_id": "nope", "operation": {"reset": {}}}"#).await;
+
+        // THEN the fetched page is pending again, the configuration replaced, and an unknown
+        // crawl is a bad request
+        let SeederResponse::Operated(recrawl) = recrawl else {
+            panic!("{recrawl:?}");
+        };
+        assert_eq!(recrawl.tasks, 1);
+        let again = store.get(&id, &task.task_id).await.unwrap().unwrap();
+        assert_eq!(again.status, trawl_domain::task::Status::Pending);
+        let SeederResponse::Operated(config) = config else {
+            panic!("{config:?}");
+        };
+        assert!(config.changed.contains(&"recrawl".to_owned()), "{config:?}");
+        let stored = store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!(stored.config.recrawl.rules.len(), 2);
+        assert!(matches!(bad, Err(HandlerError::InvalidEvent(_))), "{bad:?}");
     }
 
     async fn run(handler: &TestHandler, event: &str) -> Result<SeedResponse, HandlerError> {

@@ -2,15 +2,18 @@
 //! refetch, an operator's retry, a reset that forgets every fetch. Each selects tasks, moves
 //! them back to `pending` through the state machine (`transition::reschedule`, or
 //! `transition::reset`), reopens a completed crawl first (so that a running crawl owns the
-//! work) and gives their hosts a turn.
+//! work) and gives their hosts a turn. The same operations, and a configuration change, are the
+//! seeder's operation requests ([`OperationRequest`]): the CLI and the Lambda share them.
 
+use crate::discover::ScopeMatcher;
 use crate::frontier::{FrontierError, Reissue, hosts_of, reissue_turns, revive_hosts};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use trawl_domain::canonical::{TaskId, host_key_of};
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, Status};
 
 /// How long a woken host's earlier message may be overdue before it is presumed lost.
@@ -18,6 +21,9 @@ const LOST_AFTER_MS: u64 = 60_000;
 
 #[derive(Debug, Error)]
 pub enum OperateError {
+    /// The request names no crawl there is, or asks for something invalid; nothing changed.
+    #[error("invalid operation: {0}")]
+    Invalid(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -190,4 +196,153 @@ where
         done.urls.push(task.url.clone());
     }
     Ok(())
+}
+
+/// An operator's request, as the seeder takes it (`events/seeder-recrawl.json` …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationRequest {
+    pub crawl_id: CrawlId,
+    pub operation: Operation,
+}
+
+/// What to do to the crawl.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Operation {
+    /// The next generation now: every page fetched before (only those matching) fetched again.
+    Recrawl {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        only: Option<String>,
+    },
+    /// These pages (or those matching) fetched again now, whatever their status.
+    Refetch {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        urls: Vec<String>,
+        #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+        matching: Option<String>,
+    },
+    /// Every fetch forgotten: everything fetched again in full.
+    Reset {},
+    /// The crawl's configuration replaced (checked as a seed request's is).
+    Config { config: Box<CrawlConfig> },
+}
+
+/// What an operation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationResponse {
+    pub crawl_id: String,
+    /// Tasks moved back to pending.
+    pub tasks: u64,
+    pub reopened: bool,
+    /// Turns sent for their hosts.
+    pub enqueued: u64,
+    /// The configuration's sections that changed (`config`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+}
+
+impl Operation {
+    /// The tasks this operation takes in `crawl`, and what becomes of them (None: `config`).
+    pub fn selection(&self, crawl: &Crawl) -> Result<Option<(Selection, Rewind)>, OperateError> {
+        let regex =
+            |raw: &str| Regex::new(raw).map_err(|e| OperateError::Invalid(format!("{raw:?}: {e}")));
+        Ok(Some(match self {
+            Operation::Recrawl { only } => {
+                let selection = Selection {
+                    matching: only.as_deref().map(regex).transpose()?,
+                    ..Selection::fetched()
+                };
+                (selection, Rewind::Reschedule)
+            }
+            Operation::Refetch { urls, matching } => {
+                if urls.is_empty() && matching.is_none() {
+                    return Err(OperateError::Invalid(
+                        "refetch what? give URLs or a match".into(),
+                    ));
+                }
+                let scope = ScopeMatcher::new(&crawl.config.scope)
+                    .map_err(|e| OperateError::Invalid(format!("stored scope: {e}")))?;
+                let tasks = (!urls.is_empty())
+                    .then(|| {
+                        urls.iter()
+                            .map(|raw| {
+                                CanonicalUrl::parse(raw)
+                                    .map(|url| scope.normalise(url).task_id())
+                                    .map_err(|e| OperateError::Invalid(format!("{raw}: {e}")))
+                            })
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .transpose()?;
+                let selection = Selection {
+                    tasks,
+                    matching: matching.as_deref().map(regex).transpose()?,
+                    ..Selection::settled()
+                };
+                (selection, Rewind::Reschedule)
+            }
+            Operation::Reset {} => (Selection::settled(), Rewind::Reset),
+            Operation::Config { .. } => return Ok(None),
+        }))
+    }
+}
+
+/// Runs `request` at `now`; `queue` gives the moved tasks' hosts their turns (None: a local
+/// crawl, whose run rebuilds its queue from the store).
+pub async fn operate<S, Q>(
+    store: &S,
+    queue: Option<&Q>,
+    request: &OperationRequest,
+    now: Millis,
+) -> Result<OperationResponse, OperateError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    Q: WorkQueue,
+{
+    let crawl = store
+        .get_crawl(&request.crawl_id)
+        .await?
+        .ok_or_else(|| OperateError::Invalid(format!("no crawl {}", request.crawl_id)))?;
+    let mut response = OperationResponse {
+        crawl_id: crawl.id.to_string(),
+        ..OperationResponse::default()
+    };
+    match (&request.operation, request.operation.selection(&crawl)?) {
+        (_, Some((selection, how))) => {
+            let done = rewind(store, queue, &crawl, &selection, how, now).await?;
+            response.tasks = done.urls.len() as u64;
+            response.reopened = done.reopened;
+            response.enqueued = done.enqueued;
+        }
+        (Operation::Config { config }, None) => {
+            let problems = crate::seed::validate_config(config);
+            if !problems.is_empty() {
+                return Err(OperateError::Invalid(problems.join("; ")));
+            }
+            response.changed = crate::seed::config_differences(&crawl.config, config);
+            store.update_config(&crawl.id, config, now).await?;
+        }
+        (_, None) => {}
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_samples_are_operation_requests() {
+        for sample in [
+            include_str!("../../../events/seeder-recrawl.json"),
+            include_str!("../../../events/seeder-refetch.json"),
+            include_str!("../../../events/seeder-reset.json"),
+            include_str!("../../../events/seeder-config.json"),
+        ] {
+            let request: OperationRequest = serde_json::from_str(sample).unwrap();
+            assert_eq!(request.crawl_id.as_str(), "example-com");
+        }
+        let unknown = r#"{"crawl_id": "c", "operation": {"rewind": {}}}"#;
+        assert!(serde_json::from_str::<OperationRequest>(unknown).is_err());
+    }
 }

@@ -264,9 +264,6 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if config.retry.base_delay_ms > config.retry.max_delay_ms {
         problems.push("retry.base_delay_ms must not exceed retry.max_delay_ms".into());
     }
-    if config.recrawl.interval_ms.is_some_and(|ms| ms < 1_000) {
-        problems.push("recrawl.interval_ms must be at least 1000".into());
-    }
     let schedules = config
         .recrawl
         .crawl_schedule()
@@ -275,7 +272,10 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
         .chain(std::iter::once(config.recrawl.checker));
     for schedule in schedules {
         if schedule.min_ms < 1_000 || schedule.max_ms < schedule.min_ms {
-            problems.push("recrawl schedules need 1000 <= min_ms <= max_ms".into());
+            problems.push(
+                "recrawl intervals must be at least 1000 ms (schedules: 1000 <= min_ms <= max_ms)"
+                    .into(),
+            );
         }
         if !(schedule.initial_factor >= 1.0 && schedule.factor_change >= 1.0) {
             problems.push("recrawl schedules need initial_factor and factor_change >= 1".into());
