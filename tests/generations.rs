@@ -10,6 +10,8 @@ use std::path::Path;
 const PAGES: usize = 20;
 const CHANGED: [usize; 5] = [2, 5, 8, 11, 14];
 const REMOVED: [usize; 3] = [17, 18, 19];
+/// A page that answers 200 but says it is gone (a soft-404 rule recognises it).
+const SOFT_GONE: usize = 3;
 
 /// The summary of the delivery a `--json` crawl run reports.
 fn delivered_summary(run: &Value) -> Value {
@@ -32,7 +34,9 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     let config = dir.join("config.json");
     std::fs::write(
         &config,
-        r#"{"retry": {"base_delay_ms": 1000}, "recrawl": {"missing_after": 2}}"#,
+        r#"{"retry": {"base_delay_ms": 1000},
+            "recrawl": {"missing_after": 2,
+                        "soft_404": [{"selector": "h1", "text": "moved away"}]}}"#,
     )
     .unwrap();
     let start = site.url("/p/0.html");
@@ -96,6 +100,10 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     for i in REMOVED {
         site.route(&page_path(i), Route::status(404));
     }
+    site.route(
+        &page_path(SOFT_GONE),
+        Route::html("<h1>This page moved away</h1>"),
+    );
 
     // WHEN the checker's dry run looks at a removed page
     let hits_before = site.hits(&page_path(17));
@@ -141,7 +149,7 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     let recrawl = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
 
     // THEN every page was asked again, the removed ones twice, and the delta says 5 changed
-    // and 3 gone
+    // and 4 gone (the soft 404 too)
     assert!(
         recrawl.status.success(),
         "{}",
@@ -153,18 +161,26 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         (&delta["changed"], &delta["gone"], &delta["new"]),
         (
             &Value::from(CHANGED.len()),
-            &Value::from(REMOVED.len()),
+            &Value::from(REMOVED.len() + 1),
             &Value::from(0)
         ),
         "{delta}"
     );
-    assert_eq!(delta["unchanged"], PAGES - CHANGED.len() - REMOVED.len());
+    assert_eq!(
+        delta["unchanged"],
+        PAGES - CHANGED.len() - REMOVED.len() - 1
+    );
     for i in REMOVED {
         // The first crawl, two 404s in a row, and the dry run's fetch of page 17.
         let expected = if i == 17 { 4 } else { 3 };
         assert_eq!(site.hits(&page_path(i)), expected, "page {i}");
     }
-    assert_eq!(recrawl["counts"]["gone"], REMOVED.len());
+    assert_eq!(recrawl["counts"]["gone"], REMOVED.len() + 1);
+    assert_eq!(
+        site.hits(&page_path(SOFT_GONE)),
+        3,
+        "one fetch, then two soft 404s"
+    );
 
     // WHEN the crawl is reset
     let hits: Vec<u64> = (0..PAGES).map(|i| site.hits(&page_path(i))).collect();
