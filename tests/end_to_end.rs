@@ -17,7 +17,6 @@ use futures_util::future::join_all;
 use md5::{Digest, Md5};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_aws::clients::Clients;
@@ -28,7 +27,7 @@ use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
 use trawl_aws::stack::create_stack;
 use trawl_core::blob::{BlobStore, Layout};
-use trawl_core::clock::Clock;
+use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::deliver::{self, Deliverer, DeliveryReport, DeliveryRequest, ManifestLine};
 use trawl_core::fetch::Fetcher;
@@ -346,30 +345,13 @@ fn budget() -> SweepBudget {
     SweepBudget::new(50, Duration::from_secs(30))
 }
 
-/// The wall clock, set forward by the test to stand for time passing (an hour to a recrawl):
-/// the workers and the sweeper read the same one.
-#[derive(Clone, Default)]
-struct Skewed(Arc<AtomicI64>);
-
-impl Skewed {
-    fn skip(&self, ms: u64) {
-        self.0.fetch_add(ms as i64, Ordering::SeqCst);
-    }
-}
-
-impl Clock for Skewed {
-    fn now_ms(&self) -> Millis {
-        now_ms() + self.0.load(Ordering::SeqCst)
-    }
-}
-
 /// Drains the queue, then sweeps — two sweeps at once, as overlapping scheduled invocations —
 /// until one of them completes the crawl. Returns this crawl's sweep reports and the outcomes of
 /// every message processed.
 async fn crawl_to_completion(
     workers: &[AwsCrawler],
     sweeper: &AwsSweeper<'_>,
-    clock: &Skewed,
+    clock: &SkewedClock,
     crawl: &CrawlId,
     deadline: Instant,
 ) -> (Vec<SweepReport>, Vec<Outcome>) {
@@ -600,7 +582,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
     let crashed_path = crashed_path.as_url().path().to_owned();
 
     // WHEN three workers drain the queue and the sweeper runs until the crawl completes
-    let clock = Skewed::default();
+    let clock = SkewedClock::default();
     let workers: Vec<AwsCrawler> = (0..WORKERS)
         .map(|_| stack.worker().with_clock(Arc::new(clock.clone())))
         .collect();
@@ -700,7 +682,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
     for path in REMOVED {
         site.route(path, Route::status(404));
     }
-    clock.skip(RECRAWL_MS);
+    clock.skip(RECRAWL_MS as Millis);
     let recrawl = sweeper
         .sweep_all(clock.now_ms(), &mut budget())
         .await

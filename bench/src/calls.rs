@@ -19,11 +19,13 @@ use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::Layout;
+use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::Fetcher;
-use trawl_core::frontier::{add_tasks, hosts_of, reissue_turns, seed_tasks};
+use trawl_core::frontier::{add_tasks, seed_tasks};
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
+use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
@@ -114,6 +116,8 @@ pub struct CallsResult {
 /// A crawler on `stack`, its crawl, its call counter, and an uncounted store for checks.
 struct Harness {
     crawler: AwsCrawler,
+    /// The crawler's clock: set forward a day for a recrawl to come due.
+    clock: SkewedClock,
     crawl: Crawl,
     calls: Arc<CallCounts>,
     meter: Arc<Mutex<WriteMeter>>,
@@ -131,6 +135,7 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
     let probe = stack.probe;
     let store = Metered::new(stack.store, probe.clone(), probe.shards());
     let meter = store.meter();
+    let clock = SkewedClock::default();
     let crawler = Crawler::new(
         store,
         stack.blobs,
@@ -139,9 +144,11 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
         Layout::new("pages"),
         10,
         calls.clone(),
-    );
+    )
+    .with_clock(Arc::new(clock.clone()));
     Ok(Harness {
         crawler,
+        clock,
         crawl,
         calls,
         meter,
@@ -210,38 +217,9 @@ async fn status_of(probe: &DynamoStore, crawl: &Crawl, status: Status) -> BenchR
     Ok(counts.get(&status).copied().unwrap_or(0))
 }
 
-/// Every task of `crawl` in `status`, through the status index.
-async fn tasks_in(
-    crawler: &AwsCrawler,
-    crawl: &Crawl,
-    status: Status,
-) -> BenchResult<Vec<(String, u32)>> {
-    let mut cursor = None;
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let page = crawler
-            .store()
-            .query(&TaskQuery {
-                crawl_id: crawl.id.clone(),
-                status,
-                updated_before: None,
-                limit: 100,
-                cursor,
-            })
-            .await
-            .step("query")?;
-        out.extend(page.tasks.into_iter().map(|t| (t.url, t.depth)));
-        cursor = page.cursor;
-        if cursor.is_none() {
-            break;
-        }
-    }
-    Ok(out)
-}
-
-/// Every succeeded task back to pending, then the turns of their hosts re-issued and sent (what
-/// the sweeper's recrawl pass does), then crawled again: the profiles of the scheduling and of
-/// the crawl. Every page must succeed again.
+/// A day on, every page's recrawl is due: the sweeper wakes its host (from the host records:
+/// the wake-up time its last turn left), then the host's turn crawls it again. The profiles of
+/// the scheduling (the sweep) and of the crawl. Every page must succeed again.
 async fn crawl_again(
     harness: &Harness,
     probe: &DynamoStore,
@@ -249,46 +227,30 @@ async fn crawl_again(
 ) -> BenchResult<(CallProfile, CallProfile)> {
     let Harness {
         crawler,
+        clock,
         crawl,
         calls,
         meter,
         ..
     } = harness;
-    let done = tasks_in(crawler, crawl, Status::Succeeded).await?;
-    let mut moved = Vec::new();
-    for (url, _) in &done {
-        let parsed = CanonicalUrl::parse(url).step("stored url")?;
-        if crawler
-            .store()
-            .reschedule(&crawl.id, &parsed.task_id(), &[Status::Succeeded], now_ms())
-            .await
-            .step("reschedule")?
-        {
-            moved.push(url.as_str());
-        }
-    }
-    let hosts = hosts_of(moved.iter().copied());
-    let which = trawl_core::frontier::Reissue::Lost {
-        lost_after_ms: 0,
-        known_work: true,
+    clock.skip(RECRAWL_MS as i64 + 1_000);
+    let sweeper = Sweeper {
+        store: crawler.store(),
+        queue: crawler.queue(),
+        trigger: &LocalDeliveryTrigger::default(),
+        calls,
+        options: SweepOptions::new(),
     };
-    let messages = reissue_turns(crawler.store(), crawl, hosts, which, now_ms())
+    let report = sweeper
+        .sweep_crawl(
+            crawl,
+            clock.now_ms(),
+            &mut SweepBudget::new(50, Duration::from_secs(60)),
+        )
         .await
-        .step("reissue turns")?;
-    let sent = crawler
-        .queue()
-        .send(&messages)
-        .await
-        .step("enqueue recrawl")?;
-    if !sent.failed.is_empty() || messages.is_empty() {
-        return Err(check(
-            "recrawl",
-            format!(
-                "{} turns to send, failed: {:?}",
-                messages.len(),
-                sent.failed
-            ),
-        ));
+        .step("sweep")?;
+    if report.recrawls == 0 {
+        return Err(check("recrawl", format!("no host woken: {report:?}")));
     }
     let schedule = CallProfile::take(calls, meter, pages);
     drain(crawler, probe, crawl).await?;
@@ -302,21 +264,22 @@ async fn crawl_again(
     Ok((schedule, CallProfile::take(calls, meter, pages)))
 }
 
+/// The fixture crawl's recrawl interval: a day.
+const RECRAWL_MS: u64 = 86_400_000;
+
 /// Fresh crawl, unchanged recrawl, changed recrawl and a failing URL, on the threaded moto.
 async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchResult<CallsResult> {
     let pages = site.pages as u64;
-    let harness = new_crawler(
-        stack(&moto.endpoint, "bench-fresh").await?,
-        "fresh",
-        fixture_config(),
-    )
-    .await?;
+    let mut config = fixture_config();
+    config.recrawl.interval_ms = Some(RECRAWL_MS);
+    let harness = new_crawler(stack(&moto.endpoint, "bench-fresh").await?, "fresh", config).await?;
     let Harness {
         crawler,
         crawl,
         calls,
         meter,
         probe,
+        ..
     } = &harness;
 
     // Fresh: the seed write of the start page apart, then the crawl.
@@ -363,6 +326,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         calls,
         meter,
         probe,
+        ..
     } = new_crawler(
         stack(&moto.endpoint, "bench-fail").await?,
         "failing",
@@ -639,7 +603,7 @@ pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsRes
         .at_most(0.0),
         Figure::single(
             SECTION,
-            "unchanged recrawl: scheduling (reschedule + send)",
+            "unchanged recrawl: scheduling (the sweep that wakes the host)",
             "calls/URL",
             result.recrawl_schedule.function_calls() as f64 / result.recrawl_schedule.urls as f64,
         ),

@@ -39,3 +39,21 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// The wall clock set forward by a chosen amount: time passing (a day to a recrawl) for a test or
+/// a benchmark that drives real I/O, which a `ManualClock` standing still would time out. Clones
+/// share the offset.
+#[derive(Debug, Clone, Default)]
+pub struct SkewedClock(Arc<AtomicI64>);
+
+impl SkewedClock {
+    pub fn skip(&self, ms: Millis) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now_ms(&self) -> Millis {
+        trawl_domain::task::now_ms().saturating_add(self.0.load(Ordering::SeqCst))
+    }
+}

@@ -25,9 +25,9 @@ pub const LONGEST_QUEUED_WAIT_MS: u64 = 900_000;
 pub enum NextWork {
     /// A task to fetch (pending, or a retry) from this time.
     Task(Millis),
-    /// A page to fetch again (a recrawl, a check) from this time: always left to the sweeper,
-    /// which wakes the host then, so that a generation ends when its work is done rather than
-    /// when the next recrawl is.
+    /// A page to fetch again (a recrawl, a check) from this time: left to the sweeper, which
+    /// wakes the host then, so that a generation ends when its work is done rather than when the
+    /// next recrawl is (unless it is due already: the host's next turn goes on at once).
     Revisit(Millis),
 }
 
@@ -286,6 +286,8 @@ impl Host {
                 (None, Some(at))
             }
             Some(NextWork::Task(at)) => (Some(at), None),
+            // A page due again already (more than a turn's worth came due): more turns now.
+            Some(NextWork::Revisit(at)) if at <= now => (Some(now), None),
             Some(NextWork::Revisit(at)) => (None, Some(at)),
             None => (None, None),
         };
@@ -654,6 +656,11 @@ mod tests {
             let (seeded, message) = idle.note_seeded(1, 2_000);
             assert_eq!((message, seeded.wake_at), (Some(2_000), None));
         }
+        // Pages due again already (more than one turn's worth): the next turn at once.
+        let (more, message) = held
+            .hand_back(&turn, Some(NextWork::Revisit(500)), 0, 0, 1_000)
+            .unwrap();
+        assert_eq!((message, more.wake_at), (Some(1_000), None));
         // A retry a few minutes away waits as a delayed message.
         let (queued, message) = held
             .hand_back(&turn, Some(NextWork::Task(120_000)), 0, 0, 1_000)
