@@ -236,7 +236,10 @@ async fn measure(args: &Args) -> Report {
     }
     if wanted(Section::Freshness) {
         eprintln!("freshness simulation …");
-        report.figures.extend(freshness::run(args.quick));
+        match freshness::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "freshness simulation", e),
+        }
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {
