@@ -564,6 +564,16 @@ impl TaskStore for DynamoStore {
         Ok(written.is_ok())
     }
 
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        let Some(update) = transition::refresh(task, lastmod, now) else {
+            return Ok(false);
+        };
+        let written = self
+            .write(&task.crawl_id, &task.task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
+    }
+
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let mut cursor = match &query.cursor {
             Some(raw) => {

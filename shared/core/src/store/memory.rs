@@ -322,6 +322,13 @@ impl TaskStore for MemoryStore {
         self.apply("reschedule", crawl_id, task_id, &update)
     }
 
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        match transition::refresh(task, lastmod, now) {
+            Some(update) => self.apply("refresh", &task.crawl_id, &task.task_id, &update),
+            None => Ok(false),
+        }
+    }
+
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
         let before = query.updated_before.unwrap_or(Millis::MAX);

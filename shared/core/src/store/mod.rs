@@ -340,6 +340,15 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// A page its sitemap says changed (`lastmod`) after `task`'s last fetch: pending again
+    /// (`transition::refresh`), if it was not claimed since `task` was read. True if it moved.
+    fn refresh(
+        &self,
+        task: &Task,
+        lastmod: Millis,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
     /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A
     /// host's turn reads its work here.

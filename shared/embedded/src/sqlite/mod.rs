@@ -1152,6 +1152,16 @@ impl TaskStore for SqliteStore {
         Ok(applied.is_ok())
     }
 
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        let Some(update) = transition::refresh(task, lastmod, now) else {
+            return Ok(false);
+        };
+        let applied = self
+            .update("refresh", &task.crawl_id, &task.task_id, update)
+            .await?;
+        Ok(applied.is_ok())
+    }
+
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
         let (after_updated, after_task) = match &query.cursor {
             Some(cursor) => decode_cursor(cursor)?,
