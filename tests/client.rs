@@ -134,6 +134,7 @@ impl Run {
             config: Some(config),
             source: SeedSource::Urls(urls.to_vec()),
             cursor: None,
+            checkpoint: None,
         };
         let response = seeder
             .seed(request, SeedBudget::default(), now_ms())

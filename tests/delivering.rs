@@ -912,6 +912,7 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
         config: Some(config),
         source: trawl_core::seed::SeedSource::Urls(urls),
         cursor: None,
+        checkpoint: None,
     };
     let seeded = trawl_core::seed::Seeder {
         store: &seeder.store,

@@ -489,7 +489,10 @@ fn schedules() -> [(&'static str, RecrawlPolicy); 4] {
     [
         ("fixed daily", fixed(DAY)),
         ("fixed hourly", fixed(HOUR)),
-        ("adaptive, the document's defaults", adaptive(Schedule::RECRAWL)),
+        (
+            "adaptive, the document's defaults",
+            adaptive(Schedule::RECRAWL),
+        ),
         ("adaptive (1 h - 7 d, 24, 2, 1.5)", adaptive(TUNED)),
     ]
 }

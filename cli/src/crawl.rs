@@ -451,6 +451,7 @@ where
             config: Some(config.clone()),
             source,
             cursor: None,
+            checkpoint: None,
         };
         for _ in 0..100_000 {
             let response = seeder

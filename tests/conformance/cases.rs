@@ -707,6 +707,25 @@ pub async fn counts_per_status<S: TaskStore>(store: &S) {
     );
 }
 
+pub async fn a_crawl_keeps_the_checkpoint_it_is_given<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl, without a checkpoint
+    let id = crawl_id();
+    let crawl = Crawl::new(id.clone(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    let checkpoint = |c: Option<Crawl>| c.unwrap().checkpoint;
+    assert_eq!(checkpoint(store.get_crawl(&id).await.unwrap()), None);
+    // WHEN a checkpoint is set, replaced, then cleared, THEN each is what the crawl reads
+    for value in [Some("since=1"), Some("since=2"), None] {
+        assert!(store.set_checkpoint(&id, value).await.unwrap());
+        let stored = store.get_crawl(&id).await.unwrap();
+        assert_eq!(checkpoint(stored).as_deref(), value);
+    }
+    // AND a crawl that does not exist gets none
+    let missing = crawl_id();
+    assert!(!store.set_checkpoint(&missing, Some("x")).await.unwrap());
+    assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
+}
+
 pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     // GIVEN a new crawl
     let id = crawl_id();

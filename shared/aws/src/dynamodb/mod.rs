@@ -282,6 +282,20 @@ impl CrawlStore for DynamoStore {
         applied(result)
     }
 
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        self.calls.record(Call::DynamoUpdateItem);
+        let update = self
+            .update_crawl(id)
+            .condition_expression("attribute_exists(pk)");
+        let update = match checkpoint {
+            Some(value) => update
+                .update_expression("SET checkpoint = :c")
+                .expression_attribute_values(":c", s(value)),
+            None => update.update_expression("REMOVE checkpoint"),
+        };
+        applied(update.send().await)
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self

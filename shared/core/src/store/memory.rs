@@ -143,6 +143,18 @@ impl CrawlStore for MemoryStore {
         })
     }
 
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        self.with("set_checkpoint", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) => {
+                    c.checkpoint = checkpoint.map(str::to_owned);
+                    true
+                }
+                None => false,
+            })
+        })
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.with("reopen_crawl", |t| {
             Ok(match t.crawls.get_mut(id) {

@@ -228,6 +228,14 @@ pub trait CrawlStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// Replaces the crawl's checkpoint (`Crawl::checkpoint`; None clears it). False when there
+    /// is no such crawl.
+    fn set_checkpoint(
+        &self,
+        id: &CrawlId,
+        checkpoint: Option<&str>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
     fn reopen_crawl(

@@ -515,7 +515,10 @@ fn a_sitemap_lastmod_after_the_last_fetch_makes_a_done_page_due_now() {
         let task = task_in(status);
         let update = refresh(&task, T0 + 1, T0 + 50);
         if !matches!(status, Status::Succeeded | Status::Gone) {
-            assert_eq!(update, None, "{status}: a fetch is on its way or never done");
+            assert_eq!(
+                update, None,
+                "{status}: a fetch is on its way or never done"
+            );
             continue;
         }
         let after = update.unwrap().apply(&task);
@@ -523,7 +526,11 @@ fn a_sitemap_lastmod_after_the_last_fetch_makes_a_done_page_due_now() {
         want.status = Status::Pending;
         want.retries = 0;
         want.updated_at = T0 + 50;
-        assert_eq!(after, Some(want), "{status}: pending, its fetch record kept");
+        assert_eq!(
+            after,
+            Some(want),
+            "{status}: pending, its fetch record kept"
+        );
     }
     let done = task_in(Status::Succeeded);
     // Not modified since the fetch (the same instant included): nothing to do
