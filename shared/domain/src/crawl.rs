@@ -31,7 +31,7 @@ pub struct Scope {
     /// ending in `*`. Default: the common tracking parameters (`DEFAULT_DROP_PARAMS`).
     pub drop_params: Vec<String>,
     /// Whether the sitemaps that the seed hosts' robots.txt lists (`Sitemap:` lines) are seeded
-    /// with every seed request of URLs or page templates.
+    /// with every seed request of URLs or page templates (in a crawl that respects robots.txt).
     pub sitemaps_from_robots: bool,
 }
 

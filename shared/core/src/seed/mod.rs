@@ -469,11 +469,12 @@ where
     }
 
     /// The sitemaps named by the `Sitemap:` lines of the seed hosts' robots.txt, when the crawl
-    /// wants them (`scope.sitemaps_from_robots`): for URL lists and page templates, whose hosts
+    /// wants them (`scope.sitemaps_from_robots`) and reads robots.txt at all
+    /// (`politeness.respect_robots`: its crawler then reads the same file): for URL lists and page templates, whose hosts
     /// are known from the request, at most `MAX_ROBOTS_HOSTS` of them. Sitemap sources name
     /// their own; a manifest's hosts would take a pass over it.
     async fn robots_sitemaps(&self, config: &CrawlConfig, source: &SeedSource) -> Vec<String> {
-        if !config.scope.sitemaps_from_robots {
+        if !(config.scope.sitemaps_from_robots && config.politeness.respect_robots) {
             return Vec::new();
         }
         let seeds: Vec<String> = match source {
