@@ -135,6 +135,7 @@ impl Run {
             source: SeedSource::Urls(urls.to_vec()),
             cursor: None,
             update_config: false,
+            checkpoint: None,
         };
         let response = seeder
             .seed(request, SeedBudget::default(), now_ms())

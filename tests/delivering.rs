@@ -1363,6 +1363,7 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
         source: trawl_core::seed::SeedSource::Urls(urls),
         cursor: None,
         update_config: false,
+        checkpoint: None,
     };
     let seeded = trawl_core::seed::Seeder {
         store: &seeder.store,

@@ -519,6 +519,7 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
             source,
             cursor: None,
             update_config: false,
+            checkpoint: None,
         };
         let response = seeder
             .seed(request, SeedBudget::default(), now_ms())

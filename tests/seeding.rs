@@ -13,10 +13,12 @@ use trawl_aws::sqs::SqsQueue;
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::seed::{SeedBudget, SeedDefaults, SeedError, SeedRequest, SeedResponse, Seeder};
+use trawl_core::store::ClaimOutcome;
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::calls::{Call, CallCounts};
-use trawl_domain::canonical::CrawlId;
-use trawl_domain::task::Status;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::CrawlState;
+use trawl_domain::task::{FetchRecord, Status};
 use trawl_embedded::sqlite::SqliteStore;
 
 const NOW: i64 = 1_700_000_000_000;
@@ -355,6 +357,7 @@ async fn continuations_seed_everything_exactly_once() {
         .unwrap();
     let changed = SeedRequest {
         cursor: Some(cursor),
+        checkpoint: None,
         ..s3
     };
     match seeder.seed(changed, SeedBudget::default(), NOW).await {
@@ -393,4 +396,184 @@ async fn continuations_seed_everything_exactly_once() {
     let responses = until_done(&seeder, urls, 7).await;
     assert_eq!(responses.len(), 8);
     assert_eq!(totals(&responses), (50, 0, 0));
+}
+
+/// A site whose robots.txt names its sitemap: four pages, two with a `<lastmod>`.
+fn incremental_site(site: &Site, p1_lastmod: &str) {
+    let sitemap = format!(
+        r#"<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+        <url><loc>{}</loc><lastmod>{p1_lastmod}</lastmod></url>
+        <url><loc>{}</loc><lastmod>2024-05-01</lastmod></url>
+        <url><loc>{}</loc></url><url><loc>{}</loc></url></urlset>"#,
+        site.url("/p/1"),
+        site.url("/p/2"),
+        site.url("/p/3"),
+        site.url("/p/4"),
+    );
+    let robots = format!(
+        "User-agent: *\nAllow: /\nSitemap: {}\n",
+        site.url("/sitemap.xml")
+    );
+    site.route("/robots.txt", Route::content("text/plain", robots))
+        .route("/sitemap.xml", Route::content("application/xml", sitemap));
+}
+
+/// 2024-06-01T00:00:00Z: when the first generation fetched every page.
+const FETCHED: i64 = 1_717_200_000_000;
+
+/// Incremental seeding on one backend: robots.txt's sitemap seeds the crawl; after a generation
+/// fetched everything, a re-seed refetches only the page whose lastmod is newer than its fetch,
+/// says how many it skipped, wakes the host and reopens the crawl; the checkpoint is kept.
+async fn seeds_incrementally<S, Q>(store: &S, queue: &Q, calls: &Arc<CallCounts>)
+where
+    S: TaskStore + CrawlStore + HostStore,
+    Q: trawl_core::queue::WorkQueue,
+{
+    let clients = support::clients(&moto::shared().endpoint).await;
+    let fetcher = Fetcher::new("").unwrap();
+    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
+    let defaults = SeedDefaults::default();
+    let seeder = Seeder {
+        store,
+        queue,
+        fetcher: &fetcher,
+        manifests: &manifests,
+        defaults: &defaults,
+        calls,
+    };
+    let site = Site::start().await;
+    incremental_site(&site, "2024-05-01T10:00:00+02:00");
+    let crawl = unique("incr");
+    let id = CrawlId::parse(&crawl).unwrap();
+    let home = json!({"urls": [site.url("/")]});
+
+    // GIVEN a crawl seeded with its home page: robots.txt's sitemap seeds its four pages too
+    let first = seeder
+        .seed(request(&crawl, home.clone()), SeedBudget::default(), NOW)
+        .await
+        .unwrap();
+    assert_eq!((first.accepted, first.already_known), (5, 0), "{first:?}");
+    assert_eq!(first.checkpoint, None);
+    // AND switched off, robots.txt is not read for sitemaps
+    let plain = unique("plain");
+    let off = SeedRequest::from_json(json!({"crawl_id": plain, "source": home,
+        "config": {"fetch": {"allow_private_networks": true},
+                   "scope": {"sitemaps_from_robots": false}}}))
+    .unwrap();
+    let off = seeder.seed(off, SeedBudget::default(), NOW).await.unwrap();
+    assert_eq!(off.accepted, 1);
+
+    // AND a generation fetched every page at FETCHED, and completed
+    let page = |p: &str| CanonicalUrl::parse(&site.url(p)).unwrap().task_id();
+    for path in ["/", "/p/1", "/p/2", "/p/3", "/p/4"] {
+        let ClaimOutcome::Claimed { lease, .. } = store
+            .claim(&id, &page(path), 60_000, FETCHED)
+            .await
+            .unwrap()
+        else {
+            panic!("{path} not claimable");
+        };
+        let record = FetchRecord {
+            http_status: 200,
+            fetched_at: FETCHED,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &record, FETCHED).await.unwrap();
+    }
+    let generation = store.get_crawl(&id).await.unwrap().unwrap().generation;
+    assert!(
+        store
+            .complete_crawl(&id, generation, FETCHED)
+            .await
+            .unwrap()
+    );
+    let hits = site.hits("/sitemap.xml");
+
+    // WHEN /p/1 changes after that fetch and the crawl is seeded again, with a checkpoint
+    incremental_site(&site, "2024-06-02T08:00:00Z");
+    let mut again = request(&crawl, home.clone());
+    again.checkpoint = Some("since=2024-06-02".into());
+    let now = FETCHED + 86_400_000;
+    let second = seeder
+        .seed(again, SeedBudget::default(), now)
+        .await
+        .unwrap();
+
+    // THEN only /p/1 is due again; /p/2 (not modified since) is skipped, and said so
+    assert_eq!(
+        site.hits("/sitemap.xml"),
+        hits + 1,
+        "the sitemap is read again"
+    );
+    assert_eq!((second.accepted, second.already_known), (0, 5));
+    let lastmod = second.lastmod.clone().unwrap();
+    assert_eq!((lastmod.refetched, lastmod.skipped), (1, 1), "{lastmod:?}");
+    let status = |task: Option<trawl_domain::task::Task>| task.unwrap().status;
+    assert_eq!(
+        status(store.get(&id, &page("/p/1")).await.unwrap()),
+        Status::Pending
+    );
+    for path in ["/", "/p/2", "/p/3", "/p/4"] {
+        let task = store.get(&id, &page(path)).await.unwrap();
+        assert_eq!(status(task), Status::Succeeded, "{path}");
+    }
+    // AND the crawl runs again, a new generation, its host woken with a turn message
+    let reopened = store.get_crawl(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (reopened.state, reopened.generation),
+        (CrawlState::Running, generation + 1)
+    );
+    let host = CanonicalUrl::parse(&site.url("/")).unwrap().host_key();
+    let woken = store.get_host(&id, &host).await.unwrap().unwrap();
+    assert!(woken.queued_for.is_some(), "{woken:?}");
+    assert_eq!(
+        second.checkpoint, None,
+        "the checkpoint as the request found it"
+    );
+
+    // AND a request without URLs reads the checkpoint, seeding nothing
+    let read = seeder
+        .seed(
+            request(&crawl, json!({"urls": []})),
+            SeedBudget::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.checkpoint.as_deref(), Some("since=2024-06-02"));
+    assert_eq!((read.accepted, read.already_known), (0, 0));
+    let stored = store.get_crawl(&id).await.unwrap().unwrap();
+    assert_eq!(stored.checkpoint.as_deref(), Some("since=2024-06-02"));
+    // AND for a crawl that does not exist, such a request is refused
+    let none = seeder
+        .seed(
+            request(&unique("nope"), json!({"urls": []})),
+            SeedBudget::default(),
+            now,
+        )
+        .await;
+    assert!(
+        matches!(none, Err(SeedError::InvalidRequest(_))),
+        "{none:?}"
+    );
+}
+
+#[tokio::test]
+async fn seeds_incrementally_on_the_embedded_backend() {
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    seeds_incrementally(&store, &queue, &calls).await;
+}
+
+#[tokio::test]
+async fn seeds_incrementally_on_aws() {
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
+    seeds_incrementally(&store, &queue, &calls).await;
+    // The two crawls' first turns (never received here), and the woken host's.
+    assert_eq!(queue_depth(&clients.sqs, &queue_url).await, 3);
 }

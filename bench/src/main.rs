@@ -257,7 +257,10 @@ async fn measure(args: &Args) -> Report {
     }
     if wanted(Section::Freshness) {
         eprintln!("freshness simulation …");
-        report.figures.extend(freshness::run(args.quick));
+        match freshness::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "freshness simulation", e),
+        }
     }
     if wanted(Section::Storage) {
         eprintln!("bodies at rest …");

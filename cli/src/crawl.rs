@@ -518,6 +518,7 @@ where
             source,
             cursor: None,
             update_config,
+            checkpoint: None,
         };
         for _ in 0..100_000 {
             let response = seeder

@@ -81,6 +81,7 @@ fn requests_for(
             source,
             cursor: None,
             update_config,
+            checkpoint: None,
         })
         .collect();
     while let Some(request) = pending.pop() {

@@ -231,6 +231,16 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         applied
     }
 
+    async fn refresh(&mut self, lastmod: Millis, now: Millis) -> bool {
+        let read = self.task.clone();
+        let applied = self.store.refresh(&read, lastmod, now).await.unwrap();
+        match transition::refresh(&read, lastmod, now) {
+            Some(update) => self.check(&update, applied).await,
+            None => assert!(!applied, "refresh applied where the domain decides nothing"),
+        }
+        applied
+    }
+
     async fn add_stale(&mut self, md5: &str) -> bool {
         let (crawl, task) = (&self.task.crawl_id, &self.task.task_id);
         let applied = self.store.add_stale(crawl, task, md5).await.unwrap();
@@ -697,6 +707,25 @@ pub async fn counts_per_status<S: TaskStore>(store: &S) {
     );
 }
 
+pub async fn a_crawl_keeps_the_checkpoint_it_is_given<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl, without a checkpoint
+    let id = crawl_id();
+    let crawl = Crawl::new(id.clone(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    let checkpoint = |c: Option<Crawl>| c.unwrap().checkpoint;
+    assert_eq!(checkpoint(store.get_crawl(&id).await.unwrap()), None);
+    // WHEN a checkpoint is set, replaced, then cleared, THEN each is what the crawl reads
+    for value in [Some("since=1"), Some("since=2"), None] {
+        assert!(store.set_checkpoint(&id, value).await.unwrap());
+        let stored = store.get_crawl(&id).await.unwrap();
+        assert_eq!(checkpoint(stored).as_deref(), value);
+    }
+    // AND a crawl that does not exist gets none
+    let missing = crawl_id();
+    assert!(!store.set_checkpoint(&missing, Some("x")).await.unwrap());
+    assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
+}
+
 pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     // GIVEN a new crawl
     let id = crawl_id();
@@ -895,6 +924,44 @@ pub async fn reschedule_moves_a_task_back_to_pending<S: TaskStore>(store: &S) {
     );
     assert!(!store.add_stale(&crawl, &missing, "x").await.unwrap());
     assert_eq!(store.get(&crawl, &missing).await.unwrap(), None);
+}
+
+pub async fn a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now<S: TaskStore>(
+    store: &S,
+) {
+    // GIVEN a task never fetched yet
+    let crawl = crawl_id();
+    let mut task = Tracked::seed(store, &crawl, "http://example.com/dated", T0).await;
+    // THEN a lastmod changes nothing: its first fetch is to come
+    assert!(!task.refresh(T0 + 1, T0 + 1).await);
+
+    // GIVEN it was fetched at T0 + 10
+    let lease = task.claim(T0 + 10).await;
+    task.finish(&lease, &record("v1", T0 + 10), T0 + 10).await;
+    // WHEN its sitemap says it changed before, or at, that fetch: nothing to do
+    assert!(!task.refresh(T0 + 5, T0 + 20).await);
+    assert!(!task.refresh(T0 + 10, T0 + 20).await);
+    // WHEN it says it changed after: pending again, due now, the fetch record kept
+    assert!(task.refresh(T0 + 15, T0 + 20).await);
+    assert_eq!(task.task.status, Status::Pending);
+    assert_eq!(task.task.fetch, Some(record("v1", T0 + 10)));
+    assert!(
+        matches!(
+            store.due_tasks(&crawl, "example.com", 10).await.unwrap().first(),
+            Some(due) if due.task_id == task.task.task_id
+        ),
+        "due on its host"
+    );
+    // AND a refresh decided on a task read before another claim does not hold
+    let lease = task.claim(T0 + 30).await;
+    task.finish(&lease, &record("v2", T0 + 30), T0 + 30).await;
+    let mut read_before = task.task.clone();
+    read_before.token -= 1;
+    assert!(
+        !store.refresh(&read_before, T0 + 40, T0 + 41).await.unwrap(),
+        "claimed since it was read"
+    );
+    assert!(task.refresh(T0 + 40, T0 + 42).await);
 }
 
 pub async fn stale_objects_are_handed_to_the_next_finisher<S: TaskStore>(store: &S) {

@@ -30,6 +30,9 @@ pub struct Scope {
     /// Query parameters dropped from every URL before it becomes a task: names, or prefixes
     /// ending in `*`. Default: the common tracking parameters (`DEFAULT_DROP_PARAMS`).
     pub drop_params: Vec<String>,
+    /// Whether the sitemaps that the seed hosts' robots.txt lists (`Sitemap:` lines) are seeded
+    /// with every seed request of URLs or page templates (in a crawl that respects robots.txt).
+    pub sitemaps_from_robots: bool,
 }
 
 impl Default for Scope {
@@ -42,6 +45,7 @@ impl Default for Scope {
             max_pages: None,
             follow_links: true,
             drop_params: DEFAULT_DROP_PARAMS.iter().map(|&p| p.to_owned()).collect(),
+            sitemaps_from_robots: true,
         }
     }
 }
@@ -584,6 +588,10 @@ pub struct Crawl {
     /// each invocation adds its own (`CrawlStore::add_calls`).
     #[serde(default)]
     pub calls: CallTally,
+    /// A source's own incremental position (Docido's `since`): an opaque string, read and
+    /// written through seed requests, that trawl only keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 impl Crawl {
@@ -597,6 +605,7 @@ impl Crawl {
             generation: 0,
             pages_reserved: 0,
             calls: CallTally::new(),
+            checkpoint: None,
         }
     }
 }

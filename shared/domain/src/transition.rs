@@ -18,6 +18,8 @@
 //! | `release`       | in_progress under the lease's token               | pending              |
 //! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
+//! | `refresh`       | as read: succeeded or gone, fetched before the    | pending              |
+//! |                 | sitemap's lastmod, not claimed since              |                      |
 //! | `add_stale`     | exists; md5 neither its current object nor listed | unchanged            |
 //!
 //! Lease expiry is a `claim` of an `in_progress` task whose lease has run out: the same write
@@ -31,7 +33,7 @@
 //!   budget), `reset` and a `fail` that puts a page back in its schedule (kept, or gone with
 //!   its content) set it back, to 0; nothing else lowers it.
 //! - the token only grows, by one per claim.
-//! - a terminal task leaves its status only through `reschedule` or `reset`, or, succeeded or
+//! - a terminal task leaves its status only through `reschedule`, `refresh` or `reset`, or, succeeded or
 //!   gone, through a `claim` once its page is due again (`crate::revisit`): a recrawl or a check
 //!   is a due URL of its host, the page current meanwhile.
 //! - a fetch record, once made, is replaced by the next success and never dropped but by
@@ -476,6 +478,24 @@ pub fn reschedule(from: &[Status], now: Millis) -> Update {
             ..Changes::default()
         },
     }
+}
+
+/// A page its sitemap says changed (`lastmod`) after the task's last fetch is due now, as a
+/// recrawl is (`reschedule`'s changes: pending, a full retry budget, the fetch record kept for a
+/// conditional GET). None when nothing is to be done: never fetched (its first fetch is still to
+/// come), fetched since `lastmod`, or not done (in progress, pending, failed: a fetch is on its
+/// way). Conditioned on the token, so that the fetch compared is the one read.
+pub fn refresh(task: &Task, lastmod: Millis, now: Millis) -> Option<Update> {
+    let done = matches!(task.status, Status::Succeeded | Status::Gone);
+    let fetched_before = task.fetch.as_ref().is_some_and(|f| f.fetched_at < lastmod);
+    if !(done && fetched_before) {
+        return None;
+    }
+    let Update { changes, .. } = reschedule(&[task.status], now);
+    Some(Update {
+        requires: Condition::Settled { token: task.token },
+        changes,
+    })
 }
 
 /// Forgets `task`'s fetch record so that it is fetched again in full (no conditional GET, no

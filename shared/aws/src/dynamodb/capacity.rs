@@ -316,6 +316,11 @@ impl<S: CrawlStore> CrawlStore for Metered<S> {
         self.on_crawl("update_config", id, write).await
     }
 
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        let write = self.inner.set_checkpoint(id, checkpoint);
+        self.on_crawl("set_checkpoint", id, write).await
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
             .await
@@ -409,6 +414,12 @@ impl<S: TaskStore> TaskStore for Metered<S> {
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
         let write = self.inner.release(lease, now);
         self.on_task("release", &lease.crawl_id, &lease.task_id, write)
+            .await
+    }
+
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        let write = self.inner.refresh(task, lastmod, now);
+        self.on_task("refresh", &task.crawl_id, &task.task_id, write)
             .await
     }
 

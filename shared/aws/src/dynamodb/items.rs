@@ -274,6 +274,8 @@ pub(super) struct CrawlItem {
     pub(super) pages_reserved: u64,
     #[serde(skip)]
     calls: CallTally,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<String>,
 }
 
 impl CrawlItem {
@@ -289,6 +291,7 @@ impl CrawlItem {
             generation: c.generation,
             pages_reserved: c.pages_reserved,
             calls: c.calls.clone(),
+            checkpoint: c.checkpoint.clone(),
         }
     }
 
@@ -317,6 +320,7 @@ impl CrawlItem {
             generation: self.generation,
             pages_reserved: self.pages_reserved,
             calls: self.calls,
+            checkpoint: self.checkpoint,
         }
     }
 }

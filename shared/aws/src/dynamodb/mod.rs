@@ -316,6 +316,20 @@ impl CrawlStore for DynamoStore {
         applied(result)
     }
 
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        self.calls.record(Call::DynamoUpdateItem);
+        let update = self
+            .update_crawl(id)
+            .condition_expression("attribute_exists(pk)");
+        let update = match checkpoint {
+            Some(value) => update
+                .update_expression("SET checkpoint = :c")
+                .expression_attribute_values(":c", s(value)),
+            None => update.update_expression("REMOVE checkpoint"),
+        };
+        applied(update.send().await)
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self
@@ -572,6 +586,16 @@ impl TaskStore for DynamoStore {
 
     async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
         let update = transition::reset(task, now);
+        let written = self
+            .write(&task.crawl_id, &task.task_id, &update, ReturnValue::None)
+            .await?;
+        Ok(written.is_ok())
+    }
+
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        let Some(update) = transition::refresh(task, lastmod, now) else {
+            return Ok(false);
+        };
         let written = self
             .write(&task.crawl_id, &task.task_id, &update, ReturnValue::None)
             .await?;

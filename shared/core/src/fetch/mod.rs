@@ -237,6 +237,15 @@ impl Fetcher {
             .and_then(|rules| rules.crawl_delay(max))
     }
 
+    /// The sitemaps the `Sitemap:` lines of `url`'s robots.txt name (none when it has none or
+    /// is unavailable). Cached as `crawl_delay` is.
+    pub async fn robots_sitemaps(&self, url: &CanonicalUrl, config: &CrawlConfig) -> Vec<String> {
+        match self.robots_rules(url, config).await.as_deref() {
+            Ok(robots::Rules::Parsed(robot)) => robot.sitemaps.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     async fn fetch_inner(&self, req: &FetchRequest<'_>) -> Result<FetchOutcome, Failure> {
         let limits = &req.config.fetch;
         let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);

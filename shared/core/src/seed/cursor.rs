@@ -31,6 +31,10 @@ struct Encoded {
     /// The S3 manifest's ETag: offsets are meaningless in a changed object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     etag: Option<String>,
+    /// Sitemaps found in the seed hosts' robots.txt, being seeded once the source was done:
+    /// `pos` is then a position among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    robots: Option<Vec<String>>,
 }
 
 /// A decoded cursor.
@@ -38,6 +42,7 @@ struct Encoded {
 pub(crate) struct Cursor {
     pub position: Position,
     pub etag: Option<String>,
+    pub robots: Option<Vec<String>>,
 }
 
 impl Cursor {
@@ -46,6 +51,7 @@ impl Cursor {
             fp: fingerprint.to_owned(),
             pos: self.position,
             etag: self.etag.clone(),
+            robots: self.robots.clone(),
         };
         // Serialising a struct of strings and integers cannot fail.
         let json = serde_json::to_vec(&encoded).unwrap_or_default();
@@ -65,6 +71,7 @@ impl Cursor {
         Ok(Self {
             position: encoded.pos,
             etag: encoded.etag,
+            robots: encoded.robots,
         })
     }
 }
@@ -82,6 +89,7 @@ mod tests {
                 offset: 500,
             },
             etag: Some("\"abc\"".into()),
+            robots: Some(vec!["http://example.com/sitemap.xml".into()]),
         };
         let raw = cursor.encode("fp1");
         assert_eq!(Cursor::decode(&raw, "fp1").unwrap(), cursor);

@@ -37,9 +37,10 @@ pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
-use crate::frontier::{self, FrontierError};
+use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
+use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
@@ -47,7 +48,7 @@ use std::collections::BTreeSet;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId, truncate};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, NewTask};
 
@@ -59,6 +60,10 @@ pub const MAX_INLINE_URLS: usize = 10_000;
 pub const MAX_SOURCE_ITEMS: usize = 1_000;
 /// Rejections listed in a response (all are counted).
 pub const MAX_LISTED_REJECTIONS: usize = 100;
+/// Longest checkpoint a crawl keeps, in bytes.
+pub const MAX_CHECKPOINT_BYTES: usize = 4096;
+/// Most seed hosts whose robots.txt is read for `Sitemap:` lines, per request.
+pub const MAX_ROBOTS_HOSTS: usize = 100;
 /// Most distinct hosts an S3 manifest may have when `allowed_domains` is left empty.
 pub const MAX_DERIVED_HOSTS: usize = 1_000;
 
@@ -79,6 +84,11 @@ pub struct SeedRequest {
     /// this is set; then `config` replaces it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub update_config: bool,
+    /// Stored as the crawl's checkpoint once this seed is finished (its last invocation): a
+    /// source with its own incremental listing keeps its position here (Docido's `since`).
+    /// A request with an empty `urls` list seeds nothing and only reads (or writes) it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// Where a seed's URLs come from.
@@ -179,11 +189,18 @@ pub struct Rejection {
     pub reason: String,
 }
 
-/// What sitemaps said about modification times (trawl's task schema has no field for it).
+/// What sitemaps said about modification times. An entry the crawl already has is fetched again
+/// only when its `<lastmod>` is newer than its last fetch (Docido's `since` checkpoint, per URL).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastmodSummary {
     /// Entries that had a `<lastmod>`.
     pub entries: u64,
+    /// Known pages modified since their last fetch: due again now.
+    #[serde(default)]
+    pub refetched: u64,
+    /// Known pages not modified since their last fetch: left to their schedule.
+    #[serde(default)]
+    pub skipped: u64,
     /// The most recent one (W3C datetime strings compare in time order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest: Option<String>,
@@ -208,6 +225,9 @@ pub struct SeedResponse {
     pub enqueue_failed: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lastmod: Option<LastmodSummary>,
+    /// The crawl's checkpoint as this request found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     /// Present when the seed is unfinished: send the same request with this cursor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -362,7 +382,20 @@ where
             None => self.default_config(),
         };
         let mut problems = validate_config(&config);
-        problems.extend(validate_source(&request.source));
+        // No URLs: a request for the checkpoint of an existing crawl.
+        let checkpoint_only = matches!(&request.source, SeedSource::Urls(urls) if urls.is_empty());
+        if !checkpoint_only {
+            problems.extend(validate_source(&request.source));
+        }
+        if request
+            .checkpoint
+            .as_ref()
+            .is_some_and(|c| c.len() > MAX_CHECKPOINT_BYTES)
+        {
+            problems.push(format!(
+                "checkpoint is longer than {MAX_CHECKPOINT_BYTES} bytes"
+            ));
+        }
         if !problems.is_empty() {
             return Err(SeedError::InvalidRequest(problems));
         }
@@ -383,6 +416,12 @@ where
             _ => None,
         };
         let existing = self.store.get_crawl(&request.crawl_id).await?;
+        if checkpoint_only && existing.is_none() {
+            return Err(SeedError::invalid(
+                "source.urls is empty (a request without URLs reads or writes the checkpoint \
+                 of an existing crawl)",
+            ));
+        }
         if existing.is_none() && config.scope.allowed_domains.is_empty() {
             config.scope.allowed_domains = self.seed_hosts(&request.source).await?;
         }
@@ -415,6 +454,7 @@ where
         };
         let scope = ScopeMatcher::new(&crawl.config.scope)
             .map_err(|e| SeedError::invalid(format!("stored scope: {e}")))?;
+        let checkpoint = crawl.checkpoint.clone();
         let mut sink = Sink {
             store: self.store,
             queue: self.queue,
@@ -423,33 +463,100 @@ where
             now,
             budget,
             batch: Vec::with_capacity(BATCH_SIZE),
+            dated: Vec::new(),
+            refetched_hosts: BTreeSet::new(),
             read: 0,
             response: SeedResponse {
                 crawl_id: request.crawl_id.to_string(),
                 created,
+                checkpoint,
                 ..SeedResponse::default()
             },
         };
         let pos = cursor.position;
-        let stopped = match &request.source {
-            SeedSource::Urls(urls) => seed_urls(&mut sink, urls, pos).await?,
-            SeedSource::S3(m) => match manifest.as_mut() {
+        // A cursor naming robots.txt sitemaps continues with them: the source itself is done.
+        let source = if cursor.robots.is_some() {
+            None
+        } else {
+            Some(&request.source)
+        };
+        let mut stopped = match source {
+            None => None,
+            Some(SeedSource::Urls(urls)) => seed_urls(&mut sink, urls, pos).await?,
+            Some(SeedSource::S3(m)) => match manifest.as_mut() {
                 Some(open) => seed_manifest(&mut sink, open, m.format, pos).await?,
                 None => None,
             },
-            SeedSource::Sitemaps(urls) => seed_sitemaps(&mut sink, self.fetcher, urls, pos).await?,
-            SeedSource::Pagination(templates) => seed_pages(&mut sink, templates, pos).await?,
+            Some(SeedSource::Sitemaps(urls)) => {
+                seed_sitemaps(&mut sink, self.fetcher, urls, pos).await?
+            }
+            Some(SeedSource::Pagination(templates)) => {
+                seed_pages(&mut sink, templates, pos).await?
+            }
         };
+        // Then the sitemaps the seed hosts' robots.txt lists, once the source is done.
+        let mut robots = None;
+        if stopped.is_none() {
+            let (sitemaps, from) = match cursor.robots {
+                Some(sitemaps) => (sitemaps, pos),
+                None => {
+                    let sitemaps = self.robots_sitemaps(&sink.crawl.config, &request.source);
+                    (sitemaps.await, Position::default())
+                }
+            };
+            stopped = seed_sitemaps(&mut sink, self.fetcher, &sitemaps, from).await?;
+            robots = stopped.is_some().then_some(sitemaps);
+        }
         sink.flush().await?;
+        sink.wake_refetched().await?;
+        if let (None, Some(checkpoint)) = (stopped, &request.checkpoint) {
+            self.store
+                .set_checkpoint(&request.crawl_id, Some(checkpoint))
+                .await?;
+        }
         let mut response = sink.response;
         response.cursor = stopped.map(|position| {
             Cursor {
                 position,
                 etag: manifest.and_then(|m| m.etag),
+                robots,
             }
             .encode(&fingerprint)
         });
         Ok(response)
+    }
+
+    /// The sitemaps named by the `Sitemap:` lines of the seed hosts' robots.txt, when the crawl
+    /// wants them (`scope.sitemaps_from_robots`) and reads robots.txt at all
+    /// (`politeness.respect_robots`: its crawler then reads the same file): for URL lists and page templates, whose hosts
+    /// are known from the request, at most `MAX_ROBOTS_HOSTS` of them. Sitemap sources name
+    /// their own; a manifest's hosts would take a pass over it.
+    async fn robots_sitemaps(&self, config: &CrawlConfig, source: &SeedSource) -> Vec<String> {
+        if !(config.scope.sitemaps_from_robots && config.politeness.respect_robots) {
+            return Vec::new();
+        }
+        let seeds: Vec<String> = match source {
+            SeedSource::Urls(urls) => urls.clone(),
+            SeedSource::Pagination(templates) => {
+                templates.iter().filter_map(|t| t.page(0)).collect()
+            }
+            SeedSource::Sitemaps(_) | SeedSource::S3(_) => return Vec::new(),
+        };
+        let mut hosts = BTreeSet::new();
+        let origins = seeds
+            .iter()
+            .filter_map(|raw| CanonicalUrl::parse(raw).ok())
+            .filter(|url| hosts.insert(url.host_key()))
+            .take(MAX_ROBOTS_HOSTS);
+        let mut sitemaps = Vec::new();
+        for origin in origins.collect::<Vec<_>>() {
+            for sitemap in self.fetcher.robots_sitemaps(&origin, config).await {
+                if sitemaps.len() < MAX_SOURCE_ITEMS && !sitemaps.contains(&sitemap) {
+                    sitemaps.push(sitemap);
+                }
+            }
+        }
+        sitemaps
     }
 
     fn default_config(&self) -> CrawlConfig {
@@ -580,6 +687,10 @@ struct Sink<'a, S, Q> {
     now: Millis,
     budget: SeedBudget,
     batch: Vec<NewTask>,
+    /// The batch's entries with a `<lastmod>`, in ms.
+    dated: Vec<(TaskId, Millis)>,
+    /// Hosts of the pages made due again by their `<lastmod>`, to wake at the end.
+    refetched_hosts: BTreeSet<String>,
     /// Source entries read by this invocation.
     read: u64,
     response: SeedResponse,
@@ -590,20 +701,26 @@ where
     S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
-    /// Takes one seed URL: canonical and in scope, or rejected with the reason.
-    fn offer(&mut self, raw: &str) {
+    /// Takes one seed URL: canonical and in scope, or rejected with the reason. Returns its
+    /// task id when taken.
+    fn offer(&mut self, raw: &str) -> Option<TaskId> {
         self.read += 1;
         match CanonicalUrl::parse(raw).map(|url| self.scope.normalise(url)) {
             Err(e) => self.reject(raw, e.reason.to_string()),
             Ok(url) => match self.scope.check(&url, 0) {
                 Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
-                Ok(()) => self.batch.push(NewTask {
-                    url,
-                    depth: 0,
-                    parent: None,
-                }),
+                Ok(()) => {
+                    let id = url.task_id();
+                    self.batch.push(NewTask {
+                        url,
+                        depth: 0,
+                        parent: None,
+                    });
+                    return Some(id);
+                }
             },
         }
+        None
     }
 
     fn reject(&mut self, input: &str, reason: impl Into<String>) {
@@ -646,6 +763,10 @@ where
         let tasks = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_SIZE));
         let report =
             frontier::add_tasks(self.store, self.queue, &self.crawl, tasks, self.now).await?;
+        let dated = std::mem::take(&mut self.dated);
+        if report.already_known > 0 {
+            self.refetch_modified(dated).await?;
+        }
         if report.accepted > 0 && self.crawl.state == CrawlState::Completed {
             // New work for a finished crawl: it runs again (and will complete and deliver anew).
             self.store.reopen_crawl(&self.crawl.id, self.now).await?;
@@ -658,6 +779,56 @@ where
         r.enqueue_failed += report.enqueue_failed.len() as u64;
         for e in report.rejected {
             self.reject(&e.url, e.reason.to_string());
+        }
+        Ok(())
+    }
+}
+
+impl<S, Q> Sink<'_, S, Q>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    Q: WorkQueue,
+{
+    /// Makes the known pages among `dated` that were modified since their last fetch due now
+    /// (`transition::refresh`); the others are skipped. One read per entry the crawl may know.
+    async fn refetch_modified(&mut self, dated: Vec<(TaskId, Millis)>) -> Result<(), SeedError> {
+        for (id, lastmod) in dated {
+            let Some(task) = self.store.get(&self.crawl.id, &id).await? else {
+                continue;
+            };
+            let Some(fetched_at) = task.fetch.as_ref().map(|f| f.fetched_at) else {
+                continue;
+            };
+            let summary = self.response.lastmod.get_or_insert_with(Default::default);
+            if fetched_at >= lastmod {
+                summary.skipped += 1;
+            } else if self.store.refresh(&task, lastmod, self.now).await? {
+                summary.refetched += 1;
+                self.refetched_hosts.insert(host_key_of(&task.url));
+            }
+        }
+        Ok(())
+    }
+
+    /// Wakes the hosts of the pages made due again (a completed crawl runs again first). A
+    /// host with a turn running or a message out needs nothing: that turn finds them.
+    async fn wake_refetched(&mut self) -> Result<(), SeedError> {
+        if self.refetched_hosts.is_empty() {
+            return Ok(());
+        }
+        if self.crawl.state == CrawlState::Completed {
+            self.store.reopen_crawl(&self.crawl.id, self.now).await?;
+            self.crawl.state = CrawlState::Running;
+        }
+        let hosts = std::mem::take(&mut self.refetched_hosts);
+        let which = Reissue::Lost {
+            lost_after_ms: MIN_LOST_AFTER_MS,
+            known_work: true,
+        };
+        let turns = reissue_turns(self.store, &self.crawl, hosts, which, self.now).await?;
+        if !turns.is_empty() {
+            let report = self.queue.send(&turns).await?;
+            self.response.enqueue_failed += report.failed.len() as u64;
         }
         Ok(())
     }
@@ -711,7 +882,9 @@ where
         offset += line.consumed;
         match manifest::parse_line(&buf, line.too_long, format) {
             manifest::Entry::Skip => continue,
-            manifest::Entry::Url(url) => sink.offer(&url),
+            manifest::Entry::Url(url) => {
+                sink.offer(&url);
+            }
             manifest::Entry::Invalid(reason) => {
                 sink.read += 1;
                 sink.reject(&format!("line at byte {line_at}"), reason);
@@ -835,9 +1008,12 @@ where
     Q: WorkQueue,
 {
     for (j, entry) in entries.iter().enumerate().skip(skip(start)) {
-        sink.offer(&entry.loc);
+        let id = sink.offer(&entry.loc);
         if let Some(lastmod) = &entry.lastmod {
             sink.note_lastmod(lastmod);
+            if let (Some(id), Some(ms)) = (id, sitemap::lastmod_ms(lastmod)) {
+                sink.dated.push((id, ms));
+            }
         }
         if sink.checkpoint().await? && j + 1 < entries.len() {
             return Ok(Some(at(j + 1)));

@@ -91,6 +91,74 @@ pub(crate) async fn fetch(
     parse(&bytes)
 }
 
+/// A `<lastmod>` (W3C datetime: `YYYY`, `YYYY-MM`, `YYYY-MM-DD`, or a date with
+/// `Thh:mm[:ss[.s]]` and a zone, `Z` or `±hh:mm`; no zone is read as UTC) in ms since the epoch.
+/// None when it is not one.
+pub(crate) fn lastmod_ms(text: &str) -> Option<Millis> {
+    let text = text.trim();
+    let (date, time) = match text.split_once(['T', ' ']) {
+        Some((date, time)) => (date, Some(time)),
+        None => (text, None),
+    };
+    let mut fields = date.split('-');
+    let year = number(fields.next()?, 4, 0..=9999)?;
+    let month = fields.next().map_or(Some(1), |m| number(m, 2, 1..=12))?;
+    let day = fields.next().map_or(Some(1), |d| number(d, 2, 1..=31))?;
+    if fields.next().is_some() {
+        return None;
+    }
+    let mut ms = days_from_civil(year, month, day) * 86_400_000;
+    if let Some(time) = time {
+        let (clock, offset_min) = match time.strip_suffix(['Z', 'z']) {
+            Some(clock) => (clock, 0),
+            None => match time.rfind(['+', '-']) {
+                Some(i) => {
+                    let (clock, zone) = time.split_at(i);
+                    let sign = if zone.starts_with('-') { -1 } else { 1 };
+                    let (h, m) = zone[1..].split_once(':')?;
+                    (
+                        clock,
+                        sign * (number(h, 2, 0..=23)? * 60 + number(m, 2, 0..=59)?),
+                    )
+                }
+                None => (time, 0),
+            },
+        };
+        let mut parts = clock.split(':');
+        let hours = number(parts.next()?, 2, 0..=23)?;
+        let minutes = number(parts.next()?, 2, 0..=59)?;
+        let (seconds, fraction) = match parts.next() {
+            Some(s) => s.split_once('.').unwrap_or((s, "")),
+            None => ("00", ""),
+        };
+        let seconds = number(seconds, 2, 0..=60)?;
+        if parts.next().is_some() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let millis: i64 = format!("{fraction:0<3}")[..3].parse().ok()?;
+        ms += ((hours * 60 + minutes - offset_min) * 60 + seconds) * 1000 + millis;
+    }
+    Some(ms)
+}
+
+/// A field of exactly `digits` ASCII digits within `range`.
+fn number(text: &str, digits: usize, range: std::ops::RangeInclusive<i64>) -> Option<i64> {
+    if text.len() != digits || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|n| range.contains(n))
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (H. Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 /// Gunzips `bytes` when they start with the gzip magic (a `.gz` sitemap served as is), capped.
 fn decompress(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
@@ -266,6 +334,46 @@ mod tests {
                 "http://example.com/s2.xml".into()
             ])
         );
+    }
+
+    #[test]
+    fn lastmods_are_read_in_every_w3c_precision_and_zone() {
+        let may_first = 1_714_521_600_000; // 2024-05-01T00:00:00Z
+        assert_eq!(lastmod_ms("2024-05-01"), Some(may_first));
+        assert_eq!(lastmod_ms(" 2024-05 "), Some(may_first));
+        assert_eq!(lastmod_ms("2024-04"), Some(may_first - 30 * 86_400_000));
+        assert_eq!(lastmod_ms("1970"), Some(0));
+        assert_eq!(
+            lastmod_ms("2024-05-01T12:30Z"),
+            Some(may_first + 45_000_000)
+        );
+        assert_eq!(
+            lastmod_ms("2024-05-01T12:30:15.5+02:00"),
+            Some(may_first + 37_800_000 + 15_500)
+        );
+        assert_eq!(
+            lastmod_ms("2024-05-01T00:00:00-00:30"),
+            Some(may_first + 1_800_000)
+        );
+        assert_eq!(
+            lastmod_ms("2024-05-01 12:30:00"),
+            Some(may_first + 45_000_000)
+        );
+        assert_eq!(lastmod_ms("2000-03-01"), Some(951_868_800_000));
+        for junk in [
+            "",
+            "yesterday",
+            "2024-13-01",
+            "2024-05-32",
+            "24-05-01",
+            "2024-05-01T25:00Z",
+            "2024-05-01T12Z",
+            "2024-05-01T12:30+2",
+            "2024-05-01-01",
+            "2024-05-01T12:30:00.x1Z",
+        ] {
+            assert_eq!(lastmod_ms(junk), None, "{junk:?}");
+        }
     }
 
     #[test]

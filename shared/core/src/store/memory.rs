@@ -161,6 +161,18 @@ impl CrawlStore for MemoryStore {
         })
     }
 
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        self.with("set_checkpoint", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) => {
+                    c.checkpoint = checkpoint.map(str::to_owned);
+                    true
+                }
+                None => false,
+            })
+        })
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.with("reopen_crawl", |t| {
             Ok(match t.crawls.get_mut(id) {
@@ -343,6 +355,13 @@ impl TaskStore for MemoryStore {
     async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
         let update = transition::reset(task, now);
         self.apply("reset", &task.crawl_id, &task.task_id, &update)
+    }
+
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        match transition::refresh(task, lastmod, now) {
+            Some(update) => self.apply("refresh", &task.crawl_id, &task.task_id, &update),
+            None => Ok(false),
+        }
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {

@@ -238,6 +238,14 @@ pub trait CrawlStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// Replaces the crawl's checkpoint (`Crawl::checkpoint`; None clears it). False when there
+    /// is no such crawl.
+    fn set_checkpoint(
+        &self,
+        id: &CrawlId,
+        checkpoint: Option<&str>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
     fn reopen_crawl(
@@ -356,6 +364,15 @@ pub trait TaskStore: Send + Sync {
     /// pending, its object left for the next finisher to delete. False when the task changed
     /// since it was read (claimed meanwhile) or is in progress.
     fn reset(&self, task: &Task, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// A page its sitemap says changed (`lastmod`) after `task`'s last fetch: pending again
+    /// (`transition::refresh`), if it was not claimed since `task` was read. True if it moved.
+    fn refresh(
+        &self,
+        task: &Task,
+        lastmod: Millis,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
     /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A

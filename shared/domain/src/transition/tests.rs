@@ -509,6 +509,45 @@ fn reschedule_edges() {
 }
 
 #[test]
+fn a_sitemap_lastmod_after_the_last_fetch_makes_a_done_page_due_now() {
+    // `task_in` was fetched at T0
+    for status in Status::ALL {
+        let task = task_in(status);
+        let update = refresh(&task, T0 + 1, T0 + 50);
+        if !matches!(status, Status::Succeeded | Status::Gone) {
+            assert_eq!(
+                update, None,
+                "{status}: a fetch is on its way or never done"
+            );
+            continue;
+        }
+        let after = update.unwrap().apply(&task);
+        let mut want = task.clone();
+        want.status = Status::Pending;
+        want.retries = 0;
+        want.updated_at = T0 + 50;
+        assert_eq!(
+            after,
+            Some(want),
+            "{status}: pending, its fetch record kept"
+        );
+    }
+    let done = task_in(Status::Succeeded);
+    // Not modified since the fetch (the same instant included): nothing to do
+    assert_eq!(refresh(&done, T0, T0 + 50), None);
+    assert_eq!(refresh(&done, T0 - 1, T0 + 50), None);
+    // Never fetched: its first fetch is to come anyway
+    let mut unfetched = done.clone();
+    unfetched.fetch = None;
+    assert_eq!(refresh(&unfetched, T0 + 1, T0 + 50), None);
+    // Claimed since it was read: the write does not hold
+    let update = refresh(&done, T0 + 1, T0 + 50).unwrap();
+    let mut claimed = done.clone();
+    claimed.token += 1;
+    assert_eq!(update.apply(&claimed), None);
+}
+
+#[test]
 fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
     for status in Status::ALL {
         let task = task_in(status);
@@ -590,6 +629,7 @@ enum Event {
         from: Vec<Status>,
     },
     Reset,
+    Refresh,
     AddStale {
         md5: u8,
     },
@@ -627,6 +667,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0usize..8).prop_map(|lease| Event::Release { lease }),
         1 => proptest::collection::vec(status(), 0..3).prop_map(|from| Event::Reschedule { from }),
         1 => Just(Event::Reset),
+        1 => Just(Event::Refresh),
         1 => (0u8..4).prop_map(|md5| Event::AddStale { md5 }),
     ]
 }
@@ -645,6 +686,7 @@ fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
         Event::Release { .. } => from == InProgress && to == Pending,
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
         Event::Reset => from != InProgress && to == Pending,
+        Event::Refresh => matches!(from, Succeeded | Gone) && to == Pending,
         Event::AddStale { .. } => from == to,
     }
 }
@@ -718,6 +760,8 @@ proptest! {
                 Event::Release { lease: i } => lease(*i).map(|l| release(&l, now)),
                 Event::Reschedule { from } => Some(reschedule(from, now)),
                 Event::Reset => Some(reset(&task, now)),
+                // A sitemap saying the page changed just now.
+                Event::Refresh => refresh(&task, now, now),
                 Event::AddStale { md5 } => Some(add_stale(&md5.to_string())),
             };
             let Some(update) = update else { continue };
@@ -746,7 +790,10 @@ proptest! {
                 "{:?}: {} -> {}", event, before.status, task.status
             );
             match event {
-                Event::Finish { .. } | Event::Reschedule { .. } | Event::Reset => {
+                Event::Finish { .. }
+                | Event::Reschedule { .. }
+                | Event::Reset
+                | Event::Refresh => {
                     prop_assert_eq!(task.retries, 0);
                 }
                 Event::Fail { .. }
@@ -768,7 +815,7 @@ proptest! {
                 let due_again = matches!(event, Event::Claim { .. })
                     && before.due_at().is_some_and(|at| at <= now);
                 prop_assert!(
-                    due_again || matches!(event, Event::Reschedule { .. } | Event::Reset),
+                    due_again || matches!(event, Event::Reschedule { .. } | Event::Reset | Event::Refresh),
                     "{:?} took a {} task out", event, before.status
                 );
             }

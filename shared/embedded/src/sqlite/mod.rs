@@ -41,9 +41,9 @@ use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
-/// host-level frontier (`hosts`, and each task's host and due time); an older file gets what it
-/// lacks when opened.
-const SCHEMA_VERSION: i64 = 3;
+/// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
+/// checkpoints; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 4;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -112,10 +112,14 @@ CREATE TABLE IF NOT EXISTS hosts (
 ) WITHOUT ROWID;
 ";
 
+/// A source's own incremental position per crawl (`Crawl::checkpoint`).
+const CHECKPOINT_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN checkpoint TEXT;";
+
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale";
 
-const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved";
+const CRAWL_COLUMNS: &str =
+    "id, config, state, created, updated, generation, pages_reserved, checkpoint";
 
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
@@ -369,15 +373,18 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=2 => {
+            0..=3 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
                 if version < 2 {
                     tx.execute_batch(CALLS_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(HOSTS_SCHEMA).map_err(schema)?;
-                index_hosts(&tx).map_err(schema)?;
+                if version < 3 {
+                    tx.execute_batch(HOSTS_SCHEMA).map_err(schema)?;
+                    index_hosts(&tx).map_err(schema)?;
+                }
+                tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -728,6 +735,7 @@ struct CrawlRow {
     updated: i64,
     generation: i64,
     pages_reserved: i64,
+    checkpoint: Option<String>,
 }
 
 impl CrawlRow {
@@ -740,6 +748,7 @@ impl CrawlRow {
             updated: row.get(4)?,
             generation: row.get(5)?,
             pages_reserved: row.get(6)?,
+            checkpoint: row.get(7)?,
         })
     }
 
@@ -761,6 +770,7 @@ impl CrawlRow {
             pages_reserved: number(key, "pages_reserved", self.pages_reserved)?,
             // In a table of their own: `with_calls` reads them.
             calls: CallTally::new(),
+            checkpoint: self.checkpoint,
         })
     }
 }
@@ -824,10 +834,11 @@ impl CrawlStore for SqliteStore {
         let generation = saturating_i64(crawl.generation);
         let reserved = saturating_i64(crawl.pages_reserved);
         let calls = crawl.calls.clone();
+        let checkpoint = crawl.checkpoint.clone();
         self.run("create_crawl", Call::SqliteWrite, move |conn| {
             let created = conn.execute(
-                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-                params![id, config, state, created_at, updated_at, generation, reserved],
+                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                params![id, config, state, created_at, updated_at, generation, reserved, checkpoint],
             )? == 1;
             if created {
                 add_calls(conn, &id, &calls)?;
@@ -906,6 +917,19 @@ impl CrawlStore for SqliteStore {
             let changed = conn.execute(
                 "UPDATE crawls SET config = ?2, updated = ?3 WHERE id = ?1",
                 params![id, config, now],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        let id = id.as_str().to_owned();
+        let checkpoint = checkpoint.map(str::to_owned);
+        self.run("set_checkpoint", Call::SqliteWrite, move |conn| {
+            let changed = conn.execute(
+                "UPDATE crawls SET checkpoint = ?2 WHERE id = ?1",
+                params![id, checkpoint],
             )?;
             Ok(changed == 1)
         })
@@ -1170,6 +1194,16 @@ impl TaskStore for SqliteStore {
         let update = transition::reset(task, now);
         let applied = self
             .update("reset", &task.crawl_id, &task.task_id, update)
+            .await?;
+        Ok(applied.is_ok())
+    }
+
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        let Some(update) = transition::refresh(task, lastmod, now) else {
+            return Ok(false);
+        };
+        let applied = self
+            .update("refresh", &task.crawl_id, &task.task_id, update)
             .await?;
         Ok(applied.is_ok())
     }
@@ -1615,7 +1649,8 @@ mod tests {
             conn.execute_batch(SCHEMA).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
             conn.execute(
-                &format!("INSERT INTO crawls ({CRAWL_COLUMNS}) VALUES ('c', '{{}}', 'running', 0, 0, 0, 0)"),
+                "INSERT INTO crawls (id, config, state, created, updated, generation, \
+                 pages_reserved) VALUES ('c', '{}', 'running', 0, 0, 0, 0)",
                 [],
             )
             .unwrap();
@@ -1637,7 +1672,11 @@ mod tests {
         assert_eq!(version, SCHEMA_VERSION);
         let expected = CallTally::from([(Call::S3PutObject, 2), (Call::SqliteWrite, 1)]);
         assert_eq!(totals, expected);
-        assert_eq!(store.get_crawl(&id).await.unwrap().unwrap().calls, expected);
+        let crawl = store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!((crawl.calls, crawl.checkpoint), (expected, None));
+        assert!(store.set_checkpoint(&id, Some("since")).await.unwrap());
+        let crawl = store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!(crawl.checkpoint.as_deref(), Some("since"));
     }
 
     #[tokio::test]
