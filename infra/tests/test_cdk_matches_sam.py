@@ -337,6 +337,17 @@ def check_logical_ids(sam, cdk):
     return only_in("resource", sam_ids, cdk_ids)
 
 
+def check_resource_conditions(sam, cdk):
+    """A resource created only under a condition is so on both sides (the re-seed schedule)."""
+    problems = []
+    cdk_resources = compared_resources(cdk, True)
+    for logical, resource in compared_resources(sam, False).items():
+        other = cdk_resources.get(logical)
+        if other is not None:
+            problems += compare(f"{logical}.Condition", resource.get("Condition"), other.get("Condition"))
+    return problems
+
+
 def check_parameters(sam, cdk):
     sam_params = sam.get("Parameters", {})
     cdk_params = {
@@ -495,9 +506,11 @@ def check_schedules(sam, cdk):
         )
         sam_target, cdk_target = sam_props.get("Target", {}), cdk_props.get("Target", {})
         problems += compare_keys(f"{logical}.Target", sam_target, cdk_target, ("Arn", "RoleArn", "Input"))
-        for name, target in (("SAM", sam_target), ("CDK", cdk_target)):
-            if json.loads(target.get("Input", "null")) != expected_input:
-                problems.append(f"{logical}: {name} Input differs from {SWEEPER_EVENT.name}")
+        # The sweeper's input is a fixed event; the re-seed schedule's is a parameter.
+        if logical == "SweeperFunctionSchedule":
+            for name, target in (("SAM", sam_target), ("CDK", cdk_target)):
+                if json.loads(target.get("Input", "null")) != expected_input:
+                    problems.append(f"{logical}: {name} Input differs from {SWEEPER_EVENT.name}")
         problems += compare(
             f"{logical}.RetryPolicy.MaximumRetryAttempts",
             sam_target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185),
@@ -612,6 +625,7 @@ def check_outputs(sam, cdk):
 CHECKS = [
     ("resource types and counts", check_resource_types),
     ("logical ids", check_logical_ids),
+    ("resource conditions", check_resource_conditions),
     ("parameters", check_parameters),
     ("conditions and mappings", check_conditions_and_mappings),
     ("table: keys, status-index, host-index, projections", check_table),
@@ -620,7 +634,7 @@ CHECKS = [
     ("queues: type, visibility, retention, dead-letter", check_queues),
     ("functions: runtime, arch, memory, timeout, env", check_functions),
     ("event source mappings", check_event_source_mappings),
-    ("sweeper schedule", check_schedules),
+    ("schedules: sweeper and re-seed", check_schedules),
     ("log groups", check_log_groups),
     ("alarms", check_alarms),
     ("dashboard: same body", check_dashboards),
@@ -771,6 +785,14 @@ def _schedule_role_actions(sam, cdk):
     policy["Properties"]["PolicyDocument"]["Statement"][0]["Action"] = "lambda:*"
 
 
+def _unconditional_reseed(sam, cdk):
+    del cdk["Resources"]["ReseedSchedule"]["Condition"]
+
+
+def _reseed_input(sam, cdk):
+    sam["Resources"]["ReseedSchedule"]["Properties"]["Target"]["Input"] = '{"crawl_id": "fixed"}'
+
+
 def _output_missing(sam, cdk):
     del cdk["Outputs"]["CrawlQueueUrl"]
 
@@ -784,6 +806,8 @@ def _dashboard_widget_dropped(sam, cdk):
 
 BROKEN = [
     ("an extra CDK queue", _extra_queue, check_resource_types),
+    ("an unconditional re-seed schedule", _unconditional_reseed, check_resource_conditions),
+    ("a fixed re-seed input", _reseed_input, check_schedules),
     ("an alarm under another logical id", _renamed_alarm, check_logical_ids),
     ("another MaxConcurrency default", _parameter_default, check_parameters),
     ("another visibility mapping", _mapping_value, check_conditions_and_mappings),

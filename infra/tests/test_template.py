@@ -595,6 +595,45 @@ def check_sweeper_schedule(template):
     return problems
 
 
+def check_reseed_schedule(template):
+    """The optional re-seed schedule: created only when both parameters are set, it sends the
+    ReseedRequest parameter to the seeder, and its role may do nothing else."""
+    resources = template["Resources"]
+    schedule, role = resources.get("ReseedSchedule"), resources.get("ReseedScheduleRole")
+    if schedule is None or role is None:
+        return ["ReseedSchedule and ReseedScheduleRole must exist"]
+    problems = []
+    for logical, resource in (("ReseedSchedule", schedule), ("ReseedScheduleRole", role)):
+        if resource.get("Condition") != "HasReseedSchedule":
+            problems.append(f"{logical}: must carry Condition HasReseedSchedule")
+    condition = json.dumps(template.get("Conditions", {}).get("HasReseedSchedule"))
+    for parameter in ("ReseedRate", "ReseedRequest"):
+        if parameter not in condition:
+            problems.append(f"HasReseedSchedule does not test {parameter}")
+        if template.get("Parameters", {}).get(parameter, {}).get("Default") != "":
+            problems.append(f"{parameter}: must default to empty (no schedule)")
+    props = schedule.get("Properties", {})
+    target = props.get("Target", {})
+    seeder = function_by_code(template)["seeder"][0]
+    if ref_target(props.get("ScheduleExpression")) != "ReseedRate":
+        problems.append("ReseedSchedule: ScheduleExpression must be !Ref ReseedRate")
+    if ref_target(target.get("Input")) != "ReseedRequest":
+        problems.append("ReseedSchedule: Input must be !Ref ReseedRequest")
+    if ref_target(target.get("Arn")) != seeder:
+        problems.append(f"ReseedSchedule: must target {seeder}")
+    if ref_target(target.get("RoleArn")) != "ReseedScheduleRole":
+        problems.append("ReseedSchedule: must run as ReseedScheduleRole")
+    grants = [
+        (action, ref_target(statement.get("Resource")))
+        for policy in role.get("Properties", {}).get("Policies", [])
+        for statement in as_list(policy.get("PolicyDocument", {}).get("Statement"))
+        for action in as_list(statement.get("Action"))
+    ]
+    if grants != [("lambda:InvokeFunction", seeder)]:
+        problems.append(f"ReseedScheduleRole: grants {grants}, expected only invoking {seeder}")
+    return problems
+
+
 def check_alarms(template):
     problems = []
     alarms = cfn.resources_of_type(template, "AWS::CloudWatch::Alarm").values()
@@ -629,6 +668,7 @@ CHECKS = [
     ("queues == create_stack's (stack.rs)", check_stack_queues),
     ("outputs that --stack reads (stack.rs)", check_outputs),
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
+    ("optional re-seed schedule: conditional, invokes only the seeder", check_reseed_schedule),
     ("alarms", check_alarms),
     ("dashboard == the functions' EMF metrics (schema-checked), queues, Lambda, DynamoDB", check_dashboard),
 ]
@@ -744,7 +784,18 @@ def _no_throttle_alarm(t):
     del t["Resources"]["CrawlerThrottlesAlarm"]
 
 
+def _reseed_always(t):
+    del t["Resources"]["ReseedSchedule"]["Condition"]
+
+
+def _reseed_wider_role(t):
+    statements = t["Resources"]["ReseedScheduleRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    statements.append({"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": {"Fn::GetAtt": ["CrawlerFunction", "Arn"]}})
+
+
 BROKEN = [
+    ("a re-seed schedule without its condition", _reseed_always, check_reseed_schedule),
+    ("a re-seed role that may invoke the crawler", _reseed_wider_role, check_reseed_schedule),
     ("a Resource: '*' on sqs:SendMessage", _set_wildcard, check_no_wildcard_data_resources),
     ("a Resource: '*' in one branch of an !If", _wildcard_seed_bucket, check_no_wildcard_data_resources),
     ("no ReportBatchItemFailures", _drop_batch_failures, check_report_batch_item_failures),

@@ -157,6 +157,21 @@ export class TrawlStack extends Stack {
       allowedPattern: '^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+(\\.fifo)?)?$',
       description: 'SNS topic notified by the alarms (empty = alarms without actions).',
     });
+    const reseedRate = new CfnParameter(this, 'ReseedRate', {
+      type: 'String',
+      default: '',
+      allowedPattern: '^((rate|cron)\\(.+\\))?$',
+      description:
+        'EventBridge Scheduler expression that sends ReseedRequest to the seeder, e.g. to re-read a ' +
+        "crawl's sitemaps daily (empty = no schedule).",
+    });
+    const reseedRequest = new CfnParameter(this, 'ReseedRequest', {
+      type: 'String',
+      default: '',
+      description:
+        'The seed request the re-seed schedule sends, as JSON (the shape of events/seeder-*.json: ' +
+        'a seed source, or an operation such as recrawl). Empty = no schedule.',
+    });
     const logRetentionDays = new CfnParameter(this, 'LogRetentionDays', {
       type: 'Number',
       default: 30,
@@ -174,6 +189,13 @@ export class TrawlStack extends Stack {
     });
     const hasAlarmTopic = new CfnCondition(this, 'HasAlarmTopic', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmTopicArn.valueAsString, '')),
+    });
+
+    const hasReseedSchedule = new CfnCondition(this, 'HasReseedSchedule', {
+      expression: Fn.conditionAnd(
+        Fn.conditionNot(Fn.conditionEquals(reseedRate.valueAsString, '')),
+        Fn.conditionNot(Fn.conditionEquals(reseedRequest.valueAsString, '')),
+      ),
     });
 
     const crawlQueueVisibility = new CfnMapping(this, 'CrawlQueueVisibility', {
@@ -525,6 +547,51 @@ export class TrawlStack extends Stack {
       }),
     });
     samLogicalId(schedule, 'SweeperFunctionSchedule');
+
+    // Optional: re-seeds a crawl on a schedule. L1 resources, because the whole pair must carry
+    // the condition (an L2 target would attach an unconditional policy to the role).
+    const reseedRole = new iam.CfnRole(this, 'ReseedScheduleRole', {
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Effect: 'Allow',
+            Principal: { Service: 'scheduler.amazonaws.com' },
+            Action: 'sts:AssumeRole',
+          },
+        ],
+      },
+      policies: [
+        {
+          policyName: 'invoke-seeder',
+          policyDocument: {
+            Version: '2012-10-17',
+            Statement: [
+              { Effect: 'Allow', Action: 'lambda:InvokeFunction', Resource: seeder.fn.functionArn },
+            ],
+          },
+        },
+      ],
+    });
+    reseedRole.overrideLogicalId('ReseedScheduleRole');
+    reseedRole.cfnOptions.condition = hasReseedSchedule;
+    const reseed = new scheduler.CfnSchedule(this, 'ReseedSchedule', {
+      scheduleExpression: reseedRate.valueAsString,
+      flexibleTimeWindow: { mode: 'OFF' },
+      target: {
+        arn: seeder.fn.functionArn,
+        roleArn: reseedRole.attrArn,
+        input: reseedRequest.valueAsString,
+        // Seeding is idempotent, so a retried invocation does no harm.
+        retryPolicy: { maximumRetryAttempts: 2 },
+      },
+    });
+    reseed.overrideLogicalId('ReseedSchedule');
+    reseed.cfnOptions.condition = hasReseedSchedule;
+    Validations.of(reseed).acknowledge({
+      id: 'CloudFormation-Validate::W1030',
+      reason: 'The empty defaults mean no schedule: HasReseedSchedule is then false.',
+    });
 
     // ------------------------------------------------------------ alarms
     const alarm = (
