@@ -22,7 +22,7 @@ use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue, SqsSeedQueue};
 use trawl_aws::stack::{Stack, create_stack};
 use trawl_core::blob::Layout;
 use trawl_core::crawler::Crawler;
-use trawl_core::deliver::{DeliveryLimits, ManifestLine};
+use trawl_core::deliver::{self, DeliveryLimits, ManifestLine};
 use trawl_core::fetch::Fetcher;
 use trawl_core::seed::SeedDefaults;
 use trawl_core::store::CrawlStore;
@@ -485,4 +485,159 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
     assert_eq!(manifest.len(), PAGES);
     assert!(manifest.iter().all(|l| l.status == "succeeded"));
     let _ = std::fs::remove_dir_all(out);
+}
+
+/// The summary of one generation's delivery, once it is complete (`_SUCCESS` written).
+async fn delivered_summary(
+    deployed: &Deployed,
+    crawl_id: &str,
+    generation: u64,
+) -> Option<serde_json::Value> {
+    let s3 = &deployed.clients.s3;
+    let prefix = Layout::new(PREFIX).deliveries_prefix(&CrawlId::parse(crawl_id).unwrap());
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&deployed.stack.bucket)
+        .prefix(&prefix)
+        .send()
+        .await
+        .unwrap();
+    let done = format!(
+        "/{}/{}",
+        deliver::delivery_id(generation),
+        deliver::SUCCESS_FILE
+    );
+    let marker = listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key())
+        .find(|k| k.ends_with(&done))?;
+    let summary = marker.replace(deliver::SUCCESS_FILE, deliver::SUMMARY_FILE);
+    let body = s3
+        .get_object()
+        .bucket(&deployed.stack.bucket)
+        .key(summary)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    Some(serde_json::from_slice(&body).unwrap())
+}
+
+impl Functions {
+    /// Runs rounds until `generation` of the crawl is delivered; its summary.
+    async fn until_delivered(
+        &self,
+        deployed: &Deployed,
+        crawl_id: &str,
+        generation: u64,
+    ) -> serde_json::Value {
+        let started = Instant::now();
+        for _ in 0..ROUNDS {
+            if let Some(summary) = delivered_summary(deployed, crawl_id, generation).await {
+                return summary;
+            }
+            assert!(
+                started.elapsed() < TIME_LIMIT,
+                "generation {generation} not delivered in {TIME_LIMIT:?}"
+            );
+            self.round(deployed).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("generation {generation} not delivered in {ROUNDS} rounds");
+    }
+}
+
+#[tokio::test]
+async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_reset() {
+    // GIVEN a deployed stack on moto, a site of 12 linked pages, and the four handlers
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("generations");
+
+    // WHEN the seeder is invoked with a seed request (a short retry backoff: a 404 is tried
+    // twice before its page is gone) and the functions run until the first delivery
+    let request = serde_json::json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "retry": {"base_delay_ms": 200},
+            "recrawl": {"missing_after": 2},
+            "politeness": {"delay_ms": 0},
+            "fetch": {"allow_private_networks": true},
+        },
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let first = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN every page was fetched once and delivered as new
+    assert_eq!(first["delta"]["new"], PAGES as u64, "{first}");
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+
+    // GIVEN 5 pages changed and 3 removed
+    let (changed, removed) = ([1, 2, 3, 4, 5], [6, 7, 8]);
+    for i in changed {
+        site.route(
+            &format!("/p/{i}.html"),
+            Route::html(format!("<h1>page {i}, edited</h1>")),
+        );
+    }
+    for i in removed {
+        site.route(&format!("/p/{i}.html"), Route::status(404));
+    }
+
+    // WHEN the seeder is asked for a recrawl (events/seeder-recrawl.json's shape)
+    let recrawl = serde_json::json!({"crawl_id": crawl_id, "operation": {"recrawl": {}}});
+    let operated = functions
+        .seeder
+        .dispatch(recrawl, None, now_ms())
+        .await
+        .unwrap();
+    let operated = serde_json::to_value(operated).unwrap();
+    assert_eq!(operated["reopened"], true, "{operated}");
+    let second = functions.until_delivered(&deployed, &crawl_id, 1).await;
+
+    // THEN the delta says 5 changed, 3 gone (each after its second 404), the rest unchanged
+    let delta = &second["delta"];
+    assert_eq!(
+        (&delta["changed"], &delta["gone"], &delta["new"]),
+        (&5.into(), &3.into(), &0.into()),
+        "{delta}"
+    );
+    assert_eq!(delta["unchanged"], (PAGES - 8) as u64, "{delta}");
+    for i in 0..PAGES {
+        let expected = if removed.contains(&i) { 3 } else { 2 };
+        assert_eq!(site.hits(&format!("/p/{i}.html")), expected, "page {i}");
+    }
+
+    // WHEN the seeder is asked for a reset, and the functions run again
+    let reset = serde_json::json!({"crawl_id": crawl_id, "operation": {"reset": {}}});
+    functions
+        .seeder
+        .dispatch(reset, None, now_ms())
+        .await
+        .unwrap();
+    let third = functions.until_delivered(&deployed, &crawl_id, 2).await;
+
+    // THEN every page was fetched again (a removed page once: never fetched since the reset,
+    // its 404 makes it gone at once)
+    for i in 0..PAGES {
+        let expected = if removed.contains(&i) { 4 } else { 3 };
+        assert_eq!(site.hits(&format!("/p/{i}.html")), expected, "page {i}");
+    }
+    assert_eq!(
+        third["statuses"]["succeeded"],
+        (PAGES - 3) as u64,
+        "{third}"
+    );
+    assert_eq!(third["statuses"]["gone"], 3, "{third}");
 }
