@@ -12,6 +12,8 @@ const CHANGED: [usize; 5] = [2, 5, 8, 11, 14];
 const REMOVED: [usize; 3] = [17, 18, 19];
 /// A page that answers 200 but says it is gone (a soft-404 rule recognises it).
 const SOFT_GONE: usize = 3;
+/// The soft-404 rule's reference page (known gone; not linked from the site).
+const REFERENCE: &str = "/gone-reference";
 
 /// The summary of the delivery a `--json` crawl run reports.
 fn delivered_summary(run: &Value) -> Value {
@@ -26,19 +28,21 @@ fn page_path(i: usize) -> String {
 
 #[tokio::test]
 async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
-    // GIVEN a site of 20 linked pages, crawled with a daily recrawl and a 1 s retry backoff
+    // GIVEN a site of 20 linked pages, crawled with a daily recrawl and a 1 s retry backoff,
+    // and a soft-404 rule whose reference page it recognises
     let site = linked_site(PAGES).await;
+    site.route(REFERENCE, Route::html("<h1>Sorry, this moved away</h1>"));
     let dir = temp_dir("generations");
     let data = dir.join("data");
     let data = data.to_str().unwrap();
     let config = dir.join("config.json");
-    std::fs::write(
-        &config,
-        r#"{"retry": {"base_delay_ms": 1000},
-            "recrawl": {"missing_after": 2,
-                        "soft_404": [{"selector": "h1", "text": "moved away"}]}}"#,
-    )
-    .unwrap();
+    let rules = serde_json::json!({
+        "retry": {"base_delay_ms": 1000},
+        "recrawl": {"missing_after": 2,
+                    "soft_404": [{"selector": "h1", "text": "moved away",
+                                  "reference_url": site.url(REFERENCE)}]},
+    });
+    std::fs::write(&config, rules.to_string()).unwrap();
     let start = site.url("/p/0.html");
     let crawl = |extra: &'static [&'static str]| {
         let (start, config) = (start.clone(), config.clone());
@@ -69,6 +73,9 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     let first = json_of(&first);
     assert_eq!(first["counts"]["succeeded"], PAGES);
     assert_eq!(delivered_summary(&first)["delta"]["new"], PAGES);
+    // (the sweep re-tested the reference page, and the rule recognised it)
+    assert!(site.hits(REFERENCE) >= 1);
+    assert_eq!(delivered_summary(&first)["soft_404_reference_misses"], 0);
 
     // AND its configuration is the one asked for
     let shown = json_of(&trawl(&["config", "show", "--json", "--data-dir", data], &dir).await);
@@ -104,6 +111,8 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         &page_path(SOFT_GONE),
         Route::html("<h1>This page moved away</h1>"),
     );
+    // AND the site's "not found" page reworded: the rule no longer recognises its reference
+    site.route(REFERENCE, Route::html("<h1>Nothing here</h1>"));
 
     // WHEN the checker's dry run looks at a removed page
     let hits_before = site.hits(&page_path(17));
@@ -155,6 +164,11 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         "{}",
         String::from_utf8_lossy(&recrawl.stderr)
     );
+    let logged = String::from_utf8_lossy(&recrawl.stderr);
+    assert!(
+        logged.contains("no longer recognises its reference page"),
+        "{logged}"
+    );
     let recrawl = json_of(&recrawl);
     let delta = &delivered_summary(&recrawl)["delta"];
     assert_eq!(
@@ -181,6 +195,8 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         3,
         "one fetch, then two soft 404s"
     );
+    // AND the sweep's re-test of the reference page was logged as an error and counted
+    assert_eq!(delivered_summary(&recrawl)["soft_404_reference_misses"], 1);
 
     // WHEN the crawl is reset
     let hits: Vec<u64> = (0..PAGES).map(|i| site.hits(&page_path(i))).collect();

@@ -26,6 +26,7 @@ use trawl_core::deliver::{self, DeliveryLimits, ManifestLine};
 use trawl_core::fetch::Fetcher;
 use trawl_core::seed::SeedDefaults;
 use trawl_core::store::CrawlStore;
+use trawl_core::sweep::SweepOptions;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
@@ -254,7 +255,7 @@ fn functions(deployed: &Deployed) -> Functions {
             queue,
             trigger: delivery_queue(),
             calls: calls.clone(),
-            host_scans: Default::default(),
+            options: SweepOptions::new(),
         },
         deliverer: deliverer::handler::Handler {
             store,

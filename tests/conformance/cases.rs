@@ -726,6 +726,23 @@ pub async fn a_crawl_keeps_the_checkpoint_it_is_given<S: CrawlStore>(store: &S) 
     assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
 }
 
+pub async fn reference_misses_add_up<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl without reference misses
+    let id = crawl_id();
+    let crawl = Crawl::new(id.clone(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    let misses = |c: Option<Crawl>| c.unwrap().reference_misses;
+    assert_eq!(misses(store.get_crawl(&id).await.unwrap()), 0);
+    // WHEN two sweeps add theirs, THEN the crawl reads their sum
+    assert!(store.add_reference_misses(&id, 1).await.unwrap());
+    assert!(store.add_reference_misses(&id, 2).await.unwrap());
+    assert_eq!(misses(store.get_crawl(&id).await.unwrap()), 3);
+    // AND a crawl that does not exist is not created by an add
+    let missing = crawl_id();
+    assert!(!store.add_reference_misses(&missing, 1).await.unwrap());
+    assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
+}
+
 pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     // GIVEN a new crawl
     let id = crawl_id();

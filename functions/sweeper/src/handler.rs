@@ -7,9 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
-use trawl_core::sweep::{
-    DeliveryTrigger, HostScans, SweepBudget, SweepOptions, SweepSummary, Sweeper,
-};
+use trawl_core::sweep::{DeliveryTrigger, SweepBudget, SweepOptions, SweepSummary, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, now_ms};
@@ -63,8 +61,9 @@ pub struct Handler<S, Q, D> {
     pub trigger: D,
     /// The counters the adapters share.
     pub calls: Arc<CallCounts>,
-    /// Where this container's scans of host records stopped.
-    pub host_scans: Arc<HostScans>,
+    /// What this container's sweeps share: where its scans of host records stopped, and its
+    /// re-tests of soft-404 reference pages.
+    pub options: SweepOptions,
 }
 
 impl<S, Q, D> Handler<S, Q, D>
@@ -96,8 +95,7 @@ where
             calls: &self.calls,
             options: SweepOptions {
                 lost_after_ms: event.lost_after_ms,
-                host_scans: self.host_scans.clone(),
-                ..SweepOptions::new()
+                ..self.options.clone()
             },
         };
         let mut budget =
@@ -168,7 +166,7 @@ mod tests {
             queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
             trigger: LocalDeliveryTrigger::default(),
             calls,
-            host_scans: Arc::default(),
+            options: SweepOptions::new(),
         }
     }
 

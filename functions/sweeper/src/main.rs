@@ -7,6 +7,8 @@ use trawl_aws::clients::{Clients, load_config};
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::settings::{FromEnv, SweeperSettings};
 use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue};
+use trawl_core::fetch::Fetcher;
+use trawl_core::sweep::{ReferenceChecks, SweepOptions};
 use trawl_domain::calls::CallCounts;
 
 #[tokio::main]
@@ -24,7 +26,13 @@ async fn main() -> Result<(), Error> {
         ),
         queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
         trigger: SqsDeliveryTrigger::new(clients.sqs, settings.delivery_queue_url, calls.clone()),
-        host_scans: Default::default(),
+        options: SweepOptions {
+            references: Some(ReferenceChecks::new(
+                Arc::new(Fetcher::new("")?),
+                ReferenceChecks::DEFAULT_INTERVAL,
+            )),
+            ..SweepOptions::new()
+        },
         calls,
     };
     run(service_fn(|event| handler.handle(event))).await

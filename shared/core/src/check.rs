@@ -1,13 +1,15 @@
 //! The checker's dry run (`trawl check URL`): fetches a page the way the crawler would and says
 //! what the crawl's rules make of it — its schedule, a soft 404, a page gone — by running the
 //! same transitions on a copy of its task. Nothing is written.
+//!
+//! Also the sweeper's re-test of each soft-404 rule's reference page (`check_references`).
 
 use crate::discover::ScopeMatcher;
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
-use crate::revisit::RevisitRules;
-use serde::Serialize;
+use crate::revisit::{RevisitRules, soft_404_match};
+use serde::{Deserialize, Serialize};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::crawl::{CrawlConfig, Soft404Rule};
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, Task};
 use trawl_domain::transition;
@@ -144,4 +146,109 @@ pub async fn check(
         missing_after: revisit.missing_after,
         next_fetch_at: after.due_at(),
     })
+}
+
+/// What the re-test of a soft-404 rule's reference page (a page known to be gone) found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum ReferenceOutcome {
+    /// The rule still recognises the page.
+    Recognised,
+    /// The server now answers 404 or 410: gone either way, nothing for the rule to do.
+    Missing,
+    /// The page answers, and the rule no longer recognises it: the site's "not found" page
+    /// changed, and the crawl would keep soft 404s as pages.
+    NotRecognised { answer: String },
+    /// The page could not be fetched (network, server error): nothing learnt this time.
+    Unreachable { error: String },
+}
+
+/// One rule's reference re-test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReferenceCheck {
+    /// The rule's index in `recrawl.soft_404`.
+    pub rule: usize,
+    pub url: String,
+    #[serde(flatten)]
+    pub outcome: ReferenceOutcome,
+}
+
+/// Fetches the reference page of every soft-404 rule that names one, and says whether the rule
+/// still recognises it.
+pub async fn check_references(
+    fetcher: &Fetcher,
+    config: &CrawlConfig,
+    now: Millis,
+) -> Vec<ReferenceCheck> {
+    let mut checks = Vec::new();
+    for (rule, soft_404) in config.recrawl.soft_404.iter().enumerate() {
+        let Some(url) = soft_404.reference_url.as_deref() else {
+            continue;
+        };
+        let outcome = match CanonicalUrl::parse(url) {
+            Ok(canonical) => reference_outcome(fetcher, config, soft_404, &canonical, now).await,
+            Err(e) => ReferenceOutcome::Unreachable {
+                error: e.to_string(),
+            },
+        };
+        checks.push(ReferenceCheck {
+            rule,
+            url: url.to_owned(),
+            outcome,
+        });
+    }
+    checks
+}
+
+async fn reference_outcome(
+    fetcher: &Fetcher,
+    config: &CrawlConfig,
+    rule: &Soft404Rule,
+    url: &CanonicalUrl,
+    now: Millis,
+) -> ReferenceOutcome {
+    let scope = match ScopeMatcher::new(&config.scope) {
+        Ok(scope) => scope,
+        Err(e) => {
+            return ReferenceOutcome::Unreachable {
+                error: format!("scope: {e}"),
+            };
+        }
+    };
+    let request = FetchRequest {
+        url,
+        config,
+        previous: None,
+        scope: &scope,
+        depth: 0,
+        now,
+        redirects: Redirects::Report,
+    };
+    match fetcher.fetch(request).await {
+        FetchOutcome::Failed(failure) if failure.kind == ErrorKind::NotFound => {
+            ReferenceOutcome::Missing
+        }
+        FetchOutcome::Failed(failure) => ReferenceOutcome::Unreachable {
+            error: failure.message,
+        },
+        FetchOutcome::Fetched(page) => {
+            let recognised = page
+                .body
+                .as_ref()
+                .filter(|_| page.is_html())
+                .and_then(|b| soft_404_match(rule, &b.bytes));
+            match recognised {
+                Some(_) => ReferenceOutcome::Recognised,
+                None => ReferenceOutcome::NotRecognised {
+                    answer: format!("HTTP {}", page.status),
+                },
+            }
+        }
+        FetchOutcome::NotModified(_) => ReferenceOutcome::NotRecognised {
+            answer: "304 Not Modified".into(),
+        },
+        FetchOutcome::Redirected { status, location } => ReferenceOutcome::NotRecognised {
+            answer: format!("HTTP {status} to {location}"),
+        },
+    }
 }

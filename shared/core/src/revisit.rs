@@ -6,6 +6,7 @@ use lol_html::{ElementContentHandlers, HandlerResult, HtmlRewriter, Selector, Se
 use regex::Regex;
 use std::borrow::Cow;
 use std::cell::RefCell;
+use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::{RecrawlPolicy, RecrawlRule, Soft404Rule};
 use trawl_domain::revisit::Revisit;
 
@@ -48,6 +49,10 @@ impl RevisitRules {
                 rule.selector
                     .parse::<Selector>()
                     .map_err(|e| format!("{at}: invalid selector {:?}: {e}", rule.selector))?;
+                if let Some(reference) = &rule.reference_url {
+                    CanonicalUrl::parse(reference)
+                        .map_err(|e| format!("{at}.reference_url: {e}"))?;
+                }
                 Ok((pattern, rule.clone()))
             })
             .collect::<Result<_, String>>()?;

@@ -7,7 +7,9 @@ use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore};
-use crate::sweep::{LocalDeliveryTrigger, SweepBudget, SweepError, SweepOptions, Sweeper};
+use crate::sweep::{
+    LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
+};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -183,7 +185,13 @@ where
             queue: crawler.queue(),
             trigger: &trigger,
             calls: crawler.calls(),
-            options: SweepOptions::new(),
+            options: SweepOptions {
+                references: Some(ReferenceChecks::new(
+                    crawler.fetcher().clone(),
+                    ReferenceChecks::DEFAULT_INTERVAL,
+                )),
+                ..SweepOptions::new()
+            },
         };
         let end = loop {
             if stop.load(Ordering::Relaxed) {

@@ -592,6 +592,10 @@ pub struct Crawl {
     /// written through seed requests, that trawl only keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// Sweeps whose re-test of a soft-404 rule's `reference_url` found the rule no longer
+    /// recognising its page (the site's "not found" page changed: the rule needs updating).
+    #[serde(default)]
+    pub reference_misses: u64,
 }
 
 impl Crawl {
@@ -606,6 +610,7 @@ impl Crawl {
             pages_reserved: 0,
             calls: CallTally::new(),
             checkpoint: None,
+            reference_misses: 0,
         }
     }
 }

@@ -316,6 +316,11 @@ impl<S: CrawlStore> CrawlStore for Metered<S> {
         self.on_crawl("update_config", id, write).await
     }
 
+    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
+        let write = self.inner.add_reference_misses(id, n);
+        self.on_crawl("add_reference_misses", id, write).await
+    }
+
     async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
         let write = self.inner.set_checkpoint(id, checkpoint);
         self.on_crawl("set_checkpoint", id, write).await

@@ -276,6 +276,8 @@ pub(super) struct CrawlItem {
     calls: CallTally,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checkpoint: Option<String>,
+    #[serde(default)]
+    reference_misses: u64,
 }
 
 impl CrawlItem {
@@ -292,6 +294,7 @@ impl CrawlItem {
             pages_reserved: c.pages_reserved,
             calls: c.calls.clone(),
             checkpoint: c.checkpoint.clone(),
+            reference_misses: c.reference_misses,
         }
     }
 
@@ -321,6 +324,7 @@ impl CrawlItem {
             pages_reserved: self.pages_reserved,
             calls: self.calls,
             checkpoint: self.checkpoint,
+            reference_misses: self.reference_misses,
         }
     }
 }

@@ -330,6 +330,16 @@ impl CrawlStore for DynamoStore {
         applied(update.send().await)
     }
 
+    async fn add_reference_misses(&self, id: &CrawlId, misses: u64) -> StoreResult<bool> {
+        self.calls.record(Call::DynamoUpdateItem);
+        let update = self
+            .update_crawl(id)
+            .condition_expression("attribute_exists(pk)")
+            .update_expression("ADD reference_misses :n")
+            .expression_attribute_values(":n", n(misses));
+        applied(update.send().await)
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self

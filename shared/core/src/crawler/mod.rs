@@ -202,7 +202,7 @@ where
         &self.blobs
     }
 
-    pub fn fetcher(&self) -> &Fetcher {
+    pub fn fetcher(&self) -> &Arc<Fetcher> {
         &self.fetcher
     }
 

@@ -1251,6 +1251,7 @@ where
             pages_per_second,
             warc: tally.warc,
             delta: tally.delta,
+            soft_404_reference_misses: crawl.reference_misses,
             calls: summary::call_counts(&crawl.calls),
             estimated_cost: CostEstimate::from_calls(&crawl.calls),
         }

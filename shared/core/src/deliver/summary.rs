@@ -31,6 +31,10 @@ pub struct Summary {
     pub pages_per_second: f64,
     pub warc: WarcSummary,
     pub delta: DeltaSummary,
+    /// Sweeps, since the crawl was created, whose re-test of a soft-404 rule's reference page
+    /// found the rule no longer recognising it (the sweeper logs each as an error).
+    #[serde(default)]
+    pub soft_404_reference_misses: u64,
     /// Backend calls made for the crawl since it was created, by operation: every function and
     /// container adds its own to the crawl record (`trawl_core::calls`). Not included: writing
     /// this summary and `_SUCCESS`, and anything a worker adds after the summary was written

@@ -173,6 +173,18 @@ impl CrawlStore for MemoryStore {
         })
     }
 
+    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
+        self.with("add_reference_misses", |t| {
+            Ok(match t.crawls.get_mut(id) {
+                Some(c) => {
+                    c.reference_misses += n;
+                    true
+                }
+                None => false,
+            })
+        })
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.with("reopen_crawl", |t| {
             Ok(match t.crawls.get_mut(id) {

@@ -246,6 +246,14 @@ pub trait CrawlStore: Send + Sync {
         checkpoint: Option<&str>,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// Adds `n` to the crawl's `reference_misses` (one atomic add). False when there is no
+    /// such crawl.
+    fn add_reference_misses(
+        &self,
+        id: &CrawlId,
+        n: u64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
     fn reopen_crawl(

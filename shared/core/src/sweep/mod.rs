@@ -30,6 +30,8 @@
 //! check may be missed; the crawler seeds discovered links before it finishes the page that
 //! links to them, which keeps a non-terminal task visible throughout.
 
+use crate::check::{ReferenceOutcome, check_references};
+use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::{
@@ -153,6 +155,8 @@ pub struct SweepOptions {
     pub lost_after_ms: Option<u64>,
     /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
     pub host_scans: Arc<HostScans>,
+    /// Re-tests of soft-404 reference pages (None: not made by this sweeper).
+    pub references: Option<ReferenceChecks>,
 }
 
 impl SweepOptions {
@@ -186,6 +190,40 @@ impl HostScans {
     }
 }
 
+/// The sweeper's re-tests of each soft-404 rule's `reference_url`: at most one per crawl per
+/// `interval` in a process (the CLI sweeps every second or so; Lambda's schedule, every few
+/// minutes, is slower than the default interval, so there every sweep re-tests).
+#[derive(Debug, Clone)]
+pub struct ReferenceChecks {
+    fetcher: Arc<Fetcher>,
+    interval_ms: Millis,
+    last: Arc<Mutex<HashMap<CrawlId, Millis>>>,
+}
+
+impl ReferenceChecks {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
+
+    pub fn new(fetcher: Arc<Fetcher>, interval: Duration) -> Self {
+        Self {
+            fetcher,
+            interval_ms: Millis::try_from(interval.as_millis()).unwrap_or(Millis::MAX),
+            last: Arc::default(),
+        }
+    }
+
+    /// Whether `crawl`'s references are due a re-test at `now` (and, if so, marks them done).
+    fn take_due(&self, crawl: &CrawlId, now: Millis) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        match last.get(crawl) {
+            Some(&at) if now.saturating_sub(at) < self.interval_ms => false,
+            _ => {
+                last.insert(crawl.clone(), now);
+                true
+            }
+        }
+    }
+}
+
 /// What sweeping one crawl did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
@@ -215,6 +253,12 @@ pub struct SweepReport {
     pub reopened: bool,
     /// This sweep completed the crawl (and sent the notice below).
     pub completed: bool,
+    /// Soft-404 reference pages re-tested, and those their rule no longer recognises (each
+    /// logged as an error and added to the crawl's `reference_misses`).
+    #[serde(default)]
+    pub references_checked: u64,
+    #[serde(default)]
+    pub reference_misses: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<CompletionNotice>,
     /// The notice could not be sent (deliver this generation on demand).
@@ -367,6 +411,7 @@ where
             self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
+        self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
             && report.hosts_busy == 0
@@ -395,6 +440,46 @@ where
             report.notice = Some(notice);
         }
         Ok(report)
+    }
+
+    /// Re-tests the crawl's soft-404 reference pages when due; a rule that no longer recognises
+    /// its page is an error the operator must see (its soft 404s would be kept as pages).
+    async fn check_references(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        let Some(references) = &self.options.references else {
+            return Ok(());
+        };
+        let named = crawl.config.recrawl.soft_404.iter();
+        if !named.clone().any(|r| r.reference_url.is_some()) || !references.take_due(&crawl.id, now)
+        {
+            return Ok(());
+        }
+        let checks = check_references(&references.fetcher, &crawl.config, now).await;
+        for check in &checks {
+            match &check.outcome {
+                ReferenceOutcome::NotRecognised { answer } => {
+                    tracing::error!(crawl_id = %crawl.id, rule = check.rule, url = check.url, answer,
+                        "soft-404 rule no longer recognises its reference page: update recrawl.soft_404");
+                    report.reference_misses += 1;
+                }
+                ReferenceOutcome::Unreachable { error } => {
+                    tracing::warn!(crawl_id = %crawl.id, rule = check.rule, url = check.url, error,
+                        "soft-404 reference page not reachable; re-tested later");
+                }
+                ReferenceOutcome::Recognised | ReferenceOutcome::Missing => {}
+            }
+        }
+        report.references_checked = checks.len() as u64;
+        if report.reference_misses > 0 {
+            self.store
+                .add_reference_misses(&crawl.id, report.reference_misses)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Reads one due window page by page, re-enqueueing what is due.
@@ -643,6 +728,17 @@ mod tests {
             next_fetch_at: None,
             enqueued_at: None,
         }
+    }
+
+    #[test]
+    fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl() {
+        let fetcher = Arc::new(Fetcher::new("").unwrap());
+        let checks = ReferenceChecks::new(fetcher, Duration::from_secs(60));
+        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
+        assert!(checks.take_due(&a, 1_000));
+        assert!(!checks.take_due(&a, 60_999), "within the interval");
+        assert!(checks.take_due(&b, 2_000), "another crawl has its own");
+        assert!(checks.take_due(&a, 61_000));
     }
 
     #[test]

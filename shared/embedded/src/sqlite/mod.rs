@@ -42,8 +42,9 @@ use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
-/// checkpoints; an older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 4;
+/// checkpoints, version 5 their soft-404 reference misses; an older file gets what it lacks
+/// when opened.
+const SCHEMA_VERSION: i64 = 5;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -115,11 +116,15 @@ CREATE TABLE IF NOT EXISTS hosts (
 /// A source's own incremental position per crawl (`Crawl::checkpoint`).
 const CHECKPOINT_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN checkpoint TEXT;";
 
+/// Sweeps that found a soft-404 rule no longer recognising its reference page, per crawl.
+const REFERENCE_MISSES_SCHEMA: &str =
+    "ALTER TABLE crawls ADD COLUMN reference_misses INTEGER NOT NULL DEFAULT 0;";
+
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale";
 
-const CRAWL_COLUMNS: &str =
-    "id, config, state, created, updated, generation, pages_reserved, checkpoint";
+const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, checkpoint, \
+     reference_misses";
 
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
@@ -373,7 +378,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=3 => {
+            0..=4 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -384,7 +389,10 @@ impl SqliteStore {
                     tx.execute_batch(HOSTS_SCHEMA).map_err(schema)?;
                     index_hosts(&tx).map_err(schema)?;
                 }
-                tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
+                if version < 4 {
+                    tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(REFERENCE_MISSES_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -736,6 +744,7 @@ struct CrawlRow {
     generation: i64,
     pages_reserved: i64,
     checkpoint: Option<String>,
+    reference_misses: i64,
 }
 
 impl CrawlRow {
@@ -749,6 +758,7 @@ impl CrawlRow {
             generation: row.get(5)?,
             pages_reserved: row.get(6)?,
             checkpoint: row.get(7)?,
+            reference_misses: row.get(8)?,
         })
     }
 
@@ -771,6 +781,7 @@ impl CrawlRow {
             // In a table of their own: `with_calls` reads them.
             calls: CallTally::new(),
             checkpoint: self.checkpoint,
+            reference_misses: number(key, "reference_misses", self.reference_misses)?,
         })
     }
 }
@@ -835,10 +846,11 @@ impl CrawlStore for SqliteStore {
         let reserved = saturating_i64(crawl.pages_reserved);
         let calls = crawl.calls.clone();
         let checkpoint = crawl.checkpoint.clone();
+        let misses = saturating_i64(crawl.reference_misses);
         self.run("create_crawl", Call::SqliteWrite, move |conn| {
             let created = conn.execute(
-                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-                params![id, config, state, created_at, updated_at, generation, reserved, checkpoint],
+                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+                params![id, config, state, created_at, updated_at, generation, reserved, checkpoint, misses],
             )? == 1;
             if created {
                 add_calls(conn, &id, &calls)?;
@@ -930,6 +942,19 @@ impl CrawlStore for SqliteStore {
             let changed = conn.execute(
                 "UPDATE crawls SET checkpoint = ?2 WHERE id = ?1",
                 params![id, checkpoint],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn add_reference_misses(&self, id: &CrawlId, misses: u64) -> StoreResult<bool> {
+        let id = id.as_str().to_owned();
+        let misses = saturating_i64(misses);
+        self.run("add_reference_misses", Call::SqliteWrite, move |conn| {
+            let changed = conn.execute(
+                "UPDATE crawls SET reference_misses = reference_misses + ?2 WHERE id = ?1",
+                params![id, misses],
             )?;
             Ok(changed == 1)
         })
