@@ -32,7 +32,7 @@ delivery-2m:
 
 ## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
 bench: deps
-	cargo build --release -p crawler -p trawl -p trawl-bench
+	cargo build --release -p seeder -p crawler -p sweeper -p deliverer -p trawl -p trawl-bench
 	target/release/trawl-bench $(BENCH_ARGS)
 
 include infra/Makefile.inc

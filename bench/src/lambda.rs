@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -181,7 +181,6 @@ fn event(messages: &[WorkMessage], batch: usize) -> BenchResult<String> {
 
 /// One cold start of the function and `batches` invocations.
 struct Spawn {
-    ready_ms: f64,
     init_cpu_ms: f64,
     cpu_per_batch_ms: f64,
     wall_per_batch_ms: f64,
@@ -256,30 +255,7 @@ async fn spawn_once(
     let server = tokio::spawn(serve(listener, Arc::clone(&api)));
 
     let spawned = Instant::now();
-    let mut child = Command::new(binary)
-        .env_clear()
-        .envs([
-            ("AWS_LAMBDA_RUNTIME_API", addr.to_string()),
-            ("AWS_LAMBDA_FUNCTION_NAME", "trawl-crawler".to_owned()),
-            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", MEMORY_MB.to_owned()),
-            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
-            ("AWS_ENDPOINT_URL", moto.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-            ("AWS_REGION", "us-east-1".to_owned()),
-            ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-            ("AWS_CONFIG_FILE", "/dev/null".to_owned()),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_owned()),
-            ("TRAWL_TABLE", stack.table.clone()),
-            ("TRAWL_BUCKET", stack.bucket.clone()),
-            ("TRAWL_QUEUE_URL", stack.queue_url.clone()),
-            ("RUST_LOG", "warn".to_owned()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .step("start the crawler binary")?;
+    let mut child = start(binary, "crawler", addr, moto, stack)?;
     let pid = child.id().to_string();
     let result = drive(
         &api,
@@ -312,6 +288,125 @@ async fn spawn_once(
         ));
     }
     Ok(spawn)
+}
+
+/// Starts function `name`'s binary as Lambda would, against the Runtime API at `addr`, with the
+/// variables its settings require (`trawl_aws::settings`) pointing at the moto stack.
+fn start(
+    binary: &Path,
+    name: &str,
+    addr: std::net::SocketAddr,
+    moto: &Moto,
+    stack: &crate::moto::Stack,
+) -> BenchResult<std::process::Child> {
+    use trawl_aws::settings::{
+        ENV_BUCKET, ENV_DELIVERY_QUEUE_URL, ENV_QUEUE_URL, ENV_SEED_QUEUE_URL, ENV_TABLE,
+    };
+    Command::new(binary)
+        .env_clear()
+        .envs([
+            ("AWS_LAMBDA_RUNTIME_API", addr.to_string()),
+            ("AWS_LAMBDA_FUNCTION_NAME", format!("trawl-{name}")),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", MEMORY_MB.to_owned()),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
+            ("AWS_ENDPOINT_URL", moto.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+            ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+            ("AWS_CONFIG_FILE", "/dev/null".to_owned()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_owned()),
+            (ENV_TABLE, stack.table.clone()),
+            (ENV_BUCKET, stack.bucket.clone()),
+            (ENV_QUEUE_URL, stack.queue_url.clone()),
+            (ENV_DELIVERY_QUEUE_URL, stack.delivery_queue_url.clone()),
+            (ENV_SEED_QUEUE_URL, stack.seed_queue_url.clone()),
+            ("RUST_LOG", "warn".to_owned()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .step(&format!("start the {name} binary"))
+}
+
+/// Spawn to the first `GET /invocation/next` of function `name`, then killed.
+async fn ready_once(
+    binary: &Path,
+    name: &str,
+    moto: &Moto,
+    stack: &crate::moto::Stack,
+) -> BenchResult<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .step("bind runtime api")?;
+    let addr = listener.local_addr().step("runtime api address")?;
+    let (_events, event_rx) = mpsc::channel(1);
+    let (answer_tx, mut answer_rx) = mpsc::channel(4);
+    let api = Arc::new(RuntimeApi {
+        events: Mutex::new(event_rx),
+        answers: answer_tx,
+        first_next: OnceLock::new(),
+    });
+    let server = tokio::spawn(serve(listener, Arc::clone(&api)));
+    let spawned = Instant::now();
+    let mut child = start(binary, name, addr, moto, stack)?;
+    let ready = wait_ready(&api, &mut answer_rx, spawned, name).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    server.abort();
+    ready
+}
+
+/// Milliseconds from `spawned` to the function's first `GET /invocation/next`.
+async fn wait_ready(
+    api: &RuntimeApi,
+    answers: &mut mpsc::Receiver<Answer>,
+    spawned: Instant,
+    name: &str,
+) -> BenchResult<f64> {
+    loop {
+        if let Some(at) = api.first_next.get() {
+            return Ok((*at - spawned).as_secs_f64() * 1000.0);
+        }
+        if let Ok(answer) = answers.try_recv() {
+            return Err(check(
+                &format!("{name} init"),
+                String::from_utf8_lossy(&answer.body).into_owned(),
+            ));
+        }
+        if spawned.elapsed() > READY_TIMEOUT {
+            return Err(check(name, "never asked for an invocation"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Release binary size and start to ready of each function, `runs` cold starts each.
+pub async fn functions(binaries: &[(&str, PathBuf)], runs: usize) -> BenchResult<Vec<Figure>> {
+    let moto = Moto::start(true)?;
+    let stack = stack(&moto.endpoint, "bench-functions").await?;
+    let mut figures = Vec::new();
+    for (name, binary) in binaries {
+        let size_mib = std::fs::metadata(binary)
+            .step(&format!("{name} binary"))?
+            .len() as f64
+            / (1024.0 * 1024.0);
+        let mut ready = Vec::new();
+        for _ in 0..runs {
+            ready.push(ready_once(binary, name, &moto, &stack).await?);
+        }
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: release binary size (stripped)"),
+            "MiB",
+            size_mib,
+        ));
+        figures.push(
+            Figure::of(SECTION, format!("{name}: start to ready"), "ms", &ready).at_most(50.0),
+        );
+    }
+    Ok(figures)
 }
 
 /// Where the invocations' turn messages come from: the first one, then the queue.
@@ -361,22 +456,7 @@ async fn drive(
     spawned: Instant,
     batches: usize,
 ) -> BenchResult<Spawn> {
-    let ready = loop {
-        if let Some(at) = api.first_next.get() {
-            break *at;
-        }
-        if spawned.elapsed() > READY_TIMEOUT {
-            return Err(check("lambda worker", "never asked for an invocation"));
-        }
-        if let Ok(answer) = answers.try_recv() {
-            return Err(check(
-                "lambda worker init",
-                String::from_utf8_lossy(&answer.body).into_owned(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    let ready_ms = (ready - spawned).as_secs_f64() * 1000.0;
+    wait_ready(api, answers, spawned, "crawler").await?;
     let init_cpu = machine::cpu_seconds(pid)?;
     // Wall time of the invocations alone (the harness's receive of the next turn excluded).
     let mut wall = 0.0;
@@ -408,7 +488,6 @@ async fn drive(
     }
     let cpu = machine::cpu_seconds(pid)? - init_cpu;
     Ok(Spawn {
-        ready_ms,
         init_cpu_ms: init_cpu * 1000.0,
         cpu_per_batch_ms: cpu / batches as f64 * 1000.0,
         wall_per_batch_ms: wall / batches as f64 * 1000.0,
@@ -430,8 +509,6 @@ pub async fn run(
     runs: usize,
     batches: usize,
 ) -> BenchResult<(Vec<Figure>, LambdaResult)> {
-    let size_mib =
-        std::fs::metadata(binary).step("crawler binary")?.len() as f64 / (1024.0 * 1024.0);
     let moto = Moto::start(true)?;
     let stack = stack(&moto.endpoint, "bench-lambda").await?;
     let mut spawns = Vec::new();
@@ -447,14 +524,6 @@ pub async fn run(
     let wall = of(|s| s.wall_per_batch_ms);
     let rss = of(|s| s.peak_rss_mib);
     let figures = vec![
-        Figure::single(SECTION, "release binary size (stripped)", "MiB", size_mib),
-        Figure::of(
-            SECTION,
-            "start to ready (first /next)",
-            "ms",
-            &of(|s| s.ready_ms),
-        )
-        .at_most(50.0),
         Figure::of(
             SECTION,
             "CPU to ready (10 ms clock ticks)",

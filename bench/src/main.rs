@@ -224,6 +224,22 @@ async fn measure(args: &Args) -> Report {
                 }
             }
         }
+        let names = ["seeder", "crawler", "sweeper", "deliverer"];
+        let binaries: Vec<(&str, PathBuf)> = names
+            .iter()
+            .filter_map(|&name| Some((name, sibling(name)?)))
+            .collect();
+        if binaries.len() < names.len() {
+            report.skipped.push(
+                "function sizes and start times (build them first: cargo build --release -p seeder -p crawler -p sweeper -p deliverer)"
+                    .to_owned(),
+            );
+        } else {
+            match lambda::functions(&binaries, runs).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "function start times", e),
+            }
+        }
     }
     if wanted(Section::Sweep) {
         eprintln!("sweeper cost curve …");

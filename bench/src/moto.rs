@@ -95,6 +95,8 @@ pub struct Stack {
     pub table: String,
     pub bucket: String,
     pub queue_url: String,
+    pub delivery_queue_url: String,
+    pub seed_queue_url: String,
 }
 
 /// A stack called `name`, made as `trawl setup` makes one (`create_stack`).
@@ -118,5 +120,7 @@ pub async fn stack(endpoint: &str, name: &str) -> BenchResult<Stack> {
         table: made.table,
         bucket: made.bucket,
         queue_url: made.queue_url,
+        delivery_queue_url: made.delivery_queue_url,
+        seed_queue_url: made.seed_queue_url,
     })
 }
