@@ -36,7 +36,7 @@ impl SecretSource for TestSecrets {
         &'a self,
         reference: &'a SecretRef,
     ) -> BoxFuture<'a, Result<Secret, SecretError>> {
-        let SecretRef::Env(name) = reference;
+        let (SecretRef::Env(name) | SecretRef::Ssm(name)) = reference;
         let found = self
             .0
             .get(name)
@@ -44,6 +44,7 @@ impl SecretSource for TestSecrets {
             .ok_or_else(|| SecretError {
                 reference: reference.clone(),
                 reason: "not among the test's secrets".into(),
+                transient: false,
             });
         Box::pin(std::future::ready(found))
     }

@@ -287,14 +287,18 @@ pub enum RequestBody {
     Text(String),
 }
 
-/// Request settings for the URLs matching a regular expression.
+/// Request settings for the URLs matching a pattern (as `RecrawlRule`'s: a regular expression,
+/// or a glob where `*` is any run of characters and `?` one; exactly one of the two).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UrlRule {
     /// A regular expression matched against the task's canonical URL (anywhere in it, unless
     /// anchored). Redirect hops keep the task's settings.
-    #[serde(rename = "match")]
-    pub pattern: String,
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A glob matched against the whole canonical URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
     /// Added to the crawl's headers; a header of the same name replaces the crawl's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -313,12 +317,16 @@ pub struct UrlRule {
 pub enum SecretRef {
     /// An environment variable of the fetching process (the CLI, the crawler function).
     Env(String),
+    /// An AWS Systems Manager parameter (a `SecureString` is decrypted), by name: read by the
+    /// crawler function, which may read only the parameters its deployment names.
+    Ssm(String),
 }
 
 impl fmt::Display for SecretRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SecretRef::Env(name) => write!(f, "env:{name}"),
+            SecretRef::Ssm(name) => write!(f, "ssm:{name}"),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What a request carries besides its URL and User-Agent, from the crawl's `fetch` settings.
 //!
 //! - Headers, Accept-Language, method and body are the crawl's, overridden for a task's URL by
-//!   the first rule whose `match` regex matches it (a rule's header replaces the crawl's header of
+//!   the first rule whose `match` regex or `glob` matches it (a rule's header replaces the crawl's header of
 //!   the same name; the others stay). They are chosen once per task: redirect hops keep them,
 //!   except that a 301, 302 or 303 turns a POST into a GET without body, as browsers do.
 //! - Credentials are per host and matched exactly on every hop, so a redirect to another host
@@ -15,7 +15,7 @@
 //! A configuration is checked by [`validate`] when the crawl is seeded; one that is not valid at
 //! fetch time anyway (a crawl stored before a check existed) fails the task, never the process.
 
-use super::secrets::{Secret, SecretSource};
+use super::secrets::{Secret, SecretSource, reference_problem};
 use bytes::Bytes;
 use regex::{Regex, RegexSet};
 use reqwest::cookie::CookieStore;
@@ -144,7 +144,11 @@ impl RuleSets {
         if rules.is_empty() {
             return Ok(None);
         }
-        let patterns: Vec<String> = rules.iter().map(|r| r.pattern.clone()).collect();
+        let patterns = rules
+            .iter()
+            .map(rule_pattern)
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(configuration)?;
         let cached = self
             .sets
             .lock()
@@ -168,6 +172,10 @@ impl RuleSets {
         // RegexSet reports matches in pattern order: the lowest index is the first rule.
         Ok(set.matches(url).iter().next().map(|i| &rules[i]))
     }
+}
+
+fn rule_pattern(rule: &UrlRule) -> Result<String, String> {
+    crate::revisit::url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())
 }
 
 /// Adds the credentials configured for `url`'s host, looked up now.
@@ -219,7 +227,7 @@ async fn resolve(
 ) -> Result<Secret, Failure> {
     secrets.resolve(reference).await.map_err(|e| {
         Failure::new(
-            ErrorKind::ClientError,
+            e.kind(),
             format!("credentials for {}: {e}", entry.host),
         )
     })
@@ -291,8 +299,13 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
     }
     for (i, rule) in fetch.rules.iter().enumerate() {
         let at = format!("fetch.rules[{i}]");
-        if let Err(e) = Regex::new(&rule.pattern) {
-            problems.push(format!("{at}.match is not a valid regular expression: {e}"));
+        match rule_pattern(rule) {
+            Err(e) => problems.push(format!("{at}: {e}")),
+            Ok(pattern) => {
+                if let Err(e) = Regex::new(&pattern) {
+                    problems.push(format!("{at}: not a valid pattern: {e}"));
+                }
+            }
         }
         check_headers(&format!("{at}.headers"), &rule.headers, &mut problems);
         check_accept_language(
@@ -326,16 +339,14 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
                 Vec::new()
             }
         };
-        for reference in references {
-            let SecretRef::Env(name) = reference;
-            if !is_env_name(name) {
-                problems.push(format!(
-                    "{at}: {name:?} is not an environment variable name (letters, digits, _)"
-                ));
-            }
-        }
+        problems.extend(
+            references
+                .into_iter()
+                .filter_map(reference_problem)
+                .map(|problem| format!("{at}: {problem}")),
+        );
     }
-    problems.extend(super::proxy::validate(fetch, is_env_name));
+    problems.extend(super::proxy::validate(fetch));
     for (domain, cookies) in &fetch.cookies.initial {
         let at = format!("fetch.cookies.initial[{domain:?}]");
         if host_and_port(domain.trim_start_matches('.')).is_none_or(|(_, port)| port.is_some()) {
@@ -437,13 +448,6 @@ fn host_and_port(raw: &str) -> Option<(String, Option<u16>)> {
     Some((host.to_owned(), port))
 }
 
-fn is_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 255
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 fn configuration(problem: impl Into<String>) -> Failure {
     Failure::new(
         ErrorKind::ClientError,
@@ -473,7 +477,8 @@ mod tests {
                 {"match": "/api/", "headers": {"X-Both": "rule"}, "method": "POST",
                  "body": {"json": {"q": 1}}},
                 {"match": "/api/search", "accept_language": "de"},
-                {"match": "/fr/", "accept_language": "fr"}
+                {"match": "/fr/", "accept_language": "fr"},
+                {"glob": "http://h/*.json", "headers": {"Accept": "application/json"}}
             ]
         }));
         let rules = RuleSets::default();
@@ -494,6 +499,13 @@ mod tests {
 
         let plain = rules.plan(&url("http://h/other"), &fetch).unwrap();
         assert_eq!(plain.headers["accept-language"], "en");
+        assert!(!plain.headers.contains_key(header::ACCEPT));
+
+        // A glob covers the whole URL: anchored at both ends, `.` literal.
+        let json = rules.plan(&url("http://h/data/a.json"), &fetch).unwrap();
+        assert_eq!(json.headers["accept"], "application/json");
+        let not_json = rules.plan(&url("http://h/data/a.json5"), &fetch).unwrap();
+        assert!(!not_json.headers.contains_key(header::ACCEPT));
     }
 
     #[test]
@@ -514,7 +526,7 @@ mod tests {
 
     #[test]
     fn an_invalid_stored_rule_fails_the_fetch_instead_of_panicking() {
-        let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}]}));
+        let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}, {"glob": "*"}]}));
         let failure = RuleSets::default()
             .plan(&url("http://h/"), &fetch)
             .unwrap_err();
@@ -584,7 +596,7 @@ mod tests {
         let mut fetch = fetch_with(serde_json::json!({
             "headers": {"Authorization": "Bearer x", "bad name": "v", "X-Ok": "line\nbreak"},
             "body": {"text": "orphan"},
-            "rules": [{"match": "(", "body": {"json": null}}],
+            "rules": [{"match": "(", "body": {"json": null}}, {"match": "a", "glob": "b"}],
             "auth": [
                 {"host": "a.example", "bearer": {"env": "TOKEN"}},
                 {"host": "A.example", "bearer": {"env": "1BAD"}},
@@ -606,8 +618,9 @@ mod tests {
             "fetch.headers: \"bad name\" is not a header name",
             "fetch.headers: header \"X-Ok\" has an invalid value",
             "fetch.body needs fetch.method POST",
-            "fetch.rules[0].match is not a valid regular expression",
+            "fetch.rules[0]: not a valid pattern",
             "fetch.rules[0].body needs method POST",
+            "fetch.rules[1]: give one of `match` (a regular expression) or `glob`",
             "fetch.auth[1].host \"A.example\" is listed twice",
             "fetch.auth[1]: \"1BAD\" is not an environment variable name",
             "fetch.auth[2].host \"b.example/path\" is not a host",
