@@ -179,7 +179,10 @@ async fn a_crawl_run_by_the_functions_takes_its_token_from_parameter_store_and_k
         .collect::<Vec<_>>()
         .await;
     let items = format!("{items:?}");
-    assert!(items.contains(&name), "the crawl's config names the parameter");
+    assert!(
+        items.contains(&name),
+        "the crawl's config names the parameter"
+    );
     assert!(!items.contains(TOKEN), "the token is in the table");
     let objects = deployed
         .clients

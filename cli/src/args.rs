@@ -326,6 +326,15 @@ pub struct RequestArgs {
     /// Keep the cookies responses set (Set-Cookie) and send them back, as a browser does.
     #[arg(long)]
     pub keep_cookies: bool,
+    /// Keep one cookie jar per host instead of one per crawl (implies --keep-cookies): no
+    /// cookie crosses hosts.
+    #[arg(long)]
+    pub cookies_per_host: bool,
+    /// Cookies sent from the first request on, from a Netscape cookies.txt (as curl, wget and
+    /// browser extensions export them; expired ones skipped) or a JSON map
+    /// `{"host": {"name": "value"}}`. Stored with the crawl: not for secrets you would not store.
+    #[arg(long, value_name = "FILE")]
+    pub cookies: Option<PathBuf>,
     /// Send every request through this proxy: `http://`, `https://`, `socks5://` or
     /// `socks5h://` (the proxy resolves names) with host and port. Repeatable: requests are
     /// spread over the proxies and a failing one is benched for a while.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
-use trawl_core::fetch::Fetcher;
+use trawl_core::fetch::{Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
@@ -26,7 +26,7 @@ use trawl_core::seed::{
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
-    BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry,
+    BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
     ProxyRotation, RecrawlPolicy, SecretRef,
 };
 use trawl_domain::task::{Status, now_ms};
@@ -272,7 +272,24 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
         }),
     });
     fetch.auth.extend(bearer.chain(basic));
-    fetch.cookies.jar |= args.keep_cookies;
+    fetch.cookies.jar |= args.keep_cookies || args.cookies_per_host;
+    if args.cookies_per_host {
+        fetch.cookies.scope = JarScope::Host;
+    }
+    if let Some(path) = &args.cookies {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+        let initial = cookie_file::parse(&text, now_ms())
+            .map_err(|e| CliError::Usage(format!("--cookies {}: {e}", path.display())))?;
+        for (host, cookies) in initial {
+            fetch
+                .cookies
+                .initial
+                .entry(host)
+                .or_default()
+                .extend(cookies);
+        }
+    }
     fetch.proxies.extend(args.proxy.iter().map(ProxyEntry::new));
     for credentials in &args.proxy_basic_env {
         let authority = credentials.host.to_ascii_lowercase();

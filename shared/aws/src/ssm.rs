@@ -67,7 +67,10 @@ impl SsmSecrets {
                     failed("no such parameter".into(), false)
                 } else {
                     let code = e.code().unwrap_or("no answer");
-                    failed(format!("the parameter store refused: {code}"), is_retryable(&e))
+                    failed(
+                        format!("the parameter store refused: {code}"),
+                        is_retryable(&e),
+                    )
                 }
             })?;
         let secret = output

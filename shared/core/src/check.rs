@@ -62,6 +62,7 @@ pub async fn check(
     let previous = task.fetch.as_ref();
     let request = FetchRequest {
         url,
+        crawl_id: Some(crawl_id),
         config,
         previous,
         scope: &scope,

@@ -359,9 +359,31 @@ pub struct BasicCredentials {
 pub struct Cookies {
     /// Keep the cookies responses set (`Set-Cookie`) and send them back, as a browser does.
     pub jar: bool,
+    /// Which requests share a jar.
+    #[serde(skip_serializing_if = "JarScope::is_crawl")]
+    pub scope: JarScope,
     /// Cookies sent from the first request on, by host (a host also covers its subdomains),
     /// then name → value. A cookie of the same name in the jar replaces one listed here.
     pub initial: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Which requests of a crawl share a cookie jar.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JarScope {
+    /// One jar for the whole crawl: a cookie goes wherever its `Domain` lets it (a login on
+    /// `www.example.com` covers `shop.example.com` when the cookie says so).
+    #[default]
+    Crawl,
+    /// One jar per host of the crawl (its host slot): no cookie crosses hosts, as separate
+    /// sessions per host would keep them.
+    Host,
+}
+
+impl JarScope {
+    fn is_crawl(&self) -> bool {
+        *self == JarScope::Crawl
+    }
 }
 
 impl Cookies {

@@ -698,6 +698,7 @@ where
         let now = self.clock.now_ms();
         let request = FetchRequest {
             url: &url,
+            crawl_id: Some(&context.crawl.id),
             config,
             previous: task.fetch.as_ref(),
             scope: &context.scope,

@@ -18,14 +18,14 @@
 use super::secrets::{Secret, SecretSource, reference_problem};
 use bytes::Bytes;
 use regex::{Regex, RegexSet};
-use reqwest::cookie::CookieStore;
+use reqwest::cookie::{CookieStore, Jar};
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, host_key_of};
 use trawl_domain::crawl::{
-    Cookies, FetchLimits, HostAuth, HttpMethod, RequestBody, SecretRef, UrlRule,
+    Cookies, FetchLimits, HostAuth, HttpMethod, JarScope, RequestBody, SecretRef, UrlRule,
 };
 use trawl_domain::retry::Failure;
 use trawl_domain::task::ErrorKind;
@@ -225,12 +225,44 @@ async fn resolve(
     reference: &SecretRef,
     entry: &HostAuth,
 ) -> Result<Secret, Failure> {
-    secrets.resolve(reference).await.map_err(|e| {
-        Failure::new(
-            e.kind(),
-            format!("credentials for {}: {e}", entry.host),
-        )
-    })
+    secrets
+        .resolve(reference)
+        .await
+        .map_err(|e| Failure::new(e.kind(), format!("credentials for {}: {e}", entry.host)))
+}
+
+/// Most cookie jars a fetcher keeps (one per crawl, or per crawl and host); past that they are
+/// all dropped and start empty again, as after a restart.
+pub const MAX_JARS: usize = 4096;
+
+/// The cookie jars of the crawls that keep one, in the fetching process's memory: the CLI's
+/// crawl, or the crawls a crawler container serves (a container that ends loses them, and a
+/// host's next turn may run in another container: a site that needs a session should have its
+/// login page among the pages each turn fetches, or its cookie in `initial`).
+#[derive(Default)]
+pub(crate) struct Jars {
+    jars: Mutex<HashMap<(CrawlId, Option<String>), Arc<Jar>>>,
+}
+
+impl Jars {
+    /// The jar a request of `crawl` to `url` uses; None when the crawl keeps none.
+    pub(crate) fn of(
+        &self,
+        crawl: Option<&CrawlId>,
+        url: &CanonicalUrl,
+        cookies: &Cookies,
+    ) -> Option<Arc<Jar>> {
+        let crawl = crawl.filter(|_| cookies.jar)?;
+        let host = match cookies.scope {
+            JarScope::Crawl => None,
+            JarScope::Host => Some(host_key_of(url.as_str())),
+        };
+        let mut jars = self.jars.lock().unwrap_or_else(PoisonError::into_inner);
+        if jars.len() >= MAX_JARS && !jars.contains_key(&(crawl.clone(), host.clone())) {
+            jars.clear();
+        }
+        Some(Arc::clone(jars.entry((crawl.clone(), host)).or_default()))
+    }
 }
 
 /// The Cookie header for `url`: the jar's cookies (when the crawl keeps one) and the crawl's
@@ -238,12 +270,10 @@ async fn resolve(
 pub(crate) fn cookie_header(
     url: &CanonicalUrl,
     cookies: &Cookies,
-    jar: &reqwest::cookie::Jar,
+    jar: Option<&Jar>,
 ) -> Result<Option<HeaderValue>, Failure> {
     let mut pairs: Vec<String> = Vec::new();
-    if cookies.jar
-        && let Some(value) = jar.cookies(url.as_url())
-    {
+    if let Some(value) = jar.and_then(|jar| jar.cookies(url.as_url())) {
         pairs.extend(
             value
                 .to_str()
@@ -559,6 +589,7 @@ mod tests {
     fn initial_cookies_cover_subdomains_and_give_way_to_the_jar() {
         let cookies = Cookies {
             jar: true,
+            scope: JarScope::Crawl,
             initial: BTreeMap::from([(
                 "example.com".into(),
                 BTreeMap::from([
@@ -567,28 +598,59 @@ mod tests {
                 ]),
             )]),
         };
-        let jar = reqwest::cookie::Jar::default();
+        let jar = Jar::default();
         let page = url("http://www.example.com/");
         jar.add_cookie_str("session=new", page.as_url());
-        let header = cookie_header(&page, &cookies, &jar).unwrap().unwrap();
+        let header = cookie_header(&page, &cookies, Some(&jar)).unwrap().unwrap();
         assert!(header.is_sensitive());
         assert_eq!(header.to_str().unwrap(), "session=new; consent=yes");
         assert_eq!(
-            cookie_header(&url("http://notexample.com/"), &cookies, &jar).unwrap(),
+            cookie_header(&url("http://notexample.com/"), &cookies, Some(&jar)).unwrap(),
             None
         );
-        let without_jar = Cookies {
-            jar: false,
-            ..cookies
-        };
         assert_eq!(
-            cookie_header(&page, &without_jar, &jar)
+            cookie_header(&page, &cookies, None)
                 .unwrap()
                 .unwrap()
                 .to_str()
                 .unwrap(),
             "consent=yes; session=old"
         );
+    }
+
+    #[test]
+    fn jars_are_kept_per_crawl_or_per_crawl_and_host() {
+        let jars = Jars::default();
+        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
+        let (www, shop) = (
+            url("http://www.example.com/"),
+            url("http://shop.example.com/"),
+        );
+        let mut cookies = Cookies {
+            jar: true,
+            ..Cookies::default()
+        };
+        let same = |x: Option<Arc<Jar>>, y: Option<Arc<Jar>>| Arc::ptr_eq(&x.unwrap(), &y.unwrap());
+        assert!(same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &shop, &cookies)
+        ));
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&b), &www, &cookies)
+        ));
+        cookies.scope = JarScope::Host;
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &shop, &cookies)
+        ));
+        assert!(same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &www, &cookies)
+        ));
+        assert!(jars.of(None, &www, &cookies).is_none(), "no crawl, no jar");
+        cookies.jar = false;
+        assert!(jars.of(Some(&a), &www, &cookies).is_none());
     }
 
     #[test]

@@ -114,9 +114,7 @@ pub(crate) fn reference_problem(reference: &SecretRef) -> Option<String> {
                 && name
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c));
-            (!valid).then(|| {
-                format!("{name:?} is not a parameter name (letters, digits, _ . - /)")
-            })
+            (!valid).then(|| format!("{name:?} is not a parameter name (letters, digits, _ . - /)"))
         }
     }
 }
@@ -145,7 +143,10 @@ mod tests {
     #[test]
     fn reference_names_are_checked_by_kind() {
         assert_eq!(reference_problem(&SecretRef::Env("API_TOKEN".into())), None);
-        assert_eq!(reference_problem(&SecretRef::Ssm("/trawl/api-token".into())), None);
+        assert_eq!(
+            reference_problem(&SecretRef::Ssm("/trawl/api-token".into())),
+            None
+        );
         assert!(reference_problem(&SecretRef::Env("1BAD".into())).is_some());
         assert!(reference_problem(&SecretRef::Ssm("a b".into())).is_some());
         assert!(reference_problem(&SecretRef::Ssm(String::new())).is_some());
@@ -155,7 +156,11 @@ mod tests {
     async fn the_environment_does_not_pretend_to_hold_parameters() {
         let reference = SecretRef::Ssm("/trawl/token".into());
         let error = EnvSecrets.resolve(&reference).await.unwrap_err();
-        assert!(error.to_string().starts_with("secret ssm:/trawl/token is not available"));
+        assert!(
+            error
+                .to_string()
+                .starts_with("secret ssm:/trawl/token is not available")
+        );
     }
 
     #[tokio::test]
