@@ -326,8 +326,11 @@ async fn a_jar_per_host_keeps_a_hosts_cookie_from_the_other_hosts_of_the_crawl()
     let (login, other) = (Site::start().await, Site::start().await);
     login.route(
         "/login",
-        Route::html(format!(r#"<a href="{}">other</a>"#, other.url("/page.html")))
-            .header("set-cookie", "session=s1; Path=/"),
+        Route::html(format!(
+            r#"<a href="{}">other</a>"#,
+            other.url("/page.html")
+        ))
+        .header("set-cookie", "session=s1; Path=/"),
     );
     other.route("/page.html", Route::html("<p>other</p>"));
     let crawl = |scope: &str| {
@@ -642,4 +645,82 @@ async fn a_configuration_that_cannot_be_followed_is_refused_at_seed_time() {
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn seed_lines_carry_user_data_to_the_task_its_links_and_the_delivery_manifest() {
+    // GIVEN a page linking to another, and a seeds file whose first line carries user data
+    let site = Site::start().await;
+    site.route("/p/0.html", Route::html(r#"<a href="/p/1.html">next</a>"#))
+        .route("/p/1.html", Route::html("<p>end</p>"))
+        .route("/other.html", Route::html("<p>plain</p>"));
+    let dir = crate::cli::temp_dir("user-data");
+    let data_dir = dir.join("data");
+    let seeds = dir.join("seeds.txt");
+    std::fs::write(
+        &seeds,
+        format!(
+            "{{\"url\": \"{}\", \"data\": {{\"campaign\": \"spring\", \"n\": 1}}}}\n{}\n",
+            site.url("/p/0.html"),
+            site.url("/other.html")
+        ),
+    )
+    .unwrap();
+    let trawl = |args: &[&str]| {
+        tokio::process::Command::new(crate::cli::trawl_bin())
+            .args(args)
+            .args(["--data-dir", data_dir.to_str().unwrap(), "--json"])
+            .kill_on_drop(true)
+            .output()
+    };
+
+    // WHEN the binary crawls it, the linked pages inheriting their page's data
+    let crawled = trawl(&[
+        "crawl",
+        "--seeds-file",
+        seeds.to_str().unwrap(),
+        "--allow-private-networks",
+        "--inherit-data",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        crawled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crawled.stderr)
+    );
+    assert_eq!(crate::cli::json_of(&crawled)["counts"]["succeeded"], 3);
+
+    // THEN `tasks show` gives the seed's data on the seed and on the page it links to, and
+    // none on the plain seed
+    let data = json!({"campaign": "spring", "n": 1});
+    for (path, expected) in [
+        ("/p/0.html", &data),
+        ("/p/1.html", &data),
+        ("/other.html", &serde_json::Value::Null),
+    ] {
+        let shown = trawl(&["tasks", "show", &site.url(path)]).await.unwrap();
+        assert!(shown.status.success(), "{path}");
+        assert_eq!(&crate::cli::json_of(&shown)["data"], expected, "{path}");
+    }
+
+    // AND the delivery manifest carries it
+    let lines: Vec<serde_json::Value> = crate::cli::files_under(&data_dir)
+        .into_iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("manifest-"))
+        })
+        .flat_map(|f| crate::delivering::gz_lines(&std::fs::read(f).unwrap()))
+        .map(|line| serde_json::from_str(&line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines {
+        let inherited = !line["url"].as_str().unwrap().ends_with("/other.html");
+        assert_eq!(line.get("data").is_some(), inherited, "{line}");
+        if inherited {
+            assert_eq!(line["data"], data);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

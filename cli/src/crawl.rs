@@ -21,7 +21,7 @@ use trawl_core::queue::WorkQueue;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
-    Seeder,
+    Seeder, seed_entry,
 };
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -212,6 +212,7 @@ pub(crate) fn config_from(
         .guard_exempt
         .extend(args.guard_exempt.iter().cloned());
     config.storage.compress_bodies |= args.compress_bodies;
+    config.scope.inherit_data |= args.inherit_data;
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
@@ -337,14 +338,12 @@ impl Plan {
         let mut seeds_given = Vec::new();
         for seed in seeds(args)? {
             let seed = seed?;
-            let url = CanonicalUrl::parse(&seed.url).map_err(|e| {
-                match (seed.line, &args.seeds_file) {
-                    (Some(line), Some(path)) => bad_seed_line(&path.display().to_string(), line, e),
-                    _ => CliError::Usage(format!(
-                        "invalid seed URL: {e}; give absolute http(s) URLs"
-                    )),
-                }
-            })?;
+            let bad = |e: String| match (seed.line, &args.seeds_file) {
+                (Some(line), Some(path)) => bad_seed_line(&path.display().to_string(), line, e),
+                _ => CliError::Usage(format!("invalid seed URL: {e}; give absolute http(s) URLs")),
+            };
+            let entry = seed_entry(&seed.url).map_err(bad)?;
+            let url = CanonicalUrl::parse(&entry.url).map_err(|e| bad(e.to_string()))?;
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
             seeds_given.push(seed.url);

@@ -52,6 +52,7 @@ pub async fn check(
                 url: url.clone(),
                 depth: 0,
                 parent: None,
+                data: None,
             };
             transition::seed(crawl_id, &new, now).task
         }

@@ -33,6 +33,9 @@ pub struct Scope {
     /// Whether the sitemaps that the seed hosts' robots.txt lists (`Sitemap:` lines) are seeded
     /// with every seed request of URLs or page templates (in a crawl that respects robots.txt).
     pub sitemaps_from_robots: bool,
+    /// Whether a page's user data (`Task::data`) is given to the pages it links or redirects to.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_data: bool,
 }
 
 impl Default for Scope {
@@ -46,6 +49,7 @@ impl Default for Scope {
             follow_links: true,
             drop_params: DEFAULT_DROP_PARAMS.iter().map(|&p| p.to_owned()).collect(),
             sitemaps_from_robots: true,
+            inherit_data: false,
         }
     }
 }
