@@ -241,8 +241,11 @@ pub const MAX_JARS: usize = 4096;
 /// login page among the pages each turn fetches, or its cookie in `initial`).
 #[derive(Default)]
 pub(crate) struct Jars {
-    jars: Mutex<HashMap<(CrawlId, Option<String>), Arc<Jar>>>,
+    jars: Mutex<HashMap<JarKey, Arc<Jar>>>,
 }
+
+/// A crawl, and the host for a crawl whose jars are per host.
+type JarKey = (CrawlId, Option<String>);
 
 impl Jars {
     /// The jar a request of `crawl` to `url` uses; None when the crawl keeps none.
