@@ -134,6 +134,23 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         );
     }
 
+    /// A claim at `now` whose fetch answers 500; returns when the task may be tried again.
+    async fn fails_once_with_500(&mut self, now: Millis) -> Millis {
+        let lease = self.claim(now).await;
+        let outcome = self
+            .fail(
+                &lease,
+                &Failure::from_http_status(500, None),
+                &policy(),
+                now,
+            )
+            .await;
+        let FailOutcome::Retrying { next_attempt_at } = outcome else {
+            panic!("{outcome:?}")
+        };
+        next_attempt_at
+    }
+
     async fn claim(&mut self, now: Millis) -> Lease {
         match self.try_claim(now).await {
             Ok(lease) => lease,
@@ -311,13 +328,7 @@ pub async fn user_data_stays_with_its_task_through_every_transition<S: TaskStore
     };
     // WHEN it is stored, claimed, failed, claimed again and finished
     let mut task = Tracked::seed_new(store, &crawl, new, T0).await;
-    let lease = task.claim(T0).await;
-    let outcome = task
-        .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
-        .await;
-    let FailOutcome::Retrying { next_attempt_at } = outcome else {
-        panic!("{outcome:?}")
-    };
+    let next_attempt_at = task.fails_once_with_500(T0).await;
     let lease = task.claim(next_attempt_at).await;
     task.finish(&lease, &record("m1", next_attempt_at), next_attempt_at)
         .await;
@@ -419,13 +430,7 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
     let mut task = Tracked::seed(store, &crawl, url, T0).await;
 
     // GIVEN a first attempt that hits a 500
-    let lease = task.claim(T0).await;
-    let outcome = task
-        .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
-        .await;
-    let FailOutcome::Retrying { next_attempt_at } = outcome else {
-        panic!("{outcome:?}")
-    };
+    let next_attempt_at = task.fails_once_with_500(T0).await;
     // THEN it backs off (half to full base delay) and is not claimable before then
     assert!(
         (T0 + 500..=T0 + 1_000).contains(&next_attempt_at),
