@@ -1,8 +1,8 @@
 //! What a request carries besides its URL and User-Agent, from the crawl's `fetch` settings.
 //!
 //! - Headers, Accept-Language, method and body are the crawl's, overridden for a task's URL by
-//!   the first rule whose `match` regex or `glob` matches it (a rule's header replaces the crawl's header of
-//!   the same name; the others stay). They are chosen once per task: redirect hops keep them,
+//!   the first rule whose `match` regex or `glob` matches it (a rule's header replaces the
+//!   crawl's header of the same name; the others stay). They are chosen once per task: redirect hops keep them,
 //!   except that a 301, 302 or 303 turns a POST into a GET without body, as browsers do.
 //! - Credentials are per host and matched exactly on every hop, so a redirect to another host
 //!   never carries them. Their values are looked up through the fetcher's `SecretSource` when a
