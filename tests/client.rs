@@ -36,7 +36,7 @@ impl SecretSource for TestSecrets {
         &'a self,
         reference: &'a SecretRef,
     ) -> BoxFuture<'a, Result<Secret, SecretError>> {
-        let SecretRef::Env(name) = reference;
+        let (SecretRef::Env(name) | SecretRef::Ssm(name)) = reference;
         let found = self
             .0
             .get(name)
@@ -44,6 +44,7 @@ impl SecretSource for TestSecrets {
             .ok_or_else(|| SecretError {
                 reference: reference.clone(),
                 reason: "not among the test's secrets".into(),
+                transient: false,
             });
         Box::pin(std::future::ready(found))
     }
@@ -308,6 +309,103 @@ async fn a_cookie_set_by_the_login_page_is_sent_back_when_the_crawl_keeps_a_jar(
     assert_eq!(members.errors.last().unwrap().message, "HTTP 403");
 }
 
+/// The Cookie header `site` received for `path` (None: it got none).
+fn cookie_sent(site: &Site, path: &str) -> Option<String> {
+    let received = site.received(path);
+    let request = received.last().expect("the page was requested");
+    request
+        .headers
+        .get("cookie")
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_jar_per_host_keeps_a_hosts_cookie_from_the_other_hosts_of_the_crawl() {
+    // GIVEN a login page that sets a host-only cookie and links to a page of another host on
+    // the same address (another port: cookies do not tell ports apart, host slots do)
+    let (login, other) = (Site::start().await, Site::start().await);
+    login.route(
+        "/login",
+        Route::html(format!(
+            r#"<a href="{}">other</a>"#,
+            other.url("/page.html")
+        ))
+        .header("set-cookie", "session=s1; Path=/"),
+    );
+    other.route("/page.html", Route::html("<p>other</p>"));
+    let crawl = |scope: &str| {
+        config(
+            &[&login, &other],
+            json!({"cookies": {"jar": true, "scope": scope}}),
+        )
+    };
+
+    // WHEN it is crawled with one jar for the crawl
+    Run::new(&[])
+        .crawl(crawl("crawl"), &[login.url("/login")])
+        .await;
+    // THEN the other host got the cookie, as a browser would send it
+    assert_eq!(
+        cookie_sent(&other, "/page.html").as_deref(),
+        Some("session=s1")
+    );
+
+    // WHEN it is crawled with one jar per host
+    Run::new(&[])
+        .crawl(crawl("host"), &[login.url("/login")])
+        .await;
+    // THEN the other host got none
+    assert_eq!(cookie_sent(&other, "/page.html"), None);
+}
+
+#[tokio::test]
+async fn the_cli_seeds_its_cookies_from_a_netscape_cookies_file() {
+    // GIVEN a page that wants a session cookie, and a cookies.txt holding it (and an expired
+    // cookie that must not be sent)
+    let site = Site::start().await;
+    site.route(
+        "/members.html",
+        Route::html("<p>members</p>").require_cookie("session", "from-file"),
+    );
+    let dir = crate::cli::temp_dir("cookies-file");
+    let file = dir.join("cookies.txt");
+    std::fs::write(
+        &file,
+        "# Netscape HTTP Cookie File\n\
+         #HttpOnly_127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tfrom-file\n\
+         127.0.0.1\tFALSE\t/\tFALSE\t1000\texpired\tlong-ago\n",
+    )
+    .unwrap();
+
+    // WHEN the binary crawls it with --cookies and a jar per host
+    let output = tokio::process::Command::new(crate::cli::trawl_bin())
+        .args([
+            "crawl",
+            &site.url("/members.html"),
+            "--allow-private-networks",
+            "--cookies",
+            file.to_str().unwrap(),
+            "--cookies-per-host",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+            "--json",
+        ])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    // THEN the page got the file's live cookie only, and succeeded
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(crate::cli::json_of(&output)["counts"]["succeeded"], 1);
+    assert_eq!(
+        cookie_sent(&site, "/members.html").as_deref(),
+        Some("session=from-file")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn basic_and_bearer_credentials_go_to_their_own_host_only() {
     // GIVEN an API that wants a Bearer token and links to an intranet that wants Basic
@@ -547,4 +645,82 @@ async fn a_configuration_that_cannot_be_followed_is_refused_at_seed_time() {
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn seed_lines_carry_user_data_to_the_task_its_links_and_the_delivery_manifest() {
+    // GIVEN a page linking to another, and a seeds file whose first line carries user data
+    let site = Site::start().await;
+    site.route("/p/0.html", Route::html(r#"<a href="/p/1.html">next</a>"#))
+        .route("/p/1.html", Route::html("<p>end</p>"))
+        .route("/other.html", Route::html("<p>plain</p>"));
+    let dir = crate::cli::temp_dir("user-data");
+    let data_dir = dir.join("data");
+    let seeds = dir.join("seeds.txt");
+    std::fs::write(
+        &seeds,
+        format!(
+            "{{\"url\": \"{}\", \"data\": {{\"campaign\": \"spring\", \"n\": 1}}}}\n{}\n",
+            site.url("/p/0.html"),
+            site.url("/other.html")
+        ),
+    )
+    .unwrap();
+    let trawl = |args: &[&str]| {
+        tokio::process::Command::new(crate::cli::trawl_bin())
+            .args(args)
+            .args(["--data-dir", data_dir.to_str().unwrap(), "--json"])
+            .kill_on_drop(true)
+            .output()
+    };
+
+    // WHEN the binary crawls it, the linked pages inheriting their page's data
+    let crawled = trawl(&[
+        "crawl",
+        "--seeds-file",
+        seeds.to_str().unwrap(),
+        "--allow-private-networks",
+        "--inherit-data",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        crawled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crawled.stderr)
+    );
+    assert_eq!(crate::cli::json_of(&crawled)["counts"]["succeeded"], 3);
+
+    // THEN `tasks show` gives the seed's data on the seed and on the page it links to, and
+    // none on the plain seed
+    let data = json!({"campaign": "spring", "n": 1});
+    for (path, expected) in [
+        ("/p/0.html", &data),
+        ("/p/1.html", &data),
+        ("/other.html", &serde_json::Value::Null),
+    ] {
+        let shown = trawl(&["tasks", "show", &site.url(path)]).await.unwrap();
+        assert!(shown.status.success(), "{path}");
+        assert_eq!(&crate::cli::json_of(&shown)["data"], expected, "{path}");
+    }
+
+    // AND the delivery manifest carries it
+    let lines: Vec<serde_json::Value> = crate::cli::files_under(&data_dir)
+        .into_iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("manifest-"))
+        })
+        .flat_map(|f| crate::delivering::gz_lines(&std::fs::read(f).unwrap()))
+        .map(|line| serde_json::from_str(&line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines {
+        let inherited = !line["url"].as_str().unwrap().ends_with("/other.html");
+        assert_eq!(line.get("data").is_some(), inherited, "{line}");
+        if inherited {
+            assert_eq!(line["data"], data);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

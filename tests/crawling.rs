@@ -55,6 +55,7 @@ async fn seed(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
             url: CanonicalUrl::parse(u).unwrap(),
             depth: 0,
             parent: None,
+            data: None,
         })
         .collect();
     let report = add_tasks(crawler.store(), crawler.queue(), crawl, tasks, now_ms())

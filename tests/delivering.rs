@@ -158,6 +158,7 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
+                data: None,
             })
             .collect();
         self.store.seed(crawl, &tasks, now).await.unwrap();

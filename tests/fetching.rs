@@ -44,6 +44,7 @@ async fn fetch_with(
     fetcher
         .fetch(FetchRequest {
             url: &url,
+            crawl_id: None,
             config,
             previous,
             scope,

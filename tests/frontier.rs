@@ -82,6 +82,7 @@ where
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
+                data: None,
             })
             .collect();
         let report = add_tasks(

@@ -13,6 +13,7 @@ mod operator;
 mod proxy;
 mod seeding;
 mod site;
+mod ssm;
 mod stack;
 mod support;
 mod sweeping;

@@ -41,13 +41,13 @@ const TIME_LIMIT: Duration = Duration::from_secs(90);
 /// Resources made by `create_stack`, and a CloudFormation stack whose outputs name them as the
 /// template's do (moto creates no Lambda functions from a SAM template, so the stack is a stub
 /// with the same outputs).
-struct Deployed {
-    clients: Clients,
-    stack: Stack,
+pub(crate) struct Deployed {
+    pub(crate) clients: Clients,
+    pub(crate) stack: Stack,
     name: String,
 }
 
-async fn deploy(endpoint: &str) -> Deployed {
+pub(crate) async fn deploy(endpoint: &str) -> Deployed {
     let clients = support::clients(endpoint).await;
     let stack = create_stack(&clients, &unique("op")).await.unwrap();
     let name = unique("deployed");
@@ -207,20 +207,24 @@ async fn site() -> Site {
 }
 
 /// The four functions' handlers, wired as their `main.rs` wires them, on the deployed stack.
-struct Functions {
-    seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
-    crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
-    sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
-    deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
+pub(crate) struct Functions {
+    pub(crate) seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
+    pub(crate) crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
+    pub(crate) sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
+    pub(crate) deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
 }
 
 fn functions(deployed: &Deployed) -> Functions {
+    functions_with(deployed, Arc::new(Fetcher::new("").unwrap()))
+}
+
+/// `functions`, fetching with `fetcher` (the crawler function's, with its secret source).
+pub(crate) fn functions_with(deployed: &Deployed, fetcher: Arc<Fetcher>) -> Functions {
     let (clients, stack) = (&deployed.clients, &deployed.stack);
     let calls = Arc::new(CallCounts::default());
     let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, 4, calls.clone());
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
     let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
-    let fetcher = Arc::new(Fetcher::new("").unwrap());
     let delivery_calls = calls.clone();
     let delivery_queue = move || {
         SqsDeliveryTrigger::new(
@@ -322,7 +326,7 @@ async fn acknowledge(
 
 impl Functions {
     /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
-    async fn round(&self, deployed: &Deployed) {
+    pub(crate) async fn round(&self, deployed: &Deployed) {
         let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
         if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();

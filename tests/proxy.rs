@@ -497,6 +497,7 @@ async fn fetch_once(fetcher: &Fetcher, config: &CrawlConfig, url: &str) -> Fetch
         Duration::from_secs(10),
         fetcher.fetch(FetchRequest {
             url: &url,
+            crawl_id: None,
             config,
             previous: None,
             scope: &scope,

@@ -78,6 +78,7 @@ async fn add<S: TaskStore + CrawlStore + HostStore>(
         url: host_url(path),
         depth: 0,
         parent: None,
+        data: None,
     };
     let (report, _messages) = seed_tasks(store, crawl, vec![task], at).await.unwrap();
     assert_eq!(report.accepted, 1);

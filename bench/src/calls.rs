@@ -288,6 +288,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
+        data: None,
     };
     add_tasks(
         crawler.store(),
@@ -342,6 +343,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         }],
         now_ms(),
     )
@@ -412,6 +414,7 @@ async fn contention(
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
+        data: None,
     };
     let (_, turns) = seed_tasks(crawler.store(), &crawl, vec![start], now_ms())
         .await
@@ -508,6 +511,7 @@ async fn contention(
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         })
         .collect();
     crawler

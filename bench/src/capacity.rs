@@ -170,6 +170,7 @@ async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> 
                     url: CanonicalUrl::parse(&url(h as usize, u64::from(n))).step("url")?,
                     depth: 0,
                     parent: None,
+                    data: None,
                 })
             })
             .collect::<BenchResult<Vec<_>>>()?;

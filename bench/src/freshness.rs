@@ -385,6 +385,7 @@ async fn crawl_site(
                 url,
                 depth: 0,
                 parent: None,
+                data: None,
             })
         })
         .collect::<Result<Vec<_>, _>>()

@@ -43,6 +43,7 @@ pub async fn run(quick: bool, runs: usize, cli: &Path) -> BenchResult<Vec<Figure
                     url,
                     depth: 0,
                     parent: None,
+                    data: None,
                 })
             })
             .collect::<Result<Vec<_>, _>>()

@@ -226,6 +226,7 @@ async fn spawn_once(
             url: u.clone(),
             depth: 0,
             parent: None,
+            data: None,
         })
         .collect();
     let (seeded, turns) = seed_tasks(&stack.probe, &crawl, tasks, now_ms())

@@ -140,6 +140,7 @@ async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
         url: CanonicalUrl::parse(start).step("start url")?,
         depth: 0,
         parent: None,
+        data: None,
     };
     add_tasks(
         crawler.store(),

@@ -44,6 +44,7 @@ async fn fill<S: TaskStore + CrawlStore>(store: &S, crawl: &Crawl, size: usize) 
                 url,
                 depth: 0,
                 parent: None,
+                data: None,
             })
         })
         .collect::<Result<_, _>>()

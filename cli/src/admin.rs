@@ -340,6 +340,7 @@ where
         "object": fetch.and_then(|f| f.object_key.as_ref()).map(|k| format!("{}/{k}", backend.uri_base)),
         "final_url": fetch.and_then(|f| f.final_url.clone()),
         "fetched_at": fetch.map(|f| output::time(f.fetched_at)),
+        "data": task.data,
     });
     if json {
         output::json(&value);

@@ -208,7 +208,9 @@ pub const MAX_PER_HOST: u32 = 64;
 pub struct CrawlArgs {
     /// Seed URLs.
     pub urls: Vec<String>,
-    /// A file of seed URLs, one per line (`#` comments and blank lines skipped).
+    /// A file of seed URLs, one per line (`#` comments and blank lines skipped); a line may be
+    /// a JSON object `{"url": …, "data": {…}}` whose data (at most 4096 bytes) goes with the
+    /// task, into `trawl tasks show` and the delivery manifest.
     #[arg(long)]
     pub seeds_file: Option<PathBuf>,
     /// A sitemap (or sitemap index) whose URLs are seeded.
@@ -242,6 +244,9 @@ pub struct CrawlArgs {
     /// Keep page bodies gzip-compressed at rest (read back as fetched).
     #[arg(long)]
     pub compress_bodies: bool,
+    /// Give a page's user data (from its seed line) to the pages it links to, and so on.
+    #[arg(long)]
+    pub inherit_data: bool,
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,
@@ -326,6 +331,15 @@ pub struct RequestArgs {
     /// Keep the cookies responses set (Set-Cookie) and send them back, as a browser does.
     #[arg(long)]
     pub keep_cookies: bool,
+    /// Keep one cookie jar per host instead of one per crawl (implies --keep-cookies): no
+    /// cookie crosses hosts.
+    #[arg(long)]
+    pub cookies_per_host: bool,
+    /// Cookies sent from the first request on, from a Netscape cookies.txt (as curl, wget and
+    /// browser extensions export them; expired ones skipped) or a JSON map
+    /// `{"host": {"name": "value"}}`. Stored with the crawl: not for secrets you would not store.
+    #[arg(long, value_name = "FILE")]
+    pub cookies: Option<PathBuf>,
     /// Send every request through this proxy: `http://`, `https://`, `socks5://` or
     /// `socks5h://` (the proxy resolves names) with host and port. Repeatable: requests are
     /// spread over the proxies and a failing one is benched for a while.

@@ -16,17 +16,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
-use trawl_core::fetch::Fetcher;
+use trawl_core::fetch::{Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
-    Seeder,
+    Seeder, seed_entry,
 };
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
-    BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, ProxyEntry,
+    BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
     ProxyRotation, RecrawlPolicy, SecretRef,
 };
 use trawl_domain::task::{Status, now_ms};
@@ -212,6 +212,7 @@ pub(crate) fn config_from(
         .guard_exempt
         .extend(args.guard_exempt.iter().cloned());
     config.storage.compress_bodies |= args.compress_bodies;
+    config.scope.inherit_data |= args.inherit_data;
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
@@ -272,7 +273,24 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
         }),
     });
     fetch.auth.extend(bearer.chain(basic));
-    fetch.cookies.jar |= args.keep_cookies;
+    fetch.cookies.jar |= args.keep_cookies || args.cookies_per_host;
+    if args.cookies_per_host {
+        fetch.cookies.scope = JarScope::Host;
+    }
+    if let Some(path) = &args.cookies {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+        let initial = cookie_file::parse(&text, now_ms())
+            .map_err(|e| CliError::Usage(format!("--cookies {}: {e}", path.display())))?;
+        for (host, cookies) in initial {
+            fetch
+                .cookies
+                .initial
+                .entry(host)
+                .or_default()
+                .extend(cookies);
+        }
+    }
     fetch.proxies.extend(args.proxy.iter().map(ProxyEntry::new));
     for credentials in &args.proxy_basic_env {
         let authority = credentials.host.to_ascii_lowercase();
@@ -320,14 +338,12 @@ impl Plan {
         let mut seeds_given = Vec::new();
         for seed in seeds(args)? {
             let seed = seed?;
-            let url = CanonicalUrl::parse(&seed.url).map_err(|e| {
-                match (seed.line, &args.seeds_file) {
-                    (Some(line), Some(path)) => bad_seed_line(&path.display().to_string(), line, e),
-                    _ => CliError::Usage(format!(
-                        "invalid seed URL: {e}; give absolute http(s) URLs"
-                    )),
-                }
-            })?;
+            let bad = |e: String| match (seed.line, &args.seeds_file) {
+                (Some(line), Some(path)) => bad_seed_line(&path.display().to_string(), line, e),
+                _ => CliError::Usage(format!("invalid seed URL: {e}; give absolute http(s) URLs")),
+            };
+            let entry = seed_entry(&seed.url).map_err(bad)?;
+            let url = CanonicalUrl::parse(&entry.url).map_err(|e| bad(e.to_string()))?;
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
             seeds_given.push(seed.url);

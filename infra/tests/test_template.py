@@ -65,6 +65,7 @@ ALLOWED_ACTIONS = {
         "s3:PutObject", "s3:GetObject", "s3:DeleteObject",
         "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage",
         "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
+        "ssm:GetParameter",
     },
     "sweeper": {
         "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:PutItem",
@@ -79,7 +80,7 @@ ALLOWED_ACTIONS = {
     },
 }
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
-DATA_SERVICES = ("dynamodb:", "s3:", "sqs:")
+DATA_SERVICES = ("dynamodb:", "s3:", "sqs:", "ssm:")
 
 
 # ------------------------------------------------------------------ helpers

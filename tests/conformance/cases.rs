@@ -33,6 +33,7 @@ pub fn new_task(url: &str) -> NewTask {
         url: CanonicalUrl::parse(url).unwrap(),
         depth: 0,
         parent: None,
+        data: None,
     }
 }
 
@@ -85,7 +86,11 @@ struct Tracked<'a, S> {
 impl<'a, S: TaskStore> Tracked<'a, S> {
     /// Seeds `url` and checks the stored task is the domain's new task.
     async fn seed(store: &'a S, crawl: &CrawlId, url: &str, now: Millis) -> Self {
-        let new = new_task(url);
+        Self::seed_new(store, crawl, new_task(url), now).await
+    }
+
+    /// Seeds `new` and checks the stored task is the domain's new task.
+    async fn seed_new(store: &'a S, crawl: &CrawlId, new: NewTask, now: Millis) -> Self {
         let seeded = store
             .seed(crawl, std::slice::from_ref(&new), now)
             .await
@@ -127,6 +132,23 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
             stored(self.store, &self.task).await,
             Some(self.task.clone())
         );
+    }
+
+    /// A claim at `now` whose fetch answers 500; returns when the task may be tried again.
+    async fn fails_once_with_500(&mut self, now: Millis) -> Millis {
+        let lease = self.claim(now).await;
+        let outcome = self
+            .fail(
+                &lease,
+                &Failure::from_http_status(500, None),
+                &policy(),
+                now,
+            )
+            .await;
+        let FailOutcome::Retrying { next_attempt_at } = outcome else {
+            panic!("{outcome:?}")
+        };
+        next_attempt_at
     }
 
     async fn claim(&mut self, now: Millis) -> Lease {
@@ -294,6 +316,30 @@ pub async fn reseed_is_idempotent<S: TaskStore>(store: &S) {
     assert_eq!(counts.get(&Status::Succeeded).copied().unwrap_or(0), 1);
 }
 
+pub async fn user_data_stays_with_its_task_through_every_transition<S: TaskStore>(store: &S) {
+    // GIVEN a task seeded with user data of nested JSON values
+    let crawl = crawl_id();
+    let url = "http://example.com/product/7";
+    let data =
+        serde_json::json!({"sku": 7, "tags": ["a", "b"], "price": {"eur": 9.5}, "none": null});
+    let new = NewTask {
+        data: data.as_object().cloned(),
+        ..new_task(url)
+    };
+    // WHEN it is stored, claimed, failed, claimed again and finished
+    let mut task = Tracked::seed_new(store, &crawl, new, T0).await;
+    let next_attempt_at = task.fails_once_with_500(T0).await;
+    let lease = task.claim(next_attempt_at).await;
+    task.finish(&lease, &record("m1", next_attempt_at), next_attempt_at)
+        .await;
+
+    // THEN the store holds the data as given at every step (each step is checked against the
+    // domain's task by `Tracked`), and at the end
+    let stored = store.get(&crawl, &id(url)).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Succeeded);
+    assert_eq!(stored.data.as_ref(), data.as_object());
+}
+
 pub async fn concurrent_claimers_exactly_one_wins<S: TaskStore>(store: &S) {
     // GIVEN one pending task
     let crawl = crawl_id();
@@ -384,13 +430,7 @@ pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
     let mut task = Tracked::seed(store, &crawl, url, T0).await;
 
     // GIVEN a first attempt that hits a 500
-    let lease = task.claim(T0).await;
-    let outcome = task
-        .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
-        .await;
-    let FailOutcome::Retrying { next_attempt_at } = outcome else {
-        panic!("{outcome:?}")
-    };
+    let next_attempt_at = task.fails_once_with_500(T0).await;
     // THEN it backs off (half to full base delay) and is not claimable before then
     assert!(
         (T0 + 500..=T0 + 1_000).contains(&next_attempt_at),

@@ -54,6 +54,7 @@ mod memory {
 
     on_memory!(
         reseed_is_idempotent,
+        user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
@@ -84,6 +85,7 @@ mod sqlite {
 
     on_sqlite!(
         reseed_is_idempotent,
+        user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
@@ -114,6 +116,7 @@ mod dynamodb {
 
     on_dynamodb!(support::moto::shared;
         reseed_is_idempotent,
+        user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,

@@ -221,6 +221,7 @@ mod tests {
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
+                data: None,
             })
             .collect();
         add_tasks(&store, &queue, &crawl, tasks, 0).await.unwrap();

@@ -8,6 +8,7 @@ use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::settings::{CrawlerSettings, FromEnv};
 use trawl_aws::sqs::SqsQueue;
+use trawl_aws::ssm::SsmSecrets;
 use trawl_core::blob::Layout;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::Fetcher;
@@ -29,9 +30,10 @@ async fn main() -> Result<(), Error> {
             ),
             S3BlobStore::new(clients.s3, &settings.bucket, calls.clone()),
             SqsQueue::new(clients.sqs, &settings.queue_url, calls.clone()),
-            Arc::new(Fetcher::new(
-                settings.default_user_agent.as_deref().unwrap_or_default(),
-            )?),
+            Arc::new(
+                Fetcher::new(settings.default_user_agent.as_deref().unwrap_or_default())?
+                    .with_secrets(Arc::new(SsmSecrets::new(clients.ssm))),
+            ),
             Layout::new(&settings.prefix),
             settings.concurrency,
             calls,

@@ -309,6 +309,7 @@ mod tests {
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
+                data: None,
             })
             .collect();
         store.seed(&crawl, &tasks, T0).await.unwrap();
@@ -520,6 +521,7 @@ mod tests {
                 url: CanonicalUrl::parse(&format!("http://example.com/more/{i}")).unwrap(),
                 depth: 1,
                 parent: None,
+                data: None,
             })
             .collect();
         handler.store.seed(&crawl, &more, T0).await.unwrap();

@@ -186,6 +186,7 @@ mod tests {
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         };
         store.seed(&id, &[task], 0).await.unwrap();
         let ClaimOutcome::Claimed { .. } = store

@@ -144,6 +144,14 @@ export class TrawlStack extends Stack {
       default: 'pages/',
       description: 'Key prefix for everything trawl writes to the bucket.',
     });
+    const secretParameterPath = new CfnParameter(this, 'SecretParameterPath', {
+      type: 'String',
+      default: '/trawl',
+      allowedPattern: '^(/[A-Za-z0-9_.-]+)+$',
+      description:
+        'Parameter Store path of the named secrets crawls may use ({"ssm": "/trawl/api-token"} in ' +
+        'fetch.auth and proxy credentials); the crawler may read the parameters under it and no others.',
+    });
     const seedBucketArn = new CfnParameter(this, 'SeedBucketArn', {
       type: 'String',
       default: '',
@@ -466,6 +474,15 @@ export class TrawlStack extends Stack {
       'sqs:DeleteMessage',
       'sqs:ChangeMessageVisibility',
       'sqs:GetQueueAttributes',
+    );
+    // Crawls' named secrets, read when a request needs them: this path's only.
+    crawler.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['ssm:GetParameter'],
+        resources: [
+          `arn:${Aws.PARTITION}:ssm:${Aws.REGION}:${Aws.ACCOUNT_ID}:parameter${secretParameterPath.valueAsString}/*`,
+        ],
+      }),
     );
 
     table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:PutItem');

@@ -18,6 +18,8 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub s3: aws_sdk_s3::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// The crawler's named secrets (`ssm::SsmSecrets`).
+    pub ssm: aws_sdk_ssm::Client,
 }
 
 impl Clients {
@@ -30,6 +32,7 @@ impl Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             s3: aws_sdk_s3::Client::from_conf(s3_config),
             sqs: aws_sdk_sqs::Client::new(config),
+            ssm: aws_sdk_ssm::Client::new(config),
         }
     }
 }

@@ -8,4 +8,5 @@ pub mod manifest;
 pub mod s3;
 pub mod settings;
 pub mod sqs;
+pub mod ssm;
 pub mod stack;

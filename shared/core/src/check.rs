@@ -54,6 +54,7 @@ pub async fn check(
                 url: url.clone(),
                 depth: 0,
                 parent: None,
+                data: None,
             };
             transition::seed(crawl_id, &new, now).task
         }
@@ -64,6 +65,7 @@ pub async fn check(
     let previous = task.fetch.as_ref();
     let request = FetchRequest {
         url,
+        crawl_id: Some(crawl_id),
         config,
         previous,
         scope: &scope,
@@ -177,6 +179,7 @@ pub struct ReferenceCheck {
 /// still recognises it.
 pub async fn check_references(
     fetcher: &Fetcher,
+    crawl_id: &CrawlId,
     config: &CrawlConfig,
     now: Millis,
 ) -> Vec<ReferenceCheck> {
@@ -186,7 +189,9 @@ pub async fn check_references(
             continue;
         };
         let outcome = match CanonicalUrl::parse(url) {
-            Ok(canonical) => reference_outcome(fetcher, config, soft_404, &canonical, now).await,
+            Ok(canonical) => {
+                reference_outcome(fetcher, crawl_id, config, soft_404, &canonical, now).await
+            }
             Err(e) => ReferenceOutcome::Unreachable {
                 error: e.to_string(),
             },
@@ -202,6 +207,7 @@ pub async fn check_references(
 
 async fn reference_outcome(
     fetcher: &Fetcher,
+    crawl_id: &CrawlId,
     config: &CrawlConfig,
     rule: &Soft404Rule,
     url: &CanonicalUrl,
@@ -216,6 +222,7 @@ async fn reference_outcome(
         }
     };
     let request = FetchRequest {
+        crawl_id: Some(crawl_id),
         url,
         config,
         previous: None,

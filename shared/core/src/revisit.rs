@@ -90,12 +90,18 @@ impl RevisitRules {
 
 /// A rule's pattern as one regular expression (a glob is anchored at both ends).
 fn rule_pattern(rule: &RecrawlRule) -> Result<Regex, String> {
-    let pattern = match (&rule.pattern, &rule.glob) {
-        (Some(regex), None) => regex.clone(),
-        (None, Some(glob)) => glob_regex(glob),
-        _ => return Err("give one of `match` (a regular expression) or `glob`".to_owned()),
-    };
+    let pattern = url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())?;
     Regex::new(&pattern).map_err(|e| format!("invalid pattern: {e}"))
+}
+
+/// The regular expression of a URL rule that gives a `match` regex or a `glob` (exactly one):
+/// what recrawl rules and request rules (`crate::fetch`) are matched with.
+pub(crate) fn url_pattern(regex: Option<&str>, glob: Option<&str>) -> Result<String, String> {
+    match (regex, glob) {
+        (Some(regex), None) => Ok(regex.to_owned()),
+        (None, Some(glob)) => Ok(glob_regex(glob)),
+        _ => Err("give one of `match` (a regular expression) or `glob`".to_owned()),
+    }
 }
 
 /// `*` is any run of characters, `?` any one; everything else is literal.

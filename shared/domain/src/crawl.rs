@@ -33,6 +33,9 @@ pub struct Scope {
     /// Whether the sitemaps that the seed hosts' robots.txt lists (`Sitemap:` lines) are seeded
     /// with every seed request of URLs or page templates (in a crawl that respects robots.txt).
     pub sitemaps_from_robots: bool,
+    /// Whether a page's user data (`Task::data`) is given to the pages it links or redirects to.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_data: bool,
 }
 
 impl Default for Scope {
@@ -46,6 +49,7 @@ impl Default for Scope {
             follow_links: true,
             drop_params: DEFAULT_DROP_PARAMS.iter().map(|&p| p.to_owned()).collect(),
             sitemaps_from_robots: true,
+            inherit_data: false,
         }
     }
 }
@@ -287,14 +291,18 @@ pub enum RequestBody {
     Text(String),
 }
 
-/// Request settings for the URLs matching a regular expression.
+/// Request settings for the URLs matching a pattern (as `RecrawlRule`'s: a regular expression,
+/// or a glob where `*` is any run of characters and `?` one; exactly one of the two).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UrlRule {
     /// A regular expression matched against the task's canonical URL (anywhere in it, unless
     /// anchored). Redirect hops keep the task's settings.
-    #[serde(rename = "match")]
-    pub pattern: String,
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A glob matched against the whole canonical URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
     /// Added to the crawl's headers; a header of the same name replaces the crawl's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -313,12 +321,16 @@ pub struct UrlRule {
 pub enum SecretRef {
     /// An environment variable of the fetching process (the CLI, the crawler function).
     Env(String),
+    /// An AWS Systems Manager parameter (a `SecureString` is decrypted), by name: read by the
+    /// crawler function, which may read only the parameters its deployment names.
+    Ssm(String),
 }
 
 impl fmt::Display for SecretRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SecretRef::Env(name) => write!(f, "env:{name}"),
+            SecretRef::Ssm(name) => write!(f, "ssm:{name}"),
         }
     }
 }
@@ -351,9 +363,31 @@ pub struct BasicCredentials {
 pub struct Cookies {
     /// Keep the cookies responses set (`Set-Cookie`) and send them back, as a browser does.
     pub jar: bool,
+    /// Which requests share a jar.
+    #[serde(skip_serializing_if = "JarScope::is_crawl")]
+    pub scope: JarScope,
     /// Cookies sent from the first request on, by host (a host also covers its subdomains),
     /// then name → value. A cookie of the same name in the jar replaces one listed here.
     pub initial: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Which requests of a crawl share a cookie jar.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JarScope {
+    /// One jar for the whole crawl: a cookie goes wherever its `Domain` lets it (a login on
+    /// `www.example.com` covers `shop.example.com` when the cookie says so).
+    #[default]
+    Crawl,
+    /// One jar per host of the crawl (its host slot): no cookie crosses hosts, as separate
+    /// sessions per host would keep them.
+    Host,
+}
+
+impl JarScope {
+    fn is_crawl(&self) -> bool {
+        *self == JarScope::Crawl
+    }
 }
 
 impl Cookies {

@@ -242,6 +242,27 @@ pub struct Task {
     pub fetch: Option<FetchRecord>,
     /// md5s of objects that rejected writers left behind, for the next finisher to delete.
     pub stale: Vec<String>,
+    /// The user's data, given at seed time (or inherited from the page that linked here);
+    /// never changed afterwards.
+    pub data: Option<UserData>,
+}
+
+/// A task's user data: any JSON object, kept with the task and delivered with it.
+pub type UserData = serde_json::Map<String, serde_json::Value>;
+
+/// Largest user data a task may carry, as compact JSON: a DynamoDB item holds 400 KB, and the
+/// data is copied into every task that inherits it.
+pub const MAX_USER_DATA_BYTES: usize = 4096;
+
+/// Checks user data against [`MAX_USER_DATA_BYTES`]; the error says how large it is.
+pub fn check_user_data(data: &UserData) -> Result<(), String> {
+    let size = serde_json::to_vec(data).map_or(usize::MAX, |bytes| bytes.len());
+    if size > MAX_USER_DATA_BYTES {
+        return Err(format!(
+            "data is {size} bytes as JSON; at most {MAX_USER_DATA_BYTES}"
+        ));
+    }
+    Ok(())
 }
 
 /// `Task::due_at` from the fields it reads (what a status-index projection holds too).
@@ -286,6 +307,8 @@ pub struct NewTask {
     pub url: crate::canonical::CanonicalUrl,
     pub depth: u32,
     pub parent: Option<TaskId>,
+    /// User data (checked against [`MAX_USER_DATA_BYTES`] where it enters trawl).
+    pub data: Option<UserData>,
 }
 
 /// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.

@@ -254,6 +254,7 @@ pub fn seed(crawl_id: &CrawlId, new: &NewTask, now: Millis) -> Insert {
             updated_at: now,
             depth: new.depth,
             parent: new.parent.clone(),
+            data: new.data.clone(),
             token: 0,
             lease_expires_at: None,
             retries: 0,

@@ -539,6 +539,7 @@ mod tests {
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         };
         metered
             .seed(&crawl.id, std::slice::from_ref(&task), 10)

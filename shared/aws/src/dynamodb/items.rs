@@ -10,7 +10,7 @@ use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task};
+use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -110,6 +110,9 @@ pub(super) struct TaskItem {
     /// it out of the (sparse) index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due: Option<Millis>,
+    /// The user's data (`Task::data`), written at seed and never updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<UserData>,
 }
 
 impl TaskItem {
@@ -137,6 +140,7 @@ impl TaskItem {
             stale: task.stale.clone(),
             hk: host_key(&task.crawl_id, &task.host()),
             due: task.due_at(),
+            data: task.data.clone(),
         }
     }
 
@@ -166,6 +170,7 @@ impl TaskItem {
             errors: self.errors,
             fetch: self.fetch,
             stale: self.stale,
+            data: self.data,
         })
     }
 }

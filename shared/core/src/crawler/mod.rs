@@ -34,11 +34,11 @@ use tokio::sync::RwLock;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_domain::crawl::Crawl;
+use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task};
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
 
 /// How long a crawl's config is cached in a worker before it is read again.
 const CRAWL_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -698,6 +698,7 @@ where
         let now = self.clock.now_ms();
         let request = FetchRequest {
             url: &url,
+            crawl_id: Some(&context.crawl.id),
             config,
             previous: task.fetch.as_ref(),
             scope: &context.scope,
@@ -725,6 +726,7 @@ where
                     url: location.clone(),
                     depth: task.depth,
                     parent: Some(task.task_id.clone()),
+                    data: inherited_data(config, task),
                 };
                 self.seed_found(context, task, vec![target], outbox, held)
                     .await?;
@@ -929,6 +931,7 @@ where
                 url,
                 depth,
                 parent: Some(task.task_id.clone()),
+                data: inherited_data(&crawl.config, task),
             })
             .collect();
         self.seed_found(context, task, tasks, outbox, held).await
@@ -1057,6 +1060,11 @@ fn wait_ms(at: Millis, now: Millis) -> u64 {
     u64::try_from(at.saturating_sub(now)).map_or(0, |ms| ms.min(MAX_HOLD_MS))
 }
 
+/// The user data a task found on `task`'s page starts with (`scope.inherit_data`).
+fn inherited_data(config: &CrawlConfig, task: &Task) -> Option<UserData> {
+    task.data.clone().filter(|_| config.scope.inherit_data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1106,6 +1114,7 @@ mod tests {
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         };
         add_tasks(&store, &queue, &crawl, vec![task], t0)
             .await

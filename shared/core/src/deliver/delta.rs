@@ -266,6 +266,7 @@ mod tests {
             depth: 0,
             retries: 0,
             last_error: None,
+            data: None,
         }
     }
 

@@ -46,7 +46,7 @@ use thiserror::Error;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task};
+use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 use warc::Exchange;
 
 pub const INDEX_FILE: &str = "index.json";
@@ -193,6 +193,9 @@ pub struct ManifestLine {
     pub depth: u32,
     pub retries: u32,
     pub last_error: Option<ManifestError>,
+    /// The task's user data (given at seed time, or inherited), when it has some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<UserData>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1032,6 +1035,7 @@ where
                 at: warc::rfc3339(e.at),
                 times: times_in_a_row(&task.errors),
             }),
+            data: task.data.clone(),
         };
         segment.manifest.write(&json_line(&line)?).await?;
         segment.lines += 1;

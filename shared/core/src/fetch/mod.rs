@@ -4,10 +4,10 @@
 //! through the crawl's proxies ([`proxy`]).
 //!
 //! One [`Fetcher`] is built per process and shared; each [`Fetcher::fetch`] takes the crawl's
-//! configuration, so crawls with different limits share connections and the robots cache. The
-//! cookie jar is the fetcher's too: the CLI runs one crawl per process, so there it is the
-//! crawl's; a crawler function shares it between the crawls that keep a jar in one container.
+//! configuration, so crawls with different limits share connections and the robots cache. It
+//! keeps the cookie jars too, one per crawl (or per crawl and host) that keeps cookies.
 
+pub mod cookie_file;
 mod guard;
 mod proxy;
 mod request;
@@ -17,6 +17,7 @@ mod stats;
 
 pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
 pub use proxy::{MAX_PROXIES, NO_PROXY, ProxyStats};
+pub use request::MAX_JARS;
 pub use request::validate as validate_request_settings;
 pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 pub use stats::{FetchStats, LATENCY_SAMPLES};
@@ -25,7 +26,7 @@ use crate::discover::ScopeMatcher;
 use bytes::{Bytes, BytesMut};
 use guard::GuardedResolver;
 use md5::{Digest, Md5};
-use request::{RequestPlan, RuleSets};
+use request::{Jars, RequestPlan, RuleSets};
 use reqwest::cookie::{CookieStore, Jar};
 use reqwest::header::{self, HeaderMap};
 use reqwest::{Client, Method, Response, StatusCode};
@@ -34,7 +35,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_domain::canonical::{CanonicalUrl, UrlError};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, UrlError};
 use trawl_domain::crawl::{CrawlConfig, DEFAULT_USER_AGENT};
 use trawl_domain::retry::{Failure, parse_retry_after};
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis};
@@ -55,6 +56,9 @@ pub struct FetcherError(#[from] reqwest::Error);
 pub struct FetchRequest<'a> {
     /// The task's URL.
     pub url: &'a CanonicalUrl,
+    /// The crawl whose cookie jar the request uses, when it keeps one (None: no jar, as for a
+    /// sitemap read while seeding).
+    pub crawl_id: Option<&'a CrawlId>,
     pub config: &'a CrawlConfig,
     /// The task's last successful fetch, for If-None-Match / If-Modified-Since.
     pub previous: Option<&'a FetchRecord>,
@@ -151,7 +155,7 @@ pub struct Fetcher {
     clients: Mutex<HashMap<(bool, u64), Client>>,
     robots: robots::RobotsCache,
     rules: RuleSets,
-    jar: Jar,
+    jars: Jars,
     secrets: Arc<dyn SecretSource>,
     proxies: proxy::ProxyPool,
     stats: Mutex<FetchStats>,
@@ -183,7 +187,7 @@ impl Fetcher {
             clients: Mutex::new(clients),
             robots: robots::RobotsCache::default(),
             rules: RuleSets::default(),
-            jar: Jar::default(),
+            jars: Jars::default(),
             secrets: Arc::new(EnvSecrets),
             proxies: proxy::ProxyPool::default(),
             stats: Mutex::default(),
@@ -268,8 +272,9 @@ impl Fetcher {
             let previous = req
                 .previous
                 .filter(|_| url.as_str() == conditional_url && plan.method == Method::GET);
+            let jar = self.jars.of(req.crawl_id, &url, &limits.cookies);
             let response = self
-                .send(&url, req.config, &plan, previous, deadline)
+                .send(&url, req.config, &plan, previous, jar.as_deref(), deadline)
                 .await?;
             let status = response.status();
             let next = match Hop::of(&response, &url) {
@@ -410,14 +415,15 @@ impl Fetcher {
     }
 
     /// Sends one request (no redirect following), directly or through the crawl's proxies,
-    /// after checking the target against the network guard; keeps the cookies it sets when the
-    /// crawl keeps a jar.
+    /// after checking the target against the network guard; keeps the cookies it sets in `jar`
+    /// (the crawl's, when it keeps one).
     async fn send(
         &self,
         url: &CanonicalUrl,
         config: &CrawlConfig,
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
+        jar: Option<&Jar>,
         deadline: Instant,
     ) -> Result<Response, Failure> {
         self.check_guard(url, config)?;
@@ -425,19 +431,21 @@ impl Fetcher {
         let connect_ms = config.fetch.connect_timeout_ms;
         let response = if config.fetch.proxies.is_empty() {
             let client = self.client(guarded, connect_ms)?;
-            let request = self.prepare(&client, url, config, plan, previous).await?;
+            let request = self
+                .prepare(&client, url, config, plan, previous, jar)
+                .await?;
             match tokio::time::timeout_at(deadline, request.send()).await {
                 Err(_) => return Err(timed_out()),
                 Ok(Err(e)) => return Err(classify(&e)),
                 Ok(Ok(response)) => response,
             }
         } else {
-            self.send_through_proxies(url, config, plan, previous, deadline)
+            self.send_through_proxies(url, config, plan, previous, jar, deadline)
                 .await?
         };
-        if config.fetch.cookies.jar {
+        if let Some(jar) = jar {
             let mut set = response.headers().get_all(header::SET_COOKIE).iter();
-            self.jar.set_cookies(&mut set, url.as_url());
+            jar.set_cookies(&mut set, url.as_url());
         }
         Ok(response)
     }
@@ -450,6 +458,7 @@ impl Fetcher {
         config: &CrawlConfig,
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
+        jar: Option<&Jar>,
         deadline: Instant,
     ) -> Result<Response, Failure> {
         let fetch = &config.fetch;
@@ -471,7 +480,9 @@ impl Fetcher {
                 .proxies
                 .client(entry, guarded, fetch.connect_timeout_ms, &*self.secrets)
                 .await?;
-            let request = self.prepare(&client, url, config, plan, previous).await?;
+            let request = self
+                .prepare(&client, url, config, plan, previous, jar)
+                .await?;
             let mode = proxy::Mode::of(&entry.url, url);
             self.proxies.record_request(&entry.url);
             let fault = match tokio::time::timeout_at(deadline, request.send()).await {
@@ -510,6 +521,7 @@ impl Fetcher {
         config: &CrawlConfig,
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
+        jar: Option<&Jar>,
     ) -> Result<reqwest::RequestBuilder, Failure> {
         let request = client
             .request(plan.method.clone(), url.as_str())
@@ -517,7 +529,7 @@ impl Fetcher {
             .header(header::ACCEPT, ACCEPT);
         let mut request = plan.apply(request);
         request = request::authorize(request, url, &config.fetch.auth, &*self.secrets).await?;
-        if let Some(cookies) = request::cookie_header(url, &config.fetch.cookies, &self.jar)? {
+        if let Some(cookies) = request::cookie_header(url, &config.fetch.cookies, jar)? {
             request = request.header(header::COOKIE, cookies);
         }
         if let Some(prev) = previous {
@@ -718,6 +730,7 @@ mod tests {
         let url = CanonicalUrl::parse("http://example.com/").unwrap();
         let fetch = fetcher.fetch(FetchRequest {
             url: &url,
+            crawl_id: None,
             config: &config,
             previous: None,
             scope: &scope,

@@ -19,7 +19,7 @@
 //! guard protects the network trawl runs in, which a proxy elsewhere is not part of.
 
 use super::guard::{self, GuardedResolver, ResolveError};
-use super::secrets::{Secret, SecretSource};
+use super::secrets::{Secret, SecretSource, reference_problem};
 use reqwest::{Client, StatusCode};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -282,7 +282,7 @@ async fn resolve(
 ) -> Result<Secret, Failure> {
     secrets.resolve(reference).await.map_err(|e| {
         Failure::new(
-            ErrorKind::ClientError,
+            e.kind(),
             format!("credentials for proxy {}: {e}", proxy.url),
         )
     })
@@ -367,7 +367,7 @@ fn stable_hash(host: &str) -> u64 {
 
 /// Checks `fetch.proxies`; returns every problem found. Messages name a proxy by its index, as
 /// a URL with credentials written into it would otherwise be echoed.
-pub(crate) fn validate(fetch: &FetchLimits, is_env_name: fn(&str) -> bool) -> Vec<String> {
+pub(crate) fn validate(fetch: &FetchLimits) -> Vec<String> {
     let mut problems = Vec::new();
     if fetch.proxies.len() > MAX_PROXIES {
         problems.push(format!("fetch.proxies: at most {MAX_PROXIES} proxies"));
@@ -403,13 +403,12 @@ pub(crate) fn validate(fetch: &FetchLimits, is_env_name: fn(&str) -> bool) -> Ve
         }
         match (&proxy.username, &proxy.password) {
             (Some(user), Some(pass)) => {
-                for SecretRef::Env(name) in [user, pass] {
-                    if !is_env_name(name) {
-                        problems.push(format!(
-                            "{at}: {name:?} is not an environment variable name (letters, digits, _)"
-                        ));
-                    }
-                }
+                problems.extend(
+                    [user, pass]
+                        .into_iter()
+                        .filter_map(reference_problem)
+                        .map(|problem| format!("{at}: {problem}")),
+                );
             }
             (None, None) => {}
             _ => problems.push(format!("{at} needs both username and password, or neither")),
@@ -533,8 +532,7 @@ mod tests {
             "http://p:7",
             "HTTP://P:7/"
         ]}));
-        let is_env = |n: &str| !n.starts_with(|c: char| c.is_ascii_digit());
-        let problems = validate(&fetch, is_env);
+        let problems = validate(&fetch);
         let expected = [
             "fetch.proxies[0]: the URL may not hold credentials",
             "fetch.proxies[1]: the scheme must be",

@@ -1,8 +1,8 @@
 //! What a request carries besides its URL and User-Agent, from the crawl's `fetch` settings.
 //!
 //! - Headers, Accept-Language, method and body are the crawl's, overridden for a task's URL by
-//!   the first rule whose `match` regex matches it (a rule's header replaces the crawl's header of
-//!   the same name; the others stay). They are chosen once per task: redirect hops keep them,
+//!   the first rule whose `match` regex or `glob` matches it (a rule's header replaces the
+//!   crawl's header of the same name; the others stay). They are chosen once per task: redirect hops keep them,
 //!   except that a 301, 302 or 303 turns a POST into a GET without body, as browsers do.
 //! - Credentials are per host and matched exactly on every hop, so a redirect to another host
 //!   never carries them. Their values are looked up through the fetcher's `SecretSource` when a
@@ -15,17 +15,17 @@
 //! A configuration is checked by [`validate`] when the crawl is seeded; one that is not valid at
 //! fetch time anyway (a crawl stored before a check existed) fails the task, never the process.
 
-use super::secrets::{Secret, SecretSource};
+use super::secrets::{Secret, SecretSource, reference_problem};
 use bytes::Bytes;
 use regex::{Regex, RegexSet};
-use reqwest::cookie::CookieStore;
+use reqwest::cookie::{CookieStore, Jar};
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, host_key_of};
 use trawl_domain::crawl::{
-    Cookies, FetchLimits, HostAuth, HttpMethod, RequestBody, SecretRef, UrlRule,
+    Cookies, FetchLimits, HostAuth, HttpMethod, JarScope, RequestBody, SecretRef, UrlRule,
 };
 use trawl_domain::retry::Failure;
 use trawl_domain::task::ErrorKind;
@@ -144,7 +144,11 @@ impl RuleSets {
         if rules.is_empty() {
             return Ok(None);
         }
-        let patterns: Vec<String> = rules.iter().map(|r| r.pattern.clone()).collect();
+        let patterns = rules
+            .iter()
+            .map(rule_pattern)
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(configuration)?;
         let cached = self
             .sets
             .lock()
@@ -168,6 +172,10 @@ impl RuleSets {
         // RegexSet reports matches in pattern order: the lowest index is the first rule.
         Ok(set.matches(url).iter().next().map(|i| &rules[i]))
     }
+}
+
+fn rule_pattern(rule: &UrlRule) -> Result<String, String> {
+    crate::revisit::url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())
 }
 
 /// Adds the credentials configured for `url`'s host, looked up now.
@@ -217,12 +225,47 @@ async fn resolve(
     reference: &SecretRef,
     entry: &HostAuth,
 ) -> Result<Secret, Failure> {
-    secrets.resolve(reference).await.map_err(|e| {
-        Failure::new(
-            ErrorKind::ClientError,
-            format!("credentials for {}: {e}", entry.host),
-        )
-    })
+    secrets
+        .resolve(reference)
+        .await
+        .map_err(|e| Failure::new(e.kind(), format!("credentials for {}: {e}", entry.host)))
+}
+
+/// Most cookie jars a fetcher keeps (one per crawl, or per crawl and host); past that they are
+/// all dropped and start empty again, as after a restart.
+pub const MAX_JARS: usize = 4096;
+
+/// The cookie jars of the crawls that keep one, in the fetching process's memory: the CLI's
+/// crawl, or the crawls a crawler container serves (a container that ends loses them, and a
+/// host's next turn may run in another container: a site that needs a session should have its
+/// login page among the pages each turn fetches, or its cookie in `initial`).
+#[derive(Default)]
+pub(crate) struct Jars {
+    jars: Mutex<HashMap<JarKey, Arc<Jar>>>,
+}
+
+/// A crawl, and the host for a crawl whose jars are per host.
+type JarKey = (CrawlId, Option<String>);
+
+impl Jars {
+    /// The jar a request of `crawl` to `url` uses; None when the crawl keeps none.
+    pub(crate) fn of(
+        &self,
+        crawl: Option<&CrawlId>,
+        url: &CanonicalUrl,
+        cookies: &Cookies,
+    ) -> Option<Arc<Jar>> {
+        let crawl = crawl.filter(|_| cookies.jar)?;
+        let host = match cookies.scope {
+            JarScope::Crawl => None,
+            JarScope::Host => Some(host_key_of(url.as_str())),
+        };
+        let mut jars = self.jars.lock().unwrap_or_else(PoisonError::into_inner);
+        if jars.len() >= MAX_JARS && !jars.contains_key(&(crawl.clone(), host.clone())) {
+            jars.clear();
+        }
+        Some(Arc::clone(jars.entry((crawl.clone(), host)).or_default()))
+    }
 }
 
 /// The Cookie header for `url`: the jar's cookies (when the crawl keeps one) and the crawl's
@@ -230,12 +273,10 @@ async fn resolve(
 pub(crate) fn cookie_header(
     url: &CanonicalUrl,
     cookies: &Cookies,
-    jar: &reqwest::cookie::Jar,
+    jar: Option<&Jar>,
 ) -> Result<Option<HeaderValue>, Failure> {
     let mut pairs: Vec<String> = Vec::new();
-    if cookies.jar
-        && let Some(value) = jar.cookies(url.as_url())
-    {
+    if let Some(value) = jar.and_then(|jar| jar.cookies(url.as_url())) {
         pairs.extend(
             value
                 .to_str()
@@ -291,8 +332,13 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
     }
     for (i, rule) in fetch.rules.iter().enumerate() {
         let at = format!("fetch.rules[{i}]");
-        if let Err(e) = Regex::new(&rule.pattern) {
-            problems.push(format!("{at}.match is not a valid regular expression: {e}"));
+        match rule_pattern(rule) {
+            Err(e) => problems.push(format!("{at}: {e}")),
+            Ok(pattern) => {
+                if let Err(e) = Regex::new(&pattern) {
+                    problems.push(format!("{at}: not a valid pattern: {e}"));
+                }
+            }
         }
         check_headers(&format!("{at}.headers"), &rule.headers, &mut problems);
         check_accept_language(
@@ -326,16 +372,14 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
                 Vec::new()
             }
         };
-        for reference in references {
-            let SecretRef::Env(name) = reference;
-            if !is_env_name(name) {
-                problems.push(format!(
-                    "{at}: {name:?} is not an environment variable name (letters, digits, _)"
-                ));
-            }
-        }
+        problems.extend(
+            references
+                .into_iter()
+                .filter_map(reference_problem)
+                .map(|problem| format!("{at}: {problem}")),
+        );
     }
-    problems.extend(super::proxy::validate(fetch, is_env_name));
+    problems.extend(super::proxy::validate(fetch));
     for (domain, cookies) in &fetch.cookies.initial {
         let at = format!("fetch.cookies.initial[{domain:?}]");
         if host_and_port(domain.trim_start_matches('.')).is_none_or(|(_, port)| port.is_some()) {
@@ -437,13 +481,6 @@ fn host_and_port(raw: &str) -> Option<(String, Option<u16>)> {
     Some((host.to_owned(), port))
 }
 
-fn is_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 255
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 fn configuration(problem: impl Into<String>) -> Failure {
     Failure::new(
         ErrorKind::ClientError,
@@ -473,7 +510,8 @@ mod tests {
                 {"match": "/api/", "headers": {"X-Both": "rule"}, "method": "POST",
                  "body": {"json": {"q": 1}}},
                 {"match": "/api/search", "accept_language": "de"},
-                {"match": "/fr/", "accept_language": "fr"}
+                {"match": "/fr/", "accept_language": "fr"},
+                {"glob": "http://h/*.json", "headers": {"Accept": "application/json"}}
             ]
         }));
         let rules = RuleSets::default();
@@ -494,6 +532,13 @@ mod tests {
 
         let plain = rules.plan(&url("http://h/other"), &fetch).unwrap();
         assert_eq!(plain.headers["accept-language"], "en");
+        assert!(!plain.headers.contains_key(header::ACCEPT));
+
+        // A glob covers the whole URL: anchored at both ends, `.` literal.
+        let json = rules.plan(&url("http://h/data/a.json"), &fetch).unwrap();
+        assert_eq!(json.headers["accept"], "application/json");
+        let not_json = rules.plan(&url("http://h/data/a.json5"), &fetch).unwrap();
+        assert!(!not_json.headers.contains_key(header::ACCEPT));
     }
 
     #[test]
@@ -514,7 +559,7 @@ mod tests {
 
     #[test]
     fn an_invalid_stored_rule_fails_the_fetch_instead_of_panicking() {
-        let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}]}));
+        let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}, {"glob": "*"}]}));
         let failure = RuleSets::default()
             .plan(&url("http://h/"), &fetch)
             .unwrap_err();
@@ -547,6 +592,7 @@ mod tests {
     fn initial_cookies_cover_subdomains_and_give_way_to_the_jar() {
         let cookies = Cookies {
             jar: true,
+            scope: JarScope::Crawl,
             initial: BTreeMap::from([(
                 "example.com".into(),
                 BTreeMap::from([
@@ -555,22 +601,18 @@ mod tests {
                 ]),
             )]),
         };
-        let jar = reqwest::cookie::Jar::default();
+        let jar = Jar::default();
         let page = url("http://www.example.com/");
         jar.add_cookie_str("session=new", page.as_url());
-        let header = cookie_header(&page, &cookies, &jar).unwrap().unwrap();
+        let header = cookie_header(&page, &cookies, Some(&jar)).unwrap().unwrap();
         assert!(header.is_sensitive());
         assert_eq!(header.to_str().unwrap(), "session=new; consent=yes");
         assert_eq!(
-            cookie_header(&url("http://notexample.com/"), &cookies, &jar).unwrap(),
+            cookie_header(&url("http://notexample.com/"), &cookies, Some(&jar)).unwrap(),
             None
         );
-        let without_jar = Cookies {
-            jar: false,
-            ..cookies
-        };
         assert_eq!(
-            cookie_header(&page, &without_jar, &jar)
+            cookie_header(&page, &cookies, None)
                 .unwrap()
                 .unwrap()
                 .to_str()
@@ -580,11 +622,46 @@ mod tests {
     }
 
     #[test]
+    fn jars_are_kept_per_crawl_or_per_crawl_and_host() {
+        let jars = Jars::default();
+        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
+        let (www, shop) = (
+            url("http://www.example.com/"),
+            url("http://shop.example.com/"),
+        );
+        let mut cookies = Cookies {
+            jar: true,
+            ..Cookies::default()
+        };
+        let same = |x: Option<Arc<Jar>>, y: Option<Arc<Jar>>| Arc::ptr_eq(&x.unwrap(), &y.unwrap());
+        assert!(same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &shop, &cookies)
+        ));
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&b), &www, &cookies)
+        ));
+        cookies.scope = JarScope::Host;
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &shop, &cookies)
+        ));
+        assert!(same(
+            jars.of(Some(&a), &www, &cookies),
+            jars.of(Some(&a), &www, &cookies)
+        ));
+        assert!(jars.of(None, &www, &cookies).is_none(), "no crawl, no jar");
+        cookies.jar = false;
+        assert!(jars.of(Some(&a), &www, &cookies).is_none());
+    }
+
+    #[test]
     fn every_problem_of_a_configuration_is_named() {
         let mut fetch = fetch_with(serde_json::json!({
             "headers": {"Authorization": "Bearer x", "bad name": "v", "X-Ok": "line\nbreak"},
             "body": {"text": "orphan"},
-            "rules": [{"match": "(", "body": {"json": null}}],
+            "rules": [{"match": "(", "body": {"json": null}}, {"match": "a", "glob": "b"}],
             "auth": [
                 {"host": "a.example", "bearer": {"env": "TOKEN"}},
                 {"host": "A.example", "bearer": {"env": "1BAD"}},
@@ -606,8 +683,9 @@ mod tests {
             "fetch.headers: \"bad name\" is not a header name",
             "fetch.headers: header \"X-Ok\" has an invalid value",
             "fetch.body needs fetch.method POST",
-            "fetch.rules[0].match is not a valid regular expression",
+            "fetch.rules[0]: not a valid pattern",
             "fetch.rules[0].body needs method POST",
+            "fetch.rules[1]: give one of `match` (a regular expression) or `glob`",
             "fetch.auth[1].host \"A.example\" is listed twice",
             "fetch.auth[1]: \"1BAD\" is not an environment variable name",
             "fetch.auth[2].host \"b.example/path\" is not a host",

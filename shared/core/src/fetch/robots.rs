@@ -156,7 +156,10 @@ impl Fetcher {
             Err(f) => return Ok(Rules::Unavailable(f.message)),
         };
         for hop in 0..=MAX_ROBOTS_REDIRECTS {
-            let response = match self.send(&robots_url, config, &plan, None, deadline).await {
+            let response = match self
+                .send(&robots_url, config, &plan, None, None, deadline)
+                .await
+            {
                 Ok(r) => r,
                 // The origin itself is forbidden, or the crawl's request settings for it cannot
                 // be followed (credentials missing): the page fetch fails for that reason, not

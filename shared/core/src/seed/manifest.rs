@@ -1,7 +1,8 @@
 //! Seed manifests in S3: URL lists streamed line by line, never held whole in memory.
 //!
-//! Two formats: `lines` (one URL per line; blank lines and `#` comments skipped) and `jsonl`
-//! (one JSON object with a `url` field per line, other fields ignored, or a bare JSON string).
+//! Two formats: `lines` (one URL per line, or a `{"url": …, "data": {…}}` object; blank lines
+//! and `#` comments skipped) and `jsonl` (one JSON object with a `url` field and an optional
+//! `data` object per line, other fields ignored, or a bare JSON string).
 //! A continuation resumes at a byte offset with a Range GET, fenced on the object's ETag.
 
 use serde::{Deserialize, Serialize};
@@ -9,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use thiserror::Error;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use trawl_domain::task::{UserData, check_user_data};
 
 /// Longest manifest line read as a URL; longer lines are rejected without being buffered.
 pub const MAX_LINE_BYTES: usize = 8 * 1024;
@@ -128,13 +130,51 @@ pub(crate) async fn at_end<R: AsyncBufRead + Unpin + ?Sized>(
 pub(crate) enum Entry {
     /// Blank line or comment.
     Skip,
-    Url(String),
+    Url(SeedEntry),
     Invalid(String),
 }
+
+/// One seed: a URL, and the user data its task carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedEntry {
+    pub url: String,
+    pub data: Option<UserData>,
+}
+
+impl SeedEntry {
+    fn of(entry: JsonEntry) -> Result<Self, String> {
+        if let Some(data) = &entry.data {
+            check_user_data(data)?;
+        }
+        Ok(Self {
+            url: entry.url,
+            data: entry.data,
+        })
+    }
+}
+
+/// A seed as written in `source.urls`, a seeds file or a `lines` manifest: a URL, or a JSON
+/// object `{"url": …, "data": {…}}` whose `data` (at most `MAX_USER_DATA_BYTES` as JSON)
+/// goes with the task.
+pub fn seed_entry(raw: &str) -> Result<SeedEntry, String> {
+    let text = raw.trim();
+    if !text.starts_with('{') {
+        return Ok(SeedEntry {
+            url: text.to_owned(),
+            data: None,
+        });
+    }
+    let entry = serde_json::from_str::<JsonEntry>(text).map_err(|_| NOT_AN_ENTRY.to_owned())?;
+    SeedEntry::of(entry)
+}
+
+const NOT_AN_ENTRY: &str = "not a JSON object with a \"url\" string (and a \"data\" object)";
 
 #[derive(Deserialize)]
 struct JsonEntry {
     url: String,
+    #[serde(default)]
+    data: Option<UserData>,
 }
 
 #[derive(Deserialize)]
@@ -158,10 +198,17 @@ pub(crate) fn parse_line(line: &[u8], too_long: bool, format: ManifestFormat) ->
     }
     match format {
         ManifestFormat::Lines if text.starts_with('#') => Entry::Skip,
-        ManifestFormat::Lines => Entry::Url(text.to_owned()),
+        ManifestFormat::Lines => match seed_entry(text) {
+            Ok(entry) => Entry::Url(entry),
+            Err(reason) => Entry::Invalid(reason),
+        },
         ManifestFormat::Jsonl => match serde_json::from_str::<JsonLine>(text) {
-            Ok(JsonLine::Object(JsonEntry { url }) | JsonLine::Bare(url)) => Entry::Url(url),
-            Err(_) => Entry::Invalid("not a JSON object with a \"url\" string".into()),
+            Ok(JsonLine::Object(entry)) => match SeedEntry::of(entry) {
+                Ok(entry) => Entry::Url(entry),
+                Err(reason) => Entry::Invalid(reason),
+            },
+            Ok(JsonLine::Bare(url)) => Entry::Url(SeedEntry { url, data: None }),
+            Err(_) => Entry::Invalid(NOT_AN_ENTRY.into()),
         },
     }
 }
@@ -223,18 +270,42 @@ mod tests {
         use ManifestFormat::*;
         assert_eq!(parse_line(b"  # c", false, Lines), Entry::Skip);
         assert_eq!(parse_line(b" ", false, Jsonl), Entry::Skip);
-        assert_eq!(
-            parse_line(b"http://a/", false, Lines),
-            Entry::Url("http://a/".into())
-        );
+        let url = |u: &str| {
+            Entry::Url(SeedEntry {
+                url: u.into(),
+                data: None,
+            })
+        };
+        assert_eq!(parse_line(b"http://a/", false, Lines), url("http://a/"));
         assert_eq!(
             parse_line(br#"{"url":"http://a/","x":1}"#, false, Jsonl),
-            Entry::Url("http://a/".into())
+            url("http://a/")
         );
         assert_eq!(
             parse_line(br#""http://b/""#, false, Jsonl),
-            Entry::Url("http://b/".into())
+            url("http://b/")
         );
+        let with_data = Entry::Url(SeedEntry {
+            url: "http://c/".into(),
+            data: serde_json::json!({"sku": 7}).as_object().cloned(),
+        });
+        for format in [Lines, Jsonl] {
+            let line = br#"{"url": "http://c/", "data": {"sku": 7}}"#;
+            assert_eq!(parse_line(line, false, format), with_data);
+            let not_object = br#"{"url": "http://c/", "data": [1]}"#;
+            assert!(matches!(
+                parse_line(not_object, false, format),
+                Entry::Invalid(_)
+            ));
+            let big = format!(
+                r#"{{"url": "http://c/", "data": {{"x": "{}"}}}}"#,
+                "a".repeat(trawl_domain::task::MAX_USER_DATA_BYTES)
+            );
+            let Entry::Invalid(reason) = parse_line(big.as_bytes(), false, format) else {
+                panic!("{format:?}: data over the limit taken");
+            };
+            assert!(reason.contains("at most 4096"), "{reason}");
+        }
         assert!(matches!(
             parse_line(br#"{"href":"x"}"#, false, Jsonl),
             Entry::Invalid(_)

@@ -31,6 +31,7 @@ mod sitemap;
 pub use continuation::{LocalSeedQueue, SeedQueue};
 pub use manifest::{
     MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
+    SeedEntry, seed_entry,
 };
 pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
@@ -50,7 +51,7 @@ use tokio::time::Instant;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::task::{Millis, NewTask};
+use trawl_domain::task::{Millis, NewTask, UserData};
 
 /// URLs handed to the frontier at once.
 pub const BATCH_SIZE: usize = 500;
@@ -536,7 +537,7 @@ where
             return Vec::new();
         }
         let seeds: Vec<String> = match source {
-            SeedSource::Urls(urls) => urls.clone(),
+            SeedSource::Urls(urls) => seed_urls_of(urls),
             SeedSource::Pagination(templates) => {
                 templates.iter().filter_map(|t| t.page(0)).collect()
             }
@@ -580,9 +581,8 @@ where
             }
         }
         match source {
-            SeedSource::Urls(urls) | SeedSource::Sitemaps(urls) => {
-                urls.iter().for_each(|u| add(&mut hosts, u))
-            }
+            SeedSource::Urls(urls) => seed_urls_of(urls).iter().for_each(|u| add(&mut hosts, u)),
+            SeedSource::Sitemaps(urls) => urls.iter().for_each(|u| add(&mut hosts, u)),
             SeedSource::Pagination(templates) => templates
                 .iter()
                 .filter_map(|t| t.page(0))
@@ -598,10 +598,10 @@ where
                 while let Some(line) =
                     manifest::read_line(&mut open.reader, &mut buf, MAX_LINE_BYTES).await?
                 {
-                    if let manifest::Entry::Url(url) =
+                    if let manifest::Entry::Url(entry) =
                         manifest::parse_line(&buf, line.too_long, m.format)
                     {
-                        add(&mut hosts, &url);
+                        add(&mut hosts, &entry.url);
                     }
                     if hosts.len() > MAX_DERIVED_HOSTS {
                         return Err(SeedError::invalid(format!(
@@ -626,6 +626,15 @@ fn unreadable_is_invalid(e: ManifestError) -> SeedError {
     }
 }
 
+/// The URLs of `source.urls` entries (an entry that does not parse is left as written, to be
+/// rejected as a URL).
+fn seed_urls_of(entries: &[String]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|raw| manifest::seed_entry(raw).map_or_else(|_| raw.clone(), |e| e.url))
+        .collect()
+}
+
 /// Checks the shape of a source (not its individual URLs: those are rejected one by one).
 fn validate_source(source: &SeedSource) -> Vec<String> {
     let mut problems = Vec::new();
@@ -639,6 +648,7 @@ fn validate_source(source: &SeedSource) -> Vec<String> {
     match source {
         SeedSource::Urls(urls) => {
             check_list("source.urls", urls.len(), MAX_INLINE_URLS);
+            let urls = seed_urls_of(urls);
             if !urls.is_empty() && urls.iter().all(|u| CanonicalUrl::parse(u).is_err()) {
                 let reasons = urls
                     .iter()
@@ -703,7 +713,7 @@ where
 {
     /// Takes one seed URL: canonical and in scope, or rejected with the reason. Returns its
     /// task id when taken.
-    fn offer(&mut self, raw: &str) -> Option<TaskId> {
+    fn offer(&mut self, raw: &str, data: Option<UserData>) -> Option<TaskId> {
         self.read += 1;
         match CanonicalUrl::parse(raw).map(|url| self.scope.normalise(url)) {
             Err(e) => self.reject(raw, e.reason.to_string()),
@@ -715,6 +725,7 @@ where
                         url,
                         depth: 0,
                         parent: None,
+                        data,
                     });
                     return Some(id);
                 }
@@ -853,8 +864,16 @@ where
     S: TaskStore + CrawlStore + HostStore,
     Q: WorkQueue,
 {
-    for (i, url) in urls.iter().enumerate().skip(skip(pos.item)) {
-        sink.offer(url);
+    for (i, raw) in urls.iter().enumerate().skip(skip(pos.item)) {
+        match manifest::seed_entry(raw) {
+            Ok(entry) => {
+                sink.offer(&entry.url, entry.data);
+            }
+            Err(reason) => {
+                sink.read += 1;
+                sink.reject(raw, reason);
+            }
+        }
         if sink.checkpoint().await? && i + 1 < urls.len() {
             return Ok(Some(Position {
                 item: at(i + 1),
@@ -882,8 +901,8 @@ where
         offset += line.consumed;
         match manifest::parse_line(&buf, line.too_long, format) {
             manifest::Entry::Skip => continue,
-            manifest::Entry::Url(url) => {
-                sink.offer(&url);
+            manifest::Entry::Url(entry) => {
+                sink.offer(&entry.url, entry.data);
             }
             manifest::Entry::Invalid(reason) => {
                 sink.read += 1;
@@ -1008,7 +1027,7 @@ where
     Q: WorkQueue,
 {
     for (j, entry) in entries.iter().enumerate().skip(skip(start)) {
-        let id = sink.offer(&entry.loc);
+        let id = sink.offer(&entry.loc, None);
         if let Some(lastmod) = &entry.lastmod {
             sink.note_lastmod(lastmod);
             if let (Some(id), Some(ms)) = (id, sitemap::lastmod_ms(lastmod)) {
@@ -1041,7 +1060,7 @@ where
         }
         let mut j = if resuming { pos.offset } else { 0 };
         while let Some(url) = template.page(j) {
-            sink.offer(&url);
+            sink.offer(&url, None);
             j += 1;
             if sink.checkpoint().await? && template.page(j).is_some() {
                 return Ok(Some(Position {

@@ -65,6 +65,7 @@ pub(crate) async fn fetch(
     let outcome = fetcher
         .fetch(FetchRequest {
             url,
+            crawl_id: None,
             config: &config,
             previous: None,
             scope: &scope,

@@ -458,7 +458,7 @@ where
         {
             return Ok(());
         }
-        let checks = check_references(&references.fetcher, &crawl.config, now).await;
+        let checks = check_references(&references.fetcher, &crawl.id, &crawl.config, now).await;
         for check in &checks {
             match &check.outcome {
                 ReferenceOutcome::NotRecognised { answer } => {

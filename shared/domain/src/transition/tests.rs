@@ -42,6 +42,7 @@ fn pending() -> Task {
         url: CanonicalUrl::parse("http://example.com/a").unwrap(),
         depth: 2,
         parent: None,
+        data: None,
     };
     seed(&CrawlId::parse("c").unwrap(), &new, T0).task
 }
@@ -83,6 +84,7 @@ fn seed_creates_a_pending_task_where_none_exists() {
             url: CanonicalUrl::parse("http://example.com/a").unwrap(),
             depth: 2,
             parent: None,
+            data: None,
         },
         T0,
     );

@@ -42,9 +42,9 @@ use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
-/// checkpoints, version 5 their soft-404 reference misses; an older file gets what it lacks
-/// when opened.
-const SCHEMA_VERSION: i64 = 5;
+/// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data; an
+/// older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 6;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -120,8 +120,11 @@ const CHECKPOINT_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN checkpoint TEXT;"
 const REFERENCE_MISSES_SCHEMA: &str =
     "ALTER TABLE crawls ADD COLUMN reference_misses INTEGER NOT NULL DEFAULT 0;";
 
+/// Each task's user data (`Task::data`, JSON).
+const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
+
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
-     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale";
+     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data";
 
 const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, checkpoint, \
      reference_misses";
@@ -378,7 +381,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=4 => {
+            0..=5 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -392,7 +395,10 @@ impl SqliteStore {
                 if version < 4 {
                     tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(REFERENCE_MISSES_SCHEMA).map_err(schema)?;
+                if version < 5 {
+                    tx.execute_batch(REFERENCE_MISSES_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(DATA_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -536,6 +542,7 @@ struct TaskRow {
     errors: String,
     fetch: Option<String>,
     stale: String,
+    data: Option<String>,
 }
 
 impl TaskRow {
@@ -558,6 +565,7 @@ impl TaskRow {
             errors: row.get(13)?,
             fetch: row.get(14)?,
             stale: row.get(15)?,
+            data: row.get(16)?,
         })
     }
 
@@ -589,6 +597,11 @@ impl TaskRow {
                 .map(|f| decode(key, "fetch", f))
                 .transpose()?,
             stale: decode(key, "stale", &self.stale)?,
+            data: self
+                .data
+                .as_deref()
+                .map(|d| decode(key, "data", d))
+                .transpose()?,
         })
     }
 }
@@ -615,7 +628,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
         .prepare_cached(&format!(
             "{verb} tasks ({TASK_COLUMNS}, next_fetch, host, due)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                     ?18, ?19)"
+                     ?18, ?19, ?20)"
         ))?
         .execute(params![
             task.crawl_id.as_str(),
@@ -637,6 +650,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
                 .map(|f| encode("fetch", f))
                 .transpose()?,
             encode("stale", &task.stale)?,
+            task.data.as_ref().map(|d| encode("data", d)).transpose()?,
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             task.host(),
             task.due_at(),
@@ -1508,6 +1522,7 @@ mod tests {
             url: CanonicalUrl::parse("http://example.com/page").unwrap(),
             depth: 1,
             parent: None,
+            data: None,
         };
         store
             .seed(&crawl_id(), std::slice::from_ref(&task), T0)
@@ -1702,6 +1717,46 @@ mod tests {
         assert!(store.set_checkpoint(&id, Some("since")).await.unwrap());
         let crawl = store.get_crawl(&id).await.unwrap().unwrap();
         assert_eq!(crawl.checkpoint.as_deref(), Some("since"));
+    }
+
+    #[tokio::test]
+    async fn a_version_4_file_gains_user_data_when_opened() {
+        // GIVEN a file of the schema before user data, holding a task
+        let dir = TempDir::new("v4");
+        let old = CanonicalUrl::parse("http://example.com/old")
+            .unwrap()
+            .task_id();
+        {
+            let conn = Connection::open(dir.db()).unwrap();
+            for part in [SCHEMA, CALLS_SCHEMA, HOSTS_SCHEMA, CHECKPOINT_SCHEMA] {
+                conn.execute_batch(part).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 4).unwrap();
+            conn.execute(
+                "INSERT INTO tasks (crawl_id, task_id, url, status, created, updated, depth) \
+                 VALUES ('c', ?1, 'http://example.com/old', ?2, 0, 0, 0)",
+                params![old.as_str(), code(Status::Pending)],
+            )
+            .unwrap();
+        }
+
+        // WHEN it is opened, THEN the old task reads without data and a new one keeps its own
+        let store = SqliteStore::open(dir.db(), Arc::new(CallCounts::default())).unwrap();
+        let id = CrawlId::parse("c").unwrap();
+        assert_eq!(store.get(&id, &old).await.unwrap().unwrap().data, None);
+        let data = serde_json::json!({"k": [1, "two"]}).as_object().cloned();
+        let new = NewTask {
+            url: CanonicalUrl::parse("http://example.com/new").unwrap(),
+            depth: 0,
+            parent: None,
+            data: data.clone(),
+        };
+        store
+            .seed(&id, std::slice::from_ref(&new), T0)
+            .await
+            .unwrap();
+        let stored = store.get(&id, &new.url.task_id()).await.unwrap().unwrap();
+        assert_eq!(stored.data, data);
     }
 
     #[tokio::test]
