@@ -94,7 +94,7 @@ fn rule_pattern(rule: &RecrawlRule) -> Result<Regex, String> {
 }
 
 /// `*` is any run of characters, `?` any one; everything else is literal.
-fn glob_regex(glob: &str) -> String {
+pub(crate) fn glob_regex(glob: &str) -> String {
     let mut out = String::with_capacity(glob.len() + 8);
     out.push('^');
     for c in glob.chars() {
