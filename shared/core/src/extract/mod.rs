@@ -8,7 +8,10 @@
 //! seeded (`Extractors::new`), and a field that fails on a page records its error on the item,
 //! which is kept (invalid) rather than dropped.
 
+mod dry_run;
 mod process;
+
+pub use dry_run::{DryRun, FailedField, dry_run};
 
 use crate::revisit::glob_regex;
 use regex::Regex;
