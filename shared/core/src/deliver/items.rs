@@ -14,7 +14,7 @@
 //! unlike the segmented manifest and WARC: the items pass is written in one go after the delta.
 
 use super::delta::{is_present, lines};
-use super::summary::{ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary};
+use super::summary::{InvalidItem, ItemsDelta, ItemsSummary};
 use super::{Change, DeliverError, ManifestLine};
 use crate::blob::{BlobStore, Layout};
 use crate::discover::ScopeMatcher;
@@ -268,7 +268,7 @@ fn count(summary: &mut ItemsSummary, line: &ItemLine) {
     let of = summary
         .by_extractor
         .entry(line.extractor.clone())
-        .or_insert_with(ExtractorItems::default);
+        .or_default();
     of.items += 1;
     if !line.valid {
         summary.invalid += 1;

@@ -370,6 +370,7 @@ fn capture(re: &Regex, value: &str) -> Option<String> {
 use ego_tree::NodeId;
 
 /// The page's XPath document and the maps between its elements and the HTML tree's.
+#[allow(clippy::mutable_key_type)] // See `XmlView::build`.
 struct XmlView<'d> {
     to_xml: HashMap<NodeId, XNode<'d>>,
     to_html: HashMap<XNode<'d>, NodeId>,
@@ -378,6 +379,9 @@ struct XmlView<'d> {
 impl<'d> XmlView<'d> {
     /// Copies the elements, attributes and text of `html` into `doc` (pre-order: a parent is
     /// always copied before its children, so no recursion is needed).
+    // sxd nodes hash by the address of their storage, which never moves while the document
+    // lives: a node's hash does not change when the document is changed through it.
+    #[allow(clippy::mutable_key_type)]
     fn build(html: &Html, doc: Document<'d>) -> Self {
         let root = html.tree.root();
         let mut to_xml: HashMap<NodeId, XNode<'d>> = HashMap::new();
