@@ -7,6 +7,7 @@ mod calls;
 mod capacity;
 mod cost;
 mod error;
+mod extract;
 mod freshness;
 mod frontier;
 mod hosts;
@@ -62,6 +63,7 @@ enum Section {
     Freshness,
     Hosts,
     Storage,
+    Extract,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -265,6 +267,13 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Storage) {
         eprintln!("bodies at rest …");
         report.figures.extend(storage::run(pages));
+    }
+    if wanted(Section::Extract) {
+        eprintln!("extraction …");
+        match extract::run(pages, runs) {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "extraction", error::check("extraction", e)),
+        }
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {
