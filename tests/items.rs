@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
+use std::process::Output;
 
 const LISTINGS: usize = 3;
 const PER_PAGE: usize = 10;
@@ -122,6 +123,16 @@ fn expected_fields(site: &Site, n: usize, price_text: &str) -> Value {
     })
 }
 
+/// `output`, once it is known to be a success (else its stderr is the failure).
+fn succeeded(output: Output) -> Output {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 fn gunzip_lines(path: &Path) -> Vec<Value> {
     let mut text = String::new();
     MultiGzDecoder::new(std::fs::File::open(path).unwrap())
@@ -142,6 +153,109 @@ fn delivery_of(run: &Value) -> &Path {
 
 fn summary_of(delivery: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(delivery.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The new price of the changed detail page.
+const NEW_PRICE: &str = "99.00 €";
+
+fn change_detail_page(site: &Site) {
+    site.route(
+        &format!("/item/{CHANGED}.html"),
+        Route::html(detail_page(CHANGED, NEW_PRICE)),
+    );
+}
+
+/// The first delivery (in the directory `delivery`): exactly the 30 listing items, each merged
+/// with its detail page, the invalid ones counted with examples.
+fn check_first_delivery(site: &Site, delivery: &Path) {
+    // THEN the delivery's items are exactly the 30 listing items, each merged with its detail
+    // page, keyed by the detail page's URL, with its pages, task ids and fetch times
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    let by_key: BTreeMap<String, &Value> = items
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap().to_owned(), i))
+        .collect();
+    assert_eq!(items.len(), LISTINGS * PER_PAGE);
+    assert_eq!(by_key.len(), items.len(), "one item per key");
+    for n in 0..LISTINGS * PER_PAGE {
+        let key = site.url(&format!("/item/{n}.html"));
+        let item = by_key[&key];
+        assert_eq!(
+            item["fields"],
+            expected_fields(site, n, &price(n)),
+            "{item}"
+        );
+        assert_eq!(item["extractor"], "listing");
+        assert_eq!(
+            item["page_url"],
+            site.url(&format!("/list/{}.html", n / PER_PAGE))
+        );
+        assert_eq!(item["detail"]["url"], key);
+        assert_eq!(item["task_id"].as_str().unwrap().len(), 32);
+        assert!(item["fetched_at"].as_str().unwrap().starts_with("20"));
+        assert_eq!(item["valid"], n != UNTITLED && n != UNPRICED, "{item}");
+    }
+
+    // AND the invalid items are counted per extractor with examples, never dropped
+    let summary = summary_of(delivery);
+    let counted = &summary["items"];
+    assert_eq!(counted["items"], LISTINGS * PER_PAGE, "{counted}");
+    assert_eq!(counted["invalid"], 2);
+    let listing = &counted["by_extractor"]["listing"];
+    assert_eq!(listing["invalid"], 2);
+    let examples: Vec<&str> = listing["invalid_examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["errors"][0]["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(examples, ["title", "price"]);
+    assert_eq!(counted["delta"]["new"], LISTINGS * PER_PAGE);
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(delivery.join("index.json")).unwrap())
+            .unwrap();
+    assert!(
+        index["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "items.jsonl.gz" && f["records"] == LISTINGS * PER_PAGE),
+        "{index}"
+    );
+}
+
+/// The second delivery, after `change_detail_page`: the changed item alone in the items delta.
+fn check_second_delivery(site: &Site, delivery: &Path) {
+    // THEN its items delta holds exactly that item, changed, with its new price; every other
+    // item is unchanged (unchanged pages kept their items)
+    let delta = gunzip_lines(&delivery.join("items-delta.jsonl.gz"));
+    assert_eq!(delta.len(), 1, "{delta:?}");
+    assert_eq!(delta[0]["change"], "changed");
+    assert_eq!(delta[0]["key"], site.url(&format!("/item/{CHANGED}.html")));
+    assert_eq!(
+        delta[0]["item"]["fields"],
+        expected_fields(site, CHANGED, NEW_PRICE)
+    );
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(
+        (
+            &counted["delta"]["changed"],
+            &counted["delta"]["unchanged"],
+            &counted["delta"]["new"],
+            &counted["delta"]["gone"]
+        ),
+        (
+            &json!(1),
+            &json!(LISTINGS * PER_PAGE - 1),
+            &json!(0),
+            &json!(0)
+        ),
+        "{counted}"
+    );
+    assert_eq!(
+        gunzip_lines(&delivery.join("items.jsonl.gz")).len(),
+        LISTINGS * PER_PAGE
+    );
 }
 
 #[tokio::test]
@@ -182,132 +296,149 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
     assert!(!Path::new(data).exists(), "the dry run wrote nothing");
 
     // WHEN the site is crawled with a daily recrawl
-    let crawl = trawl(
-        &[
-            "crawl",
-            &site.url("/list/0.html"),
-            "--allow-private-networks",
-            "--recrawl-every",
-            "1d",
-            "--config",
-            config.to_str().unwrap(),
-            "--data-dir",
-            data,
-            "--json",
-        ],
-        &dir,
-    )
-    .await;
-    assert!(
-        crawl.status.success(),
-        "{}",
-        String::from_utf8_lossy(&crawl.stderr)
+    let crawl = succeeded(
+        trawl(
+            &[
+                "crawl",
+                &site.url("/list/0.html"),
+                "--allow-private-networks",
+                "--recrawl-every",
+                "1d",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data,
+                "--json",
+            ],
+            &dir,
+        )
+        .await,
     );
     let first = json_of(&crawl);
     assert_eq!(first["counts"]["succeeded"], LISTINGS + LISTINGS * PER_PAGE);
 
-    // THEN the delivery's items are exactly the 30 listing items, each merged with its detail
-    // page, keyed by the detail page's URL, with its pages, task ids and fetch times
-    let delivery = delivery_of(&first);
-    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
-    let by_key: BTreeMap<String, &Value> = items
-        .iter()
-        .map(|i| (i["key"].as_str().unwrap().to_owned(), i))
-        .collect();
-    assert_eq!(items.len(), LISTINGS * PER_PAGE);
-    assert_eq!(by_key.len(), items.len(), "one item per key");
-    for n in 0..LISTINGS * PER_PAGE {
-        let key = site.url(&format!("/item/{n}.html"));
-        let item = by_key[&key];
-        assert_eq!(
-            item["fields"],
-            expected_fields(&site, n, &price(n)),
-            "{item}"
-        );
-        assert_eq!(item["extractor"], "listing");
-        assert_eq!(
-            item["page_url"],
-            site.url(&format!("/list/{}.html", n / PER_PAGE))
-        );
-        assert_eq!(item["detail"]["url"], key);
-        assert_eq!(item["task_id"].as_str().unwrap().len(), 32);
-        assert!(item["fetched_at"].as_str().unwrap().starts_with("20"));
-        assert_eq!(item["valid"], n != UNTITLED && n != UNPRICED, "{item}");
-    }
-
-    // AND the invalid items are counted per extractor with examples, never dropped
-    let summary = summary_of(delivery);
-    let counted = &summary["items"];
-    assert_eq!(counted["items"], LISTINGS * PER_PAGE, "{counted}");
-    assert_eq!(counted["invalid"], 2);
-    let listing = &counted["by_extractor"]["listing"];
-    assert_eq!(listing["invalid"], 2);
-    let examples: Vec<&str> = listing["invalid_examples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["errors"][0]["field"].as_str().unwrap())
-        .collect();
-    assert_eq!(examples, ["title", "price"]);
-    assert_eq!(counted["delta"]["new"], LISTINGS * PER_PAGE);
-    let index: Value =
-        serde_json::from_str(&std::fs::read_to_string(delivery.join("index.json")).unwrap())
-            .unwrap();
-    assert!(
-        index["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["name"] == "items.jsonl.gz" && f["records"] == LISTINGS * PER_PAGE),
-        "{index}"
-    );
+    check_first_delivery(&site, delivery_of(&first));
 
     // GIVEN one detail page changed
-    let new_price = "99.00 €";
-    site.route(
-        &format!("/item/{CHANGED}.html"),
-        Route::html(detail_page(CHANGED, new_price)),
-    );
+    change_detail_page(&site);
 
     // WHEN the next generation runs
-    let recrawl = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
-    assert!(
-        recrawl.status.success(),
-        "{}",
-        String::from_utf8_lossy(&recrawl.stderr)
-    );
+    let recrawl = succeeded(trawl(&["recrawl", "--json", "--data-dir", data], &dir).await);
     let second = json_of(&recrawl);
 
-    // THEN its items delta holds exactly that item, changed, with its new price; every other
-    // item is unchanged (unchanged pages kept their items)
-    let delivery = delivery_of(&second);
-    let delta = gunzip_lines(&delivery.join("items-delta.jsonl.gz"));
-    assert_eq!(delta.len(), 1, "{delta:?}");
-    assert_eq!(delta[0]["change"], "changed");
-    assert_eq!(delta[0]["key"], site.url(&format!("/item/{CHANGED}.html")));
-    assert_eq!(
-        delta[0]["item"]["fields"],
-        expected_fields(&site, CHANGED, new_price)
+    check_second_delivery(&site, delivery_of(&second));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Handler rounds until the delivery of `generation` exists (bounded in rounds and time).
+async fn run_functions_until_delivered(
+    deployed: &crate::operator::Deployed,
+    functions: &crate::operator::Functions,
+    crawl_id: &str,
+    generation: u64,
+) {
+    let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
+    let blobs =
+        trawl_aws::s3::S3BlobStore::new(deployed.clients.s3.clone(), &deployed.stack.bucket, calls);
+    let prefix = format!("{}deliveries/crawl={crawl_id}/", crate::operator::PREFIX);
+    let marker = format!("/gen-{generation:06}/_SUCCESS");
+    let started = std::time::Instant::now();
+    for _ in 0..MOTO_ROUNDS {
+        functions.round(deployed).await;
+        let keys = trawl_core::blob::BlobStore::list(&blobs, &prefix)
+            .await
+            .unwrap();
+        if keys.iter().any(|k| k.ends_with(&marker)) {
+            return;
+        }
+        assert!(started.elapsed() < MOTO_TIME_LIMIT, "out of time");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("generation {generation} was not delivered in {MOTO_ROUNDS} rounds");
+}
+
+/// Bounds of the handlers' loop on moto.
+const MOTO_ROUNDS: usize = 400;
+const MOTO_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `trawl deliveries get` of the crawl's newest complete delivery: its directory.
+async fn download(
+    deployed: &crate::operator::Deployed,
+    env: &[(&str, &str)],
+    crawl_id: &str,
+    out: &Path,
+) -> std::path::PathBuf {
+    let fetched = succeeded(
+        deployed
+            .run(
+                &[
+                    "deliveries",
+                    "get",
+                    "--crawl-id",
+                    crawl_id,
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--json",
+                ],
+                env,
+            )
+            .await,
     );
-    let counted = &summary_of(delivery)["items"];
-    assert_eq!(
-        (
-            &counted["delta"]["changed"],
-            &counted["delta"]["unchanged"],
-            &counted["delta"]["new"],
-            &counted["delta"]["gone"]
-        ),
-        (
-            &json!(1),
-            &json!(LISTINGS * PER_PAGE - 1),
-            &json!(0),
-            &json!(0)
-        ),
-        "{counted}"
+    std::path::PathBuf::from(json_of(&fetched)["directory"].as_str().unwrap())
+}
+
+#[tokio::test]
+async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
+    // GIVEN a deployed stack on moto, the same site, and the crawl submitted with extractors
+    let deployed = crate::operator::deploy(&crate::support::moto::shared().endpoint).await;
+    let site = site().await;
+    let dir = temp_dir("items-moto");
+    let config = dir.join("config.json");
+    std::fs::write(&config, CONFIG).unwrap();
+    let crawl_id = crate::support::unique("items");
+    let env = [("TRAWL_STACK", deployed.name.as_str())];
+    let submitted = succeeded(
+        deployed
+            .run(
+                &[
+                    "submit",
+                    &site.url("/list/0.html"),
+                    "--crawl-id",
+                    &crawl_id,
+                    "--allow-private-networks",
+                    "--recrawl-every",
+                    "1d",
+                    "--config",
+                    config.to_str().unwrap(),
+                    "--json",
+                ],
+                &env,
+            )
+            .await,
     );
-    assert_eq!(
-        gunzip_lines(&delivery.join("items.jsonl.gz")).len(),
-        LISTINGS * PER_PAGE
+
+    // WHEN the seeder, crawler, sweeper and deliverer handlers run it to its delivery
+    let functions = crate::operator::functions(&deployed);
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 0).await;
+
+    // THEN the delivery holds the same merged items, invalid ones counted
+    let first = download(&deployed, &env, &crawl_id, &dir.join("gen0")).await;
+    check_first_delivery(&site, &first);
+
+    // WHEN a detail page changes and the next generation is started and run by the handlers
+    change_detail_page(&site);
+    let recrawl = succeeded(
+        deployed
+            .run(
+                &["recrawl", "--crawl-id", &crawl_id, "--detach", "--json"],
+                &env,
+            )
+            .await,
     );
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 1).await;
+
+    // THEN its items delta holds that item alone
+    let second = download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
+    check_second_delivery(&site, &second);
     let _ = std::fs::remove_dir_all(dir);
 }

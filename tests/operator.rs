@@ -32,7 +32,7 @@ use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::now_ms;
 
 const PAGES: usize = 12;
-const PREFIX: &str = "pages/";
+pub(crate) const PREFIX: &str = "pages/";
 /// Bounds of the handlers' loop: rounds, and wall time.
 const ROUNDS: usize = 300;
 const TIME_LIMIT: Duration = Duration::from_secs(90);
@@ -40,13 +40,13 @@ const TIME_LIMIT: Duration = Duration::from_secs(90);
 /// Resources made by `create_stack`, and a CloudFormation stack whose outputs name them as the
 /// template's do (moto creates no Lambda functions from a SAM template, so the stack is a stub
 /// with the same outputs).
-struct Deployed {
-    clients: Clients,
-    stack: Stack,
-    name: String,
+pub(crate) struct Deployed {
+    pub(crate) clients: Clients,
+    pub(crate) stack: Stack,
+    pub(crate) name: String,
 }
 
-async fn deploy(endpoint: &str) -> Deployed {
+pub(crate) async fn deploy(endpoint: &str) -> Deployed {
     let clients = support::clients(endpoint).await;
     let stack = create_stack(&clients, &unique("op")).await.unwrap();
     let name = unique("deployed");
@@ -112,12 +112,12 @@ impl Deployed {
         command
     }
 
-    async fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    pub(crate) async fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
         self.trawl(args, extra).output().await.unwrap()
     }
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -206,14 +206,14 @@ async fn site() -> Site {
 }
 
 /// The four functions' handlers, wired as their `main.rs` wires them, on the deployed stack.
-struct Functions {
+pub(crate) struct Functions {
     seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
     crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
     sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
     deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
 }
 
-fn functions(deployed: &Deployed) -> Functions {
+pub(crate) fn functions(deployed: &Deployed) -> Functions {
     let (clients, stack) = (&deployed.clients, &deployed.stack);
     let calls = Arc::new(CallCounts::default());
     let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, 4, calls.clone());
@@ -321,7 +321,7 @@ async fn acknowledge(
 
 impl Functions {
     /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
-    async fn round(&self, deployed: &Deployed) {
+    pub(crate) async fn round(&self, deployed: &Deployed) {
         let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
         if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();

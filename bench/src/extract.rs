@@ -1,10 +1,14 @@
 //! Extraction cost: a 10-field extractor (`trawl_core::extract`) run on the fixture site's
 //! ~20 KB pages, as the crawler runs it on each page it fetches. Measured as this thread's CPU
 //! time (`/proc/thread-self/schedstat`; wall time where that is missing), so a busy machine does
-//! not inflate it.
+//! not inflate it; then the local crawl (section 1's core crawler, data on tmpfs) with and
+//! without the extractor, CPU per page compared.
 
+use crate::error::{BenchResult, check};
+use crate::local;
 use crate::report::Figure;
-use crate::site;
+use crate::site::{self, Site};
+use std::path::PathBuf;
 use trawl_core::extract::Extractors;
 use trawl_domain::extract::Extractor;
 
@@ -48,6 +52,11 @@ fn definition(xpath: bool) -> serde_json::Value {
     }])
 }
 
+/// The 10-field extractor (`xpath`: half of its fields XPath), as a crawl configures it.
+pub fn extractors(xpath: bool) -> Result<Vec<Extractor>, String> {
+    serde_json::from_value(definition(xpath)).map_err(|e| e.to_string())
+}
+
 /// This thread's CPU time so far, in nanoseconds (None off Linux).
 fn thread_cpu_ns() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
@@ -56,9 +65,7 @@ fn thread_cpu_ns() -> Option<u64> {
 
 /// Milliseconds of CPU per page over `pages` fixture pages, one sample per run.
 fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, String> {
-    let defs: Vec<Extractor> =
-        serde_json::from_value(definition(xpath)).map_err(|e| e.to_string())?;
-    let extractors = Extractors::new(&defs).map_err(|e| e.to_string())?;
+    let extractors = Extractors::new(&extractors(xpath)?).map_err(|e| e.to_string())?;
     let extractor = extractors
         .for_url("http://127.0.0.1/p/0.html")
         .ok_or("the extractor matches every page")?;
@@ -84,15 +91,30 @@ fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, Strin
     Ok(samples)
 }
 
-pub fn run(pages: usize, runs: usize) -> Result<Vec<Figure>, String> {
-    let pages = pages.min(1_000);
-    let mixed = per_page_ms(true, pages, runs)?;
-    let css = per_page_ms(false, pages, runs)?;
+pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
+    let sample = pages.min(1_000);
+    let mixed = per_page_ms(true, sample, runs).map_err(|e| check(SECTION, e))?;
+    let css = per_page_ms(false, sample, runs).map_err(|e| check(SECTION, e))?;
     let rate: Vec<f64> = mixed.iter().map(|ms| 1_000.0 / ms).collect();
+    // The crawl itself, with and without the extractor, alternating (so load drifts hit both).
+    let site = Site::start(pages)?;
+    let client = reqwest::Client::new();
+    let root = Some(PathBuf::from(local::TMPFS))
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        eprintln!("  extraction: crawl run {}/{runs} ({pages} pages)", run + 1);
+        let plain = local::checked_crawl(&site, &client, &root, false).await?;
+        without.push(plain.cpu_s / pages as f64 * 1_000.0);
+        let extracting = local::checked_crawl(&site, &client, &root, true).await?;
+        with.push(extracting.cpu_s / pages as f64 * 1_000.0);
+    }
+    let ratio: Vec<f64> = with.iter().zip(&without).map(|(w, o)| w / o).collect();
     Ok(vec![
         Figure::of(
             SECTION,
-            format!("CPU per ~20 KB page, 10 fields, 5 of them XPath ({pages} pages)"),
+            format!("CPU per ~20 KB page, 10 fields, 5 of them XPath ({sample} pages)"),
             "ms",
             &mixed,
         ),
@@ -108,5 +130,24 @@ pub fn run(pages: usize, runs: usize) -> Result<Vec<Figure>, String> {
             "ms",
             &css,
         ),
+        Figure::of(
+            SECTION,
+            format!("core crawl CPU per page without extraction ({pages} pages, tmpfs)"),
+            "ms",
+            &without,
+        ),
+        Figure::of(
+            SECTION,
+            "core crawl CPU per page extracting 10 fields (5 XPath)",
+            "ms",
+            &with,
+        ),
+        Figure::of(
+            SECTION,
+            "crawl CPU with extraction ÷ without",
+            "ratio",
+            &ratio,
+        )
+        .at_most(1.2),
     ])
 }

@@ -82,6 +82,9 @@ enum ChildRole {
         start: String,
         #[arg(long)]
         dir: PathBuf,
+        /// Extract items with the extraction section's 10-field extractor.
+        #[arg(long)]
+        extract: bool,
     },
 }
 
@@ -92,7 +95,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let outcome = match &args.child {
         Some(ChildRole::ServeSite { pages }) => site::serve_main(*pages),
-        Some(ChildRole::CrawlOnce { start, dir }) => local::crawl_once_main(start, dir),
+        Some(ChildRole::CrawlOnce {
+            start,
+            dir,
+            extract,
+        }) => local::crawl_once_main(start, dir, *extract),
         None => bench(&args),
     };
     match outcome {
@@ -270,9 +277,9 @@ async fn measure(args: &Args) -> Report {
     }
     if wanted(Section::Extract) {
         eprintln!("extraction …");
-        match extract::run(pages, runs) {
+        match extract::run(pages, runs).await {
             Ok(figures) => report.figures.extend(figures),
-            Err(e) => failed(&mut report, "extraction", error::check("extraction", e)),
+            Err(e) => failed(&mut report, "extraction", e),
         }
     }
     match (&calls_result, &lambda_result) {

@@ -441,6 +441,15 @@ impl Checkpoint {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
+    /// The keys of the manifest segments written so far, in order.
+    fn manifest_keys(&self, prefix: &str) -> Vec<String> {
+        self.files
+            .iter()
+            .filter(|f| f.kind == FileKind::Manifest)
+            .map(|f| format!("{prefix}{}", f.name))
+            .collect()
+    }
+
     fn progress(&self, crawl_id: &CrawlId) -> DeliveryProgress {
         DeliveryProgress {
             crawl_id: crawl_id.clone(),
@@ -1142,12 +1151,7 @@ where
             return Ok(false);
         };
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
-        let current: Vec<String> = state
-            .files
-            .iter()
-            .filter(|f| f.kind == FileKind::Manifest)
-            .map(|f| format!("{prefix}{}", f.name))
-            .collect();
+        let current = state.manifest_keys(prefix);
         for partition in first..partitions {
             if budget.spent() {
                 return Ok(false);
@@ -1286,13 +1290,7 @@ where
         state: &mut Checkpoint,
     ) -> Result<(), DeliverError> {
         let mut pass = items::ItemsPass::new(self.blobs, self.layout, &crawl.id, &crawl.config)?;
-        let manifests: Vec<String> = state
-            .files
-            .iter()
-            .filter(|f| f.kind == FileKind::Manifest)
-            .map(|f| format!("{prefix}{}", f.name))
-            .collect();
-        for key in &manifests {
+        for key in &state.manifest_keys(prefix) {
             pass.add(key, &self.read_file(key).await?).await?;
         }
         let (lines, mut summary) = pass.finish();
