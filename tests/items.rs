@@ -397,7 +397,7 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
     std::fs::write(&config, CONFIG).unwrap();
     let crawl_id = crate::support::unique("items");
     let env = [("TRAWL_STACK", deployed.name.as_str())];
-    let submitted = succeeded(
+    succeeded(
         deployed
             .run(
                 &[
@@ -427,7 +427,7 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
 
     // WHEN a detail page changes and the next generation is started and run by the handlers
     change_detail_page(&site);
-    let recrawl = succeeded(
+    succeeded(
         deployed
             .run(
                 &["recrawl", "--crawl-id", &crawl_id, "--detach", "--json"],
