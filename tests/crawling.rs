@@ -431,6 +431,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
             bytes: body.into(),
             md5,
             compress: false,
+            items: None,
         }),
         now_ms(),
     )

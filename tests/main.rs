@@ -9,6 +9,7 @@ mod end_to_end;
 mod fetching;
 mod frontier;
 mod generations;
+mod items;
 mod operator;
 mod proxy;
 mod seeding;

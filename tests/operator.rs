@@ -33,7 +33,7 @@ use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::now_ms;
 
 const PAGES: usize = 12;
-const PREFIX: &str = "pages/";
+pub(crate) const PREFIX: &str = "pages/";
 /// Bounds of the handlers' loop: rounds, and wall time.
 const ROUNDS: usize = 300;
 const TIME_LIMIT: Duration = Duration::from_secs(90);
@@ -44,7 +44,7 @@ const TIME_LIMIT: Duration = Duration::from_secs(90);
 pub(crate) struct Deployed {
     pub(crate) clients: Clients,
     pub(crate) stack: Stack,
-    name: String,
+    pub(crate) name: String,
 }
 
 pub(crate) async fn deploy(endpoint: &str) -> Deployed {
@@ -113,12 +113,12 @@ impl Deployed {
         command
     }
 
-    async fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    pub(crate) async fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
         self.trawl(args, extra).output().await.unwrap()
     }
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -214,7 +214,7 @@ pub(crate) struct Functions {
     pub(crate) deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
 }
 
-fn functions(deployed: &Deployed) -> Functions {
+pub(crate) fn functions(deployed: &Deployed) -> Functions {
     functions_with(deployed, Arc::new(Fetcher::new("").unwrap()))
 }
 

@@ -34,7 +34,7 @@ const WORKERS: usize = 4;
 const CRAWL_TIMEOUT: Duration = Duration::from_secs(180);
 const SITE: &str = "127.0.0.1";
 /// A memory-backed file system, when the machine has one.
-const TMPFS: &str = "/dev/shm";
+pub const TMPFS: &str = "/dev/shm";
 
 /// A crawl config for the loopback fixture: private networks allowed, robots respected, no
 /// politeness delay, `PER_HOST` requests in flight within the one host's turn.
@@ -111,26 +111,26 @@ pub struct CrawlOnce {
 
 /// Entry point of the `crawl-once` child: crawls `start` into `dir` with the core `Crawler` on
 /// SQLite + files + the local queue, and prints a `CrawlOnce` JSON line.
-pub fn crawl_once_main(start: &str, dir: &Path) -> BenchResult<()> {
+pub fn crawl_once_main(start: &str, dir: &Path, extract: bool) -> BenchResult<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .step("crawl runtime")?;
-    let result = runtime.block_on(crawl_embedded(start, dir))?;
+    let result = runtime.block_on(crawl_embedded(start, dir, extract))?;
     println!("{}", serde_json::to_string(&result).step("encode result")?);
     Ok(())
 }
 
-async fn crawl_embedded(start: &str, dir: &Path) -> BenchResult<CrawlOnce> {
+async fn crawl_embedded(start: &str, dir: &Path, extract: bool) -> BenchResult<CrawlOnce> {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::open(dir.join("trawl.db"), calls.clone()).step("open sqlite")?;
     let blobs = FsBlobStore::new(dir.join("objects"), calls.clone());
     let queue = LocalQueue::new(Duration::from_secs(120), calls.clone());
-    let crawl = Crawl::new(
-        CrawlId::parse("bench").step("crawl id")?,
-        fixture_config(),
-        now_ms(),
-    );
+    let mut config = fixture_config();
+    if extract {
+        config.extract = crate::extract::extractors(true).map_err(|e| check("extractors", e))?;
+    }
+    let crawl = Crawl::new(CrawlId::parse("bench").step("crawl id")?, config, now_ms());
     store.create_crawl(&crawl).await.step("create crawl")?;
     let fetcher = Arc::new(Fetcher::new("").step("fetcher")?);
     let crawler = Crawler::new(store, blobs, queue, fetcher, Layout::default(), 10, calls);
@@ -202,15 +202,16 @@ async fn work(crawler: &EmbeddedCrawler, deadline: Instant) -> BenchResult<()> {
     Err(check("crawl", "timed out"))
 }
 
-/// Crawls the site in a child with its data under `root`; checks every page was stored and
-/// fetched exactly once.
-async fn checked_crawl(
+/// Crawls the site in a child with its data under `root` (extracting items with the extraction
+/// section's 10 fields when `extract`); checks every page was stored and fetched exactly once.
+pub async fn checked_crawl(
     site: &Site,
     client: &reqwest::Client,
     root: &Path,
+    extract: bool,
 ) -> BenchResult<CrawlOnce> {
     site.reset(client).await?;
-    let crawl = crawl_child(site, root)?;
+    let crawl = crawl_child(site, root, extract)?;
     let stats = site.stats(client).await?;
     let pages = site.pages as u64;
     if crawl.succeeded != pages || stats.distinct != pages || stats.max_per_page != 1 {
@@ -223,12 +224,13 @@ async fn checked_crawl(
 }
 
 /// Runs the `crawl-once` child and returns what it reports.
-fn crawl_child(site: &Site, root: &Path) -> BenchResult<CrawlOnce> {
+fn crawl_child(site: &Site, root: &Path, extract: bool) -> BenchResult<CrawlOnce> {
     let dir = TempDir::new_in(root, "crawl")?;
     let exe = std::env::current_exe().step("locate trawl-bench")?;
     let output = Command::new(exe)
         .args(["crawl-once", "--start", &site.page_url(0), "--dir"])
         .arg(&dir.0)
+        .args(extract.then_some("--extract"))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -310,14 +312,14 @@ pub async fn run(
         let limit = raw_fetch(&site, &client).await?;
         raw.push(limit);
         // Blocking waits on child processes: nothing else runs in this process meanwhile.
-        let crawl = checked_crawl(&site, &client, &std::env::temp_dir()).await?;
+        let crawl = checked_crawl(&site, &client, &std::env::temp_dir(), false).await?;
         let pages_per_s = pages as f64 / crawl.elapsed_s;
         rate.push(pages_per_s);
         fraction.push(pages_per_s / limit);
         cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
         rss.push(crawl.peak_rss_mib);
         if let Some(root) = &in_memory {
-            let crawl = checked_crawl(&site, &client, root).await?;
+            let crawl = checked_crawl(&site, &client, root, false).await?;
             memory_rate.push(pages as f64 / crawl.elapsed_s);
             memory_cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
         }

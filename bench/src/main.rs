@@ -7,6 +7,7 @@ mod calls;
 mod capacity;
 mod cost;
 mod error;
+mod extract;
 mod freshness;
 mod frontier;
 mod hosts;
@@ -62,6 +63,7 @@ enum Section {
     Freshness,
     Hosts,
     Storage,
+    Extract,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -80,6 +82,9 @@ enum ChildRole {
         start: String,
         #[arg(long)]
         dir: PathBuf,
+        /// Extract items with the extraction section's 10-field extractor.
+        #[arg(long)]
+        extract: bool,
     },
 }
 
@@ -90,7 +95,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let outcome = match &args.child {
         Some(ChildRole::ServeSite { pages }) => site::serve_main(*pages),
-        Some(ChildRole::CrawlOnce { start, dir }) => local::crawl_once_main(start, dir),
+        Some(ChildRole::CrawlOnce {
+            start,
+            dir,
+            extract,
+        }) => local::crawl_once_main(start, dir, *extract),
         None => bench(&args),
     };
     match outcome {
@@ -281,6 +290,13 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Storage) {
         eprintln!("bodies at rest …");
         report.figures.extend(storage::run(pages));
+    }
+    if wanted(Section::Extract) {
+        eprintln!("extraction …");
+        match extract::run(pages, runs).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "extraction", e),
+        }
     }
     match (&calls_result, &lambda_result) {
         (Some(calls), Some(lambda)) => {

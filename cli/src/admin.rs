@@ -102,6 +102,7 @@ where
         }
         Command::Config(command) => generations::config(&backend, &command, json).await,
         Command::Check(args) => generations::check(&backend, &args, json).await,
+        Command::Extract(args) => crate::extract::run(&args, json).await,
         Command::Submit(args) => match plan {
             Some(plan) => crate::submit::run(backend.seed_queue.as_ref(), &args, plan, json).await,
             None => Err(CliError::Usage(

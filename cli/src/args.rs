@@ -80,6 +80,9 @@ pub enum Command {
     /// Fetch a URL and say what the crawl's rules make of it (its schedule, a soft 404, a
     /// gone page) without writing anything.
     Check(CheckArgs),
+    /// Fetch a URL and print the items the configuration's extractors take out of it, and
+    /// which fields failed, without writing anything.
+    Extract(ExtractArgs),
     /// Hand a crawl to the deployed functions (--backend aws): sends the seed requests to the
     /// seed queue and returns at once; follow it with `trawl status --crawl-id ID --watch`.
     Submit(CrawlArgs),
@@ -144,6 +147,18 @@ pub struct CheckArgs {
     /// The crawl whose rules apply (default: the only crawl, else the defaults).
     #[arg(long)]
     pub crawl_id: Option<String>,
+    /// Allow loopback and private addresses (as `trawl crawl` does).
+    #[arg(long)]
+    pub allow_private_networks: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The URL to fetch.
+    pub url: String,
+    /// A crawl configuration with `extract` rules, as JSON (`trawl config show` prints one).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
     /// Allow loopback and private addresses (as `trawl crawl` does).
     #[arg(long)]
     pub allow_private_networks: bool,

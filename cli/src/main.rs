@@ -11,6 +11,7 @@ mod crawl;
 mod deliveries;
 mod demo;
 mod error;
+mod extract;
 mod generations;
 mod given_up;
 mod output;
@@ -114,6 +115,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         return admin::setup(args, global.json).await;
     }
+    // The extractors' dry run needs no backend: it reads a file and fetches a page.
+    if let Command::Extract(args) = &cli.command {
+        return extract::run(args, global.json).await;
+    }
     if matches!(cli.command, Command::Submit(_)) && global.backend != BackendKind::Aws {
         return Err(CliError::Usage(
             "`trawl submit` hands a crawl to the deployed functions: add --backend aws and              --stack NAME (`trawl crawl` crawls in this process)"
@@ -145,9 +150,10 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Hosts(_)
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
         | Command::Check(_)
+        | Command::Extract(_)
         | Command::Config(ConfigCommand::Show(_))
         | Command::Deliveries(DeliveriesCommand::List(_) | DeliveriesCommand::Get(_))
-        // `setup` and `submit` are refused before any local backend is opened.
+        // `setup` and `submit` are refused (and `extract` run) before any backend is opened.
         | Command::Setup(_)
         | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod crawler;
 pub mod deliver;
 pub mod discover;
+pub mod extract;
 pub mod fetch;
 pub mod frontier;
 pub mod operate;

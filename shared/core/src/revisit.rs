@@ -105,7 +105,7 @@ pub(crate) fn url_pattern(regex: Option<&str>, glob: Option<&str>) -> Result<Str
 }
 
 /// `*` is any run of characters, `?` any one; everything else is literal.
-fn glob_regex(glob: &str) -> String {
+pub(crate) fn glob_regex(glob: &str) -> String {
     let mut out = String::with_capacity(glob.len() + 8);
     out.push('^');
     for c in glob.chars() {

@@ -2,6 +2,7 @@
 
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
+use crate::extract::Extractor;
 use crate::retry::RetryPolicy;
 use crate::revisit::Revisit;
 use crate::schedule::Schedule;
@@ -559,6 +560,10 @@ pub struct CrawlConfig {
     /// How long a claim holds a task before another worker may take it over, in milliseconds.
     pub lease_ms: u64,
     pub storage: Storage,
+    /// What data is taken out of pages (`crate::extract`); the first extractor matching a
+    /// page's URL applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extract: Vec<Extractor>,
 }
 
 /// How page bodies are kept.
@@ -584,6 +589,7 @@ impl Default for CrawlConfig {
             user_agent: DEFAULT_USER_AGENT.to_owned(),
             lease_ms: 120_000,
             storage: Storage::default(),
+            extract: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod calls;
 pub mod canonical;
 pub mod capacity;
 pub mod crawl;
+pub mod extract;
 pub mod host;
 pub mod price;
 pub mod retry;

@@ -3,7 +3,8 @@
 //!
 //! Page bodies live at `{prefix}crawl={crawl_id}/pk={task_id}/attr=html/md5={md5_hex}`: the key
 //! names the content, so writing the same body twice is harmless, and a task's objects are all
-//! under one prefix.
+//! under one prefix. The items extracted from a body (`crate::extract`) live beside it, at
+//! `attr=items/md5={md5_hex}` (the body's md5), as a small JSON object.
 //!
 //! A crawl may keep its bodies gzip-compressed at rest (`ObjectMeta::compress`): the store
 //! compresses on `put` and decompresses on `get`, so every reader sees the page's own bytes and
@@ -154,6 +155,12 @@ impl Layout {
             "{}attr=html/md5={md5_hex}",
             self.task_prefix(crawl_id, task_id)
         )
+    }
+
+    /// Key of the items extracted from the page body at `html_key` (`crate::extract`): beside
+    /// the body, under the same md5, so an unchanged page keeps its items.
+    pub fn items_key_of(html_key: &str) -> String {
+        html_key.replacen("/attr=html/", "/attr=items/", 1)
     }
 
     /// Every object of one task lies under this prefix.

@@ -16,6 +16,7 @@ pub use record::{PageBody, RecordError, StoredPage, record_page};
 use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
 use crate::discover::{ScopeMatcher, extract_links};
+use crate::extract::{CompiledExtractor, Extractors};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue};
@@ -24,6 +25,7 @@ use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
     TaskSummary,
 };
+use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -122,6 +124,7 @@ struct CrawlContext {
     crawl: Crawl,
     scope: ScopeMatcher,
     revisit: RevisitRules,
+    extractors: Extractors,
     loaded: Instant,
 }
 
@@ -820,10 +823,18 @@ where
                 };
                 (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
                 let bytes = record.content_length;
+                // Extracted while the body is in memory; an unchanged page keeps its items.
+                let items = match (&page.body, context.extractors.for_url(url.as_str())) {
+                    (Some(body), Some(extractor)) if page.is_html() && !unchanged => {
+                        extract_items(extractor, &body.bytes, page.final_url.as_url())
+                    }
+                    _ => None,
+                };
                 let page_body = page.body.map(|b| PageBody {
                     bytes: b.bytes,
                     md5: b.md5,
                     compress: config.storage.compress_bodies,
+                    items,
                 });
                 match record_page(
                     &self.store,
@@ -999,10 +1010,17 @@ where
                 key: crawl_id.to_string(),
                 reason,
             })?;
+        // And extractors.
+        let extractors =
+            Extractors::new(&crawl.config.extract).map_err(|e| StoreError::Corrupt {
+                key: crawl_id.to_string(),
+                reason: e.to_string(),
+            })?;
         let context = Arc::new(CrawlContext {
             crawl,
             scope,
             revisit,
+            extractors,
             loaded: Instant::now(),
         });
         self.crawls
@@ -1010,6 +1028,21 @@ where
             .await
             .insert(crawl_id.clone(), context.clone());
         Ok(Some(context))
+    }
+}
+
+/// The items `extractor` finds in `html` (fetched from `base`), as the JSON stored beside the
+/// body; None (logged) in the unexpected case that they do not serialise.
+fn extract_items(extractor: &CompiledExtractor, html: &[u8], base: &url::Url) -> Option<Bytes> {
+    let found = extractor.extract(html, base);
+    let invalid = found.items.iter().filter(|i| !i.is_valid()).count();
+    tracing::debug!(extractor = %found.extractor, items = found.items.len(), invalid, "items");
+    match serde_json::to_vec(&found) {
+        Ok(json) => Some(Bytes::from(json)),
+        Err(e) => {
+            tracing::error!(error = %e, "items not stored");
+            None
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 use crate::blob::{BlobError, BlobStore, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
+use md5::{Digest, Md5};
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::task::{FetchRecord, Lease, Millis, Task};
@@ -45,6 +46,8 @@ pub struct PageBody {
     pub md5: [u8; 16],
     /// The crawl keeps its bodies compressed at rest (`storage.compress_bodies`).
     pub compress: bool,
+    /// The items extracted from the body (JSON), when an extractor applies to the page.
+    pub items: Option<Bytes>,
 }
 
 /// Stores `body` (when given) and finishes the claimed `task` with `record`,
@@ -62,12 +65,17 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     now: Millis,
 ) -> Result<StoredPage, RecordError> {
     let mut written: Option<(String, String)> = None;
+    // Whether the task's objects have items beside them (an extractor applies to its URL, and
+    // so to every fetch of it).
+    let mut with_items = false;
     if let Some(PageBody {
         bytes,
         md5,
         compress,
+        items,
     }) = body
     {
+        with_items = items.is_some();
         let md5_hex = hex::encode(md5);
         let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
         let unchanged = task
@@ -85,6 +93,15 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                 compress,
             };
             blobs.put(&key, bytes, &meta).await?;
+            if let Some(items) = items {
+                let meta = ObjectMeta {
+                    content_type: "application/json".to_owned(),
+                    md5: Md5::digest(&items).into(),
+                    compress: false,
+                    ..meta
+                };
+                blobs.put(&Layout::items_key_of(&key), items, &meta).await?;
+            }
             written = Some((key.clone(), md5_hex.clone()));
         }
         record.object_key = Some(key);
@@ -107,7 +124,7 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
             }
             for key in doomed {
                 // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
-                if let Err(e) = blobs.delete(&key).await {
+                if let Err(e) = delete_page(blobs, &key, with_items).await {
                     tracing::warn!(key, error = %e, "could not delete a replaced object");
                 }
             }
@@ -123,16 +140,30 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                     .and_then(|f| f.object_key.as_deref());
                 if current_key != Some(key.as_str()) {
                     match current {
-                        Some(t) if t.status.is_terminal() => blobs.delete(&key).await?,
+                        Some(t) if t.status.is_terminal() => {
+                            delete_page(blobs, &key, with_items).await?;
+                        }
                         Some(_) => {
                             store.add_stale(&task.crawl_id, &task.task_id, &md5).await?;
                         }
                         // The task is gone (purged): nothing may point at the object.
-                        None => blobs.delete(&key).await?,
+                        None => delete_page(blobs, &key, with_items).await?,
                     }
                 }
             }
             Ok(StoredPage::LostLease)
         }
     }
+}
+
+/// Deletes the body at `key`, and its items when the task has some.
+async fn delete_page<B: BlobStore>(
+    blobs: &B,
+    key: &str,
+    with_items: bool,
+) -> Result<(), BlobError> {
+    if with_items {
+        blobs.delete(&Layout::items_key_of(key)).await?;
+    }
+    blobs.delete(key).await
 }

@@ -105,11 +105,11 @@ pub(crate) struct PartitionIndex {
     entries: HashMap<Digest16, Entry>,
 }
 
-/// The lines of a gzipped manifest, decoded one at a time.
-pub(crate) fn lines<'a>(
+/// The lines of a gzipped JSON-lines file (a manifest, items), decoded one at a time.
+pub(crate) fn lines<'a, T: serde::de::DeserializeOwned>(
     key: &'a str,
     manifest: &'a [u8],
-) -> impl Iterator<Item = Result<ManifestLine, DeliverError>> + 'a {
+) -> impl Iterator<Item = Result<T, DeliverError>> + 'a {
     BufReader::new(MultiGzDecoder::new(manifest))
         .lines()
         .filter(|line| !line.as_ref().is_ok_and(|l| l.trim().is_empty()))
@@ -119,7 +119,7 @@ pub(crate) fn lines<'a>(
                 reason,
             };
             let line = line.map_err(|e| corrupt(e.to_string()))?;
-            serde_json::from_str::<ManifestLine>(&line).map_err(|e| corrupt(e.to_string()))
+            serde_json::from_str::<T>(&line).map_err(|e| corrupt(e.to_string()))
         })
 }
 

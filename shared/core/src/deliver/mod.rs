@@ -10,6 +10,9 @@
 //! - `delta-NNNNN.jsonl.gz`: new, changed and gone pages since the previous delivery of the run,
 //!   each with its reason (unchanged ones are counted in the summary);
 //! - `index.json`: every file above with its size, record count and md5 (`DeliveryIndex`);
+//! - `items.jsonl.gz` and `items-delta.jsonl.gz`, for a crawl with extractors: the items
+//!   extracted from its pages, and those new, changed or gone since the previous delivery
+//!   (`items`);
 //! - `summary.json`: counts, errors, bytes, timing, calls and estimated cost (`Summary`);
 //! - `_SUCCESS`, written last: a delivery without it is incomplete and is ignored.
 //!
@@ -24,13 +27,18 @@
 
 mod delta;
 mod gzip;
+mod items;
 mod purge;
 mod summary;
 mod warc;
 
 pub use delta::{Change, DeltaLine};
+pub use items::{DetailPage, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine};
 pub use purge::{PurgeError, PurgeReport, purge};
-pub use summary::{CallCount, CostEstimate, DeltaSummary, PageProblem, Summary, WarcSummary};
+pub use summary::{
+    CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
+    PageProblem, Summary, WarcSummary,
+};
 
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
@@ -130,6 +138,10 @@ pub enum FileKind {
     Manifest,
     Pages,
     Delta,
+    /// `items.jsonl.gz` (one per delivery).
+    Items,
+    /// `items-delta.jsonl.gz` (one per delivery).
+    ItemsDelta,
 }
 
 impl FileKind {
@@ -139,6 +151,8 @@ impl FileKind {
             FileKind::Manifest => format!("manifest-{n:05}.jsonl.gz"),
             FileKind::Pages => format!("pages-{n:05}.warc.gz"),
             FileKind::Delta => format!("delta-{n:05}.jsonl.gz"),
+            FileKind::Items => ITEMS_FILE.to_owned(),
+            FileKind::ItemsDelta => ITEMS_DELTA_FILE.to_owned(),
         }
     }
 }
@@ -382,6 +396,8 @@ struct Tally {
     page_bytes: u64,
     warc: WarcSummary,
     delta: DeltaSummary,
+    #[serde(default)]
+    items: Option<ItemsSummary>,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -426,6 +442,15 @@ impl Checkpoint {
     fn segments(&self, kind: FileKind) -> u32 {
         let n = self.files.iter().filter(|f| f.kind == kind).count();
         u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The keys of the manifest segments written so far, in order.
+    fn manifest_keys(&self, prefix: &str) -> Vec<String> {
+        self.files
+            .iter()
+            .filter(|f| f.kind == FileKind::Manifest)
+            .map(|f| format!("{prefix}{}", f.name))
+            .collect()
     }
 
     fn progress(&self, crawl_id: &CrawlId) -> DeliveryProgress {
@@ -646,6 +671,9 @@ where
             tracing::info!(crawl = %crawl_id, delivery = %id, tasks = state.tally.tasks,
                 files = state.files.len(), "delivery paused at its deadline");
             return Ok(Delivery::Paused(state.progress(crawl_id)));
+        }
+        if !crawl.config.extract.is_empty() {
+            self.write_items(&crawl, &run, &prefix, &mut state).await?;
         }
 
         let index = DeliveryIndex {
@@ -1127,12 +1155,7 @@ where
             return Ok(false);
         };
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
-        let current: Vec<String> = state
-            .files
-            .iter()
-            .filter(|f| f.kind == FileKind::Manifest)
-            .map(|f| format!("{prefix}{}", f.name))
-            .collect();
+        let current = state.manifest_keys(prefix);
         for partition in first..partitions {
             if budget.spent() {
                 return Ok(false);
@@ -1258,7 +1281,73 @@ where
             soft_404_reference_misses: crawl.reference_misses,
             calls: summary::call_counts(&crawl.calls),
             estimated_cost: CostEstimate::from_calls(&crawl.calls),
+            items: tally.items,
         }
+    }
+
+    /// The items pass (`items`), in one go once the delta is written: `items.jsonl.gz` and
+    /// `items-delta.jsonl.gz`, indexed, with their counts in the tally.
+    async fn write_items(
+        &self,
+        crawl: &Crawl,
+        run: &str,
+        prefix: &str,
+        state: &mut Checkpoint,
+    ) -> Result<(), DeliverError> {
+        let mut pass = items::ItemsPass::new(self.blobs, self.layout, &crawl.id, &crawl.config)?;
+        for key in &state.manifest_keys(prefix) {
+            pass.add(key, &self.read_file(key).await?).await?;
+        }
+        let (lines, mut summary) = pass.finish();
+        let previous_key = state.previous.as_ref().map(|p| {
+            (
+                p.delivery_id.clone(),
+                format!("{run}{}/{ITEMS_FILE}", p.delivery_id),
+            )
+        });
+        let mut previous = None;
+        if let Some((id, key)) = &previous_key
+            && let Some(bytes) = get_with_retry(self.blobs, key).await?
+        {
+            summary.delta.previous = Some(id.clone());
+            previous = Some(bytes);
+        }
+        let key = previous_key.map(|(_, key)| key).unwrap_or_default();
+        let changes = items::delta(&key, previous.as_deref(), &lines, &mut summary.delta)?;
+        let written = [
+            self.write_lines(prefix, FileKind::Items, &lines).await?,
+            self.write_lines(prefix, FileKind::ItemsDelta, &changes)
+                .await?,
+        ];
+        state.files.extend(written);
+        state.tally.items = Some(summary);
+        Ok(())
+    }
+
+    /// Writes `lines` as the gzipped JSON-lines file of `kind`; its index entry.
+    async fn write_lines<T: Serialize>(
+        &self,
+        prefix: &str,
+        kind: FileKind,
+        lines: &[T],
+    ) -> Result<IndexedFile, DeliverError> {
+        let name = kind.name(0);
+        let key = format!("{prefix}{name}");
+        let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
+        for line in lines {
+            if let Err(e) = out.write(&json_line(line)?).await {
+                out.abort().await;
+                return Err(e);
+            }
+        }
+        let file = out.complete().await?;
+        Ok(IndexedFile {
+            name,
+            kind,
+            bytes: file.bytes,
+            records: lines.len() as u64,
+            md5: file.md5,
+        })
     }
 }
 

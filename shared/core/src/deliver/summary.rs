@@ -41,6 +41,49 @@ pub struct Summary {
     /// (those are on the crawl's totals; the next generation's summary counts them).
     pub calls: Vec<CallCount>,
     pub estimated_cost: CostEstimate,
+    /// The items extracted (a crawl with extractors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<ItemsSummary>,
+}
+
+/// What `items.jsonl.gz` holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemsSummary {
+    /// Items delivered, and those of them invalid (delivered with their errors).
+    pub items: u64,
+    pub invalid: u64,
+    /// Per extractor, with the first invalid items.
+    pub by_extractor: BTreeMap<String, ExtractorItems>,
+    /// Pages an extractor applies to that have no items (not HTML).
+    pub pages_without_items: u64,
+    /// Detail pages with items that no listing item links to (their items are not delivered).
+    pub detail_pages_unlinked: u64,
+    pub delta: ItemsDelta,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractorItems {
+    pub items: u64,
+    pub invalid: u64,
+    pub invalid_examples: Vec<InvalidItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidItem {
+    pub key: String,
+    pub page_url: String,
+    pub errors: Vec<crate::extract::FieldError>,
+}
+
+/// `items-delta.jsonl.gz`'s counts, by item key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemsDelta {
+    /// The delivery compared with (None: none with items).
+    pub previous: Option<String>,
+    pub new: u64,
+    pub changed: u64,
+    pub gone: u64,
+    pub unchanged: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -305,6 +305,9 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if let Err(e) = crate::revisit::RevisitRules::new(&config.recrawl) {
         problems.push(e);
     }
+    if let Err(e) = crate::extract::Extractors::new(&config.extract) {
+        problems.push(e.to_string());
+    }
     let ua = &config.user_agent;
     if ua.len() > 256 || ua.chars().any(char::is_control) {
         problems

@@ -1,0 +1,153 @@
+//! Extraction cost: a 10-field extractor (`trawl_core::extract`) run on the fixture site's
+//! ~20 KB pages, as the crawler runs it on each page it fetches. Measured as this thread's CPU
+//! time (`/proc/thread-self/schedstat`; wall time where that is missing), so a busy machine does
+//! not inflate it; then the local crawl (section 1's core crawler, data on tmpfs) with and
+//! without the extractor, CPU per page compared.
+
+use crate::error::{BenchResult, check};
+use crate::local;
+use crate::report::Figure;
+use crate::site::{self, Site};
+use std::path::PathBuf;
+use trawl_core::extract::Extractors;
+use trawl_domain::extract::Extractor;
+
+const SECTION: &str = "extract";
+
+/// Ten fields over the fixture page: text, attributes, HTML, a regex capture, counts, a join;
+/// `xpath` decides whether half of them are XPath (the page is then also copied into the XPath
+/// document) or all are CSS.
+fn definition(xpath: bool) -> serde_json::Value {
+    let (title, links, paragraphs, first_href, words) = if xpath {
+        (
+            serde_json::json!({"xpath": "//title/text()", "processors": ["trim", "required"]}),
+            serde_json::json!({"xpath": "count(//nav/a)", "processors": ["number"]}),
+            serde_json::json!({"xpath": "count(//p)", "processors": ["number"]}),
+            serde_json::json!({"xpath": "//nav/a[1]/@href", "processors": ["absolute_url"]}),
+            serde_json::json!({"xpath": "//p[2]", "regex": "(lambda|queue)", "processors": [{"default": "none"}]}),
+        )
+    } else {
+        (
+            serde_json::json!({"css": "title", "processors": ["trim", "required"]}),
+            serde_json::json!({"css": "nav a", "processors": [{"join": "|"}]}),
+            serde_json::json!({"css": "p", "value": "html", "processors": [{"join": ""}]}),
+            serde_json::json!({"css": "nav a", "value": "attr(href)", "processors": ["absolute_url"]}),
+            serde_json::json!({"css": "p", "regex": "(lambda|queue)", "processors": [{"default": "none"}]}),
+        )
+    };
+    serde_json::json!([{
+        "name": "bench",
+        "fields": {
+            "title": title,
+            "links": links,
+            "paragraphs": paragraphs,
+            "first_href": first_href,
+            "words": words,
+            "h1": {"css": "h1", "processors": ["trim", "required"]},
+            "number": {"css": "h1", "regex": "Page (\\d+)", "processors": ["number"]},
+            "link_texts": {"css": "nav a", "processors": ["trim", {"join": ", "}]},
+            "nav": {"css": "nav", "value": "html"},
+            "first_paragraph": {"css": "p", "processors": ["trim"]}
+        }
+    }])
+}
+
+/// The 10-field extractor (`xpath`: half of its fields XPath), as a crawl configures it.
+pub fn extractors(xpath: bool) -> Result<Vec<Extractor>, String> {
+    serde_json::from_value(definition(xpath)).map_err(|e| e.to_string())
+}
+
+/// This thread's CPU time so far, in nanoseconds (None off Linux).
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Milliseconds of CPU per page over `pages` fixture pages, one sample per run.
+fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, String> {
+    let extractors = Extractors::new(&extractors(xpath)?).map_err(|e| e.to_string())?;
+    let extractor = extractors
+        .for_url("http://127.0.0.1/p/0.html")
+        .ok_or("the extractor matches every page")?;
+    let bodies: Vec<_> = (0..pages).map(|i| site::page(i, pages)).collect();
+    let base = reqwest::Url::parse("http://127.0.0.1/p/0.html").map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (cpu0, wall0) = (thread_cpu_ns(), std::time::Instant::now());
+        let mut invalid = 0;
+        for body in &bodies {
+            let found = extractor.extract(body, &base);
+            invalid += found.items.iter().filter(|i| !i.is_valid()).count();
+        }
+        if invalid > 0 {
+            return Err(format!("{invalid} fixture pages gave invalid items"));
+        }
+        let ns = match (cpu0, thread_cpu_ns()) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64,
+            _ => wall0.elapsed().as_nanos() as f64,
+        };
+        samples.push(ns / 1e6 / pages.max(1) as f64);
+    }
+    Ok(samples)
+}
+
+pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
+    let sample = pages.min(1_000);
+    let mixed = per_page_ms(true, sample, runs).map_err(|e| check(SECTION, e))?;
+    let css = per_page_ms(false, sample, runs).map_err(|e| check(SECTION, e))?;
+    let rate: Vec<f64> = mixed.iter().map(|ms| 1_000.0 / ms).collect();
+    // The crawl itself, with and without the extractor, alternating (so load drifts hit both).
+    let site = Site::start(pages)?;
+    let client = reqwest::Client::new();
+    let root = Some(PathBuf::from(local::TMPFS))
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        eprintln!("  extraction: crawl run {}/{runs} ({pages} pages)", run + 1);
+        let plain = local::checked_crawl(&site, &client, &root, false).await?;
+        without.push(plain.cpu_s / pages as f64 * 1_000.0);
+        let extracting = local::checked_crawl(&site, &client, &root, true).await?;
+        with.push(extracting.cpu_s / pages as f64 * 1_000.0);
+    }
+    let ratio: Vec<f64> = with.iter().zip(&without).map(|(w, o)| w / o).collect();
+    Ok(vec![
+        Figure::of(
+            SECTION,
+            format!("CPU per ~20 KB page, 10 fields, 5 of them XPath ({sample} pages)"),
+            "ms",
+            &mixed,
+        ),
+        Figure::of(
+            SECTION,
+            "pages extracted per second of one core (10 fields, 5 XPath)",
+            "pages/s",
+            &rate,
+        ),
+        Figure::of(
+            SECTION,
+            "CPU per ~20 KB page, 10 fields, all CSS",
+            "ms",
+            &css,
+        ),
+        Figure::of(
+            SECTION,
+            format!("core crawl CPU per page without extraction ({pages} pages, tmpfs)"),
+            "ms",
+            &without,
+        ),
+        Figure::of(
+            SECTION,
+            "core crawl CPU per page extracting 10 fields (5 XPath)",
+            "ms",
+            &with,
+        ),
+        Figure::of(
+            SECTION,
+            "crawl CPU with extraction ÷ without",
+            "ratio",
+            &ratio,
+        )
+        .at_most(1.2),
+    ])
+}

@@ -1,0 +1,330 @@
+//! A delivery's items (for a crawl with extractors): `items.jsonl.gz`, one line per item with
+//! the page it came from, and `items-delta.jsonl.gz`, the items new, changed or gone since the
+//! run's previous delivery.
+//!
+//! The items are read from the `attr=items` objects the crawler stored beside the bodies of
+//! this delivery's manifest (no page is parsed again). A listing item whose extractor names a
+//! detail page (`detail.url_field`) gets the fields of the first item found on that page
+//! merged in (fields the listing has no value for), and is keyed by the detail page's URL;
+//! detail pages' items are never delivered on their own. Other items are keyed by their page's
+//! URL and position (`URL#3`). An item with errors is delivered with them, marked invalid and
+//! counted per extractor in `summary.json` with examples.
+//!
+//! The join and the delta hold the generation's items in memory (each a few hundred bytes),
+//! unlike the segmented manifest and WARC: the items pass is written in one go after the delta.
+
+use super::delta::{is_present, lines};
+use super::summary::{InvalidItem, ItemsDelta, ItemsSummary};
+use super::{Change, DeliverError, ManifestLine};
+use crate::blob::{BlobStore, Layout};
+use crate::discover::ScopeMatcher;
+use crate::extract::{Extractors, FieldError, Item, PageItems};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::task::Status;
+
+/// The file of the items, and of their delta.
+pub const ITEMS_FILE: &str = "items.jsonl.gz";
+pub const ITEMS_DELTA_FILE: &str = "items-delta.jsonl.gz";
+/// Invalid items named per extractor in the summary (all are counted).
+const INVALID_EXAMPLES: usize = 10;
+
+/// One line of `items.jsonl.gz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemLine {
+    /// The item's identity across generations: its detail page's URL, or `page URL#position`.
+    pub key: String,
+    pub extractor: String,
+    /// The page the item was found on, its task and its fetch time (RFC 3339).
+    pub page_url: String,
+    pub task_id: String,
+    pub fetched_at: String,
+    pub fields: BTreeMap<String, serde_json::Value>,
+    /// The detail page whose fields were merged in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<DetailPage>,
+    pub valid: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetailPage {
+    pub url: String,
+    pub task_id: String,
+    pub fetched_at: String,
+}
+
+/// One line of `items-delta.jsonl.gz`: the item as it is now (None when gone).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemDeltaLine {
+    pub change: Change,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<ItemLine>,
+}
+
+/// A page's items, with where they came from.
+struct Found {
+    page: ManifestLine,
+    items: PageItems,
+}
+
+/// The items pass: fed one manifest segment at a time, then joined.
+pub(super) struct ItemsPass<'a, B> {
+    blobs: &'a B,
+    layout: &'a Layout,
+    crawl_id: &'a CrawlId,
+    extractors: Extractors,
+    scope: ScopeMatcher,
+    found: Vec<Found>,
+    summary: ItemsSummary,
+}
+
+impl<'a, B: BlobStore> ItemsPass<'a, B> {
+    pub fn new(
+        blobs: &'a B,
+        layout: &'a Layout,
+        crawl_id: &'a CrawlId,
+        config: &CrawlConfig,
+    ) -> Result<Self, DeliverError> {
+        // The seeder checked both; a stored configuration that does not compile is corrupt.
+        let corrupt = |reason: String| DeliverError::CorruptDelivery {
+            key: format!("crawl {crawl_id} configuration"),
+            reason,
+        };
+        Ok(Self {
+            blobs,
+            layout,
+            crawl_id,
+            extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
+            scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
+            found: Vec::new(),
+            summary: ItemsSummary::default(),
+        })
+    }
+
+    /// Reads the items of every present page of the manifest segment at `key`.
+    pub async fn add(&mut self, key: &str, manifest: &[u8]) -> Result<(), DeliverError> {
+        for line in lines::<ManifestLine>(key, manifest) {
+            let line = line?;
+            let status = Status::ALL.iter().find(|s| s.name() == line.status);
+            let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
+            let (Some(md5), true) = (line.md5.as_deref(), present) else {
+                continue;
+            };
+            if self.extractors.for_url(&line.url).is_none() {
+                continue;
+            }
+            let task_id =
+                TaskId::parse(&line.task_id).ok_or_else(|| DeliverError::CorruptDelivery {
+                    key: key.to_owned(),
+                    reason: format!("bad task id {:?}", line.task_id),
+                })?;
+            let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
+            let items_key = Layout::items_key_of(&html_key);
+            let Some(body) = super::get_with_retry(self.blobs, &items_key).await? else {
+                // A page that was no HTML.
+                self.summary.pages_without_items += 1;
+                continue;
+            };
+            let items: PageItems =
+                serde_json::from_slice(&body).map_err(|e| DeliverError::CorruptDelivery {
+                    key: items_key.clone(),
+                    reason: e.to_string(),
+                })?;
+            self.found.push(Found { page: line, items });
+        }
+        Ok(())
+    }
+
+    /// The delivered items, joined, and their counts.
+    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary) {
+        let items = join(
+            &self.extractors,
+            &self.scope,
+            &self.found,
+            &mut self.summary,
+        );
+        (items, self.summary)
+    }
+}
+
+/// The delivered items: listing items with their detail fields merged, in manifest order.
+fn join(
+    extractors: &Extractors,
+    scope: &ScopeMatcher,
+    found: &[Found],
+    summary: &mut ItemsSummary,
+) -> Vec<ItemLine> {
+    let detail_names: HashSet<&str> = extractors.detail_extractors().collect();
+    // Detail pages by their task URL and their final URL.
+    let mut details: HashMap<String, usize> = HashMap::new();
+    for (i, f) in found.iter().enumerate() {
+        if detail_names.contains(f.items.extractor.as_str()) {
+            details.insert(f.page.url.clone(), i);
+            if let Some(final_url) = &f.page.final_url {
+                details.insert(final_url.clone(), i);
+            }
+        }
+    }
+    let mut linked: HashSet<usize> = HashSet::new();
+    let mut out = Vec::new();
+    for f in found {
+        if detail_names.contains(f.items.extractor.as_str()) {
+            continue;
+        }
+        let link = extractors
+            .named(&f.items.extractor)
+            .and_then(|e| e.def.detail.as_ref());
+        for (position, item) in f.items.items.iter().enumerate() {
+            let mut line = item_line(&f.page, &f.items.extractor, item);
+            line.key = format!("{}#{position}", f.page.url);
+            if let Some(link) = link {
+                let url = item
+                    .fields
+                    .get(&link.url_field)
+                    .and_then(|v| v.as_str())
+                    .and_then(|u| CanonicalUrl::parse(u).ok())
+                    .map(|u| scope.normalise(u).as_str().to_owned());
+                let detail = url.as_ref().and_then(|u| details.get(u).map(|&i| (u, i)));
+                match detail {
+                    Some((url, i)) => {
+                        linked.insert(i);
+                        line.key = url.clone();
+                        merge(&mut line, &found[i]);
+                    }
+                    None => {
+                        if let Some(url) = url {
+                            line.key = url;
+                        }
+                        line.errors.push(FieldError {
+                            field: link.url_field.clone(),
+                            error: "its detail page has no items in this delivery".into(),
+                        });
+                        line.valid = false;
+                    }
+                }
+            }
+            count(summary, &line);
+            out.push(line);
+        }
+    }
+    summary.detail_pages_unlinked = found
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| detail_names.contains(f.items.extractor.as_str()) && !linked.contains(i))
+        .count() as u64;
+    out
+}
+
+fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
+    ItemLine {
+        key: String::new(),
+        extractor: extractor.to_owned(),
+        page_url: page.url.clone(),
+        task_id: page.task_id.clone(),
+        fetched_at: page.fetched_at.clone().unwrap_or_default(),
+        fields: item.fields.clone(),
+        detail: None,
+        valid: item.is_valid(),
+        errors: item.errors.clone(),
+    }
+}
+
+/// Merges the detail page's first item into `line`: its fields fill the ones `line` has no
+/// value for, its errors join `line`'s.
+fn merge(line: &mut ItemLine, detail: &Found) {
+    line.detail = Some(DetailPage {
+        url: detail.page.url.clone(),
+        task_id: detail.page.task_id.clone(),
+        fetched_at: detail.page.fetched_at.clone().unwrap_or_default(),
+    });
+    let Some(item) = detail.items.items.first() else {
+        line.errors.push(FieldError {
+            field: "detail".into(),
+            error: format!("no {} item on the detail page", detail.items.extractor),
+        });
+        line.valid = false;
+        return;
+    };
+    for (name, value) in &item.fields {
+        let slot = line
+            .fields
+            .entry(name.clone())
+            .or_insert(serde_json::Value::Null);
+        if slot.is_null() {
+            *slot = value.clone();
+        }
+    }
+    line.errors.extend(item.errors.iter().cloned());
+    line.valid = line.errors.is_empty();
+}
+
+fn count(summary: &mut ItemsSummary, line: &ItemLine) {
+    summary.items += 1;
+    let of = summary
+        .by_extractor
+        .entry(line.extractor.clone())
+        .or_default();
+    of.items += 1;
+    if !line.valid {
+        summary.invalid += 1;
+        of.invalid += 1;
+        if of.invalid_examples.len() < INVALID_EXAMPLES {
+            of.invalid_examples.push(InvalidItem {
+                key: line.key.clone(),
+                page_url: line.page_url.clone(),
+                errors: line.errors.clone(),
+            });
+        }
+    }
+}
+
+/// The delta of `current` against the previous delivery's items (`previous`, gzipped JSON
+/// lines; None: no previous delivery, or one without items): its lines and counts.
+pub(super) fn delta(
+    key: &str,
+    previous: Option<&[u8]>,
+    current: &[ItemLine],
+    counts: &mut ItemsDelta,
+) -> Result<Vec<ItemDeltaLine>, DeliverError> {
+    let mut before: HashMap<String, ItemLine> = HashMap::new();
+    if let Some(previous) = previous {
+        for line in lines::<ItemLine>(key, previous) {
+            let line = line?;
+            before.insert(line.key.clone(), line);
+        }
+    }
+    let mut out = Vec::new();
+    for item in current {
+        let change = match before.remove(&item.key) {
+            None => Change::New,
+            Some(old) if old.fields != item.fields || old.errors != item.errors => Change::Changed,
+            Some(_) => {
+                counts.unchanged += 1;
+                continue;
+            }
+        };
+        match change {
+            Change::New => counts.new += 1,
+            _ => counts.changed += 1,
+        }
+        out.push(ItemDeltaLine {
+            change,
+            key: item.key.clone(),
+            item: Some(item.clone()),
+        });
+    }
+    let mut gone: Vec<String> = before.into_keys().collect();
+    gone.sort();
+    counts.gone += gone.len() as u64;
+    out.extend(gone.into_iter().map(|key| ItemDeltaLine {
+        change: Change::Gone,
+        key,
+        item: None,
+    }));
+    Ok(out)
+}

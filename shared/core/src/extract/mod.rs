@@ -1,0 +1,520 @@
+//! The extraction engine: a crawl's extractors (`trawl_domain::extract`) compiled once, and run
+//! on a page while it is in memory.
+//!
+//! A page is parsed once (html5ever, through `scraper`); CSS selectors run on that tree. When an
+//! extractor uses XPath, the tree is copied into an XPath 1.0 document (`sxd-document`) with a
+//! map between the two, so a base found by one language can hold fields written in the other.
+//! Nothing here panics on a page or a definition: a definition is checked when the crawl is
+//! seeded (`Extractors::new`), and a field that fails on a page records its error on the item,
+//! which is kept (invalid) rather than dropped.
+
+mod dry_run;
+mod process;
+
+pub use dry_run::{DryRun, FailedField, dry_run};
+
+use crate::revisit::glob_regex;
+use regex::Regex;
+use scraper::{ElementRef, Html, Selector};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use sxd_document::Package;
+use sxd_document::dom::Document;
+use sxd_xpath::nodeset::Node as XNode;
+use sxd_xpath::{Context, Factory, Value as XValue, XPath};
+use thiserror::Error;
+use trawl_domain::extract::{Expr, Extractor, Field, Processor, Take};
+
+/// Most extractors a crawl may have, and fields an extractor may have.
+pub const MAX_EXTRACTORS: usize = 64;
+pub const MAX_FIELDS: usize = 64;
+
+/// Why a crawl's extractors were refused; `at` names the place (`extract[0].fields.price`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ExtractConfigError {
+    #[error("extract: at most {MAX_EXTRACTORS} extractors, each with 1 to {MAX_FIELDS} fields")]
+    TooMany,
+    #[error("{at}: a name of letters, digits, `_` and `-` is needed")]
+    Name { at: String },
+    #[error("{at}: the name {name:?} is taken by an earlier extractor")]
+    DuplicateName { at: String, name: String },
+    #[error("{at}: give at most one of `match` (a regular expression) and `glob`: {reason}")]
+    Pattern { at: String, reason: String },
+    #[error("{at}: give exactly one of `xpath` and `css`")]
+    Expression { at: String },
+    #[error("{at}: invalid XPath {expr:?}: {reason}")]
+    Xpath {
+        at: String,
+        expr: String,
+        reason: String,
+    },
+    #[error("{at}: invalid CSS selector {expr:?}: {reason}")]
+    Css {
+        at: String,
+        expr: String,
+        reason: String,
+    },
+    #[error("{at}: value must be `text`, `html` or `attr(NAME)`, not {value:?}")]
+    Value { at: String, value: String },
+    #[error("{at}: invalid regex: {reason}")]
+    Regex { at: String, reason: String },
+    #[error("{at}: invalid date format {format:?}")]
+    DateFormat { at: String, format: String },
+    #[error("{at}: {reason}")]
+    Detail { at: String, reason: String },
+}
+
+/// One item: its fields' values (null: none) and the errors met making them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    pub fields: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+impl Item {
+    /// An item with errors (a required field without value, a number that is not one) is
+    /// invalid: delivered with its errors, and counted.
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    pub field: String,
+    pub error: String,
+}
+
+/// What one extractor found on one page: the `attr=items` object stored beside the body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageItems {
+    pub extractor: String,
+    pub items: Vec<Item>,
+}
+
+/// A crawl's extractors, compiled.
+#[derive(Debug, Clone, Default)]
+pub struct Extractors {
+    compiled: Vec<CompiledExtractor>,
+}
+
+/// One extractor with its URL pattern, selectors and regular expressions compiled. XPath
+/// expressions are checked here but compiled per page (sxd-xpath's are not `Send`).
+#[derive(Debug, Clone)]
+pub struct CompiledExtractor {
+    pub def: Extractor,
+    url: Option<Regex>,
+    base: Option<Compiled>,
+    fields: Vec<CompiledField>,
+}
+
+#[derive(Debug, Clone)]
+enum Compiled {
+    Xpath(String),
+    Css(Selector),
+}
+
+#[derive(Debug, Clone)]
+struct CompiledField {
+    name: String,
+    expr: Compiled,
+    take: Take,
+    regex: Option<Regex>,
+    processors: Vec<Processor>,
+}
+
+impl Extractors {
+    /// Compiles `defs`, refusing the first problem with its place.
+    pub fn new(defs: &[Extractor]) -> Result<Self, ExtractConfigError> {
+        if defs.len() > MAX_EXTRACTORS {
+            return Err(ExtractConfigError::TooMany);
+        }
+        let mut compiled: Vec<CompiledExtractor> = Vec::with_capacity(defs.len());
+        for (i, def) in defs.iter().enumerate() {
+            let at = format!("extract[{i}]");
+            let name_ok = !def.name.is_empty()
+                && def.name.len() <= 64
+                && def
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                return Err(ExtractConfigError::Name { at });
+            }
+            if compiled.iter().any(|c| c.def.name == def.name) {
+                return Err(ExtractConfigError::DuplicateName {
+                    at,
+                    name: def.name.clone(),
+                });
+            }
+            compiled.push(CompiledExtractor::new(def, &at)?);
+        }
+        for (i, def) in defs.iter().enumerate() {
+            let Some(detail) = &def.detail else { continue };
+            let at = format!("extract[{i}].detail");
+            if !def.fields.contains_key(&detail.url_field) {
+                return Err(ExtractConfigError::Detail {
+                    at,
+                    reason: format!("no field {:?} to take the URL from", detail.url_field),
+                });
+            }
+            if detail.extractor == def.name || !defs.iter().any(|d| d.name == detail.extractor) {
+                return Err(ExtractConfigError::Detail {
+                    at,
+                    reason: format!("no other extractor named {:?}", detail.extractor),
+                });
+            }
+        }
+        Ok(Self { compiled })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.compiled.is_empty()
+    }
+
+    /// The extractor for the page at `url`: the first whose pattern matches it.
+    pub fn for_url(&self, url: &str) -> Option<&CompiledExtractor> {
+        self.compiled
+            .iter()
+            .find(|c| c.url.as_ref().is_none_or(|r| r.is_match(url)))
+    }
+
+    /// The extractor named `name`.
+    pub fn named(&self, name: &str) -> Option<&CompiledExtractor> {
+        self.compiled.iter().find(|c| c.def.name == name)
+    }
+
+    /// Names of the extractors whose items are delivered merged into a listing's.
+    pub fn detail_extractors(&self) -> impl Iterator<Item = &str> {
+        self.compiled
+            .iter()
+            .filter_map(|c| c.def.detail.as_ref().map(|d| d.extractor.as_str()))
+    }
+}
+
+fn compile_expr(expr: &Expr, at: &str) -> Result<Compiled, ExtractConfigError> {
+    match expr {
+        Expr::Xpath(x) => {
+            build_xpath(x).map_err(|reason| ExtractConfigError::Xpath {
+                at: at.to_owned(),
+                expr: x.clone(),
+                reason,
+            })?;
+            Ok(Compiled::Xpath(x.clone()))
+        }
+        Expr::Css(c) => {
+            Selector::parse(c)
+                .map(Compiled::Css)
+                .map_err(|e| ExtractConfigError::Css {
+                    at: at.to_owned(),
+                    expr: c.clone(),
+                    reason: e.to_string(),
+                })
+        }
+    }
+}
+
+fn build_xpath(expr: &str) -> Result<XPath, String> {
+    Factory::new()
+        .build(expr)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "empty".to_owned())
+}
+
+impl CompiledExtractor {
+    fn new(def: &Extractor, at: &str) -> Result<Self, ExtractConfigError> {
+        let url = match (&def.pattern, &def.glob) {
+            (None, None) => None,
+            (Some(regex), None) => Some(regex.clone()),
+            (None, Some(glob)) => Some(glob_regex(glob)),
+            (Some(_), Some(_)) => {
+                return Err(ExtractConfigError::Pattern {
+                    at: at.to_owned(),
+                    reason: "both given".into(),
+                });
+            }
+        }
+        .map(|p| Regex::new(&p))
+        .transpose()
+        .map_err(|e| ExtractConfigError::Pattern {
+            at: at.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let base = def
+            .base
+            .as_ref()
+            .map(|b| compile_expr(b, &format!("{at}.base")))
+            .transpose()?;
+        if def.fields.is_empty() || def.fields.len() > MAX_FIELDS {
+            return Err(ExtractConfigError::TooMany);
+        }
+        let fields = def
+            .fields
+            .iter()
+            .map(|(name, field)| compile_field(name, field, &format!("{at}.fields.{name}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            def: def.clone(),
+            url,
+            base,
+            fields,
+        })
+    }
+
+    fn uses_xpath(&self) -> bool {
+        let is_xpath = |c: &Compiled| matches!(c, Compiled::Xpath(_));
+        self.base.as_ref().is_some_and(is_xpath) || self.fields.iter().any(|f| is_xpath(&f.expr))
+    }
+
+    /// The items of the page `html` fetched from `page_url`.
+    pub fn extract(&self, html: &[u8], page_url: &url::Url) -> PageItems {
+        let doc = Html::parse_document(&String::from_utf8_lossy(html));
+        let package = Package::new();
+        let xml = self
+            .uses_xpath()
+            .then(|| XmlView::build(&doc, package.as_document()));
+        let page = PageTree {
+            html: &doc,
+            xml: xml.as_ref(),
+        };
+        let factory = Factory::new();
+        // Compiled once per page: sxd-xpath's expressions cannot be kept across threads.
+        let mut xpaths: HashMap<&str, Option<XPath>> = HashMap::new();
+        let exprs = self.base.iter().chain(self.fields.iter().map(|f| &f.expr));
+        for expr in exprs {
+            if let Compiled::Xpath(x) = expr {
+                xpaths
+                    .entry(x.as_str())
+                    .or_insert_with(|| factory.build(x).ok().flatten());
+            }
+        }
+        let root = doc.tree.root().id();
+        let contexts = match &self.base {
+            None => vec![root],
+            Some(base) => page.select(base, root, &xpaths),
+        };
+        let items = contexts
+            .into_iter()
+            .map(|ctx| {
+                let mut item = Item::default();
+                for field in &self.fields {
+                    let raw = page.values(field, ctx, &xpaths);
+                    let raw = match &field.regex {
+                        Some(re) => raw.iter().filter_map(|v| capture(re, v)).collect(),
+                        None => raw,
+                    };
+                    let (value, errors) = process::run(&field.processors, raw, page_url);
+                    item.fields.insert(field.name.clone(), value);
+                    item.errors
+                        .extend(errors.into_iter().map(|error| FieldError {
+                            field: field.name.clone(),
+                            error,
+                        }));
+                }
+                item
+            })
+            .collect();
+        PageItems {
+            extractor: self.def.name.clone(),
+            items,
+        }
+    }
+}
+
+fn compile_field(name: &str, field: &Field, at: &str) -> Result<CompiledField, ExtractConfigError> {
+    let expr = field
+        .expr()
+        .ok_or_else(|| ExtractConfigError::Expression { at: at.to_owned() })?;
+    let expr = compile_expr(&expr, at)?;
+    let take = Take::parse(field.value.as_deref()).ok_or_else(|| ExtractConfigError::Value {
+        at: at.to_owned(),
+        value: field.value.clone().unwrap_or_default(),
+    })?;
+    let regex = field
+        .regex
+        .as_deref()
+        .map(Regex::new)
+        .transpose()
+        .map_err(|e| ExtractConfigError::Regex {
+            at: at.to_owned(),
+            reason: e.to_string(),
+        })?;
+    for p in &field.processors {
+        if let Processor::Date(format) = p
+            && !process::date_format_ok(format)
+        {
+            return Err(ExtractConfigError::DateFormat {
+                at: at.to_owned(),
+                format: format.clone(),
+            });
+        }
+    }
+    Ok(CompiledField {
+        name: name.to_owned(),
+        expr,
+        take,
+        regex,
+        processors: field.processors.clone(),
+    })
+}
+
+/// The first capture group of `re` in `value` (the whole match when it has none).
+fn capture(re: &Regex, value: &str) -> Option<String> {
+    let caps = re.captures(value)?;
+    caps.get(1)
+        .or_else(|| caps.get(0))
+        .map(|m| m.as_str().to_owned())
+}
+
+use ego_tree::NodeId;
+
+/// The page's XPath document and the maps between its elements and the HTML tree's.
+#[allow(clippy::mutable_key_type)] // See `XmlView::build`.
+struct XmlView<'d> {
+    to_xml: HashMap<NodeId, XNode<'d>>,
+    to_html: HashMap<XNode<'d>, NodeId>,
+}
+
+impl<'d> XmlView<'d> {
+    /// Copies the elements, attributes and text of `html` into `doc` (pre-order: a parent is
+    /// always copied before its children, so no recursion is needed).
+    // sxd nodes hash by the address of their storage, which never moves while the document
+    // lives: a node's hash does not change when the document is changed through it.
+    #[allow(clippy::mutable_key_type)]
+    fn build(html: &Html, doc: Document<'d>) -> Self {
+        let root = html.tree.root();
+        let mut to_xml: HashMap<NodeId, XNode<'d>> = HashMap::new();
+        let mut to_html = HashMap::new();
+        to_xml.insert(root.id(), XNode::Root(doc.root()));
+        for node in root.descendants().skip(1) {
+            let Some(parent) = node.parent().and_then(|p| to_xml.get(&p.id()).copied()) else {
+                continue;
+            };
+            let child = match node.value() {
+                scraper::Node::Element(e) => {
+                    let el = doc.create_element(e.name());
+                    for (name, value) in e.attrs() {
+                        el.set_attribute_value(name, value);
+                    }
+                    XNode::Element(el)
+                }
+                scraper::Node::Text(t) => XNode::Text(doc.create_text(t)),
+                _ => continue,
+            };
+            match (parent, child) {
+                (XNode::Root(r), XNode::Element(el)) => r.append_child(el),
+                (XNode::Element(p), XNode::Element(el)) => p.append_child(el),
+                (XNode::Element(p), XNode::Text(t)) => p.append_child(t),
+                _ => continue,
+            }
+            if let XNode::Element(_) = child {
+                to_xml.insert(node.id(), child);
+                to_html.insert(child, node.id());
+            }
+        }
+        Self { to_xml, to_html }
+    }
+}
+
+/// A parsed page, in the languages its extractor uses.
+struct PageTree<'a, 'd> {
+    html: &'a Html,
+    xml: Option<&'a XmlView<'d>>,
+}
+
+/// One node a field's expression selected.
+enum Found<'a, 'd> {
+    Element(ElementRef<'a>),
+    Xml(XNode<'d>),
+    Text(String),
+}
+
+impl<'a, 'd> PageTree<'a, 'd> {
+    fn element(&self, id: NodeId) -> Option<ElementRef<'a>> {
+        self.html.tree.get(id).and_then(ElementRef::wrap)
+    }
+
+    /// The nodes `expr` selects under `ctx`.
+    fn find(
+        &self,
+        expr: &Compiled,
+        ctx: NodeId,
+        xpaths: &HashMap<&str, Option<XPath>>,
+    ) -> Vec<Found<'a, 'd>> {
+        match expr {
+            Compiled::Css(selector) => match self.element(ctx) {
+                Some(el) => el.select(selector).map(Found::Element).collect(),
+                None => self.html.select(selector).map(Found::Element).collect(),
+            },
+            Compiled::Xpath(x) => {
+                let (Some(xml), Some(Some(xpath))) = (self.xml, xpaths.get(x.as_str())) else {
+                    return Vec::new();
+                };
+                let Some(&node) = xml.to_xml.get(&ctx) else {
+                    return Vec::new();
+                };
+                match xpath.evaluate(&Context::new(), node) {
+                    Ok(XValue::Nodeset(nodes)) => {
+                        nodes.document_order().into_iter().map(Found::Xml).collect()
+                    }
+                    Ok(XValue::String(s)) => vec![Found::Text(s)],
+                    Ok(XValue::Number(n)) => vec![Found::Text(n.to_string())],
+                    Ok(XValue::Boolean(b)) => vec![Found::Text(b.to_string())],
+                    Err(_) => Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// The elements a base expression selects: the items' contexts, in document order.
+    fn select(
+        &self,
+        expr: &Compiled,
+        ctx: NodeId,
+        xpaths: &HashMap<&str, Option<XPath>>,
+    ) -> Vec<NodeId> {
+        self.find(expr, ctx, xpaths)
+            .into_iter()
+            .filter_map(|found| match found {
+                Found::Element(el) => Some(el.id()),
+                Found::Xml(node) => self.xml.and_then(|x| x.to_html.get(&node).copied()),
+                Found::Text(_) => None,
+            })
+            .collect()
+    }
+
+    /// What `field` takes of each node it selects under `ctx`.
+    fn values(
+        &self,
+        field: &CompiledField,
+        ctx: NodeId,
+        xpaths: &HashMap<&str, Option<XPath>>,
+    ) -> Vec<String> {
+        let take_element = |el: ElementRef<'a>| match &field.take {
+            Take::Text => Some(el.text().collect::<String>()),
+            Take::Html => Some(el.html()),
+            Take::Attr(name) => el.value().attr(name).map(str::to_owned),
+        };
+        self.find(&field.expr, ctx, xpaths)
+            .into_iter()
+            .filter_map(|found| match found {
+                Found::Element(el) => take_element(el),
+                Found::Text(s) => Some(s),
+                Found::Xml(node) => match node {
+                    XNode::Element(_) => self
+                        .xml
+                        .and_then(|x| x.to_html.get(&node))
+                        .and_then(|&id| self.element(id))
+                        .and_then(take_element),
+                    XNode::Attribute(a) => Some(a.value().to_owned()),
+                    XNode::Text(t) => Some(t.text().to_owned()),
+                    other => Some(other.string_value()),
+                },
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

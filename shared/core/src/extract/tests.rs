@@ -1,0 +1,155 @@
+use super::*;
+use serde_json::json;
+
+const LISTING: &str = r#"<html><body><ul>
+  <li class="item"><a href="/item/1">  First
+     thing </a><span class="price">1,234.50 €</span><time>03.02.2026</time></li>
+  <li class="item"><a href="/item/2">Second</a><span class="price">n/a</span></li>
+  <li class="item"><span class="price">7</span></li>
+</ul><a class="next" href="?page=2">next</a></body></html>"#;
+
+fn extractors(defs: serde_json::Value) -> Result<Extractors, ExtractConfigError> {
+    let defs: Vec<Extractor> = serde_json::from_value(defs).unwrap();
+    Extractors::new(&defs)
+}
+
+fn listing(base: serde_json::Value, title: serde_json::Value) -> serde_json::Value {
+    json!([{
+        "name": "news", "match": "/list",
+        "base": base,
+        "fields": {
+            "title": title,
+            "url": {"xpath": ".//a/@href", "processors": ["absolute_url"]},
+            "price": {"css": "span.price", "processors": ["number"]},
+            "date": {"css": "time", "processors": [{"date": "%d.%m.%Y"}, {"default": "unknown"}]},
+            "id": {"css": "a", "value": "attr(href)", "regex": "/item/(\\d+)", "processors": ["number"]}
+        }
+    }])
+}
+
+#[test]
+fn css_and_xpath_bases_find_the_same_items_with_processed_fields() {
+    let page = url::Url::parse("http://shop.test/list?page=1").unwrap();
+    let css = extractors(listing(
+        json!({"css": "li.item"}),
+        json!({"css": "a", "processors": ["trim", "required"]}),
+    ))
+    .unwrap();
+    let xpath = extractors(listing(
+        json!({"xpath": "//li[@class='item']"}),
+        json!({"xpath": "a/text()", "processors": ["trim", "required"]}),
+    ))
+    .unwrap();
+    for rules in [css, xpath] {
+        let extractor = rules.for_url(page.as_str()).unwrap();
+        let found = extractor.extract(LISTING.as_bytes(), &page);
+        assert_eq!(found.extractor, "news");
+        assert_eq!(found.items.len(), 3);
+        let first = &found.items[0];
+        assert_eq!(first.fields["title"], json!("First thing"));
+        assert_eq!(first.fields["url"], json!("http://shop.test/item/1"));
+        assert_eq!(first.fields["price"], json!(1234.5));
+        assert_eq!(first.fields["date"], json!("2026-02-03"));
+        assert_eq!(first.fields["id"], json!(1));
+        assert!(first.is_valid());
+        // A price that is no number is an error; a missing date takes its default.
+        let second = &found.items[1];
+        assert_eq!(second.fields["price"], json!(null));
+        assert_eq!(second.fields["date"], json!("unknown"));
+        assert_eq!(second.errors[0].field, "price");
+        // A required title missing makes the item invalid, still kept.
+        let third = &found.items[2];
+        assert_eq!(third.fields["price"], json!(7));
+        assert!(
+            third
+                .errors
+                .iter()
+                .any(|e| e.field == "title" && e.error.contains("required")),
+            "{third:?}"
+        );
+    }
+    assert!(
+        extractors(listing(json!({"css": "li"}), json!({"css": "a"})))
+            .unwrap()
+            .for_url("http://shop.test/item/1")
+            .is_none()
+    );
+}
+
+#[test]
+fn a_page_without_base_is_one_item_and_html_and_join_work() {
+    let rules = extractors(json!([{
+        "name": "page",
+        "fields": {
+            "body": {"xpath": "//span[@class='price']", "value": "html", "processors": [{"join": "|"}]},
+            "count": {"xpath": "count(//li)", "processors": ["number"]}
+        }
+    }]))
+    .unwrap();
+    let page = url::Url::parse("http://shop.test/").unwrap();
+    let found = rules
+        .for_url("http://shop.test/")
+        .unwrap()
+        .extract(LISTING.as_bytes(), &page);
+    assert_eq!(found.items.len(), 1);
+    assert_eq!(
+        found.items[0].fields["body"],
+        json!(
+            "<span class=\"price\">1,234.50 €</span>|<span class=\"price\">n/a</span>|<span class=\"price\">7</span>"
+        )
+    );
+    assert_eq!(found.items[0].fields["count"], json!(3));
+}
+
+#[test]
+fn bad_definitions_are_refused_with_their_place() {
+    let cases = [
+        (
+            listing(json!({"xpath": "//li["}), json!({"css": "a"})),
+            "extract[0].base",
+        ),
+        (
+            listing(json!({"css": "li"}), json!({"css": "a["})),
+            "extract[0].fields.title",
+        ),
+        (
+            listing(json!({"css": "li"}), json!({"css": "a", "xpath": "a"})),
+            "extract[0].fields.title",
+        ),
+        (
+            listing(json!({"css": "li"}), json!({"css": "a", "value": "attr()"})),
+            "extract[0].fields.title",
+        ),
+        (
+            listing(json!({"css": "li"}), json!({"css": "a", "regex": "("})),
+            "extract[0].fields.title",
+        ),
+        (
+            listing(
+                json!({"css": "li"}),
+                json!({"css": "a", "processors": [{"date": "%Q"}]}),
+            ),
+            "extract[0].fields.title",
+        ),
+        (
+            json!([{"name": "a", "match": "(", "fields": {"x": {"css": "a"}}}]),
+            "extract[0]",
+        ),
+        (
+            json!([{"name": "a", "fields": {"x": {"css": "a"}},
+                    "detail": {"url_field": "x", "extractor": "nope"}}]),
+            "extract[0].detail",
+        ),
+        (
+            json!([{"name": "a", "fields": {"x": {"css": "a"}}},
+                   {"name": "a", "fields": {"x": {"css": "a"}}}]),
+            "extract[1]",
+        ),
+    ];
+    for (defs, at) in cases {
+        let e = extractors(defs.clone()).unwrap_err();
+        assert!(e.to_string().starts_with(at), "{defs}: {e}");
+    }
+    let typo = json!([{"name": "a", "fields": {"x": {"css": "a", "proccessors": []}}}]);
+    assert!(serde_json::from_value::<Vec<Extractor>>(typo).is_err());
+}

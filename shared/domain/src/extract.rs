@@ -1,0 +1,150 @@
+//! Extractors: what data a crawl takes out of its pages (Django Dynamic Scraper's scraped object
+//! classes, declared in the crawl configuration). An extractor applies to the pages whose URL
+//! its pattern matches (the first extractor matching a page wins, like recrawl rules); it finds
+//! its items by a base expression (one item per match) and each field of an item by an
+//! expression relative to the item's base element, then runs the field's processors.
+//!
+//! A listing's extractor may name the field holding each item's detail page (`detail`) and the
+//! extractor of those pages: the delivery merges the detail page's fields into the listing
+//! item (DDS's "from detail page"). The definitions are pure data; `trawl_core::extract`
+//! compiles and runs them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One extractor: a URL pattern, a base element and fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Extractor {
+    /// The extractor's name: items carry it, and the delivery's summary counts by it.
+    pub name: String,
+    /// A regular expression matched against the page's canonical URL (anywhere, unless anchored).
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// A glob matched against the whole canonical URL (`*` any run of characters, `?` one).
+    /// Neither `match` nor `glob`: every page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// The element repeated once per item (a listing's rows); None: the page is one item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<Expr>,
+    /// The item's fields by name.
+    pub fields: BTreeMap<String, Field>,
+    /// Where each item's detail page is, whose fields are merged into the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<DetailLink>,
+}
+
+/// A listing item's link to its detail page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailLink {
+    /// The field holding the detail page's URL (made absolute by the extractor).
+    pub url_field: String,
+    /// The extractor of the detail pages: its items are delivered merged into the listing's
+    /// items, never on their own.
+    pub extractor: String,
+}
+
+/// An expression selecting elements (or, in XPath, attributes and text nodes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Expr {
+    /// XPath 1.0.
+    Xpath(String),
+    /// A CSS selector.
+    Css(String),
+}
+
+impl Expr {
+    pub fn text(&self) -> &str {
+        match self {
+            Expr::Xpath(s) | Expr::Css(s) => s,
+        }
+    }
+
+    pub fn is_xpath(&self) -> bool {
+        matches!(self, Expr::Xpath(_))
+    }
+}
+
+/// A field: an expression, what to take of each node it selects, an optional regular
+/// expression capture, and processors. Written as `{"css": "h2 a", "value": "attr(href)"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Field {
+    /// XPath, relative to the item's base element (`.//a/@href`, `text()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xpath: Option<String>,
+    /// A CSS selector matched under the item's base element.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub css: Option<String>,
+    /// `text` (default), `html` (the element's outer HTML) or `attr(NAME)`. An XPath that
+    /// selects attributes or text nodes yields their text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// A regular expression applied to each value: its first capture group (or the whole match
+    /// when it has none); a value it does not match is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// Applied in order to the values (every node selected gives one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processors: Vec<Processor>,
+}
+
+impl Field {
+    /// The field's expression (`xpath` or `css`; the compiler refuses both or neither).
+    pub fn expr(&self) -> Option<Expr> {
+        match (&self.xpath, &self.css) {
+            (Some(x), None) => Some(Expr::Xpath(x.clone())),
+            (None, Some(c)) => Some(Expr::Css(c.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// What a field takes of a selected element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    Text,
+    Html,
+    Attr(String),
+}
+
+impl Take {
+    /// Reads `text`, `html` or `attr(NAME)`.
+    pub fn parse(value: Option<&str>) -> Option<Take> {
+        match value.map(str::trim) {
+            None | Some("text") => Some(Take::Text),
+            Some("html") => Some(Take::Html),
+            Some(other) => {
+                let name = other.strip_prefix("attr(")?.strip_suffix(')')?.trim();
+                (!name.is_empty()).then(|| Take::Attr(name.to_ascii_lowercase()))
+            }
+        }
+    }
+}
+
+/// A step applied to a field's values. Written as a name (`"trim"`) or a one-key object
+/// (`{"join": ", "}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Processor {
+    /// Whitespace runs become one space; leading and trailing whitespace goes; values left
+    /// empty are dropped.
+    Trim,
+    /// All values joined into one with this separator (without it, a field is its first value).
+    Join(String),
+    /// Each value made an absolute URL against the page's URL.
+    AbsoluteUrl,
+    /// Each value read as a number: everything but digits, `-` and `.` is dropped (so `,` is a
+    /// thousands separator); a value without digits is an error.
+    Number,
+    /// Each value read as a date (or date and time) by a strftime format (`%d.%m.%Y`) and
+    /// written as ISO 8601; a value that does not fit is an error.
+    Date(String),
+    /// The value when there is none.
+    Default(String),
+    /// No value makes the item invalid (it is still delivered, with its error).
+    Required,
+}

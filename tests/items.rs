@@ -1,0 +1,444 @@
+//! Items a user gets through the CLI: a site of paginated listings (10 items each) and detail
+//! pages, extracted while crawled, delivered as `items.jsonl.gz` with each listing item merged
+//! with its detail page's fields, a changed detail page in the next generation's items delta,
+//! invalid items reported; and the extractors' dry run.
+
+use crate::cli::{json_of, temp_dir, trawl};
+use crate::site::{Route, Site};
+use flate2::read::MultiGzDecoder;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::Output;
+
+const LISTINGS: usize = 3;
+const PER_PAGE: usize = 10;
+/// A listing item without a title: invalid (its title is required).
+const UNTITLED: usize = 7;
+/// A detail page whose price is no number: its item is invalid.
+const UNPRICED: usize = 12;
+/// The detail page changed before the second generation.
+const CHANGED: usize = 5;
+
+const CONFIG: &str = r#"{
+  "extract": [
+    {"name": "listing", "match": "/list/",
+     "base": {"css": "ul.items > li"},
+     "fields": {
+       "title": {"css": "a.title", "processors": ["trim", "required"]},
+       "url": {"xpath": ".//a/@href", "processors": ["absolute_url"]},
+       "rank": {"xpath": "@data-rank", "processors": ["number"]}
+     },
+     "detail": {"url_field": "url", "extractor": "article"}},
+    {"name": "article", "glob": "*/item/*.html",
+     "fields": {
+       "price": {"xpath": "//span[@class='price']/text()", "processors": ["number", "required"]},
+       "date": {"css": "time", "processors": [{"date": "%d.%m.%Y"}]},
+       "tags": {"css": "li.tag", "processors": ["trim", {"join": ", "}]},
+       "sku": {"css": "div.sku", "regex": "SKU: (\\w+)"}
+     }}
+  ]
+}"#;
+
+fn listing_page(page: usize) -> String {
+    let items: String = (0..PER_PAGE)
+        .map(|i| {
+            let n = page * PER_PAGE + i;
+            let title = if n == UNTITLED {
+                String::new()
+            } else {
+                format!(r#"<a class="title" href="/item/{n}.html">  Item {n} </a>"#)
+            };
+            format!(r#"<li data-rank="{n}">{title}<a href="/item/{n}.html">more</a></li>"#)
+        })
+        .collect();
+    let next = if page + 1 < LISTINGS {
+        format!(r#"<a class="next" href="/list/{}.html">next</a>"#, page + 1)
+    } else {
+        String::new()
+    };
+    format!("<html><body><ul class=items>{items}</ul>{next}</body></html>")
+}
+
+fn detail_page(n: usize, price: &str) -> String {
+    format!(
+        r#"<html><body><h1>Item {n}</h1><span class="price">{price}</span>
+           <time>0{}.03.2026</time><ul><li class="tag"> new </li><li class="tag">item{n}</li></ul>
+           <div class="sku">SKU: S{n}X</div></body></html>"#,
+        1 + n % 9
+    )
+}
+
+fn price(n: usize) -> String {
+    if n == UNPRICED {
+        "call us".to_owned()
+    } else {
+        format!("{},{:03}.50 €", n, n * 7 % 1000)
+    }
+}
+
+async fn site() -> Site {
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    for page in 0..LISTINGS {
+        site.route(
+            &format!("/list/{page}.html"),
+            Route::html(listing_page(page)),
+        );
+    }
+    for n in 0..LISTINGS * PER_PAGE {
+        site.route(
+            &format!("/item/{n}.html"),
+            Route::html(detail_page(n, &price(n))),
+        );
+    }
+    site
+}
+
+/// The item of listing entry `n` as the delivery must hold it (its fields).
+fn expected_fields(site: &Site, n: usize, price_text: &str) -> Value {
+    let price: Value = if n == UNPRICED {
+        Value::Null
+    } else {
+        let number: f64 = price_text
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '.')
+            .collect::<String>()
+            .parse()
+            .unwrap();
+        json!(number)
+    };
+    json!({
+        "title": if n == UNTITLED { Value::Null } else { json!(format!("Item {n}")) },
+        "url": site.url(&format!("/item/{n}.html")),
+        "rank": n,
+        "price": price,
+        "date": format!("2026-03-0{}", 1 + n % 9),
+        "tags": format!("new, item{n}"),
+        "sku": format!("S{n}X"),
+    })
+}
+
+/// `output`, once it is known to be a success (else its stderr is the failure).
+fn succeeded(output: Output) -> Output {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn gunzip_lines(path: &Path) -> Vec<Value> {
+    let mut text = String::new();
+    MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn delivery_of(run: &Value) -> &Path {
+    Path::new(
+        run["delivery"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no delivery: {run}")),
+    )
+}
+
+fn summary_of(delivery: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(delivery.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The new price of the changed detail page.
+const NEW_PRICE: &str = "99.00 €";
+
+fn change_detail_page(site: &Site) {
+    site.route(
+        &format!("/item/{CHANGED}.html"),
+        Route::html(detail_page(CHANGED, NEW_PRICE)),
+    );
+}
+
+/// The first delivery (in the directory `delivery`): exactly the 30 listing items, each merged
+/// with its detail page, the invalid ones counted with examples.
+fn check_first_delivery(site: &Site, delivery: &Path) {
+    // THEN the delivery's items are exactly the 30 listing items, each merged with its detail
+    // page, keyed by the detail page's URL, with its pages, task ids and fetch times
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    let by_key: BTreeMap<String, &Value> = items
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap().to_owned(), i))
+        .collect();
+    assert_eq!(items.len(), LISTINGS * PER_PAGE);
+    assert_eq!(by_key.len(), items.len(), "one item per key");
+    for n in 0..LISTINGS * PER_PAGE {
+        let key = site.url(&format!("/item/{n}.html"));
+        let item = by_key[&key];
+        assert_eq!(
+            item["fields"],
+            expected_fields(site, n, &price(n)),
+            "{item}"
+        );
+        assert_eq!(item["extractor"], "listing");
+        assert_eq!(
+            item["page_url"],
+            site.url(&format!("/list/{}.html", n / PER_PAGE))
+        );
+        assert_eq!(item["detail"]["url"], key);
+        assert_eq!(item["task_id"].as_str().unwrap().len(), 32);
+        assert!(item["fetched_at"].as_str().unwrap().starts_with("20"));
+        assert_eq!(item["valid"], n != UNTITLED && n != UNPRICED, "{item}");
+    }
+
+    // AND the invalid items are counted per extractor with examples, never dropped
+    let summary = summary_of(delivery);
+    let counted = &summary["items"];
+    assert_eq!(counted["items"], LISTINGS * PER_PAGE, "{counted}");
+    assert_eq!(counted["invalid"], 2);
+    let listing = &counted["by_extractor"]["listing"];
+    assert_eq!(listing["invalid"], 2);
+    let examples: Vec<&str> = listing["invalid_examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["errors"][0]["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(examples, ["title", "price"]);
+    assert_eq!(counted["delta"]["new"], LISTINGS * PER_PAGE);
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(delivery.join("index.json")).unwrap())
+            .unwrap();
+    assert!(
+        index["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "items.jsonl.gz" && f["records"] == LISTINGS * PER_PAGE),
+        "{index}"
+    );
+}
+
+/// The second delivery, after `change_detail_page`: the changed item alone in the items delta.
+fn check_second_delivery(site: &Site, delivery: &Path) {
+    // THEN its items delta holds exactly that item, changed, with its new price; every other
+    // item is unchanged (unchanged pages kept their items)
+    let delta = gunzip_lines(&delivery.join("items-delta.jsonl.gz"));
+    assert_eq!(delta.len(), 1, "{delta:?}");
+    assert_eq!(delta[0]["change"], "changed");
+    assert_eq!(delta[0]["key"], site.url(&format!("/item/{CHANGED}.html")));
+    assert_eq!(
+        delta[0]["item"]["fields"],
+        expected_fields(site, CHANGED, NEW_PRICE)
+    );
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(
+        (
+            &counted["delta"]["changed"],
+            &counted["delta"]["unchanged"],
+            &counted["delta"]["new"],
+            &counted["delta"]["gone"]
+        ),
+        (
+            &json!(1),
+            &json!(LISTINGS * PER_PAGE - 1),
+            &json!(0),
+            &json!(0)
+        ),
+        "{counted}"
+    );
+    assert_eq!(
+        gunzip_lines(&delivery.join("items.jsonl.gz")).len(),
+        LISTINGS * PER_PAGE
+    );
+}
+
+#[tokio::test]
+async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delta() {
+    // GIVEN 3 paginated listings of 10 items, each linking to its detail page, one listing item
+    // without its required title and one detail page whose price is no number
+    let site = site().await;
+    let dir = temp_dir("items");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(&config, CONFIG).unwrap();
+
+    // WHEN the extractors' dry run looks at the first listing
+    let dry = trawl(
+        &[
+            "extract",
+            "--config",
+            config.to_str().unwrap(),
+            &site.url("/list/0.html"),
+            "--allow-private-networks",
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+
+    // THEN it prints its 10 items and the field that failed, and writes nothing
+    let dry = json_of(&dry);
+    assert_eq!(dry["extractor"], "listing", "{dry}");
+    assert_eq!(dry["items"].as_array().unwrap().len(), PER_PAGE);
+    assert_eq!(dry["items"][3]["fields"]["title"], "Item 3");
+    assert_eq!(dry["invalid"], 1);
+    assert_eq!(
+        (&dry["failed"][0]["item"], &dry["failed"][0]["field"]),
+        (&json!(UNTITLED), &json!("title"))
+    );
+    assert!(!Path::new(data).exists(), "the dry run wrote nothing");
+
+    // WHEN the site is crawled with a daily recrawl
+    let crawl = succeeded(
+        trawl(
+            &[
+                "crawl",
+                &site.url("/list/0.html"),
+                "--allow-private-networks",
+                "--recrawl-every",
+                "1d",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data,
+                "--json",
+            ],
+            &dir,
+        )
+        .await,
+    );
+    let first = json_of(&crawl);
+    assert_eq!(first["counts"]["succeeded"], LISTINGS + LISTINGS * PER_PAGE);
+
+    check_first_delivery(&site, delivery_of(&first));
+
+    // GIVEN one detail page changed
+    change_detail_page(&site);
+
+    // WHEN the next generation runs
+    let recrawl = succeeded(trawl(&["recrawl", "--json", "--data-dir", data], &dir).await);
+    let second = json_of(&recrawl);
+
+    check_second_delivery(&site, delivery_of(&second));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Handler rounds until the delivery of `generation` exists (bounded in rounds and time).
+async fn run_functions_until_delivered(
+    deployed: &crate::operator::Deployed,
+    functions: &crate::operator::Functions,
+    crawl_id: &str,
+    generation: u64,
+) {
+    let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
+    let blobs =
+        trawl_aws::s3::S3BlobStore::new(deployed.clients.s3.clone(), &deployed.stack.bucket, calls);
+    let prefix = format!("{}deliveries/crawl={crawl_id}/", crate::operator::PREFIX);
+    let marker = format!("/gen-{generation:06}/_SUCCESS");
+    let started = std::time::Instant::now();
+    for _ in 0..MOTO_ROUNDS {
+        functions.round(deployed).await;
+        let keys = trawl_core::blob::BlobStore::list(&blobs, &prefix)
+            .await
+            .unwrap();
+        if keys.iter().any(|k| k.ends_with(&marker)) {
+            return;
+        }
+        assert!(started.elapsed() < MOTO_TIME_LIMIT, "out of time");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("generation {generation} was not delivered in {MOTO_ROUNDS} rounds");
+}
+
+/// Bounds of the handlers' loop on moto.
+const MOTO_ROUNDS: usize = 400;
+const MOTO_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `trawl deliveries get` of the crawl's newest complete delivery: its directory.
+async fn download(
+    deployed: &crate::operator::Deployed,
+    env: &[(&str, &str)],
+    crawl_id: &str,
+    out: &Path,
+) -> std::path::PathBuf {
+    let fetched = succeeded(
+        deployed
+            .run(
+                &[
+                    "deliveries",
+                    "get",
+                    "--crawl-id",
+                    crawl_id,
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--json",
+                ],
+                env,
+            )
+            .await,
+    );
+    std::path::PathBuf::from(json_of(&fetched)["directory"].as_str().unwrap())
+}
+
+#[tokio::test]
+async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
+    // GIVEN a deployed stack on moto, the same site, and the crawl submitted with extractors
+    let deployed = crate::operator::deploy(&crate::support::moto::shared().endpoint).await;
+    let site = site().await;
+    let dir = temp_dir("items-moto");
+    let config = dir.join("config.json");
+    std::fs::write(&config, CONFIG).unwrap();
+    let crawl_id = crate::support::unique("items");
+    let env = [("TRAWL_STACK", deployed.name.as_str())];
+    succeeded(
+        deployed
+            .run(
+                &[
+                    "submit",
+                    &site.url("/list/0.html"),
+                    "--crawl-id",
+                    &crawl_id,
+                    "--allow-private-networks",
+                    "--recrawl-every",
+                    "1d",
+                    "--config",
+                    config.to_str().unwrap(),
+                    "--json",
+                ],
+                &env,
+            )
+            .await,
+    );
+
+    // WHEN the seeder, crawler, sweeper and deliverer handlers run it to its delivery
+    let functions = crate::operator::functions(&deployed);
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 0).await;
+
+    // THEN the delivery holds the same merged items, invalid ones counted
+    let first = download(&deployed, &env, &crawl_id, &dir.join("gen0")).await;
+    check_first_delivery(&site, &first);
+
+    // WHEN a detail page changes and the next generation is started and run by the handlers
+    change_detail_page(&site);
+    succeeded(
+        deployed
+            .run(
+                &["recrawl", "--crawl-id", &crawl_id, "--detach", "--json"],
+                &env,
+            )
+            .await,
+    );
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 1).await;
+
+    // THEN its items delta holds that item alone
+    let second = download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
+    check_second_delivery(&site, &second);
+    let _ = std::fs::remove_dir_all(dir);
+}
