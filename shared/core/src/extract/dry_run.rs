@@ -49,8 +49,10 @@ pub async fn dry_run(
         invalid: 0,
         failed: Vec::new(),
     };
+    // No cookie jar: a dry run belongs to no crawl.
     let request = FetchRequest {
         url,
+        crawl_id: None,
         config,
         previous: None,
         scope: &scope,
