@@ -875,6 +875,75 @@ pub async fn completion_happens_exactly_once<S: CrawlStore>(store: &S) {
     assert_eq!(winners, 1);
 }
 
+pub async fn a_delivery_is_written_by_one_holder_at_a_time<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl
+    let id = crawl_id();
+    store
+        .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
+        .await
+        .unwrap();
+    // WHEN six callers claim its delivery at once
+    let holders: Vec<String> = (0..6).map(|i| format!("h{i}")).collect();
+    let results = join_all(
+        holders
+            .iter()
+            .map(|h| store.claim_delivery(&id, h, T0 + 1000, T0)),
+    )
+    .await;
+    // THEN exactly one holds it
+    let won: Vec<&String> = holders
+        .iter()
+        .zip(results)
+        .filter(|(_, won)| *won.as_ref().unwrap())
+        .map(|(h, _)| h)
+        .collect();
+    assert_eq!(won.len(), 1);
+    let (holder, other) = (won[0].as_str(), "other");
+    // AND it renews its own lease; another caller waits until the lease expires
+    assert!(
+        store
+            .claim_delivery(&id, holder, T0 + 2000, T0 + 1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_delivery(&id, other, T0 + 3000, T0 + 1999)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_delivery(&id, other, T0 + 3000, T0 + 2000)
+            .await
+            .unwrap()
+    );
+    // AND the holder it was taken from cannot release the new holder's lease
+    store.release_delivery(&id, holder).await.unwrap();
+    assert!(
+        !store
+            .claim_delivery(&id, "third", T0 + 4000, T0 + 2001)
+            .await
+            .unwrap()
+    );
+    // AND a released lease is free at once
+    store.release_delivery(&id, other).await.unwrap();
+    assert!(
+        store
+            .claim_delivery(&id, "third", T0 + 4000, T0 + 2001)
+            .await
+            .unwrap()
+    );
+    // AND a crawl that does not exist has no delivery to claim
+    let missing = crawl_id();
+    assert!(
+        !store
+            .claim_delivery(&missing, "h", T0 + 1000, T0)
+            .await
+            .unwrap()
+    );
+}
+
 pub async fn reschedule_moves_a_task_back_to_pending<S: TaskStore>(store: &S) {
     // GIVEN a succeeded task
     let crawl = crawl_id();

@@ -70,6 +70,7 @@ mod memory {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        a_delivery_is_written_by_one_holder_at_a_time,
         call_counts_add_up_atomically,
         due_tasks_are_per_host_in_due_order,
         host_records_are_written_only_over_the_version_read,
@@ -100,6 +101,7 @@ mod sqlite {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        a_delivery_is_written_by_one_holder_at_a_time,
         call_counts_add_up_atomically,
         due_tasks_are_per_host_in_due_order,
         host_records_are_written_only_over_the_version_read,
@@ -137,6 +139,7 @@ mod dynamodb {
             concurrent_claimers_exactly_one_wins,
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
+            a_delivery_is_written_by_one_holder_at_a_time,
             call_counts_add_up_atomically,
             a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
         );

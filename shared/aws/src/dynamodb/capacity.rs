@@ -321,6 +321,22 @@ impl<S: CrawlStore> CrawlStore for Metered<S> {
         self.on_crawl("set_checkpoint", id, write).await
     }
 
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let write = self.inner.claim_delivery(id, holder, until, now);
+        self.on_crawl("claim_delivery", id, write).await
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        let write = self.inner.release_delivery(id, holder);
+        self.on_crawl("release_delivery", id, write).await
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
             .await

@@ -330,6 +330,43 @@ impl CrawlStore for DynamoStore {
         applied(update.send().await)
     }
 
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.calls.record(Call::DynamoUpdateItem);
+        // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
+        let result = self
+            .update_crawl(id)
+            .update_expression("SET delivery_holder = :h, delivery_until = :until")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(delivery_holder) \
+                 OR delivery_holder = :h OR delivery_until <= :now)",
+            )
+            .expression_attribute_values(":h", s(holder))
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        applied(result)
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        self.calls.record(Call::DynamoUpdateItem);
+        let result = self
+            .update_crawl(id)
+            .update_expression("REMOVE delivery_holder, delivery_until")
+            .condition_expression("delivery_holder = :h")
+            .expression_attribute_values(":h", s(holder))
+            .send()
+            .await;
+        // Refused: the lease was taken over after it expired, or the crawl is gone.
+        applied(result).map(|_| ())
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
         let result = self

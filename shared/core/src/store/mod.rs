@@ -246,6 +246,26 @@ pub trait CrawlStore: Send + Sync {
         checkpoint: Option<&str>,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
+    /// Takes the writing of the crawl's delivery for `holder` until `until`, unless another
+    /// holder's lease is live at `now` (`DeliveryLease::refuses`); its own lease is renewed. One
+    /// conditional write: of concurrent claimers exactly one wins. False, changing nothing, when
+    /// refused or when there is no such crawl.
+    fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Ends `holder`'s delivery lease, if it still holds it (a call that paused or finished:
+    /// the next one need not wait the lease out).
+    fn release_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
     fn reopen_crawl(

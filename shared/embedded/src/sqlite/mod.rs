@@ -42,8 +42,8 @@ use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
-/// checkpoints; an older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 4;
+/// checkpoints, version 5 their delivery leases; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 5;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -114,6 +114,12 @@ CREATE TABLE IF NOT EXISTS hosts (
 
 /// A source's own incremental position per crawl (`Crawl::checkpoint`).
 const CHECKPOINT_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN checkpoint TEXT;";
+
+/// Who writes a crawl's delivery, until when (`DeliveryLease`).
+const DELIVERY_SCHEMA: &str = "
+ALTER TABLE crawls ADD COLUMN delivery_holder TEXT;
+ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
+";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale";
@@ -373,7 +379,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=3 => {
+            0..=4 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -384,7 +390,10 @@ impl SqliteStore {
                     tx.execute_batch(HOSTS_SCHEMA).map_err(schema)?;
                     index_hosts(&tx).map_err(schema)?;
                 }
-                tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
+                if version < 4 {
+                    tx.execute_batch(CHECKPOINT_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(DELIVERY_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -932,6 +941,42 @@ impl CrawlStore for SqliteStore {
                 params![id, checkpoint],
             )?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let id = id.as_str().to_owned();
+        let holder = holder.to_owned();
+        self.run("claim_delivery", Call::SqliteWrite, move |conn| {
+            // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
+            let changed = conn.execute(
+                "UPDATE crawls SET delivery_holder = ?2, delivery_until = ?3
+                 WHERE id = ?1 AND (delivery_holder IS NULL OR delivery_holder = ?2
+                                    OR delivery_until <= ?4)",
+                params![id, holder, until, now],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        let id = id.as_str().to_owned();
+        let holder = holder.to_owned();
+        self.run("release_delivery", Call::SqliteWrite, move |conn| {
+            conn.execute(
+                "UPDATE crawls SET delivery_holder = NULL, delivery_until = NULL
+                 WHERE id = ?1 AND delivery_holder = ?2",
+                params![id, holder],
+            )?;
+            Ok(())
         })
         .await
     }
