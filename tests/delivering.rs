@@ -25,6 +25,7 @@ use trawl_core::store::{
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::host::{Host, HostPolicy};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
@@ -163,6 +164,13 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
                 parent: None,
             })
             .collect();
+        // Hosts are recorded before their tasks, as seeding does (a store may find unsettled
+        // tasks through their hosts).
+        let hosts: BTreeSet<String> = tasks.iter().map(|t| t.url.host_key()).collect();
+        for name in hosts {
+            let host = Host::new(name, &HostPolicy::default(), now);
+            self.store.put_host(crawl, &host).await.unwrap();
+        }
         self.store.seed(crawl, &tasks, now).await.unwrap();
     }
 

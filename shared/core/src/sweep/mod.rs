@@ -5,8 +5,8 @@
 //! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
 //! whole crawl. Per crawl, tasks that are:
 //! - `in_progress` whose lease expired (the worker died): updated more than `lease_ms` ago, and
-//!   `lease_expires_at <= now`; released back to pending first (a task in progress is out of its
-//!   host's due index);
+//!   `lease_expires_at <= now`; released back to pending first (its host's next turn would
+//!   take it over too: an expired lease is due work of the host, `Task::due_at`);
 //! - `failed` whose next attempt is due: the backoff is at least half of
 //!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
 //! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
@@ -526,8 +526,8 @@ where
     ) -> Result<(), SweepError> {
         let tasks: Vec<&TaskSummary> = due.to_vec();
         if kind == Kind::ExpiredLease {
-            // Out of the due index while in progress: back to pending, where the host's turn
-            // finds it (a takeover and a release: the dead holder is fenced by the token).
+            // Back to pending, where the host's turn takes it first (a takeover and a release:
+            // the dead holder is fenced by the token).
             for chunk in tasks.chunks(WRITE_PARALLELISM) {
                 let writes = chunk.iter().map(|t| async move {
                     match self.store.claim(&crawl.id, &t.task_id, 0, now).await? {
