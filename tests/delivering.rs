@@ -25,6 +25,7 @@ use trawl_core::store::{
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::host::{Host, HostPolicy};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
@@ -80,7 +81,10 @@ fn embedded() -> Backend<SqliteStore, FsBlobStore> {
 }
 
 async fn aws() -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
-    let endpoint = &support::moto::shared().endpoint;
+    aws_on(&support::moto::shared().endpoint).await
+}
+
+async fn aws_on(endpoint: &str) -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let clients = support::clients(endpoint).await;
     let bucket = unique("bucket");
@@ -161,6 +165,13 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
                 data: None,
             })
             .collect();
+        // Hosts are recorded before their tasks, as seeding does (a store may find unsettled
+        // tasks through their hosts).
+        let hosts: BTreeSet<String> = tasks.iter().map(|t| t.url.host_key()).collect();
+        for name in hosts {
+            let host = Host::new(name, &HostPolicy::default(), now);
+            self.store.put_host(crawl, &host).await.unwrap();
+        }
         self.store.seed(crawl, &tasks, now).await.unwrap();
     }
 
@@ -1109,6 +1120,79 @@ async fn a_delivery_of_hundreds_of_pages_pauses_and_resumes_on_aws() {
     a_long_delivery_is_segmented_and_resumed(b, 300, TINY, std::time::Duration::ZERO, true).await;
 }
 
+/// Two deliverer invocations of one generation (a duplicated notice, an operator's `trawl
+/// deliver` beside the Lambda), racing call after call on single-threaded moto, where
+/// conditional writes are atomic as on DynamoDB: one writes while the other is refused, and the
+/// delivery holds every page once.
+#[tokio::test]
+async fn racing_deliverers_take_turns_and_deliver_every_page_once() {
+    // GIVEN a completed crawl of 250 pages
+    let b = aws_on(&support::moto::single_threaded().endpoint).await;
+    let n = 250;
+    let crawl = many_pages(&b, n).await;
+    let deliverer = Deliverer {
+        limits: TINY,
+        ..b.deliverer()
+    };
+
+    // WHEN two callers deliver it at once, each call stopping at a deadline already passed
+    let mut refused = 0;
+    let mut report = None;
+    for _ in 0..1_000 {
+        let call =
+            || deliverer.deliver_until(&crawl, None, T0 + 10, Some(std::time::Instant::now()));
+        let (a, b) = tokio::join!(call(), call());
+        for result in [a, b] {
+            match result {
+                Ok(Delivery::Done(done)) => report = Some(done),
+                Ok(Delivery::Paused(_)) => {}
+                Err(DeliverError::Busy { .. }) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        if report.is_some() {
+            break;
+        }
+    }
+
+    // THEN the one holding the delivery wrote while the other was refused
+    let report = report.expect("the delivery ends");
+    assert!(refused > 0, "never refused: the callers did not overlap");
+    // AND the delivery holds every task and page once
+    let summary = &report.summary;
+    assert_eq!((summary.tasks, summary.warc.pages), (n as u64, n as u64));
+    let urls: BTreeSet<String> = b
+        .manifest(&report)
+        .await
+        .into_iter()
+        .map(|l| l.url)
+        .collect();
+    assert_eq!(urls.len(), n);
+}
+
+/// A deliverer that died holding the delivery is waited out, never forever.
+#[tokio::test]
+async fn a_dead_deliverers_lease_is_taken_over_once_it_expires() {
+    // GIVEN a completed crawl whose delivery a dead caller holds until T0 + 1000
+    let b = embedded();
+    let crawl = many_pages(&b, 3).await;
+    assert!(
+        b.store
+            .claim_delivery(&crawl, "dead", T0 + 1000, T0)
+            .await
+            .unwrap()
+    );
+
+    // WHEN a deliverer comes before and after the lease's end
+    let before = b.deliverer().deliver(&crawl, None, T0 + 999).await;
+    let after = b.deliverer().deliver(&crawl, None, T0 + 1000).await;
+
+    // THEN it is refused (a retryable error), then delivers
+    let refused = before.unwrap_err();
+    assert!(matches!(refused, DeliverError::Busy { .. }) && refused.is_retryable());
+    assert_eq!(after.unwrap().summary.warc.pages, 3);
+}
+
 /// The figure: 2,000,000 pages on the embedded backend, segments of 64 MiB, calls of
 /// 20 s. Most of its time is seeding (a claim and a finish per page, through the store's port):
 /// `make delivery-2m` runs it in a release build.
@@ -1452,13 +1536,13 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     assert_eq!(totals, every);
     assert!(every[&Call::DynamoUpdateItem] > 0 && every[&Call::S3PutObject] >= 4);
     // AND summary.json's calls are that sum but for the delivery's last writes, which come
-    // after it: summary.json and _SUCCESS, the checkpoint's removal, and the report that adds
-    // them
+    // after it: summary.json and _SUCCESS, the checkpoint's removal, the delivery lease's
+    // release, and the report that adds them
     let key = format!("{}{}", report.prefix, deliver::SUMMARY_FILE);
     let written: deliver::Summary =
         serde_json::from_slice(&harness.blobs.get(&key).await.unwrap().unwrap()).unwrap();
     let tail = CallTally::from([
-        (Call::DynamoUpdateItem, 1),
+        (Call::DynamoUpdateItem, 2),
         (Call::S3PutObject, 2),
         (Call::S3DeleteObject, 1),
     ]);

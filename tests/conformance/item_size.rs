@@ -95,6 +95,7 @@ async fn the_capacity_model_prices_the_items_dynamodb_holds() {
         "claim again",
         "changed finish",
     ];
+    let mut before = None;
     for (i, step) in steps.iter().enumerate() {
         let now = T0 + i as i64 * 1_000;
         match *step {
@@ -122,10 +123,12 @@ async fn the_capacity_model_prices_the_items_dynamodb_holds() {
         // WHEN the stored item is compared with the model's image of the stored task
         let task = store.get(&crawl, &id).await.unwrap().unwrap();
         // THEN they are the same item, attribute for attribute
+        let image = task_image(&task, before.as_ref(), 4).unwrap();
         assert_eq!(
             stored(&client, &table, &crawl, url).await,
-            task_image(&task, 4).unwrap(),
+            image,
             "after {step}"
         );
+        before = Some(image);
     }
 }

@@ -72,6 +72,7 @@ mod memory {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        a_delivery_is_written_by_one_holder_at_a_time,
         call_counts_add_up_atomically,
         due_tasks_are_per_host_in_due_order,
         host_records_are_written_only_over_the_version_read,
@@ -104,6 +105,7 @@ mod sqlite {
         concurrent_claimers_exactly_one_wins,
         page_budget_is_never_exceeded,
         completion_happens_exactly_once,
+        a_delivery_is_written_by_one_holder_at_a_time,
         call_counts_add_up_atomically,
         due_tasks_are_per_host_in_due_order,
         host_records_are_written_only_over_the_version_read,
@@ -143,6 +145,7 @@ mod dynamodb {
             concurrent_claimers_exactly_one_wins,
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
+            a_delivery_is_written_by_one_holder_at_a_time,
             call_counts_add_up_atomically,
             a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
         );

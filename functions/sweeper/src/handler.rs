@@ -120,7 +120,6 @@ where
         for r in &summary.crawls {
             tracing::info!(
                 crawl_id = r.crawl_id,
-                expired_leases = r.expired_leases,
                 due_retries = r.due_retries,
                 lost_messages = r.lost_messages,
                 recrawls = r.recrawls,
@@ -149,6 +148,7 @@ mod tests {
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::host::{Host, HostPolicy};
     use trawl_domain::task::{FetchRecord, NewTask};
 
     const SCHEDULE: &str = include_str!("../../../events/sweeper-schedule.json");
@@ -170,8 +170,8 @@ mod tests {
         }
     }
 
-    /// A crawl "c1" whose one task was claimed at 10 by a worker that then died; returns the
-    /// task's URL and the lease length.
+    /// A crawl "c1" whose one task was claimed at 10, in its host's turn, by a worker that then
+    /// died; returns the task's URL and the lease length.
     async fn crawl_with_a_dead_worker(handler: &TestHandler) -> (CanonicalUrl, u64) {
         let id = CrawlId::parse("c1").unwrap();
         let config = CrawlConfig::default();
@@ -188,7 +188,15 @@ mod tests {
             parent: None,
             data: None,
         };
+        let host = Host::new(url.host_key(), &HostPolicy::default(), 0);
+        assert!(store.put_host(&id, &host).await.unwrap());
         store.seed(&id, &[task], 0).await.unwrap();
+        let crawl = store.get_crawl(&id).await.unwrap().unwrap();
+        update_host(store, &crawl, &url.host_key(), 10, |h| {
+            (h.claim_turn(10, lease_ms).ok().map(|(next, _)| next), ())
+        })
+        .await
+        .unwrap();
         let ClaimOutcome::Claimed { .. } = store
             .claim(&id, &url.task_id(), lease_ms, 10)
             .await
@@ -212,10 +220,11 @@ mod tests {
         let (url, lease_ms) = crawl_with_a_dead_worker(&handler).await;
         let (store, queue) = (&handler.store, &handler.queue);
         let id = CrawlId::parse("c1").unwrap();
-        // The worker dies; once its lease is over the sweeper re-enqueues the task.
+        // The worker dies; once its turn is over the sweeper re-issues the host's turn, which
+        // takes the task over (its lease expired: due work of the host).
         let now = 10 + lease_ms as Millis + 1;
         let summary = handler.sweep(event(), None, now).await.unwrap();
-        assert_eq!(summary.crawls[0].expired_leases, 1);
+        assert_eq!(summary.crawls[0].lost_messages, 1);
         assert!(!summary.crawls[0].completed);
         assert_eq!(queue.len(), 1);
 
@@ -279,9 +288,9 @@ mod tests {
                 .await
                 .unwrap();
 
-            // THEN the crawl is swept, not skipped: the task is back in the queue
+            // THEN the crawl is swept, not skipped: the host's turn is back in the queue
             assert_eq!(summary.skipped, 0, "deadline {deadline}");
-            assert_eq!(summary.crawls[0].expired_leases, 1, "deadline {deadline}");
+            assert_eq!(summary.crawls[0].lost_messages, 1, "deadline {deadline}");
             assert_eq!(handler.queue.len(), 1, "deadline {deadline}");
         }
     }

@@ -655,9 +655,37 @@ impl Crawl {
     }
 }
 
+/// Who writes a crawl's delivery, until when (`CrawlStore::claim_delivery`): one writer at a
+/// time, so that two deliverer invocations of one generation (a duplicated notice, an operator's
+/// `trawl deliver` beside the Lambda) never write the same segments at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryLease {
+    pub holder: String,
+    pub until: Millis,
+}
+
+impl DeliveryLease {
+    /// Whether this lease keeps `holder` from writing at `now`: only another holder's, and only
+    /// until it expires (a holder that died is waited out, never forever).
+    pub fn refuses(&self, holder: &str, now: Millis) -> bool {
+        self.holder != holder && self.until > now
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_lease_refuses_only_another_holder_until_it_expires() {
+        let lease = DeliveryLease {
+            holder: "a".into(),
+            until: 100,
+        };
+        assert!(lease.refuses("b", 99));
+        assert!(!lease.refuses("b", 100), "expired: taken over");
+        assert!(!lease.refuses("a", 99), "its own holder renews it");
+    }
 
     #[test]
     fn request_settings_read_as_documented_and_stay_out_of_default_configs() {

@@ -271,27 +271,30 @@ pub fn due_at(
     updated_at: Millis,
     next_attempt_at: Option<Millis>,
     next_fetch_at: Option<Millis>,
+    lease_expires_at: Option<Millis>,
 ) -> Option<Millis> {
     match status {
         Status::Pending => Some(updated_at),
         Status::Failed => Some(next_attempt_at.unwrap_or(updated_at)),
         Status::Succeeded | Status::Gone => next_fetch_at,
-        Status::InProgress | Status::Ignored => None,
+        Status::InProgress => Some(lease_expires_at.unwrap_or(updated_at)),
+        Status::Ignored => None,
     }
 }
 
 impl Task {
     /// Its place in its host's due index: pending now (in seed or reschedule order), failed at
     /// its next attempt, succeeded or gone when its page is fetched again (a recrawl, a check:
-    /// `crate::revisit`). A task in progress is its holder's and out of the index (a claim costs
-    /// one index delete); should its lease expire, the sweeper releases it back. Ignored tasks
-    /// are never due. A host's turn takes its tasks in this order.
+    /// `crate::revisit`), in progress when its lease expires: a task whose holder died is due
+    /// work of its host, taken over by the host's next turn (no other index needs to list it).
+    /// Ignored tasks are never due. A host's turn takes its tasks in this order.
     pub fn due_at(&self) -> Option<Millis> {
         due_at(
             self.status,
             self.updated_at,
             self.next_attempt_at,
             self.fetch.as_ref().and_then(|f| f.next_fetch_at),
+            self.lease_expires_at,
         )
     }
 

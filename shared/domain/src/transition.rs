@@ -161,7 +161,8 @@ impl Changes {
                 Change::Set(record) => record.as_ref().and_then(|r| r.next_fetch_at),
                 Change::Keep => None,
             },
-            Status::InProgress | Status::Ignored => None,
+            Status::InProgress => field(&self.lease_expires_at),
+            Status::Ignored => None,
         })
     }
 

@@ -45,7 +45,7 @@ pub enum Metric {
     MessagesHandedBack,
     /// Crawler: one batch, receive to answer.
     BatchDuration,
-    /// Sweeper: expired leases released, due retries and lost turns re-issued.
+    /// Sweeper: due retries and lost turns re-issued.
     SweeperRequeues,
     /// Sweeper: tasks rescheduled for a recrawl.
     SweeperRecrawls,
@@ -297,7 +297,7 @@ pub fn sweep(report: &SweepReport, now: Millis) -> Record {
     record
         .add(
             Metric::SweeperRequeues,
-            (report.expired_leases + report.due_retries + report.hosts_requeued) as f64,
+            (report.due_retries + report.hosts_requeued) as f64,
         )
         .add(Metric::SweeperRecrawls, report.recrawls as f64)
         .add(Metric::SweeperEnqueueFailures, report.enqueue_failed as f64)
@@ -386,9 +386,8 @@ mod tests {
             .add_kind(OUTCOME, Metric::TaskOutcomes, "retrying", 1.0);
         let swept = SweepReport {
             crawl_id: "news".into(),
-            expired_leases: 1,
             due_retries: 1,
-            hosts_requeued: 1,
+            hosts_requeued: 2,
             pages_read: 2,
             tasks_read: 8,
             hosts_read: 2,

@@ -9,7 +9,7 @@
 //! write lands, for partition accounting). Refused conditional writes are charged as DynamoDB
 //! charges them. Deletions of whole crawls are not metered (per crawl, not per page).
 
-use super::items::{CrawlItem, TaskItem, host_item};
+use super::items::{CrawlItem, TaskItem, host_item, keeps_place};
 use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::{BTreeMap, HashMap};
@@ -47,9 +47,19 @@ fn attr(value: &AttributeValue) -> Attr {
     }
 }
 
-/// The item of `task` as this adapter stores it with `shards` status shards.
-pub fn task_image(task: &Task, shards: u32) -> StoreResult<Image> {
-    Ok(image_of(&TaskItem::from_task(task, shards).to_item()?))
+/// The item of `task` as this adapter stores it with `shards` status shards, after a write
+/// over `before` (the item as it was, when known): a task in progress keeps the host-index
+/// place it had (`items::keeps_place`). Without `before`, an in-progress task is placed at its
+/// lease's end: the same index entry, priced alike.
+pub fn task_image(task: &Task, before: Option<&Image>, shards: u32) -> StoreResult<Image> {
+    let mut image = image_of(&TaskItem::from_task(task, shards).to_item()?);
+    if let Some(before) = before.filter(|_| keeps_place(task.status)) {
+        match before.get("due") {
+            Some(due) => image.insert("due".to_owned(), due.clone()),
+            None => image.remove("due"),
+        };
+    }
+    Ok(image)
 }
 
 /// The item of a stored host record (its `version` is the stored one).
@@ -211,11 +221,16 @@ impl<S> Metered<S> {
 }
 
 impl<S: TaskStore> Metered<S> {
-    async fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Image>> {
+    async fn task(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        before: Option<&Image>,
+    ) -> StoreResult<Option<Image>> {
         self.probe
             .get(crawl_id, task_id)
             .await?
-            .map(|t| task_image(&t, self.shards))
+            .map(|t| task_image(&t, before, self.shards))
             .transpose()
     }
 
@@ -227,9 +242,9 @@ impl<S: TaskStore> Metered<S> {
         task_id: &TaskId,
         write: impl Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
-        let before = self.task(crawl_id, task_id).await?;
+        let before = self.task(crawl_id, task_id, None).await?;
         let out = write.await?;
-        let after = self.task(crawl_id, task_id).await?;
+        let after = self.task(crawl_id, task_id, before.as_ref()).await?;
         self.record(operation, before.as_ref(), after.as_ref());
         Ok(out)
     }
@@ -326,6 +341,22 @@ impl<S: CrawlStore> CrawlStore for Metered<S> {
         self.on_crawl("set_checkpoint", id, write).await
     }
 
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let write = self.inner.claim_delivery(id, holder, until, now);
+        self.on_crawl("claim_delivery", id, write).await
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        let write = self.inner.release_delivery(id, holder);
+        self.on_crawl("release_delivery", id, write).await
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
             .await
@@ -368,7 +399,7 @@ impl<S: TaskStore> TaskStore for Metered<S> {
             if !seen.insert(id.clone()) {
                 continue;
             }
-            let stored = self.task(crawl_id, &id).await?;
+            let stored = self.task(crawl_id, &id, None).await?;
             match outcome {
                 Seeded::Created => self.record("seed", None, stored.as_ref()),
                 Seeded::AlreadyKnown => self.record("seed", stored.as_ref(), stored.as_ref()),
@@ -529,7 +560,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_fresh_task_costs_its_writes_on_the_table_and_both_indexes() {
+    async fn a_fresh_task_is_listed_once_settled_and_keeps_its_host_index_place_when_claimed() {
         let store = MemoryStore::new();
         let metered = Metered::new(store.clone(), store, 4);
         let crawl = Crawl::new(CrawlId::parse("c1").unwrap(), CrawlConfig::default(), 1);
@@ -558,24 +589,29 @@ mod tests {
         let meter = metered.meter();
         let meter = meter.lock().unwrap();
         let ops = meter.by_operation();
+        let units = |op: &str, index: &str| ops[op].indexes.get(index).copied().unwrap_or(0);
         let seed = &ops["seed"];
-        // Insert (1) + refused (1) on the table; each index: one insert.
-        assert_eq!(seed.writes, 2);
-        assert_eq!(seed.table, 2);
-        assert_eq!(seed.indexes.values().sum::<u64>(), 2);
-        // The claim moves the status-index key (2) and takes the task out of the host index (1).
-        let claim = &ops["claim"];
+        // Insert (1) + refused (1) on the table; the host index takes the new task (1), the
+        // status index does not list it while pending.
+        assert_eq!((seed.writes, seed.table), (2, 2));
+        assert_eq!(
+            (units("seed", "status-index"), units("seed", "host-index")),
+            (0, 1)
+        );
+        // The claim leaves both index keys alone: in progress is not listed, and the task keeps
+        // its place in its host's due list, where only projected attributes change (1).
+        assert_eq!(ops["claim"].table, 1);
+        assert_eq!(
+            (units("claim", "status-index"), units("claim", "host-index")),
+            (0, 1)
+        );
+        // The finish lists the task as succeeded (1) and takes it out of its host's list (1).
         assert_eq!(
             (
-                claim.table,
-                claim.indexes["status-index"],
-                claim.indexes["host-index"]
+                units("finish", "status-index"),
+                units("finish", "host-index")
             ),
-            (1, 2, 1)
+            (1, 1)
         );
-        // The finish moves the status key again; a task in progress is not in the host index.
-        let finish = &ops["finish"];
-        assert_eq!(finish.indexes["status-index"], 2);
-        assert_eq!(finish.indexes["host-index"], 0);
     }
 }

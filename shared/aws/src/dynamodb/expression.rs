@@ -3,7 +3,7 @@
 //! no read). Every attribute name goes through a `#name` placeholder: several (`status`,
 //! `token`, `fetch`) are reserved words, and AWS, unlike moto, rejects them bare.
 
-use super::items::gsi_pk;
+use super::items::{gsi_pk, keeps_place};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
@@ -127,17 +127,19 @@ impl Expression {
         let mut remove: Vec<String> = Vec::new();
         let mut add: Vec<String> = Vec::new();
         if let Change::Set(status) = changes.status {
-            let gsi = gsi_pk(crawl_id, status, task_id.shard(shards));
             set.push(format!(
                 "{} = {}",
                 self.name("status"),
                 self.value("status", n(status.code()))
             ));
-            set.push(format!(
-                "{} = {}",
-                self.name("gsi_pk"),
-                self.value("gsi_pk", AttributeValue::S(gsi))
-            ));
+            match gsi_pk(crawl_id, status, task_id.shard(shards)) {
+                Some(gsi) => set.push(format!(
+                    "{} = {}",
+                    self.name("gsi_pk"),
+                    self.value("gsi_pk", AttributeValue::S(gsi))
+                )),
+                None => remove.push(self.name("gsi_pk")),
+            }
         }
         if let Change::Set(retries) = changes.retries {
             set.push(format!(
@@ -196,8 +198,13 @@ impl Expression {
         }
         self.optional_time(&mut set, &mut remove, "enqueued", &changes.enqueued_at);
         // The host-index range key follows the task's due time; a terminal task loses it and
-        // leaves the (sparse) index. `hk`, its hash key, was written at seed and stays.
-        self.optional_time(&mut set, &mut remove, "due", &changes.due());
+        // leaves the (sparse) index; a claimed one keeps its place (`keeps_place`). `hk`, its
+        // hash key, was written at seed and stays.
+        let due = match changes.status {
+            Change::Set(status) if keeps_place(status) => Change::Keep,
+            _ => changes.due(),
+        };
+        self.optional_time(&mut set, &mut remove, "due", &due);
         if let Change::Set(updated) = changes.updated_at {
             set.push(format!(
                 "{} = {}",

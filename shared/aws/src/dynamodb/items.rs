@@ -26,8 +26,25 @@ pub(super) fn status_gsi(crawl_id: &CrawlId, status: Status, shard: u32) -> Stri
     format!("{crawl_id}#{}#{shard}", status.code())
 }
 
-pub(super) fn gsi_pk(crawl_id: &CrawlId, status: Status, shard: u32) -> String {
-    status_gsi(crawl_id, status, shard)
+/// Whether the status index lists tasks in `status`: the settled ones only. A URL passes
+/// through pending and in progress on every fetch, and an index key written there would be
+/// rewritten (two index writes) at each step; those tasks are found through their host's due
+/// index instead (`DynamoStore::query` walks the crawl's hosts for them).
+pub(super) fn listed(status: Status) -> bool {
+    !matches!(status, Status::Pending | Status::InProgress)
+}
+
+/// The status-index key of a task in `status`; None when the status is not listed.
+pub(super) fn gsi_pk(crawl_id: &CrawlId, status: Status, shard: u32) -> Option<String> {
+    listed(status).then(|| status_gsi(crawl_id, status, shard))
+}
+
+/// Whether a write that takes a task to `status` leaves its host-index `due` as it was: a
+/// claim keeps the task at its place in its host's due list (an index write saved on every
+/// fetch: the index projects no attribute a claim rewrites into its key), where the host's next
+/// turn finds it claimable once its lease expires (`Task::due_at`), should its holder die.
+pub(super) fn keeps_place(status: Status) -> bool {
+    status == Status::InProgress
 }
 
 pub(super) fn crawls_gsi(state: CrawlState) -> String {
@@ -72,7 +89,9 @@ fn encode_item<T: Serialize>(value: &T) -> StoreResult<Item> {
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct TaskItem {
     pk: String,
-    gsi_pk: String,
+    /// The status-index key (`gsi_pk`): absent while the task is not listed (`listed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gsi_pk: Option<String>,
     updated: Millis,
     crawl_id: CrawlId,
     task_id: TaskId,

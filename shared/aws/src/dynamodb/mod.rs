@@ -6,17 +6,20 @@
 //! - a host record is `pk = {crawl_id}#host#{name}` (a task id is 32 hex digits, so none of
 //!   them collide).
 //!
-//! The GSI `status-index` (hash `gsi_pk`, range `updated`) answers every "which tasks are in
-//! status S" question without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`,
-//! the shard a stable hash of the task id (spreading one crawl's hot status over partitions);
-//! a crawl's is `crawls#{state}`; a host record's `{crawl_id}#hosts` (with `updated = 0`), so a
-//! crawl's hosts are listed without a scan. Every status change rewrites `gsi_pk` in the same
-//! write.
+//! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists settled tasks (failed,
+//! succeeded, gone, ignored) without a scan: a task's `gsi_pk` is
+//! `{crawl_id}#{status code}#{shard}`, the shard a stable hash of the task id (spreading one
+//! crawl's hot status over partitions), written by the change into a settled status; a crawl's
+//! is `crawls#{state}`; a host record's `{crawl_id}#hosts` (with `updated = 0`), so a crawl's
+//! hosts are listed without a scan. Pending and in-progress tasks are not listed (no `gsi_pk`):
+//! every URL passes through both on every fetch, and listing them cost four index writes per
+//! fetch; a query or count of them walks the crawl's hosts' due lists instead.
 //!
 //! The GSI `host-index` (hash `hk` = `{crawl_id}#{host}`, range `due`) gives a host's tasks
 //! with work left, soonest due first: `hk` is written at seed, `due` (`Task::due_at`) at seed
-//! and by every write that changes it (`Changes::due`), and removed when the task becomes
-//! terminal, so finished tasks leave the index.
+//! and by every write that changes it (`Changes::due`), but for a claim, which leaves the task
+//! at its place (`items::keeps_place`), and removed when the task becomes terminal, so
+//! finished tasks leave the index.
 //!
 //! Host records are written whole, with optimistic concurrency on their `version` attribute.
 //!
@@ -204,6 +207,174 @@ impl DynamoStore {
     }
 }
 
+/// Where a query of a status the status index does not list stands: the host being read (its
+/// due list, from the start when `pk` is None) and the position in it.
+#[derive(Serialize, Deserialize)]
+struct HostWalk {
+    host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    due: Option<Millis>,
+}
+
+impl DynamoStore {
+    /// The crawl's first host after `after` (by name), from the hosts' status-index key.
+    async fn host_after(
+        &self,
+        crawl_id: &CrawlId,
+        after: Option<&str>,
+    ) -> StoreResult<Option<String>> {
+        let gsi = items::hosts_gsi(crawl_id);
+        let start = after.map(|name| {
+            HashMap::from([
+                ("pk".to_owned(), s(host_pk(crawl_id, name))),
+                ("gsi_pk".to_owned(), s(gsi.clone())),
+                ("updated".to_owned(), n(0)),
+            ])
+        });
+        let (items, _, _) = self.query_page(gsi, None, Some(1), start, false).await?;
+        let prefix = format!("{crawl_id}#host#");
+        Ok(items.first().and_then(|item| {
+            let pk = item.get("pk")?.as_s().ok()?;
+            pk.strip_prefix(&prefix).map(str::to_owned)
+        }))
+    }
+
+    /// One page of a host's due list, only the tasks `query` asks for (its status, updated at
+    /// or before its bound).
+    async fn host_page(
+        &self,
+        query: &TaskQuery,
+        host: &str,
+        start: Option<Item>,
+        limit: Option<i32>,
+        count_only: bool,
+    ) -> StoreResult<(Vec<Item>, i64, Option<Item>)> {
+        let (crawl_id, status) = (&query.crawl_id, query.status);
+        let mut filter = "#st = :st".to_owned();
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(HOST_INDEX)
+            .key_condition_expression("#hk = :hk")
+            .expression_attribute_names("#hk", "hk")
+            .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":st", n(status.code()))
+            .set_exclusive_start_key(start)
+            .set_limit(limit);
+        if let Some(before) = query.updated_before {
+            filter.push_str(" AND #u <= :before");
+            req = req
+                .expression_attribute_names("#u", "updated")
+                .expression_attribute_values(":before", n(before));
+        }
+        if count_only {
+            req = req.select(Select::Count);
+        }
+        self.calls.record(Call::DynamoQuery);
+        let out = req
+            .filter_expression(filter)
+            .send()
+            .await
+            .map_err(|e| map_err("Query", e))?;
+        let count = i64::from(out.count());
+        Ok((out.items.unwrap_or_default(), count, out.last_evaluated_key))
+    }
+
+    /// A query of a status the status index does not list (`items::listed`): the crawl's hosts
+    /// in name order, each one's due list in due order. Every pending or in-progress task is in
+    /// its host's due list, and every host with tasks has a record (hosts are recorded before
+    /// their tasks are seeded).
+    async fn walk_hosts(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        let crawl_id = &query.crawl_id;
+        let at = match &query.cursor {
+            Some(raw) => {
+                Some(serde_json::from_str::<HostWalk>(raw).map_err(|_| StoreError::InvalidCursor)?)
+            }
+            None => None,
+        };
+        let (mut host, mut start) = match at {
+            Some(at) => {
+                let start = match (at.pk, at.due) {
+                    (Some(pk), Some(due)) => Some(HashMap::from([
+                        ("pk".to_owned(), s(pk)),
+                        ("hk".to_owned(), s(items::host_key(crawl_id, &at.host))),
+                        ("due".to_owned(), n(due)),
+                    ])),
+                    _ => None,
+                };
+                (Some(at.host), start)
+            }
+            None => (self.host_after(crawl_id, None).await?, None),
+        };
+        let limit = query.limit.max(1) as usize;
+        let mut tasks = Vec::new();
+        // Bounded: each round reads a page of one host's list or moves to the next host.
+        while let Some(name) = host.clone() {
+            if tasks.len() >= limit {
+                break;
+            }
+            let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
+            let (items, _, next) = self
+                .host_page(query, &name, start.take(), Some(want), false)
+                .await?;
+            for item in items {
+                tasks.push(items::summary_from_item(item)?);
+            }
+            match next {
+                Some(key) => start = Some(key),
+                None => host = self.host_after(crawl_id, Some(&name)).await?,
+            }
+        }
+        let cursor = host
+            .map(|host| {
+                let key = |name: &str| start.as_ref().and_then(|k| k.get(name));
+                serde_json::to_string(&HostWalk {
+                    host,
+                    pk: key("pk").and_then(|v| v.as_s().ok()).cloned(),
+                    due: key("due")
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse().ok()),
+                })
+            })
+            .transpose()
+            .map_err(|e| StoreError::Backend {
+                operation: "Query",
+                message: e.to_string(),
+            })?;
+        Ok(TaskPage { tasks, cursor })
+    }
+
+    /// Tasks in a status the status index does not list, counted host by host.
+    async fn count_on_hosts(&self, crawl_id: &CrawlId, status: Status) -> StoreResult<u64> {
+        let query = TaskQuery {
+            crawl_id: crawl_id.clone(),
+            status,
+            updated_before: None,
+            limit: 0,
+            cursor: None,
+        };
+        let mut total = 0u64;
+        let mut host = self.host_after(crawl_id, None).await?;
+        while let Some(name) = host {
+            let mut start = None;
+            loop {
+                let (_, count, next) = self.host_page(&query, &name, start, None, true).await?;
+                total += count.max(0) as u64;
+                match next {
+                    Some(key) => start = Some(key),
+                    None => break,
+                }
+            }
+            host = self.host_after(crawl_id, Some(&name)).await?;
+        }
+        Ok(total)
+    }
+}
+
 impl CrawlStore for DynamoStore {
     async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         let item = CrawlItem::from_crawl(crawl).to_item()?;
@@ -338,6 +509,43 @@ impl CrawlStore for DynamoStore {
             .update_expression("ADD reference_misses :n")
             .expression_attribute_values(":n", n(misses));
         applied(update.send().await)
+    }
+
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.calls.record(Call::DynamoUpdateItem);
+        // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
+        let result = self
+            .update_crawl(id)
+            .update_expression("SET delivery_holder = :h, delivery_until = :until")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(delivery_holder) \
+                 OR delivery_holder = :h OR delivery_until <= :now)",
+            )
+            .expression_attribute_values(":h", s(holder))
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        applied(result)
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        self.calls.record(Call::DynamoUpdateItem);
+        let result = self
+            .update_crawl(id)
+            .update_expression("REMOVE delivery_holder, delivery_until")
+            .condition_expression("delivery_holder = :h")
+            .expression_attribute_values(":h", s(holder))
+            .send()
+            .await;
+        // Refused: the lease was taken over after it expired, or the crawl is gone.
+        applied(result).map(|_| ())
     }
 
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
@@ -613,6 +821,9 @@ impl TaskStore for DynamoStore {
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        if !items::listed(query.status) {
+            return self.walk_hosts(query).await;
+        }
         let mut cursor = match &query.cursor {
             Some(raw) => {
                 serde_json::from_str::<Cursor>(raw).map_err(|_| StoreError::InvalidCursor)?
@@ -717,6 +928,10 @@ impl TaskStore for DynamoStore {
     async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
         let mut counts = StatusCounts::new();
         for status in Status::ALL {
+            if !items::listed(status) {
+                counts.insert(status, self.count_on_hosts(crawl_id, status).await?);
+                continue;
+            }
             let mut total = 0u64;
             for shard in 0..self.shards {
                 let mut start = None;
@@ -738,6 +953,36 @@ impl TaskStore for DynamoStore {
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let mut deleted = 0u64;
         for status in Status::ALL {
+            if !items::listed(status) {
+                // Through the hosts' due lists, page after page (a deleted task's key still
+                // places the next page).
+                let mut cursor = None;
+                loop {
+                    let page = self
+                        .walk_hosts(&TaskQuery {
+                            crawl_id: crawl_id.clone(),
+                            status,
+                            updated_before: None,
+                            limit: 25,
+                            cursor,
+                        })
+                        .await?;
+                    let keys: Vec<AttributeValue> = page
+                        .tasks
+                        .iter()
+                        .map(|t| Self::task_key(crawl_id, &t.task_id))
+                        .collect();
+                    deleted += keys.len() as u64;
+                    if !keys.is_empty() {
+                        self.batch_delete(keys).await?;
+                    }
+                    match page.cursor {
+                        Some(next) => cursor = Some(next),
+                        None => break,
+                    }
+                }
+                continue;
+            }
             for shard in 0..self.shards {
                 loop {
                     // Deleting what the last page returned moves the next page forward.

@@ -50,6 +50,8 @@ const MAX_HOLD_MS: u64 = 12 * 3600 * 1000;
 const INTERNAL_RETRY_MS: u64 = 5_000;
 /// Due tasks read per query of a turn.
 const DUE_PAGE: u32 = 100;
+/// Due tasks read to find a host's next work as its turn ends.
+const NEXT_WORK_PAGE: u32 = 8;
 /// Tasks of a given-up host ended per turn.
 const DRAIN_PER_TURN: u32 = 500;
 
@@ -357,9 +359,19 @@ where
         if given_up {
             outcomes.extend(self.end_tasks_of_given_up(&context, &state.host).await);
         }
-        // When the host's next turn is due: its soonest task (new links included).
-        let next_work = match self.store.due_tasks(&crawl.id, &state.host.name, 1).await {
-            Ok(due) => due.first().and_then(TaskSummary::next_work),
+        // When the host's next turn is due: its soonest task (new links included). A few are
+        // read: a store may list a task in progress at the place it was claimed from, ahead of
+        // the work that is due before its lease ends.
+        let next_work = match self
+            .store
+            .due_tasks(&crawl.id, &state.host.name, NEXT_WORK_PAGE)
+            .await
+        {
+            Ok(due) => due
+                .iter()
+                .filter_map(|t| Some((t.claimable_from()?, t)))
+                .min_by_key(|(at, _)| *at)
+                .and_then(|(_, t)| t.next_work()),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
                 outcomes.push(Outcome::Error);

@@ -76,6 +76,10 @@ const MIN_WORK_PER_CALL: u64 = QUERY_PAGE as u64;
 const BODY_READ_ATTEMPTS: u32 = 4;
 /// The first retry's pause; each further one doubles it (with jitter).
 const BODY_READ_BACKOFF: Duration = Duration::from_millis(100);
+/// A call without a deadline holds the delivery this long (Lambda's longest invocation).
+const DELIVERY_LEASE: Duration = Duration::from_secs(15 * 60);
+/// A call with a deadline holds it this long past it: time to write its last checkpoint.
+const DELIVERY_LEASE_MARGIN: Duration = Duration::from_secs(60);
 
 /// How large a delivery's pieces grow. The defaults suit S3 and Lambda; tests make them small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,6 +302,12 @@ pub enum DeliverError {
         requested: u64,
         current: u64,
     },
+    /// Another call is writing this crawl's delivery (`CrawlStore::claim_delivery`): it
+    /// finishes it, or its lease expires and a later call takes over.
+    #[error(
+        "the delivery of crawl {crawl_id} generation {generation} is being written by another call"
+    )]
+    Busy { crawl_id: CrawlId, generation: u64 },
     /// An earlier delivery or checkpoint that cannot be read back.
     #[error("delivery file {key} is unreadable: {reason}")]
     CorruptDelivery { key: String, reason: String },
@@ -318,6 +328,9 @@ impl DeliverError {
             DeliverError::Blob(e) => e.is_retryable(),
             // Completion may still come (a delivery requested early).
             DeliverError::NotCompleted { .. } => true,
+            // The holder finishes or pauses (then the next call continues), or dies and its
+            // lease expires: later, this call goes through or finds the delivery done.
+            DeliverError::Busy { .. } => true,
             _ => false,
         }
     }
@@ -327,6 +340,7 @@ impl DeliverError {
         match self {
             DeliverError::NoSuchCrawl(_) => "NoSuchCrawl",
             DeliverError::NotCompleted { .. } => "NotCompleted",
+            DeliverError::Busy { .. } => "Busy",
             DeliverError::UnknownGeneration { .. } => "UnknownGeneration",
             DeliverError::Superseded { .. } => "Superseded",
             DeliverError::CorruptDelivery { .. } => "CorruptDelivery",
@@ -605,7 +619,7 @@ where
         now: Millis,
         deadline: Option<Instant>,
     ) -> Result<Delivery, DeliverError> {
-        let mut crawl = self
+        let crawl = self
             .store
             .get_crawl(crawl_id)
             .await?
@@ -618,6 +632,41 @@ where
                 current: crawl.generation,
             });
         }
+        // One writer at a time, from before it reads what is delivered: a second call of the
+        // same delivery would write the same segments and checkpoint over the first one's, or
+        // write again a delivery the first one finished meanwhile.
+        let holder = format!("{:016x}", fastrand::u64(..));
+        let lease_ms = deadline.map_or(DELIVERY_LEASE, |at| {
+            at.saturating_duration_since(Instant::now()) + DELIVERY_LEASE_MARGIN
+        });
+        let until = now.saturating_add(i64::try_from(lease_ms.as_millis()).unwrap_or(i64::MAX));
+        if !self
+            .store
+            .claim_delivery(crawl_id, &holder, until, now)
+            .await?
+        {
+            return Err(DeliverError::Busy {
+                crawl_id: crawl_id.clone(),
+                generation,
+            });
+        }
+        let written = self.write_delivery(crawl, generation, now, deadline).await;
+        if let Err(e) = self.store.release_delivery(crawl_id, &holder).await {
+            // Harmless: the lease expires by itself.
+            tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
+        }
+        written
+    }
+
+    /// The delivery's writing, by the one holder of its lease.
+    async fn write_delivery(
+        &self,
+        mut crawl: Crawl,
+        generation: u64,
+        now: Millis,
+        deadline: Option<Instant>,
+    ) -> Result<Delivery, DeliverError> {
+        let crawl_id = &crawl.id.clone();
         let run = run_prefix(self.layout, &crawl);
         let id = delivery_id(generation);
         let prefix = format!("{run}{id}/");

@@ -12,7 +12,7 @@ use std::collections::btree_map::Entry;
 use std::sync::{Arc, Mutex};
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -27,6 +27,7 @@ struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
+    deliveries: BTreeMap<CrawlId, DeliveryLease>,
 }
 
 impl Tables {
@@ -185,6 +186,37 @@ impl CrawlStore for MemoryStore {
         })
     }
 
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.with("claim_delivery", |t| {
+            let refused = t
+                .deliveries
+                .get(id)
+                .is_some_and(|lease| lease.refuses(holder, now));
+            if refused || !t.crawls.contains_key(id) {
+                return Ok(false);
+            }
+            let holder = holder.to_owned();
+            t.deliveries
+                .insert(id.clone(), DeliveryLease { holder, until });
+            Ok(true)
+        })
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        self.with("release_delivery", |t| {
+            if t.deliveries.get(id).is_some_and(|l| l.holder == holder) {
+                t.deliveries.remove(id);
+            }
+            Ok(())
+        })
+    }
+
     async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
         self.with("reopen_crawl", |t| {
             Ok(match t.crawls.get_mut(id) {
@@ -238,6 +270,7 @@ impl CrawlStore for MemoryStore {
     async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         self.with("delete_crawl", |t| {
             t.crawls.remove(id);
+            t.deliveries.remove(id);
             Ok(())
         })
     }

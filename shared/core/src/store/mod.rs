@@ -161,7 +161,8 @@ impl From<&Task> for TaskSummary {
 impl TaskSummary {
     /// From when the task can be claimed through its host's due index: at once when pending
     /// (whatever its place in the due order), at its next attempt when failed, when its page is
-    /// due again when succeeded or gone; never otherwise.
+    /// due again when succeeded or gone, when its lease expires when in progress; never
+    /// otherwise.
     pub fn claimable_from(&self) -> Option<Millis> {
         match self.status {
             Status::Pending => Some(Millis::MIN),
@@ -186,6 +187,7 @@ impl TaskSummary {
             self.updated_at,
             self.next_attempt_at,
             self.next_fetch_at,
+            self.lease_expires_at,
         )
     }
 }
@@ -253,6 +255,26 @@ pub trait CrawlStore: Send + Sync {
         id: &CrawlId,
         n: u64,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Takes the writing of the crawl's delivery for `holder` until `until`, unless another
+    /// holder's lease is live at `now` (`DeliveryLease::refuses`); its own lease is renewed. One
+    /// conditional write: of concurrent claimers exactly one wins. False, changing nothing, when
+    /// refused or when there is no such crawl.
+    fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Ends `holder`'s delivery lease, if it still holds it (a call that paused or finished:
+    /// the next one need not wait the lease out).
+    fn release_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
     /// True only for the one caller that made the change.
@@ -392,7 +414,9 @@ pub trait TaskStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
 
-    /// Tasks of one crawl in one status, through the status index.
+    /// Tasks of one crawl in one status, through the status index, or, for a status a store
+    /// does not list there (DynamoDB: pending and in progress), through the crawl's hosts' due
+    /// lists, host after host.
     fn query(&self, query: &TaskQuery) -> impl Future<Output = StoreResult<TaskPage>> + Send;
 
     /// Tasks per status for a crawl (statuses with no task are absent or 0).

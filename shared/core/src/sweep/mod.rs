@@ -4,9 +4,6 @@
 //! Everything goes through the status index (`TaskStore::query`), never a scan, and each query is
 //! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
 //! whole crawl. Per crawl, tasks that are:
-//! - `in_progress` whose lease expired (the worker died): updated more than `lease_ms` ago, and
-//!   `lease_expires_at <= now`; released back to pending first (a task in progress is out of its
-//!   host's due index);
 //! - `failed` whose next attempt is due: the backoff is at least half of
 //!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
 //! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
@@ -34,9 +31,7 @@ use crate::check::{ReferenceOutcome, check_references};
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{
-    ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary,
-};
+use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -53,8 +48,6 @@ use trawl_domain::task::{Millis, Status};
 
 /// Tasks read per status query.
 pub const PAGE_SIZE: u32 = 100;
-/// Conditional writes in flight at once.
-const WRITE_PARALLELISM: usize = 16;
 /// The least time a pending task must sit untouched before its message is presumed lost.
 pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
 /// Attempts to send a completion notice.
@@ -228,8 +221,6 @@ impl ReferenceChecks {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub crawl_id: String,
-    /// In-progress tasks whose lease had expired, released back to their hosts' due index.
-    pub expired_leases: u64,
     /// Failed tasks whose next attempt was due, re-enqueued.
     pub due_retries: u64,
     /// Hosts whose turn message was presumed lost, found by the scan of host records.
@@ -268,7 +259,7 @@ pub struct SweepReport {
 
 impl SweepReport {
     fn requeued(&self) -> u64 {
-        self.expired_leases + self.due_retries + self.lost_messages + self.recrawls
+        self.due_retries + self.lost_messages + self.recrawls
     }
 }
 
@@ -282,36 +273,18 @@ pub struct SweepSummary {
     pub skipped: u64,
 }
 
-/// Which due-window a task was found in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    ExpiredLease,
-    DueRetry,
-}
-
-impl Kind {
-    fn status(self) -> Status {
-        match self {
-            Kind::ExpiredLease => Status::InProgress,
-            Kind::DueRetry => Status::Failed,
-        }
-    }
-}
-
-/// One due window: tasks of `kind`'s status last updated at or before `updated_before`.
+/// The due window of failed tasks: last updated at or before `updated_before`.
 #[derive(Debug, Clone, Copy)]
 struct Window {
-    kind: Kind,
     updated_before: Millis,
     /// How long a host's message may be overdue before it is presumed lost.
     lost_after_ms: u64,
 }
 
 impl Window {
-    fn new(kind: Kind, now: Millis, age_ms: u64, lost_after_ms: u64) -> Self {
+    fn new(now: Millis, age_ms: u64, lost_after_ms: u64) -> Self {
         let ago = |ms: u64| now.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX));
         Self {
-            kind,
             updated_before: ago(age_ms),
             lost_after_ms,
         }
@@ -395,15 +368,11 @@ where
             .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
         let mut state = crawl.state;
         if state == CrawlState::Running {
+            // An in-progress task whose holder died needs no window: its expired lease is due
+            // work of its host (`Task::due_at`), whose lost turn the host scan re-issues.
             let min_backoff = config.retry.base_delay_ms.min(config.retry.max_delay_ms) / 2;
-            let windows = [
-                (Kind::ExpiredLease, config.lease_ms),
-                (Kind::DueRetry, min_backoff),
-            ];
-            for (kind, age_ms) in windows {
-                let window = Window::new(kind, now, age_ms, lost_after);
-                self.scan(crawl, window, now, &mut report, budget).await?;
-            }
+            let window = Window::new(now, min_backoff, lost_after);
+            self.scan(crawl, window, now, &mut report, budget).await?;
         }
         // Due recrawls are hosts' wake-up times: a completed crawl that recrawls is scanned too,
         // and reopened by the first host it wakes.
@@ -491,7 +460,6 @@ where
         report: &mut SweepReport,
         budget: &mut SweepBudget,
     ) -> Result<(), SweepError> {
-        let kind = window.kind;
         let mut cursor = None;
         loop {
             if !budget.take_page() {
@@ -502,7 +470,7 @@ where
                 .store
                 .query(&TaskQuery {
                     crawl_id: crawl.id.clone(),
-                    status: kind.status(),
+                    status: Status::Failed,
                     updated_before: Some(window.updated_before),
                     limit: self.options.page_size.max(1),
                     cursor: cursor.take(),
@@ -510,10 +478,9 @@ where
                 .await?;
             report.pages_read += 1;
             report.tasks_read += page.tasks.len() as u64;
-            let due: Vec<&TaskSummary> =
-                page.tasks.iter().filter(|t| is_due(kind, t, now)).collect();
+            let due: Vec<&TaskSummary> = page.tasks.iter().filter(|t| is_due(t, now)).collect();
             if !due.is_empty() {
-                self.requeue(crawl, kind, &due, now, window.lost_after_ms, report)
+                self.requeue(crawl, &due, now, window.lost_after_ms, report)
                     .await?;
             }
             match page.cursor {
@@ -603,32 +570,11 @@ where
     async fn requeue(
         &self,
         crawl: &Crawl,
-        kind: Kind,
-        due: &[&TaskSummary],
+        tasks: &[&TaskSummary],
         now: Millis,
         lost_after_ms: u64,
         report: &mut SweepReport,
     ) -> Result<(), SweepError> {
-        let tasks: Vec<&TaskSummary> = due.to_vec();
-        if kind == Kind::ExpiredLease {
-            // Out of the due index while in progress: back to pending, where the host's turn
-            // finds it (a takeover and a release: the dead holder is fenced by the token).
-            for chunk in tasks.chunks(WRITE_PARALLELISM) {
-                let writes = chunk.iter().map(|t| async move {
-                    match self.store.claim(&crawl.id, &t.task_id, 0, now).await? {
-                        ClaimOutcome::Claimed { lease, .. } => {
-                            self.store.release(&lease, now).await
-                        }
-                        ClaimOutcome::Rejected(_) => Ok(false),
-                    }
-                });
-                for released in futures_util::future::join_all(writes).await {
-                    if released? {
-                        report.expired_leases += 1;
-                    }
-                }
-            }
-        }
         let hosts = hosts_of(tasks.iter().map(|t| t.url.as_str()));
         let which = Reissue::Lost {
             lost_after_ms,
@@ -651,11 +597,7 @@ where
             .filter(|t| woken.contains(host_key_of(&t.url).as_str()))
             .count() as u64;
         report.hosts_requeued += woken.len() as u64;
-        match kind {
-            Kind::DueRetry => report.due_retries += n,
-            // Counted when released, above: their hosts' turns take them.
-            Kind::ExpiredLease => {}
-        }
+        report.due_retries += n;
         Ok(())
     }
 
@@ -700,12 +642,9 @@ where
     }
 }
 
-/// Whether a task found in `kind`'s window is due.
-fn is_due(kind: Kind, t: &TaskSummary, now: Millis) -> bool {
-    match kind {
-        Kind::ExpiredLease => t.lease_expires_at.is_none_or(|until| until <= now),
-        Kind::DueRetry => t.next_attempt_at.is_none_or(|at| at <= now),
-    }
+/// Whether a failed task found in the window is due to be tried again.
+fn is_due(t: &TaskSummary, now: Millis) -> bool {
+    t.next_attempt_at.is_none_or(|at| at <= now)
 }
 
 #[cfg(test)]
@@ -742,19 +681,13 @@ mod tests {
     }
 
     #[test]
-    fn due_rules_per_window() {
+    fn a_failed_task_is_due_at_its_next_attempt() {
         let now = 1_000_000;
-        let mut t = summary(Status::InProgress, 0);
-        t.lease_expires_at = Some(now + 1);
-        assert!(!is_due(Kind::ExpiredLease, &t, now));
-        t.lease_expires_at = Some(now);
-        assert!(is_due(Kind::ExpiredLease, &t, now));
-
         let mut f = summary(Status::Failed, 100);
         f.next_attempt_at = Some(now + 5);
-        assert!(!is_due(Kind::DueRetry, &f, now));
+        assert!(!is_due(&f, now));
         f.next_attempt_at = Some(now - 5);
-        assert!(is_due(Kind::DueRetry, &f, now));
+        assert!(is_due(&f, now));
     }
 
     #[test]

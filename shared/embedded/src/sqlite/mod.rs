@@ -42,9 +42,9 @@ use trawl_domain::transition::{self, Update};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
-/// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data; an
-/// older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 6;
+/// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
+/// version 7 their delivery leases; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 7;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -119,6 +119,12 @@ const CHECKPOINT_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN checkpoint TEXT;"
 /// Sweeps that found a soft-404 rule no longer recognising its reference page, per crawl.
 const REFERENCE_MISSES_SCHEMA: &str =
     "ALTER TABLE crawls ADD COLUMN reference_misses INTEGER NOT NULL DEFAULT 0;";
+
+/// Who writes a crawl's delivery, until when (`DeliveryLease`).
+const DELIVERY_SCHEMA: &str = "
+ALTER TABLE crawls ADD COLUMN delivery_holder TEXT;
+ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
+";
 
 /// Each task's user data (`Task::data`, JSON).
 const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
@@ -381,7 +387,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=5 => {
+            0..=6 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -398,7 +404,10 @@ impl SqliteStore {
                 if version < 5 {
                     tx.execute_batch(REFERENCE_MISSES_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(DATA_SCHEMA).map_err(schema)?;
+                if version < 6 {
+                    tx.execute_batch(DATA_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(DELIVERY_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -971,6 +980,42 @@ impl CrawlStore for SqliteStore {
                 params![id, misses],
             )?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let id = id.as_str().to_owned();
+        let holder = holder.to_owned();
+        self.run("claim_delivery", Call::SqliteWrite, move |conn| {
+            // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
+            let changed = conn.execute(
+                "UPDATE crawls SET delivery_holder = ?2, delivery_until = ?3
+                 WHERE id = ?1 AND (delivery_holder IS NULL OR delivery_holder = ?2
+                                    OR delivery_until <= ?4)",
+                params![id, holder, until, now],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        let id = id.as_str().to_owned();
+        let holder = holder.to_owned();
+        self.run("release_delivery", Call::SqliteWrite, move |conn| {
+            conn.execute(
+                "UPDATE crawls SET delivery_holder = NULL, delivery_until = NULL
+                 WHERE id = ?1 AND delivery_holder = ?2",
+                params![id, holder],
+            )?;
+            Ok(())
         })
         .await
     }
