@@ -5,6 +5,7 @@
 
 mod calls;
 mod capacity;
+mod chaos;
 mod cost;
 mod error;
 mod freshness;
@@ -62,6 +63,7 @@ enum Section {
     Freshness,
     Hosts,
     Storage,
+    Chaos,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -260,6 +262,18 @@ async fn measure(args: &Args) -> Report {
         match freshness::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "freshness simulation", e),
+        }
+    }
+    if wanted(Section::Chaos) {
+        eprintln!("chaos run (AWS faults) …");
+        match sibling("trawl") {
+            Some(cli) => match chaos::run(args.quick, &cli).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "chaos run", e),
+            },
+            None => report.skipped.push(
+                "chaos run (the CLI binary is not built in this target directory)".to_owned(),
+            ),
         }
     }
     if wanted(Section::Storage) {

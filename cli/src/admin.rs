@@ -1,5 +1,6 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
+use trawl_core::backoff::{Backoff, persist};
 use crate::args::{
     Command, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand, PurgeArgs,
     RetryArgs, SetupArgs, TasksCommand, TasksListArgs, TasksShowArgs,
@@ -428,7 +429,12 @@ where
         calls,
         limits: DeliveryLimits::default(),
     };
-    let report = deliverer.deliver(crawl_id, None, now_ms()).await?;
+    // A delivery resumes where it stopped: a transient error is waited out, not the end.
+    let retries = std::sync::atomic::AtomicU64::new(0);
+    let report = persist("deliver", &Backoff::RUN, &retries, || {
+        deliverer.deliver(crawl_id, None, now_ms())
+    })
+    .await?;
     Ok(report.location)
 }
 

@@ -12,8 +12,9 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use trawl_core::backoff::{Backoff, persist};
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::Fetcher;
@@ -419,6 +420,8 @@ where
     } = backend;
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 
+    let stats = RunStats::default();
+    let retries = &stats.backend_retries;
     let seeder = Seeder {
         store: &store,
         queue: &queue,
@@ -434,9 +437,13 @@ where
         args.update_config,
         plan.sources(&args.sitemap),
         json,
+        retries,
     )
     .await?;
-    let crawl = open_crawl(&store, &queue, &crawl_id, local).await?;
+    let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
+        open_crawl(&store, &queue, &crawl_id, local)
+    })
+    .await?;
     if !json {
         let state = if crawl.state == CrawlState::Completed {
             "completed"
@@ -457,7 +464,6 @@ where
         args.concurrency,
         calls.clone(),
     );
-    let stats = RunStats::default();
     let end =
         crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
     let delivery = match end {
@@ -474,8 +480,14 @@ where
         ),
         RunEnd::Stopped => None,
     };
-    let counts = crawler.store().counts(&crawl_id).await?;
-    let given_up = GivenUp::read(crawler.store(), &crawl_id, &counts).await?;
+    let counts = persist("count the tasks", &Backoff::RUN, retries, || {
+        crawler.store().counts(&crawl_id)
+    })
+    .await?;
+    let given_up = persist("read the given-up tasks", &Backoff::RUN, retries, || {
+        GivenUp::read(crawler.store(), &crawl_id, &counts)
+    })
+    .await?;
     let outcome = Outcome {
         crawl_id: &crawl_id,
         counts: &counts,
@@ -504,6 +516,7 @@ async fn seed<S, Q, M>(
     update_config: bool,
     sources: Vec<SeedSource>,
     json: bool,
+    retries: &AtomicU64,
 ) -> Result<u64, CliError>
 where
     S: TaskStore + CrawlStore + HostStore,
@@ -521,9 +534,12 @@ where
             checkpoint: None,
         };
         for _ in 0..100_000 {
-            let response = seeder
-                .seed(request.clone(), SeedBudget::default(), now_ms())
-                .await?;
+            // Seed requests are idempotent: a transient error is waited out and the same
+            // request sent again.
+            let response = persist("seed", &Backoff::RUN, retries, || {
+                seeder.seed(request.clone(), SeedBudget::default(), now_ms())
+            })
+            .await?;
             accepted += response.accepted;
             if let Some(rejection) = response.rejections.first() {
                 tracing::warn!(rejected = response.rejected, first = ?rejection, "some seeds were rejected");
@@ -560,9 +576,7 @@ where
         .await?
         .ok_or_else(|| CliError::NoSuchCrawl(crawl_id.to_string()))?;
     if local {
-        rebuild_local_queue(store, queue, &crawl, now_ms())
-            .await
-            .map_err(CliError::other)?;
+        rebuild_local_queue(store, queue, &crawl, now_ms()).await?;
     }
     Ok(crawl)
 }
@@ -590,7 +604,7 @@ where
     };
     signals.abort();
     progress.finish();
-    end.map_err(CliError::other)
+    Ok(end?)
 }
 
 /// How a run ended, as the last lines of `trawl crawl` report it.
@@ -640,6 +654,7 @@ impl Outcome<'_> {
             "bytes": self.bytes(),
             "elapsed_seconds": (self.elapsed * 1000.0).round() / 1000.0,
             "pages_per_second": (self.rate() * 10.0).round() / 10.0,
+            "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
             "delivery": self.delivery,
             "given_up": self.given_up.to_json(self.crawl_id),
         }));

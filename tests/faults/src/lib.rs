@@ -6,7 +6,10 @@
 //!
 //! The fate of a request depends only on the seed and the request's number (1st, 2nd, … request
 //! the proxy received), so a run with the same seed and the same order of requests meets the
-//! same faults. Loopback only; used by the chaos tests and `make bench`.
+//! same faults. Loopback only; used by the chaos tests and `make bench`, which check the
+//! invariants of [`audit`] after each run.
+
+pub mod audit;
 
 use bytes::Bytes;
 use futures_util::stream;
@@ -120,6 +123,8 @@ impl Counts {
 
 struct State {
     upstream: String,
+    /// Where SQS requests go, when not to `upstream`.
+    queue_upstream: Option<String>,
     seed: u64,
     mix: Mutex<Mix>,
     client: reqwest::Client,
@@ -167,10 +172,26 @@ impl FaultProxy {
     /// Starts a proxy in front of `upstream` (`http://127.0.0.1:PORT`, moto), with `mix` from
     /// the first request on.
     pub async fn start(upstream: &str, seed: u64, mix: Mix) -> std::io::Result<FaultProxy> {
+        Self::start_split(upstream, None, seed, mix).await
+    }
+
+    /// As [`FaultProxy::start`], with SQS requests sent to `queue_upstream`: a threaded moto for
+    /// the queue beside a single-threaded one for DynamoDB and S3, whose conditional writes are
+    /// then atomic while a long poll (which holds a single-threaded server for its whole wait)
+    /// stalls nobody.
+    pub async fn start_split(
+        upstream: &str,
+        queue_upstream: Option<&str>,
+        seed: u64,
+        mix: Mix,
+    ) -> std::io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let endpoint = format!("http://{}", listener.local_addr()?);
-        // No decompression, no proxy of its own: bytes pass through as they are.
+        // No decompression, no proxy of its own: bytes pass through as they are. One connection
+        // per request: a single-threaded moto serves one connection at a time, and would wait
+        // on an idle pooled one while the next request queues on another.
         let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
             .no_proxy()
             .no_gzip()
             .no_brotli()
@@ -179,6 +200,7 @@ impl FaultProxy {
             .map_err(std::io::Error::other)?;
         let state = Arc::new(State {
             upstream: upstream.trim_end_matches('/').to_owned(),
+            queue_upstream: queue_upstream.map(|u| u.trim_end_matches('/').to_owned()),
             seed,
             mix: Mutex::new(mix),
             client,
@@ -286,11 +308,15 @@ async fn forward(
 ) -> Result<(StatusCode, HeaderMap, Bytes), std::io::Error> {
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut headers = parts.headers.clone();
-    headers.remove(CONNECTION);
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
     headers.remove(CONTENT_LENGTH);
+    let upstream = match (&state.queue_upstream, Service::of(&parts.headers)) {
+        (Some(queue), Service::Sqs) => queue,
+        _ => &state.upstream,
+    };
     let response = state
         .client
-        .request(parts.method.clone(), format!("{}{path}", state.upstream))
+        .request(parts.method.clone(), format!("{upstream}{path}"))
         .headers(headers)
         .body(body)
         .send()
@@ -403,6 +429,7 @@ mod tests {
     fn state(seed: u64, mix: Mix) -> State {
         State {
             upstream: String::new(),
+            queue_upstream: None,
             seed,
             mix: Mutex::new(mix),
             client: reqwest::Client::new(),

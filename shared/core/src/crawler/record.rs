@@ -12,13 +12,22 @@
 //!    pointer. If it PUT an object the task does not point at: when the task is terminal
 //!    (nobody may write it now) it deletes the object; otherwise another worker may be about
 //!    to point at that very key, so it only records the md5 as stale for the next finisher.
+//! 4. A PUT that failed may still have been applied (its answer lost): its md5 goes on the
+//!    task's stale list before the error is returned, so that whoever finishes the task next
+//!    deletes the object should it exist (one write per failed PUT, none per page).
+//! 5. A finish whose answer was lost and whose retry failed its own condition is recognised by
+//!    the task as it now stands (`transition::finished_by`: same token, same record) and ends as
+//!    a finish, with rule 2's deletes; never as a lost lease.
 
+use crate::backoff::{Backoff, persist};
 use crate::blob::{BlobError, BlobStore, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
+use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::task::{FetchRecord, Lease, Millis, Task};
+use trawl_domain::transition::finished_by;
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -84,36 +93,48 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                 source_url: url.as_str().to_owned(),
                 compress,
             };
-            blobs.put(&key, bytes, &meta).await?;
+            let retries = AtomicU64::new(0);
+            let put = persist("PutObject", &Backoff::BRIEF, &retries, || {
+                blobs.put(&key, bytes.clone(), &meta)
+            });
+            if let Err(e) = put.await {
+                record_unknown_put(store, task, &md5_hex).await;
+                return Err(e.into());
+            }
             written = Some((key.clone(), md5_hex.clone()));
         }
         record.object_key = Some(key);
         record.md5 = Some(md5_hex);
     }
-    match store.finish(lease, &record, now).await? {
+    let put = written.is_some();
+    let keep = record.object_key.clone();
+    let retries = AtomicU64::new(0);
+    let finished = persist("finish", &Backoff::BRIEF, &retries, || {
+        store.finish(lease, &record, now)
+    })
+    .await;
+    let finished = match finished {
+        Ok(finished) => finished,
+        Err(e) => {
+            // Rule 4: the finish may not have been applied, and the object must not outlive it.
+            if let Some((_, md5)) = &written {
+                record_unknown_put(store, task, md5).await;
+            }
+            return Err(e.into());
+        }
+    };
+    match finished {
         FinishOutcome::Finished { replaced, stale } => {
-            let keep = record.object_key.as_deref();
-            let mut doomed: Vec<String> = Vec::new();
-            if let Some(old) = replaced.and_then(|r| r.object_key)
-                && Some(old.as_str()) != keep
-            {
-                doomed.push(old);
-            }
-            for md5 in stale {
-                let key = layout.html_key(&task.crawl_id, &task.task_id, &md5);
-                if Some(key.as_str()) != keep && !doomed.contains(&key) {
-                    doomed.push(key);
-                }
-            }
-            for key in doomed {
-                // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
-                if let Err(e) = blobs.delete(&key).await {
-                    tracing::warn!(key, error = %e, "could not delete a replaced object");
-                }
-            }
-            Ok(StoredPage::Finished {
-                put: written.is_some(),
-            })
+            delete_replaced(blobs, layout, task, keep.as_deref(), replaced, stale).await;
+            Ok(StoredPage::Finished { put })
+        }
+        // Rule 5: our own finish, applied; what it replaced is what the claim returned.
+        FinishOutcome::Rejected { current: Some(current) }
+            if finished_by(&current, lease, &record) =>
+        {
+            let (replaced, stale) = (task.fetch.clone(), task.stale.clone());
+            delete_replaced(blobs, layout, task, keep.as_deref(), replaced, stale).await;
+            Ok(StoredPage::Finished { put })
         }
         FinishOutcome::Rejected { current } => {
             if let Some((key, md5)) = written {
@@ -133,6 +154,49 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                 }
             }
             Ok(StoredPage::LostLease)
+        }
+    }
+}
+
+/// Rule 4: the md5 of an object whose PUT (or whose finish) failed goes on the task's stale
+/// list, for the next finisher to delete should the object exist.
+async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str) {
+    let retries = AtomicU64::new(0);
+    let added = persist("add_stale", &Backoff::BRIEF, &retries, || {
+        store.add_stale(&task.crawl_id, &task.task_id, md5)
+    });
+    if let Err(e) = added.await {
+        tracing::warn!(task = %task.task_id, md5, error = %e, "could not record an unknown PUT");
+    }
+}
+
+/// Rule 2: deletes the object the finish replaced and those on the stale list, never `keep`.
+async fn delete_replaced<B: BlobStore>(
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    keep: Option<&str>,
+    replaced: Option<FetchRecord>,
+    stale: Vec<String>,
+) {
+    let mut doomed: Vec<String> = Vec::new();
+    if let Some(old) = replaced.and_then(|r| r.object_key)
+        && Some(old.as_str()) != keep
+    {
+        doomed.push(old);
+    }
+    for md5 in stale {
+        let key = layout.html_key(&task.crawl_id, &task.task_id, &md5);
+        if Some(key.as_str()) != keep && !doomed.contains(&key) {
+            doomed.push(key);
+        }
+    }
+    for key in doomed {
+        // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
+        let retries = AtomicU64::new(0);
+        let deleted = persist("DeleteObject", &Backoff::BRIEF, &retries, || blobs.delete(&key));
+        if let Err(e) = deleted.await {
+            tracing::warn!(key, error = %e, "could not delete a replaced object");
         }
     }
 }

@@ -31,7 +31,7 @@
 //! links to them, which keeps a non-terminal task visible throughout.
 
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
-use crate::queue::{QueueError, WorkQueue};
+use crate::queue::{QueueError, WorkQueue, send_patiently};
 use crate::store::{
     ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary,
 };
@@ -491,7 +491,7 @@ where
                     known_work: false,
                 };
                 let messages = reissue_turns(self.store, crawl, names, which, now).await?;
-                let sent = self.queue.send(&messages).await?;
+                let sent = send_patiently(self.queue, &messages).await?;
                 report.enqueue_failed += sent.failed.len() as u64;
                 let failed: HashSet<&str> =
                     sent.failed.iter().map(|(host, _)| host.as_str()).collect();
@@ -553,7 +553,7 @@ where
         if messages.is_empty() {
             return Ok(());
         }
-        let sent = self.queue.send(&messages).await?;
+        let sent = send_patiently(self.queue, &messages).await?;
         let failed: HashSet<&str> = sent.failed.iter().map(|(host, _)| host.as_str()).collect();
         report.enqueue_failed += failed.len() as u64;
         let woken: HashSet<&str> = messages
