@@ -218,7 +218,9 @@ impl State {
             None => Route::status(404),
         };
         if route.volatile {
-            route.body = [route.body, Bytes::from(format!("<!-- {hit} -->"))].concat().into();
+            route.body = [route.body, Bytes::from(format!("<!-- {hit} -->"))]
+                .concat()
+                .into();
         }
         let not_modified = route.etag.as_deref().is_some_and(|etag| {
             req.headers

@@ -1,6 +1,7 @@
 //! Section: the chaos run. `trawl --backend aws crawl` of the fixture site (500 pages; 200 with
 //! `--quick`) through the fault-injecting proxy (`trawl-faults`) in front of single-threaded moto
-//! (conditional writes atomic, as on DynamoDB): 10% of AWS requests answered with retryable errors
+//! (conditional writes atomic, as on DynamoDB; the queue on a threaded one, where a long poll
+//! holds no other request): 10% of AWS requests answered with retryable errors
 //! (throttling, throughput exceeded, 500, 503), 5% applied with their response lost (dropped or
 //! truncated), seeded so that a run can be replayed. Prints the wall time, the pages fetched
 //! twice, the backend errors the CLI waited out and the faults injected, and checks the
@@ -30,8 +31,24 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
     let pages = if quick { 200 } else { 500 };
     let site = Site::start(pages)?;
     let moto = Moto::start(false)?;
+    let queues = Moto::start(true)?;
     let stack = stack(&moto.endpoint, "chaos").await?;
-    let proxy = FaultProxy::start(&moto.endpoint, SEED, MIX)
+    let queue = crate::moto::stack(&queues.endpoint, "chaos-queue").await?;
+    // A lost ReceiveMessage answer hides its turns for the visibility timeout: 10 s, as in the
+    // test (a turn seen twice meanwhile is fenced by its lease).
+    crate::moto::clients(&queues.endpoint)
+        .await
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&queue.queue_url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "10",
+        )
+        .send()
+        .await
+        .step("set the queue's visibility timeout")?;
+    let proxy = FaultProxy::start_split(&moto.endpoint, Some(&queues.endpoint), SEED, MIX)
         .await
         .step("start the fault proxy")?;
     let crawl_id = "chaos";
@@ -46,7 +63,7 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
         .env("AWS_REGION", "us-east-1")
         .env("TRAWL_TABLE", &stack.table)
         .env("TRAWL_BUCKET", &stack.bucket)
-        .env("TRAWL_QUEUE_URL", &stack.queue_url)
+        .env("TRAWL_QUEUE_URL", &queue.queue_url)
         .env("TRAWL_SHARDS", SHARDS.to_string())
         .kill_on_drop(true)
         .output()
@@ -75,12 +92,21 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
         + found.orphans
         + found.md5_mismatches
         + found.manifest_lines.abs_diff(found.tasks);
-    let one = |name: &str, unit: &'static str, value: f64| Figure::single(SECTION, name, unit, value);
+    let one =
+        |name: &str, unit: &'static str, value: f64| Figure::single(SECTION, name, unit, value);
     let mut figures = vec![
-        one(&format!("{pages}-page crawl through faults, wall time"), "s", wall),
+        one(
+            &format!("{pages}-page crawl through faults, wall time"),
+            "s",
+            wall,
+        ),
         one("tasks succeeded", "tasks", found.succeeded as f64).at_least(pages as f64),
-        one("invariant violations (lost, duplicate, dangling, orphan, md5)", "count", violations as f64)
-            .at_most(0.0),
+        one(
+            "invariant violations (lost, duplicate, dangling, orphan, md5)",
+            "count",
+            violations as f64,
+        )
+        .at_most(0.0),
         one(
             "pages fetched twice",
             "pages",
@@ -91,7 +117,11 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
             "retries",
             summary["backend_retries"].as_f64().unwrap_or(f64::NAN),
         ),
-        one("AWS requests through the proxy", "requests", faults.requests as f64),
+        one(
+            "AWS requests through the proxy",
+            "requests",
+            faults.requests as f64,
+        ),
     ];
     for fault in Fault::ALL {
         figures.push(one(

@@ -1,6 +1,5 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
-use trawl_core::backoff::{Backoff, persist};
 use crate::args::{
     Command, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand, PurgeArgs,
     RetryArgs, SetupArgs, TasksCommand, TasksListArgs, TasksShowArgs,
@@ -10,6 +9,7 @@ use crate::error::CliError;
 use crate::generations;
 use crate::output;
 use serde_json::json;
+use trawl_core::backoff::{Backoff, persist};
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, purge};

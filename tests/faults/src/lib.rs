@@ -142,7 +142,7 @@ impl State {
         if share < mix.errors {
             Some(Fault::ERRORS[pick % Fault::ERRORS.len()])
         } else if share < mix.errors + mix.lost {
-            Some(if pick % 2 == 0 {
+            Some(if pick.is_multiple_of(2) {
                 Fault::Dropped
             } else {
                 Fault::Truncated

@@ -129,9 +129,9 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
             Ok(StoredPage::Finished { put })
         }
         // Rule 5: our own finish, applied; what it replaced is what the claim returned.
-        FinishOutcome::Rejected { current: Some(current) }
-            if finished_by(&current, lease, &record) =>
-        {
+        FinishOutcome::Rejected {
+            current: Some(current),
+        } if finished_by(&current, lease, &record) => {
             let (replaced, stale) = (task.fetch.clone(), task.stale.clone());
             delete_replaced(blobs, layout, task, keep.as_deref(), replaced, stale).await;
             Ok(StoredPage::Finished { put })
@@ -194,7 +194,9 @@ async fn delete_replaced<B: BlobStore>(
     for key in doomed {
         // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
         let retries = AtomicU64::new(0);
-        let deleted = persist("DeleteObject", &Backoff::BRIEF, &retries, || blobs.delete(&key));
+        let deleted = persist("DeleteObject", &Backoff::BRIEF, &retries, || {
+            blobs.delete(&key)
+        });
         if let Err(e) = deleted.await {
             tracing::warn!(key, error = %e, "could not delete a replaced object");
         }

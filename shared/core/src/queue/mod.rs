@@ -129,8 +129,11 @@ pub async fn send_patiently<Q: WorkQueue>(
             total.failed = report.failed;
             break;
         }
-        let refused: std::collections::HashSet<&str> =
-            report.failed.iter().map(|(host, _)| host.as_str()).collect();
+        let refused: std::collections::HashSet<&str> = report
+            .failed
+            .iter()
+            .map(|(host, _)| host.as_str())
+            .collect();
         pending.retain(|m| refused.contains(m.host.as_str()));
         tokio::time::sleep(Backoff::BRIEF.pause(round as u32 + 1)).await;
     }
