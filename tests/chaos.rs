@@ -187,14 +187,7 @@ async fn a_cli_crawl_through_aws_faults_completes_with_nothing_lost_and_no_orpha
         .env("TRAWL_BUCKET", &stack.bucket)
         .env("TRAWL_QUEUE_URL", &queue.queue_url)
         .kill_on_drop(true)
-        .stdout(std::process::Stdio::piped())
-        .stderr(match std::env::var_os("TRAWL_CHAOS_LOG") {
-            Some(path) => std::fs::File::create(path).unwrap().into(),
-            None => std::process::Stdio::piped(),
-        })
-        .spawn()
-        .unwrap()
-        .wait_with_output();
+        .output();
     let output = tokio::time::timeout(RUN_LIMIT, run)
         .await
         .expect("the chaos run outlasted its bound")

@@ -202,3 +202,90 @@ async fn delete_replaced<B: BlobStore>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{ClaimOutcome, CrawlStore};
+    use md5::{Digest, Md5};
+    use trawl_domain::canonical::CrawlId;
+    use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::task::NewTask;
+
+    #[tokio::test]
+    async fn a_finish_applied_under_a_lost_answer_ends_as_a_finish_with_its_deletes() {
+        // GIVEN a claimed task with an object a rejected writer left (on its stale list)
+        let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let layout = Layout::default();
+        let crawl = Crawl::new(CrawlId::parse("lost").unwrap(), CrawlConfig::default(), 0);
+        store.create_crawl(&crawl).await.unwrap();
+        let url = CanonicalUrl::parse("http://example.com/a").unwrap();
+        let new = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        };
+        store.seed(&crawl.id, &[new], 0).await.unwrap();
+        let task_id = url.task_id();
+        let left = layout.html_key(&crawl.id, &task_id, "00");
+        let meta = |md5: [u8; 16]| ObjectMeta {
+            content_type: "text/html".into(),
+            md5,
+            source_url: url.as_str().to_owned(),
+            compress: false,
+        };
+        let stray = Bytes::from_static(b"stray");
+        blobs
+            .put(&left, stray.clone(), &meta(Md5::digest(&stray).into()))
+            .await
+            .unwrap();
+        store.add_stale(&crawl.id, &task_id, "00").await.unwrap();
+        let ClaimOutcome::Claimed { task, lease } =
+            store.claim(&crawl.id, &task_id, 60_000, 1).await.unwrap()
+        else {
+            panic!("not claimed");
+        };
+
+        // WHEN its finish was applied but the answer lost, and the retry meets its own write
+        let bytes = Bytes::from_static(b"<p>page</p>");
+        let md5: [u8; 16] = Md5::digest(&bytes).into();
+        let key = layout.html_key(&crawl.id, &task_id, &hex::encode(md5));
+        let applied = FetchRecord {
+            object_key: Some(key.clone()),
+            md5: Some(hex::encode(md5)),
+            http_status: 200,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &applied, 2).await.unwrap();
+        let record = FetchRecord {
+            http_status: 200,
+            ..FetchRecord::default()
+        };
+        let body = PageBody {
+            bytes: bytes.clone(),
+            md5,
+            compress: false,
+        };
+        let stored = record_page(
+            &store,
+            &blobs,
+            &layout,
+            &task,
+            &lease,
+            &url,
+            record,
+            Some(body),
+            2,
+        )
+        .await
+        .unwrap();
+
+        // THEN it ends as a finish: the page stands, the stale object is deleted
+        assert_eq!(stored, StoredPage::Finished { put: true });
+        assert_eq!(blobs.get(&key).await.unwrap(), Some(bytes));
+        assert_eq!(blobs.get(&left).await.unwrap(), None);
+    }
+}
