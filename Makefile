@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps fmt-check clippy cargo-test bench delivery-2m
+.PHONY: test deps fmt-check clippy cargo-test bench chaos delivery-2m
 
 ## Everything CI runs: formatting, lints, the SAM and CDK checks and all tests.
 test: deps fmt-check clippy validate cdk-check cargo-test
@@ -34,5 +34,11 @@ delivery-2m:
 bench: deps
 	cargo build --release -p seeder -p crawler -p sweeper -p deliverer -p trawl -p trawl-bench
 	target/release/trawl-bench $(BENCH_ARGS)
+
+## The chaos run (bench/README.md, section 11): `trawl --backend aws crawl` of 500 pages through
+## the fault proxy (10% retryable errors, 5% lost responses); BENCH_ARGS=--quick for 200 pages.
+chaos: deps
+	cargo build --release -p trawl -p trawl-bench
+	target/release/trawl-bench --only chaos $(BENCH_ARGS)
 
 include infra/Makefile.inc

@@ -32,6 +32,8 @@ pub struct Route {
     body: Bytes,
     /// Send `body`, then hold the connection open without ever finishing the response.
     stall: bool,
+    /// Each answer ends with the path's hit count: a refetch never has the same md5.
+    volatile: bool,
     /// Answer 304 to a matching If-None-Match.
     etag: Option<String>,
     /// What a request must carry to get this answer; 403 otherwise.
@@ -84,6 +86,7 @@ impl Route {
             headers: vec![("content-type".into(), content_type.into())],
             body: body.into(),
             stall: false,
+            volatile: false,
             etag: None,
             requires: Vec::new(),
         }
@@ -150,6 +153,14 @@ impl Route {
         }
     }
 
+    /// Different bytes on every request (the hit count appended), as a page with a clock.
+    pub fn volatile(self) -> Self {
+        Self {
+            volatile: true,
+            ..self
+        }
+    }
+
     /// `body` gzip-compressed, sent with `Content-Encoding: gzip`.
     pub fn gzip(content_type: &str, body: &[u8]) -> Self {
         Self::gzipped(content_type, gzip(body))
@@ -173,7 +184,12 @@ struct State {
 impl State {
     fn respond(&self, req: &Parts, body: Bytes) -> Response<Body> {
         let path = req.uri.path().to_owned();
-        *self.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+        let hit = {
+            let mut hits = self.hits.lock().unwrap();
+            let hit = hits.entry(path.clone()).or_default();
+            *hit += 1;
+            *hit
+        };
         // A route registered with its query string (`/list?page=2`) wins over the bare path.
         let route = {
             let routes = self.routes.lock().unwrap();
@@ -196,11 +212,16 @@ impl State {
                 headers: req.headers.clone(),
                 body,
             });
-        let route = match route {
+        let mut route = match route {
             Some(_) if !met => Route::status(403),
             Some(route) => route,
             None => Route::status(404),
         };
+        if route.volatile {
+            route.body = [route.body, Bytes::from(format!("<!-- {hit} -->"))]
+                .concat()
+                .into();
+        }
         let not_modified = route.etag.as_deref().is_some_and(|etag| {
             req.headers
                 .get("if-none-match")

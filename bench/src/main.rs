@@ -5,6 +5,7 @@
 
 mod calls;
 mod capacity;
+mod chaos;
 mod cost;
 mod error;
 mod extract;
@@ -64,6 +65,7 @@ enum Section {
     Hosts,
     Storage,
     Extract,
+    Chaos,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -285,6 +287,19 @@ async fn measure(args: &Args) -> Report {
         match freshness::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "freshness simulation", e),
+        }
+    }
+    // Minutes long: only when asked for (`--only chaos`, `make chaos`).
+    if args.only.contains(&Section::Chaos) {
+        eprintln!("chaos run (AWS faults) …");
+        match sibling("trawl") {
+            Some(cli) => match chaos::run(args.quick, &cli).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "chaos run", e),
+            },
+            None => report.skipped.push(
+                "chaos run (the CLI binary is not built in this target directory)".to_owned(),
+            ),
         }
     }
     if wanted(Section::Storage) {

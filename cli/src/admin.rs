@@ -9,6 +9,7 @@ use crate::error::CliError;
 use crate::generations;
 use crate::output;
 use serde_json::json;
+use trawl_core::backoff::{Backoff, persist};
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, purge};
@@ -430,7 +431,12 @@ where
         calls,
         limits: DeliveryLimits::default(),
     };
-    let report = deliverer.deliver(crawl_id, None, now_ms()).await?;
+    // A delivery resumes where it stopped: a transient error is waited out, not the end.
+    let retries = std::sync::atomic::AtomicU64::new(0);
+    let report = persist("deliver", &Backoff::RUN, &retries, || {
+        deliverer.deliver(crawl_id, None, now_ms())
+    })
+    .await?;
     Ok(report.location)
 }
 

@@ -12,8 +12,9 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use trawl_core::backoff::{Backoff, persist};
 use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, cookie_file};
@@ -435,6 +436,8 @@ where
     } = backend;
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 
+    let stats = RunStats::default();
+    let retries = &stats.backend_retries;
     let seeder = Seeder {
         store: &store,
         queue: &queue,
@@ -450,9 +453,13 @@ where
         args.update_config,
         plan.sources(&args.sitemap),
         json,
+        retries,
     )
     .await?;
-    let crawl = open_crawl(&store, &queue, &crawl_id, local).await?;
+    let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
+        open_crawl(&store, &queue, &crawl_id, local)
+    })
+    .await?;
     if !json {
         let state = if crawl.state == CrawlState::Completed {
             "completed"
@@ -473,7 +480,6 @@ where
         args.concurrency,
         calls.clone(),
     );
-    let stats = RunStats::default();
     let end =
         crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
     let delivery = match end {
@@ -490,8 +496,14 @@ where
         ),
         RunEnd::Stopped => None,
     };
-    let counts = crawler.store().counts(&crawl_id).await?;
-    let given_up = GivenUp::read(crawler.store(), &crawl_id, &counts).await?;
+    let counts = persist("count the tasks", &Backoff::RUN, retries, || {
+        crawler.store().counts(&crawl_id)
+    })
+    .await?;
+    let given_up = persist("read the given-up tasks", &Backoff::RUN, retries, || {
+        GivenUp::read(crawler.store(), &crawl_id, &counts)
+    })
+    .await?;
     let outcome = Outcome {
         crawl_id: &crawl_id,
         counts: &counts,
@@ -520,6 +532,7 @@ async fn seed<S, Q, M>(
     update_config: bool,
     sources: Vec<SeedSource>,
     json: bool,
+    retries: &AtomicU64,
 ) -> Result<u64, CliError>
 where
     S: TaskStore + CrawlStore + HostStore,
@@ -537,9 +550,12 @@ where
             checkpoint: None,
         };
         for _ in 0..100_000 {
-            let response = seeder
-                .seed(request.clone(), SeedBudget::default(), now_ms())
-                .await?;
+            // Seed requests are idempotent: a transient error is waited out and the same
+            // request sent again.
+            let response = persist("seed", &Backoff::RUN, retries, || {
+                seeder.seed(request.clone(), SeedBudget::default(), now_ms())
+            })
+            .await?;
             accepted += response.accepted;
             if let Some(rejection) = response.rejections.first() {
                 tracing::warn!(rejected = response.rejected, first = ?rejection, "some seeds were rejected");
@@ -576,9 +592,7 @@ where
         .await?
         .ok_or_else(|| CliError::NoSuchCrawl(crawl_id.to_string()))?;
     if local {
-        rebuild_local_queue(store, queue, &crawl, now_ms())
-            .await
-            .map_err(CliError::other)?;
+        rebuild_local_queue(store, queue, &crawl, now_ms()).await?;
     }
     Ok(crawl)
 }
@@ -606,7 +620,7 @@ where
     };
     signals.abort();
     progress.finish();
-    end.map_err(CliError::other)
+    Ok(end?)
 }
 
 /// How a run ended, as the last lines of `trawl crawl` report it.
@@ -656,6 +670,7 @@ impl Outcome<'_> {
             "bytes": self.bytes(),
             "elapsed_seconds": (self.elapsed * 1000.0).round() / 1000.0,
             "pages_per_second": (self.rate() * 10.0).round() / 10.0,
+            "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
             "delivery": self.delivery,
             "given_up": self.given_up.to_json(self.crawl_id),
         }));

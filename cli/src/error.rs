@@ -3,8 +3,10 @@
 
 use thiserror::Error;
 use trawl_core::deliver::{DeliverError, PurgeError};
+use trawl_core::runner::RunError;
 use trawl_core::seed::SeedError;
 use trawl_core::store::StoreError;
+use trawl_core::sweep::SweepError;
 
 #[derive(Debug, Error)]
 pub enum CliError {
@@ -42,6 +44,13 @@ pub enum CliError {
     NoSuchCrawl(String),
     #[error("{0}; {hint}", hint = store_hint(.0))]
     Store(#[from] StoreError),
+    /// Storage that keeps failing (a full disk, a read-only directory, access denied): the run
+    /// stopped; tasks in flight were handed back.
+    #[error(
+        "storage keeps failing: {0}; free space or fix the permissions, then run the same \
+         command again: the crawl resumes where it stopped"
+    )]
+    Storage(String),
     /// A step that failed for a reason outside the command line (network, backend, disk).
     #[error("{0}; run the same command again (RUST_LOG=debug shows each step)")]
     Other(String),
@@ -89,6 +98,12 @@ fn store_hint(e: &StoreError) -> &'static str {
     }
 }
 
+impl trawl_core::backoff::Transient for CliError {
+    fn is_transient(&self) -> bool {
+        matches!(self, CliError::Store(e) if e.is_retryable())
+    }
+}
+
 impl From<trawl_embedded::sqlite::OpenError> for CliError {
     fn from(e: trawl_embedded::sqlite::OpenError) -> Self {
         match e {
@@ -107,6 +122,17 @@ impl From<SeedError> for CliError {
                 CliError::Usage(format!("{e}: see `trawl crawl --help` for the options"))
             }
             SeedError::Store(e) => CliError::Store(e),
+            other => CliError::other(other),
+        }
+    }
+}
+
+impl From<RunError> for CliError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Store(e) | RunError::Sweep(SweepError::Store(e)) => CliError::Store(e),
+            RunError::NoSuchCrawl(id) => CliError::NoSuchCrawl(id.to_string()),
+            RunError::Storage(why) => CliError::Storage(why),
             other => CliError::other(other),
         }
     }

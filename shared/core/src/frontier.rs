@@ -7,7 +7,7 @@
 //! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
-use crate::queue::{QueueError, WorkMessage, WorkQueue};
+use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, Seeded, StoreError, StoreResult, TaskStore};
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
@@ -66,7 +66,7 @@ where
 {
     let (mut report, messages) = seed_tasks(store, crawl, tasks, now).await?;
     if !messages.is_empty() {
-        report.enqueue_failed = queue.send(&messages).await?.failed;
+        report.enqueue_failed = send_patiently(queue, &messages).await?.failed;
     }
     Ok(report)
 }

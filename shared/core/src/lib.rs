@@ -6,6 +6,7 @@
 //! directory, an in-process queue). `store::memory` is the exception: an in-memory store with no
 //! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`.
 
+pub mod backoff;
 pub mod blob;
 pub mod calls;
 pub mod check;

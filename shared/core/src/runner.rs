@@ -2,6 +2,7 @@
 //! loops consume the queue through the same `Crawler` the Lambda runs, and whenever the queue
 //! goes quiet the same `Sweeper` re-enqueues what is due and decides when the crawl is complete.
 
+use crate::backoff::{Backoff, Outage};
 use crate::blob::BlobStore;
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
@@ -38,6 +39,10 @@ pub enum RunError {
     Sweep(#[from] SweepError),
     #[error("no crawl {0}")]
     NoSuchCrawl(CrawlId),
+    /// Storage that keeps failing: a permanent error task after task, or processing that kept
+    /// failing with no task done for the outage bound.
+    #[error("storage keeps failing: {0}")]
+    Storage(String),
 }
 
 /// Live counters of a run, for progress displays.
@@ -59,6 +64,8 @@ pub struct RunStats {
     pub errors: AtomicU64,
     /// Body bytes fetched.
     pub bytes: AtomicU64,
+    /// Transient backend errors waited out (the step tried again after a pause).
+    pub backend_retries: AtomicU64,
 }
 
 impl RunStats {
@@ -162,19 +169,34 @@ where
     let done = AtomicBool::new(false);
     let busy = AtomicUsize::new(0);
     let last_work = std::sync::Mutex::new(Instant::now());
+    // A worker's permanent queue error (or an outage past the bound) ends the run.
+    let failed: std::sync::Mutex<Option<RunError>> = std::sync::Mutex::new(None);
     let worker = || async {
+        let mut outage = Outage::default();
         while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
             match work_once(crawler, stats, &busy).await {
-                Ok(true) => {
-                    *last_work
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                Ok(worked) => {
+                    outage.recovered();
+                    if worked {
+                        *last_work
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                    }
                 }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "queue error; retrying");
-                    tokio::time::sleep(Duration::from_millis(RECEIVE_WAIT_MS)).await;
-                }
+                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                    Some(pause) => {
+                        stats.backend_retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "queue error; trying again");
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => {
+                        failed
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .get_or_insert(e.into());
+                        done.store(true, Ordering::Relaxed);
+                    }
+                },
             }
         }
     };
@@ -193,11 +215,26 @@ where
                 ..SweepOptions::new()
             },
         };
+        let mut outage = Outage::default();
+        let mut stall = Stall::default();
         let end = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(RunEnd::Stopped);
             }
+            if done.load(Ordering::Relaxed) {
+                // A worker failed for good; its error is the run's.
+                break Ok(RunEnd::Stopped);
+            }
             tokio::time::sleep(COORDINATOR_TICK).await;
+            if let Some(fault) = crawler.persistent_fault() {
+                break Err(RunError::Storage(fault));
+            }
+            if stall.lasted(stats, Backoff::RUN.outage) {
+                break Err(RunError::Storage(format!(
+                    "every task failed for {} s with no page done (RUST_LOG=warn shows why)",
+                    Backoff::RUN.outage.as_secs()
+                )));
+            }
             let quiet = busy.load(Ordering::SeqCst) == 0
                 && last_work
                     .lock()
@@ -207,28 +244,17 @@ where
             if !quiet {
                 continue;
             }
-            let crawl = match crawler.store().get_crawl(crawl_id).await {
-                Ok(Some(crawl)) => crawl,
-                Ok(None) => break Err(RunError::NoSuchCrawl(crawl_id.clone())),
-                Err(e) => break Err(e.into()),
-            };
-            if crawl.state == CrawlState::Completed {
-                break Ok(RunEnd::Completed {
-                    generation: crawl.generation,
-                });
-            }
-            let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
-            match sweeper
-                .sweep_crawl(&crawl, crawler.clock().now_ms(), &mut budget)
-                .await
-            {
-                Ok(report) if report.completed => {
-                    break Ok(RunEnd::Completed {
-                        generation: crawl.generation,
-                    });
-                }
-                Ok(_) => {}
-                Err(e) => break Err(e.into()),
+            match coordinate(crawler, &sweeper, crawl_id).await {
+                Ok(Some(end)) => break Ok(end),
+                Ok(None) => outage.recovered(),
+                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                    Some(pause) => {
+                        stats.backend_retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "sweep failed; trying again");
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => break Err(e),
+                },
             }
         };
         done.store(true, Ordering::Relaxed);
@@ -238,7 +264,76 @@ where
         coordinator,
         futures_util::future::join_all((0..workers.max(1)).map(|_| worker()))
     );
-    end
+    match failed
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        Some(e) => Err(e),
+        None => end,
+    }
+}
+
+/// Processing that fails over and over with no task done: the errors counter moves, the
+/// finished one does not.
+#[derive(Debug, Default)]
+struct Stall {
+    finished: u64,
+    errors: u64,
+    /// The first failure since the last task done.
+    since: Option<Instant>,
+    last_error: Option<Instant>,
+}
+
+impl Stall {
+    /// Whether tasks have only failed for `bound`, and still do (checked every coordinator
+    /// tick; a quiet wait for a retry's backoff is not a stall).
+    fn lasted(&mut self, stats: &RunStats, bound: Duration) -> bool {
+        let (finished, errors) = (stats.finished(), stats.errors.load(Ordering::Relaxed));
+        if finished != self.finished {
+            self.finished = finished;
+            self.since = None;
+        }
+        if errors != self.errors {
+            self.errors = errors;
+            let now = Instant::now();
+            self.last_error = Some(now);
+            self.since.get_or_insert(now);
+        }
+        match (self.since, self.last_error) {
+            (Some(since), Some(last)) => since.elapsed() >= bound && last.elapsed() < QUIET * 120,
+            _ => false,
+        }
+    }
+}
+
+/// One look at the crawl once the queue is quiet: Some(end) when it is complete, else a sweep
+/// that re-issues what is due.
+async fn coordinate<S, B, Q>(
+    crawler: &Crawler<S, B, Q>,
+    sweeper: &Sweeper<'_, S, Q, LocalDeliveryTrigger>,
+    crawl_id: &CrawlId,
+) -> Result<Option<RunEnd>, RunError>
+where
+    S: TaskStore + CrawlStore + HostStore,
+    B: BlobStore,
+    Q: WorkQueue,
+{
+    let crawl = crawler
+        .store()
+        .get_crawl(crawl_id)
+        .await?
+        .ok_or_else(|| RunError::NoSuchCrawl(crawl_id.clone()))?;
+    let completed = RunEnd::Completed {
+        generation: crawl.generation,
+    };
+    if crawl.state == CrawlState::Completed {
+        return Ok(Some(completed));
+    }
+    let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
+    let report = sweeper
+        .sweep_crawl(&crawl, crawler.clock().now_ms(), &mut budget)
+        .await?;
+    Ok(report.completed.then_some(completed))
 }
 
 /// One receive → process → settle round. Returns whether there was work.

@@ -352,6 +352,15 @@ pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
     }
 }
 
+/// Whether `current` is the task as `finish(lease, record, _)` left it: the finish was applied
+/// although its answer was lost, and the retried write then failed its own condition. The token
+/// proves that no other claim came between.
+pub fn finished_by(current: &Task, lease: &Lease, record: &FetchRecord) -> bool {
+    current.token == lease.token
+        && current.status == Status::Succeeded
+        && current.fetch.as_ref() == Some(record)
+}
+
 /// A failed attempt: the error joins the bounded history; `policy` decides between a retry at
 /// a backoff placed by the attempt's [`Jitter`] and a give-up (`gone` for a page that does not
 /// exist, else `ignored`). What the page had is kept (`revisit`): a page with content answering

@@ -1,9 +1,9 @@
 //! DynamoDB errors, matched by type: conditional-check failures become outcomes; the rest is
 //! classified by `crate::errors` (retryable → `StoreError::Unavailable`, else `Backend`).
 
-use crate::errors::is_retryable;
+use crate::errors::{describe, is_retryable};
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -65,7 +65,7 @@ pub(super) fn map_err<E>(operation: &'static str, e: SdkError<E, HttpResponse>) 
 where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
-    let message = DisplayErrorContext(&e).to_string();
+    let message = describe(&e);
     if is_retryable(&e) {
         StoreError::Unavailable { operation, message }
     } else {

@@ -3,7 +3,7 @@
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
@@ -33,7 +33,7 @@ where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let retryable = crate::errors::is_retryable(&e);
-    let message = DisplayErrorContext(&e).to_string();
+    let message = crate::errors::describe(&e);
     let key = key.to_owned();
     if retryable {
         BlobError::Unavailable {

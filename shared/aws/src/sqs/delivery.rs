@@ -47,10 +47,7 @@ impl DeliveryTrigger for SqsDeliveryTrigger {
             .entries(entry)
             .send()
             .await
-            .map_err(|e| QueueError::Unavailable {
-                operation: "SendMessageBatch",
-                message: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
-            })?;
+            .map_err(|e| super::map_err("SendMessageBatch", e))?;
         match out.failed().first() {
             None => Ok(()),
             Some(f) => Err(QueueError::Unavailable {

@@ -19,7 +19,7 @@ pub use seed::SqsSeedQueue;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
@@ -85,7 +85,7 @@ where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let retryable = crate::errors::is_retryable(&e);
-    let message = DisplayErrorContext(&e).to_string();
+    let message = crate::errors::describe(&e);
     if retryable {
         QueueError::Unavailable { operation, message }
     } else {

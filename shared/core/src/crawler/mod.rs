@@ -19,7 +19,7 @@ use crate::discover::{ScopeMatcher, extract_links};
 use crate::extract::{CompiledExtractor, Extractors};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{Received, WorkMessage, WorkQueue};
+use crate::queue::{Received, WorkMessage, WorkQueue, send_patiently};
 use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
@@ -111,6 +111,61 @@ pub enum CrawlerError {
     Frontier(#[from] FrontierError),
 }
 
+impl CrawlerError {
+    /// Whether the same step may succeed later (a throttled or unreachable backend); a full
+    /// disk, a read-only directory or access denied will not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CrawlerError::Store(e) | CrawlerError::Record(RecordError::Store(e)) => {
+                e.is_retryable()
+            }
+            CrawlerError::Record(RecordError::Blob(e)) => e.is_retryable(),
+            CrawlerError::Frontier(FrontierError::Store(e)) => e.is_retryable(),
+            CrawlerError::Frontier(FrontierError::Queue(e)) => {
+                matches!(e, crate::queue::QueueError::Unavailable { .. })
+            }
+        }
+    }
+}
+
+/// Tasks that failed in a row on a permanent storage error before the fault is called
+/// persistent: one bad object is not a full disk.
+const FAULT_STREAK: u32 = 3;
+
+/// Permanent storage errors in a row, with no task done in between (a full disk, a read-only
+/// directory, access denied): a run ends on them (`Crawler::persistent_fault`) instead of
+/// releasing task after task forever.
+#[derive(Debug, Default)]
+struct FaultStreak {
+    count: std::sync::atomic::AtomicU32,
+    last: Mutex<Option<String>>,
+}
+
+impl FaultStreak {
+    fn failed(&self, error: &CrawlerError) {
+        if error.is_retryable() {
+            return;
+        }
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn done(&self) {
+        self.count.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn persistent(&self) -> Option<String> {
+        if self.count.load(std::sync::atomic::Ordering::Relaxed) < FAULT_STREAK {
+            return None;
+        }
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// Work messages waiting to be sent at the end of a batch (next turns, woken hosts).
 type Outbox = Mutex<Vec<WorkMessage>>;
 
@@ -158,6 +213,7 @@ pub struct Crawler<S, B, Q> {
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
     seen: seen::SeenLinks,
     clock: Arc<dyn Clock>,
+    faults: FaultStreak,
 }
 
 impl<S, B, Q> Crawler<S, B, Q>
@@ -186,7 +242,14 @@ where
             crawls: RwLock::default(),
             seen: seen::SeenLinks::default(),
             clock: Arc::new(SystemClock),
+            faults: FaultStreak::default(),
         }
+    }
+
+    /// The last error of a run of permanent storage errors with no task done in between, once
+    /// it is long enough to be the storage's state rather than one object's.
+    pub fn persistent_fault(&self) -> Option<String> {
+        self.faults.persistent()
     }
 
     /// The same crawler reading the time from `clock` (a virtual one in tests).
@@ -566,6 +629,7 @@ where
             }
             Err(e) => {
                 tracing::error!(error = %e, "claim failed");
+                self.faults.failed(&CrawlerError::Store(e));
                 return (Outcome::Error, None);
             }
         };
@@ -573,8 +637,12 @@ where
             .crawl_claimed(context, &task, &lease, outbox, held)
             .await
         {
-            Ok(done) => done,
+            Ok(done) => {
+                self.faults.done();
+                done
+            }
             Err(e) => {
+                self.faults.failed(&e);
                 // Give the task back so it need not wait for its lease to expire.
                 tracing::error!(error = %e, "processing failed; task released");
                 if let Err(release) = self.store.release(&lease, self.clock.now_ms()).await {
@@ -679,7 +747,7 @@ where
         if messages.is_empty() {
             return;
         }
-        match self.queue.send(&messages).await {
+        match send_patiently(&self.queue, &messages).await {
             Ok(report) if report.failed.is_empty() => {}
             Ok(report) => tracing::warn!(
                 failed = report.failed.len(),

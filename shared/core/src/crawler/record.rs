@@ -12,14 +12,23 @@
 //!    pointer. If it PUT an object the task does not point at: when the task is terminal
 //!    (nobody may write it now) it deletes the object; otherwise another worker may be about
 //!    to point at that very key, so it only records the md5 as stale for the next finisher.
+//! 4. A PUT that failed may still have been applied (its answer lost): its md5 goes on the
+//!    task's stale list before the error is returned, so that whoever finishes the task next
+//!    deletes the object should it exist (one write per failed PUT, none per page).
+//! 5. A finish whose answer was lost and whose retry failed its own condition is recognised by
+//!    the task as it now stands (`transition::finished_by`: same token, same record) and ends as
+//!    a finish, with rule 2's deletes; never as a lost lease.
 
+use crate::backoff::{Backoff, persist};
 use crate::blob::{BlobError, BlobStore, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
 use md5::{Digest, Md5};
+use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::task::{FetchRecord, Lease, Millis, Task};
+use trawl_domain::transition::finished_by;
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -92,45 +101,67 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                 source_url: url.as_str().to_owned(),
                 compress,
             };
-            blobs.put(&key, bytes, &meta).await?;
-            if let Some(items) = items {
+            let retries = AtomicU64::new(0);
+            let put = async {
+                persist("PutObject", &Backoff::BRIEF, &retries, || {
+                    blobs.put(&key, bytes.clone(), &meta)
+                })
+                .await?;
+                let Some(items) = items else {
+                    return Ok(());
+                };
                 let meta = ObjectMeta {
                     content_type: "application/json".to_owned(),
                     md5: Md5::digest(&items).into(),
                     compress: false,
-                    ..meta
+                    ..meta.clone()
                 };
-                blobs.put(&Layout::items_key_of(&key), items, &meta).await?;
+                let items_key = Layout::items_key_of(&key);
+                persist("PutObject", &Backoff::BRIEF, &retries, || {
+                    blobs.put(&items_key, items.clone(), &meta)
+                })
+                .await
+            };
+            if let Err(e) = put.await {
+                record_unknown_put(store, task, &md5_hex).await;
+                return Err(e.into());
             }
             written = Some((key.clone(), md5_hex.clone()));
         }
         record.object_key = Some(key);
         record.md5 = Some(md5_hex);
     }
-    match store.finish(lease, &record, now).await? {
+    let put = written.is_some();
+    let keep = record.object_key.clone();
+    let retries = AtomicU64::new(0);
+    let finished = persist("finish", &Backoff::BRIEF, &retries, || {
+        store.finish(lease, &record, now)
+    })
+    .await;
+    let finished = match finished {
+        Ok(finished) => finished,
+        Err(e) => {
+            // Rule 4: the finish may not have been applied, and the object must not outlive it.
+            if let Some((_, md5)) = &written {
+                record_unknown_put(store, task, md5).await;
+            }
+            return Err(e.into());
+        }
+    };
+    match finished {
         FinishOutcome::Finished { replaced, stale } => {
-            let keep = record.object_key.as_deref();
-            let mut doomed: Vec<String> = Vec::new();
-            if let Some(old) = replaced.and_then(|r| r.object_key)
-                && Some(old.as_str()) != keep
-            {
-                doomed.push(old);
-            }
-            for md5 in stale {
-                let key = layout.html_key(&task.crawl_id, &task.task_id, &md5);
-                if Some(key.as_str()) != keep && !doomed.contains(&key) {
-                    doomed.push(key);
-                }
-            }
-            for key in doomed {
-                // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
-                if let Err(e) = delete_page(blobs, &key, with_items).await {
-                    tracing::warn!(key, error = %e, "could not delete a replaced object");
-                }
-            }
-            Ok(StoredPage::Finished {
-                put: written.is_some(),
-            })
+            let keep = keep.as_deref();
+            delete_replaced(blobs, layout, task, keep, replaced, stale, with_items).await;
+            Ok(StoredPage::Finished { put })
+        }
+        // Rule 5: our own finish, applied; what it replaced is what the claim returned.
+        FinishOutcome::Rejected {
+            current: Some(current),
+        } if finished_by(&current, lease, &record) => {
+            let (replaced, stale) = (task.fetch.clone(), task.stale.clone());
+            let keep = keep.as_deref();
+            delete_replaced(blobs, layout, task, keep, replaced, stale, with_items).await;
+            Ok(StoredPage::Finished { put })
         }
         FinishOutcome::Rejected { current } => {
             if let Some((key, md5)) = written {
@@ -156,6 +187,53 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     }
 }
 
+/// Rule 4: the md5 of an object whose PUT (or whose finish) failed goes on the task's stale
+/// list, for the next finisher to delete should the object exist.
+async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str) {
+    let retries = AtomicU64::new(0);
+    let added = persist("add_stale", &Backoff::BRIEF, &retries, || {
+        store.add_stale(&task.crawl_id, &task.task_id, md5)
+    });
+    if let Err(e) = added.await {
+        tracing::warn!(task = %task.task_id, md5, error = %e, "could not record an unknown PUT");
+    }
+}
+
+/// Rule 2: deletes the object the finish replaced and those on the stale list, never `keep`
+/// (with their items, when the task has some).
+async fn delete_replaced<B: BlobStore>(
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    keep: Option<&str>,
+    replaced: Option<FetchRecord>,
+    stale: Vec<String>,
+    with_items: bool,
+) {
+    let mut doomed: Vec<String> = Vec::new();
+    if let Some(old) = replaced.and_then(|r| r.object_key)
+        && Some(old.as_str()) != keep
+    {
+        doomed.push(old);
+    }
+    for md5 in stale {
+        let key = layout.html_key(&task.crawl_id, &task.task_id, &md5);
+        if Some(key.as_str()) != keep && !doomed.contains(&key) {
+            doomed.push(key);
+        }
+    }
+    for key in doomed {
+        // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
+        let retries = AtomicU64::new(0);
+        let deleted = persist("DeleteObject", &Backoff::BRIEF, &retries, || {
+            delete_page(blobs, &key, with_items)
+        });
+        if let Err(e) = deleted.await {
+            tracing::warn!(key, error = %e, "could not delete a replaced object");
+        }
+    }
+}
+
 /// Deletes the body at `key`, and its items when the task has some.
 async fn delete_page<B: BlobStore>(
     blobs: &B,
@@ -166,4 +244,91 @@ async fn delete_page<B: BlobStore>(
         blobs.delete(&Layout::items_key_of(key)).await?;
     }
     blobs.delete(key).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{ClaimOutcome, CrawlStore};
+    use trawl_domain::canonical::CrawlId;
+    use trawl_domain::crawl::{Crawl, CrawlConfig};
+    use trawl_domain::task::NewTask;
+
+    #[tokio::test]
+    async fn a_finish_applied_under_a_lost_answer_ends_as_a_finish_with_its_deletes() {
+        // GIVEN a claimed task with an object a rejected writer left (on its stale list)
+        let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let layout = Layout::default();
+        let crawl = Crawl::new(CrawlId::parse("lost").unwrap(), CrawlConfig::default(), 0);
+        store.create_crawl(&crawl).await.unwrap();
+        let url = CanonicalUrl::parse("http://example.com/a").unwrap();
+        let new = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+        };
+        store.seed(&crawl.id, &[new], 0).await.unwrap();
+        let task_id = url.task_id();
+        let left = layout.html_key(&crawl.id, &task_id, "00");
+        let meta = |md5: [u8; 16]| ObjectMeta {
+            content_type: "text/html".into(),
+            md5,
+            source_url: url.as_str().to_owned(),
+            compress: false,
+        };
+        let stray = Bytes::from_static(b"stray");
+        blobs
+            .put(&left, stray.clone(), &meta(Md5::digest(&stray).into()))
+            .await
+            .unwrap();
+        store.add_stale(&crawl.id, &task_id, "00").await.unwrap();
+        let ClaimOutcome::Claimed { task, lease } =
+            store.claim(&crawl.id, &task_id, 60_000, 1).await.unwrap()
+        else {
+            panic!("not claimed");
+        };
+
+        // WHEN its finish was applied but the answer lost, and the retry meets its own write
+        let bytes = Bytes::from_static(b"<p>page</p>");
+        let md5: [u8; 16] = Md5::digest(&bytes).into();
+        let key = layout.html_key(&crawl.id, &task_id, &hex::encode(md5));
+        let applied = FetchRecord {
+            object_key: Some(key.clone()),
+            md5: Some(hex::encode(md5)),
+            http_status: 200,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &applied, 2).await.unwrap();
+        let record = FetchRecord {
+            http_status: 200,
+            ..FetchRecord::default()
+        };
+        let body = PageBody {
+            bytes: bytes.clone(),
+            md5,
+            compress: false,
+            items: None,
+        };
+        let stored = record_page(
+            &store,
+            &blobs,
+            &layout,
+            &task,
+            &lease,
+            &url,
+            record,
+            Some(body),
+            2,
+        )
+        .await
+        .unwrap();
+
+        // THEN it ends as a finish: the page stands, the stale object is deleted
+        assert_eq!(stored, StoredPage::Finished { put: true });
+        assert_eq!(blobs.get(&key).await.unwrap(), Some(bytes));
+        assert_eq!(blobs.get(&left).await.unwrap(), None);
+    }
 }

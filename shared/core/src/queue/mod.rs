@@ -7,6 +7,7 @@
 
 pub mod local;
 
+use crate::backoff::{Backoff, persist};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
@@ -102,4 +103,39 @@ pub trait WorkQueue: Send + Sync {
         receipt: &str,
         delay_ms: u64,
     ) -> impl Future<Output = QueueResult<()>> + Send;
+}
+
+/// Rounds of re-sending the messages a send reported as failed.
+const RESEND_ROUNDS: usize = 3;
+
+/// Sends `messages`, waiting out a transient error (briefly: [`Backoff::BRIEF`]) and sending
+/// again the messages the queue refused, so that a turn is not left to the sweeper's window for
+/// lost messages because of one throttled call. A message sent twice (a lost answer) is
+/// harmless: a turn carries its host's epoch, and a stale one is dropped.
+pub async fn send_patiently<Q: WorkQueue>(
+    queue: &Q,
+    messages: &[WorkMessage],
+) -> QueueResult<SendReport> {
+    let retries = std::sync::atomic::AtomicU64::new(0);
+    let mut pending = messages.to_vec();
+    let mut total = SendReport::default();
+    for round in 0..=RESEND_ROUNDS {
+        let report = persist("send turns", &Backoff::BRIEF, &retries, || {
+            queue.send(&pending)
+        })
+        .await?;
+        total.sent += report.sent;
+        if report.failed.is_empty() || round == RESEND_ROUNDS {
+            total.failed = report.failed;
+            break;
+        }
+        let refused: std::collections::HashSet<&str> = report
+            .failed
+            .iter()
+            .map(|(host, _)| host.as_str())
+            .collect();
+        pending.retain(|m| refused.contains(m.host.as_str()));
+        tokio::time::sleep(Backoff::BRIEF.pause(round as u32 + 1)).await;
+    }
+    Ok(total)
 }

@@ -39,7 +39,7 @@ pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
-use crate::queue::{QueueError, WorkQueue};
+use crate::queue::{QueueError, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
 use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
@@ -841,7 +841,7 @@ where
         };
         let turns = reissue_turns(self.store, &self.crawl, hosts, which, self.now).await?;
         if !turns.is_empty() {
-            let report = self.queue.send(&turns).await?;
+            let report = send_patiently(self.queue, &turns).await?;
             self.response.enqueue_failed += report.failed.len() as u64;
         }
         Ok(())

@@ -30,7 +30,7 @@
 use crate::check::{ReferenceOutcome, check_references};
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
-use crate::queue::{QueueError, WorkQueue};
+use crate::queue::{QueueError, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -543,7 +543,7 @@ where
                     known_work: false,
                 };
                 let messages = reissue_turns(self.store, crawl, names, which, now).await?;
-                let sent = self.queue.send(&messages).await?;
+                let sent = send_patiently(self.queue, &messages).await?;
                 report.enqueue_failed += sent.failed.len() as u64;
                 let failed: HashSet<&str> =
                     sent.failed.iter().map(|(host, _)| host.as_str()).collect();
@@ -584,7 +584,7 @@ where
         if messages.is_empty() {
             return Ok(());
         }
-        let sent = self.queue.send(&messages).await?;
+        let sent = send_patiently(self.queue, &messages).await?;
         let failed: HashSet<&str> = sent.failed.iter().map(|(host, _)| host.as_str()).collect();
         report.enqueue_failed += failed.len() as u64;
         let woken: HashSet<&str> = messages
