@@ -269,6 +269,7 @@ mod tests {
             url: url.clone(),
             depth: 0,
             parent: None,
+            data: None,
         };
         store.seed(&crawl.id, &[new], 0).await.unwrap();
         let task_id = url.task_id();
