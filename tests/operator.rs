@@ -535,7 +535,7 @@ async fn delivered_summary(
 
 impl Functions {
     /// Runs rounds until `generation` of the crawl is delivered; its summary.
-    async fn until_delivered(
+    pub(crate) async fn until_delivered(
         &self,
         deployed: &Deployed,
         crawl_id: &str,

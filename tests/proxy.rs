@@ -22,7 +22,7 @@ use trawl_domain::task::{ErrorKind, Status};
 
 /// When a test proxy fails a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failing {
+pub(crate) enum Failing {
     Never,
     /// The 2nd, 4th, 6th … request (an HTTP proxy answers 502, a SOCKS proxy hangs up in the
     /// handshake).
@@ -32,7 +32,7 @@ enum Failing {
 
 /// What a test proxy saw.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     /// Requests (HTTP) or connections (SOCKS) received.
     received: AtomicU64,
     /// Those it failed on purpose, or refused for bad credentials.
@@ -43,7 +43,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn forwarded(&self) -> u64 {
+    pub(crate) fn forwarded(&self) -> u64 {
         self.forwarded.lock().unwrap().values().sum()
     }
 
@@ -53,9 +53,9 @@ impl Seen {
 }
 
 /// A proxy on 127.0.0.1 that stops when dropped.
-struct TestProxy {
-    url: String,
-    seen: Arc<Seen>,
+pub(crate) struct TestProxy {
+    pub(crate) url: String,
+    pub(crate) seen: Arc<Seen>,
     server: JoinHandle<()>,
 }
 
@@ -69,7 +69,7 @@ impl TestProxy {
     /// A forward HTTP proxy (plain-HTTP targets, one request per connection); with
     /// `credentials`, it wants `Proxy-Authorization: Basic <credentials>`, which it does not
     /// pass on.
-    async fn http(failing: Failing, credentials: Option<&str>) -> TestProxy {
+    pub(crate) async fn http(failing: Failing, credentials: Option<&str>) -> TestProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Seen::default());

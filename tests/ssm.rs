@@ -2,6 +2,7 @@
 //! own, and a crawl run by the Lambda handlers whose Bearer token lives only in a parameter.
 
 use crate::operator::{deploy, functions_with};
+use crate::proxy::{Failing, TestProxy};
 use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
 use aws_sdk_ssm::types::ParameterType;
@@ -232,4 +233,84 @@ async fn a_crawl_run_by_the_functions_takes_its_token_from_parameter_store_and_k
     let logged = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     assert!(logged.lines().count() > 10, "debug logs were captured");
     assert!(!logged.contains(TOKEN), "the token was logged");
+}
+
+#[tokio::test]
+async fn a_crawl_run_by_the_functions_sends_headers_cookies_basic_auth_and_a_post_through_a_proxy()
+{
+    // GIVEN a site whose pages each want one thing of a real client: the crawl's header, the
+    // cookie its login page sets, Basic credentials held in Parameter Store, and a POST of one
+    // JSON body; and a forward HTTP proxy in front of it
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let (user, password) = (
+        unique("/trawl/intranet-user"),
+        unique("/trawl/intranet-password"),
+    );
+    put_secret(&deployed.clients.ssm, &user, "alice").await;
+    put_secret(&deployed.clients.ssm, &password, "wonder land").await;
+    let site = Site::start().await;
+    site.route(
+        "/login",
+        Route::html(r#"<a href="/members.html">m</a> <a href="/private.html">p</a>"#)
+            .require_header("X-Client", "trawl-test")
+            .header("set-cookie", "session=s3ss10n; Path=/; HttpOnly"),
+    )
+    .route(
+        "/members.html",
+        Route::html("<p>welcome back</p>").require_cookie("session", "s3ss10n"),
+    )
+    .route(
+        "/private.html",
+        // base64("alice:wonder land")
+        Route::html("<p>private</p>")
+            .require_header("Authorization", "Basic YWxpY2U6d29uZGVyIGxhbmQ="),
+    )
+    .route(
+        "/api/search",
+        Route::content("application/json", r#"{"hits":["trawl"]}"#)
+            .require_method("POST")
+            .require_body(r#"{"q":"trawl"}"#),
+    );
+    let proxy = TestProxy::http(Failing::Never, None).await;
+
+    // WHEN the seeder function is handed the crawl, and the functions run it to its delivery
+    let fetcher = Fetcher::new("")
+        .unwrap()
+        .with_secrets(Arc::new(SsmSecrets::new(deployed.clients.ssm.clone())));
+    let functions = functions_with(&deployed, Arc::new(fetcher));
+    let crawl_id = unique("real-client");
+    let addr = site.addr().to_string();
+    let request = serde_json::json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "scope": {"allowed_domains": ["127.0.0.1"], "max_pages": 10},
+            "fetch": {
+                "guard_exempt": [addr],
+                "timeout_ms": 3000,
+                "store_content_types": ["application/json"],
+                "headers": {"X-Client": "trawl-test"},
+                "cookies": {"jar": true},
+                "proxies": [proxy.url],
+                "auth": [{"host": addr,
+                          "basic": {"username": {"ssm": user},
+                                    "password": {"ssm": password}}}],
+                "rules": [{"match": "/api/search$", "method": "POST",
+                           "body": {"json": {"q": "trawl"}}}]
+            }
+        },
+        "source": {"urls": [site.url("/login"), site.url("/api/search")]}
+    });
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN every page succeeded, each fetched once, and every request went through the proxy
+    assert_eq!(summary["statuses"]["succeeded"], 4, "{summary}");
+    for path in ["/login", "/members.html", "/private.html", "/api/search"] {
+        assert_eq!(site.hits(path), 1, "{path}");
+    }
+    assert_eq!(proxy.seen.forwarded(), site.total_hits());
 }
