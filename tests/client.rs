@@ -407,6 +407,47 @@ async fn the_cli_seeds_its_cookies_from_a_netscape_cookies_file() {
 }
 
 #[tokio::test]
+async fn a_local_crawl_naming_a_parameter_store_secret_is_refused_before_any_fetch() {
+    // GIVEN a configuration whose Bearer token lives in Parameter Store, which only the crawler
+    // function reads
+    let site = Site::start().await;
+    site.route("/index.html", Route::html("<p>index</p>"));
+    let dir = crate::cli::temp_dir("ssm-local");
+    let config = dir.join("config.json");
+    let auth = json!({"fetch": {"auth": [
+        {"host": site.addr().to_string(), "bearer": {"ssm": "/trawl/api-token"}}
+    ]}});
+    std::fs::write(&config, auth.to_string()).unwrap();
+
+    // WHEN the binary is asked to crawl with it here
+    let output = tokio::process::Command::new(crate::cli::trawl_bin())
+        .args([
+            "crawl",
+            &site.url("/index.html"),
+            "--allow-private-networks",
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+
+    // THEN it is refused as a usage error naming the parameter and what to do, and nothing was
+    // fetched
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/trawl/api-token") && stderr.contains("trawl submit"),
+        "{stderr}"
+    );
+    assert_eq!(site.total_hits(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn basic_and_bearer_credentials_go_to_their_own_host_only() {
     // GIVEN an API that wants a Bearer token and links to an intranet that wants Basic
     // credentials and to a third host that must see none

@@ -423,6 +423,18 @@ where
         None => Plan::of(&args)?,
     };
     let config = config_from(&args, &plan.hosts)?;
+    // This process resolves secrets from its environment only: refuse before any page fails.
+    if let Some(SecretRef::Ssm(name)) = config
+        .fetch
+        .secret_refs()
+        .find(|r| matches!(r, SecretRef::Ssm(_)))
+    {
+        return Err(CliError::Usage(format!(
+            "the crawl names the Parameter Store secret {name:?}, which only the crawler \
+             function on AWS reads: name an environment variable ({{\"env\": NAME}}) for a crawl \
+             run here, or hand the crawl to the functions with `trawl submit`"
+        )));
+    }
     let crawl_id = plan.crawl_id.clone();
     let Backend {
         store,

@@ -397,6 +397,21 @@ impl Cookies {
     }
 }
 
+impl FetchLimits {
+    /// Every secret the crawl names: host credentials and proxy credentials.
+    pub fn secret_refs(&self) -> impl Iterator<Item = &SecretRef> {
+        let hosts = self.auth.iter().flat_map(|a| {
+            let basic = a.basic.iter().flat_map(|b| [&b.username, &b.password]);
+            a.bearer.iter().chain(basic)
+        });
+        let proxies = self
+            .proxies
+            .iter()
+            .flat_map(|p| p.username.iter().chain(p.password.iter()));
+        hosts.chain(proxies)
+    }
+}
+
 impl Default for FetchLimits {
     fn default() -> Self {
         Self {
