@@ -125,6 +125,46 @@ impl RuntimeApi {
     }
 }
 
+/// A Runtime API on 127.0.0.1 for one function process: events go in, answers come out; it
+/// stops when dropped.
+struct LocalRuntime {
+    addr: std::net::SocketAddr,
+    api: Arc<RuntimeApi>,
+    events: mpsc::Sender<(String, String)>,
+    answers: mpsc::Receiver<Answer>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl LocalRuntime {
+    async fn start() -> BenchResult<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .step("bind runtime api")?;
+        let addr = listener.local_addr().step("runtime api address")?;
+        let (events, event_rx) = mpsc::channel(1);
+        let (answer_tx, answers) = mpsc::channel(4);
+        let api = Arc::new(RuntimeApi {
+            events: Mutex::new(event_rx),
+            answers: answer_tx,
+            first_next: OnceLock::new(),
+        });
+        let server = tokio::spawn(serve(listener, Arc::clone(&api)));
+        Ok(Self {
+            addr,
+            api,
+            events,
+            answers,
+            server,
+        })
+    }
+}
+
+impl Drop for LocalRuntime {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
 async fn serve(listener: TcpListener, api: Arc<RuntimeApi>) {
     while let Ok((stream, _)) = listener.accept().await {
         let api = Arc::clone(&api);
@@ -242,26 +282,14 @@ async fn spawn_once(
         }
     };
 
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .step("bind runtime api")?;
-    let addr = listener.local_addr().step("runtime api address")?;
-    let (event_tx, event_rx) = mpsc::channel(1);
-    let (answer_tx, mut answer_rx) = mpsc::channel(4);
-    let api = Arc::new(RuntimeApi {
-        events: Mutex::new(event_rx),
-        answers: answer_tx,
-        first_next: OnceLock::new(),
-    });
-    let server = tokio::spawn(serve(listener, Arc::clone(&api)));
-
+    let mut runtime = LocalRuntime::start().await?;
     let spawned = Instant::now();
-    let mut child = start(binary, "crawler", addr, moto, stack)?;
+    let mut child = start(binary, "crawler", runtime.addr, moto, stack)?;
     let pid = child.id().to_string();
     let result = drive(
-        &api,
-        &event_tx,
-        &mut answer_rx,
+        &runtime.api,
+        &runtime.events,
+        &mut runtime.answers,
         Turns {
             queue: &stack.queue,
             crawl: &crawl.id,
@@ -275,7 +303,6 @@ async fn spawn_once(
     // Ours, by its own handle: the function never exits by itself.
     let _ = child.kill();
     let _ = child.wait();
-    server.abort();
     let spawn = result?;
     let counts = stack.probe.counts(&crawl.id).await.step("counts")?;
     let succeeded = counts.get(&Status::Succeeded).copied().unwrap_or(0);
@@ -338,24 +365,12 @@ async fn ready_once(
     moto: &Moto,
     stack: &crate::moto::Stack,
 ) -> BenchResult<f64> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .step("bind runtime api")?;
-    let addr = listener.local_addr().step("runtime api address")?;
-    let (_events, event_rx) = mpsc::channel(1);
-    let (answer_tx, mut answer_rx) = mpsc::channel(4);
-    let api = Arc::new(RuntimeApi {
-        events: Mutex::new(event_rx),
-        answers: answer_tx,
-        first_next: OnceLock::new(),
-    });
-    let server = tokio::spawn(serve(listener, Arc::clone(&api)));
+    let mut runtime = LocalRuntime::start().await?;
     let spawned = Instant::now();
-    let mut child = start(binary, name, addr, moto, stack)?;
-    let ready = wait_ready(&api, &mut answer_rx, spawned, name).await;
+    let mut child = start(binary, name, runtime.addr, moto, stack)?;
+    let ready = wait_ready(&runtime.api, &mut runtime.answers, spawned, name).await;
     let _ = child.kill();
     let _ = child.wait();
-    server.abort();
     ready
 }
 
