@@ -38,6 +38,7 @@ use self::errors::{applied, conditional_item, is_conditional_failure, map_err};
 use self::expression::Expression;
 use self::items::{CrawlItem, TaskItem, crawl_pk, host_pk, task_pk};
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select, WriteRequest};
@@ -187,23 +188,41 @@ impl DynamoStore {
             .expression_attribute_values(":g", s(gsi))
             .set_exclusive_start_key(start)
             .set_limit(limit);
-        if let Some(before) = updated_before {
-            key_condition.push_str(" AND #u <= :before");
-            req = req
-                .expression_attribute_names("#u", "updated")
-                .expression_attribute_values(":before", n(before));
-        }
+        req = updated_at_most(req, &mut key_condition, updated_before);
+        self.send_page(req.key_condition_expression(key_condition), count_only)
+            .await
+    }
+
+    /// Sends one page of a query: its items (none when only counted), count and next key.
+    async fn send_page(
+        &self,
+        mut req: QueryFluentBuilder,
+        count_only: bool,
+    ) -> StoreResult<(Vec<Item>, i64, Option<Item>)> {
         if count_only {
             req = req.select(Select::Count);
         }
         self.calls.record(Call::DynamoQuery);
-        let out = req
-            .key_condition_expression(key_condition)
-            .send()
-            .await
-            .map_err(|e| map_err("Query", e))?;
+        let out = req.send().await.map_err(|e| map_err("Query", e))?;
         let count = i64::from(out.count());
         Ok((out.items.unwrap_or_default(), count, out.last_evaluated_key))
+    }
+}
+
+/// Adds "updated at or before `before`" to `expression` (a key condition or a filter), when
+/// given.
+fn updated_at_most(
+    req: QueryFluentBuilder,
+    expression: &mut String,
+    before: Option<Millis>,
+) -> QueryFluentBuilder {
+    match before {
+        Some(before) => {
+            expression.push_str(" AND #u <= :before");
+            req.expression_attribute_names("#u", "updated")
+                .expression_attribute_values(":before", n(before))
+        }
+        None => req,
     }
 }
 
@@ -265,23 +284,9 @@ impl DynamoStore {
             .expression_attribute_values(":st", n(status.code()))
             .set_exclusive_start_key(start)
             .set_limit(limit);
-        if let Some(before) = query.updated_before {
-            filter.push_str(" AND #u <= :before");
-            req = req
-                .expression_attribute_names("#u", "updated")
-                .expression_attribute_values(":before", n(before));
-        }
-        if count_only {
-            req = req.select(Select::Count);
-        }
-        self.calls.record(Call::DynamoQuery);
-        let out = req
-            .filter_expression(filter)
-            .send()
+        req = updated_at_most(req, &mut filter, query.updated_before);
+        self.send_page(req.filter_expression(filter), count_only)
             .await
-            .map_err(|e| map_err("Query", e))?;
-        let count = i64::from(out.count());
-        Ok((out.items.unwrap_or_default(), count, out.last_evaluated_key))
     }
 
     /// A query of a status the status index does not list (`items::listed`): the crawl's hosts
