@@ -329,6 +329,21 @@ pub struct Lease {
     pub errors: Vec<ErrorRecord>,
     /// The page's fetch record before this attempt: what a 404 or a failed recrawl keeps.
     pub fetch: Option<FetchRecord>,
+    /// How the lease was taken, which decides what its fenced writes require.
+    pub kind: LeaseKind,
+}
+
+/// How a lease on a task was taken (`crate::transition::fenced`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// A claim wrote it: the task is `in_progress` under the lease's token until it expires.
+    #[default]
+    Written,
+    /// Read inside a host turn, which holds its host's fenced lease: no write. The task stays as
+    /// read, due, at its token; the first fenced write under the lease moves the token, so that
+    /// of two holders of one read (a turn that outlived its host lease, and the next turn) only
+    /// the first write lands. A holder that dies leaves the task due: the next turn takes it.
+    InTurn,
 }
 
 #[cfg(test)]

@@ -12,10 +12,13 @@
 //! | `seed`          | no such task                                      | pending              |
 //! | `claim`         | pending; failed, succeeded or gone and due;       | in_progress          |
 //! |                 | in_progress and expired                           |                      |
-//! | `finish`        | in_progress under the lease's token               | succeeded            |
-//! | `fail`          | in_progress under the lease's token               | failed, ignored,     |
+//! | `claim_in_turn` | as `claim`; nothing written (`LeaseKind::InTurn`) | unchanged            |
+//! | `finish`        | the lease's (`fenced`): in_progress under its     | succeeded            |
+//! |                 | token; in a turn, claimable at its token          |                      |
+//! | `fail`          | the lease's (`fenced`)                            | failed, ignored,     |
 //! |                 |                                                   | gone, succeeded      |
-//! | `release`       | in_progress under the lease's token               | pending              |
+//! | `release`       | in_progress under the lease's token; nothing to   | pending              |
+//! |                 | write for a lease taken in a turn                 |                      |
 //! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
 //! | `refresh`       | as read: succeeded or gone, fetched before the    | pending              |
@@ -32,7 +35,10 @@
 //!   failure leaves it. Only `finish` (a success), `reschedule` (a new round starts with a full
 //!   budget), `reset` and a `fail` that puts a page back in its schedule (kept, or gone with
 //!   its content) set it back, to 0; nothing else lowers it.
-//! - the token only grows, by one per claim.
+//! - the token is the task's version: it only grows, by one per transition (`add_stale`
+//!   excepted: it changes nothing a fenced write builds on). A lease taken in a turn (no claim
+//!   written) holds the token as read, so its fenced write lands only if nothing else changed
+//!   the task since (`Condition::Unclaimed`).
 //! - a terminal task leaves its status only through `reschedule`, `refresh` or `reset`, or, succeeded or
 //!   gone, through a `claim` once its page is due again (`crate::revisit`): a recrawl or a check
 //!   is a due URL of its host, the page current meanwhile.
@@ -44,7 +50,8 @@ use crate::canonical::CrawlId;
 use crate::retry::{Failure, FailureVerdict, Jitter, RetryPolicy};
 use crate::revisit::Revisit;
 use crate::task::{
-    ErrorKind, ErrorRecord, FetchRecord, Lease, Millis, NewTask, Status, Task, push_error,
+    ErrorKind, ErrorRecord, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task,
+    push_error,
 };
 
 /// What a transition requires of the stored task. Data, so that each adapter can check it in its
@@ -57,6 +64,9 @@ pub enum Condition {
     Claimable { now: Millis },
     /// In progress under this fencing token.
     Leased { token: u64 },
+    /// Claimable at `now` (as `Claimable`), still at this token: nobody wrote a fenced result
+    /// since the task was read (a lease taken in a turn, `LeaseKind::InTurn`).
+    Unclaimed { token: u64, now: Millis },
     /// Exists, with its status one of these (none: never holds).
     StatusIn(Vec<Status>),
     /// Not in progress, and its token still this one: nobody claimed it since it was read.
@@ -74,6 +84,9 @@ impl Condition {
             (Condition::Claimable { now }, Some(task)) => claimable(Some(task), *now).is_ok(),
             (Condition::Leased { token }, Some(task)) => {
                 task.status == Status::InProgress && task.token == *token
+            }
+            (Condition::Unclaimed { token, now }, Some(task)) => {
+                task.token == *token && claimable(Some(task), *now).is_ok()
             }
             (Condition::StatusIn(statuses), Some(task)) => statuses.contains(&task.status),
             (Condition::Settled { token }, Some(task)) => {
@@ -103,7 +116,7 @@ impl<T: Clone> Change<T> {
     }
 }
 
-/// What becomes of the fencing token: only a claim moves it.
+/// What becomes of the fencing token: every transition but `add_stale` moves it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TokenChange {
     #[default]
@@ -331,6 +344,38 @@ pub fn lease_of(claimed: &Task) -> Lease {
         retries: claimed.retries,
         errors: claimed.errors.clone(),
         fetch: claimed.fetch.clone(),
+        kind: LeaseKind::Written,
+    }
+}
+
+/// A claim inside a host turn, decided on the task as read (`LeaseKind::InTurn`): nothing is
+/// written; the lease holds the task's token as read, until `now + lease_ms` (the turn ends
+/// first). Refused as `claim` would be.
+pub fn claim_in_turn(task: &Task, lease_ms: u64, now: Millis) -> Result<Lease, ClaimRejection> {
+    claimable(Some(task), now)?;
+    Ok(Lease {
+        crawl_id: task.crawl_id.clone(),
+        task_id: task.task_id.clone(),
+        token: task.token,
+        expires_at: now.saturating_add(Millis::try_from(lease_ms).unwrap_or(Millis::MAX)),
+        retries: task.retries,
+        errors: task.errors.clone(),
+        fetch: task.fetch.clone(),
+        kind: LeaseKind::InTurn,
+    })
+}
+
+/// What a fenced write under `lease` at `now` requires: a written claim's lease, the task still
+/// in progress under its token; a lease taken in a turn, the task still claimable at its token
+/// (nothing changed it since it was read). The write moves the token, as every transition does,
+/// so that a second write under the same read is refused.
+pub fn fenced(lease: &Lease, now: Millis) -> Condition {
+    match lease.kind {
+        LeaseKind::Written => Condition::Leased { token: lease.token },
+        LeaseKind::InTurn => Condition::Unclaimed {
+            token: lease.token,
+            now,
+        },
     }
 }
 
@@ -338,12 +383,13 @@ pub fn lease_of(claimed: &Task) -> Lease {
 /// to the finisher) cleared. The error history stays, as a record of what happened before.
 pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
     Update {
-        requires: Condition::Leased { token: lease.token },
+        requires: fenced(lease, now),
         changes: Changes {
             status: Change::Set(Status::Succeeded),
             retries: Change::Set(0),
             next_attempt_at: Change::Set(None),
             lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
             fetch: Change::Set(Some(record.clone())),
             updated_at: Change::Set(now),
             stale: StaleChange::Clear,
@@ -354,9 +400,9 @@ pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
 
 /// Whether `current` is the task as `finish(lease, record, _)` left it: the finish was applied
 /// although its answer was lost, and the retried write then failed its own condition. The token
-/// proves that no other claim came between.
+/// proves that nothing else came between.
 pub fn finished_by(current: &Task, lease: &Lease, record: &FetchRecord) -> bool {
-    current.token == lease.token
+    current.token == lease.token.saturating_add(1)
         && current.status == Status::Succeeded
         && current.fetch.as_ref() == Some(record)
 }
@@ -446,13 +492,14 @@ pub fn fail(
         retries
     };
     let update = Update {
-        requires: Condition::Leased { token: lease.token },
+        requires: fenced(lease, now),
         changes: Changes {
             status: Change::Set(status),
             retries: Change::Set(retries),
             errors: Change::Set(errors),
             next_attempt_at: Change::Set(next_attempt_at),
             lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
             fetch: Change::Set(fetch),
             updated_at: Change::Set(now),
             ..Changes::default()
@@ -462,17 +509,19 @@ pub fn fail(
 }
 
 /// Gives a claimed, untouched task back: `pending`, lease cleared. Not a failure: `retries`
-/// and the error history stay.
-pub fn release(lease: &Lease, now: Millis) -> Update {
-    Update {
+/// and the error history stay. None for a lease taken in a turn: the task is still due as it
+/// was read, and nothing is to be written.
+pub fn release(lease: &Lease, now: Millis) -> Option<Update> {
+    (lease.kind == LeaseKind::Written).then(|| Update {
         requires: Condition::Leased { token: lease.token },
         changes: Changes {
             status: Change::Set(Status::Pending),
             lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
             updated_at: Change::Set(now),
             ..Changes::default()
         },
-    }
+    })
 }
 
 /// From one of `from` to `pending` (a recrawl that is due, an operator's retry) with a full
@@ -485,6 +534,7 @@ pub fn reschedule(from: &[Status], now: Millis) -> Update {
             retries: Change::Set(0),
             next_attempt_at: Change::Set(None),
             lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
             updated_at: Change::Set(now),
             ..Changes::default()
         },
@@ -526,6 +576,7 @@ pub fn reset(task: &Task, now: Millis) -> Update {
             retries: Change::Set(0),
             next_attempt_at: Change::Set(None),
             lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
             fetch: Change::Set(None),
             updated_at: Change::Set(now),
             stale: forgotten.map_or(StaleChange::Keep, StaleChange::Add),

@@ -423,6 +423,22 @@ impl<S: TaskStore> TaskStore for Metered<S> {
         self.on_task("claim", crawl_id, task_id, write).await
     }
 
+    /// Not metered: on DynamoDB a claim in a turn is a read (`LeaseKind::InTurn`). An inner
+    /// store that writes one (the in-memory store of the simulator) is priced as DynamoDB
+    /// would be: its in-progress task is not listed and keeps its host-index place, so the
+    /// finish after it costs what it costs from the task as read.
+    async fn claim_in_turn(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> StoreResult<ClaimOutcome> {
+        self.inner
+            .claim_in_turn(crawl_id, task_id, lease_ms, now)
+            .await
+    }
+
     async fn finish(
         &self,
         lease: &Lease,

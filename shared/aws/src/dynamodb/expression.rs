@@ -3,7 +3,7 @@
 //! no read). Every attribute name goes through a `#name` placeholder: several (`status`,
 //! `token`, `fetch`) are reserved words, and AWS, unlike moto, rejects them bare.
 
-use super::items::{gsi_pk, keeps_place};
+use super::items::{gsi_pk, host_due, keeps_place};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
@@ -72,6 +72,12 @@ impl Expression {
                      OR ({status} = {held} AND (attribute_not_exists({lease}) OR {lease} <= {now})) \
                      OR (({status} = {succeeded} OR {status} = {gone}) AND {due} <= {now}))"
                 )
+            }
+            Condition::Unclaimed { token, now } => {
+                let claimable = self.condition(&Condition::Claimable { now: *now })?;
+                let name = self.name("token");
+                let token = self.value("c_token", n(token));
+                format!("{name} = {token} AND {claimable}")
             }
             Condition::Leased { token } => {
                 let status = self.name("status");
@@ -197,12 +203,13 @@ impl Expression {
             );
         }
         self.optional_time(&mut set, &mut remove, "enqueued", &changes.enqueued_at);
-        // The host-index range key follows the task's due time; a terminal task loses it and
-        // leaves the (sparse) index; a claimed one keeps its place (`keeps_place`). `hk`, its
-        // hash key, was written at seed and stays.
-        let due = match changes.status {
-            Change::Set(status) if keeps_place(status) => Change::Keep,
-            _ => changes.due(),
+        // The host-index range key follows the task's due time (`host_due`); a task the status
+        // index lists once done loses it and leaves the (sparse) index; a claimed one keeps its
+        // place (`keeps_place`). `hk`, its hash key, was written at seed and stays.
+        let due = match (&changes.status, changes.due()) {
+            (Change::Set(status), _) if keeps_place(*status) => Change::Keep,
+            (Change::Set(status), Change::Set(due)) => Change::Set(host_due(*status, due)),
+            (_, due) => due,
         };
         self.optional_time(&mut set, &mut remove, "due", &due);
         if let Change::Set(updated) = changes.updated_at {

@@ -26,12 +26,30 @@ pub(super) fn status_gsi(crawl_id: &CrawlId, status: Status, shard: u32) -> Stri
     format!("{crawl_id}#{}#{shard}", status.code())
 }
 
-/// Whether the status index lists tasks in `status`: the settled ones only. A URL passes
-/// through pending and in progress on every fetch, and an index key written there would be
-/// rewritten (two index writes) at each step; those tasks are found through their host's due
-/// index instead (`DynamoStore::query` walks the crawl's hosts for them).
+/// Whether the status index lists tasks in `status`: failed, gone and ignored only. A URL
+/// passes through pending on every fetch and is succeeded after most, and an index key written
+/// there would be rewritten at each step (a recrawl's finish rewrites the range key: two index
+/// writes); those tasks are all in their host's due index instead (`host_due`), where
+/// `DynamoStore::query` walks the crawl's hosts for them.
 pub(super) fn listed(status: Status) -> bool {
-    !matches!(status, Status::Pending | Status::InProgress)
+    !matches!(
+        status,
+        Status::Pending | Status::InProgress | Status::Succeeded
+    )
+}
+
+/// The host-index `due` of a succeeded page that is never fetched again: after every due time,
+/// so that it stays in its host's list (where queries of succeeded tasks find it) without ever
+/// being due work (`DynamoStore::due_tasks` reads below it).
+pub(super) const NEVER_DUE: Millis = Millis::MAX;
+
+/// A task's host-index `due`: its due time (`Task::due_at`); for a succeeded page never fetched
+/// again `NEVER_DUE`; none (out of the sparse index) for the statuses the status index lists.
+pub(super) fn host_due(status: Status, due: Option<Millis>) -> Option<Millis> {
+    match (status, due) {
+        (Status::Succeeded, None) => Some(NEVER_DUE),
+        (_, due) => due,
+    }
 }
 
 /// The status-index key of a task in `status`; None when the status is not listed.
@@ -125,8 +143,8 @@ pub(super) struct TaskItem {
     /// Empty only on items written before the index existed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     hk: String,
-    /// The host-index range key: `Task::due_at`. Absent once the task is terminal, which takes
-    /// it out of the (sparse) index.
+    /// The host-index range key: `host_due`. Absent once the task is ignored, or gone and not
+    /// checked again, which takes it out of the (sparse) index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due: Option<Millis>,
     /// The user's data (`Task::data`), written at seed and never updated.
@@ -158,7 +176,7 @@ impl TaskItem {
             next_fetch: task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             stale: task.stale.clone(),
             hk: host_key(&task.crawl_id, &task.host()),
-            due: task.due_at(),
+            due: host_due(task.status, task.due_at()),
             data: task.data.clone(),
         }
     }

@@ -6,20 +6,28 @@
 //! - a host record is `pk = {crawl_id}#host#{name}` (a task id is 32 hex digits, so none of
 //!   them collide).
 //!
-//! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists settled tasks (failed,
-//! succeeded, gone, ignored) without a scan: a task's `gsi_pk` is
-//! `{crawl_id}#{status code}#{shard}`, the shard a stable hash of the task id (spreading one
-//! crawl's hot status over partitions), written by the change into a settled status; a crawl's
-//! is `crawls#{state}`; a host record's `{crawl_id}#hosts` (with `updated = 0`), so a crawl's
-//! hosts are listed without a scan. Pending and in-progress tasks are not listed (no `gsi_pk`):
-//! every URL passes through both on every fetch, and listing them cost four index writes per
-//! fetch; a query or count of them walks the crawl's hosts' due lists instead.
+//! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists failed, gone and ignored
+//! tasks without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`, the shard a
+//! stable hash of the task id (spreading one crawl's hot status over partitions), written by the
+//! change into a listed status; a crawl's is `crawls#{state}`; a host record's
+//! `{crawl_id}#hosts` (with `updated = 0`), so a crawl's hosts are listed without a scan.
+//! Pending, in-progress and succeeded tasks are not listed (no `gsi_pk`): a URL passes through
+//! pending on every fetch and ends most succeeded, and listing them cost index writes at every
+//! step (a recrawl's finish rewrites the range key); they are all in their hosts' due lists, and
+//! a query or count of them walks the crawl's hosts instead.
 //!
 //! The GSI `host-index` (hash `hk` = `{crawl_id}#{host}`, range `due`) gives a host's tasks
 //! with work left, soonest due first: `hk` is written at seed, `due` (`Task::due_at`) at seed
 //! and by every write that changes it (`Changes::due`), but for a claim, which leaves the task
-//! at its place (`items::keeps_place`), and removed when the task becomes terminal, so
-//! finished tasks leave the index.
+//! at its place (`items::keeps_place`). A succeeded page never fetched again stays listed at
+//! `items::NEVER_DUE` (after every due time: never work); other tasks leave the index once
+//! failed for good or gone for good (the status index lists them).
+//!
+//! A host turn claims its tasks without a write (`claim_in_turn`: one consistent read; the
+//! turn holds its host's fenced lease): the task stays due as read, and its finish, fail or
+//! release is conditioned on its token as read and on its still being claimable, and moves the
+//! token. Of two turns racing on one task (one outlived its host lease) the first result lands
+//! and the second is refused; a worker that dies leaves the task due for the host's next turn.
 //!
 //! Host records are written whole, with optimistic concurrency on their `version` attribute.
 //!
@@ -47,7 +55,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::budget::{PageBudget, Taken};
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
@@ -277,7 +285,6 @@ impl DynamoStore {
             .query()
             .table_name(&self.table)
             .index_name(HOST_INDEX)
-            .key_condition_expression("#hk = :hk")
             .expression_attribute_names("#hk", "hk")
             .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
             .expression_attribute_names("#st", "status")
@@ -285,6 +292,14 @@ impl DynamoStore {
             .set_exclusive_start_key(start)
             .set_limit(limit);
         req = updated_at_most(req, &mut filter, query.updated_before);
+        // Only succeeded pages sit at `NEVER_DUE`: a walk for other work does not read them.
+        req = if status == Status::Succeeded {
+            req.key_condition_expression("#hk = :hk")
+        } else {
+            req.key_condition_expression("#hk = :hk AND #due < :never")
+                .expression_attribute_names("#due", "due")
+                .expression_attribute_values(":never", n(items::NEVER_DUE))
+        };
         self.send_page(req.filter_expression(filter), count_only)
             .await
     }
@@ -725,6 +740,27 @@ impl TaskStore for DynamoStore {
         }
     }
 
+    /// No write: one consistent read. The turn's lease on the task is its token as read
+    /// (`LeaseKind::InTurn`); the finish, fail or release under it is the claim.
+    async fn claim_in_turn(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> StoreResult<ClaimOutcome> {
+        let Some(task) = self.get(crawl_id, task_id).await? else {
+            return Ok(ClaimOutcome::Rejected(ClaimRejection::Missing));
+        };
+        Ok(match transition::claim_in_turn(&task, lease_ms, now) {
+            Ok(lease) => ClaimOutcome::Claimed {
+                lease,
+                task: Box::new(task),
+            },
+            Err(why) => ClaimOutcome::Rejected(why),
+        })
+    }
+
     async fn finish(
         &self,
         lease: &Lease,
@@ -773,7 +809,9 @@ impl TaskStore for DynamoStore {
     }
 
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let update = transition::release(lease, now);
+        let Some(update) = transition::release(lease, now) else {
+            return Ok(true);
+        };
         let written = self
             .write(&lease.crawl_id, &lease.task_id, &update, ReturnValue::None)
             .await?;
@@ -908,9 +946,12 @@ impl TaskStore for DynamoStore {
                 .query()
                 .table_name(&self.table)
                 .index_name(HOST_INDEX)
-                .key_condition_expression("#hk = :hk")
+                // Succeeded pages never fetched again sit after every due time: not work.
+                .key_condition_expression("#hk = :hk AND #due < :never")
                 .expression_attribute_names("#hk", "hk")
                 .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
+                .expression_attribute_names("#due", "due")
+                .expression_attribute_values(":never", n(items::NEVER_DUE))
                 .scan_index_forward(true)
                 .limit(i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(start)

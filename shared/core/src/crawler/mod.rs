@@ -616,9 +616,10 @@ where
     ) -> (Outcome, Option<HostSignal>) {
         let config = &context.crawl.config;
         let now = self.clock.now_ms();
+        // The turn holds its host's lease: a store may take the task without a write.
         let (task, lease) = match self
             .store
-            .claim(&context.crawl.id, &due.task_id, config.lease_ms, now)
+            .claim_in_turn(&context.crawl.id, &due.task_id, config.lease_ms, now)
             .await
         {
             Ok(ClaimOutcome::Claimed { task, lease }) => (*task, lease),

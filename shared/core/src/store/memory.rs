@@ -373,8 +373,10 @@ impl TaskStore for MemoryStore {
     }
 
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let update = transition::release(lease, now);
-        self.apply("release", &lease.crawl_id, &lease.task_id, &update)
+        match transition::release(lease, now) {
+            Some(update) => self.apply("release", &lease.crawl_id, &lease.task_id, &update),
+            None => Ok(true),
+        }
     }
 
     async fn add_stale(

@@ -10,6 +10,10 @@
 //!   `in_progress` by a crash is claimable again once its lease expires;
 //! - every claim increments the task's fencing `token`; `finish`, `fail` and `release` must present
 //!   it, so a worker whose lease was taken over can never overwrite a newer result;
+//! - `claim_in_turn` (a claim by a host turn, which holds its host's fenced lease) may write
+//!   nothing (DynamoDB: `LeaseKind::InTurn`): the lease is the token as read, and the first fenced
+//!   write under it moves the token, so that of two holders of one read exactly one result lands;
+//!   a holder that dies leaves the task due for the host's next turn;
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
 
 pub mod budget;
@@ -75,7 +79,8 @@ pub use trawl_domain::transition::ClaimRejection;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// The task as it now stands (`in_progress`, new token), with its previous fetch record.
+    /// The task as it now stands (`in_progress`, new token; or, for a lease taken in a turn
+    /// without a write, as read), with its previous fetch record.
     Claimed {
         task: Box<Task>,
         lease: Lease,
@@ -345,6 +350,20 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
 
+    /// A claim by a host turn, which holds its host's fenced lease (`transition::claim_in_turn`).
+    /// A store may take it without a write (`LeaseKind::InTurn`: the task's token as read; the
+    /// fenced writes then require the task still claimable at that token, and move it); by
+    /// default it is `claim`. Refused as `claim` would be.
+    fn claim_in_turn(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
+        self.claim(crawl_id, task_id, lease_ms, now)
+    }
+
     /// One conditional write fenced on the token (`transition::finish`): `succeeded` with
     /// `record`; retries and the lease cleared; the `stale` list handed back and cleared.
     fn finish(
@@ -367,7 +386,8 @@ pub trait TaskStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<FailOutcome>> + Send;
 
-    /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token.
+    /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token; true,
+    /// writing nothing, for a lease taken in a turn (the task is still due as it was read).
     fn release(&self, lease: &Lease, now: Millis)
     -> impl Future<Output = StoreResult<bool>> + Send;
 

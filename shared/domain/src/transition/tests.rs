@@ -73,6 +73,7 @@ fn lease_on(task: &Task) -> Lease {
         retries: task.retries,
         errors: task.errors.clone(),
         fetch: task.fetch.clone(),
+        kind: LeaseKind::Written,
     }
 }
 
@@ -230,7 +231,7 @@ fn fenced_transitions_need_the_current_token_and_in_progress() {
             "fail",
             fail(&zombie, &failure, &policy(), &Revisit::ONCE, T0).0,
         ),
-        ("release", release(&zombie, T0)),
+        ("release", release(&zombie, T0).unwrap()),
     ] {
         assert_eq!(update.apply(&held), None, "zombie {name}");
     }
@@ -240,7 +241,7 @@ fn fenced_transitions_need_the_current_token_and_in_progress() {
             "fail",
             fail(&current, &failure, &policy(), &Revisit::ONCE, T0).0,
         ),
-        ("release", release(&current, T0)),
+        ("release", release(&current, T0).unwrap()),
     ] {
         assert!(update.apply(&held).is_some(), "{name}");
         assert_eq!(update.apply(&released), None, "{name} after a release");
@@ -262,6 +263,7 @@ fn finish_records_the_fetch_and_restores_the_budget() {
     want.fetch = Some(record("new", T0 + 50));
     want.updated_at = T0 + 50;
     want.stale = Vec::new();
+    want.token += 1;
     assert_eq!(after, want);
 }
 
@@ -372,7 +374,7 @@ fn fail_edges_of_a_first_fetch() {
         };
         assert_eq!(failed, expected, "{name}");
         assert_eq!(after.fetch, None, "{name}: nothing was fetched");
-        assert_eq!(after.token, held.token, "{name}");
+        assert_eq!(after.token, held.token + 1, "{name}");
         assert_eq!(after.updated_at, now, "{name}");
         assert_eq!(after.errors.len(), 2, "{name}");
         assert_eq!(
@@ -479,12 +481,64 @@ fn a_page_with_content_is_gone_after_two_404s_and_a_failed_recrawl_keeps_it() {
 #[test]
 fn release_gives_back_without_counting_a_failure() {
     let held = task_in(Status::InProgress);
-    let after = release(&lease_on(&held), T0 + 50).apply(&held).unwrap();
+    let after = release(&lease_on(&held), T0 + 50)
+        .unwrap()
+        .apply(&held)
+        .unwrap();
     let mut want = held.clone();
     want.status = Status::Pending;
     want.lease_expires_at = None;
     want.updated_at = T0 + 50;
+    want.token += 1;
     assert_eq!(after, want);
+}
+
+#[test]
+fn a_claim_in_a_turn_writes_nothing_and_its_first_fenced_write_is_its_claim() {
+    // GIVEN a task due again (a recrawl) and a task not due
+    let mut due = task_in(Status::Succeeded);
+    due.fetch = Some(FetchRecord {
+        next_fetch_at: Some(T0 + 40),
+        ..record("old", T0)
+    });
+    let now = T0 + 50;
+    assert_eq!(
+        claim_in_turn(&task_in(Status::Ignored), LEASE_MS, now),
+        Err(ClaimRejection::Done(Status::Ignored))
+    );
+    assert_eq!(
+        claim_in_turn(&task_in(Status::Failed), LEASE_MS, now),
+        Err(ClaimRejection::NotDue { at: T0 + 100 })
+    );
+    // WHEN two turns take the due one (the first outlived its host lease)
+    let first = claim_in_turn(&due, LEASE_MS, now).unwrap();
+    let second = claim_in_turn(&due, LEASE_MS, now + 1).unwrap();
+    assert_eq!(
+        (first.token, first.kind, first.expires_at),
+        (due.token, LeaseKind::InTurn, now + LEASE_MS as Millis)
+    );
+    assert_eq!((&first.fetch, first.retries), (&due.fetch, due.retries));
+    assert_eq!(release(&first, now), None, "nothing to give back");
+    // THEN the first finish lands and moves the token; the second is refused
+    let fetched = record("new", now);
+    let finished = finish(&first, &fetched, now + 2).apply(&due).unwrap();
+    assert_eq!(finished.token, due.token + 1);
+    assert_eq!(finished.status, Status::Succeeded);
+    assert!(finished_by(&finished, &first, &fetched));
+    assert!(!finished_by(&due, &first, &fetched));
+    assert_eq!(finish(&second, &record("other", now), now + 3).apply(&finished), None);
+    let failure = Failure::from_http_status(500, None);
+    let (failed, _) = fail(&second, &failure, &policy(), &Revisit::ONCE, now + 3);
+    assert_eq!(failed.apply(&finished), None);
+    // AND a holder that died leaves the task due, at its token: the next turn takes it
+    assert_eq!(claim_in_turn(&due, LEASE_MS, now + 10).unwrap().token, due.token);
+    // AND a written claim since the read fences the turn's lease out
+    let claimed = claim(LEASE_MS, now).apply(&due).unwrap();
+    assert_eq!(finish(&first, &fetched, now + 2).apply(&claimed), None);
+    // AND a task no longer due (finished by a written lease, not due again) is refused
+    let mut done = due.clone();
+    done.fetch = Some(record("later", now));
+    assert_eq!(finish(&first, &fetched, now + 2).apply(&done), None);
 }
 
 #[test]
@@ -498,6 +552,7 @@ fn reschedule_edges() {
             want.status = Status::Pending;
             want.retries = 0;
             want.updated_at = T0 + 50;
+            want.token += 1;
             assert_eq!(after, Some(want), "{status}");
         } else {
             assert_eq!(after, None, "{status}");
@@ -528,6 +583,7 @@ fn a_sitemap_lastmod_after_the_last_fetch_makes_a_done_page_due_now() {
         want.status = Status::Pending;
         want.retries = 0;
         want.updated_at = T0 + 50;
+        want.token += 1;
         assert_eq!(
             after,
             Some(want),
@@ -565,6 +621,7 @@ fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
         want.fetch = None;
         want.stale = vec!["old".into()];
         want.updated_at = T0 + 50;
+        want.token += 1;
         assert_eq!(after, Some(want), "{status}");
     }
     // Claimed since it was read: the record to forget may have changed.
@@ -613,6 +670,10 @@ fn add_stale_edges() {
 #[derive(Debug, Clone)]
 enum Event {
     Claim {
+        lease_ms: u64,
+    },
+    /// A claim inside a turn: a lease as read, nothing written.
+    ClaimInTurn {
         lease_ms: u64,
     },
     /// Fenced events name one of the leases granted so far (not necessarily the latest).
@@ -664,6 +725,7 @@ fn failure() -> impl Strategy<Value = Failure> {
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         3 => (1u64..200_000).prop_map(|lease_ms| Event::Claim { lease_ms }),
+        3 => (1u64..200_000).prop_map(|lease_ms| Event::ClaimInTurn { lease_ms }),
         2 => (0usize..8, 0u8..4).prop_map(|(lease, md5)| Event::Finish { lease, md5 }),
         3 => (0usize..8, failure()).prop_map(|(lease, failure)| Event::Fail { lease, failure }),
         1 => (0usize..8).prop_map(|lease| Event::Release { lease }),
@@ -681,9 +743,11 @@ fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
         Event::Claim { .. } => {
             matches!(from, Pending | Failed | InProgress | Succeeded | Gone) && to == InProgress
         }
-        Event::Finish { .. } => from == InProgress && to == Succeeded,
+        Event::ClaimInTurn { .. } => false,
+        // From a lease taken in a turn, any claimable status.
+        Event::Finish { .. } => from != Ignored && to == Succeeded,
         Event::Fail { .. } => {
-            from == InProgress && matches!(to, Failed | Ignored | Gone | Succeeded)
+            from != Ignored && matches!(to, Failed | Ignored | Gone | Succeeded)
         }
         Event::Release { .. } => from == InProgress && to == Pending,
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
@@ -737,6 +801,13 @@ proptest! {
             let lease = |i: usize| leases.get(i % leases.len().max(1)).cloned();
             let update = match &event {
                 Event::Claim { lease_ms } => Some(claim(*lease_ms, now)),
+                Event::ClaimInTurn { lease_ms } => {
+                    // Granted exactly when a written claim would be; nothing written.
+                    let read = claim_in_turn(&task, *lease_ms, now);
+                    prop_assert_eq!(read.is_ok(), claim(*lease_ms, now).requires.holds(Some(&task)));
+                    leases.extend(read);
+                    None
+                }
                 Event::Finish { lease: i, md5 } => lease(*i).map(|l| {
                     let (next_fetch_at, pace) = revisit.after_fetch(l.fetch.as_ref(), true, now);
                     let record = FetchRecord {
@@ -759,7 +830,7 @@ proptest! {
                     }
                     Ok(update)
                 }).transpose()?,
-                Event::Release { lease: i } => lease(*i).map(|l| release(&l, now)),
+                Event::Release { lease: i } => lease(*i).and_then(|l| release(&l, now)),
                 Event::Reschedule { from } => Some(reschedule(from, now)),
                 Event::Reset => Some(reset(&task, now)),
                 // A sitemap saying the page changed just now.
@@ -777,6 +848,12 @@ proptest! {
                     (task.retries, &task.errors, &task.fetch)
                 );
                 prop_assert_eq!(token, leases.last().unwrap().token, "only the latest lease writes");
+            }
+            if let Condition::Unclaimed { token, .. } = update.requires
+                && update.requires.holds(Some(&task))
+            {
+                // Only a lease read at the current token writes, and the write moves it.
+                prop_assert_eq!(token, task.token);
             }
             let Some(after) = update.apply(&task) else {
                 continue;
@@ -807,14 +884,15 @@ proptest! {
                 _ => prop_assert!(task.retries >= before.retries, "{:?}", event),
             }
             match event {
-                Event::Claim { .. } => {
-                    prop_assert_eq!(task.token, before.token + 1);
-                    leases.push(lease_of(&task));
-                }
-                _ => prop_assert_eq!(task.token, before.token),
+                Event::AddStale { .. } => prop_assert_eq!(task.token, before.token),
+                _ => prop_assert_eq!(task.token, before.token + 1, "{:?}", event),
+            }
+            if let Event::Claim { .. } = event {
+                leases.push(lease_of(&task));
             }
             if before.status.is_terminal() && task.status != before.status {
-                let due_again = matches!(event, Event::Claim { .. })
+                // A claim, written or in a turn (then its finish or fail is the change).
+                let due_again = matches!(event, Event::Claim { .. } | Event::Finish { .. } | Event::Fail { .. })
                     && before.due_at().is_some_and(|at| at <= now);
                 prop_assert!(
                     due_again || matches!(event, Event::Reschedule { .. } | Event::Reset | Event::Refresh),

@@ -1244,7 +1244,9 @@ impl TaskStore for SqliteStore {
     }
 
     async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let update = transition::release(lease, now);
+        let Some(update) = transition::release(lease, now) else {
+            return Ok(true);
+        };
         let applied = self
             .update("release", &lease.crawl_id, &lease.task_id, update)
             .await?;
