@@ -18,7 +18,9 @@ use trawl_domain::host::{Host, HostPolicy, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::Schedule;
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::task::{
+    ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task,
+};
 use trawl_domain::transition::{self, Update};
 
 pub const T0: Millis = 1_800_000_000_000;
@@ -158,6 +160,32 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
         }
     }
 
+    /// A claim by a host turn: written (as `claim`) or taken as read, writing nothing.
+    async fn claim_in_turn(&mut self, now: Millis) -> Lease {
+        let (crawl, id) = (&self.task.crawl_id, &self.task.task_id);
+        let outcome = self
+            .store
+            .claim_in_turn(crawl, id, LEASE_MS, now)
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed { task, lease } = outcome else {
+            panic!("claim in turn refused: {outcome:?} on {:?}", self.task)
+        };
+        match lease.kind {
+            LeaseKind::InTurn => {
+                self.unchanged().await;
+                let read = transition::claim_in_turn(&self.task, LEASE_MS, now);
+                assert_eq!(Ok(&lease), read.as_ref(), "the lease is the task as read");
+            }
+            LeaseKind::Written => {
+                self.check(&transition::claim(LEASE_MS, now), true).await;
+                assert_eq!(lease, transition::lease_of(&self.task));
+            }
+        }
+        assert_eq!(*task, self.task, "the claim returns the task as it stands");
+        lease
+    }
+
     async fn refused_claim(&mut self, now: Millis) -> ClaimRejection {
         match self.try_claim(now).await {
             Ok(lease) => panic!("claim granted: {lease:?}"),
@@ -241,7 +269,10 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
 
     async fn release(&mut self, lease: &Lease, now: Millis) -> bool {
         let applied = self.store.release(lease, now).await.unwrap();
-        self.check(&transition::release(lease, now), applied).await;
+        match transition::release(lease, now) {
+            Some(update) => self.check(&update, applied).await,
+            None => self.unchanged().await,
+        }
         applied
     }
 
@@ -428,8 +459,66 @@ pub async fn expired_lease_is_reclaimed_and_the_old_holder_is_fenced<S: TaskStor
     assert!(!task.release(&zombie, T0 + 80_002).await);
     assert_eq!(
         (task.task.status, task.task.updated_at, task.task.token),
-        (Status::Succeeded, T0 + 70_000, fresh.token)
+        (Status::Succeeded, T0 + 70_000, fresh.token + 1)
     );
+}
+
+pub async fn of_two_turns_holding_one_task_only_the_first_result_lands<S: TaskStore>(store: &S) {
+    // GIVEN a pending task taken by a turn that then outlives its host lease, and by the next
+    // turn once that lease is over
+    let crawl = crawl_id();
+    let url = "http://example.com/two-turns";
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
+    let first = task.claim_in_turn(T0).await;
+    let second = task.claim_in_turn(first.expires_at).await;
+
+    // WHEN both finish at once
+    let at = first.expires_at + 1;
+    let (a, b) = (record("a", at), record("b", at));
+    let (one, two) = futures_util::join!(store.finish(&first, &a, at), store.finish(&second, &b, at));
+    let (one, two) = (one.unwrap(), two.unwrap());
+
+    // THEN exactly one finish lands, and the task is what that one made of it
+    let landed = |o: &FinishOutcome| matches!(o, FinishOutcome::Finished { .. });
+    assert!(landed(&one) != landed(&two), "{one:?} {two:?}");
+    let (lease, fetched) = if landed(&one) { (&first, &a) } else { (&second, &b) };
+    task.check(&transition::finish(lease, fetched, at), true).await;
+    // AND a late fail under either lease changes nothing
+    for lease in [&first, &second] {
+        let failed = task
+            .fail(lease, &Failure::from_http_status(500, None), &policy(), at + 1)
+            .await;
+        assert_eq!(failed, FailOutcome::Rejected);
+    }
+}
+
+pub async fn a_task_whose_turn_died_is_taken_by_the_next_turn<S: TaskStore + HostStore>(
+    store: &S,
+) {
+    // GIVEN a task taken in a turn whose worker then dies, writing nothing more
+    let crawl = crawl_id();
+    record_host(store, &crawl, "example.com").await;
+    let url = "http://example.com/orphaned";
+    let mut task = Tracked::seed(store, &crawl, url, T0).await;
+    let dead = task.claim_in_turn(T0).await;
+
+    // WHEN the host's next turn reads its due list once the dead turn's lease is over
+    let next_turn = dead.expires_at;
+    let due = store.due_tasks(&crawl, "example.com", 10).await.unwrap();
+
+    // THEN the task is there, due by then, and the next turn takes and finishes it
+    let listed = due.iter().find(|t| t.task_id == task.task.task_id).unwrap();
+    assert!(listed.claimable_from().is_some_and(|at| at <= next_turn), "{listed:?}");
+    let lease = task.claim_in_turn(next_turn).await;
+    let fetched = record("new", next_turn);
+    assert!(matches!(
+        task.finish(&lease, &fetched, next_turn).await,
+        FinishOutcome::Finished { .. }
+    ));
+    // AND the dead turn's lease writes nothing, should its worker come back
+    let late = task.finish(&dead, &record("old", next_turn + 1), next_turn + 1).await;
+    assert!(matches!(late, FinishOutcome::Rejected { .. }));
+    assert_eq!(task.task.fetch, Some(fetched));
 }
 
 pub async fn transient_failures_back_off_then_give_up<S: TaskStore>(store: &S) {
@@ -1145,7 +1234,7 @@ pub async fn release_gives_the_task_back<S: TaskStore + HostStore>(store: &S) {
     assert!(task.release(&lease, T0 + 1).await);
     assert!(!task.release(&lease, T0 + 2).await, "released once");
     let again = task.claim(T0 + 2).await;
-    assert_eq!(again.token, lease.token + 1);
+    assert_eq!(again.token, lease.token + 2, "moved by the release and the claim");
     assert_eq!(store.delete_tasks(&crawl).await.unwrap(), 1);
     assert!(store.get(&crawl, &id(url)).await.unwrap().is_none());
 }

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
 use trawl_aws::dynamodb::capacity::{image_of, task_image};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
-use trawl_core::store::TaskStore;
+use trawl_core::store::{ClaimOutcome, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::capacity::{Image, item_size};
@@ -79,7 +79,8 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
 
 #[tokio::test]
 async fn the_capacity_model_prices_the_items_dynamodb_holds() {
-    // GIVEN a task taken through seed, claim, finish, reschedule, claim and a changed finish
+    // GIVEN a task taken through seed, claim, finish, reschedule, claim, a changed finish,
+    // reschedule, and a finish in a turn of a page never fetched again
     let client = clients(&moto::shared().endpoint).await.dynamodb;
     let table = unique("images");
     create_table(&client, &table).await.unwrap();
@@ -94,6 +95,8 @@ async fn the_capacity_model_prices_the_items_dynamodb_holds() {
         "reschedule",
         "claim again",
         "changed finish",
+        "reschedule",
+        "finish in a turn",
     ];
     let mut before = None;
     for (i, step) in steps.iter().enumerate() {
@@ -104,6 +107,20 @@ async fn the_capacity_model_prices_the_items_dynamodb_holds() {
             }
             "claim" | "claim again" => {
                 claim(&store, &crawl, url, now).await;
+            }
+            "finish in a turn" => {
+                let ClaimOutcome::Claimed { lease, .. } = store
+                    .claim_in_turn(&crawl, &id, 60_000, now)
+                    .await
+                    .unwrap()
+                else {
+                    panic!("not claimed");
+                };
+                let last = FetchRecord {
+                    next_fetch_at: None,
+                    ..record("cc", now)
+                };
+                store.finish(&lease, &last, now).await.unwrap();
             }
             "reschedule" => {
                 assert!(

@@ -56,6 +56,8 @@ mod memory {
         reseed_is_idempotent,
         user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        of_two_turns_holding_one_task_only_the_first_result_lands,
+        a_task_whose_turn_died_is_taken_by_the_next_turn,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
         a_page_comes_due_again_and_is_gone_only_after_its_second_404,
@@ -88,6 +90,8 @@ mod sqlite {
         reseed_is_idempotent,
         user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        of_two_turns_holding_one_task_only_the_first_result_lands,
+        a_task_whose_turn_died_is_taken_by_the_next_turn,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
         a_page_comes_due_again_and_is_gone_only_after_its_second_404,
@@ -120,6 +124,7 @@ mod dynamodb {
         reseed_is_idempotent,
         user_data_stays_with_its_task_through_every_transition,
         expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+        a_task_whose_turn_died_is_taken_by_the_next_turn,
         transient_failures_back_off_then_give_up,
         permanent_failures_are_terminal,
         a_page_comes_due_again_and_is_gone_only_after_its_second_404,
@@ -143,6 +148,7 @@ mod dynamodb {
         use super::*;
         on_dynamodb!(support::moto::single_threaded;
             concurrent_claimers_exactly_one_wins,
+            of_two_turns_holding_one_task_only_the_first_result_lands,
             page_budget_is_never_exceeded,
             completion_happens_exactly_once,
             a_delivery_is_written_by_one_holder_at_a_time,

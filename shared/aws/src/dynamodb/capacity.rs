@@ -576,7 +576,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_fresh_task_is_listed_once_settled_and_keeps_its_host_index_place_when_claimed() {
+    async fn a_fresh_task_costs_its_seed_and_its_finish_and_its_claim_in_a_turn_nothing() {
         let store = MemoryStore::new();
         let metered = Metered::new(store.clone(), store, 4);
         let crawl = Crawl::new(CrawlId::parse("c1").unwrap(), CrawlConfig::default(), 1);
@@ -595,7 +595,7 @@ mod tests {
         // The same URL again: a refused conditional put, charged on the table only.
         metered.seed(&crawl.id, &[task], 11).await.unwrap();
         let ClaimOutcome::Claimed { lease, .. } = metered
-            .claim(&crawl.id, &url.task_id(), 60_000, 20)
+            .claim_in_turn(&crawl.id, &url.task_id(), 60_000, 20)
             .await
             .unwrap()
         else {
@@ -614,20 +614,17 @@ mod tests {
             (units("seed", "status-index"), units("seed", "host-index")),
             (0, 1)
         );
-        // The claim leaves both index keys alone: in progress is not listed, and the task keeps
-        // its place in its host's due list, where only projected attributes change (1).
-        assert_eq!(ops["claim"].table, 1);
-        assert_eq!(
-            (units("claim", "status-index"), units("claim", "host-index")),
-            (0, 1)
-        );
-        // The finish lists the task as succeeded (1) and takes it out of its host's list (1).
+        // A claim in a turn is a read on DynamoDB: no write.
+        assert!(!ops.contains_key("claim"), "{ops:?}");
+        // The finish: the task is not listed as succeeded, and its place in its host's list
+        // moves after every due time (never fetched again: 2).
+        assert_eq!(ops["finish"].table, 1);
         assert_eq!(
             (
                 units("finish", "status-index"),
                 units("finish", "host-index")
             ),
-            (1, 1)
+            (0, 2)
         );
     }
 }

@@ -1014,11 +1014,6 @@ where
             .into_iter()
             .map(|url| context.scope.normalise(url))
             .filter(|url| context.scope.check(url, depth).is_ok())
-            .filter(|url| {
-                !self
-                    .seen
-                    .contains(crawl.created_at, crawl.id.as_str(), &url.task_id())
-            })
             .map(|url| NewTask {
                 url,
                 depth,
@@ -1029,9 +1024,11 @@ where
         self.seed_found(context, task, tasks, outbox, held).await
     }
 
-    /// Seeds URLs `task` led to (its links, its redirect's target), and remembers them per
-    /// worker so that pages linking to them again need not seed them again. Returns how many
-    /// tasks were new.
+    /// Seeds URLs `task` led to (its links, its redirect's target) that this worker has not
+    /// seeded yet, and remembers them (from before the seed: concurrent fetches finding the same
+    /// links put them once), so that pages linking to them again need not seed them again; a
+    /// seed that fails or is cut short by the page budget forgets them. Returns how many tasks
+    /// were new.
     async fn seed_found(
         &self,
         context: &CrawlContext,
@@ -1041,21 +1038,35 @@ where
         held: &Held,
     ) -> Result<u64, CrawlerError> {
         let crawl = &context.crawl;
+        let (created_at, crawl_name) = (crawl.created_at, crawl.id.as_str());
+        // The page itself exists too: pages linking back to it need not seed it again.
+        self.seen
+            .insert_new(created_at, crawl_name, std::slice::from_ref(&task.task_id));
+        let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
+        let new = self.seen.insert_new(created_at, crawl_name, &ids);
+        let (tasks, ids): (Vec<NewTask>, Vec<_>) = tasks
+            .into_iter()
+            .zip(ids)
+            .zip(new)
+            .filter_map(|(found, new)| new.then_some(found))
+            .unzip();
         if tasks.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
         let now = self.clock.now_ms();
-        let (report, messages, offered) =
-            seed_in_turn(&self.store, crawl, tasks, Some(&held.host), now).await?;
+        let seeded = seed_in_turn(&self.store, crawl, tasks, Some(&held.host), now).await;
+        let (report, messages, offered) = match seeded {
+            Ok(seeded) => seeded,
+            Err(e) => {
+                self.seen.forget(created_at, crawl_name, &ids);
+                return Err(e.into());
+            }
+        };
         held.offered
             .fetch_add(offered, std::sync::atomic::Ordering::Relaxed);
         lock(outbox).extend(messages);
-        // The page itself exists too: pages linking back to it need not seed it again.
-        if report.over_budget == 0 {
-            let known = ids.iter().chain(std::iter::once(&task.task_id));
-            self.seen
-                .insert_all(crawl.created_at, crawl.id.as_str(), known);
+        if report.over_budget > 0 {
+            self.seen.forget(created_at, crawl_name, &ids);
         }
         tracing::debug!(
             new = report.accepted,

@@ -26,24 +26,34 @@ fn key(crawl_created_at: Millis, crawl_id: &str, task_id: &TaskId) -> u128 {
 }
 
 impl SeenLinks {
-    pub(super) fn contains(&self, created_at: Millis, crawl_id: &str, task_id: &TaskId) -> bool {
-        self.keys
-            .lock()
-            .is_ok_and(|keys| keys.contains(&key(created_at, crawl_id, task_id)))
-    }
-
-    pub(super) fn insert_all<'a>(
+    /// Remembers `ids`, telling for each whether it was new. A link is taken by the first
+    /// seeding that meets it: concurrent fetches of one worker finding the same links do not
+    /// both put them.
+    pub(super) fn insert_new(
         &self,
         created_at: Millis,
         crawl_id: &str,
-        ids: impl Iterator<Item = &'a TaskId>,
-    ) {
+        ids: &[TaskId],
+    ) -> Vec<bool> {
+        match self.keys.lock() {
+            Ok(mut keys) => ids
+                .iter()
+                .map(|id| {
+                    if keys.len() >= CAPACITY {
+                        keys.clear();
+                    }
+                    keys.insert(key(created_at, crawl_id, id))
+                })
+                .collect(),
+            Err(_) => vec![true; ids.len()],
+        }
+    }
+
+    /// Forgets `ids`: their seeding failed or was cut short, and a later fetch must seed them.
+    pub(super) fn forget(&self, created_at: Millis, crawl_id: &str, ids: &[TaskId]) {
         if let Ok(mut keys) = self.keys.lock() {
             for id in ids {
-                if keys.len() >= CAPACITY {
-                    keys.clear();
-                }
-                keys.insert(key(created_at, crawl_id, id));
+                keys.remove(&key(created_at, crawl_id, id));
             }
         }
     }
@@ -55,17 +65,21 @@ mod tests {
     use trawl_domain::canonical::CanonicalUrl;
 
     #[test]
-    fn remembers_per_crawl_incarnation() {
+    fn remembers_per_crawl_incarnation_and_forgets_on_demand() {
         let seen = SeenLinks::default();
         let id = CanonicalUrl::parse("http://example.com/a")
             .unwrap()
             .task_id();
-        seen.insert_all(1, "c", std::iter::once(&id));
-        assert!(seen.contains(1, "c", &id));
-        assert!(
-            !seen.contains(2, "c", &id),
+        let ids = std::slice::from_ref(&id);
+        assert_eq!(seen.insert_new(1, "c", ids), [true]);
+        assert_eq!(seen.insert_new(1, "c", ids), [false], "taken once");
+        assert_eq!(
+            seen.insert_new(2, "c", ids),
+            [true],
             "a re-created crawl knows nothing yet"
         );
-        assert!(!seen.contains(1, "d", &id));
+        assert_eq!(seen.insert_new(1, "d", ids), [true]);
+        seen.forget(1, "c", ids);
+        assert_eq!(seen.insert_new(1, "c", ids), [true], "forgotten");
     }
 }
