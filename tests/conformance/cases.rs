@@ -18,9 +18,7 @@ use trawl_domain::host::{Host, HostPolicy, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::Schedule;
-use trawl_domain::task::{
-    ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task,
-};
+use trawl_domain::task::{ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
 pub const T0: Millis = 1_800_000_000_000;
@@ -475,26 +473,35 @@ pub async fn of_two_turns_holding_one_task_only_the_first_result_lands<S: TaskSt
     // WHEN both finish at once
     let at = first.expires_at + 1;
     let (a, b) = (record("a", at), record("b", at));
-    let (one, two) = futures_util::join!(store.finish(&first, &a, at), store.finish(&second, &b, at));
+    let (one, two) =
+        futures_util::join!(store.finish(&first, &a, at), store.finish(&second, &b, at));
     let (one, two) = (one.unwrap(), two.unwrap());
 
     // THEN exactly one finish lands, and the task is what that one made of it
     let landed = |o: &FinishOutcome| matches!(o, FinishOutcome::Finished { .. });
     assert!(landed(&one) != landed(&two), "{one:?} {two:?}");
-    let (lease, fetched) = if landed(&one) { (&first, &a) } else { (&second, &b) };
-    task.check(&transition::finish(lease, fetched, at), true).await;
+    let (lease, fetched) = if landed(&one) {
+        (&first, &a)
+    } else {
+        (&second, &b)
+    };
+    task.check(&transition::finish(lease, fetched, at), true)
+        .await;
     // AND a late fail under either lease changes nothing
     for lease in [&first, &second] {
         let failed = task
-            .fail(lease, &Failure::from_http_status(500, None), &policy(), at + 1)
+            .fail(
+                lease,
+                &Failure::from_http_status(500, None),
+                &policy(),
+                at + 1,
+            )
             .await;
         assert_eq!(failed, FailOutcome::Rejected);
     }
 }
 
-pub async fn a_task_whose_turn_died_is_taken_by_the_next_turn<S: TaskStore + HostStore>(
-    store: &S,
-) {
+pub async fn a_task_whose_turn_died_is_taken_by_the_next_turn<S: TaskStore + HostStore>(store: &S) {
     // GIVEN a task taken in a turn whose worker then dies, writing nothing more
     let crawl = crawl_id();
     record_host(store, &crawl, "example.com").await;
@@ -508,7 +515,10 @@ pub async fn a_task_whose_turn_died_is_taken_by_the_next_turn<S: TaskStore + Hos
 
     // THEN the task is there, due by then, and the next turn takes and finishes it
     let listed = due.iter().find(|t| t.task_id == task.task.task_id).unwrap();
-    assert!(listed.claimable_from().is_some_and(|at| at <= next_turn), "{listed:?}");
+    assert!(
+        listed.claimable_from().is_some_and(|at| at <= next_turn),
+        "{listed:?}"
+    );
     let lease = task.claim_in_turn(next_turn).await;
     let fetched = record("new", next_turn);
     assert!(matches!(
@@ -516,7 +526,9 @@ pub async fn a_task_whose_turn_died_is_taken_by_the_next_turn<S: TaskStore + Hos
         FinishOutcome::Finished { .. }
     ));
     // AND the dead turn's lease writes nothing, should its worker come back
-    let late = task.finish(&dead, &record("old", next_turn + 1), next_turn + 1).await;
+    let late = task
+        .finish(&dead, &record("old", next_turn + 1), next_turn + 1)
+        .await;
     assert!(matches!(late, FinishOutcome::Rejected { .. }));
     assert_eq!(task.task.fetch, Some(fetched));
 }
@@ -1234,7 +1246,11 @@ pub async fn release_gives_the_task_back<S: TaskStore + HostStore>(store: &S) {
     assert!(task.release(&lease, T0 + 1).await);
     assert!(!task.release(&lease, T0 + 2).await, "released once");
     let again = task.claim(T0 + 2).await;
-    assert_eq!(again.token, lease.token + 2, "moved by the release and the claim");
+    assert_eq!(
+        again.token,
+        lease.token + 2,
+        "moved by the release and the claim"
+    );
     assert_eq!(store.delete_tasks(&crawl).await.unwrap(), 1);
     assert!(store.get(&crawl, &id(url)).await.unwrap().is_none());
 }

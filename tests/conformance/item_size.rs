@@ -109,10 +109,8 @@ async fn the_capacity_model_prices_the_items_dynamodb_holds() {
                 claim(&store, &crawl, url, now).await;
             }
             "finish in a turn" => {
-                let ClaimOutcome::Claimed { lease, .. } = store
-                    .claim_in_turn(&crawl, &id, 60_000, now)
-                    .await
-                    .unwrap()
+                let ClaimOutcome::Claimed { lease, .. } =
+                    store.claim_in_turn(&crawl, &id, 60_000, now).await.unwrap()
                 else {
                     panic!("not claimed");
                 };

@@ -55,8 +55,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::budget::{PageBudget, Taken};
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore,
+    Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};

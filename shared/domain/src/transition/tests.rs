@@ -526,12 +526,18 @@ fn a_claim_in_a_turn_writes_nothing_and_its_first_fenced_write_is_its_claim() {
     assert_eq!(finished.status, Status::Succeeded);
     assert!(finished_by(&finished, &first, &fetched));
     assert!(!finished_by(&due, &first, &fetched));
-    assert_eq!(finish(&second, &record("other", now), now + 3).apply(&finished), None);
+    assert_eq!(
+        finish(&second, &record("other", now), now + 3).apply(&finished),
+        None
+    );
     let failure = Failure::from_http_status(500, None);
     let (failed, _) = fail(&second, &failure, &policy(), &Revisit::ONCE, now + 3);
     assert_eq!(failed.apply(&finished), None);
     // AND a holder that died leaves the task due, at its token: the next turn takes it
-    assert_eq!(claim_in_turn(&due, LEASE_MS, now + 10).unwrap().token, due.token);
+    assert_eq!(
+        claim_in_turn(&due, LEASE_MS, now + 10).unwrap().token,
+        due.token
+    );
     // AND a written claim since the read fences the turn's lease out
     let claimed = claim(LEASE_MS, now).apply(&due).unwrap();
     assert_eq!(finish(&first, &fetched, now + 2).apply(&claimed), None);
@@ -746,9 +752,7 @@ fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
         Event::ClaimInTurn { .. } => false,
         // From a lease taken in a turn, any claimable status.
         Event::Finish { .. } => from != Ignored && to == Succeeded,
-        Event::Fail { .. } => {
-            from != Ignored && matches!(to, Failed | Ignored | Gone | Succeeded)
-        }
+        Event::Fail { .. } => from != Ignored && matches!(to, Failed | Ignored | Gone | Succeeded),
         Event::Release { .. } => from == InProgress && to == Pending,
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
         Event::Reset => from != InProgress && to == Pending,
