@@ -317,7 +317,7 @@ async fn host_of(crawler: &AwsCrawler, crawl: &Crawl, site: &Site) -> Host {
 }
 
 #[tokio::test]
-async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl_no_put() {
+async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_no_put() {
     // GIVEN a leaf page and an ETag'd page, seeded
     let site = Site::start().await;
     site.route("/leaf.html", Route::html("<p>leaf</p>"))
@@ -343,17 +343,17 @@ async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl
     calls.reset();
     let batches = drain_batches(&crawler).await.len() as u64;
 
-    // THEN each cost one claim and one finish (conditional updates) and one PUT; each batch
-    // one more update, adding its calls to the crawl; each batch here is one turn of the host,
-    // which costs a read and a write of the host record to claim it and the same to hand it
-    // back, whatever its number of pages
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 4 + batches);
+    // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
+    // update) and one PUT; each batch one more update, adding its calls to the crawl; each batch
+    // here is one turn of the host, which costs a read and a write of the host record to claim
+    // it and the same to hand it back, whatever its number of pages
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
     assert_eq!(calls.get(Call::S3PutObject), 2);
     assert_eq!(calls.get(Call::DynamoPutItem), 2 * batches);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
-        1 + 2 * batches,
-        "the crawl's config, once per worker, and the host record twice a turn"
+        1 + 2 * batches + 2,
+        "the crawl's config, once per worker, the host record twice a turn, each task once"
     );
 
     // WHEN both are recrawled (content unchanged: one by md5, one by 304)
@@ -373,7 +373,7 @@ async fn a_fresh_url_costs_one_claim_one_put_one_finish_and_an_unchanged_recrawl
 
     // THEN nothing is uploaded, and both are succeeded again
     assert_eq!(calls.get(Call::S3PutObject), 0);
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 4 + batches);
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
     for url in &urls {
         assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
     }
