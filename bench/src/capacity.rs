@@ -220,9 +220,10 @@ async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> 
             Event::Fetch { host, url: n, .. } => {
                 *fetched_per_second.entry(at / 1_000).or_default() += 1;
                 let id = CanonicalUrl::parse(&url(host, n)).step("url")?.task_id();
+                // Inside the host's turn, as the crawler claims.
                 let claim = replay
                     .store
-                    .claim(&replay.crawl.id, &id, TURN_MS, at)
+                    .claim_in_turn(&replay.crawl.id, &id, TURN_MS, at)
                     .await
                     .step("claim")?;
                 if let ClaimOutcome::Claimed { lease, .. } = claim {
