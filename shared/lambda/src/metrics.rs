@@ -53,6 +53,8 @@ pub enum Metric {
     SweeperEnqueueFailures,
     /// Sweeper: status-index pages, tasks and host records read.
     SweeperReads,
+    /// Sweeper: soft-404 reference pages their rule no longer recognises (a rule to update).
+    Soft404ReferenceMisses,
     /// Seeder: URLs that became new tasks.
     SeedsAccepted,
     /// Seeder: URLs refused (invalid, out of scope).
@@ -86,7 +88,7 @@ impl Unit {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 19] = [
         Metric::PagesFetched,
         Metric::BytesFetched,
         Metric::FetchOutcomes,
@@ -99,6 +101,7 @@ impl Metric {
         Metric::SweeperRecrawls,
         Metric::SweeperEnqueueFailures,
         Metric::SweeperReads,
+        Metric::Soft404ReferenceMisses,
         Metric::SeedsAccepted,
         Metric::SeedsRejected,
         Metric::SeedContinuations,
@@ -121,6 +124,7 @@ impl Metric {
             Metric::SweeperRecrawls => "SweeperRecrawls",
             Metric::SweeperEnqueueFailures => "SweeperEnqueueFailures",
             Metric::SweeperReads => "SweeperReads",
+            Metric::Soft404ReferenceMisses => "Soft404ReferenceMisses",
             Metric::SeedsAccepted => "SeedsAccepted",
             Metric::SeedsRejected => "SeedsRejected",
             Metric::SeedContinuations => "SeedContinuations",
@@ -291,7 +295,8 @@ impl Record {
     }
 }
 
-/// A sweep's metrics for one crawl: what it put back to work, and what it read.
+/// A sweep's metrics for one crawl: what it put back to work, what it read, and the soft-404
+/// reference pages it found no longer recognised.
 pub fn sweep(report: &SweepReport, now: Millis) -> Record {
     let mut record = Record::new("sweeper", report.crawl_id.as_str(), now);
     record
@@ -304,6 +309,10 @@ pub fn sweep(report: &SweepReport, now: Millis) -> Record {
         .add(
             Metric::SweeperReads,
             (report.pages_read + report.tasks_read + report.hosts_read) as f64,
+        )
+        .add(
+            Metric::Soft404ReferenceMisses,
+            report.reference_misses as f64,
         );
     record
 }
@@ -391,6 +400,8 @@ mod tests {
             pages_read: 2,
             tasks_read: 8,
             hosts_read: 2,
+            references_checked: 2,
+            reference_misses: 1,
             ..SweepReport::default()
         };
         let sweeper = sweep(&swept, T0);
