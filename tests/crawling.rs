@@ -7,7 +7,7 @@ use std::sync::Arc;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
-use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::blob::{BlobStore, Body, Layout};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, PageBody, StoredPage, record_page};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
@@ -410,7 +410,6 @@ async fn claim_at(crawler: &AwsCrawler, crawl: &Crawl, url: &str, at: i64) -> (T
 }
 
 async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static str) -> StoredPage {
-    let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(body.as_bytes()).into();
     let record = FetchRecord {
         http_status: 200,
         content_type: Some("text/html".into()),
@@ -428,8 +427,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
         &url,
         record,
         Some(PageBody {
-            bytes: body.into(),
-            md5,
+            body: Body::new(body),
             compress: false,
             items: None,
         }),

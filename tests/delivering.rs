@@ -13,7 +13,7 @@ use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 use trawl_aws::s3::S3BlobStore;
-use trawl_core::blob::{BlobStore, Layout, ObjectMeta};
+use trawl_core::blob::{BlobStore, Body, Layout, ObjectMeta};
 use trawl_core::deliver::{
     self, DeliverError, Deliverer, Delivery, DeliveryIndex, DeliveryLimits, DeliveryReport,
     DeltaLine, FileKind, ManifestLine, PurgeError,
@@ -202,12 +202,11 @@ impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
         if let Some(stored) = stored {
             let meta = ObjectMeta {
                 content_type: "text/html".into(),
-                md5: Md5::digest(stored).into(),
                 source_url: url.to_owned(),
                 compress: self.compress,
             };
             self.blobs
-                .put(&key, Bytes::copy_from_slice(stored), &meta)
+                .put(&key, Body::new(Bytes::copy_from_slice(stored)), &meta)
                 .await
                 .unwrap();
         }

@@ -87,19 +87,19 @@ async fn an_html_page_is_fetched_with_its_md5_and_its_links_resolved() {
     assert_eq!(page.final_url.as_str(), site.url("/index.html"));
     assert!(page.is_html());
     let body = page.body.as_ref().unwrap();
-    assert_eq!(page.content_length, Some(body.bytes.len() as u64));
-    let expected: [u8; 16] = Md5::digest(&body.bytes).into();
-    assert_eq!(body.md5, expected);
+    assert_eq!(page.content_length, Some(body.bytes().len() as u64));
+    let expected: [u8; 16] = Md5::digest(body.bytes()).into();
+    assert_eq!(body.md5(), expected);
     assert_eq!(body.md5_hex(), hex::encode(expected));
     assert!(
-        std::str::from_utf8(&body.bytes)
+        std::str::from_utf8(body.bytes())
             .unwrap()
             .contains("relative")
     );
 
     // Relative, absolute and query links resolved; the fragment-only link, the duplicate and the
     // nofollow link dropped; order kept.
-    let links = extract_links(page.final_url.as_url(), &body.bytes);
+    let links = extract_links(page.final_url.as_url(), body.bytes());
     assert!(!links.nofollow_page);
     let urls: Vec<&str> = links.urls.iter().map(|u| u.as_str()).collect();
     assert_eq!(
@@ -125,7 +125,7 @@ async fn base_href_applies_and_off_scope_links_are_recognised() {
     let Fixture { site, .. } = site::fixture().await;
     let fetcher = new_fetcher();
     let page = fetched(fetch(&fetcher, &site.url("/base.html"), &config(&site)).await);
-    let links = extract_links(page.final_url.as_url(), &page.body.unwrap().bytes);
+    let links = extract_links(page.final_url.as_url(), page.body.unwrap().bytes());
     let urls: Vec<String> = links.urls.iter().map(|u| u.to_string()).collect();
     assert_eq!(urls, [site.url("/docs/a.html"), site.url("/b.html")]);
 
@@ -155,7 +155,7 @@ async fn the_guard_refuses_internal_hosts_and_sends_them_nothing() {
     let mut open = config.clone();
     open.fetch.allow_private_networks = true;
     let page = fetched(fetch(&fetcher, &internal.url("/secret"), &open).await);
-    assert_eq!(page.body.unwrap().bytes.as_ref(), b"<p>internal</p>");
+    assert_eq!(page.body.unwrap().bytes().as_ref(), b"<p>internal</p>");
     assert_eq!(internal.hits("/secret"), 1);
 }
 
@@ -198,7 +198,7 @@ async fn a_redirect_chain_is_followed_to_its_final_url() {
     let page = fetched(outcome);
     assert_eq!(page.redirects, 3);
     assert_eq!(page.final_url.as_str(), site.url("/page1.html"));
-    assert_eq!(page.body.unwrap().bytes.as_ref(), b"<p>page 1</p>");
+    assert_eq!(page.body.unwrap().bytes().as_ref(), b"<p>page 1</p>");
     for path in ["/redirect/1", "/redirect/2", "/redirect/3", "/page1.html"] {
         assert_eq!(site.hits(path), 1, "{path}");
     }
@@ -283,7 +283,10 @@ async fn bodies_over_the_cap_are_refused_even_when_compressed() {
     }
     // Under the cap, compressed pages arrive decompressed.
     let page = fetched(fetch(&fetcher, &site.url("/small-gzip.html"), &config).await);
-    assert_eq!(page.body.unwrap().bytes.as_ref(), b"<p>compressed page</p>");
+    assert_eq!(
+        page.body.unwrap().bytes().as_ref(),
+        b"<p>compressed page</p>"
+    );
     // The cap is what refused the big page.
     config.fetch.max_body_bytes = site::BIG_BYTES as u64;
     let page = fetched(fetch(&fetcher, &site.url("/big.html"), &config).await);
@@ -304,7 +307,7 @@ async fn non_html_content_is_recorded_and_stored_only_when_listed() {
 
     config.fetch.store_content_types = vec!["Application/PDF".into()];
     let pdf = fetched(fetch(&fetcher, &site.url("/doc.pdf"), &config).await);
-    assert_eq!(pdf.body.unwrap().bytes.as_ref(), b"%PDF-1.4 tiny");
+    assert_eq!(pdf.body.unwrap().bytes().as_ref(), b"%PDF-1.4 tiny");
     let png = fetched(fetch(&fetcher, &site.url("/image.png"), &config).await);
     assert_eq!(png.content_type.as_deref(), Some("image/png"));
     assert!(png.body.is_none());

@@ -189,20 +189,17 @@ fn write_error(path: &Path, e: &std::io::Error) -> CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
-    use trawl_core::blob::ObjectMeta;
     use trawl_core::blob::memory::MemoryBlobStore;
+    use trawl_core::blob::{Body, ObjectMeta};
 
     async fn put(blobs: &MemoryBlobStore, key: &str, body: &str) {
-        use md5::{Digest, Md5};
         let meta = ObjectMeta {
             content_type: "application/octet-stream".into(),
-            md5: Md5::digest(body.as_bytes()).into(),
             source_url: String::new(),
             compress: false,
         };
         blobs
-            .put(key, Bytes::from(body.to_owned()), &meta)
+            .put(key, Body::new(body.to_owned()), &meta)
             .await
             .unwrap();
     }

@@ -254,8 +254,8 @@ mod tests {
     use lambda_runtime::Diagnostic;
     use md5::{Digest, Md5};
     use std::path::PathBuf;
-    use trawl_core::blob::ObjectMeta;
     use trawl_core::blob::memory::MemoryBlobStore;
+    use trawl_core::blob::{Body, ObjectMeta};
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, FinishOutcome};
     use trawl_core::sweep::LocalDeliveryTrigger;
@@ -324,13 +324,12 @@ mod tests {
         let key = handler.layout.html_key(&crawl, &task_id, &md5);
         let meta = ObjectMeta {
             content_type: "text/html".into(),
-            md5: Md5::digest(body).into(),
             source_url: urls[0].into(),
             compress: false,
         };
         handler
             .blobs
-            .put(&key, Bytes::from_static(body), &meta)
+            .put(&key, Body::new(Bytes::from_static(body)), &meta)
             .await
             .unwrap();
         let record = FetchRecord {

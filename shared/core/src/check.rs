@@ -113,7 +113,7 @@ pub async fn check(
                 .body
                 .as_ref()
                 .filter(|_| page.is_html())
-                .and_then(|b| rules.soft_404(url.as_str(), &b.bytes));
+                .and_then(|b| rules.soft_404(url.as_str(), b.bytes()));
             match found {
                 Some(found) => {
                     let failure = Failure {
@@ -243,7 +243,7 @@ async fn reference_outcome(
                 .body
                 .as_ref()
                 .filter(|_| page.is_html())
-                .and_then(|b| soft_404_match(rule, &b.bytes));
+                .and_then(|b| soft_404_match(rule, b.bytes()));
             match recognised {
                 Some(_) => ReferenceOutcome::Recognised,
                 None => ReferenceOutcome::NotRecognised {

@@ -1,6 +1,9 @@
 //! Runs one crawl to completion inside one process (the `trawl` CLI, the benchmarks): worker
 //! loops consume the queue through the same `Crawler` the Lambda runs, and whenever the queue
 //! goes quiet the same `Sweeper` re-enqueues what is due and decides when the crawl is complete.
+//! An in-process queue says when it is drained (nothing deliverable, in flight or delayed): the
+//! last worker to go idle then wakes the sweeper at once; any other queue must stay quiet for a
+//! while first.
 
 use crate::backoff::{Backoff, Outage};
 use crate::blob::BlobStore;
@@ -15,6 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
+use tokio::sync::Notify;
 use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
@@ -22,9 +26,10 @@ use trawl_domain::task::{Millis, Status};
 /// How long a worker waits on an empty queue (SQS long polling: an empty queue costs one
 /// request per second per worker, not a busy loop; the local queue wakes at once on a send).
 const RECEIVE_WAIT_MS: u64 = 1_000;
-/// How often the coordinator looks whether the queue went quiet.
+/// How often the coordinator looks whether the queue went quiet (besides being woken by the
+/// last worker to go idle).
 const COORDINATOR_TICK: Duration = Duration::from_millis(200);
-/// How long the queue must stay quiet before the sweeper runs.
+/// How long a queue that cannot say it is drained must stay quiet before the sweeper runs.
 const QUIET: Duration = Duration::from_millis(500);
 /// Delay before a rejected (malformed) message is offered again.
 const REJECT_DELAY_MS: u64 = 30_000;
@@ -166,15 +171,15 @@ where
     B: BlobStore,
     Q: WorkQueue,
 {
-    let done = AtomicBool::new(false);
-    let busy = AtomicUsize::new(0);
+    let signals = Signals::default();
+    let (done, busy) = (&signals.done, &signals.busy);
     let last_work = std::sync::Mutex::new(Instant::now());
     // A worker's permanent queue error (or an outage past the bound) ends the run.
     let failed: std::sync::Mutex<Option<RunError>> = std::sync::Mutex::new(None);
     let worker = || async {
         let mut outage = Outage::default();
         while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
-            match work_once(crawler, stats, &busy).await {
+            match work_once(crawler, stats, &signals).await {
                 Ok(worked) => {
                     outage.recovered();
                     if worked {
@@ -225,7 +230,10 @@ where
                 // A worker failed for good; its error is the run's.
                 break Ok(RunEnd::Stopped);
             }
-            tokio::time::sleep(COORDINATOR_TICK).await;
+            tokio::select! {
+                () = signals.idle.notified() => {}
+                () = tokio::time::sleep(COORDINATOR_TICK) => {}
+            }
             if let Some(fault) = crawler.persistent_fault() {
                 break Err(RunError::Storage(fault));
             }
@@ -236,11 +244,12 @@ where
                 )));
             }
             let quiet = busy.load(Ordering::SeqCst) == 0
-                && last_work
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .elapsed()
-                    >= QUIET;
+                && (crawler.queue().is_drained() == Some(true)
+                    || last_work
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .elapsed()
+                        >= QUIET);
             if !quiet {
                 continue;
             }
@@ -257,7 +266,10 @@ where
                 },
             }
         };
-        done.store(true, Ordering::Relaxed);
+        done.store(true, Ordering::SeqCst);
+        if matches!(end, Ok(RunEnd::Completed { .. })) {
+            signals.completed.notify_waiters();
+        }
         end
     };
     let (end, _) = tokio::join!(
@@ -336,25 +348,51 @@ where
     Ok(report.completed.then_some(completed))
 }
 
+/// What the workers and the coordinator of one run tell each other.
+#[derive(Debug, Default)]
+struct Signals {
+    /// Set when the run ends (completed, stopped or failed): workers take no more work.
+    done: AtomicBool,
+    /// Workers holding messages (not those waiting on an empty queue).
+    busy: AtomicUsize,
+    /// Signalled by the worker that leaves none busy (a permit is kept while the coordinator is
+    /// not waiting, so the signal is never lost).
+    idle: Notify,
+    /// Signalled once the crawl has completed: a worker waiting on the queue stops waiting (any
+    /// message still to come is a stale turn) instead of waiting out its receive.
+    completed: Notify,
+}
+
 /// One receive → process → settle round. Returns whether there was work.
-/// `busy` counts workers holding messages (not those waiting on an empty queue).
 async fn work_once<S, B, Q>(
     crawler: &Crawler<S, B, Q>,
     stats: &RunStats,
-    busy: &AtomicUsize,
+    signals: &Signals,
 ) -> Result<bool, QueueError>
 where
     S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
     Q: WorkQueue,
 {
-    let batch = crawler.queue().receive(10, RECEIVE_WAIT_MS).await?;
+    // Registered before `done` is read: a completion signalled after the read still wakes us.
+    let completed = signals.completed.notified();
+    tokio::pin!(completed);
+    completed.as_mut().enable();
+    if signals.done.load(Ordering::SeqCst) {
+        return Ok(false);
+    }
+    let batch = tokio::select! {
+        batch = crawler.queue().receive(10, RECEIVE_WAIT_MS) => batch?,
+        () = completed => return Ok(false),
+    };
     if batch.is_empty() {
         return Ok(false);
     }
-    busy.fetch_add(1, Ordering::SeqCst);
+    signals.busy.fetch_add(1, Ordering::SeqCst);
     let settled = settle(crawler, stats, batch).await;
-    busy.fetch_sub(1, Ordering::SeqCst);
+    if signals.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+        signals.idle.notify_one();
+    }
     settled.map(|()| true)
 }
 

@@ -12,8 +12,7 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 use std::sync::Arc;
 use trawl_core::blob::{
-    BlobError, BlobResult, BlobStore, BlobUpload, GZIP, ObjectMeta, compress, decompress,
-    verify_md5,
+    BlobError, BlobResult, BlobStore, BlobUpload, Body, GZIP, ObjectMeta, compress, decompress,
 };
 use trawl_domain::calls::{Call, CallCounts};
 
@@ -61,15 +60,15 @@ impl S3BlobStore {
 }
 
 impl BlobStore for S3BlobStore {
-    async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
-        // Compressed: the key's md5 is checked here, S3 checks the compressed bytes it receives.
+    async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
+        // S3 checks the bytes it receives against Content-MD5: the compressed ones when compressed.
         let (body, md5, encoding) = if meta.compress {
-            verify_md5("PutObject", key, &body, meta)?;
-            let gz = compress("PutObject", key, &body)?;
+            let gz = compress("PutObject", key, body.bytes())?;
             let md5: [u8; 16] = Md5::digest(&gz).into();
             (gz, md5, Some(GZIP))
         } else {
-            (body, meta.md5, None)
+            let md5 = body.md5();
+            (body.into_bytes(), md5, None)
         };
         self.calls.record(Call::S3PutObject);
         self.client

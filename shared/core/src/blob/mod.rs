@@ -18,7 +18,7 @@ pub mod memory;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
-use md5::Digest;
+use md5::Digest as _;
 use std::future::Future;
 use std::io::{Read, Write};
 use thiserror::Error;
@@ -52,12 +52,44 @@ impl BlobError {
 
 pub type BlobResult<T> = Result<T, BlobError>;
 
+/// A body and its md5, computed here and nowhere else: the pair cannot disagree, so a store
+/// never hashes the body again to check it (S3 still checks the upload against the md5, sent
+/// as Content-MD5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    bytes: Bytes,
+    md5: [u8; 16],
+}
+
+impl Body {
+    pub fn new(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        let md5 = md5::Md5::digest(&bytes).into();
+        Self { bytes, md5 }
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Raw md5 of the bytes.
+    pub fn md5(&self) -> [u8; 16] {
+        self.md5
+    }
+
+    pub fn md5_hex(&self) -> String {
+        hex::encode(self.md5)
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+}
+
 /// What is stored with a page body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
     pub content_type: String,
-    /// Raw md5 of the body (sent as Content-MD5, so S3 verifies the upload).
-    pub md5: [u8; 16],
     /// The page's URL (stored as object metadata).
     pub source_url: String,
     /// Keep the body gzip-compressed at rest (the crawl's `storage.compress_bodies`).
@@ -114,19 +146,17 @@ pub fn from_rest(operation: &'static str, key: &str, stored: Bytes) -> BlobResul
     }
 }
 
-/// What a store without metadata keeps for `body`: checked against its md5, then compressed
-/// when the crawl asks for it.
+/// What a store without metadata keeps for `body`: compressed when the crawl asks for it.
 pub fn to_rest(
     operation: &'static str,
     key: &str,
-    body: Bytes,
+    body: Body,
     meta: &ObjectMeta,
 ) -> BlobResult<Bytes> {
-    verify_md5(operation, key, &body, meta)?;
     if meta.compress {
-        compress(operation, key, &body)
+        compress(operation, key, body.bytes())
     } else {
-        Ok(body)
+        Ok(body.into_bytes())
     }
 }
 
@@ -184,36 +214,13 @@ impl Layout {
     }
 }
 
-/// Refuses a body that does not match its declared md5, as S3 answers BadDigest to a
-/// Content-MD5 that does not match: every store keeps that contract.
-pub fn verify_md5(
-    operation: &'static str,
-    key: &str,
-    body: &[u8],
-    meta: &ObjectMeta,
-) -> BlobResult<()> {
-    let actual: [u8; 16] = md5::Md5::digest(body).into();
-    if actual == meta.md5 {
-        return Ok(());
-    }
-    Err(BlobError::Backend {
-        operation,
-        key: key.to_owned(),
-        message: format!(
-            "body md5 {} does not match the declared {}",
-            hex::encode(actual),
-            hex::encode(meta.md5)
-        ),
-    })
-}
-
 /// An object store.
 pub trait BlobStore: Send + Sync {
     /// Writes `body` at `key` (overwriting: keys are content-addressed).
     fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Body,
         meta: &ObjectMeta,
     ) -> impl Future<Output = BlobResult<()>> + Send;
 
@@ -256,11 +263,10 @@ mod tests {
         let html = Bytes::from_static(b"<html>hello hello hello hello</html>");
         let meta = ObjectMeta {
             content_type: "text/html".into(),
-            md5: md5::Md5::digest(&html).into(),
             source_url: "http://example.com/".into(),
             compress: true,
         };
-        let stored = to_rest("put", "k", html.clone(), &meta).unwrap();
+        let stored = to_rest("put", "k", Body::new(html.clone()), &meta).unwrap();
         assert_ne!(stored, html);
         assert_eq!(from_rest("get", "k", stored).unwrap(), html);
         // A fetched body that is itself gzip (a .gz file) is kept and read back as fetched.
@@ -270,16 +276,11 @@ mod tests {
         assert_eq!(from_rest("get", "k", foreign.clone()).unwrap(), foreign);
         let plain = ObjectMeta {
             compress: false,
-            md5: md5::Md5::digest(&foreign).into(),
             ..meta.clone()
         };
         assert_eq!(
-            to_rest("put", "k", foreign.clone(), &plain).unwrap(),
+            to_rest("put", "k", Body::new(foreign.clone()), &plain).unwrap(),
             foreign
-        );
-        assert!(
-            to_rest("put", "k", html, &plain).is_err(),
-            "md5 still checked"
         );
     }
 

@@ -849,7 +849,7 @@ where
             }
             FetchOutcome::Fetched(page) => {
                 if let Some(body) = page.body.as_ref().filter(|_| page.is_html())
-                    && let Some(found) = context.revisit.soft_404(url.as_str(), &body.bytes)
+                    && let Some(found) = context.revisit.soft_404(url.as_str(), body.bytes())
                 {
                     let failure = Failure {
                         http_status: Some(page.status),
@@ -867,7 +867,7 @@ where
                     content_length: page
                         .body
                         .as_ref()
-                        .map_or(page.content_length.unwrap_or(0), |b| b.bytes.len() as u64),
+                        .map_or(page.content_length.unwrap_or(0), |b| b.bytes().len() as u64),
                     etag: page.etag.clone(),
                     last_modified: page.last_modified.clone(),
                     final_url,
@@ -890,7 +890,7 @@ where
                             context,
                             task,
                             page.final_url.as_url(),
-                            &body.bytes,
+                            body.bytes(),
                             outbox,
                             held,
                         )
@@ -907,13 +907,12 @@ where
                 // Extracted while the body is in memory; an unchanged page keeps its items.
                 let items = match (&page.body, context.extractors.for_url(url.as_str())) {
                     (Some(body), Some(extractor)) if page.is_html() && !unchanged => {
-                        extract_items(extractor, &body.bytes, page.final_url.as_url())
+                        extract_items(extractor, body.bytes(), page.final_url.as_url())
                     }
                     _ => None,
                 };
-                let page_body = page.body.map(|b| PageBody {
-                    bytes: b.bytes,
-                    md5: b.md5,
+                let page_body = page.body.map(|body| PageBody {
+                    body,
                     compress: config.storage.compress_bodies,
                     items,
                 });

@@ -20,10 +20,9 @@
 //!    a finish, with rule 2's deletes; never as a lost lease.
 
 use crate::backoff::{Backoff, persist};
-use crate::blob::{BlobError, BlobStore, Layout, ObjectMeta};
+use crate::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
-use md5::{Digest, Md5};
 use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
@@ -50,9 +49,7 @@ pub enum StoredPage {
 /// A body to store.
 #[derive(Debug, Clone)]
 pub struct PageBody {
-    pub bytes: Bytes,
-    /// Raw md5 of `bytes`.
-    pub md5: [u8; 16],
+    pub body: Body,
     /// The crawl keeps its bodies compressed at rest (`storage.compress_bodies`).
     pub compress: bool,
     /// The items extracted from the body (JSON), when an extractor applies to the page.
@@ -78,14 +75,13 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     // so to every fetch of it).
     let mut with_items = false;
     if let Some(PageBody {
-        bytes,
-        md5,
+        body,
         compress,
         items,
     }) = body
     {
         with_items = items.is_some();
-        let md5_hex = hex::encode(md5);
+        let md5_hex = body.md5_hex();
         let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
         let unchanged = task
             .fetch
@@ -97,14 +93,13 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                     .content_type
                     .clone()
                     .unwrap_or_else(|| "text/html".to_owned()),
-                md5,
                 source_url: url.as_str().to_owned(),
                 compress,
             };
             let retries = AtomicU64::new(0);
             let put = async {
                 persist("PutObject", &Backoff::BRIEF, &retries, || {
-                    blobs.put(&key, bytes.clone(), &meta)
+                    blobs.put(&key, body.clone(), &meta)
                 })
                 .await?;
                 let Some(items) = items else {
@@ -112,10 +107,10 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
                 };
                 let meta = ObjectMeta {
                     content_type: "application/json".to_owned(),
-                    md5: Md5::digest(&items).into(),
                     compress: false,
                     ..meta.clone()
                 };
+                let items = Body::new(items);
                 let items_key = Layout::items_key_of(&key);
                 persist("PutObject", &Backoff::BRIEF, &retries, || {
                     blobs.put(&items_key, items.clone(), &meta)
@@ -274,15 +269,13 @@ mod tests {
         store.seed(&crawl.id, &[new], 0).await.unwrap();
         let task_id = url.task_id();
         let left = layout.html_key(&crawl.id, &task_id, "00");
-        let meta = |md5: [u8; 16]| ObjectMeta {
+        let meta = ObjectMeta {
             content_type: "text/html".into(),
-            md5,
             source_url: url.as_str().to_owned(),
             compress: false,
         };
-        let stray = Bytes::from_static(b"stray");
         blobs
-            .put(&left, stray.clone(), &meta(Md5::digest(&stray).into()))
+            .put(&left, Body::new(&b"stray"[..]), &meta)
             .await
             .unwrap();
         store.add_stale(&crawl.id, &task_id, "00").await.unwrap();
@@ -294,11 +287,11 @@ mod tests {
 
         // WHEN its finish was applied but the answer lost, and the retry meets its own write
         let bytes = Bytes::from_static(b"<p>page</p>");
-        let md5: [u8; 16] = Md5::digest(&bytes).into();
-        let key = layout.html_key(&crawl.id, &task_id, &hex::encode(md5));
+        let page = Body::new(bytes.clone());
+        let key = layout.html_key(&crawl.id, &task_id, &page.md5_hex());
         let applied = FetchRecord {
             object_key: Some(key.clone()),
-            md5: Some(hex::encode(md5)),
+            md5: Some(page.md5_hex()),
             http_status: 200,
             ..FetchRecord::default()
         };
@@ -308,8 +301,7 @@ mod tests {
             ..FetchRecord::default()
         };
         let body = PageBody {
-            bytes: bytes.clone(),
-            md5,
+            body: page,
             compress: false,
             items: None,
         };

@@ -16,6 +16,7 @@ const CHUNK: usize = 256 * 1024;
 
 pub(crate) struct GzipFile<U> {
     upload: U,
+    level: Compression,
     member: Option<GzEncoder<Vec<u8>>>,
     members: u64,
     compressed: u64,
@@ -35,9 +36,15 @@ fn encode_error(e: std::io::Error) -> DeliverError {
 }
 
 impl<U: BlobUpload> GzipFile<U> {
+    /// A file compressed at zlib's default level (6).
     pub(crate) fn new(upload: U) -> Self {
+        Self::with_level(upload, Compression::default())
+    }
+
+    pub(crate) fn with_level(upload: U, level: Compression) -> Self {
         Self {
             upload,
+            level,
             member: None,
             members: 0,
             compressed: 0,
@@ -47,9 +54,10 @@ impl<U: BlobUpload> GzipFile<U> {
 
     /// Appends `data` to the current member (starting one if needed).
     pub(crate) async fn write(&mut self, data: &[u8]) -> Result<(), DeliverError> {
+        let level = self.level;
         let encoder = self
             .member
-            .get_or_insert_with(|| GzEncoder::new(Vec::new(), Compression::default()));
+            .get_or_insert_with(|| GzEncoder::new(Vec::new(), level));
         encoder.write_all(data).map_err(encode_error)?;
         if encoder.get_ref().len() >= CHUNK {
             let chunk = std::mem::take(encoder.get_mut());

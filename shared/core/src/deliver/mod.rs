@@ -951,7 +951,7 @@ where
         const GZIP: &str = "application/gzip";
         let manifest = GzipFile::new(self.blobs.upload(&keys[0], GZIP).await?);
         let pages = match self.blobs.upload(&keys[1], GZIP).await {
-            Ok(upload) => GzipFile::new(upload),
+            Ok(upload) => GzipFile::with_level(upload, warc::LEVEL),
             Err(e) => {
                 manifest.abort().await;
                 return Err(e.into());
@@ -1429,7 +1429,7 @@ mod tests {
     }
 
     use crate::blob::memory::MemoryBlobStore;
-    use crate::blob::{BlobResult, ObjectMeta};
+    use crate::blob::{BlobResult, Body, ObjectMeta};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A blob store whose first `failures` reads of page bodies fail the way a body cut
@@ -1441,7 +1441,7 @@ mod tests {
     }
 
     impl BlobStore for CutReads {
-        async fn put(&self, key: &str, body: Bytes, meta: &ObjectMeta) -> BlobResult<()> {
+        async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
             self.inner.put(key, body, meta).await
         }
 
@@ -1479,10 +1479,9 @@ mod tests {
             failures,
             reads: AtomicU32::new(0),
         };
-        let body = Bytes::from_static(b"<html>whole</html>");
+        let body = Body::new(&b"<html>whole</html>"[..]);
         let meta = ObjectMeta {
             content_type: "text/html".into(),
-            md5: Md5::digest(&body).into(),
             source_url: "http://example.com/".into(),
             compress: false,
         };

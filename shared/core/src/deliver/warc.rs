@@ -8,6 +8,12 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 use trawl_domain::task::Millis;
 
+/// Compression of WARC records: zlib's fastest level. The records carry nearly all of a
+/// delivery's bytes, and at the default level (6) compressing them was most of the delivery's
+/// CPU; on the fixture pages level 1 makes files a little larger for a fraction of the time
+/// (bench/README.md, the profile of `trawl crawl`).
+pub(crate) const LEVEL: flate2::Compression = flate2::Compression::fast();
+
 /// The end of every record: its block is followed by two CRLFs.
 pub(crate) const RECORD_END: &[u8] = b"\r\n\r\n";
 

@@ -74,7 +74,7 @@ pub async fn dry_run(
         return Ok(run);
     };
     run.items = extractor
-        .extract(&body.bytes, page.final_url.as_url())
+        .extract(body.bytes(), page.final_url.as_url())
         .items;
     for (i, item) in run.items.iter().enumerate() {
         run.invalid += usize::from(!item.is_valid());

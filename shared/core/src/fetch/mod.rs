@@ -25,7 +25,6 @@ pub use stats::{FetchStats, LATENCY_SAMPLES};
 use crate::discover::ScopeMatcher;
 use bytes::{Bytes, BytesMut};
 use guard::GuardedResolver;
-use md5::{Digest, Md5};
 use request::{Jars, RequestPlan, RuleSets};
 use reqwest::cookie::{CookieStore, Jar};
 use reqwest::header::{self, HeaderMap};
@@ -126,18 +125,8 @@ impl FetchedPage {
     }
 }
 
-/// A downloaded body (after decompression) and its md5.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Body {
-    pub bytes: Bytes,
-    pub md5: [u8; 16],
-}
-
-impl Body {
-    pub fn md5_hex(&self) -> String {
-        hex::encode(self.md5)
-    }
-}
+/// A downloaded body (after decompression) and its md5, computed once, as it is downloaded.
+pub use crate::blob::Body;
 
 /// A 304 answer to a conditional GET.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,12 +386,8 @@ impl Fetcher {
         if capped.exceeded {
             return Err(too_large());
         }
-        let md5 = Md5::digest(&capped.bytes).into();
         page.content_length = Some(capped.bytes.len() as u64);
-        page.body = Some(Body {
-            bytes: capped.bytes,
-            md5,
-        });
+        page.body = Some(Body::new(capped.bytes));
         Ok(FetchOutcome::Fetched(page))
     }
 

@@ -302,6 +302,10 @@ impl WorkQueue for LocalQueue {
         self.changed.notify_waiters();
         Ok(())
     }
+
+    fn is_drained(&self) -> Option<bool> {
+        Some(self.is_empty())
+    }
 }
 
 #[cfg(test)]

@@ -103,6 +103,13 @@ pub trait WorkQueue: Send + Sync {
         receipt: &str,
         delay_ms: u64,
     ) -> impl Future<Output = QueueResult<()>> + Send;
+
+    /// Whether the queue holds no message at all (none deliverable, in flight or delayed), when
+    /// it knows at once (a queue in this process); None when it cannot tell (SQS's counts are
+    /// approximate and lag), and a quiet period must stand in for it.
+    fn is_drained(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Rounds of re-sending the messages a send reported as failed.

@@ -88,7 +88,7 @@ pub(crate) async fn fetch(
             page.content_type.unwrap_or_default()
         )
     })?;
-    let bytes = decompress(&body.bytes)?;
+    let bytes = decompress(body.bytes())?;
     parse(&bytes)
 }
 
