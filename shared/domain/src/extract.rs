@@ -148,3 +148,18 @@ pub enum Processor {
     /// No value makes the item invalid (it is still delivered, with its error).
     Required,
 }
+
+/// How a crawl's items are delivered besides `items.jsonl.gz` (the configuration's `items`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ItemsOutput {
+    /// Also `items.csv.gz`: one row per item, with a column per field of the extractors whose
+    /// items are delivered, and the item's page URL, task id and fetch time.
+    pub csv: bool,
+}
+
+impl ItemsOutput {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
