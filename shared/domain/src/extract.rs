@@ -133,7 +133,8 @@ pub enum Processor {
     /// Whitespace runs become one space; leading and trailing whitespace goes; values left
     /// empty are dropped.
     Trim,
-    /// All values joined into one with this separator (without it, a field is its first value).
+    /// All values joined into one with this separator (without it, a field is the first value
+    /// its processors keep).
     Join(String),
     /// Each value made an absolute URL against the page's URL.
     AbsoluteUrl,

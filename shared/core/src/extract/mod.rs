@@ -334,12 +334,13 @@ impl CompiledExtractor {
             .map(|ctx| {
                 let mut item = Item::default();
                 for field in &self.fields {
-                    let raw = page.values(field, ctx, &xpaths);
-                    let raw = match &field.regex {
-                        Some(re) => raw.iter().filter_map(|v| capture(re, v)).collect(),
-                        None => raw,
-                    };
-                    let (value, errors) = process::run(&field.processors, raw, page_url);
+                    let raw = page.values(field, ctx, &xpaths).filter_map(|v| {
+                        match &field.regex {
+                            Some(re) => capture(re, &v),
+                            None => Some(v),
+                        }
+                    });
+                    let (value, errors) = process::first(&field.processors, raw, page_url);
                     item.fields.insert(field.name.clone(), value);
                     item.errors
                         .extend(errors.into_iter().map(|error| FieldError {
@@ -577,21 +578,22 @@ impl<'a, 'd> PageTree<'a, 'd> {
             .collect()
     }
 
-    /// What `field` takes of each node it selects under `ctx`.
-    fn values(
-        &self,
-        field: &CompiledField,
+    /// What `field` takes of each node it selects under `ctx`, made as it is read (a field
+    /// without `join` reads only as far as its first kept value).
+    fn values<'f>(
+        &'f self,
+        field: &'f CompiledField,
         ctx: NodeId,
         xpaths: &HashMap<&str, Option<XPath>>,
-    ) -> Vec<String> {
-        let take_element = |el: ElementRef<'a>| match &field.take {
+    ) -> impl Iterator<Item = String> + 'f {
+        let take_element = move |el: ElementRef<'a>| match &field.take {
             Take::Text => Some(el.text().collect::<String>()),
             Take::Html => Some(el.html()),
             Take::Attr(name) => el.value().attr(name).map(str::to_owned),
         };
         self.find(&field.expr, ctx, xpaths)
             .into_iter()
-            .filter_map(|found| match found {
+            .filter_map(move |found| match found {
                 Found::Element(el) => take_element(el),
                 Found::Text(s) => Some(s),
                 Found::Xml(node) => match node {
@@ -605,7 +607,6 @@ impl<'a, 'd> PageTree<'a, 'd> {
                     other => Some(other.string_value()),
                 },
             })
-            .collect()
     }
 }
 

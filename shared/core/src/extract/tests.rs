@@ -252,3 +252,27 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
         }
     }
 }
+
+#[test]
+fn a_field_without_join_is_its_first_kept_value_and_reads_no_further() {
+    let page = url::Url::parse("http://shop.test/").unwrap();
+    let values = || ["n/a", "12", "later"].into_iter().map(str::to_owned);
+    let number: Vec<Processor> = serde_json::from_value(json!(["number", "required"])).unwrap();
+    // The first kept value; the refused one before it is an error, the one after is not read.
+    let mut read = 0;
+    let counted = values().inspect(|_| read += 1);
+    let (value, errors) = process::first(&number, counted, &page);
+    assert_eq!((value, read), (json!(12), 2));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    // None kept: every value's error, and the list processors act (a default, a required).
+    let bad = || ["a", "b"].into_iter().map(str::to_owned);
+    let (value, errors) = process::first(&number, bad(), &page);
+    assert_eq!(value, json!(null));
+    assert_eq!(errors.len(), 3, "two refusals and the missing required value");
+    let with_default: Vec<Processor> =
+        serde_json::from_value(json!(["number", {"default": "0"}, "number"])).unwrap();
+    assert_eq!(process::first(&with_default, bad(), &page).0, json!(0));
+    // A join reads them all.
+    let joined: Vec<Processor> = serde_json::from_value(json!(["trim", {"join": "+"}])).unwrap();
+    assert_eq!(process::first(&joined, values(), &page).0, json!("n/a+12+later"));
+}
