@@ -209,8 +209,20 @@ fn check_first_delivery(site: &Site, delivery: &Path) {
     assert_eq!(
         header,
         [
-            "key", "extractor", "page_url", "task_id", "fetched_at", "valid", "rank", "title",
-            "url", "date", "price", "sku", "tags", "errors"
+            "key",
+            "extractor",
+            "page_url",
+            "task_id",
+            "fetched_at",
+            "valid",
+            "rank",
+            "title",
+            "url",
+            "date",
+            "price",
+            "sku",
+            "tags",
+            "errors"
         ]
     );
     let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
@@ -371,7 +383,11 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
         assert_eq!(stored["items"], dry["items"]);
         assert_eq!(stored["failed"], dry["failed"]);
     }
-    assert_eq!(site.hits("/list/0.html"), 2, "the dry run and the crawl fetched it, no more");
+    assert_eq!(
+        site.hits("/list/0.html"),
+        2,
+        "the dry run and the crawl fetched it, no more"
+    );
 
     // GIVEN one detail page changed
     change_detail_page(&site);
@@ -575,10 +591,7 @@ async fn a_page_that_stops_having_items_leaves_none_behind() {
         .await,
     );
     let first = delivery_of(&json_of(&crawl)).to_path_buf();
-    assert_eq!(
-        gunzip_lines(&first.join("items.jsonl.gz")).len(),
-        4 * ITEMS
-    );
+    assert_eq!(gunzip_lines(&first.join("items.jsonl.gz")).len(), 4 * ITEMS);
     let task = |page: usize| {
         trawl_domain::canonical::CanonicalUrl::parse(&site.url(&format!("/list/{page}.html")))
             .unwrap()
@@ -590,9 +603,15 @@ async fn a_page_that_stops_having_items_leaves_none_behind() {
 
     // WHEN one listing turns into a stored PDF, one into a page that is not stored (text),
     // one into HTML without items, and the next generation runs
-    site.route("/list/1.html", Route::content("application/pdf", "%PDF-1.4"));
+    site.route(
+        "/list/1.html",
+        Route::content("application/pdf", "%PDF-1.4"),
+    );
     site.route("/list/2.html", Route::content("text/plain", "moved"));
-    site.route("/list/3.html", Route::html("<html><body>empty</body></html>"));
+    site.route(
+        "/list/3.html",
+        Route::html("<html><body>empty</body></html>"),
+    );
     let recrawl = succeeded(
         trawl(
             &["recrawl", "--json", "--data-dir", data.to_str().unwrap()],
@@ -605,7 +624,11 @@ async fn a_page_that_stops_having_items_leaves_none_behind() {
     // THEN the delivery holds only the unchanged listing's items, the others gone in the delta
     let items = gunzip_lines(&second.join("items.jsonl.gz"));
     assert_eq!(items.len(), ITEMS, "{items:?}");
-    assert!(items.iter().all(|i| i["page_url"] == site.url("/list/0.html")));
+    assert!(
+        items
+            .iter()
+            .all(|i| i["page_url"] == site.url("/list/0.html"))
+    );
     let delta = gunzip_lines(&second.join("items-delta.jsonl.gz"));
     assert_eq!(delta.len(), 3 * ITEMS, "{delta:?}");
     assert!(delta.iter().all(|d| d["change"] == "gone"));

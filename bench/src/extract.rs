@@ -114,10 +114,10 @@ fn per_page_ms(work: Work, pages: usize, runs: usize) -> Result<Vec<f64>, String
 
 pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
     let sample = pages.min(1_000);
-    let mixed = per_page_ms(Work::Extract { xpath: true }, sample, runs)
-        .map_err(|e| check(SECTION, e))?;
-    let css = per_page_ms(Work::Extract { xpath: false }, sample, runs)
-        .map_err(|e| check(SECTION, e))?;
+    let mixed =
+        per_page_ms(Work::Extract { xpath: true }, sample, runs).map_err(|e| check(SECTION, e))?;
+    let css =
+        per_page_ms(Work::Extract { xpath: false }, sample, runs).map_err(|e| check(SECTION, e))?;
     let parse = per_page_ms(Work::Parse, sample, runs).map_err(|e| check(SECTION, e))?;
     let rate: Vec<f64> = mixed.iter().map(|ms| 1_000.0 / ms).collect();
     // What the fields add to the parse, per field (runs paired as they ran).

@@ -891,9 +891,7 @@ where
                 };
                 let mut new_links = 0;
                 if let Some(links) = reading.links {
-                    new_links = self
-                        .discover(context, task, links, outbox, held)
-                        .await?;
+                    new_links = self.discover(context, task, links, outbox, held).await?;
                 }
                 // A listing page changes when new links appear on it, not when its ads do.
                 let changed = if revisit.listing {

@@ -396,7 +396,12 @@ impl CsvColumns {
             }
         });
         let leading = CSV_LEADING.map(str::to_owned);
-        csv_record(leading.into_iter().chain(fields).chain([CSV_TRAILING.into()]))
+        csv_record(
+            leading
+                .into_iter()
+                .chain(fields)
+                .chain([CSV_TRAILING.into()]),
+        )
     }
 
     /// The record of `line`: a string field as it is, another value as JSON, no value empty;
@@ -410,14 +415,11 @@ impl CsvColumns {
             line.fetched_at.clone(),
             line.valid.to_string(),
         ];
-        let fields = self
-            .fields
-            .iter()
-            .map(|name| match line.fields.get(name) {
-                None | Some(serde_json::Value::Null) => String::new(),
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-            });
+        let fields = self.fields.iter().map(|name| match line.fields.get(name) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        });
         let errors: Vec<String> = line
             .errors
             .iter()
@@ -454,7 +456,10 @@ mod tests {
             task_id: "t".into(),
             fetched_at: "2026-11-24T00:00:00Z".into(),
             fields: BTreeMap::from([
-                ("title".to_owned(), serde_json::json!("Say \"hi\", then\nleave")),
+                (
+                    "title".to_owned(),
+                    serde_json::json!("Say \"hi\", then\nleave"),
+                ),
                 ("price".to_owned(), serde_json::json!(12.5)),
                 ("tags".to_owned(), serde_json::Value::Null),
                 ("key".to_owned(), serde_json::json!("k")),

@@ -257,7 +257,10 @@ mod tests {
             let found = extract_links(&page, html.as_bytes());
             assert!(found.nofollow_page, "{content}");
             assert!(found.urls.is_empty());
-            assert_eq!(links_in_tree(&page, &scraper::Html::parse_document(&html)), found);
+            assert_eq!(
+                links_in_tree(&page, &scraper::Html::parse_document(&html)),
+                found
+            );
         }
         let html = r#"<meta name="robots" content="noindex"><a href="/x">x</a>"#;
         assert_eq!(links(page.as_str(), html).len(), 1);

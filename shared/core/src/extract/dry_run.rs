@@ -87,7 +87,10 @@ pub async fn dry_run_stored<S: TaskStore, B: BlobStore>(
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("crawl {crawl_id} has no task {task_id}"))?;
     let Some(fetch) = &task.fetch else {
-        return Err(format!("task {task_id} ({}) has not been fetched", task.url));
+        return Err(format!(
+            "task {task_id} ({}) has not been fetched",
+            task.url
+        ));
     };
     let answer = format!("stored HTTP {}", fetch.http_status);
     let Some(key) = &fetch.object_key else {

@@ -287,15 +287,8 @@ impl CompiledExtractor {
     /// Whether an XPath expression has no simple form, so that the page must be copied into an
     /// XPath document for sxd-xpath.
     fn needs_xml_copy(&self) -> bool {
-        self.exprs().any(|c| {
-            matches!(
-                c,
-                Compiled::Xpath {
-                    simple: None,
-                    ..
-                }
-            )
-        })
+        self.exprs()
+            .any(|c| matches!(c, Compiled::Xpath { simple: None, .. }))
     }
 
     /// The items of the page `html` fetched from `page_url`.
@@ -334,12 +327,12 @@ impl CompiledExtractor {
             .map(|ctx| {
                 let mut item = Item::default();
                 for field in &self.fields {
-                    let raw = page.values(field, ctx, &xpaths).filter_map(|v| {
-                        match &field.regex {
+                    let raw = page
+                        .values(field, ctx, &xpaths)
+                        .filter_map(|v| match &field.regex {
                             Some(re) => capture(re, &v),
                             None => Some(v),
-                        }
-                    });
+                        });
                     let (value, errors) = process::first(&field.processors, raw, page_url);
                     item.fields.insert(field.name.clone(), value);
                     item.errors

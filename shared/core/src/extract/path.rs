@@ -160,17 +160,18 @@ impl Step {
             Some(i) => text.split_at(i),
             None => (text, ""),
         };
-        let axis = match head.trim() {
+        let head = head.trim();
+        let axis = match head {
             "." => Axis::SelfNode,
             ".." => Axis::Parent,
             "*" => Axis::Child(Test::AnyElement),
             "text()" => Axis::Child(Test::Text),
             "node()" => Axis::Child(Test::Node),
-            name if name.starts_with('@') && is_name(&name[1..]) => {
-                Axis::Attribute(name[1..].to_owned())
-            }
             name if is_name(name) => Axis::Child(Test::Name(name.to_owned())),
-            _ => return None,
+            _ => match head.strip_prefix('@') {
+                Some(name) if is_name(name) => Axis::Attribute(name.to_owned()),
+                _ => return None,
+            },
         };
         let mut predicates = Vec::new();
         while !rest.is_empty() {

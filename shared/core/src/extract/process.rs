@@ -6,11 +6,7 @@ use trawl_domain::extract::Processor;
 
 /// Runs `processors` on `values` of the page `page_url`: the field's value (null: none) and
 /// the errors met.
-fn run(
-    processors: &[Processor],
-    values: Vec<String>,
-    page_url: &url::Url,
-) -> (Value, Vec<String>) {
+fn run(processors: &[Processor], values: Vec<String>, page_url: &url::Url) -> (Value, Vec<String>) {
     let mut values: Vec<Value> = values.into_iter().map(Value::String).collect();
     let mut errors = Vec::new();
     for processor in processors {
@@ -58,9 +54,11 @@ pub(super) fn first(
     let mut errors = Vec::new();
     for value in values {
         // The list processors pass a kept value as it is: the list is not empty.
-        let kept = processors.iter().try_fold(Some(Value::String(value.clone())), |v, p| {
-            v.map_or(Ok(None), |v| on_value(p, v, page_url))
-        });
+        let kept = processors
+            .iter()
+            .try_fold(Some(Value::String(value.clone())), |v, p| {
+                v.map_or(Ok(None), |v| on_value(p, v, page_url))
+            });
         match kept {
             Ok(Some(v)) => return (v, errors),
             Ok(None) => {}
@@ -73,11 +71,7 @@ pub(super) fn first(
 
 /// What `processor` makes of one value: kept (maybe changed), dropped (`trim` left nothing),
 /// or refused with an error. The list processors (`join`, `default`, `required`) keep it.
-fn on_value(
-    processor: &Processor,
-    v: Value,
-    page_url: &url::Url,
-) -> Result<Option<Value>, String> {
+fn on_value(processor: &Processor, v: Value, page_url: &url::Url) -> Result<Option<Value>, String> {
     match processor {
         Processor::Trim => Ok(match v {
             Value::String(s) => {

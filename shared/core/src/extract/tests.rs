@@ -166,7 +166,10 @@ impl CompiledExtractor {
     /// The same extractor with every XPath expression run by sxd-xpath on the copy.
     fn sxd_only(&self) -> Self {
         let mut copy = self.clone();
-        let exprs = copy.base.iter_mut().chain(copy.fields.iter_mut().map(|f| &mut f.expr));
+        let exprs = copy
+            .base
+            .iter_mut()
+            .chain(copy.fields.iter_mut().map(|f| &mut f.expr));
         for expr in exprs {
             if let Compiled::Xpath { simple, .. } = expr {
                 *simple = None;
@@ -219,15 +222,24 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
         "//a/@*",
         "//p[text()='five']",
     ] {
-        assert!(SimpleXpath::parse(expr).is_none(), "{expr} goes to sxd-xpath");
+        assert!(
+            SimpleXpath::parse(expr).is_none(),
+            "{expr} goes to sxd-xpath"
+        );
     }
     let fields: serde_json::Map<String, serde_json::Value> = simple
         .iter()
         .enumerate()
         .flat_map(|(i, expr)| {
             [
-                (format!("f{i:02}"), json!({"xpath": expr, "processors": [{"join": "|"}]})),
-                (format!("h{i:02}"), json!({"xpath": expr, "value": "html", "processors": [{"join": "|"}]})),
+                (
+                    format!("f{i:02}"),
+                    json!({"xpath": expr, "processors": [{"join": "|"}]}),
+                ),
+                (
+                    format!("h{i:02}"),
+                    json!({"xpath": expr, "value": "html", "processors": [{"join": "|"}]}),
+                ),
             ]
         })
         .collect();
@@ -268,11 +280,18 @@ fn a_field_without_join_is_its_first_kept_value_and_reads_no_further() {
     let bad = || ["a", "b"].into_iter().map(str::to_owned);
     let (value, errors) = process::first(&number, bad(), &page);
     assert_eq!(value, json!(null));
-    assert_eq!(errors.len(), 3, "two refusals and the missing required value");
+    assert_eq!(
+        errors.len(),
+        3,
+        "two refusals and the missing required value"
+    );
     let with_default: Vec<Processor> =
         serde_json::from_value(json!(["number", {"default": "0"}, "number"])).unwrap();
     assert_eq!(process::first(&with_default, bad(), &page).0, json!(0));
     // A join reads them all.
     let joined: Vec<Processor> = serde_json::from_value(json!(["trim", {"join": "+"}])).unwrap();
-    assert_eq!(process::first(&joined, values(), &page).0, json!("n/a+12+later"));
+    assert_eq!(
+        process::first(&joined, values(), &page).0,
+        json!("n/a+12+later")
+    );
 }
