@@ -8,7 +8,9 @@ use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::blob::{BlobStore, Body, Layout};
-use trawl_core::crawler::{Crawler, Disposition, MessageResult, PageBody, StoredPage, record_page};
+use trawl_core::crawler::{
+    Crawler, Disposition, MessageResult, PageBody, StoredPage, WithItems, record_page,
+};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
@@ -431,6 +433,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
             compress: false,
             items: None,
         }),
+        WithItems(false),
         now_ms(),
     )
     .await

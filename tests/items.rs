@@ -22,6 +22,7 @@ const UNPRICED: usize = 12;
 const CHANGED: usize = 5;
 
 const CONFIG: &str = r#"{
+  "items": {"csv": true},
   "extract": [
     {"name": "listing", "match": "/list/",
      "base": {"css": "ul.items > li"},
@@ -196,6 +197,46 @@ fn check_first_delivery(site: &Site, delivery: &Path) {
         assert_eq!(item["valid"], n != UNTITLED && n != UNPRICED, "{item}");
     }
 
+    // AND items.csv.gz holds the same items, a column per field (the listing's, then those its
+    // detail pages add) besides the page, task and fetch time
+    let mut csv_text = String::new();
+    MultiGzDecoder::new(std::fs::File::open(delivery.join("items.csv.gz")).unwrap())
+        .read_to_string(&mut csv_text)
+        .unwrap();
+    assert!(csv_text.ends_with("\r\n"), "RFC 4180 line ends");
+    let mut csv = csv::Reader::from_reader(csv_text.as_bytes());
+    let header: Vec<String> = csv.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(
+        header,
+        [
+            "key",
+            "extractor",
+            "page_url",
+            "task_id",
+            "fetched_at",
+            "valid",
+            "rank",
+            "title",
+            "url",
+            "date",
+            "price",
+            "sku",
+            "tags",
+            "errors"
+        ]
+    );
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), LISTINGS * PER_PAGE);
+    for row in &rows {
+        let item = by_key[&row[0]];
+        assert_eq!(&row[2], item["page_url"].as_str().unwrap());
+        assert_eq!(&row[3], item["task_id"].as_str().unwrap());
+        assert_eq!(&row[4], item["fetched_at"].as_str().unwrap());
+        // (a comma inside a value, `new, item5`, comes back whole)
+        assert_eq!(&row[12], item["fields"]["tags"].as_str().unwrap());
+        assert_eq!(&row[7], item["fields"]["title"].as_str().unwrap_or(""));
+    }
+
     // AND the invalid items are counted per extractor with examples, never dropped
     let summary = summary_of(delivery);
     let counted = &summary["items"];
@@ -321,6 +362,33 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
 
     check_first_delivery(&site, delivery_of(&first));
 
+    // WHEN the dry run reads the first listing as the crawl stored it, by its URL (with the
+    // crawl's own extractors) and by its task id (with the file's)
+    let listing_url = site.url("/list/0.html");
+    let task_id = trawl_domain::canonical::CanonicalUrl::parse(&listing_url)
+        .unwrap()
+        .task_id();
+    for extra in [vec![], vec!["--config", config.to_str().unwrap()]] {
+        let task = if extra.is_empty() {
+            listing_url.clone()
+        } else {
+            task_id.as_str().to_owned()
+        };
+        let mut args = vec!["extract", "--task", &task, "--data-dir", data, "--json"];
+        args.extend(extra);
+        let stored = json_of(&succeeded(trawl(&args, &dir).await));
+
+        // THEN it prints the same items and failed field, without fetching the page again
+        assert_eq!(stored["answer"], "stored HTTP 200", "{stored}");
+        assert_eq!(stored["items"], dry["items"]);
+        assert_eq!(stored["failed"], dry["failed"]);
+    }
+    assert_eq!(
+        site.hits("/list/0.html"),
+        2,
+        "the dry run and the crawl fetched it, no more"
+    );
+
     // GIVEN one detail page changed
     change_detail_page(&site);
 
@@ -442,5 +510,132 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
     // THEN its items delta holds that item alone
     let second = download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
     check_second_delivery(&site, &second);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A listing of `per_page` titled items linking to the listings `links`.
+fn small_listing(page: usize, per_page: usize, links: &[usize]) -> String {
+    let items: String = (0..per_page)
+        .map(|i| format!(r#"<li><a class="title" href="/x/{page}-{i}">T{page}-{i}</a></li>"#))
+        .collect();
+    let links: String = links
+        .iter()
+        .map(|l| format!(r#"<a href="/list/{l}.html">{l}</a>"#))
+        .collect();
+    format!("<html><body><ul class=items>{items}</ul>{links}</body></html>")
+}
+
+/// The `attr=items` objects under the data directory `dir` whose task is `task_id`.
+fn items_objects(dir: &Path, task_id: &str) -> usize {
+    let mut found = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let shown = path.to_string_lossy();
+            if path.is_dir() {
+                pending.push(path);
+            } else if shown.contains("/attr=items/") && shown.contains(task_id) {
+                found += 1;
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_page_that_stops_having_items_leaves_none_behind() {
+    // GIVEN four listings of 5 items, crawled with their items delivered (PDFs stored too)
+    const ITEMS: usize = 5;
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    site.route(
+        "/list/0.html",
+        Route::html(small_listing(0, ITEMS, &[1, 2, 3])),
+    );
+    for page in 1..4 {
+        site.route(
+            &format!("/list/{page}.html"),
+            Route::html(small_listing(page, ITEMS, &[])),
+        );
+    }
+    let dir = temp_dir("items-orphans");
+    let data = dir.join("data");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"fetch": {"store_content_types": ["application/pdf"]},
+            "extract": [{"name": "listing", "match": "/list/", "base": {"css": "ul.items > li"},
+                         "fields": {"title": {"css": "a.title", "processors": ["required"]}}}]}"#,
+    )
+    .unwrap();
+    let crawl = succeeded(
+        trawl(
+            &[
+                "crawl",
+                &site.url("/list/0.html"),
+                "--allow-private-networks",
+                "--recrawl-every",
+                "1d",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--json",
+            ],
+            &dir,
+        )
+        .await,
+    );
+    let first = delivery_of(&json_of(&crawl)).to_path_buf();
+    assert_eq!(gunzip_lines(&first.join("items.jsonl.gz")).len(), 4 * ITEMS);
+    let task = |page: usize| {
+        trawl_domain::canonical::CanonicalUrl::parse(&site.url(&format!("/list/{page}.html")))
+            .unwrap()
+            .task_id()
+            .as_str()
+            .to_owned()
+    };
+    assert!((1..4).all(|page| items_objects(&data, &task(page)) == 1));
+
+    // WHEN one listing turns into a stored PDF, one into a page that is not stored (text),
+    // one into HTML without items, and the next generation runs
+    site.route(
+        "/list/1.html",
+        Route::content("application/pdf", "%PDF-1.4"),
+    );
+    site.route("/list/2.html", Route::content("text/plain", "moved"));
+    site.route(
+        "/list/3.html",
+        Route::html("<html><body>empty</body></html>"),
+    );
+    let recrawl = succeeded(
+        trawl(
+            &["recrawl", "--json", "--data-dir", data.to_str().unwrap()],
+            &dir,
+        )
+        .await,
+    );
+    let second = delivery_of(&json_of(&recrawl)).to_path_buf();
+
+    // THEN the delivery holds only the unchanged listing's items, the others gone in the delta
+    let items = gunzip_lines(&second.join("items.jsonl.gz"));
+    assert_eq!(items.len(), ITEMS, "{items:?}");
+    assert!(
+        items
+            .iter()
+            .all(|i| i["page_url"] == site.url("/list/0.html"))
+    );
+    let delta = gunzip_lines(&second.join("items-delta.jsonl.gz"));
+    assert_eq!(delta.len(), 3 * ITEMS, "{delta:?}");
+    assert!(delta.iter().all(|d| d["change"] == "gone"));
+    // AND the old items objects went with their bodies: none is left for the PDF and the text
+    // page, the empty page has its (empty) items
+    assert_eq!(items_objects(&data, &task(1)), 0);
+    assert_eq!(items_objects(&data, &task(2)), 0);
+    assert_eq!(items_objects(&data, &task(3)), 1);
     let _ = std::fs::remove_dir_all(dir);
 }

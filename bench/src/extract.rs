@@ -13,6 +13,8 @@ use trawl_core::extract::Extractors;
 use trawl_domain::extract::Extractor;
 
 const SECTION: &str = "extract";
+/// Fields of the definition.
+const FIELDS: usize = 10;
 
 /// Ten fields over the fixture page: text, attributes, HTML, a regex capture, counts, a join;
 /// `xpath` decides whether half of them are XPath (the page is then also copied into the XPath
@@ -63,9 +65,19 @@ fn thread_cpu_ns() -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// Milliseconds of CPU per page over `pages` fixture pages, one sample per run.
-fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, String> {
-    let extractors = Extractors::new(&extractors(xpath)?).map_err(|e| e.to_string())?;
+/// What is timed per fixture page.
+#[derive(Clone, Copy)]
+enum Work {
+    /// The 10-field extractor (`xpath`: 5 of its fields XPath), the page parsed first.
+    Extract { xpath: bool },
+    /// Only the parse (html5ever), which every extracted page costs whatever its fields.
+    Parse,
+}
+
+/// Milliseconds of CPU per page of `work` over `pages` fixture pages, one sample per run.
+fn per_page_ms(work: Work, pages: usize, runs: usize) -> Result<Vec<f64>, String> {
+    let extractors = Extractors::new(&extractors(matches!(work, Work::Extract { xpath: true }))?)
+        .map_err(|e| e.to_string())?;
     let extractor = extractors
         .for_url("http://127.0.0.1/p/0.html")
         .ok_or("the extractor matches every page")?;
@@ -75,12 +87,21 @@ fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, Strin
     for _ in 0..runs {
         let (cpu0, wall0) = (thread_cpu_ns(), std::time::Instant::now());
         let mut invalid = 0;
+        let mut nodes = 0;
         for body in &bodies {
-            let found = extractor.extract(body, &base);
-            invalid += found.items.iter().filter(|i| !i.is_valid()).count();
+            match work {
+                Work::Extract { .. } => {
+                    let found = extractor.extract(body, &base);
+                    invalid += found.items.iter().filter(|i| !i.is_valid()).count();
+                }
+                Work::Parse => nodes += trawl_core::extract::parse(body).tree.nodes().count(),
+            }
         }
         if invalid > 0 {
             return Err(format!("{invalid} fixture pages gave invalid items"));
+        }
+        if matches!(work, Work::Parse) && nodes < bodies.len() {
+            return Err("the fixture pages parsed to nothing".into());
         }
         let ns = match (cpu0, thread_cpu_ns()) {
             (Some(a), Some(b)) => b.saturating_sub(a) as f64,
@@ -93,9 +114,18 @@ fn per_page_ms(xpath: bool, pages: usize, runs: usize) -> Result<Vec<f64>, Strin
 
 pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
     let sample = pages.min(1_000);
-    let mixed = per_page_ms(true, sample, runs).map_err(|e| check(SECTION, e))?;
-    let css = per_page_ms(false, sample, runs).map_err(|e| check(SECTION, e))?;
+    let mixed =
+        per_page_ms(Work::Extract { xpath: true }, sample, runs).map_err(|e| check(SECTION, e))?;
+    let css =
+        per_page_ms(Work::Extract { xpath: false }, sample, runs).map_err(|e| check(SECTION, e))?;
+    let parse = per_page_ms(Work::Parse, sample, runs).map_err(|e| check(SECTION, e))?;
     let rate: Vec<f64> = mixed.iter().map(|ms| 1_000.0 / ms).collect();
+    // What the fields add to the parse, per field (runs paired as they ran).
+    let per_field: Vec<f64> = mixed
+        .iter()
+        .zip(&parse)
+        .map(|(all, parse)| (all - parse).max(0.0) / FIELDS as f64 * 1_000.0)
+        .collect();
     // The crawl itself, with and without the extractor, alternating (so load drifts hit both).
     let site = Site::start(pages)?;
     let client = reqwest::Client::new();
@@ -129,6 +159,18 @@ pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
             "CPU per ~20 KB page, 10 fields, all CSS",
             "ms",
             &css,
+        ),
+        Figure::of(
+            SECTION,
+            "of which parsing the page (html5ever), per page",
+            "ms",
+            &parse,
+        ),
+        Figure::of(
+            SECTION,
+            "CPU per field beyond the parse (10 fields, 5 XPath)",
+            "µs",
+            &per_field,
         ),
         Figure::of(
             SECTION,

@@ -103,7 +103,7 @@ where
         }
         Command::Config(command) => generations::config(&backend, &command, json).await,
         Command::Check(args) => generations::check(&backend, &args, json).await,
-        Command::Extract(args) => crate::extract::run(&args, json).await,
+        Command::Extract(args) => crate::extract::run_stored(&backend, &args, json).await,
         Command::Submit(args) => match plan {
             Some(plan) => crate::submit::run(backend.seed_queue.as_ref(), &args, plan, json).await,
             None => Err(CliError::Usage(
@@ -185,6 +185,16 @@ pub async fn resolve_crawl<S: CrawlStore>(
                 ids.join(", ")
             )))
         }
+    }
+}
+
+/// A task named by its id or its URL.
+pub fn task_id_of(raw: &str) -> Result<TaskId, CliError> {
+    match TaskId::parse(raw) {
+        Some(id) => Ok(id),
+        None => Ok(CanonicalUrl::parse(raw)
+            .map_err(|e| CliError::Usage(format!("{e}: give a URL or a task id")))?
+            .task_id()),
     }
 }
 
@@ -307,12 +317,7 @@ where
     S: TaskStore + CrawlStore + HostStore,
 {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
-    let task_id = match TaskId::parse(&args.task) {
-        Some(id) => id,
-        None => CanonicalUrl::parse(&args.task)
-            .map_err(|e| CliError::Usage(format!("{e}: give a URL or a task id")))?
-            .task_id(),
-    };
+    let task_id = task_id_of(&args.task)?;
     let task = backend
         .store
         .get(&crawl.id, &task_id)

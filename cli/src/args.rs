@@ -80,8 +80,9 @@ pub enum Command {
     /// Fetch a URL and say what the crawl's rules make of it (its schedule, a soft 404, a
     /// gone page) without writing anything.
     Check(CheckArgs),
-    /// Fetch a URL and print the items the configuration's extractors take out of it, and
-    /// which fields failed, without writing anything.
+    /// Fetch a URL (or read a crawled task's stored page) and print the items the
+    /// configuration's extractors take out of it, and which fields failed, without writing
+    /// anything.
     Extract(ExtractArgs),
     /// Hand a crawl to the deployed functions (--backend aws): sends the seed requests to the
     /// seed queue and returns at once; follow it with `trawl status --crawl-id ID --watch`.
@@ -155,10 +156,18 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct ExtractArgs {
     /// The URL to fetch.
-    pub url: String,
-    /// A crawl configuration with `extract` rules, as JSON (`trawl config show` prints one).
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(required_unless_present = "task")]
+    pub url: Option<String>,
+    /// A crawl configuration with `extract` rules, as JSON (`trawl config show` prints one);
+    /// with --task it defaults to the crawl's own.
+    #[arg(long, value_name = "FILE", required_unless_present = "task")]
+    pub config: Option<PathBuf>,
+    /// Read the page a crawl stored for this task (a task id or its URL) instead of fetching.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["url", "allow_private_networks"])]
+    pub task: Option<String>,
+    /// The crawl of --task (default: the only crawl).
+    #[arg(long, requires = "task")]
+    pub crawl_id: Option<String>,
     /// Allow loopback and private addresses (as `trawl crawl` does).
     #[arg(long)]
     pub allow_private_networks: bool,

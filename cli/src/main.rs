@@ -115,8 +115,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         return admin::setup(args, global.json).await;
     }
-    // The extractors' dry run needs no backend: it reads a file and fetches a page.
-    if let Command::Extract(args) = &cli.command {
+    // The extractors' dry run of a URL needs no backend: it reads a file and fetches a page.
+    if let Command::Extract(args) = &cli.command
+        && args.task.is_none()
+    {
         return extract::run(args, global.json).await;
     }
     if matches!(cli.command, Command::Submit(_)) && global.backend != BackendKind::Aws {
@@ -153,7 +155,7 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Extract(_)
         | Command::Config(ConfigCommand::Show(_))
         | Command::Deliveries(DeliveriesCommand::List(_) | DeliveriesCommand::Get(_))
-        // `setup` and `submit` are refused (and `extract` run) before any backend is opened.
+        // `setup` and `submit` are refused (and `extract URL` run) before any backend is opened.
         | Command::Setup(_)
         | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,

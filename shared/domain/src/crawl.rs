@@ -2,7 +2,7 @@
 
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
-use crate::extract::Extractor;
+use crate::extract::{Extractor, ItemsOutput};
 use crate::retry::RetryPolicy;
 use crate::revisit::Revisit;
 use crate::schedule::Schedule;
@@ -579,6 +579,9 @@ pub struct CrawlConfig {
     /// page's URL applies.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extract: Vec<Extractor>,
+    /// How the extracted items are delivered besides `items.jsonl.gz`.
+    #[serde(skip_serializing_if = "ItemsOutput::is_default")]
+    pub items: ItemsOutput,
 }
 
 /// How page bodies are kept.
@@ -605,6 +608,7 @@ impl Default for CrawlConfig {
             lease_ms: 120_000,
             storage: Storage::default(),
             extract: Vec::new(),
+            items: ItemsOutput::default(),
         }
     }
 }

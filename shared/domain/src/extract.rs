@@ -133,7 +133,8 @@ pub enum Processor {
     /// Whitespace runs become one space; leading and trailing whitespace goes; values left
     /// empty are dropped.
     Trim,
-    /// All values joined into one with this separator (without it, a field is its first value).
+    /// All values joined into one with this separator (without it, a field is the first value
+    /// its processors keep).
     Join(String),
     /// Each value made an absolute URL against the page's URL.
     AbsoluteUrl,
@@ -147,4 +148,19 @@ pub enum Processor {
     Default(String),
     /// No value makes the item invalid (it is still delivered, with its error).
     Required,
+}
+
+/// How a crawl's items are delivered besides `items.jsonl.gz` (the configuration's `items`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ItemsOutput {
+    /// Also `items.csv.gz`: one row per item, with a column per field of the extractors whose
+    /// items are delivered, and the item's page URL, task id and fetch time.
+    pub csv: bool,
+}
+
+impl ItemsOutput {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }

@@ -11,12 +11,12 @@
 mod record;
 mod seen;
 
-pub use record::{PageBody, RecordError, StoredPage, record_page};
+pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
 use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
-use crate::discover::{ScopeMatcher, extract_links};
-use crate::extract::{CompiledExtractor, Extractors};
+use crate::discover::{Links, ScopeMatcher};
+use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{Received, WorkMessage, WorkQueue, send_patiently};
@@ -826,7 +826,7 @@ where
                     pace,
                     ..FetchRecord::default()
                 };
-                self.record_bodiless(task, lease, &url, record, Outcome::Redirected)
+                self.record_bodiless(context, task, lease, &url, record, Outcome::Redirected)
                     .await
             }
             FetchOutcome::NotModified(not_modified) => {
@@ -844,7 +844,7 @@ where
                     missing: 0,
                     ..previous
                 };
-                self.record_bodiless(task, lease, &url, record, Outcome::Unchanged)
+                self.record_bodiless(context, task, lease, &url, record, Outcome::Unchanged)
                     .await
             }
             FetchOutcome::Fetched(page) => {
@@ -879,22 +879,20 @@ where
                 // An unchanged body has the links its previous fetch already seeded.
                 let unchanged = record.md5.is_some()
                     && record.md5.as_deref() == previous.and_then(|f| f.md5.as_deref());
+                // Links and items are read while the body is in memory, from one parse when
+                // an extractor applies; an unchanged page keeps its items.
+                let reading = match &page.body {
+                    Some(body) if page.is_html() && !unchanged => read_page(
+                        body.bytes(),
+                        page.final_url.as_url(),
+                        context.extractors.for_url(url.as_str()),
+                        config.scope.follow_links,
+                    ),
+                    _ => PageReading::default(),
+                };
                 let mut new_links = 0;
-                if let Some(body) = &page.body
-                    && page.is_html()
-                    && config.scope.follow_links
-                    && !unchanged
-                {
-                    new_links = self
-                        .discover(
-                            context,
-                            task,
-                            page.final_url.as_url(),
-                            body.bytes(),
-                            outbox,
-                            held,
-                        )
-                        .await?;
+                if let Some(links) = reading.links {
+                    new_links = self.discover(context, task, links, outbox, held).await?;
                 }
                 // A listing page changes when new links appear on it, not when its ads do.
                 let changed = if revisit.listing {
@@ -904,13 +902,7 @@ where
                 };
                 (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
                 let bytes = record.content_length;
-                // Extracted while the body is in memory; an unchanged page keeps its items.
-                let items = match (&page.body, context.extractors.for_url(url.as_str())) {
-                    (Some(body), Some(extractor)) if page.is_html() && !unchanged => {
-                        extract_items(extractor, body.bytes(), page.final_url.as_url())
-                    }
-                    _ => None,
-                };
+                let items = reading.items.and_then(items_json);
                 let page_body = page.body.map(|body| PageBody {
                     body,
                     compress: config.storage.compress_bodies,
@@ -925,6 +917,7 @@ where
                     &url,
                     record,
                     page_body,
+                    WithItems(!context.extractors.is_empty()),
                     self.clock.now_ms(),
                 )
                 .await?
@@ -947,6 +940,7 @@ where
     /// finish holds, skipped when the lease was taken over.
     async fn record_bodiless(
         &self,
+        context: &CrawlContext,
         task: &Task,
         lease: &Lease,
         url: &CanonicalUrl,
@@ -962,6 +956,7 @@ where
             url,
             record,
             None,
+            WithItems(!context.extractors.is_empty()),
             self.clock.now_ms(),
         )
         .await?;
@@ -1000,14 +995,12 @@ where
         &self,
         context: &CrawlContext,
         task: &Task,
-        base: &url::Url,
-        html: &[u8],
+        links: Links,
         outbox: &Outbox,
         held: &Held,
     ) -> Result<u64, CrawlerError> {
         let depth = task.depth + 1;
         let crawl = &context.crawl;
-        let links = extract_links(base, html);
         let tasks: Vec<NewTask> = links
             .urls
             .into_iter()
@@ -1122,10 +1115,9 @@ where
     }
 }
 
-/// The items `extractor` finds in `html` (fetched from `base`), as the JSON stored beside the
-/// body; None (logged) in the unexpected case that they do not serialise.
-fn extract_items(extractor: &CompiledExtractor, html: &[u8], base: &url::Url) -> Option<Bytes> {
-    let found = extractor.extract(html, base);
+/// A page's items as the JSON stored beside its body; None (logged) in the unexpected case that
+/// they do not serialise.
+fn items_json(found: PageItems) -> Option<Bytes> {
     let invalid = found.items.iter().filter(|i| !i.is_valid()).count();
     tracing::debug!(extractor = %found.extractor, items = found.items.len(), invalid, "items");
     match serde_json::to_vec(&found) {

@@ -56,6 +56,12 @@ pub struct PageBody {
     pub items: Option<Bytes>,
 }
 
+/// Whether the task's objects may have items beside them: the crawl has extractors. Then every
+/// object a finish replaces has its items deleted with it, whatever the new fetch brought (a
+/// page that turned into a PDF, a redirect or an error page leaves no items behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WithItems(pub bool);
+
 /// Stores `body` (when given) and finishes the claimed `task` with `record`,
 /// following the rule above, at `now`. `task` is the task as the claim returned it.
 #[allow(clippy::too_many_arguments)]
@@ -68,19 +74,16 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     url: &CanonicalUrl,
     mut record: FetchRecord,
     body: Option<PageBody>,
+    WithItems(with_items): WithItems,
     now: Millis,
 ) -> Result<StoredPage, RecordError> {
     let mut written: Option<(String, String)> = None;
-    // Whether the task's objects have items beside them (an extractor applies to its URL, and
-    // so to every fetch of it).
-    let mut with_items = false;
     if let Some(PageBody {
         body,
         compress,
         items,
     }) = body
     {
-        with_items = items.is_some();
         let md5_hex = body.md5_hex();
         let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
         let unchanged = task
@@ -314,6 +317,7 @@ mod tests {
             &url,
             record,
             Some(body),
+            WithItems(false),
             2,
         )
         .await

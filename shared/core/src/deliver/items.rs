@@ -1,9 +1,10 @@
 //! A delivery's items (for a crawl with extractors): `items.jsonl.gz`, one line per item with
 //! the page it came from, and `items-delta.jsonl.gz`, the items new, changed or gone since the
-//! run's previous delivery.
+//! run's previous delivery; `items.csv.gz` too when the crawl asks for it (`items.csv`).
 //!
-//! The items are read from the `attr=items` objects the crawler stored beside the bodies of
-//! this delivery's manifest (no page is parsed again). A listing item whose extractor names a
+//! The items are read from the `attr=items` objects the crawler stored beside the HTML bodies
+//! of this delivery's manifest (no page is parsed again; a body whose type is no longer HTML
+//! has none). A listing item whose extractor names a
 //! detail page (`detail.url_field`) gets the fields of the first item found on that page
 //! merged in (fields the listing has no value for), and is keyed by the detail page's URL;
 //! detail pages' items are never delivered on their own. Other items are keyed by their page's
@@ -19,6 +20,7 @@ use super::{Change, DeliverError, ManifestLine};
 use crate::blob::{BlobStore, Layout};
 use crate::discover::ScopeMatcher;
 use crate::extract::{Extractors, FieldError, Item, PageItems};
+use crate::fetch::is_html_type;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
@@ -28,6 +30,18 @@ use trawl_domain::task::Status;
 /// The file of the items, and of their delta.
 pub const ITEMS_FILE: &str = "items.jsonl.gz";
 pub const ITEMS_DELTA_FILE: &str = "items-delta.jsonl.gz";
+/// The items as CSV, when the crawl asks for it (`items.csv`).
+pub const ITEMS_CSV_FILE: &str = "items.csv.gz";
+/// The columns of `items.csv.gz` before the fields, and after them.
+const CSV_LEADING: [&str; 6] = [
+    "key",
+    "extractor",
+    "page_url",
+    "task_id",
+    "fetched_at",
+    "valid",
+];
+const CSV_TRAILING: &str = "errors";
 /// Invalid items named per extractor in the summary (all are counted).
 const INVALID_EXAMPLES: usize = 10;
 
@@ -118,6 +132,12 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             if self.extractors.for_url(&line.url).is_none() {
                 continue;
             }
+            // The items beside a body are those of its HTML: a page served the same bytes
+            // under another type since has none.
+            if !line.content_type.as_deref().is_some_and(is_html_type) {
+                self.summary.pages_without_items += 1;
+                continue;
+            }
             let task_id =
                 TaskId::parse(&line.task_id).ok_or_else(|| DeliverError::CorruptDelivery {
                     key: key.to_owned(),
@@ -126,7 +146,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
             let items_key = Layout::items_key_of(&html_key);
             let Some(body) = super::get_with_retry(self.blobs, &items_key).await? else {
-                // A page that was no HTML.
+                // Its items were not stored (they did not serialise).
                 self.summary.pages_without_items += 1;
                 continue;
             };
@@ -138,6 +158,11 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             self.found.push(Found { page: line, items });
         }
         Ok(())
+    }
+
+    /// The columns of `items.csv.gz`.
+    pub fn csv_columns(&self) -> CsvColumns {
+        CsvColumns::new(&self.extractors)
     }
 
     /// The delivered items, joined, and their counts.
@@ -327,4 +352,135 @@ pub(super) fn delta(
         item: None,
     }));
     Ok(out)
+}
+
+/// The columns of `items.csv.gz`: the item's key, extractor, page URL, task id, fetch time and
+/// validity (`CSV_LEADING`); the fields of the extractors whose items are delivered (a
+/// listing's, then those its detail pages add), each once, in the order defined; the errors. A
+/// field named like one of the item's own columns is headed `fields.NAME`.
+pub(super) struct CsvColumns {
+    fields: Vec<String>,
+}
+
+impl CsvColumns {
+    fn new(extractors: &Extractors) -> Self {
+        let detail: HashSet<&str> = extractors.detail_extractors().collect();
+        let mut fields: Vec<String> = Vec::new();
+        for listing in extractors
+            .all()
+            .filter(|e| !detail.contains(e.def.name.as_str()))
+        {
+            let merged = listing
+                .def
+                .detail
+                .as_ref()
+                .and_then(|d| extractors.named(&d.extractor));
+            for extractor in std::iter::once(listing).chain(merged) {
+                for name in extractor.def.fields.keys() {
+                    if !fields.contains(name) {
+                        fields.push(name.clone());
+                    }
+                }
+            }
+        }
+        Self { fields }
+    }
+
+    /// The header record.
+    pub fn header(&self) -> Result<Vec<u8>, DeliverError> {
+        let fields = self.fields.iter().map(|name| {
+            if CSV_LEADING.contains(&name.as_str()) || name == CSV_TRAILING {
+                format!("fields.{name}")
+            } else {
+                name.clone()
+            }
+        });
+        let leading = CSV_LEADING.map(str::to_owned);
+        csv_record(
+            leading
+                .into_iter()
+                .chain(fields)
+                .chain([CSV_TRAILING.into()]),
+        )
+    }
+
+    /// The record of `line`: a string field as it is, another value as JSON, no value empty;
+    /// the errors as `field: error` joined by `; `.
+    pub fn row(&self, line: &ItemLine) -> Result<Vec<u8>, DeliverError> {
+        let leading = [
+            line.key.clone(),
+            line.extractor.clone(),
+            line.page_url.clone(),
+            line.task_id.clone(),
+            line.fetched_at.clone(),
+            line.valid.to_string(),
+        ];
+        let fields = self.fields.iter().map(|name| match line.fields.get(name) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        });
+        let errors: Vec<String> = line
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.error))
+            .collect();
+        csv_record(leading.into_iter().chain(fields).chain([errors.join("; ")]))
+    }
+}
+
+/// One CSV record (RFC 4180: CRLF line end, fields quoted where needed).
+fn csv_record(fields: impl IntoIterator<Item = String>) -> Result<Vec<u8>, DeliverError> {
+    let encode = |e: csv::Error| DeliverError::Encode(e.to_string());
+    let mut out = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .buffer_capacity(1024)
+        .from_writer(Vec::new());
+    out.write_record(fields).map_err(encode)?;
+    out.into_inner().map_err(|e| encode(e.into_error().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_quote_what_rfc_4180_asks_and_write_values_plainly() {
+        let columns = CsvColumns {
+            fields: ["title", "price", "tags", "key"].map(str::to_owned).into(),
+        };
+        let line = ItemLine {
+            key: "http://a.test/1".into(),
+            extractor: "x".into(),
+            page_url: "http://a.test/list".into(),
+            task_id: "t".into(),
+            fetched_at: "2026-11-24T00:00:00Z".into(),
+            fields: BTreeMap::from([
+                (
+                    "title".to_owned(),
+                    serde_json::json!("Say \"hi\", then\nleave"),
+                ),
+                ("price".to_owned(), serde_json::json!(12.5)),
+                ("tags".to_owned(), serde_json::Value::Null),
+                ("key".to_owned(), serde_json::json!("k")),
+            ]),
+            detail: None,
+            valid: false,
+            errors: vec![FieldError {
+                field: "tags".into(),
+                error: "required: no value".into(),
+            }],
+        };
+        let header = String::from_utf8(columns.header().unwrap()).unwrap();
+        assert_eq!(
+            header,
+            "key,extractor,page_url,task_id,fetched_at,valid,title,price,tags,fields.key,errors\r\n"
+        );
+        let row = String::from_utf8(columns.row(&line).unwrap()).unwrap();
+        assert_eq!(
+            row,
+            "http://a.test/1,x,http://a.test/list,t,2026-11-24T00:00:00Z,false,\
+             \"Say \"\"hi\"\", then\nleave\",12.5,,k,tags: required: no value\r\n"
+        );
+    }
 }

@@ -33,7 +33,9 @@ mod summary;
 mod warc;
 
 pub use delta::{Change, DeltaLine};
-pub use items::{DetailPage, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine};
+pub use items::{
+    DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine,
+};
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
     CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
@@ -146,6 +148,8 @@ pub enum FileKind {
     Items,
     /// `items-delta.jsonl.gz` (one per delivery).
     ItemsDelta,
+    /// `items.csv.gz` (one per delivery, when the crawl asks for it).
+    ItemsCsv,
 }
 
 impl FileKind {
@@ -157,6 +161,7 @@ impl FileKind {
             FileKind::Delta => format!("delta-{n:05}.jsonl.gz"),
             FileKind::Items => ITEMS_FILE.to_owned(),
             FileKind::ItemsDelta => ITEMS_DELTA_FILE.to_owned(),
+            FileKind::ItemsCsv => ITEMS_CSV_FILE.to_owned(),
         }
     }
 }
@@ -1347,6 +1352,7 @@ where
         for key in &state.manifest_keys(prefix) {
             pass.add(key, &self.read_file(key).await?).await?;
         }
+        let csv_columns = crawl.config.items.csv.then(|| pass.csv_columns());
         let (lines, mut summary) = pass.finish();
         let previous_key = state.previous.as_ref().map(|p| {
             (
@@ -1369,22 +1375,49 @@ where
                 .await?,
         ];
         state.files.extend(written);
+        if let Some(columns) = csv_columns {
+            let header = columns.header()?;
+            let encode = |line: &ItemLine| columns.row(line);
+            let file = self
+                .write_records(prefix, FileKind::ItemsCsv, header, &lines, encode)
+                .await?;
+            state.files.push(file);
+        }
         state.tally.items = Some(summary);
         Ok(())
     }
 
     /// Writes `lines` as the gzipped JSON-lines file of `kind`; its index entry.
-    async fn write_lines<T: Serialize>(
+    async fn write_lines<T: Serialize + Sync>(
         &self,
         prefix: &str,
         kind: FileKind,
         lines: &[T],
     ) -> Result<IndexedFile, DeliverError> {
+        self.write_records(prefix, kind, Vec::new(), lines, json_line)
+            .await
+    }
+
+    /// Writes the gzipped file of `kind`: `head`, then each of `records` as `encode` writes it;
+    /// its index entry.
+    async fn write_records<T: Sync>(
+        &self,
+        prefix: &str,
+        kind: FileKind,
+        head: Vec<u8>,
+        records: &[T],
+        encode: impl Fn(&T) -> Result<Vec<u8>, DeliverError> + Send + Sync,
+    ) -> Result<IndexedFile, DeliverError> {
         let name = kind.name(0);
         let key = format!("{prefix}{name}");
         let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
-        for line in lines {
-            if let Err(e) = out.write(&json_line(line)?).await {
+        let chunks = std::iter::once(Ok(head)).chain(records.iter().map(encode));
+        for chunk in chunks {
+            let written = match chunk {
+                Ok(bytes) => out.write(&bytes).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 out.abort().await;
                 return Err(e);
             }
@@ -1394,7 +1427,7 @@ where
             name,
             kind,
             bytes: file.bytes,
-            records: lines.len() as u64,
+            records: records.len() as u64,
             md5: file.md5,
         })
     }

@@ -45,26 +45,17 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
                     Ok(())
                 }),
                 element!("a[href], area[href]", |el| {
-                    let nofollow = el.get_attribute("rel").is_some_and(|rel| {
-                        rel.split_ascii_whitespace()
-                            .any(|t| t.eq_ignore_ascii_case("nofollow"))
-                    });
+                    let nofollow = is_nofollow(el.get_attribute("rel").as_deref());
                     if let Some(href) = el.get_attribute("href").filter(|_| !nofollow) {
                         raw.borrow_mut().hrefs.push(decode_entities(&href));
                     }
                     Ok(())
                 }),
                 element!("meta[name][content]", |el| {
-                    let is_robots = el
-                        .get_attribute("name")
-                        .is_some_and(|n| n.trim().eq_ignore_ascii_case("robots"));
-                    let nofollow = el.get_attribute("content").is_some_and(|c| {
-                        c.split(',').any(|d| {
-                            let d = d.trim();
-                            d.eq_ignore_ascii_case("nofollow") || d.eq_ignore_ascii_case("none")
-                        })
-                    });
-                    if is_robots && nofollow {
+                    if let (Some(name), Some(content)) =
+                        (el.get_attribute("name"), el.get_attribute("content"))
+                        && is_robots_nofollow(&name, &content)
+                    {
                         raw.borrow_mut().nofollow_page = true;
                     }
                     Ok(())
@@ -79,6 +70,50 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
         tracing::warn!(url = %page_url, error = %e, "HTML parsing stopped early");
     }
     resolve(page_url, raw.into_inner())
+}
+
+/// The links of a page already parsed into a tree (where the page's items are extracted, the
+/// extractor's tree serves both): the rules of `extract_links`, read from the tree's elements in
+/// document order. The tree's attribute values are decoded already.
+pub fn links_in_tree(page_url: &url::Url, tree: &scraper::Html) -> Links {
+    let mut raw = Raw::default();
+    for node in tree.tree.root().descendants() {
+        let scraper::Node::Element(el) = node.value() else {
+            continue;
+        };
+        match el.name() {
+            "base" if raw.base.is_none() => raw.base = el.attr("href").map(str::to_owned),
+            "a" | "area" => {
+                if let Some(href) = el.attr("href").filter(|_| !is_nofollow(el.attr("rel"))) {
+                    raw.hrefs.push(href.to_owned());
+                }
+            }
+            "meta" => {
+                if let (Some(name), Some(content)) = (el.attr("name"), el.attr("content")) {
+                    raw.nofollow_page |= is_robots_nofollow(name, content);
+                }
+            }
+            _ => {}
+        }
+    }
+    resolve(page_url, raw)
+}
+
+/// Whether a link's `rel` asks robots not to follow it.
+fn is_nofollow(rel: Option<&str>) -> bool {
+    rel.is_some_and(|rel| {
+        rel.split_ascii_whitespace()
+            .any(|t| t.eq_ignore_ascii_case("nofollow"))
+    })
+}
+
+/// Whether `<meta name content>` asks robots not to follow the page's links.
+fn is_robots_nofollow(name: &str, content: &str) -> bool {
+    name.trim().eq_ignore_ascii_case("robots")
+        && content.split(',').any(|d| {
+            let d = d.trim();
+            d.eq_ignore_ascii_case("nofollow") || d.eq_ignore_ascii_case("none")
+        })
 }
 
 fn resolve(page_url: &url::Url, raw: Raw) -> Links {
@@ -156,13 +191,13 @@ fn decode_entities(value: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The page's links, checked to be the same read by lol_html and from the extractor's tree.
     fn links(page: &str, html: &str) -> Vec<String> {
         let page = url::Url::parse(page).unwrap();
-        extract_links(&page, html.as_bytes())
-            .urls
-            .iter()
-            .map(|u| u.as_str().to_owned())
-            .collect()
+        let found = extract_links(&page, html.as_bytes());
+        let in_tree = links_in_tree(&page, &scraper::Html::parse_document(html));
+        assert_eq!(found, in_tree, "both parsers find the same links");
+        found.urls.iter().map(|u| u.as_str().to_owned()).collect()
     }
 
     #[test]
@@ -222,8 +257,12 @@ mod tests {
             let found = extract_links(&page, html.as_bytes());
             assert!(found.nofollow_page, "{content}");
             assert!(found.urls.is_empty());
+            assert_eq!(
+                links_in_tree(&page, &scraper::Html::parse_document(&html)),
+                found
+            );
         }
         let html = r#"<meta name="robots" content="noindex"><a href="/x">x</a>"#;
-        assert_eq!(extract_links(&page, html.as_bytes()).urls.len(), 1);
+        assert_eq!(links(page.as_str(), html).len(), 1);
     }
 }

@@ -1,7 +1,9 @@
 //! The extraction engine: a crawl's extractors (`trawl_domain::extract`) compiled once, and run
 //! on a page while it is in memory.
 //!
-//! A page is parsed once (html5ever, through `scraper`); CSS selectors run on that tree. When an
+//! A page is parsed once (html5ever, through `scraper`); CSS selectors run on that tree, and the
+//! crawler reads the page's links from it too (`read_page`), so an extracted page is parsed
+//! once, not once more for its links. When an
 //! extractor uses XPath, the tree is copied into an XPath 1.0 document (`sxd-document`) with a
 //! map between the two, so a base found by one language can hold fields written in the other.
 //! Nothing here panics on a page or a definition: a definition is checked when the crawl is
@@ -9,11 +11,14 @@
 //! which is kept (invalid) rather than dropped.
 
 mod dry_run;
+mod path;
 mod process;
 
-pub use dry_run::{DryRun, FailedField, dry_run};
+pub use dry_run::{DryRun, FailedField, dry_run, dry_run_stored};
 
+use crate::discover::{Links, extract_links, links_in_tree};
 use crate::revisit::glob_regex;
+use path::{Evaluator, Selected, SimpleXpath};
 use regex::Regex;
 use scraper::{ElementRef, Html, Selector};
 use serde::{Deserialize, Serialize};
@@ -111,7 +116,11 @@ pub struct CompiledExtractor {
 
 #[derive(Debug, Clone)]
 enum Compiled {
-    Xpath(String),
+    /// An XPath expression, with its simple form when it has one (run on the HTML tree).
+    Xpath {
+        text: String,
+        simple: Option<SimpleXpath>,
+    },
     Css(Selector),
 }
 
@@ -180,6 +189,11 @@ impl Extractors {
             .find(|c| c.url.as_ref().is_none_or(|r| r.is_match(url)))
     }
 
+    /// The extractors, in the order defined.
+    pub fn all(&self) -> impl Iterator<Item = &CompiledExtractor> {
+        self.compiled.iter()
+    }
+
     /// The extractor named `name`.
     pub fn named(&self, name: &str) -> Option<&CompiledExtractor> {
         self.compiled.iter().find(|c| c.def.name == name)
@@ -201,7 +215,10 @@ fn compile_expr(expr: &Expr, at: &str) -> Result<Compiled, ExtractConfigError> {
                 expr: x.clone(),
                 reason,
             })?;
-            Ok(Compiled::Xpath(x.clone()))
+            Ok(Compiled::Xpath {
+                text: x.clone(),
+                simple: SimpleXpath::parse(x),
+            })
         }
         Expr::Css(c) => {
             Selector::parse(c)
@@ -262,31 +279,42 @@ impl CompiledExtractor {
         })
     }
 
-    fn uses_xpath(&self) -> bool {
-        let is_xpath = |c: &Compiled| matches!(c, Compiled::Xpath(_));
-        self.base.as_ref().is_some_and(is_xpath) || self.fields.iter().any(|f| is_xpath(&f.expr))
+    /// The expressions of the extractor: its base's, then its fields'.
+    fn exprs(&self) -> impl Iterator<Item = &Compiled> {
+        self.base.iter().chain(self.fields.iter().map(|f| &f.expr))
+    }
+
+    /// Whether an XPath expression has no simple form, so that the page must be copied into an
+    /// XPath document for sxd-xpath.
+    fn needs_xml_copy(&self) -> bool {
+        self.exprs()
+            .any(|c| matches!(c, Compiled::Xpath { simple: None, .. }))
     }
 
     /// The items of the page `html` fetched from `page_url`.
     pub fn extract(&self, html: &[u8], page_url: &url::Url) -> PageItems {
-        let doc = Html::parse_document(&String::from_utf8_lossy(html));
+        self.extract_from(&parse(html), page_url)
+    }
+
+    /// The items of the page parsed into `doc` (`parse`), fetched from `page_url`.
+    pub fn extract_from(&self, doc: &Html, page_url: &url::Url) -> PageItems {
         let package = Package::new();
         let xml = self
-            .uses_xpath()
-            .then(|| XmlView::build(&doc, package.as_document()));
+            .needs_xml_copy()
+            .then(|| XmlView::build(doc, package.as_document()));
         let page = PageTree {
-            html: &doc,
+            html: doc,
+            paths: Evaluator::new(doc),
             xml: xml.as_ref(),
         };
         let factory = Factory::new();
         // Compiled once per page: sxd-xpath's expressions cannot be kept across threads.
         let mut xpaths: HashMap<&str, Option<XPath>> = HashMap::new();
-        let exprs = self.base.iter().chain(self.fields.iter().map(|f| &f.expr));
-        for expr in exprs {
-            if let Compiled::Xpath(x) = expr {
+        for expr in self.exprs() {
+            if let Compiled::Xpath { text, simple: None } = expr {
                 xpaths
-                    .entry(x.as_str())
-                    .or_insert_with(|| factory.build(x).ok().flatten());
+                    .entry(text.as_str())
+                    .or_insert_with(|| factory.build(text).ok().flatten());
             }
         }
         let root = doc.tree.root().id();
@@ -299,12 +327,13 @@ impl CompiledExtractor {
             .map(|ctx| {
                 let mut item = Item::default();
                 for field in &self.fields {
-                    let raw = page.values(field, ctx, &xpaths);
-                    let raw = match &field.regex {
-                        Some(re) => raw.iter().filter_map(|v| capture(re, v)).collect(),
-                        None => raw,
-                    };
-                    let (value, errors) = process::run(&field.processors, raw, page_url);
+                    let raw = page
+                        .values(field, ctx, &xpaths)
+                        .filter_map(|v| match &field.regex {
+                            Some(re) => capture(re, &v),
+                            None => Some(v),
+                        });
+                    let (value, errors) = process::first(&field.processors, raw, page_url);
                     item.fields.insert(field.name.clone(), value);
                     item.errors
                         .extend(errors.into_iter().map(|error| FieldError {
@@ -319,6 +348,41 @@ impl CompiledExtractor {
             extractor: self.def.name.clone(),
             items,
         }
+    }
+}
+
+/// A page parsed for extraction (html5ever, through `scraper`; bytes that are no UTF-8 are
+/// replaced).
+pub fn parse(html: &[u8]) -> Html {
+    Html::parse_document(&String::from_utf8_lossy(html))
+}
+
+/// What the crawler reads of one fetched HTML page: its links (when it follows them) and its
+/// items (when an extractor applies to it).
+#[derive(Debug, Default)]
+pub struct PageReading {
+    pub links: Option<Links>,
+    pub items: Option<PageItems>,
+}
+
+/// Reads the page `html` fetched from `page_url`: parsed once where its items are extracted,
+/// the extractor's tree giving the links too; else only lol_html's link scan runs.
+pub fn read_page(
+    html: &[u8],
+    page_url: &url::Url,
+    extractor: Option<&CompiledExtractor>,
+    follow_links: bool,
+) -> PageReading {
+    let Some(extractor) = extractor else {
+        return PageReading {
+            links: follow_links.then(|| extract_links(page_url, html)),
+            items: None,
+        };
+    };
+    let doc = parse(html);
+    PageReading {
+        links: follow_links.then(|| links_in_tree(page_url, &doc)),
+        items: Some(extractor.extract_from(&doc, page_url)),
     }
 }
 
@@ -420,6 +484,7 @@ impl<'d> XmlView<'d> {
 /// A parsed page, in the languages its extractor uses.
 struct PageTree<'a, 'd> {
     html: &'a Html,
+    paths: Evaluator<'a>,
     xml: Option<&'a XmlView<'d>>,
 }
 
@@ -447,8 +512,30 @@ impl<'a, 'd> PageTree<'a, 'd> {
                 Some(el) => el.select(selector).map(Found::Element).collect(),
                 None => self.html.select(selector).map(Found::Element).collect(),
             },
-            Compiled::Xpath(x) => {
-                let (Some(xml), Some(Some(xpath))) = (self.xml, xpaths.get(x.as_str())) else {
+            Compiled::Xpath {
+                simple: Some(SimpleXpath::Count(path)),
+                ..
+            } => {
+                let count = self.paths.select(path, ctx).len() as f64;
+                vec![Found::Text(count.to_string())]
+            }
+            Compiled::Xpath {
+                simple: Some(SimpleXpath::Nodes(path)),
+                ..
+            } => self
+                .paths
+                .select(path, ctx)
+                .into_iter()
+                .filter_map(|selected| match selected {
+                    Selected::Node(id) => match self.element(id) {
+                        Some(el) => Some(Found::Element(el)),
+                        None => self.paths.text_of(&selected).map(Found::Text),
+                    },
+                    Selected::Attribute(..) => self.paths.text_of(&selected).map(Found::Text),
+                })
+                .collect(),
+            Compiled::Xpath { text, simple: None } => {
+                let (Some(xml), Some(Some(xpath))) = (self.xml, xpaths.get(text.as_str())) else {
                     return Vec::new();
                 };
                 let Some(&node) = xml.to_xml.get(&ctx) else {
@@ -484,21 +571,22 @@ impl<'a, 'd> PageTree<'a, 'd> {
             .collect()
     }
 
-    /// What `field` takes of each node it selects under `ctx`.
-    fn values(
-        &self,
-        field: &CompiledField,
+    /// What `field` takes of each node it selects under `ctx`, made as it is read (a field
+    /// without `join` reads only as far as its first kept value).
+    fn values<'f>(
+        &'f self,
+        field: &'f CompiledField,
         ctx: NodeId,
         xpaths: &HashMap<&str, Option<XPath>>,
-    ) -> Vec<String> {
-        let take_element = |el: ElementRef<'a>| match &field.take {
+    ) -> impl Iterator<Item = String> + 'f {
+        let take_element = move |el: ElementRef<'a>| match &field.take {
             Take::Text => Some(el.text().collect::<String>()),
             Take::Html => Some(el.html()),
             Take::Attr(name) => el.value().attr(name).map(str::to_owned),
         };
         self.find(&field.expr, ctx, xpaths)
             .into_iter()
-            .filter_map(|found| match found {
+            .filter_map(move |found| match found {
                 Found::Element(el) => take_element(el),
                 Found::Text(s) => Some(s),
                 Found::Xml(node) => match node {
@@ -512,7 +600,6 @@ impl<'a, 'd> PageTree<'a, 'd> {
                     other => Some(other.string_value()),
                 },
             })
-            .collect()
     }
 }
 

@@ -153,3 +153,145 @@ fn bad_definitions_are_refused_with_their_place() {
     let typo = json!([{"name": "a", "fields": {"x": {"css": "a", "proccessors": []}}}]);
     assert!(serde_json::from_value::<Vec<Extractor>>(typo).is_err());
 }
+
+/// A page with what trips XPath up: nesting of the same element, comments, text directly in
+/// elements with children, attributes, positions, whitespace text.
+const TRICKY: &str = r#"<!doctype html><html><head><title> T </title></head><body>
+  <div class="a" id="x"><p>one <b>bold</b> tail</p><!-- c --><p class="k">two</p>
+    <div class="a"><p>three</p><p>four</p><span data-n="1">s</span></div></div>
+  <nav><a href="/1">1</a> <a href="/2" class="k">2</a><a>3</a></nav>
+  <p>five</p></body></html>"#;
+
+impl CompiledExtractor {
+    /// The same extractor with every XPath expression run by sxd-xpath on the copy.
+    fn sxd_only(&self) -> Self {
+        let mut copy = self.clone();
+        let exprs = copy
+            .base
+            .iter_mut()
+            .chain(copy.fields.iter_mut().map(|f| &mut f.expr));
+        for expr in exprs {
+            if let Compiled::Xpath { simple, .. } = expr {
+                *simple = None;
+            }
+        }
+        copy
+    }
+}
+
+#[test]
+fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
+    let simple = [
+        "//p",
+        "//p[2]",
+        "//div//p",
+        "//div/p[1]/text()",
+        "/html/body/div/div/p[2]",
+        "//p/..",
+        "//*[@class='k']",
+        "//*[@class]",
+        "//a[@href][2]/@href",
+        "//a[@class=\"k\"]",
+        "//nav/a[1]/@href",
+        "//nav/node()",
+        "//text()",
+        "count(//p)",
+        "count(//div[@class='a'])",
+        "p",
+        "./p",
+        ".//p",
+        "p[1]/b",
+        "@id",
+        ".",
+        "*",
+        "span/@data-n",
+        "//title/text()",
+        "//li[@class='item']/a",
+        "//span[@class='price']/text()",
+    ];
+    for expr in simple {
+        assert!(SimpleXpath::parse(expr).is_some(), "{expr} is simple");
+    }
+    for expr in [
+        "//a[contains(@href, '1')]",
+        "//p[last()]",
+        "following-sibling::p",
+        "//a | //p",
+        "string(//title)",
+        "//p[@class!='k']",
+        "//a/@*",
+        "//p[text()='five']",
+    ] {
+        assert!(
+            SimpleXpath::parse(expr).is_none(),
+            "{expr} goes to sxd-xpath"
+        );
+    }
+    let fields: serde_json::Map<String, serde_json::Value> = simple
+        .iter()
+        .enumerate()
+        .flat_map(|(i, expr)| {
+            [
+                (
+                    format!("f{i:02}"),
+                    json!({"xpath": expr, "processors": [{"join": "|"}]}),
+                ),
+                (
+                    format!("h{i:02}"),
+                    json!({"xpath": expr, "value": "html", "processors": [{"join": "|"}]}),
+                ),
+            ]
+        })
+        .collect();
+    let page = url::Url::parse("http://shop.test/list").unwrap();
+    for base in [
+        None,
+        Some(json!({"xpath": "//div"})),
+        Some(json!({"css": "div, li, nav"})),
+        Some(json!({"xpath": "//li[@class='item']"})),
+    ] {
+        let mut def = json!({"name": "x", "fields": fields});
+        if let Some(base) = &base {
+            def["base"] = base.clone();
+        }
+        let rules = extractors(json!([def])).unwrap();
+        let extractor = rules.for_url(page.as_str()).unwrap();
+        for html in [TRICKY, LISTING] {
+            let on_tree = extractor.extract(html.as_bytes(), &page);
+            let on_copy = extractor.sxd_only().extract(html.as_bytes(), &page);
+            assert!(!on_tree.items.is_empty() || base.is_some());
+            assert_eq!(on_tree, on_copy, "base {base:?} on {html}");
+        }
+    }
+}
+
+#[test]
+fn a_field_without_join_is_its_first_kept_value_and_reads_no_further() {
+    let page = url::Url::parse("http://shop.test/").unwrap();
+    let values = || ["n/a", "12", "later"].into_iter().map(str::to_owned);
+    let number: Vec<Processor> = serde_json::from_value(json!(["number", "required"])).unwrap();
+    // The first kept value; the refused one before it is an error, the one after is not read.
+    let mut read = 0;
+    let counted = values().inspect(|_| read += 1);
+    let (value, errors) = process::first(&number, counted, &page);
+    assert_eq!((value, read), (json!(12), 2));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    // None kept: every value's error, and the list processors act (a default, a required).
+    let bad = || ["a", "b"].into_iter().map(str::to_owned);
+    let (value, errors) = process::first(&number, bad(), &page);
+    assert_eq!(value, json!(null));
+    assert_eq!(
+        errors.len(),
+        3,
+        "two refusals and the missing required value"
+    );
+    let with_default: Vec<Processor> =
+        serde_json::from_value(json!(["number", {"default": "0"}, "number"])).unwrap();
+    assert_eq!(process::first(&with_default, bad(), &page).0, json!(0));
+    // A join reads them all.
+    let joined: Vec<Processor> = serde_json::from_value(json!(["trim", {"join": "+"}])).unwrap();
+    assert_eq!(
+        process::first(&joined, values(), &page).0,
+        json!("n/a+12+later")
+    );
+}

@@ -119,10 +119,14 @@ pub struct FetchedPage {
 impl FetchedPage {
     /// Whether the content is HTML (and so worth scanning for links).
     pub fn is_html(&self) -> bool {
-        self.content_type
-            .as_deref()
-            .is_some_and(|ct| HTML_TYPES.contains(&media_type(ct).as_str()))
+        self.content_type.as_deref().is_some_and(is_html_type)
     }
+}
+
+/// Whether a `Content-Type` names HTML (the pages whose links are followed and whose items are
+/// extracted).
+pub fn is_html_type(content_type: &str) -> bool {
+    HTML_TYPES.contains(&media_type(content_type).as_str())
 }
 
 /// A downloaded body (after decompression) and its md5, computed once, as it is downloaded.
