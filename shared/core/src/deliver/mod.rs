@@ -74,9 +74,10 @@ const PARALLEL_LOADS: usize = 8;
 /// Work a call does before it may stop for its deadline (a task is one unit, a delta partition
 /// this many), so that every call moves the delivery on.
 const MIN_WORK_PER_CALL: u64 = QUERY_PAGE as u64;
-/// Reading one stored object: a read cut mid-stream is tried again for a few seconds, not the
-/// end of the delivery (a longer outage fails the call, which is retried as a whole).
-const BODY_READ: Backoff = Backoff {
+/// One read of the delivery (a stored object, a task, a page of tasks): a read that failed in a
+/// way that may pass (a body cut mid-stream, throttling) is tried again for a few seconds, not
+/// the end of the delivery (a longer outage fails the call, which is retried as a whole).
+const READ: Backoff = Backoff {
     first: Duration::from_millis(100),
     max: Duration::from_secs(1),
     outage: Duration::from_secs(4),
@@ -562,13 +563,13 @@ impl<U: BlobUpload> Segment<U> {
     }
 }
 
-/// Reads a stored object, trying again (`BODY_READ`) when the read fails in a way that may
+/// Reads a stored object, trying again (`READ`) when the read fails in a way that may
 /// pass: a connection reset or a body cut mid-stream.
 pub(crate) async fn get_with_retry<B: BlobStore>(
     blobs: &B,
     key: &str,
 ) -> Result<Option<Bytes>, BlobError> {
-    read_patiently(blobs, key, &BODY_READ).await
+    read_patiently(blobs, key, &READ).await
 }
 
 async fn read_patiently<B: BlobStore>(
@@ -576,9 +577,21 @@ async fn read_patiently<B: BlobStore>(
     key: &str,
     policy: &Backoff,
 ) -> Result<Option<Bytes>, BlobError> {
+    patiently("read a stored object", policy, || blobs.get(key)).await
+}
+
+/// One call of the delivery, tried again for a few seconds (`policy`) when it fails in a way
+/// that may pass: a delivery makes a call or more per task, so a transient error must not
+/// end the whole call (and its retry start the segment again).
+pub(crate) async fn patiently<T, E, F, Fut>(what: &str, policy: &Backoff, step: F) -> Result<T, E>
+where
+    E: crate::backoff::Transient,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
     // Each retry is logged by `persist`; the delivery keeps no count of them.
     let retries = AtomicU64::new(0);
-    persist("read a stored object", policy, &retries, || blobs.get(key)).await
+    persist(what, policy, &retries, step).await
 }
 
 impl<S, B> Deliverer<'_, S, B>
@@ -659,8 +672,15 @@ where
             });
         }
         let written = self.write_delivery(crawl, generation, now, deadline).await;
-        if let Err(e) = self.store.release_delivery(crawl_id, &holder).await {
-            // Harmless: the lease expires by itself.
+        // Tried again for a few seconds: a lease left behind holds every later call (a retry
+        // of this one included) off the delivery until it expires, minutes later.
+        let retries = AtomicU64::new(0);
+        let released = persist("release the delivery", &Backoff::BRIEF, &retries, || {
+            self.store.release_delivery(crawl_id, &holder)
+        })
+        .await;
+        if let Err(e) = released {
+            // The lease expires by itself.
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
         written
@@ -804,7 +824,7 @@ where
 
     /// Generations of this run with a complete delivery (a `_SUCCESS` marker), and their ids.
     async fn completed_deliveries(&self, run: &str) -> Result<BTreeMap<u64, String>, DeliverError> {
-        let keys = self.blobs.list(run).await?;
+        let keys = patiently("list the deliveries", &READ, || self.blobs.list(run)).await?;
         Ok(keys
             .iter()
             .filter_map(|key| {
@@ -821,7 +841,7 @@ where
         &self,
         key: &str,
     ) -> Result<Option<T>, DeliverError> {
-        match self.blobs.get(key).await? {
+        match get_with_retry(self.blobs, key).await? {
             Some(body) => {
                 serde_json::from_slice(&body)
                     .map(Some)
@@ -1028,16 +1048,14 @@ where
             let Some(&status) = Status::ALL.get(at.status) else {
                 return Ok(Stop::Exhausted);
             };
-            let page = self
-                .store
-                .query(&TaskQuery {
-                    crawl_id: crawl.id.clone(),
-                    status,
-                    updated_before: None,
-                    limit: QUERY_PAGE,
-                    cursor: at.cursor.clone(),
-                })
-                .await?;
+            let query = TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status,
+                updated_before: None,
+                limit: QUERY_PAGE,
+                cursor: at.cursor.clone(),
+            };
+            let page = patiently("read the tasks", &READ, || self.store.query(&query)).await?;
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
             for chunk in rest.chunks(PARALLEL_LOADS) {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
@@ -1065,7 +1083,8 @@ where
 
     /// The full task and, when it is a page to archive, its body. None if the task vanished.
     async fn load(&self, summary: &TaskSummary) -> Result<Option<Loaded>, DeliverError> {
-        let Some(task) = self.store.get(&summary.crawl_id, &summary.task_id).await? else {
+        let read = || self.store.get(&summary.crawl_id, &summary.task_id);
+        let Some(task) = patiently("read a task", &READ, read).await? else {
             return Ok(None);
         };
         let key = task

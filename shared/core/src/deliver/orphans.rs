@@ -23,7 +23,8 @@
 //! task read per task with objects (the task pass reads each task once as well), one delete per
 //! orphan; the pass is checkpointed after each page like the rest of the delivery.
 
-use super::DeliverError;
+use super::{DeliverError, patiently};
+use crate::backoff::Backoff;
 use crate::blob::{BlobStore, Layout, Listed};
 use crate::store::TaskStore;
 use futures_util::future::try_join_all;
@@ -78,7 +79,10 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     now: Millis,
 ) -> Result<Cleaned, DeliverError> {
     let prefix = layout.crawl_prefix(crawl_id);
-    let page = blobs.list_page(&prefix, start_after, PAGE).await?;
+    let page = patiently("list the crawl's objects", &Backoff::BRIEF, || {
+        blobs.list_page(&prefix, start_after, PAGE)
+    })
+    .await?;
     // Keys sort by task: each task's objects are consecutive.
     let mut by_task: Vec<(TaskId, Vec<&Listed>)> = Vec::new();
     for object in &page.objects {
@@ -92,7 +96,8 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     }
     let mut orphans = Vec::new();
     for chunk in by_task.chunks(PARALLEL) {
-        let tasks = try_join_all(chunk.iter().map(|(id, _)| store.get(crawl_id, id))).await?;
+        let read = |id| patiently("read a task", &Backoff::BRIEF, move || store.get(crawl_id, id));
+        let tasks = try_join_all(chunk.iter().map(|(id, _)| read(id))).await?;
         for ((_, objects), task) in chunk.iter().zip(&tasks) {
             orphans.extend(
                 objects
@@ -103,7 +108,8 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
         }
     }
     for chunk in orphans.chunks(PARALLEL) {
-        try_join_all(chunk.iter().map(|key| blobs.delete(key))).await?;
+        let delete = |key| patiently("delete an orphan", &Backoff::BRIEF, move || blobs.delete(key));
+        try_join_all(chunk.iter().map(|key| delete(key))).await?;
     }
     if !orphans.is_empty() {
         tracing::info!(crawl = %crawl_id, removed = orphans.len(), "orphan objects removed");
