@@ -308,14 +308,7 @@ async fn an_embedded_crawl_through_port_faults_and_crashes_completes_with_nothin
             crash: if run < CRASHING_RUNS { 0.01 } else { 0.0 },
         };
         let faults = Arc::new(PortFaults::new(SEED + run, mix, CrashMode::Halt));
-        let crawled = crawl_to_delivery(
-            &dir,
-            &crawl,
-            &start,
-            config.clone(),
-            faults.clone(),
-            4,
-        );
+        let crawled = crawl_to_delivery(&dir, &crawl, &start, config.clone(), faults.clone(), 4);
         let ended = tokio::select! {
             ended = crawled => Some(ended),
             () = faults.crashed() => None,
@@ -332,7 +325,10 @@ async fn an_embedded_crawl_through_port_faults_and_crashes_completes_with_nothin
 
     // THEN it was delivered after the crashes, every page once
     let (report, _) = delivered.expect("no run delivered");
-    let crash_points = PortFault::ALL[2..].iter().map(|f| counts.of(*f)).sum::<u64>();
+    let crash_points = PortFault::ALL[2..]
+        .iter()
+        .map(|f| counts.of(*f))
+        .sum::<u64>();
     assert_eq!(crashes, crash_points, "{counts:?}");
     assert!(crashes > 0 && counts.of(PortFault::Error) > 0, "{counts:?}");
     assert_eq!(report.summary.tasks, LOCAL_PAGES as u64);

@@ -1359,7 +1359,10 @@ async fn listing_pages_follow_key_order_from_where_the_last_ended<
         .await
         .unwrap();
     let from_x: Vec<&str> = from_x.objects.iter().map(|o| o.key.as_str()).collect();
-    assert_eq!(from_x, keys[2..].iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        from_x,
+        keys[2..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
     let under_a = b
         .blobs
         .list_page(&format!("{root}/a/"), None, 10)
@@ -1393,15 +1396,25 @@ async fn crawl_with_orphans<S: CrawlStore + TaskStore + HostStore, B: BlobStore>
     plant(&b.blobs, &key(0, "html", b"<p>0 v1</p>"), b"<p>0 v1</p>").await;
     plant(&b.blobs, &key(0, "items", b"<p>0 v1</p>"), b"[]").await;
     b.succeed(&crawl, &url(1), b"<p>1</p>", now + 10).await;
-    plant(&b.blobs, &key(1, "html", b"<p>1 lost</p>"), b"<p>1 lost</p>").await;
+    plant(
+        &b.blobs,
+        &key(1, "html", b"<p>1 lost</p>"),
+        b"<p>1 lost</p>",
+    )
+    .await;
     assert!(
         b.store
             .add_stale(&crawl, &task_id(&url(1)), &md5_hex(b"<p>1 lost</p>"))
             .await
             .unwrap()
     );
-    b.fail(&crawl, &url(2), Failure::from_http_status(403, None), now + 10)
-        .await;
+    b.fail(
+        &crawl,
+        &url(2),
+        Failure::from_http_status(403, None),
+        now + 10,
+    )
+    .await;
     plant(&b.blobs, &key(2, "html", b"<p>2</p>"), b"<p>2</p>").await;
     plant(&b.blobs, &key(9, "html", b"<p>9</p>"), b"<p>9</p>").await;
     let notes = format!("{}notes.txt", b.layout.crawl_prefix(&crawl));
@@ -1431,7 +1444,11 @@ async fn the_delivery_removes_orphans_older_than_the_lease<
     let all_young: BTreeSet<String> = b.objects(&young).await.into_iter().collect();
 
     // WHEN one is delivered within a lease of the writes, the other two leases later
-    let within = b.deliverer().deliver(&young, None, now + 1_000).await.unwrap();
+    let within = b
+        .deliverer()
+        .deliver(&young, None, now + 1_000)
+        .await
+        .unwrap();
     let later = b
         .deliverer()
         .deliver(&old, None, now + 2 * lease)

@@ -57,9 +57,8 @@ pub fn chaos_run_main(start: &str, dir: &Path, run: u64, crash: f64) -> BenchRes
             crash,
         };
         let file = counts_file(dir, run);
-        let faults = Arc::new(
-            PortFaults::new(SEED + run, mix, CrashMode::Abort).reporting_to(file.clone()),
-        );
+        let faults =
+            Arc::new(PortFaults::new(SEED + run, mix, CrashMode::Abort).reporting_to(file.clone()));
         let reporter = {
             let (faults, file) = (faults.clone(), file.clone());
             tokio::spawn(async move {
@@ -151,7 +150,8 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         }
     }
     let wall = started.elapsed().as_secs_f64();
-    let summary = summary.ok_or_else(|| check("chaos run", format!("no run delivered: {ends:?}")))?;
+    let summary =
+        summary.ok_or_else(|| check("chaos run", format!("no run delivered: {ends:?}")))?;
     let mut counts = PortCounts::default();
     for run in 0..MAX_RUNS {
         if let Ok(text) = std::fs::read_to_string(counts_file(&dir.0, run))

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::deliver::orphans::is_orphan;
-use trawl_core::deliver::{DeliveryIndex, FileKind, INDEX_FILE, ManifestLine, SUMMARY_FILE, Summary};
+use trawl_core::deliver::{
+    DeliveryIndex, FileKind, INDEX_FILE, ManifestLine, SUMMARY_FILE, Summary,
+};
 use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, Status, Task};
@@ -91,8 +93,8 @@ pub async fn audit<S: TaskStore + CrawlStore, B: BlobStore>(
         }
     }
     let delivery = delivery(blobs, layout, crawl_id).await?;
-    let summary: Summary = serde_json::from_slice(&delivery.read(SUMMARY_FILE).await?)
-        .map_err(|e| e.to_string())?;
+    let summary: Summary =
+        serde_json::from_slice(&delivery.read(SUMMARY_FILE).await?).map_err(|e| e.to_string())?;
     audit.orphans_removed = summary.orphans_removed;
     let lease_ms = store
         .get_crawl(crawl_id)
@@ -129,7 +131,9 @@ pub async fn audit<S: TaskStore + CrawlStore, B: BlobStore>(
     }
     let mut statuses = BTreeMap::new();
     for task in &tasks {
-        *statuses.entry(task.status.name().to_owned()).or_insert(0u64) += 1;
+        *statuses
+            .entry(task.status.name().to_owned())
+            .or_insert(0u64) += 1;
     }
     let in_summary = |name: &str| summary.statuses.get(name).copied().unwrap_or(0);
     audit.summary_mismatches = Status::ALL

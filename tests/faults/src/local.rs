@@ -80,9 +80,18 @@ pub async fn crawl_to_delivery(
         .await
         .map_err(|e| e.to_string())?;
     }
-    let fetcher = Arc::new(Fetcher::new(crawl.config.user_agent.as_str()).map_err(|e| e.to_string())?);
+    let fetcher =
+        Arc::new(Fetcher::new(crawl.config.user_agent.as_str()).map_err(|e| e.to_string())?);
     let layout = Layout::default();
-    let crawler = Crawler::new(store, blobs, queue, fetcher, layout.clone(), 16, calls.clone());
+    let crawler = Crawler::new(
+        store,
+        blobs,
+        queue,
+        fetcher,
+        layout.clone(),
+        16,
+        calls.clone(),
+    );
     if crawl.state == CrawlState::Running {
         let stop = AtomicBool::new(false);
         match run_crawl(&crawler, crawl_id, workers, &stats, &stop)

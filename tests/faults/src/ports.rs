@@ -278,7 +278,12 @@ impl<S: CrawlStore> CrawlStore for FaultyStore<S> {
         self.inner.list_crawls(state).await
     }
 
-    async fn complete_crawl(&self, id: &CrawlId, generation: u64, now: Millis) -> StoreResult<bool> {
+    async fn complete_crawl(
+        &self,
+        id: &CrawlId,
+        generation: u64,
+        now: Millis,
+    ) -> StoreResult<bool> {
         self.faults.store_call("complete_crawl").await?;
         self.inner.complete_crawl(id, generation, now).await
     }
@@ -404,7 +409,12 @@ impl<S: TaskStore> TaskStore for FaultyStore<S> {
         self.inner.release(lease, now).await
     }
 
-    async fn add_stale(&self, crawl_id: &CrawlId, task_id: &TaskId, md5: &str) -> StoreResult<bool> {
+    async fn add_stale(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        md5: &str,
+    ) -> StoreResult<bool> {
         self.faults.store_call("add_stale").await?;
         self.inner.add_stale(crawl_id, task_id, md5).await
     }
@@ -467,7 +477,12 @@ impl<S: HostStore> HostStore for FaultyStore<S> {
         self.inner.put_host(crawl_id, host).await
     }
 
-    async fn add_seeded(&self, crawl_id: &CrawlId, name: &str, n: u64) -> StoreResult<Option<Host>> {
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
         self.faults.store_call("add_seeded").await?;
         self.inner.add_seeded(crawl_id, name, n).await
     }

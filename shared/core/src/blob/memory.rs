@@ -1,9 +1,7 @@
 //! An object store in memory, for unit tests and simulations: the same contract as S3 and the
 //! directory store (a body must match its declared md5; an upload is invisible until complete).
 
-use super::{
-    BlobResult, BlobStore, BlobUpload, ListPage, Listed, ObjectMeta, from_rest, to_rest,
-};
+use super::{BlobResult, BlobStore, BlobUpload, ListPage, Listed, ObjectMeta, from_rest, to_rest};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::ops::Bound;

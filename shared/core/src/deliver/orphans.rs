@@ -96,7 +96,11 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     }
     let mut orphans = Vec::new();
     for chunk in by_task.chunks(PARALLEL) {
-        let read = |id| patiently("read a task", &Backoff::BRIEF, move || store.get(crawl_id, id));
+        let read = |id| {
+            patiently("read a task", &Backoff::BRIEF, move || {
+                store.get(crawl_id, id)
+            })
+        };
         let tasks = try_join_all(chunk.iter().map(|(id, _)| read(id))).await?;
         for ((_, objects), task) in chunk.iter().zip(&tasks) {
             orphans.extend(
@@ -108,7 +112,11 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
         }
     }
     for chunk in orphans.chunks(PARALLEL) {
-        let delete = |key| patiently("delete an orphan", &Backoff::BRIEF, move || blobs.delete(key));
+        let delete = |key| {
+            patiently("delete an orphan", &Backoff::BRIEF, move || {
+                blobs.delete(key)
+            })
+        };
         try_join_all(chunk.iter().map(|key| delete(key))).await?;
     }
     if !orphans.is_empty() {
@@ -175,11 +183,35 @@ mod tests {
         let cases: [(&str, &str, Option<&Task>, Millis, bool); 8] = [
             ("the body pointed at", &body, Some(&pointing), old, false),
             ("its items", &items, Some(&pointing), old, false),
-            ("another md5, listed stale, old", &other, Some(&pointing), old, true),
+            (
+                "another md5, listed stale, old",
+                &other,
+                Some(&pointing),
+                old,
+                true,
+            ),
             ("another md5, young", &other, Some(&pointing), 1_000, false),
-            ("another md5, exactly a lease old", &other, Some(&pointing), LEASE as Millis, false),
-            ("items of another md5", &key("items", "bb"), Some(&pointing), old, true),
-            ("a task without object", &body, Some(&task_with(None)), old, true),
+            (
+                "another md5, exactly a lease old",
+                &other,
+                Some(&pointing),
+                LEASE as Millis,
+                false,
+            ),
+            (
+                "items of another md5",
+                &key("items", "bb"),
+                Some(&pointing),
+                old,
+                true,
+            ),
+            (
+                "a task without object",
+                &body,
+                Some(&task_with(None)),
+                old,
+                true,
+            ),
             ("no task", &body, None, old, true),
         ];
         for (case, key, task, age, orphan) in cases {

@@ -13,8 +13,8 @@ use tokio::fs;
 use trawl_core::blob::{
     BlobError, BlobResult, BlobStore, BlobUpload, ListPage, Listed, ObjectMeta, from_rest, to_rest,
 };
-use trawl_domain::task::Millis;
 use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::task::Millis;
 
 /// Where temporary and in-progress files live, under the root.
 const UPLOADS_DIR: &str = ".uploads";
@@ -366,7 +366,9 @@ impl SortedWalk {
                 let modified = metadata
                     .modified()?
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX));
+                    .map_or(0, |d| {
+                        Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+                    });
                 self.page.objects.push(Listed { key, modified });
             }
         }
