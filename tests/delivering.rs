@@ -1289,6 +1289,187 @@ async fn a_partitioned_delta_across_calls<S: CrawlStore + TaskStore + HostStore,
     }
 }
 
+/// Puts `body` at `key`.
+async fn plant<B: BlobStore>(blobs: &B, key: &str, body: &[u8]) {
+    let meta = ObjectMeta {
+        content_type: "text/html".into(),
+        source_url: "http://example.com/".into(),
+        compress: false,
+    };
+    blobs
+        .put(key, Body::new(Bytes::copy_from_slice(body)), &meta)
+        .await
+        .unwrap();
+}
+
+async fn listing_pages_follow_key_order_from_where_the_last_ended<
+    S: CrawlStore + TaskStore + HostStore,
+    B: BlobStore,
+>(
+    b: Backend<S, B>,
+) {
+    // GIVEN objects under two prefixes, `a-b` beside the directory-like `a/`
+    let root = unique("lp");
+    let before = now_ms();
+    let keys = ["a-b", "a/x", "a/y", "a/z/deep", "b"].map(|k| format!("{root}/{k}"));
+    for key in keys.iter().rev() {
+        plant(&b.blobs, key, b"x").await;
+    }
+    plant(&b.blobs, &format!("{root}x/other"), b"x").await;
+    let after = now_ms();
+
+    // WHEN the prefix is listed two objects at a time
+    let prefix = format!("{root}/");
+    let mut pages = Vec::new();
+    let mut start_after: Option<String> = None;
+    for _ in 0..10 {
+        let page = b
+            .blobs
+            .list_page(&prefix, start_after.as_deref(), 2)
+            .await
+            .unwrap();
+        start_after = page.next.clone();
+        pages.push(page);
+        if start_after.is_none() {
+            break;
+        }
+    }
+
+    // THEN the pages hold every key under the prefix once, in S3's order (`a-b` before `a/…`),
+    // each with the time it was written (S3 keeps whole seconds)
+    let listed: Vec<&str> = pages
+        .iter()
+        .flat_map(|p| p.objects.iter().map(|o| o.key.as_str()))
+        .collect();
+    assert_eq!(listed, keys.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(pages.iter().all(|p| p.objects.len() <= 2));
+    assert_eq!(listed, b.blobs.list(&prefix).await.unwrap());
+    for object in pages.iter().flat_map(|p| &p.objects) {
+        assert!(
+            (before - 2_000..=after + 2_000).contains(&object.modified),
+            "{object:?} written between {before} and {after}"
+        );
+    }
+    // AND a listing starts after any key given, and within a narrower prefix
+    let from_x = b
+        .blobs
+        .list_page(&prefix, Some(&keys[1]), 10)
+        .await
+        .unwrap();
+    let from_x: Vec<&str> = from_x.objects.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(
+        from_x,
+        keys[2..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let under_a = b
+        .blobs
+        .list_page(&format!("{root}/a/"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(under_a.objects.len(), 3);
+    assert_eq!(under_a.next, None);
+}
+
+/// A completed crawl whose objects include orphans of every kind: a body its task no longer
+/// points at and that body's items, an object its task lists as stale, one of a task that
+/// never stored a body, one of a task that does not exist; beside them the body a task points
+/// at, its items and a key off the layout. Returns the crawl, the keys that must stay, and the
+/// number of orphans.
+async fn crawl_with_orphans<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
+    b: &Backend<S, B>,
+    now: Millis,
+) -> (CrawlId, BTreeSet<String>, u64) {
+    let crawl = b.create(now).await;
+    b.seed(&crawl, &urls(0..3), now).await;
+    let key = |i: usize, attr: &str, body: &[u8]| {
+        format!(
+            "{}pk={}/attr={attr}/md5={}",
+            b.layout.crawl_prefix(&crawl),
+            task_id(&url(i)),
+            md5_hex(body)
+        )
+    };
+    b.succeed(&crawl, &url(0), b"<p>0 v2</p>", now + 10).await;
+    plant(&b.blobs, &key(0, "items", b"<p>0 v2</p>"), b"[]").await;
+    plant(&b.blobs, &key(0, "html", b"<p>0 v1</p>"), b"<p>0 v1</p>").await;
+    plant(&b.blobs, &key(0, "items", b"<p>0 v1</p>"), b"[]").await;
+    b.succeed(&crawl, &url(1), b"<p>1</p>", now + 10).await;
+    plant(
+        &b.blobs,
+        &key(1, "html", b"<p>1 lost</p>"),
+        b"<p>1 lost</p>",
+    )
+    .await;
+    assert!(
+        b.store
+            .add_stale(&crawl, &task_id(&url(1)), &md5_hex(b"<p>1 lost</p>"))
+            .await
+            .unwrap()
+    );
+    b.fail(
+        &crawl,
+        &url(2),
+        Failure::from_http_status(403, None),
+        now + 10,
+    )
+    .await;
+    plant(&b.blobs, &key(2, "html", b"<p>2</p>"), b"<p>2</p>").await;
+    plant(&b.blobs, &key(9, "html", b"<p>9</p>"), b"<p>9</p>").await;
+    let notes = format!("{}notes.txt", b.layout.crawl_prefix(&crawl));
+    plant(&b.blobs, &notes, b"kept").await;
+    assert!(b.store.complete_crawl(&crawl, 0, now + 20).await.unwrap());
+    let kept = [
+        key(0, "html", b"<p>0 v2</p>"),
+        key(0, "items", b"<p>0 v2</p>"),
+        key(1, "html", b"<p>1</p>"),
+        notes,
+    ];
+    (crawl, kept.into_iter().collect(), 5)
+}
+
+async fn the_delivery_removes_orphans_older_than_the_lease<
+    S: CrawlStore + TaskStore + HostStore,
+    B: BlobStore,
+>(
+    b: Backend<S, B>,
+) {
+    let lease = CrawlConfig::default().lease_ms as Millis;
+    let now = now_ms();
+
+    // GIVEN two completed crawls with the same orphans, just written
+    let (young, _, _) = crawl_with_orphans(&b, now).await;
+    let (old, kept, orphans) = crawl_with_orphans(&b, now).await;
+    let all_young: BTreeSet<String> = b.objects(&young).await.into_iter().collect();
+
+    // WHEN one is delivered within a lease of the writes, the other two leases later
+    let within = b
+        .deliverer()
+        .deliver(&young, None, now + 1_000)
+        .await
+        .unwrap();
+    let later = b
+        .deliverer()
+        .deliver(&old, None, now + 2 * lease)
+        .await
+        .unwrap();
+
+    // THEN within the lease nothing is removed: a writer's finish could be on its way
+    assert_eq!(within.summary.orphans_removed, 0);
+    assert_eq!(
+        b.objects(&young).await.into_iter().collect::<BTreeSet<_>>(),
+        all_young
+    );
+    // AND past it every orphan is removed and counted, the rest kept
+    assert_eq!(later.summary.orphans_removed, orphans);
+    assert_eq!(
+        b.objects(&old).await.into_iter().collect::<BTreeSet<_>>(),
+        kept
+    );
+    let written = b.file(&later, deliver::SUMMARY_FILE).await;
+    let written: deliver::Summary = serde_json::from_slice(&written).unwrap();
+    assert_eq!(written.orphans_removed, orphans);
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod embedded {
@@ -1317,6 +1498,8 @@ on_both_backends!(
     purge_refuses_a_running_crawl_then_removes_everything,
     a_partitioned_delta_across_calls,
     a_crawl_created_again_after_a_purge_gets_a_fresh_delivery,
+    listing_pages_follow_key_order_from_where_the_last_ended,
+    the_delivery_removes_orphans_older_than_the_lease,
 );
 
 /// The AWS resources of one deployment. Each function container builds adapters of its own on

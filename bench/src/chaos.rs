@@ -5,8 +5,9 @@
 //! (throttling, throughput exceeded, 500, 503), 5% applied with their response lost (dropped or
 //! truncated), seeded so that a run can be replayed. Prints the wall time, the pages fetched
 //! twice, the backend errors the CLI waited out and the faults injected, and checks the
-//! invariants straight from moto: every task terminal, one manifest line per task, no dangling
-//! pointer, no orphan, every body's md5 its key's and its task's.
+//! invariants straight from moto: every task terminal, one manifest line per task, summary
+//! counts = table counts, no dangling pointer, no orphan after the generation's clean-up, every
+//! body's md5 its key's and its task's.
 
 use crate::error::{BenchResult, Context, check};
 use crate::moto::{Moto, SHARDS, stack};
@@ -91,6 +92,7 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
         + found.dangling
         + found.orphans
         + found.md5_mismatches
+        + found.summary_mismatches
         + found.manifest_lines.abs_diff(found.tasks);
     let one =
         |name: &str, unit: &'static str, value: f64| Figure::single(SECTION, name, unit, value);
@@ -102,7 +104,7 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
         ),
         one("tasks succeeded", "tasks", found.succeeded as f64).at_least(pages as f64),
         one(
-            "invariant violations (lost, duplicate, dangling, orphan, md5)",
+            "invariant violations (lost, duplicate, dangling, orphan, md5, summary)",
             "count",
             violations as f64,
         )
@@ -111,6 +113,16 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
             "pages fetched twice",
             "pages",
             served.requests.saturating_sub(served.distinct) as f64,
+        ),
+        one(
+            "orphans removed by the generation's clean-up",
+            "objects",
+            found.orphans_removed as f64,
+        ),
+        one(
+            "unpointed objects younger than the lease (left for the next clean-up)",
+            "objects",
+            found.recent_unpointed as f64,
         ),
         one(
             "backend errors the CLI waited out",

@@ -6,6 +6,7 @@
 mod calls;
 mod capacity;
 mod chaos;
+mod chaos_local;
 mod cost;
 mod error;
 mod extract;
@@ -88,6 +89,19 @@ enum ChildRole {
         #[arg(long)]
         extract: bool,
     },
+    /// One run of the embedded chaos crawl through port faults (prints JSON when delivered).
+    #[command(hide = true)]
+    ChaosRun {
+        #[arg(long)]
+        start: String,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        run: u64,
+        /// The share of crash-point calls that abort the process.
+        #[arg(long)]
+        crash: f64,
+    },
 }
 
 /// Pages of the site the AWS sections crawl (moto is slow: keep it small).
@@ -102,6 +116,12 @@ fn main() -> ExitCode {
             dir,
             extract,
         }) => local::crawl_once_main(start, dir, *extract),
+        Some(ChildRole::ChaosRun {
+            start,
+            dir,
+            run,
+            crash,
+        }) => chaos_local::chaos_run_main(start, dir, *run, *crash),
         None => bench(&args),
     };
     match outcome {
@@ -291,6 +311,17 @@ async fn measure(args: &Args) -> Report {
     }
     // Minutes long: only when asked for (`--only chaos`, `make chaos`).
     if args.only.contains(&Section::Chaos) {
+        eprintln!("chaos run (embedded, port faults and crashes) …");
+        match chaos_local::run(args.quick).await {
+            Ok(figures) => {
+                // As they come: the AWS run after it takes many minutes more.
+                for f in &figures {
+                    eprintln!("  {}: {} {}", f.name, f.median, f.unit);
+                }
+                report.figures.extend(figures)
+            }
+            Err(e) => failed(&mut report, "embedded chaos run", e),
+        }
         eprintln!("chaos run (AWS faults) …");
         match sibling("trawl") {
             Some(cli) => match chaos::run(args.quick, &cli).await {

@@ -360,6 +360,76 @@ mod tests {
         handler.seed(event, None, 1_000).await
     }
 
+    /// #18's bad input on the seeder: each malformed kind of event is a typed error or a record
+    /// handed back, and nothing is written.
+    #[tokio::test]
+    async fn malformed_events_are_refused_and_change_nothing() {
+        use serde_json::json;
+        let sample: serde_json::Value = serde_json::from_str(URLS).unwrap();
+        let with = |field: &str, value: serde_json::Value| {
+            let mut event = sample.clone();
+            event[field] = value;
+            event
+        };
+        let without = |field: &str| {
+            let mut event = sample.clone();
+            event.as_object_mut().unwrap().remove(field);
+            event
+        };
+        let megabyte = "x".repeat(1 << 20);
+        let direct = [
+            ("no crawl id", without("crawl_id")),
+            ("a number as crawl id", with("crawl_id", 5.into())),
+            (
+                "urls as a string",
+                with("source", json!({"urls": "http://example.com/"})),
+            ),
+            ("urls as numbers", with("source", json!({"urls": [1, 2]}))),
+            ("a number as source", with("source", 5.into())),
+            (
+                "an unknown kind of source",
+                with("source", json!({"ftp": ["x"]})),
+            ),
+            ("no source", without("source")),
+            ("a 1 MB crawl id", with("crawl_id", megabyte.clone().into())),
+            (
+                "a 1 MB unknown field",
+                with("padding", megabyte.clone().into()),
+            ),
+            ("an unknown operation", with("operation", "explode".into())),
+            (
+                "an operation of the wrong type",
+                with("operation", 7.into()),
+            ),
+            ("null", serde_json::Value::Null),
+            ("Records not a list", json!({"Records": "x"})),
+        ];
+        let handler = handler();
+        for (case, event) in direct {
+            let Err(e) = handler.dispatch(event, None, 1_000).await else {
+                panic!("{case}: accepted");
+            };
+            let diagnostic = Diagnostic::from(e);
+            assert_eq!(diagnostic.error_type, "InvalidEvent", "{case}");
+            assert!(
+                diagnostic.error_message.len() < 2_000,
+                "{case}: one short message"
+            );
+        }
+        for body in ["not json", "{}", &format!(r#"{{"crawl_id":"{megabyte}"}}"#)] {
+            let answer = handler.dispatch(seed_queue_event(body), None, 1_000).await;
+            let Ok(SeederResponse::Batch(batch)) = answer else {
+                panic!("{body:.20}: {answer:?}");
+            };
+            assert_eq!(
+                batch.batch_item_failures.len(),
+                1,
+                "{body:.20}: handed back"
+            );
+        }
+        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn the_urls_event_seeds_once_and_reports_rejections() {
         let handler = handler();

@@ -415,4 +415,85 @@ mod tests {
         assert!(CrawlId::parse("").is_err());
         assert!(CrawlId::parse(&"x".repeat(65)).is_err());
     }
+
+    /// Hostile and unusual URLs from #18's bad-input list: each is refused with its reason, or
+    /// accepted in one canonical form (an IDN as punycode, an IPv6 literal bracketed).
+    #[test]
+    fn hostile_urls_are_refused_with_their_reason_or_canonicalised() {
+        let long = format!("http://example.com/{}", "a".repeat(100 * 1024));
+        type Expected = fn(&UrlRejection) -> bool;
+        let refused: [(&str, &str, Expected); 8] = [
+            (
+                "javascript",
+                "javascript:alert(1)",
+                |r| matches!(r, UrlRejection::Scheme(s) if s == "javascript"),
+            ),
+            (
+                "data",
+                "data:text/html,<script>x</script>",
+                |r| matches!(r, UrlRejection::Scheme(s) if s == "data"),
+            ),
+            (
+                "file",
+                "file:///etc/passwd",
+                |r| matches!(r, UrlRejection::Scheme(s) if s == "file"),
+            ),
+            ("100 KB", &long, |r| matches!(r, UrlRejection::TooLong(_))),
+            ("NUL in the host", "http://exa\0mple.com/", |r| {
+                matches!(r, UrlRejection::Unparseable(_))
+            }),
+            ("credentials", "http://user:pw@example.com/", |r| {
+                matches!(r, UrlRejection::Credentials)
+            }),
+            ("an unclosed IPv6 literal", "http://[::1/", |r| {
+                matches!(r, UrlRejection::Unparseable(_))
+            }),
+            ("no host", "http://", |r| {
+                matches!(r, UrlRejection::Unparseable(_) | UrlRejection::NoHost)
+            }),
+        ];
+        for (case, raw, expected) in refused {
+            match CanonicalUrl::parse(raw) {
+                Err(e) => {
+                    assert!(expected(&e.reason), "{case}: {e}");
+                    assert!(
+                        e.url.len() <= 200,
+                        "{case}: the error quotes the URL in full"
+                    );
+                }
+                Ok(url) => panic!("{case}: accepted as {url}"),
+            }
+        }
+        let accepted = [
+            (
+                "NUL in the path",
+                "http://example.com/a\0b",
+                "http://example.com/a%00b",
+            ),
+            (
+                "IDN",
+                "http://bücher.example/ü",
+                "http://xn--bcher-kva.example/%C3%BC",
+            ),
+            (
+                "IPv6 loopback",
+                "http://[::1]:8080/x",
+                "http://[::1]:8080/x",
+            ),
+            (
+                "IPv6 long form",
+                "http://[2001:DB8:0:0:0:0:0:1]/",
+                "http://[2001:db8::1]/",
+            ),
+            (
+                "IPv4-mapped IPv6",
+                "http://[::ffff:127.0.0.1]/",
+                "http://[::ffff:7f00:1]/",
+            ),
+        ];
+        for (case, raw, canonical) in accepted {
+            let url = CanonicalUrl::parse(raw).unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(url.as_str(), canonical, "{case}");
+        }
+    }
 }

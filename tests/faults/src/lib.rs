@@ -7,9 +7,13 @@
 //! The fate of a request depends only on the seed and the request's number (1st, 2nd, … request
 //! the proxy received), so a run with the same seed and the same order of requests meets the
 //! same faults. Loopback only; used by the chaos tests and `make bench`, which check the
-//! invariants of [`audit`] after each run.
+//! invariants of [`audit`] after each run. For the embedded backend, where no HTTP runs between
+//! trawl and its storage, [`ports`] injects faults at the port traits instead, and [`local`]
+//! runs a crawl through them.
 
 pub mod audit;
+pub mod local;
+pub mod ports;
 
 use bytes::Bytes;
 use futures_util::stream;

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 use std::sync::Arc;
 use trawl_core::blob::{
-    BlobError, BlobResult, BlobStore, BlobUpload, Body, GZIP, ObjectMeta, compress, decompress,
+    BlobError, BlobResult, BlobStore, BlobUpload, Body, GZIP, ListPage, Listed, ObjectMeta,
+    compress, decompress,
 };
 use trawl_domain::calls::{Call, CallCounts};
 
@@ -151,6 +152,40 @@ impl BlobStore for S3BlobStore {
         }
         keys.sort();
         Ok(keys)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> BlobResult<ListPage> {
+        self.calls.record(Call::S3ListObjects);
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_start_after(start_after.map(str::to_owned))
+            .max_keys(i32::try_from(limit).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|e| map_err("ListObjectsV2", prefix, e))?;
+        let objects: Vec<Listed> = out
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                Some(Listed {
+                    key: o.key()?.to_owned(),
+                    modified: o.last_modified().and_then(|t| t.to_millis().ok())?,
+                })
+            })
+            .collect();
+        let next = match out.is_truncated() {
+            Some(true) => objects.last().map(|o| o.key.clone()),
+            _ => None,
+        };
+        Ok(ListPage { objects, next })
     }
 
     async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {

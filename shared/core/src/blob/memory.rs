@@ -1,12 +1,17 @@
 //! An object store in memory, for unit tests and simulations: the same contract as S3 and the
 //! directory store (an upload is invisible until complete).
 
-use super::{BlobResult, BlobStore, BlobUpload, Body, ObjectMeta, from_rest, to_rest};
+use super::{
+    BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta, from_rest, to_rest,
+};
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError};
+use trawl_domain::task::{Millis, now_ms};
 
-type Objects = Arc<Mutex<BTreeMap<String, Bytes>>>;
+/// Each object with when it was written (wall clock).
+type Objects = Arc<Mutex<BTreeMap<String, (Bytes, Millis)>>>;
 
 /// Objects by key. Cheap to clone: clones share the objects.
 #[derive(Debug, Clone, Default)]
@@ -24,7 +29,7 @@ fn store(objects: &Objects, key: &str, body: Bytes) {
     objects
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(key.to_owned(), body);
+        .insert(key.to_owned(), (body, now_ms()));
 }
 
 impl BlobStore for MemoryBlobStore {
@@ -36,7 +41,7 @@ impl BlobStore for MemoryBlobStore {
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
         let stored = {
             let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
-            objects.get(key).cloned()
+            objects.get(key).map(|(body, _)| body.clone())
         };
         stored.map(|s| from_rest("get", key, s)).transpose()
     }
@@ -54,6 +59,35 @@ impl BlobStore for MemoryBlobStore {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect())
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> BlobResult<ListPage> {
+        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        let from = match start_after {
+            Some(after) => Bound::Excluded(after.to_owned()),
+            None => Bound::Included(prefix.to_owned()),
+        };
+        let mut page = ListPage::default();
+        for (key, (_, modified)) in objects
+            .range((from, Bound::Unbounded))
+            .skip_while(|(k, _)| !k.starts_with(prefix) && k.as_str() < prefix)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            if page.objects.len() == limit as usize {
+                page.next = page.objects.last().map(|o: &Listed| o.key.clone());
+                break;
+            }
+            page.objects.push(Listed {
+                key: key.clone(),
+                modified: *modified,
+            });
+        }
+        Ok(page)
     }
 
     async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::io::{Read, Write};
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::task::Millis;
 
 #[derive(Debug, Error)]
 pub enum BlobError {
@@ -214,6 +215,22 @@ impl Layout {
     }
 }
 
+/// A stored object as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    /// When it was last written (S3's `LastModified`, a file's modification time).
+    pub modified: Millis,
+}
+
+/// One page of a listing, in lexicographic key order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    pub objects: Vec<Listed>,
+    /// Pass as `start_after` for the next page; None when the listing is done.
+    pub next: Option<String>,
+}
+
 /// An object store.
 pub trait BlobStore: Send + Sync {
     /// Writes `body` at `key` (overwriting: keys are content-addressed).
@@ -232,6 +249,16 @@ pub trait BlobStore: Send + Sync {
 
     /// Keys under `prefix`, in lexicographic order.
     fn list(&self, prefix: &str) -> impl Future<Output = BlobResult<Vec<String>>> + Send;
+
+    /// Up to `limit` objects under `prefix` whose keys sort after `start_after`, in
+    /// lexicographic order, with their modification times: a listing a page at a time, so a
+    /// pass over millions of objects holds one page (S3: one ListObjectsV2 call).
+    fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> impl Future<Output = BlobResult<ListPage>> + Send;
 
     /// Starts a streamed upload to `key` (S3 multipart, or a temporary file): nothing is visible
     /// at `key` until `complete`.

@@ -28,6 +28,7 @@
 mod delta;
 mod gzip;
 mod items;
+pub mod orphans;
 mod purge;
 mod summary;
 mod warc;
@@ -42,6 +43,7 @@ pub use summary::{
     PageProblem, Summary, WarcSummary,
 };
 
+use crate::backoff::{Backoff, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use bytes::Bytes;
@@ -51,6 +53,7 @@ use gzip::GzipFile;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use trawl_domain::calls::CallCounts;
@@ -73,11 +76,14 @@ const PARALLEL_LOADS: usize = 8;
 /// Work a call does before it may stop for its deadline (a task is one unit, a delta partition
 /// this many), so that every call moves the delivery on.
 const MIN_WORK_PER_CALL: u64 = QUERY_PAGE as u64;
-/// Attempts at reading one page body: a read cut mid-stream is tried again, not the end of the
-/// delivery.
-const BODY_READ_ATTEMPTS: u32 = 4;
-/// The first retry's pause; each further one doubles it (with jitter).
-const BODY_READ_BACKOFF: Duration = Duration::from_millis(100);
+/// One read of the delivery (a stored object, a task, a page of tasks): a read that failed in a
+/// way that may pass (a body cut mid-stream, throttling) is tried again for a few seconds, not
+/// the end of the delivery (a longer outage fails the call, which is retried as a whole).
+const READ: Backoff = Backoff {
+    first: Duration::from_millis(100),
+    max: Duration::from_secs(1),
+    outage: Duration::from_secs(4),
+};
 /// A call without a deadline holds the delivery this long (Lambda's longest invocation).
 const DELIVERY_LEASE: Duration = Duration::from_secs(15 * 60);
 /// A call with a deadline holds it this long past it: time to write its last checkpoint.
@@ -417,6 +423,8 @@ struct Tally {
     delta: DeltaSummary,
     #[serde(default)]
     items: Option<ItemsSummary>,
+    #[serde(default)]
+    orphans_removed: u64,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -435,6 +443,8 @@ enum Phase {
     Tasks(Position),
     /// Comparing with the previous delivery, partition by partition.
     Delta { partition: u32, partitions: u32 },
+    /// Removing orphan objects (`orphans`), a listing page at a time from after `start_after`.
+    CleanUp { start_after: Option<String> },
 }
 
 /// The previous delivery of the run: the one the delta compares with.
@@ -482,6 +492,7 @@ impl Checkpoint {
             phase: match self.phase {
                 Phase::Tasks(_) => "tasks",
                 Phase::Delta { .. } => "delta",
+                Phase::CleanUp { .. } => "clean_up",
             }
             .to_owned(),
         }
@@ -557,25 +568,35 @@ impl<U: BlobUpload> Segment<U> {
     }
 }
 
-/// Reads a body, trying again (bounded, with growing jittered pauses) when the read fails in a
-/// way that may pass: a connection reset or a body cut mid-stream.
+/// Reads a stored object, trying again (`READ`) when the read fails in a way that may
+/// pass: a connection reset or a body cut mid-stream.
 pub(crate) async fn get_with_retry<B: BlobStore>(
     blobs: &B,
     key: &str,
 ) -> Result<Option<Bytes>, BlobError> {
-    let mut pause = BODY_READ_BACKOFF;
-    let mut attempt = 1;
-    loop {
-        match blobs.get(key).await {
-            Err(e) if e.is_retryable() && attempt < BODY_READ_ATTEMPTS => {
-                tracing::warn!(%key, attempt, error = %e, "body read failed; reading it again");
-                tokio::time::sleep(pause.mul_f64(0.5 + fastrand::f64() / 2.0)).await;
-                pause *= 2;
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
+    read_patiently(blobs, key, &READ).await
+}
+
+async fn read_patiently<B: BlobStore>(
+    blobs: &B,
+    key: &str,
+    policy: &Backoff,
+) -> Result<Option<Bytes>, BlobError> {
+    patiently("read a stored object", policy, || blobs.get(key)).await
+}
+
+/// One call of the delivery, tried again for a few seconds (`policy`) when it fails in a way
+/// that may pass: a delivery makes a call or more per task, so a transient error must not
+/// end the whole call (and its retry start the segment again).
+pub(crate) async fn patiently<T, E, F, Fut>(what: &str, policy: &Backoff, step: F) -> Result<T, E>
+where
+    E: crate::backoff::Transient,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    // Each retry is logged by `persist`; the delivery keeps no count of them.
+    let retries = AtomicU64::new(0);
+    persist(what, policy, &retries, step).await
 }
 
 impl<S, B> Deliverer<'_, S, B>
@@ -656,8 +677,15 @@ where
             });
         }
         let written = self.write_delivery(crawl, generation, now, deadline).await;
-        if let Err(e) = self.store.release_delivery(crawl_id, &holder).await {
-            // Harmless: the lease expires by itself.
+        // Tried again for a few seconds: a lease left behind holds every later call (a retry
+        // of this one included) off the delivery until it expires, minutes later.
+        let retries = AtomicU64::new(0);
+        let released = persist("release the delivery", &Backoff::BRIEF, &retries, || {
+            self.store.release_delivery(crawl_id, &holder)
+        })
+        .await;
+        if let Err(e) = released {
+            // The lease expires by itself.
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
         written
@@ -721,6 +749,9 @@ where
             .write_tasks(&crawl, &id, &prefix, &mut state, &mut budget, now)
             .await?
             || !self.write_delta(&prefix, &mut state, &mut budget).await?
+            || !self
+                .clean_up(&crawl, &prefix, &mut state, &mut budget, now)
+                .await?
         {
             tracing::info!(crawl = %crawl_id, delivery = %id, tasks = state.tally.tasks,
                 files = state.files.len(), "delivery paused at its deadline");
@@ -798,7 +829,7 @@ where
 
     /// Generations of this run with a complete delivery (a `_SUCCESS` marker), and their ids.
     async fn completed_deliveries(&self, run: &str) -> Result<BTreeMap<u64, String>, DeliverError> {
-        let keys = self.blobs.list(run).await?;
+        let keys = patiently("list the deliveries", &READ, || self.blobs.list(run)).await?;
         Ok(keys
             .iter()
             .filter_map(|key| {
@@ -815,7 +846,7 @@ where
         &self,
         key: &str,
     ) -> Result<Option<T>, DeliverError> {
-        match self.blobs.get(key).await? {
+        match get_with_retry(self.blobs, key).await? {
             Some(body) => {
                 serde_json::from_slice(&body)
                     .map(Some)
@@ -1022,16 +1053,14 @@ where
             let Some(&status) = Status::ALL.get(at.status) else {
                 return Ok(Stop::Exhausted);
             };
-            let page = self
-                .store
-                .query(&TaskQuery {
-                    crawl_id: crawl.id.clone(),
-                    status,
-                    updated_before: None,
-                    limit: QUERY_PAGE,
-                    cursor: at.cursor.clone(),
-                })
-                .await?;
+            let query = TaskQuery {
+                crawl_id: crawl.id.clone(),
+                status,
+                updated_before: None,
+                limit: QUERY_PAGE,
+                cursor: at.cursor.clone(),
+            };
+            let page = patiently("read the tasks", &READ, || self.store.query(&query)).await?;
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
             for chunk in rest.chunks(PARALLEL_LOADS) {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
@@ -1059,7 +1088,8 @@ where
 
     /// The full task and, when it is a page to archive, its body. None if the task vanished.
     async fn load(&self, summary: &TaskSummary) -> Result<Option<Loaded>, DeliverError> {
-        let Some(task) = self.store.get(&summary.crawl_id, &summary.task_id).await? else {
+        let read = || self.store.get(&summary.crawl_id, &summary.task_id);
+        let Some(task) = patiently("read a task", &READ, read).await? else {
             return Ok(None);
         };
         let key = task
@@ -1206,7 +1236,8 @@ where
             partitions,
         } = state.phase
         else {
-            return Ok(false);
+            // Past the delta (the task pass ran first).
+            return Ok(true);
         };
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
@@ -1239,7 +1270,48 @@ where
             self.save(prefix, state).await?;
             budget.work += MIN_WORK_PER_CALL;
         }
+        state.phase = Phase::CleanUp { start_after: None };
         Ok(true)
+    }
+
+    /// The orphan clean-up (`orphans`): page after page of the crawl's objects until the
+    /// listing ends (true) or the budget is spent (false). Checkpoints after each page.
+    async fn clean_up(
+        &self,
+        crawl: &Crawl,
+        prefix: &str,
+        state: &mut Checkpoint,
+        budget: &mut Budget,
+        now: Millis,
+    ) -> Result<bool, DeliverError> {
+        // Bounded: each round moves `start_after` on through the listing, or ends.
+        loop {
+            let Phase::CleanUp { start_after } = &state.phase else {
+                return Ok(true);
+            };
+            if budget.spent() {
+                return Ok(false);
+            }
+            let cleaned = orphans::clean_page(
+                self.store,
+                self.blobs,
+                self.layout,
+                &crawl.id,
+                crawl.config.lease_ms,
+                start_after.as_deref(),
+                now,
+            )
+            .await?;
+            state.tally.orphans_removed += cleaned.removed;
+            let Some(next) = cleaned.next else {
+                return Ok(true);
+            };
+            state.phase = Phase::CleanUp {
+                start_after: Some(next),
+            };
+            self.save(prefix, state).await?;
+            budget.work += u64::from(orphans::PAGE);
+        }
     }
 
     async fn delta_partition<U: BlobUpload>(
@@ -1336,6 +1408,7 @@ where
             calls: summary::call_counts(&crawl.calls),
             estimated_cost: CostEstimate::from_calls(&crawl.calls),
             items: tally.items,
+            orphans_removed: tally.orphans_removed,
         }
     }
 
@@ -1462,7 +1535,7 @@ mod tests {
     }
 
     use crate::blob::memory::MemoryBlobStore;
-    use crate::blob::{BlobResult, Body, ObjectMeta};
+    use crate::blob::{BlobResult, Body, ListPage, ObjectMeta};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A blob store whose first `failures` reads of page bodies fail the way a body cut
@@ -1500,6 +1573,15 @@ mod tests {
             self.inner.list(prefix).await
         }
 
+        async fn list_page(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: u32,
+        ) -> BlobResult<ListPage> {
+            self.inner.list_page(prefix, start_after, limit).await
+        }
+
         async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
             self.inner.upload(key, content_type).await
         }
@@ -1520,7 +1602,12 @@ mod tests {
         };
         let key = "crawl=c/pk=p/attr=html/md5=m";
         blobs.put(key, body, &meta).await.unwrap();
-        let result = get_with_retry(&blobs, key).await;
+        let quick = Backoff {
+            first: Duration::from_millis(1),
+            max: Duration::from_millis(2),
+            outage: Duration::from_millis(50),
+        };
+        let result = read_patiently(&blobs, key, &quick).await;
         (result, blobs.reads.load(Ordering::SeqCst))
     }
 
@@ -1541,9 +1628,10 @@ mod tests {
         // WHEN the deliverer reads it
         let (result, reads) = read_with_cut_reads(u32::MAX).await;
 
-        // THEN it fails as retryable after BODY_READ_ATTEMPTS reads, not forever
+        // THEN it was read again and again, then fails as retryable once the outage bound has
+        // passed (50 ms of 1-2 ms pauses), not forever
         let e = result.unwrap_err();
         assert!(e.is_retryable(), "{e}");
-        assert_eq!(reads, BODY_READ_ATTEMPTS);
+        assert!((3..=100).contains(&reads), "{reads}");
     }
 }

@@ -41,6 +41,10 @@ pub struct Summary {
     /// (those are on the crawl's totals; the next generation's summary counts them).
     pub calls: Vec<CallCount>,
     pub estimated_cost: CostEstimate,
+    /// Objects under the crawl's prefix that no task pointed at, removed by this generation's
+    /// clean-up (`deliver::orphans`: the rule).
+    #[serde(default)]
+    pub orphans_removed: u64,
     /// The items extracted (a crawl with extractors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<ItemsSummary>,

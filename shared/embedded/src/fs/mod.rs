@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::fs;
 use trawl_core::blob::{
-    BlobError, BlobResult, BlobStore, BlobUpload, Body, ObjectMeta, from_rest, to_rest,
+    BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta, from_rest,
+    to_rest,
 };
 use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::task::Millis;
 
 /// Where temporary and in-progress files live, under the root.
 const UPLOADS_DIR: &str = ".uploads";
@@ -265,6 +267,26 @@ impl BlobStore for FsBlobStore {
         Ok(keys)
     }
 
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> BlobResult<ListPage> {
+        if prefix.starts_with('/') {
+            return Err(BlobError::InvalidKey(prefix.to_owned()));
+        }
+        self.calls.record(Call::FileRead);
+        let walk = SortedWalk {
+            prefix: prefix.to_owned(),
+            start_after: start_after.unwrap_or_default().to_owned(),
+            limit: limit.max(1) as usize,
+            page: ListPage::default(),
+        };
+        let root = self.root.clone();
+        blocking("list", prefix, move || walk.run(&root)).await
+    }
+
     async fn upload(&self, key: &str, _content_type: &str) -> BlobResult<impl BlobUpload> {
         let target = self.path_of(key)?;
         let uploads = self.root.join(UPLOADS_DIR);
@@ -277,6 +299,81 @@ impl BlobStore for FsBlobStore {
             buffer: Vec::new(),
             calls: Arc::clone(&self.calls),
         })
+    }
+}
+
+/// A page of a listing: a depth-first walk that visits each directory's entries in the order
+/// of the keys they lead to (a directory `a` as `a/`, so `a-b` comes before `a/x`, as on S3)
+/// and skips every subtree whose keys all sort at or before `start_after`: a page costs the
+/// directories on its path, not the whole tree.
+struct SortedWalk {
+    prefix: String,
+    start_after: String,
+    limit: usize,
+    page: ListPage,
+}
+
+impl SortedWalk {
+    fn run(mut self, root: &Path) -> std::io::Result<ListPage> {
+        self.visit(root, "")?;
+        Ok(self.page)
+    }
+
+    /// Walks `dir`, whose keys start with `dir_key` (empty or ending in `/`). False once the
+    /// page is full.
+    fn visit(&mut self, dir: &Path, dir_key: &str) -> std::io::Result<bool> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if matches!(e.kind(), IoErrorKind::NotFound | IoErrorKind::NotADirectory) => {
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut children = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue; // not a key this store wrote
+            };
+            if dir_key.is_empty() && name == UPLOADS_DIR {
+                continue;
+            }
+            let file_type = entry.file_type()?;
+            if file_type.is_dir() {
+                children.push((format!("{dir_key}{name}/"), entry.path(), true));
+            } else if file_type.is_file() {
+                children.push((format!("{dir_key}{name}"), entry.path(), false));
+            }
+        }
+        children.sort();
+        for (key, path, is_dir) in children {
+            if is_dir {
+                let under_prefix = key.starts_with(&self.prefix) || self.prefix.starts_with(&key);
+                let all_before = key <= self.start_after && !self.start_after.starts_with(&key);
+                if under_prefix && !all_before && !self.visit(&path, &key)? {
+                    return Ok(false);
+                }
+            } else if key.starts_with(&self.prefix) && key > self.start_after {
+                if self.page.objects.len() == self.limit {
+                    self.page.next = self.page.objects.last().map(|o| o.key.clone());
+                    return Ok(false);
+                }
+                let metadata = match std::fs::metadata(&path) {
+                    Ok(metadata) => metadata,
+                    // Deleted since the directory was read.
+                    Err(e) if e.kind() == IoErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                let modified = metadata
+                    .modified()?
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| {
+                        Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+                    });
+                self.page.objects.push(Listed { key, modified });
+            }
+        }
+        Ok(true)
     }
 }
 

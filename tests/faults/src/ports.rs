@@ -1,0 +1,549 @@
+//! Faults at the ports, for the embedded backend (SQLite + files), where no HTTP runs between
+//! trawl and its storage: [`FaultyStore`] and [`FaultyBlobs`] wrap the real adapters and, per
+//! call, answer a retryable error without calling through, add latency, or crash the process at
+//! one of three points: after a claim was written, after a body was PUT, before a finish.
+//!
+//! As with the proxy, the fate of a call depends only on the seed and the call's number, so a
+//! run with the same seed and the same order of calls meets the same faults. A crash either
+//! aborts the process ([`CrashMode::Abort`]: a real crash, for a child process) or, in a test,
+//! never returns and raises [`PortFaults::crashed`], so the test drops the whole run as a crash
+//! would and starts it again on the same data.
+
+use crate::splitmix64;
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta};
+use trawl_core::store::{
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+};
+use trawl_domain::calls::CallTally;
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::host::Host;
+use trawl_domain::retry::{Failure, RetryPolicy};
+use trawl_domain::revisit::Revisit;
+use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Task};
+
+/// The shares of port calls that meet a fault (each in 0..=1).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PortMix {
+    /// Answered with a retryable error, not called through.
+    pub errors: f64,
+    /// Delayed by 1 to 20 ms, then called through.
+    pub latency: f64,
+    /// Of the calls at a crash point (claim, body PUT, finish), the share that crashes there.
+    pub crash: f64,
+}
+
+/// A fault injected at a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortFault {
+    Error,
+    Latency,
+    /// The claim was written, then the process died.
+    CrashAfterClaim,
+    /// The body was stored, then the process died before its finish.
+    CrashAfterPut,
+    /// The process died just before writing a finish.
+    CrashBeforeFinish,
+}
+
+impl PortFault {
+    pub const ALL: [PortFault; 5] = [
+        PortFault::Error,
+        PortFault::Latency,
+        PortFault::CrashAfterClaim,
+        PortFault::CrashAfterPut,
+        PortFault::CrashBeforeFinish,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PortFault::Error => "error",
+            PortFault::Latency => "latency",
+            PortFault::CrashAfterClaim => "crash_after_claim",
+            PortFault::CrashAfterPut => "crash_after_put",
+            PortFault::CrashBeforeFinish => "crash_before_finish",
+        }
+    }
+}
+
+/// What a crash does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// `std::process::abort()`: the process dies on the spot.
+    Abort,
+    /// The call never returns and [`PortFaults::crashed`] resolves: the caller drops the run.
+    Halt,
+}
+
+/// Port calls seen and faults injected so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortCounts {
+    pub calls: u64,
+    /// Per fault, in the order of [`PortFault::ALL`].
+    pub injected: [u64; 5],
+}
+
+impl PortCounts {
+    pub fn of(&self, fault: PortFault) -> u64 {
+        self.injected[fault as usize]
+    }
+
+    pub fn add(&mut self, other: &PortCounts) {
+        self.calls += other.calls;
+        for (a, b) in self.injected.iter_mut().zip(other.injected) {
+            *a += b;
+        }
+    }
+
+    /// One JSON object, for a child process to report to its parent.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        out.insert("calls".into(), self.calls.into());
+        for fault in PortFault::ALL {
+            out.insert(fault.name().into(), self.of(fault).into());
+        }
+        serde_json::Value::Object(out)
+    }
+
+    pub fn from_json(value: &serde_json::Value) -> PortCounts {
+        let get = |name: &str| value[name].as_u64().unwrap_or(0);
+        PortCounts {
+            calls: get("calls"),
+            injected: PortFault::ALL.map(|f| get(f.name())),
+        }
+    }
+}
+
+/// The faults shared by the wrappers of one run.
+#[derive(Debug)]
+pub struct PortFaults {
+    seed: u64,
+    mix: PortMix,
+    mode: CrashMode,
+    next: AtomicU64,
+    injected: [AtomicU64; 5],
+    crashed: AtomicBool,
+    /// Where an aborting crash writes the counts first (its parent sums them).
+    report: Option<std::path::PathBuf>,
+}
+
+/// What happens to one call.
+enum Fate {
+    Error,
+    Latency(Duration),
+    Crash,
+    Through,
+}
+
+impl PortFaults {
+    pub fn new(seed: u64, mix: PortMix, mode: CrashMode) -> Self {
+        Self {
+            seed,
+            mix,
+            mode,
+            next: AtomicU64::new(0),
+            injected: Default::default(),
+            crashed: AtomicBool::new(false),
+            report: None,
+        }
+    }
+
+    /// An aborting crash first writes the counts to `path`.
+    pub fn reporting_to(mut self, path: std::path::PathBuf) -> Self {
+        self.report = Some(path);
+        self
+    }
+
+    pub fn counts(&self) -> PortCounts {
+        PortCounts {
+            calls: self.next.load(Ordering::Relaxed),
+            injected: std::array::from_fn(|i| self.injected[i].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Resolves once a halting crash happened.
+    pub async fn crashed(&self) {
+        while !self.crashed.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn count(&self, fault: PortFault) {
+        self.injected[fault as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The fate of the next call; `crash_point` when the call is one.
+    fn fate(&self, crash_point: bool) -> Fate {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let draw = splitmix64(self.seed ^ splitmix64(n));
+        let share = |x: u64| (x >> 11) as f64 / (1u64 << 53) as f64;
+        let second = splitmix64(draw);
+        if crash_point && share(second) < self.mix.crash {
+            return Fate::Crash;
+        }
+        let first = share(draw);
+        if first < self.mix.errors {
+            Fate::Error
+        } else if first < self.mix.errors + self.mix.latency {
+            Fate::Latency(Duration::from_millis(1 + second % 20))
+        } else {
+            Fate::Through
+        }
+    }
+
+    /// Before a call: an error to answer instead (the message), or after a pause, nothing.
+    async fn before(&self) -> Result<(), String> {
+        match self.fate(false) {
+            Fate::Error => {
+                self.count(PortFault::Error);
+                Err("injected by trawl-faults".to_owned())
+            }
+            Fate::Latency(pause) => {
+                self.count(PortFault::Latency);
+                tokio::time::sleep(pause).await;
+                Ok(())
+            }
+            Fate::Crash | Fate::Through => Ok(()),
+        }
+    }
+
+    /// At a crash point: crashes on a draw, as `point`.
+    async fn crash_point(&self, point: PortFault) {
+        if !matches!(self.fate(true), Fate::Crash) {
+            return;
+        }
+        self.count(point);
+        tracing::warn!(point = point.name(), "crash injected by trawl-faults");
+        match self.mode {
+            CrashMode::Abort => {
+                if let Some(path) = &self.report {
+                    let _ = std::fs::write(path, self.counts().to_json().to_string());
+                }
+                std::process::abort();
+            }
+            CrashMode::Halt => {
+                self.crashed.store(true, Ordering::Relaxed);
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    async fn store_call(&self, operation: &'static str) -> StoreResult<()> {
+        self.before()
+            .await
+            .map_err(|message| StoreError::Unavailable { operation, message })
+    }
+
+    async fn blob_call(&self, operation: &'static str, key: &str) -> BlobResult<()> {
+        self.before()
+            .await
+            .map_err(|message| BlobError::Unavailable {
+                operation,
+                key: key.to_owned(),
+                message,
+            })
+    }
+}
+
+/// A status store whose calls meet [`PortFaults`].
+pub struct FaultyStore<S> {
+    pub inner: S,
+    pub faults: std::sync::Arc<PortFaults>,
+}
+
+/// An object store whose calls meet [`PortFaults`].
+pub struct FaultyBlobs<B> {
+    pub inner: B,
+    pub faults: std::sync::Arc<PortFaults>,
+}
+
+impl<S: CrawlStore> CrawlStore for FaultyStore<S> {
+    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        self.faults.store_call("create_crawl").await?;
+        self.inner.create_crawl(crawl).await
+    }
+
+    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.faults.store_call("get_crawl").await?;
+        self.inner.get_crawl(id).await
+    }
+
+    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        self.faults.store_call("list_crawls").await?;
+        self.inner.list_crawls(state).await
+    }
+
+    async fn complete_crawl(
+        &self,
+        id: &CrawlId,
+        generation: u64,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.faults.store_call("complete_crawl").await?;
+        self.inner.complete_crawl(id, generation, now).await
+    }
+
+    async fn update_config(
+        &self,
+        id: &CrawlId,
+        config: &CrawlConfig,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.faults.store_call("update_config").await?;
+        self.inner.update_config(id, config, now).await
+    }
+
+    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
+        self.faults.store_call("set_checkpoint").await?;
+        self.inner.set_checkpoint(id, checkpoint).await
+    }
+
+    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
+        self.faults.store_call("add_reference_misses").await?;
+        self.inner.add_reference_misses(id, n).await
+    }
+
+    async fn claim_delivery(
+        &self,
+        id: &CrawlId,
+        holder: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.faults.store_call("claim_delivery").await?;
+        self.inner.claim_delivery(id, holder, until, now).await
+    }
+
+    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
+        self.faults.store_call("release_delivery").await?;
+        self.inner.release_delivery(id, holder).await
+    }
+
+    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
+        self.faults.store_call("reopen_crawl").await?;
+        self.inner.reopen_crawl(id, now).await
+    }
+
+    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
+        self.faults.store_call("reserve_pages").await?;
+        self.inner.reserve_pages(id, wanted, max).await
+    }
+
+    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
+        self.faults.store_call("release_pages").await?;
+        self.inner.release_pages(id, n).await
+    }
+
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+        self.faults.store_call("add_calls").await?;
+        self.inner.add_calls(id, share).await
+    }
+
+    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.faults.store_call("delete_crawl").await?;
+        self.inner.delete_crawl(id).await
+    }
+}
+
+impl<S: TaskStore> TaskStore for FaultyStore<S> {
+    async fn seed(
+        &self,
+        crawl_id: &CrawlId,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> StoreResult<Vec<Seeded>> {
+        self.faults.store_call("seed").await?;
+        self.inner.seed(crawl_id, tasks, now).await
+    }
+
+    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
+        self.faults.store_call("get").await?;
+        self.inner.get(crawl_id, task_id).await
+    }
+
+    async fn claim(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        lease_ms: u64,
+        now: Millis,
+    ) -> StoreResult<ClaimOutcome> {
+        self.faults.store_call("claim").await?;
+        let outcome = self.inner.claim(crawl_id, task_id, lease_ms, now).await?;
+        if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+            self.faults.crash_point(PortFault::CrashAfterClaim).await;
+        }
+        Ok(outcome)
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        record: &FetchRecord,
+        now: Millis,
+    ) -> StoreResult<FinishOutcome> {
+        self.faults.crash_point(PortFault::CrashBeforeFinish).await;
+        self.faults.store_call("finish").await?;
+        self.inner.finish(lease, record, now).await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        policy: &RetryPolicy,
+        revisit: &Revisit,
+        now: Millis,
+    ) -> StoreResult<FailOutcome> {
+        self.faults.store_call("fail").await?;
+        self.inner.fail(lease, failure, policy, revisit, now).await
+    }
+
+    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
+        self.faults.store_call("release").await?;
+        self.inner.release(lease, now).await
+    }
+
+    async fn add_stale(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        md5: &str,
+    ) -> StoreResult<bool> {
+        self.faults.store_call("add_stale").await?;
+        self.inner.add_stale(crawl_id, task_id, md5).await
+    }
+
+    async fn reschedule(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        from: &[trawl_domain::task::Status],
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.faults.store_call("reschedule").await?;
+        self.inner.reschedule(crawl_id, task_id, from, now).await
+    }
+
+    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
+        self.faults.store_call("reset").await?;
+        self.inner.reset(task, now).await
+    }
+
+    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
+        self.faults.store_call("refresh").await?;
+        self.inner.refresh(task, lastmod, now).await
+    }
+
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        self.faults.store_call("due_tasks").await?;
+        self.inner.due_tasks(crawl_id, host, limit).await
+    }
+
+    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        self.faults.store_call("query").await?;
+        self.inner.query(query).await
+    }
+
+    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        self.faults.store_call("counts").await?;
+        self.inner.counts(crawl_id).await
+    }
+
+    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.faults.store_call("delete_tasks").await?;
+        self.inner.delete_tasks(crawl_id).await
+    }
+}
+
+impl<S: HostStore> HostStore for FaultyStore<S> {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        self.faults.store_call("get_host").await?;
+        self.inner.get_host(crawl_id, name).await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        self.faults.store_call("put_host").await?;
+        self.inner.put_host(crawl_id, host).await
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        self.faults.store_call("add_seeded").await?;
+        self.inner.add_seeded(crawl_id, name, n).await
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        self.faults.store_call("list_hosts").await?;
+        self.inner.list_hosts(crawl_id, cursor, limit).await
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.faults.store_call("delete_hosts").await?;
+        self.inner.delete_hosts(crawl_id).await
+    }
+}
+
+impl<B: BlobStore> BlobStore for FaultyBlobs<B> {
+    async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
+        self.faults.blob_call("put", key).await?;
+        self.inner.put(key, body, meta).await?;
+        if key.contains("/attr=html/") {
+            self.faults.crash_point(PortFault::CrashAfterPut).await;
+        }
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
+        self.faults.blob_call("get", key).await?;
+        self.inner.get(key).await
+    }
+
+    async fn delete(&self, key: &str) -> BlobResult<()> {
+        self.faults.blob_call("delete", key).await?;
+        self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
+        self.faults.blob_call("list", prefix).await?;
+        self.inner.list(prefix).await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> BlobResult<ListPage> {
+        self.faults.blob_call("list_page", prefix).await?;
+        self.inner.list_page(prefix, start_after, limit).await
+    }
+
+    fn upload(
+        &self,
+        key: &str,
+        content_type: &str,
+    ) -> impl Future<Output = BlobResult<impl BlobUpload>> + Send {
+        // Streamed uploads (deliveries) pass through: a delivery's retries are its own.
+        self.inner.upload(key, content_type)
+    }
+}
