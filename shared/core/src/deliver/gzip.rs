@@ -6,18 +6,25 @@
 
 use super::DeliverError;
 use crate::blob::BlobUpload;
-use flate2::Compression;
-use flate2::write::GzEncoder;
+use flate2::{Compress, Compression, Crc, FlushCompress, Status};
 use md5::{Digest, Md5};
-use std::io::Write;
 
 /// Compressed bytes handed to the upload at once.
 const CHUNK: usize = 256 * 1024;
+/// Room made in the output buffer before each step of the compressor.
+const STEP_ROOM: usize = 64 * 1024;
 
 pub(crate) struct GzipFile<U> {
     upload: U,
     level: Compression,
-    member: Option<GzEncoder<Vec<u8>>>,
+    /// One raw-deflate compressor for every member, reset between them: a new one per member
+    /// (a `GzEncoder` per WARC record) zeroes ~300 KB of state each time, which profiled as a
+    /// tenth of a local crawl's CPU.
+    deflate: Compress,
+    /// The current member's checksum and length; None between members.
+    member: Option<Crc>,
+    /// Compressed bytes not yet handed to the upload.
+    out: Vec<u8>,
     members: u64,
     compressed: u64,
     /// Of the compressed bytes: the md5 the delivery's index lists.
@@ -31,8 +38,44 @@ pub(crate) struct Written {
     pub(crate) md5: String,
 }
 
-fn encode_error(e: std::io::Error) -> DeliverError {
+fn encode_error(e: impl std::fmt::Display) -> DeliverError {
     DeliverError::Encode(e.to_string())
+}
+
+/// A member's header (RFC 1952): no name, no time, the compression level's hint, OS unknown
+/// (what flate2's `GzEncoder` writes).
+fn header(level: Compression) -> [u8; 10] {
+    let extra_flags = match level.level() {
+        9.. => 2,
+        0 | 1 => 4,
+        _ => 0,
+    };
+    [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, extra_flags, 255]
+}
+
+/// Runs the compressor over all of `input` (and to the stream's end with `Finish`).
+fn deflate_into(
+    deflate: &mut Compress,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+    flush: FlushCompress,
+) -> Result<(), DeliverError> {
+    loop {
+        out.reserve(STEP_ROOM);
+        let before = deflate.total_in();
+        let status = deflate
+            .compress_vec(input, out, flush)
+            .map_err(encode_error)?;
+        let consumed = usize::try_from(deflate.total_in() - before).map_err(encode_error)?;
+        input = input.get(consumed..).unwrap_or_default();
+        let done = match flush {
+            FlushCompress::Finish => status == Status::StreamEnd,
+            _ => input.is_empty(),
+        };
+        if done {
+            return Ok(());
+        }
+    }
 }
 
 impl<U: BlobUpload> GzipFile<U> {
@@ -45,7 +88,9 @@ impl<U: BlobUpload> GzipFile<U> {
         Self {
             upload,
             level,
+            deflate: Compress::new(level, false),
             member: None,
+            out: Vec::new(),
             members: 0,
             compressed: 0,
             md5: Md5::new(),
@@ -54,33 +99,41 @@ impl<U: BlobUpload> GzipFile<U> {
 
     /// Appends `data` to the current member (starting one if needed).
     pub(crate) async fn write(&mut self, data: &[u8]) -> Result<(), DeliverError> {
-        let level = self.level;
-        let encoder = self
-            .member
-            .get_or_insert_with(|| GzEncoder::new(Vec::new(), level));
-        encoder.write_all(data).map_err(encode_error)?;
-        if encoder.get_ref().len() >= CHUNK {
-            let chunk = std::mem::take(encoder.get_mut());
-            self.send(&chunk).await?;
+        let crc = match &mut self.member {
+            Some(crc) => crc,
+            None => {
+                self.out.extend_from_slice(&header(self.level));
+                self.member.insert(Crc::new())
+            }
+        };
+        crc.update(data);
+        deflate_into(&mut self.deflate, data, &mut self.out, FlushCompress::None)?;
+        if self.out.len() >= CHUNK {
+            self.send().await?;
         }
         Ok(())
     }
 
     /// Closes the current member; the next write starts a new one.
     pub(crate) async fn end_member(&mut self) -> Result<(), DeliverError> {
-        if let Some(encoder) = self.member.take() {
-            let rest = encoder.finish().map_err(encode_error)?;
+        if let Some(crc) = self.member.take() {
+            deflate_into(&mut self.deflate, &[], &mut self.out, FlushCompress::Finish)?;
+            self.deflate.reset();
+            self.out.extend_from_slice(&crc.sum().to_le_bytes());
+            self.out.extend_from_slice(&crc.amount().to_le_bytes());
             self.members += 1;
-            self.send(&rest).await?;
+            self.send().await?;
         }
         Ok(())
     }
 
-    async fn send(&mut self, chunk: &[u8]) -> Result<(), DeliverError> {
-        if !chunk.is_empty() {
-            self.upload.write(chunk).await?;
-            self.compressed += chunk.len() as u64;
-            self.md5.update(chunk);
+    /// Hands the buffered compressed bytes to the upload (the buffer is kept for the next ones).
+    async fn send(&mut self) -> Result<(), DeliverError> {
+        if !self.out.is_empty() {
+            self.upload.write(&self.out).await?;
+            self.compressed += self.out.len() as u64;
+            self.md5.update(&self.out);
+            self.out.clear();
         }
         Ok(())
     }
@@ -109,5 +162,56 @@ impl<U: BlobUpload> GzipFile<U> {
         if let Err(e) = self.upload.abort().await {
             tracing::warn!(error = %e, "could not abort a delivery upload");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::BlobStore;
+    use crate::blob::memory::MemoryBlobStore;
+    use flate2::read::{GzDecoder, MultiGzDecoder};
+    use std::io::Read;
+
+    fn inflate(mut reader: impl Read) -> Vec<u8> {
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn members_share_one_compressor_and_each_is_a_whole_gzip_stream() {
+        let blobs = MemoryBlobStore::new();
+        let mut file = GzipFile::with_level(
+            blobs.upload("f.gz", "application/gzip").await.unwrap(),
+            Compression::fast(),
+        );
+        // Larger than a chunk, so a member spans several uploads' writes.
+        let big: Vec<u8> = (0..CHUNK * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let records: [&[u8]; 3] = [b"first record", &big, b""];
+        for record in records {
+            // Written in two parts: a member may take several writes.
+            let (head, tail) = record.split_at(record.len() / 2);
+            file.write(head).await.unwrap();
+            file.write(tail).await.unwrap();
+            file.end_member().await.unwrap();
+        }
+        let written = file.complete().await.unwrap();
+        let stored = blobs.get("f.gz").await.unwrap().unwrap();
+        assert_eq!(written.bytes, stored.len() as u64);
+        assert_eq!(written.md5, hex::encode(Md5::digest(&stored)));
+        assert_eq!(inflate(MultiGzDecoder::new(&stored[..])), records.concat());
+        // The first member alone decodes to the first record: readers can seek to a record.
+        assert_eq!(inflate(GzDecoder::new(&stored[..])), b"first record");
+    }
+
+    #[tokio::test]
+    async fn an_empty_file_is_one_empty_member() {
+        let blobs = MemoryBlobStore::new();
+        let file = GzipFile::new(blobs.upload("e.gz", "application/gzip").await.unwrap());
+        file.complete().await.unwrap();
+        let stored = blobs.get("e.gz").await.unwrap().unwrap();
+        assert!(!stored.is_empty());
+        assert!(inflate(MultiGzDecoder::new(&stored[..])).is_empty());
     }
 }
