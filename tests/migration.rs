@@ -78,7 +78,9 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
         parent: None,
         data: None,
     });
-    seed_tasks(&store, &crawl, tasks.collect(), T0).await.unwrap();
+    seed_tasks(&store, &crawl, tasks.collect(), T0)
+        .await
+        .unwrap();
     let ids: Vec<TaskId> = urls.iter().map(CanonicalUrl::task_id).collect();
     for id in &ids[..2] {
         let ClaimOutcome::Claimed { lease, .. } = store
@@ -96,14 +98,25 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
         store.finish(&lease, &record, T0).await.unwrap();
     }
     let db = &clients.dynamodb;
-    write_the_old_way(db, &stack.table, &crawl.id, &ids[1], Status::Succeeded, false).await;
+    write_the_old_way(
+        db,
+        &stack.table,
+        &crawl.id,
+        &ids[1],
+        Status::Succeeded,
+        false,
+    )
+    .await;
     write_the_old_way(db, &stack.table, &crawl.id, &ids[2], Status::Pending, true).await;
 
     // THEN today's code does not see the old items: not counted, not listed, not due
     let counts = store.counts(&crawl.id).await.unwrap();
     assert_eq!(counts.get(&Status::Succeeded), Some(&1));
     assert_eq!(counts.get(&Status::Pending), Some(&0));
-    assert_eq!(listed(&store, &crawl.id, Status::Succeeded).await, [ids[0].clone()]);
+    assert_eq!(
+        listed(&store, &crawl.id, Status::Succeeded).await,
+        [ids[0].clone()]
+    );
     let due = store.due_tasks(&crawl.id, "old.test", 10).await.unwrap();
     assert!(due.is_empty(), "{due:?}");
 
@@ -134,7 +147,10 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
     );
     let report = json_of(&output);
     assert_eq!(report["crawl_id"], "old");
-    assert_eq!((report["moved"].as_u64(), report["done"].as_bool()), (Some(1), Some(true)));
+    assert_eq!(
+        (report["moved"].as_u64(), report["done"].as_bool()),
+        (Some(1), Some(true))
+    );
 
     // THEN every task is where today's code looks: counted, listed, the pending one due
     let counts = store.counts(&crawl.id).await.unwrap();
@@ -160,12 +176,18 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
             .item
             .unwrap();
         assert!(!item.contains_key("gsi_pk"), "{status:?}: {item:?}");
-        assert!(item.contains_key("due") && item.contains_key("hk"), "{item:?}");
+        assert!(
+            item.contains_key("due") && item.contains_key("hk"),
+            "{item:?}"
+        );
     }
 
     // AND a second run moves nothing
     let again = migrate().await;
     assert!(again.status.success());
     let report = json_of(&again);
-    assert_eq!((report["moved"].as_u64(), report["done"].as_bool()), (Some(0), Some(true)));
+    assert_eq!(
+        (report["moved"].as_u64(), report["done"].as_bool()),
+        (Some(0), Some(true))
+    );
 }

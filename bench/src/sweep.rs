@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
 use trawl_core::frontier::{seed_tasks, update_host};
-use trawl_core::queue::{WorkMessage, WorkQueue as _};
 use trawl_core::queue::local::LocalQueue;
+use trawl_core::queue::{WorkMessage, WorkQueue as _};
 use trawl_core::store::memory::MemoryStore;
 use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, PAGE_SIZE, SweepBudget, SweepOptions, Sweeper};
@@ -308,11 +308,16 @@ async fn sweep_due(
 /// The deployed schedule's budget: query pages and time per invocation.
 fn schedule() -> BenchResult<(u32, Duration)> {
     let input: serde_json::Value = serde_json::from_str(SCHEDULE).step("sweeper schedule")?;
-    let pages = input["max_pages"].as_u64().and_then(|p| u32::try_from(p).ok());
+    let pages = input["max_pages"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok());
     let time_ms = input["time_budget_ms"].as_u64();
     match (pages, time_ms) {
         (Some(pages), Some(ms)) => Ok((pages, Duration::from_millis(ms))),
-        _ => Err(check("sweeper schedule", format!("no budget in {SCHEDULE}"))),
+        _ => Err(check(
+            "sweeper schedule",
+            format!("no budget in {SCHEDULE}"),
+        )),
     }
 }
 
@@ -335,17 +340,50 @@ async fn due_work(quick: bool) -> BenchResult<Vec<Figure>> {
     let pages_allow = f64::from(pages.saturating_sub(1)) * f64::from(PAGE_SIZE);
     let per_tick = pages_allow.min(per_s(run.hosts_woken) * time.as_secs_f64());
     Ok(vec![
-        Figure::single(SECTION, name("hosts woken"), "hosts", run.hosts_woken as f64),
-        Figure::single(SECTION, name("due tasks their turns cover"), "tasks", run.tasks_covered as f64),
-        Figure::single(SECTION, name("pages read"), "pages", run.pages as f64),
-        Figure::single(SECTION, name("requests (DynamoDB + SQS)"), "requests", run.requests as f64),
-        Figure::single(SECTION, name("sweep time (modelled round trips)"), "s", run.secs),
-        Figure::single(SECTION, name("hosts woken per second of sweep"), "hosts/s", per_s(run.hosts_woken)),
-        Figure::single(SECTION, name("due tasks made available per second of sweep"), "tasks/s", per_s(run.tasks_covered))
-            .at_least(2_000.0),
         Figure::single(
             SECTION,
-            format!("deployed schedule ({pages} pages, {} s per 5-minute tick): hosts visited per tick", time.as_secs()),
+            name("hosts woken"),
+            "hosts",
+            run.hosts_woken as f64,
+        ),
+        Figure::single(
+            SECTION,
+            name("due tasks their turns cover"),
+            "tasks",
+            run.tasks_covered as f64,
+        ),
+        Figure::single(SECTION, name("pages read"), "pages", run.pages as f64),
+        Figure::single(
+            SECTION,
+            name("requests (DynamoDB + SQS)"),
+            "requests",
+            run.requests as f64,
+        ),
+        Figure::single(
+            SECTION,
+            name("sweep time (modelled round trips)"),
+            "s",
+            run.secs,
+        ),
+        Figure::single(
+            SECTION,
+            name("hosts woken per second of sweep"),
+            "hosts/s",
+            per_s(run.hosts_woken),
+        ),
+        Figure::single(
+            SECTION,
+            name("due tasks made available per second of sweep"),
+            "tasks/s",
+            per_s(run.tasks_covered),
+        )
+        .at_least(2_000.0),
+        Figure::single(
+            SECTION,
+            format!(
+                "deployed schedule ({pages} pages, {} s per 5-minute tick): hosts visited per tick",
+                time.as_secs()
+            ),
             "hosts",
             per_tick,
         ),

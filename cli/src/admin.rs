@@ -85,7 +85,9 @@ where
         }
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
-        Command::Migrate(_) => Err(CliError::Usage("`trawl migrate` needs --backend aws".into())),
+        Command::Migrate(_) => Err(CliError::Usage(
+            "`trawl migrate` needs --backend aws".into(),
+        )),
         Command::Recrawl(args) => {
             let operation = Operation::Recrawl { only: args.only };
             let what = "to fetch again";
@@ -537,7 +539,11 @@ pub async fn migrate(
                 "crawl_id": crawl.id.as_str(), "moved": moved, "changed": changed, "done": done,
             }));
         } else {
-            let left = if done { "" } else { "; some are left: run it again" };
+            let left = if done {
+                ""
+            } else {
+                "; some are left: run it again"
+            };
             output::line(format_args!(
                 "{}: {moved} tasks moved to their hosts' due lists ({changed} changed meanwhile){left}",
                 crawl.id

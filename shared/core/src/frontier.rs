@@ -398,13 +398,17 @@ mod tests {
 
         // The stale record loses the version check: the host is read, and its running turn
         // is left alone.
-        let messages = reissue_turns(&store, &crawl, [listed], LOST, 20).await.unwrap();
+        let messages = reissue_turns(&store, &crawl, [listed], LOST, 20)
+            .await
+            .unwrap();
         assert!(messages.is_empty(), "{messages:?}");
 
         // Once that turn has expired unreturned, the record as listed is re-issued.
         let listed = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
         let at = 10 + 60_000;
-        let messages = reissue_turns(&store, &crawl, [listed], LOST, at).await.unwrap();
+        let messages = reissue_turns(&store, &crawl, [listed], LOST, at)
+            .await
+            .unwrap();
         assert_eq!(messages.len(), 1);
         let host = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
         assert_eq!((messages[0].epoch, host.queued_for), (host.epoch, Some(at)));

@@ -419,7 +419,9 @@ impl DynamoStore {
     /// of 25; call again until `done`.
     pub async fn migrate_unlisted(&self, crawl_id: &CrawlId, limit: u64) -> StoreResult<Migrated> {
         let mut out = Migrated::default();
-        let old = Status::ALL.into_iter().filter(|&status| !items::listed(status));
+        let old = Status::ALL
+            .into_iter()
+            .filter(|&status| !items::listed(status));
         for status in old {
             for shard in 0..self.shards {
                 let gsi = items::status_gsi(crawl_id, status, shard);
@@ -452,7 +454,12 @@ impl DynamoStore {
     }
 
     /// One item of `migrate_unlisted`, as the status index listed it under `gsi`: true if moved.
-    async fn move_to_due_list(&self, crawl_id: &CrawlId, gsi: &str, item: Item) -> StoreResult<bool> {
+    async fn move_to_due_list(
+        &self,
+        crawl_id: &CrawlId,
+        gsi: &str,
+        item: Item,
+    ) -> StoreResult<bool> {
         let task = items::summary_from_item(item)?;
         let host = trawl_domain::canonical::host_key_of(&task.url);
         // Each of these statuses has a due time (a succeeded page never fetched again:
@@ -466,7 +473,9 @@ impl DynamoStore {
         let mut request = self
             .update_task(crawl_id, &task.task_id)
             .condition_expression("#g = :g")
-            .update_expression(format!("REMOVE #g SET #hk = if_not_exists(#hk, :hk){set_due}"))
+            .update_expression(format!(
+                "REMOVE #g SET #hk = if_not_exists(#hk, :hk){set_due}"
+            ))
             .expression_attribute_names("#g", "gsi_pk")
             .expression_attribute_values(":g", s(gsi))
             .expression_attribute_names("#hk", "hk")
