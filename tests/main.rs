@@ -11,6 +11,7 @@ mod fetching;
 mod frontier;
 mod generations;
 mod items;
+mod migration;
 mod operator;
 mod proxy;
 mod seeding;

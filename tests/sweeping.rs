@@ -245,6 +245,9 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
         3,
         "one host write per re-issued turn"
     );
+    // The 8 records listed, and the retrying task's host: a re-issued host is decided over as
+    // listed, without a read of its own.
+    assert_eq!(calls.get(Call::DynamoGetItem), 9, "{report:?}");
     let mut sent = Vec::new();
     for _ in 0..10 {
         let batch = queue.receive(10, 100).await.unwrap();

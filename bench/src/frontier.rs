@@ -379,11 +379,13 @@ pub fn fifo_per_url(work: &Workload, seed: u64, scan_window: usize) -> Outcome {
 struct WriteModel;
 
 impl WriteModel {
-    /// Host turns: seed put (1) + its entry in the sparse due-index (1); the finish, fenced by
-    /// the turn's token (1) + leaving the due-index, a terminal task is not in it (1); per
-    /// turn: claim and end of the host record (2) + its due-index key change (2).
+    /// Host turns, as `docs/scale.md` §2 meters them: seed put (1) + its entry in its host's
+    /// due index (1); the claim inside the turn, a read (0); the finish, fenced by the token
+    /// as read (1) + its due-index entry moved to after every due time, where a succeeded
+    /// page stays listed (2); per turn: claim and end of the host record (2), which is in no
+    /// index that changes.
     fn host_turns(out: &Outcome, urls: u64) -> f64 {
-        (4.0 * urls as f64 + 4.0 * out.turns as f64) / urls as f64
+        (5.0 * urls as f64 + 2.0 * out.turns as f64) / urls as f64
     }
 
     /// Today (as issue #13 counts it): seed put (1 + 1 index), claim (1 + 2), finish (1 + 2):

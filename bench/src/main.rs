@@ -14,6 +14,7 @@ mod freshness;
 mod frontier;
 mod hosts;
 mod lambda;
+mod latency;
 mod local;
 mod machine;
 mod moto;

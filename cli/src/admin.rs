@@ -85,6 +85,9 @@ where
         }
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
+        Command::Migrate(_) => Err(CliError::Usage(
+            "`trawl migrate` needs --backend aws".into(),
+        )),
         Command::Recrawl(args) => {
             let operation = Operation::Recrawl { only: args.only };
             let what = "to fetch again";
@@ -499,6 +502,52 @@ pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
     } else {
         for (k, v) in vars {
             output::line(format_args!("export {k}={v}"));
+        }
+    }
+    Ok(())
+}
+
+/// Tasks `trawl migrate` moves per call of the store (a bounded batch, then the next).
+const MIGRATE_BATCH: u64 = 1_000;
+
+/// `trawl migrate`: each crawl's (or the named one's) tasks written before the sparse status
+/// index, moved to their hosts' due lists batch after batch, until none is left under an old
+/// key. A batch that moves nothing without reaching the end (the index lags the moves) stops
+/// the run: run it again later.
+pub async fn migrate(
+    store: &trawl_aws::dynamodb::DynamoStore,
+    selector: &CrawlSelector,
+    json: bool,
+) -> Result<(), CliError> {
+    let crawls = match selector.crawl_id.as_deref() {
+        Some(id) => vec![resolve_crawl(store, Some(id)).await?],
+        None => store.list_crawls(None).await?,
+    };
+    for crawl in crawls {
+        let (mut moved, mut changed, mut done) = (0, 0, false);
+        while !done {
+            let batch = store.migrate_unlisted(&crawl.id, MIGRATE_BATCH).await?;
+            moved += batch.moved;
+            changed += batch.changed;
+            done = batch.done;
+            if batch.moved == 0 {
+                break;
+            }
+        }
+        if json {
+            output::json(&json!({
+                "crawl_id": crawl.id.as_str(), "moved": moved, "changed": changed, "done": done,
+            }));
+        } else {
+            let left = if done {
+                ""
+            } else {
+                "; some are left: run it again"
+            };
+            output::line(format_args!(
+                "{}: {moved} tasks moved to their hosts' due lists ({changed} changed meanwhile){left}",
+                crawl.id
+            ));
         }
     }
     Ok(())

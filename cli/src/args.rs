@@ -66,6 +66,10 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Create the AWS table, bucket and queues (for moto and development accounts).
     Setup(SetupArgs),
+    /// Upgrade a DynamoDB table written before the sparse status index (AWS only): moves every
+    /// crawl's pending, in-progress and succeeded tasks to their hosts' due lists. Safe to
+    /// re-run; a second run moves nothing.
+    Migrate(CrawlSelector),
     /// Start the crawl's next generation now: every page fetched before is fetched again
     /// (conditional GETs: unchanged pages cost no upload), then delivered with its delta.
     Recrawl(RecrawlNowArgs),

@@ -115,6 +115,15 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         return admin::setup(args, global.json).await;
     }
+    if let Command::Migrate(selector) = &cli.command {
+        if global.backend != BackendKind::Aws {
+            return Err(CliError::Usage(
+                "`trawl migrate` upgrades a DynamoDB table: add --backend aws".into(),
+            ));
+        }
+        let aws = backend::aws(global.stack.as_deref()).await?;
+        return admin::migrate(&aws.store, selector, global.json).await;
+    }
     // The extractors' dry run of a URL needs no backend: it reads a file and fetches a page.
     if let Command::Extract(args) = &cli.command
         && args.task.is_none()
@@ -155,8 +164,10 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Extract(_)
         | Command::Config(ConfigCommand::Show(_))
         | Command::Deliveries(DeliveriesCommand::List(_) | DeliveriesCommand::Get(_))
-        // `setup` and `submit` are refused (and `extract URL` run) before any backend is opened.
+        // `setup`, `migrate` and `submit` are refused (and `extract URL` run) before any backend
+        // is opened.
         | Command::Setup(_)
+        | Command::Migrate(_)
         | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,
         // They crawl afterwards, unless detached: the crawl's own access.

@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn the_schedule_event_parses() {
         let e = parse_event(event()).unwrap();
-        assert_eq!((e.max_pages, e.time_budget_ms), (50, 50_000));
+        assert_eq!((e.max_pages, e.time_budget_ms), (500, 50_000));
         assert_eq!(e.crawl_id, None);
     }
 

@@ -9,6 +9,7 @@
 
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, Seeded, StoreError, StoreResult, TaskStore};
+use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
 use trawl_domain::canonical::UrlError;
@@ -18,6 +19,9 @@ use trawl_domain::task::{Millis, NewTask};
 
 /// Read-decide-write rounds on one host record before giving up as contended.
 const HOST_WRITE_ATTEMPTS: usize = 8;
+/// Host records re-issued at once (`reissue_turns`): as many as the DynamoDB adapter reads at
+/// once while listing hosts.
+const REISSUE_PARALLELISM: usize = 16;
 
 #[derive(Debug, Error)]
 pub enum FrontierError {
@@ -195,13 +199,34 @@ pub async fn update_host<S, T>(
     crawl: &Crawl,
     name: &str,
     now: Millis,
+    decide: impl FnMut(&Host) -> (Option<Host>, T),
+) -> StoreResult<Option<(Host, T)>>
+where
+    S: HostStore,
+{
+    update_host_from(store, crawl, name, None, now, decide).await
+}
+
+/// `update_host` deciding first over `known`, the record as the caller just read it (a listing:
+/// it saves a read per host); a stale one loses the write's version check, and the next round
+/// reads the record.
+async fn update_host_from<S, T>(
+    store: &S,
+    crawl: &Crawl,
+    name: &str,
+    mut known: Option<Host>,
+    now: Millis,
     mut decide: impl FnMut(&Host) -> (Option<Host>, T),
 ) -> StoreResult<Option<(Host, T)>>
 where
     S: HostStore,
 {
     for _ in 0..HOST_WRITE_ATTEMPTS {
-        let current = match store.get_host(&crawl.id, name).await? {
+        let stored = match known.take() {
+            Some(host) => Some(host),
+            None => store.get_host(&crawl.id, name).await?,
+        };
+        let current = match stored {
             Some(host) => host,
             None => Host::new(name, &crawl.config.politeness.host_policy(name), now),
         };
@@ -227,6 +252,26 @@ where
     })
 }
 
+/// A host `reissue_turns` is given: by name (its record is read), or its record as the caller
+/// just listed it (decided over as listed: a stale one loses the write's version check and is
+/// read then).
+pub enum HostRef {
+    Name(String),
+    Listed(Host),
+}
+
+impl From<String> for HostRef {
+    fn from(name: String) -> Self {
+        HostRef::Name(name)
+    }
+}
+
+impl From<Host> for HostRef {
+    fn from(host: Host) -> Self {
+        HostRef::Listed(host)
+    }
+}
+
 /// Which hosts `reissue_turns` gives a new turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reissue {
@@ -241,32 +286,45 @@ pub enum Reissue {
     Restart,
 }
 
-/// Re-issues the turn of each of `hosts` that `which` selects. Returns the messages to send.
-pub async fn reissue_turns<S>(
+/// Re-issues the turn of each of `hosts` that `which` selects, `REISSUE_PARALLELISM` host
+/// records at a time (each its own read-decide-write: a page of hosts costs a few round trips,
+/// not one per host). Returns the messages to send, in the order of `hosts`.
+pub async fn reissue_turns<S, H>(
     store: &S,
     crawl: &Crawl,
-    hosts: impl IntoIterator<Item = String>,
+    hosts: impl IntoIterator<Item = H>,
     which: Reissue,
     now: Millis,
 ) -> StoreResult<Vec<WorkMessage>>
 where
     S: HostStore,
+    H: Into<HostRef>,
 {
-    let mut messages = Vec::new();
-    for name in hosts {
-        let requeued = update_host(store, crawl, &name, now, |h| {
-            let (next, visible_at) = match which {
-                Reissue::Restart => h.restart(now),
-                Reissue::Lost {
-                    lost_after_ms,
-                    known_work,
-                } if h.message_lost(now, lost_after_ms, known_work) => h.requeue(now),
-                Reissue::Lost { .. } => return (None, None),
+    let decide = move |h: &Host| {
+        let (next, visible_at) = match which {
+            Reissue::Restart => h.restart(now),
+            Reissue::Lost {
+                lost_after_ms,
+                known_work,
+            } if h.message_lost(now, lost_after_ms, known_work) => h.requeue(now),
+            Reissue::Lost { .. } => return (None, None),
+        };
+        (Some(next), Some(visible_at))
+    };
+    let requeued: Vec<StoreResult<_>> = futures_util::stream::iter(hosts)
+        .map(|host| async move {
+            let (name, known) = match host.into() {
+                HostRef::Name(name) => (name, None),
+                HostRef::Listed(host) => (host.name.clone(), Some(host)),
             };
-            (Some(next), Some(visible_at))
+            update_host_from(store, crawl, &name, known, now, decide).await
         })
-        .await?;
-        if let Some((host, Some(visible_at))) = requeued {
+        .buffered(REISSUE_PARALLELISM)
+        .collect()
+        .await;
+    let mut messages = Vec::new();
+    for requeued in requeued {
+        if let Some((host, Some(visible_at))) = requeued? {
             messages.push(turn_message(crawl, &host, visible_at, now));
         }
     }
@@ -304,4 +362,55 @@ pub fn hosts_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     hosts.sort();
     hosts.dedup();
     hosts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use trawl_domain::canonical::CrawlId;
+    use trawl_domain::crawl::CrawlConfig;
+
+    const LOST: Reissue = Reissue::Lost {
+        lost_after_ms: 300_000,
+        known_work: false,
+    };
+
+    #[tokio::test]
+    async fn a_listed_record_is_decided_over_as_listed_and_a_stale_one_read_again() {
+        let store = MemoryStore::new();
+        let crawl = Crawl::new(CrawlId::parse("c").unwrap(), CrawlConfig::default(), 0);
+        store.create_crawl(&crawl).await.unwrap();
+        // A host idle with work left (its message lost), as a listing saw it…
+        let policy = crawl.config.politeness.host_policy("h.test");
+        let idle = Host {
+            seeded: 1,
+            ..Host::new("h.test", &policy, 0)
+        };
+        assert!(store.put_host(&crawl.id, &idle).await.unwrap());
+        let listed = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
+        // …whose turn a worker has claimed since.
+        update_host(&store, &crawl, "h.test", 10, |h| {
+            (h.claim_turn(10, 60_000).ok().map(|(next, _)| next), ())
+        })
+        .await
+        .unwrap();
+
+        // The stale record loses the version check: the host is read, and its running turn
+        // is left alone.
+        let messages = reissue_turns(&store, &crawl, [listed], LOST, 20)
+            .await
+            .unwrap();
+        assert!(messages.is_empty(), "{messages:?}");
+
+        // Once that turn has expired unreturned, the record as listed is re-issued.
+        let listed = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
+        let at = 10 + 60_000;
+        let messages = reissue_turns(&store, &crawl, [listed], LOST, at)
+            .await
+            .unwrap();
+        assert_eq!(messages.len(), 1);
+        let host = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
+        assert_eq!((messages[0].epoch, host.queued_for), (host.epoch, Some(at)));
+    }
 }

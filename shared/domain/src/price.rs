@@ -43,17 +43,18 @@ pub const PRICES: Prices = Prices {
 };
 
 /// How calls become billing units, in words (reported beside every estimate).
-pub const UNIT_MODEL: &str = "items under 1 KB; a DynamoDB PutItem = 2 WRU (the item and its \
-status-index entry), an UpdateItem = 3 WRU (a task write changes `updated`, the index's sort key, \
-so the index deletes and re-puts the entry), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such \
-deletes, a GetItem or Query = 1 RRU; S3 PUT, LIST and multipart calls are PUT-class, GetObject \
-GET-class, deletes free; every SQS call one standard-queue request; SQLite, files and the \
-in-process queue free.";
+pub const UNIT_MODEL: &str = "items under 1 KB; a DynamoDB PutItem = 2 WRU (a new task and its \
+entry in its host's due index), an UpdateItem = 3 WRU (a task's finish moves its due-index entry: \
+a delete and a put), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such deletes, a GetItem or \
+Query = 1 RRU (a claim inside a host turn is a GetItem, no write); host and crawl records, \
+1 WRU a write, are counted at these rates; S3 PUT, LIST and multipart calls are PUT-class, \
+GetObject GET-class, deletes free; every SQS call one standard-queue request; SQLite, files and \
+the in-process queue free.";
 
-/// Write units of a PutItem: the item and its status-index entry.
+/// Write units of a PutItem: a new task and its host-index entry.
 const PUT_WRU: f64 = 2.0;
-/// Write units of an UpdateItem of a task: the item, and the index entry moved (delete + put).
-/// Crawl-record updates (page reservations, call counts) use fewer; they are a small minority.
+/// Write units of an UpdateItem of a task: the item, and its host-index entry moved to its next
+/// due time (delete + put). Host- and crawl-record writes take 1; they are a small minority.
 const UPDATE_WRU: f64 = 3.0;
 /// Write units of a DeleteItem: the item and its index entry.
 const DELETE_WRU: f64 = 2.0;

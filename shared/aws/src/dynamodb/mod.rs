@@ -395,6 +395,105 @@ impl DynamoStore {
     }
 }
 
+/// What [`DynamoStore::migrate_unlisted`] did to one crawl.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Migrated {
+    /// Items moved from the status index to their host's due list.
+    pub moved: u64,
+    /// Items listed under an old key but changed since (by a writer that placed them itself).
+    pub changed: u64,
+    /// Every old key was read to its end: nothing is left to move.
+    pub done: bool,
+}
+
+impl DynamoStore {
+    /// Upgrades a crawl's items written before the status index became sparse: pending,
+    /// in-progress and succeeded tasks then carried a status-index key, and a succeeded page
+    /// never fetched again had no host-index `due`, so the hosts' due lists, where queries,
+    /// counts, the deliverer and the sweeper now look for those statuses, did not hold it. Each
+    /// item still under such a key (`{crawl}#{status}#{shard}`) is moved by one conditional
+    /// UpdateItem: its status-index key removed, its `due` (and `hk`, for items older than the
+    /// host index) set unless present, from the index's projection — only while the item still
+    /// has that key (a writer since then placed it itself). Idempotent: a moved item leaves the
+    /// old key, so a second run finds nothing. Bounded: at most `limit` items per call, in pages
+    /// of 25; call again until `done`.
+    pub async fn migrate_unlisted(&self, crawl_id: &CrawlId, limit: u64) -> StoreResult<Migrated> {
+        let mut out = Migrated::default();
+        let old = Status::ALL
+            .into_iter()
+            .filter(|&status| !items::listed(status));
+        for status in old {
+            for shard in 0..self.shards {
+                let gsi = items::status_gsi(crawl_id, status, shard);
+                let mut start = None;
+                loop {
+                    let left = limit.saturating_sub(out.moved + out.changed);
+                    if left == 0 {
+                        return Ok(out);
+                    }
+                    let want = i32::try_from(left.min(25)).unwrap_or(25);
+                    let (page, _, next) = self
+                        .query_page(gsi.clone(), None, Some(want), start.take(), false)
+                        .await?;
+                    for item in page {
+                        if self.move_to_due_list(crawl_id, &gsi, item).await? {
+                            out.moved += 1;
+                        } else {
+                            out.changed += 1;
+                        }
+                    }
+                    match next {
+                        Some(key) => start = Some(key),
+                        None => break,
+                    }
+                }
+            }
+        }
+        out.done = true;
+        Ok(out)
+    }
+
+    /// One item of `migrate_unlisted`, as the status index listed it under `gsi`: true if moved.
+    async fn move_to_due_list(
+        &self,
+        crawl_id: &CrawlId,
+        gsi: &str,
+        item: Item,
+    ) -> StoreResult<bool> {
+        let task = items::summary_from_item(item)?;
+        let host = trawl_domain::canonical::host_key_of(&task.url);
+        // Each of these statuses has a due time (a succeeded page never fetched again:
+        // `NEVER_DUE`); were there none, the task would stay out of the host index.
+        let due = items::host_due(task.status, task.due_at());
+        let set_due = if due.is_some() {
+            ", #due = if_not_exists(#due, :due)"
+        } else {
+            ""
+        };
+        let mut request = self
+            .update_task(crawl_id, &task.task_id)
+            .condition_expression("#g = :g")
+            .update_expression(format!(
+                "REMOVE #g SET #hk = if_not_exists(#hk, :hk){set_due}"
+            ))
+            .expression_attribute_names("#g", "gsi_pk")
+            .expression_attribute_values(":g", s(gsi))
+            .expression_attribute_names("#hk", "hk")
+            .expression_attribute_values(":hk", s(items::host_key(crawl_id, &host)));
+        if let Some(due) = due {
+            request = request
+                .expression_attribute_names("#due", "due")
+                .expression_attribute_values(":due", n(due));
+        }
+        self.calls.record(Call::DynamoUpdateItem);
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(map_err("UpdateItem", e)),
+        }
+    }
+}
+
 impl CrawlStore for DynamoStore {
     async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         let item = CrawlItem::from_crawl(crawl).to_item()?;

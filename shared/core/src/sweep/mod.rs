@@ -18,7 +18,10 @@
 //! re-sent, and a pending task always has a host that knows of it (hosts are told of URLs
 //! before the tasks are written). The work per
 //! invocation is bounded by a [`SweepBudget`] (query pages and time); whatever is left is found
-//! by the next invocation.
+//! by the next invocation. A page's hosts are re-issued together: each decided over its record
+//! as listed (`frontier::HostRef::Listed`: no read of its own), 16 at a time, and their
+//! messages sent several batches at once, so a page of 100 hosts costs a few round trips, not
+//! two per host (`make bench`'s sweeper section measures the hosts woken per second).
 //!
 //! Completion: a running crawl with no `pending`, `in_progress` or `failed` task (failed tasks
 //! are always retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one
@@ -30,8 +33,9 @@
 use crate::check::{ReferenceOutcome, check_references};
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
-use crate::queue::{QueueError, WorkQueue, send_patiently};
+use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -52,6 +56,9 @@ pub const PAGE_SIZE: u32 = 100;
 pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
 /// Attempts to send a completion notice.
 const NOTICE_ATTEMPTS: u32 = 3;
+/// Messages per queue batch (SQS's most), and batches sent at once.
+const SEND_BATCH: usize = 10;
+const SEND_PARALLELISM: usize = 10;
 
 #[derive(Debug, Error)]
 pub enum SweepError {
@@ -536,14 +543,13 @@ where
                 *state = CrawlState::Running;
             }
             if *state == CrawlState::Running && !(lost.is_empty() && woken.is_empty()) {
-                let names: Vec<String> =
-                    lost.iter().chain(&woken).map(|h| h.name.clone()).collect();
+                let listed = lost.iter().chain(&woken).map(|&h| h.clone());
                 let which = Reissue::Lost {
                     lost_after_ms,
                     known_work: false,
                 };
-                let messages = reissue_turns(self.store, crawl, names, which, now).await?;
-                let sent = send_patiently(self.queue, &messages).await?;
+                let messages = reissue_turns(self.store, crawl, listed, which, now).await?;
+                let sent = send_turns(self.queue, &messages).await?;
                 report.enqueue_failed += sent.failed.len() as u64;
                 let failed: HashSet<&str> =
                     sent.failed.iter().map(|(host, _)| host.as_str()).collect();
@@ -584,7 +590,7 @@ where
         if messages.is_empty() {
             return Ok(());
         }
-        let sent = send_patiently(self.queue, &messages).await?;
+        let sent = send_turns(self.queue, &messages).await?;
         let failed: HashSet<&str> = sent.failed.iter().map(|(host, _)| host.as_str()).collect();
         report.enqueue_failed += failed.len() as u64;
         let woken: HashSet<&str> = messages
@@ -640,6 +646,27 @@ where
             }
         }
     }
+}
+
+/// Sends turn messages `SEND_PARALLELISM` batches at once: a queue sends its batches one after
+/// the other, and a page of re-issued hosts is ten batches.
+async fn send_turns<Q: WorkQueue>(
+    queue: &Q,
+    messages: &[WorkMessage],
+) -> Result<SendReport, QueueError> {
+    let reports: Vec<Result<SendReport, QueueError>> =
+        futures_util::stream::iter(messages.chunks(SEND_BATCH))
+            .map(|batch| send_patiently(queue, batch))
+            .buffered(SEND_PARALLELISM)
+            .collect()
+            .await;
+    let mut total = SendReport::default();
+    for report in reports {
+        let report = report?;
+        total.sent += report.sent;
+        total.failed.extend(report.failed);
+    }
+    Ok(total)
 }
 
 /// Whether a failed task found in the window is due to be tried again.

@@ -1,0 +1,193 @@
+//! A DynamoDB table written before the sparse status index, read by today's code (moto): its
+//! succeeded and pending tasks are listed in the status index and missing from their hosts' due
+//! lists, where queries, counts and host turns now look. `trawl migrate` moves them, in bounded
+//! batches, and moves nothing the second time.
+
+use crate::cli::{json_of, trawl_bin};
+use crate::support::{clients, moto, unique};
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::sync::Arc;
+use tokio::process::Command;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::stack::create_stack;
+use trawl_core::frontier::seed_tasks;
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::task::{FetchRecord, Millis, NewTask, Status};
+
+const T0: Millis = 1_700_000_000_000;
+const SHARDS: u32 = 4;
+
+/// Rewrites a stored task the way the code before the sparse index laid it out: listed under
+/// its status's index key, without a host-index `due` (and, with `before_host_index`, without
+/// the host-index key either).
+async fn write_the_old_way(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    crawl: &CrawlId,
+    id: &TaskId,
+    status: Status,
+    before_host_index: bool,
+) {
+    let gsi = format!("{crawl}#{}#{}", status.code(), id.shard(SHARDS));
+    let remove = if before_host_index { "due, hk" } else { "due" };
+    client
+        .update_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(format!("{crawl}#{id}")))
+        .update_expression(format!("SET gsi_pk = :g REMOVE {remove}"))
+        .expression_attribute_values(":g", AttributeValue::S(gsi))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn listed(store: &DynamoStore, crawl: &CrawlId, status: Status) -> Vec<TaskId> {
+    let page = store
+        .query(&TaskQuery {
+            crawl_id: crawl.clone(),
+            status,
+            updated_before: None,
+            limit: 100,
+            cursor: None,
+        })
+        .await
+        .unwrap();
+    page.tasks.into_iter().map(|t| t.task_id).collect()
+}
+
+#[tokio::test]
+async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
+    // GIVEN a stack, and a crawl of 3 pages on one host: one fetched by today's code, one
+    // fetched and one pending written the old way (the pending one before the host index)
+    let endpoint = &moto::shared().endpoint;
+    let clients = clients(endpoint).await;
+    let stack = create_stack(&clients, &unique("migrate")).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, SHARDS, calls);
+    let crawl = Crawl::new(CrawlId::parse("old").unwrap(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    let urls: Vec<CanonicalUrl> = (0..3)
+        .map(|i| CanonicalUrl::parse(&format!("http://old.test/{i}")).unwrap())
+        .collect();
+    let tasks = urls.iter().map(|url| NewTask {
+        url: url.clone(),
+        depth: 0,
+        parent: None,
+        data: None,
+    });
+    seed_tasks(&store, &crawl, tasks.collect(), T0)
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = urls.iter().map(CanonicalUrl::task_id).collect();
+    for id in &ids[..2] {
+        let ClaimOutcome::Claimed { lease, .. } = store
+            .claim_in_turn(&crawl.id, id, 60_000, T0)
+            .await
+            .unwrap()
+        else {
+            panic!("{id} not claimed");
+        };
+        let record = FetchRecord {
+            http_status: 200,
+            fetched_at: T0,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &record, T0).await.unwrap();
+    }
+    let db = &clients.dynamodb;
+    write_the_old_way(
+        db,
+        &stack.table,
+        &crawl.id,
+        &ids[1],
+        Status::Succeeded,
+        false,
+    )
+    .await;
+    write_the_old_way(db, &stack.table, &crawl.id, &ids[2], Status::Pending, true).await;
+
+    // THEN today's code does not see the old items: not counted, not listed, not due
+    let counts = store.counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.get(&Status::Succeeded), Some(&1));
+    assert_eq!(counts.get(&Status::Pending), Some(&0));
+    assert_eq!(
+        listed(&store, &crawl.id, Status::Succeeded).await,
+        [ids[0].clone()]
+    );
+    let due = store.due_tasks(&crawl.id, "old.test", 10).await.unwrap();
+    assert!(due.is_empty(), "{due:?}");
+
+    // WHEN the migration runs a batch of one: it moves one, and says it is not done
+    let first = store.migrate_unlisted(&crawl.id, 1).await.unwrap();
+    assert_eq!((first.moved, first.changed, first.done), (1, 0, false));
+
+    // AND `trawl migrate` runs on the stack
+    let migrate = || {
+        let mut command = Command::new(trawl_bin());
+        command
+            .args(["--backend", "aws", "migrate", "--json"])
+            .envs([
+                ("AWS_ENDPOINT_URL", endpoint.as_str()),
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_REGION", "us-east-1"),
+            ])
+            .envs(stack.env())
+            .kill_on_drop(true);
+        async move { command.output().await.unwrap() }
+    };
+    let output = migrate().await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = json_of(&output);
+    assert_eq!(report["crawl_id"], "old");
+    assert_eq!(
+        (report["moved"].as_u64(), report["done"].as_bool()),
+        (Some(1), Some(true))
+    );
+
+    // THEN every task is where today's code looks: counted, listed, the pending one due
+    let counts = store.counts(&crawl.id).await.unwrap();
+    assert_eq!(counts.get(&Status::Succeeded), Some(&2));
+    assert_eq!(counts.get(&Status::Pending), Some(&1));
+    let mut succeeded = listed(&store, &crawl.id, Status::Succeeded).await;
+    succeeded.sort();
+    let mut expected = ids[..2].to_vec();
+    expected.sort();
+    assert_eq!(succeeded, expected);
+    let due = store.due_tasks(&crawl.id, "old.test", 10).await.unwrap();
+    let due: Vec<&TaskId> = due.iter().map(|t| &t.task_id).collect();
+    assert_eq!(due, [&ids[2]]);
+    // Out of the status index: the old keys are empty
+    for (id, status) in [(&ids[1], Status::Succeeded), (&ids[2], Status::Pending)] {
+        let item = db
+            .get_item()
+            .table_name(&stack.table)
+            .key("pk", AttributeValue::S(format!("{}#{id}", crawl.id)))
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        assert!(!item.contains_key("gsi_pk"), "{status:?}: {item:?}");
+        assert!(
+            item.contains_key("due") && item.contains_key("hk"),
+            "{item:?}"
+        );
+    }
+
+    // AND a second run moves nothing
+    let again = migrate().await;
+    assert!(again.status.success());
+    let report = json_of(&again);
+    assert_eq!(
+        (report["moved"].as_u64(), report["done"].as_bool()),
+        (Some(0), Some(true))
+    );
+}
