@@ -1,14 +1,14 @@
 //! Extraction cost: a 10-field extractor (`trawl_core::extract`) run on the fixture site's
 //! ~20 KB pages, as the crawler runs it on each page it fetches. Measured as this thread's CPU
 //! time (`/proc/thread-self/schedstat`; wall time where that is missing), so a busy machine does
-//! not inflate it; then the local crawl (section 1's core crawler, data on tmpfs) with and
-//! without the extractor, CPU per page compared.
+//! not inflate it; then the local crawl (section 1's core crawler) with and without the
+//! extractor, CPU per page compared, with the data on tmpfs and on disk.
 
 use crate::error::{BenchResult, check};
-use crate::local;
+use crate::local::{self, CrawlOnce};
 use crate::report::Figure;
 use crate::site::{self, Site};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use trawl_core::extract::Extractors;
 use trawl_domain::extract::Extractor;
 
@@ -126,20 +126,34 @@ pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
         .zip(&parse)
         .map(|(all, parse)| (all - parse).max(0.0) / FIELDS as f64 * 1_000.0)
         .collect();
-    // The crawl itself, with and without the extractor, alternating (so load drifts hit both).
+    // The crawl itself, with and without the extractor: on tmpfs (CPU alone), then on disk.
     let site = Site::start(pages)?;
     let client = reqwest::Client::new();
-    let root = Some(PathBuf::from(local::TMPFS))
+    let tmpfs = Some(PathBuf::from(local::TMPFS))
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);
-    let (mut without, mut with) = (Vec::new(), Vec::new());
-    for run in 0..runs {
-        eprintln!("  extraction: crawl run {}/{runs} ({pages} pages)", run + 1);
-        let plain = local::checked_crawl(&site, &client, &root, false).await?;
-        without.push(plain.cpu_s / pages as f64 * 1_000.0);
-        let extracting = local::checked_crawl(&site, &client, &root, true).await?;
-        with.push(extracting.cpu_s / pages as f64 * 1_000.0);
-    }
+    let (without, with) = crawl_pairs(&site, &client, &tmpfs, runs).await?;
+    let (disk_without, disk_with) =
+        crawl_pairs(&site, &client, &std::env::temp_dir(), runs).await?;
+    let disk_ratio: Vec<f64> = disk_with
+        .iter()
+        .zip(&disk_without)
+        .map(|(w, o)| w.cpu_s / o.cpu_s)
+        .collect();
+    let disk_rate_ratio: Vec<f64> = disk_with
+        .iter()
+        .zip(&disk_without)
+        .map(|(w, o)| o.elapsed_s / w.elapsed_s)
+        .collect();
+    let (without, with): (Vec<f64>, Vec<f64>) = (
+        without
+            .iter()
+            .map(|c| c.cpu_s / pages as f64 * 1_000.0)
+            .collect(),
+        with.iter()
+            .map(|c| c.cpu_s / pages as f64 * 1_000.0)
+            .collect(),
+    );
     let ratio: Vec<f64> = with.iter().zip(&without).map(|(w, o)| w / o).collect();
     Ok(vec![
         Figure::of(
@@ -191,5 +205,40 @@ pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
             &ratio,
         )
         .at_most(1.2),
+        Figure::of(
+            SECTION,
+            "data on disk: crawl CPU with extraction ÷ without",
+            "ratio",
+            &disk_ratio,
+        )
+        .at_most(1.2),
+        Figure::of(
+            SECTION,
+            "data on disk: pages/s with extraction ÷ without",
+            "ratio",
+            &disk_rate_ratio,
+        ),
     ])
+}
+
+/// `runs` crawls of `site` under `root` without the extractor and with it, alternating (so load
+/// drifts hit both).
+async fn crawl_pairs(
+    site: &Site,
+    client: &reqwest::Client,
+    root: &Path,
+    runs: usize,
+) -> BenchResult<(Vec<CrawlOnce>, Vec<CrawlOnce>)> {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        eprintln!(
+            "  extraction: crawl run {}/{runs} ({} pages, under {})",
+            run + 1,
+            site.pages,
+            root.display()
+        );
+        without.push(local::checked_crawl(site, client, root, false).await?);
+        with.push(local::checked_crawl(site, client, root, true).await?);
+    }
+    Ok((without, with))
 }

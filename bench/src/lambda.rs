@@ -37,6 +37,8 @@ const SECTION: &str = "Lambda worker";
 const API: &str = "/2018-06-01/runtime";
 /// Pages per invocation: one turn of the host, `politeness.turn_pages`.
 const BATCH: usize = 10;
+/// Requests timed for the SDK's own CPU per request (10 ms clock ticks: about 100 of them).
+const SDK_REQUESTS: usize = 1_000;
 /// Memory size the function is told it has (it only reports it).
 const MEMORY_MB: &str = "128";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -511,6 +513,19 @@ async fn drive(
     })
 }
 
+/// CPU this process spends per AWS request made through the SDK and the DynamoDB adapter (a
+/// GetItem answered "no such item" by moto, over a kept-alive connection): the floor under the
+/// crawler's CPU per page, since a fresh page takes about three requests.
+async fn sdk_request_cpu<S: CrawlStore>(store: &S, requests: usize) -> BenchResult<f64> {
+    let crawl = CrawlId::parse("bench-sdk").step("crawl id")?;
+    store.get_crawl(&crawl).await.step("warm-up GetItem")?;
+    let before = machine::cpu_seconds("self")?;
+    for _ in 0..requests {
+        store.get_crawl(&crawl).await.step("GetItem")?;
+    }
+    Ok((machine::cpu_seconds("self")? - before) / requests as f64 * 1_000.0)
+}
+
 /// What the cost model needs from section 3.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct LambdaResult {
@@ -534,6 +549,10 @@ pub async fn run(
             run + 1
         );
         spawns.push(spawn_once(binary, &moto, &stack, site, run, batches).await?);
+    }
+    let mut sdk = Vec::new();
+    for _ in 0..runs {
+        sdk.push(sdk_request_cpu(&stack.store, SDK_REQUESTS).await?);
     }
     let of = |f: fn(&Spawn) -> f64| spawns.iter().map(f).collect::<Vec<_>>();
     let cpu = of(|s| s.cpu_per_batch_ms);
@@ -565,6 +584,12 @@ pub async fn run(
             &rss,
         )
         .at_most(64.0),
+        Figure::of(
+            SECTION,
+            "AWS SDK CPU per request (a GetItem on moto, from this process)",
+            "ms",
+            &sdk,
+        ),
     ];
     let median = |v: &[f64]| Figure::of(SECTION, "", "", v).median;
     Ok((
