@@ -84,7 +84,11 @@ async fn snapshot(deployed: &Deployed) -> Snapshot {
         .await
         .unwrap()
         .iter()
-        .flat_map(|page| page.contents().iter().filter_map(|o| o.key().map(str::to_owned)))
+        .flat_map(|page| {
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned))
+        })
         .collect();
     let mut queues = Vec::new();
     for url in [
@@ -324,7 +328,10 @@ async fn drain(deployed: &Deployed, functions: &Functions, url: &str, consumer: 
         .unwrap();
         acknowledge(sqs, url, &event, &response).await;
     }
-    panic!("the queue was not drained in {} receives", 3 * MAX_RECEIVE_COUNT);
+    panic!(
+        "the queue was not drained in {} receives",
+        3 * MAX_RECEIVE_COUNT
+    );
 }
 
 #[tokio::test]
@@ -466,10 +473,22 @@ async fn malformed_sweeper_events_are_invalid_and_change_nothing() {
         ("max_pages 0", with("max_pages", 0.into())),
         ("max_pages too many", with("max_pages", 1_000_000.into())),
         ("a time budget of 0", with("time_budget_ms", 0.into())),
-        ("a time budget of the wrong type", with("time_budget_ms", json!([1]))),
-        ("a crawl id that is none", with("crawl_id", "bad id!".into())),
-        ("a crawl that does not exist", with("crawl_id", "nobody".into())),
-        ("lost_after_ms as a string", with("lost_after_ms", "soon".into())),
+        (
+            "a time budget of the wrong type",
+            with("time_budget_ms", json!([1])),
+        ),
+        (
+            "a crawl id that is none",
+            with("crawl_id", "bad id!".into()),
+        ),
+        (
+            "a crawl that does not exist",
+            with("crawl_id", "nobody".into()),
+        ),
+        (
+            "lost_after_ms as a string",
+            with("lost_after_ms", "soon".into()),
+        ),
         ("an unknown field", with("shard", 3.into())),
         ("a 1 MB source", with("source", mb.clone().into())),
         ("a 1 MB crawl id", with("crawl_id", mb.clone().into())),
@@ -544,7 +563,10 @@ async fn malformed_deliverer_events_are_refused_and_a_bad_record_fails_alone() {
             json!({"crawl_id": crawl, "generation": 99}),
         ),
         ("a crawl that does not exist", json!({"crawl_id": "nobody"})),
-        ("an unknown field", json!({"crawl_id": crawl, "force": true})),
+        (
+            "an unknown field",
+            json!({"crawl_id": crawl, "force": true}),
+        ),
         ("a 1 MB crawl id", json!({"crawl_id": mb})),
         (
             "a 1 MB unknown field",

@@ -434,9 +434,12 @@ where
 {
     let retries = std::sync::atomic::AtomicU64::new(0);
     if local {
-        persist("take over a dead process's delivery", &Backoff::RUN, &retries, || {
-            release_dead_delivery(store, crawl_id)
-        })
+        persist(
+            "take over a dead process's delivery",
+            &Backoff::RUN,
+            &retries,
+            || release_dead_delivery(store, crawl_id),
+        )
         .await?;
     }
     let deliverer = Deliverer {

@@ -45,9 +45,11 @@ where
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<SqsBatchResponse, HandlerError> {
         let (payload, context) = event.into_parts();
-        let batch = parse_event(payload)
-            .inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
-        self.handle(LambdaEvent::new(batch, context)).await
+        let batch =
+            parse_event(payload).inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
+        // Boxed: the batch's future is large, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.handle(LambdaEvent::new(batch, context))).await
     }
 
     pub async fn handle(
