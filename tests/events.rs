@@ -175,7 +175,7 @@ fn batch_of(bodies: &[(&str, String)]) -> Value {
 fn assert_all_failed(response: &Value, bodies: &[(&str, String)]) {
     let expected: Vec<String> = (0..bodies.len()).map(|i| format!("bad-{i:02}")).collect();
     let cases: Vec<&str> = bodies.iter().map(|(case, _)| *case).collect();
-    assert_eq!(failures(&response), expected, "{cases:?}");
+    assert_eq!(failures(response), expected, "{cases:?}");
 }
 
 fn failures(response: &Value) -> Vec<String> {
