@@ -1334,3 +1334,72 @@ async fn a_garbage_line_in_a_seeds_file_is_refused_by_file_and_line_number() {
     assert_eq!(site.hits("/p/2.html"), 0);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_delivery_lease_left_by_a_killed_run_does_not_hold_the_next_run_off() {
+    // GIVEN a crawl run to its delivery, then the delivery lease a run SIGKILLed while
+    // delivering leaves in its data directory: a holder that is gone, 15 minutes left to run
+    let site = linked_site(30).await;
+    let dir = temp_dir("dead-delivery");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let start = site.url("/p/0.html");
+    let crawl = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let first = trawl(&crawl, &dir).await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let delivery = json_of(&first)["delivery"].clone();
+    assert!(delivery.is_string(), "{delivery}");
+    let leave_a_dead_lease = || {
+        let db = rusqlite::Connection::open(Path::new(data).join("trawl.db")).unwrap();
+        let until = trawl_domain::task::now_ms() + 15 * 60_000;
+        let leases = db
+            .execute(
+                "UPDATE crawls SET delivery_holder = 'killed-run', delivery_until = ?1",
+                [until],
+            )
+            .unwrap();
+        assert_eq!(leases, 1);
+    };
+    leave_a_dead_lease();
+
+    // WHEN the same command runs again
+    let started = Instant::now();
+    let again = tokio::time::timeout(Duration::from_secs(60), trawl(&crawl, &dir))
+        .await
+        .expect("the rerun waited for the dead run's lease");
+
+    // THEN it completes at once with the same delivery (the lease, no live process's: the data
+    // directory is locked to one, taken over)
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(json_of(&again)["delivery"], delivery);
+
+    // AND so does `trawl deliver` after the same death
+    leave_a_dead_lease();
+    let deliver = ["deliver", "--data-dir", data, "--json"];
+    let delivered = tokio::time::timeout(Duration::from_secs(60), trawl(&deliver, &dir))
+        .await
+        .expect("trawl deliver waited for the dead run's lease");
+    assert!(
+        delivered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&delivered.stderr)
+    );
+    assert_eq!(json_of(&delivered)["delivery"], delivery);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(dir);
+}

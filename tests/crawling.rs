@@ -613,3 +613,55 @@ async fn the_hosts_view_reads_host_records_only() {
     expected.sort_by_key(|(call, _)| call.name());
     assert_eq!(read, expected);
 }
+
+#[tokio::test]
+async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
+    // GIVEN a 40-page site, and the embedded backend (SQLite + files) answering 5% of its calls
+    // with a retryable error, never crashing
+    let pages = 40;
+    let site = crate::cli::linked_site(pages).await;
+    let dir = crate::cli::temp_dir("transient");
+    let crawl = CrawlId::parse("transient").unwrap();
+    let mut config = CrawlConfig::default();
+    config.fetch.allow_private_networks = true;
+    config.scope.allowed_domains = vec!["127.0.0.1".into()];
+    config.politeness.delay_ms = 0;
+    config.politeness.per_host = 4;
+    // A short lease: a turn or task a failed write left behind is taken over soon.
+    config.lease_ms = 2_000;
+    let mix = trawl_faults::ports::PortMix {
+        errors: 0.05,
+        latency: 0.0,
+        crash: 0.0,
+    };
+    let faults = Arc::new(trawl_faults::ports::PortFaults::new(
+        18,
+        mix,
+        trawl_faults::ports::CrashMode::Halt,
+    ));
+
+    // WHEN it is crawled to its delivery
+    let (report, _) = trawl_faults::local::crawl_to_delivery(
+        &dir,
+        &crawl,
+        &site.url("/p/0.html"),
+        config,
+        faults.clone(),
+        2,
+    )
+    .await
+    .unwrap();
+
+    // THEN every page was fetched exactly once: each error on the way (seeding the page's
+    // links, storing its body, finishing its task) was waited out, not paid with a refetch
+    let errors = faults.counts().of(trawl_faults::ports::PortFault::Error);
+    assert!(errors >= 10, "{errors} errors injected");
+    assert_eq!(report.summary.tasks, pages as u64);
+    let fetched: Vec<u64> = (0..pages)
+        .map(|i| site.hits(&format!("/p/{i}.html")))
+        .collect();
+    let twice = fetched.iter().filter(|&&n| n > 1).count();
+    assert_eq!(twice, 0, "{twice} pages fetched more than once");
+    assert!(fetched.iter().all(|&n| n == 1), "{fetched:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

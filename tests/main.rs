@@ -7,6 +7,7 @@ mod conformance;
 mod crawling;
 mod delivering;
 mod end_to_end;
+mod events;
 mod fetching;
 mod frontier;
 mod generations;

@@ -299,7 +299,7 @@ async fn receive_batch(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Option<Sqs
 }
 
 /// What the mapping does with the function's answer: deletes every record not reported failed.
-async fn acknowledge(
+pub(crate) async fn acknowledge(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     event: &SqsEvent,

@@ -1,11 +1,12 @@
 //! Section: the chaos run on the embedded backend. The fixture site (10,000 pages; 1,000 with
 //! `--quick`) crawled on SQLite + files through the port faults (`trawl_faults::ports`): 2% of
-//! port calls answered with a retryable error, 5% slowed by 1-20 ms; the first runs abort the
-//! process at a crash point (after a claim, after a body PUT, before a finish), the next ones
-//! are SIGKILLed part-way, and every run after a crash continues the same data directory until
-//! one delivers. Prints the wall time, the port calls and faults by kind, the runs and how each
-//! ended, the pages fetched more than once (at most 1%), and checks the invariants on the data
-//! left behind (`trawl_faults::audit`).
+//! port calls answered with a retryable error, 5% slowed by 1-20 ms. The first runs are
+//! SIGKILLed part-way — each once the site has served a given share of the pages, so the kill
+//! lands mid-crawl however fast the machine — the next ones abort the process at a crash point
+//! (after a claim, after a body PUT, before a finish), and every run after an interruption
+//! continues the same data directory until one delivers. Prints the wall time, the port calls and
+//! faults by kind, the runs and how each ended, the pages fetched more than once (at most 1%),
+//! and checks the invariants on the data left behind (`trawl_faults::audit`).
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::{TempDir, fixture_config};
@@ -27,12 +28,14 @@ use trawl_faults::ports::{CrashMode, PortCounts, PortFault, PortFaults, PortMix}
 const SECTION: &str = "chaos (embedded, port faults)";
 const SEED: u64 = 18;
 const CRAWL_ID: &str = "chaos-local";
-/// Runs that may abort at a crash point, then runs SIGKILLed after a while.
+/// The first runs are SIGKILLed once the site has served these shares of the pages.
+const KILL_AT: [f64; 2] = [0.15, 0.3];
+const KILLED_RUNS: u64 = KILL_AT.len() as u64;
+/// Runs after the killed ones that may abort at a crash point.
 const CRASHING_RUNS: u64 = 3;
-const KILLED_RUNS: u64 = 2;
-/// The bound on runs: every one after the crashing and killed ones meets only errors and
+/// The bound on runs: every one after the killed and crashing ones meets only errors and
 /// latency, so the first of those delivers.
-const MAX_RUNS: u64 = CRASHING_RUNS + KILLED_RUNS + 3;
+const MAX_RUNS: u64 = KILLED_RUNS + CRASHING_RUNS + 3;
 /// The whole run's bound.
 const LIMIT: Duration = Duration::from_secs(3_600);
 /// A short lease: what the crashes leave behind is old enough for the clean-up at the end.
@@ -99,36 +102,48 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let site = Site::start(pages)?;
     let dir = TempDir::new("chaos-local")?;
     let exe = std::env::current_exe().step("locate trawl-bench")?;
-    // About two crashes per crashing run: a page passes three crash points.
-    let crash = 2.0 / (3.0 * pages as f64);
+    // About two crashes over the pages left after the kills (three crash points a page), so
+    // that each crashing run is likely to end at one.
+    let left = pages as f64 * (1.0 - KILL_AT[KILL_AT.len() - 1]);
+    let crash = 2.0 / (3.0 * left);
+    let client = reqwest::Client::new();
     let started = Instant::now();
     let mut ends = Ends::default();
     let mut summary = None;
+    let mut killed_at = Vec::new();
     for run in 0..MAX_RUNS {
         if started.elapsed() > LIMIT {
             return Err(check("chaos run", "outlasted its bound"));
         }
+        let crashing = (KILLED_RUNS..KILLED_RUNS + CRASHING_RUNS).contains(&run);
         let mut child = Command::new(&exe)
             .args(["chaos-run", "--start", &site.page_url(0), "--dir"])
             .arg(&dir.0)
             .args(["--run", &run.to_string(), "--crash"])
-            .arg(if run < CRASHING_RUNS { crash } else { 0.0 }.to_string())
+            .arg(if crashing { crash } else { 0.0 }.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .step("start a chaos run")?;
-        let killed = (CRASHING_RUNS..CRASHING_RUNS + KILLED_RUNS).contains(&run);
-        let kill_after = Duration::from_secs(10 + 10 * (run - CRASHING_RUNS.min(run)));
-        let run_started = Instant::now();
+        let kill_at = usize::try_from(run)
+            .ok()
+            .and_then(|run| KILL_AT.get(run))
+            .map(|share| (share * pages as f64) as u64);
         let status = loop {
             if let Some(status) = child.try_wait().step("wait for a chaos run")? {
                 break status;
             }
-            if killed && run_started.elapsed() >= kill_after {
-                child.kill().step("SIGKILL a chaos run")?;
+            if let Some(at) = kill_at {
+                let served = site.stats(&client).await?.distinct;
+                if served >= at {
+                    child.kill().step("SIGKILL a chaos run")?;
+                    killed_at.push(served);
+                    let status = child.wait().step("wait for a killed chaos run")?;
+                    break status;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         };
         use std::os::unix::process::ExitStatusExt;
         match status.signal() {
@@ -160,10 +175,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
             counts.add(&PortCounts::from_json(&value));
         }
     }
-    let served = site
-        .stats(&reqwest::Client::new())
-        .await
-        .step("site stats")?;
+    let served = site.stats(&client).await?;
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::open(dir.0.join(DB_FILE), calls.clone()).step("open the data")?;
     let blobs = FsBlobStore::new(dir.0.join(OBJECTS_DIR), calls);
@@ -201,7 +213,17 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         )
         .at_most(1.0),
         one("runs aborted at a crash point", "runs", ends.aborted as f64),
-        one("runs SIGKILLed", "runs", ends.killed as f64),
+        one("runs SIGKILLed", "runs", ends.killed as f64).at_least(KILLED_RUNS as f64),
+        one(
+            "pages served when the first SIGKILL landed",
+            "pages",
+            killed_at.first().copied().unwrap_or(0) as f64,
+        ),
+        one(
+            "pages served when the last SIGKILL landed",
+            "pages",
+            killed_at.last().copied().unwrap_or(0) as f64,
+        ),
         one("runs ended otherwise", "runs", ends.other as f64).at_most(0.0),
         one(
             "orphans removed by the generation's clean-up",

@@ -12,7 +12,7 @@ use serde_json::json;
 use trawl_core::backoff::{Backoff, persist};
 use trawl_core::blob::BlobStore;
 use trawl_core::blob::Layout;
-use trawl_core::deliver::{Deliverer, DeliveryLimits, purge};
+use trawl_core::deliver::{Deliverer, DeliveryLimits, purge, release_dead_delivery};
 use trawl_core::operate::{self, Operation, Rewind, Selection};
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
@@ -74,6 +74,7 @@ where
                 &b.uri_base,
                 &b.calls,
                 &crawl.id,
+                b.local,
             )
             .await?;
             if json {
@@ -419,6 +420,8 @@ where
 }
 
 /// Writes (or finds) the delivery of the crawl's current generation; returns where it is.
+/// `local`: the store is a data directory locked to this process, so a delivery lease found in
+/// it is a dead process's, taken over at once.
 pub async fn deliver<S, B>(
     store: &S,
     blobs: &B,
@@ -426,11 +429,22 @@ pub async fn deliver<S, B>(
     uri_base: &str,
     calls: &CallCounts,
     crawl_id: &CrawlId,
+    local: bool,
 ) -> Result<String, CliError>
 where
     S: TaskStore + CrawlStore + HostStore,
     B: BlobStore,
 {
+    let retries = std::sync::atomic::AtomicU64::new(0);
+    if local {
+        persist(
+            "take over a dead process's delivery",
+            &Backoff::RUN,
+            &retries,
+            || release_dead_delivery(store, crawl_id),
+        )
+        .await?;
+    }
     let deliverer = Deliverer {
         store,
         blobs,
@@ -440,7 +454,6 @@ where
         limits: DeliveryLimits::default(),
     };
     // A delivery resumes where it stopped: a transient error is waited out, not the end.
-    let retries = std::sync::atomic::AtomicU64::new(0);
     let report = persist("deliver", &Backoff::RUN, &retries, || {
         deliverer.deliver(crawl_id, None, now_ms())
     })

@@ -503,6 +503,7 @@ where
                 &uri_base,
                 &calls,
                 &crawl_id,
+                local,
             )
             .await?,
         ),

@@ -37,6 +37,21 @@ where
     B: BlobStore,
     Q: WorkQueue,
 {
+    /// The Lambda entry: the event as sent, so that one that is no SQS batch is refused with the
+    /// `InvalidEvent` every trawl function answers (the runtime's own decoding error has no
+    /// stable type) and nothing is touched.
+    pub async fn handle_payload(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<SqsBatchResponse, HandlerError> {
+        let (payload, context) = event.into_parts();
+        let batch =
+            parse_event(payload).inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
+        // Boxed: the batch's future is large, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.handle(LambdaEvent::new(batch, context))).await
+    }
+
     pub async fn handle(
         &self,
         event: LambdaEvent<SqsEvent>,
@@ -68,12 +83,18 @@ where
     }
 }
 
+/// Decodes the crawl queue's batch.
+pub fn parse_event(payload: serde_json::Value) -> Result<SqsEvent, HandlerError> {
+    serde_json::from_value(payload)
+        .map_err(|e| HandlerError::invalid(format!("malformed SQS event: {e}")))
+}
+
 /// The crawl of each message (by message id); malformed messages have none.
 fn crawls_of(batch: &[Received]) -> HashMap<String, CrawlId> {
     batch
         .iter()
         .filter_map(|r| {
-            let message = serde_json::from_str::<WorkMessage>(&r.body).ok()?;
+            let message = WorkMessage::parse(&r.body).ok()?;
             Some((r.message_id.clone(), message.crawl_id))
         })
         .collect()
@@ -174,10 +195,9 @@ async fn respond<Q: WorkQueue>(queue: &Q, results: Vec<MessageResult>) -> SqsBat
                 }
                 response.add_failure(result.message_id);
             }
-            Disposition::Reject(why) => {
-                tracing::warn!(message_id = %result.message_id, %why, "message returned to the queue");
-                response.add_failure(result.message_id);
-            }
+            // Malformed (logged by the crawler): it comes back after the visibility timeout
+            // and, after the queue's receives, goes to the dead-letter queue.
+            Disposition::Reject(_) => response.add_failure(result.message_id),
         }
     }
     response

@@ -39,5 +39,5 @@ async fn main() -> Result<(), Error> {
             calls,
         )),
     };
-    run(service_fn(|event| handler.handle(event))).await
+    run(service_fn(|event| handler.handle_payload(event))).await
 }

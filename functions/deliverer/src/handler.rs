@@ -21,7 +21,7 @@ use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_core::sweep::{CompletionNotice, DeliveryTrigger};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
-use trawl_lambda::HandlerError;
+use trawl_lambda::{HandlerError, bounded};
 
 /// What the function accepts: an SQS event from the delivery queue, or a direct request
 /// `{"crawl_id": "...", "generation": N}` (generation optional).
@@ -206,7 +206,7 @@ where
             Ok(request) => request,
             Err(e) => {
                 // Kept as a failure: after the queue's retries it lands in the DLQ for a human.
-                tracing::error!(message_id = id, error = %e, "malformed delivery message");
+                tracing::error!(message_id = id, error = %bounded(e), "malformed delivery message");
                 return false;
             }
         };

@@ -23,7 +23,7 @@ use trawl_core::seed::{
 use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
-use trawl_lambda::{HandlerError, metrics, work_deadline};
+use trawl_lambda::{HandlerError, bounded, metrics, work_deadline};
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
@@ -113,7 +113,7 @@ where
         {
             Ok(request) => request,
             Err(e) => {
-                tracing::error!(message_id = id, error = %e, "malformed seed message");
+                tracing::error!(message_id = id, error = %bounded(e), "malformed seed message");
                 return false;
             }
         };

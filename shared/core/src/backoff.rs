@@ -6,6 +6,7 @@
 
 use crate::blob::BlobError;
 use crate::deliver::DeliverError;
+use crate::frontier::FrontierError;
 use crate::queue::QueueError;
 use crate::runner::RunError;
 use crate::seed::SeedError;
@@ -147,6 +148,15 @@ impl Transient for DeliverError {
     fn is_transient(&self) -> bool {
         // A delivery asked for before completion is not an outage to wait out here.
         self.is_retryable() && !matches!(self, DeliverError::NotCompleted { .. })
+    }
+}
+
+impl Transient for FrontierError {
+    fn is_transient(&self) -> bool {
+        match self {
+            FrontierError::Store(e) => e.is_transient(),
+            FrontierError::Queue(e) => e.is_transient(),
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use trawl_core::deliver::DeliverError;
 use trawl_core::seed::SeedError;
 use trawl_core::store::StoreError;
 use trawl_core::sweep::SweepError;
+use trawl_domain::canonical::truncate;
 
 /// Why an invocation failed as a whole.
 #[derive(Debug, Error)]
@@ -27,9 +28,22 @@ pub enum HandlerError {
     Permanent(String),
 }
 
+/// The most of a reason an error or a log line carries: serde's messages quote the bad value,
+/// which may be a megabyte.
+const MAX_REASON: usize = 500;
+
+/// `reason`, cut to [`MAX_REASON`] bytes (marked with `…`).
+pub fn bounded(reason: impl Display) -> String {
+    let reason = reason.to_string();
+    if reason.len() <= MAX_REASON {
+        return reason;
+    }
+    format!("{}…", truncate(&reason, MAX_REASON))
+}
+
 impl HandlerError {
     pub fn invalid(reason: impl Display) -> Self {
-        HandlerError::InvalidEvent(reason.to_string())
+        HandlerError::InvalidEvent(bounded(reason))
     }
 
     /// Work that failed, classed by whether trying again may succeed.

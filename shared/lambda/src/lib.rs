@@ -9,4 +9,4 @@ mod error;
 pub mod metrics;
 
 pub use deadline::work_deadline;
-pub use error::HandlerError;
+pub use error::{HandlerError, bounded};

@@ -13,13 +13,14 @@ mod seen;
 
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
+use crate::backoff::{Backoff, persist};
 use crate::blob::{BlobStore, Layout};
 use crate::clock::{Clock, SystemClock};
 use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{Received, WorkMessage, WorkQueue, send_patiently};
+use crate::queue::{MalformedMessage, Received, WorkMessage, WorkQueue, send_patiently};
 use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
@@ -295,8 +296,7 @@ where
         let mut crawls: Vec<(CrawlId, u64)> = Vec::new();
         let mut parsed = Vec::with_capacity(batch.len());
         for received in batch {
-            let message =
-                serde_json::from_str::<WorkMessage>(&received.body).map_err(|e| e.to_string());
+            let message = WorkMessage::parse(&received.body);
             if let Ok(message) = &message {
                 match crawls.iter_mut().find(|(id, _)| *id == message.crawl_id) {
                     Some((_, n)) => *n += 1,
@@ -319,13 +319,14 @@ where
     async fn process_message(
         &self,
         received: Received,
-        message: Result<WorkMessage, String>,
+        message: Result<WorkMessage, MalformedMessage>,
         deadline: Option<Instant>,
         outbox: &Outbox,
     ) -> MessageResult {
         let (disposition, outcomes) = match message {
             Err(why) => {
-                tracing::warn!(message_id = %received.message_id, error = %why, "malformed work message");
+                // Logged once here; each receive until the dead-letter queue logs it again.
+                tracing::error!(message_id = %received.message_id, error = %why, "malformed work message handed back");
                 (
                     Disposition::Reject(format!("malformed message: {why}")),
                     vec![Outcome::Malformed],
@@ -1046,7 +1047,14 @@ where
             return Ok(0);
         }
         let now = self.clock.now_ms();
-        let seeded = seed_in_turn(&self.store, crawl, tasks, Some(&held.host), now).await;
+        // A transient error is waited out here, briefly, rather than costing the page a refetch
+        // (its task released): seeding is safe to repeat (tasks are put if absent; a host told
+        // twice of its URLs gets at most one empty turn), as the refetch would repeat it anyway.
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let seeded = persist("seed the links", &Backoff::BRIEF, &retries, || {
+            seed_in_turn(&self.store, crawl, tasks.clone(), Some(&held.host), now)
+        })
+        .await;
         let (report, messages, offered) = match seeded {
             Ok(seeded) => seeded,
             Err(e) => {

@@ -89,6 +89,25 @@ const DELIVERY_LEASE: Duration = Duration::from_secs(15 * 60);
 /// A call with a deadline holds it this long past it: time to write its last checkpoint.
 const DELIVERY_LEASE_MARGIN: Duration = Duration::from_secs(60);
 
+/// Takes over and releases the delivery lease of `crawl_id`, whoever holds it. Only for a store
+/// that one process uses at a time (a locked local data directory): there a lease can only have
+/// been left by a process that died delivering (a SIGKILL, a power cut), and its 15 minutes
+/// would hold the next run off for nothing. The delivery itself resumes from its checkpoint.
+pub async fn release_dead_delivery<S: CrawlStore>(
+    store: &S,
+    crawl_id: &CrawlId,
+) -> Result<(), StoreError> {
+    let holder = format!("restart-{:016x}", fastrand::u64(..));
+    // As if the clock stood past any lease: the claim goes through whatever it finds.
+    if store
+        .claim_delivery(crawl_id, &holder, Millis::MAX, Millis::MAX)
+        .await?
+    {
+        store.release_delivery(crawl_id, &holder).await?;
+    }
+    Ok(())
+}
+
 /// How large a delivery's pieces grow. The defaults suit S3 and Lambda; tests make them small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeliveryLimits {

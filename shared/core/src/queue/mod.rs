@@ -11,7 +11,7 @@ use crate::backoff::{Backoff, persist};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
-use trawl_domain::canonical::CrawlId;
+use trawl_domain::canonical::{CrawlId, truncate};
 
 /// A work message: a host's turn. "Fetch the due URLs of `host` in `crawl_id` at the host's
 /// pace, then hand the host back." Small (SQS bills per 64 KB chunk); one live message per host,
@@ -40,11 +40,45 @@ impl WorkMessage {
         }
     }
 
+    /// Reads a message body. A body no sender writes (not JSON, a missing or mistyped field, a
+    /// host that is no host key) is a [`MalformedMessage`]: its consumer hands it back, and the
+    /// queue's redrive policy takes it to the dead-letter queue after its receives.
+    pub fn parse(body: &str) -> Result<WorkMessage, MalformedMessage> {
+        let message: WorkMessage = serde_json::from_str(body)
+            .map_err(|e| MalformedMessage::Body(truncate(&e.to_string(), SHOWN).to_owned()))?;
+        let host_key = (1..=MAX_HOST_LEN).contains(&message.host.len())
+            && message
+                .host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-_:[]".contains(&b));
+        if !host_key {
+            return Err(MalformedMessage::Host(
+                truncate(&message.host, SHOWN).to_owned(),
+            ));
+        }
+        Ok(message)
+    }
+
     /// The host's queue group (the local queue's, or a FIFO queue's MessageGroupId): turns of
     /// different hosts never wait for each other, and one host's turns come in order.
     pub fn group(&self) -> String {
         format!("{}#{}", self.crawl_id, self.host)
     }
+}
+
+/// The longest host key a turn may name: a DNS name (253 bytes) with a port, or a bracketed
+/// IPv6 literal with one.
+const MAX_HOST_LEN: usize = 300;
+/// Bytes of a bad body or host shown in the error (one log line, whatever was sent).
+const SHOWN: usize = 200;
+
+/// Why a message body is not a host's turn.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MalformedMessage {
+    #[error("not a turn message: {0}")]
+    Body(String),
+    #[error("not a host key: {0:?}")]
+    Host(String),
 }
 
 /// A message received from the queue.
@@ -145,4 +179,33 @@ pub async fn send_patiently<Q: WorkQueue>(
         tokio::time::sleep(Backoff::BRIEF.pause(round as u32 + 1)).await;
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_message_reads_back_and_anything_else_is_malformed_in_one_short_line() {
+        let sent = WorkMessage::new(CrawlId::parse("c1").unwrap(), "[::1]:8080", 3, 0);
+        let body = serde_json::to_string(&sent).unwrap();
+        assert_eq!(WorkMessage::parse(&body), Ok(sent));
+        let megabyte = "x".repeat(1 << 20);
+        for body in [
+            String::new(),
+            "{not json".to_owned(),
+            r#"{"crawl_id": "c1", "host": "a", "epoch": "1"}"#.to_owned(),
+            r#"{"crawl_id": "c1", "host": "a", "epoch": 1, "x": 0}"#.to_owned(),
+            r#"{"crawl_id": "c1", "host": "", "epoch": 1}"#.to_owned(),
+            r#"{"crawl_id": "c1", "host": "a b", "epoch": 1}"#.to_owned(),
+            format!(r#"{{"crawl_id": "c1", "host": "{megabyte}", "epoch": 1}}"#),
+            format!(r#"{{"crawl_id": "c1", "host": "a", "epoch": "{megabyte}"}}"#),
+        ] {
+            let Err(e) = WorkMessage::parse(&body) else {
+                panic!("{body:.40} accepted");
+            };
+            let shown = e.to_string().len();
+            assert!(shown < 300, "{body:.40}: an error of {shown} bytes");
+        }
+    }
 }
