@@ -6,6 +6,7 @@
 mod calls;
 mod capacity;
 mod chaos;
+mod chaos_lambda;
 mod chaos_local;
 mod cost;
 mod error;
@@ -102,6 +103,15 @@ enum ChildRole {
         #[arg(long)]
         crash: f64,
     },
+    /// The chaos run through the Lambda handlers (writes its measures to --out: the handlers
+    /// print their metrics on stdout).
+    #[command(hide = true)]
+    ChaosLambda {
+        #[arg(long)]
+        pages: usize,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Pages of the site the AWS sections crawl (moto is slow: keep it small).
@@ -122,6 +132,7 @@ fn main() -> ExitCode {
             run,
             crash,
         }) => chaos_local::chaos_run_main(start, dir, *run, *crash),
+        Some(ChildRole::ChaosLambda { pages, out }) => chaos_lambda::chaos_lambda_main(*pages, out),
         None => bench(&args),
     };
     match outcome {
@@ -331,6 +342,11 @@ async fn measure(args: &Args) -> Report {
             None => report.skipped.push(
                 "chaos run (the CLI binary is not built in this target directory)".to_owned(),
             ),
+        }
+        eprintln!("chaos run (Lambda handlers, AWS faults, duplicate deliveries) …");
+        match chaos_lambda::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "Lambda chaos run", e),
         }
     }
     if wanted(Section::Storage) {
