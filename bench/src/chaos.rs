@@ -112,7 +112,7 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
             .map(|share| (share * pages as f64) as u64);
         let status = loop {
             if let Some(status) = child.try_wait().step("wait for trawl crawl")? {
-                break status;
+                break Some(status);
             }
             if let Some(at) = kill_at
                 && site.stats(&client).await.step("site stats")?.distinct >= at

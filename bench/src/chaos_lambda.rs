@@ -6,7 +6,8 @@
 //! once, partial batch failures honoured, 10% of messages delivered twice (in the same batch or
 //! a later one), 2% of the crawler's invocations cut short (a timeout, a crash: nothing of
 //! theirs acknowledged, the next one cold), the sweeper on a 5 s schedule, the deliverer fed by
-//! the delivery queue. Prints the wall time, the invocations and how they ended, the duplicates
+//! the delivery queue; turns of 10 pages, so that the one host's work goes through many
+//! messages. Prints the wall time, the invocations and how they ended, the duplicates
 //! delivered, the AWS requests and faults by kind, the pages fetched twice, and the invariants
 //! read straight from moto (`trawl_faults::audit`).
 //!
@@ -57,6 +58,9 @@ const PLAN: Plan = Plan {
 const LEASE_MS: u64 = 10_000;
 const FETCH_TIMEOUT_MS: u64 = 3_000;
 const PER_HOST: u32 = 4;
+/// Short turns: the one host's work goes through many messages (and so many invocations,
+/// duplicates and cuts) instead of a few.
+const TURN_PAGES: u32 = 10;
 
 /// What the child measured.
 #[derive(Debug, Serialize, Deserialize)]
@@ -129,6 +133,7 @@ async fn measure(pages: usize) -> BenchResult<Measured> {
     config.lease_ms = LEASE_MS;
     config.fetch.timeout_ms = FETCH_TIMEOUT_MS;
     config.politeness.per_host = PER_HOST;
+    config.politeness.turn_pages = TURN_PAGES;
     let request = serde_json::json!({
         "crawl_id": CRAWL_ID,
         "config": config,

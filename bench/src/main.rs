@@ -67,7 +67,12 @@ enum Section {
     Hosts,
     Storage,
     Extract,
+    /// The three chaos runs (embedded, the CLI on AWS, the Lambda handlers).
     Chaos,
+    /// Only the chaos run of the CLI on AWS.
+    ChaosCli,
+    /// Only the chaos run through the Lambda handlers.
+    ChaosLambda,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -321,6 +326,7 @@ async fn measure(args: &Args) -> Report {
         }
     }
     // Minutes long: only when asked for (`--only chaos`, `make chaos`).
+    let chaos = |s: Section| args.only.contains(&Section::Chaos) || args.only.contains(&s);
     if args.only.contains(&Section::Chaos) {
         eprintln!("chaos run (embedded, port faults and crashes) …");
         match chaos_local::run(args.quick).await {
@@ -333,6 +339,8 @@ async fn measure(args: &Args) -> Report {
             }
             Err(e) => failed(&mut report, "embedded chaos run", e),
         }
+    }
+    if chaos(Section::ChaosCli) {
         eprintln!("chaos run (AWS faults) …");
         match sibling("trawl") {
             Some(cli) => match chaos::run(args.quick, &cli).await {
@@ -343,6 +351,8 @@ async fn measure(args: &Args) -> Report {
                 "chaos run (the CLI binary is not built in this target directory)".to_owned(),
             ),
         }
+    }
+    if chaos(Section::ChaosLambda) {
         eprintln!("chaos run (Lambda handlers, AWS faults, duplicate deliveries) …");
         match chaos_lambda::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
