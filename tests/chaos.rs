@@ -426,6 +426,9 @@ async fn a_crawl_through_the_lambda_handlers_under_aws_faults_and_duplicate_deli
     let audit = audit(&store, &blobs, &Layout::default(), &crawl)
         .await
         .unwrap();
-    assert_eq!(audit.succeeded, LAMBDA_PAGES as u64, "{audit:?} after {run:?}");
+    assert_eq!(
+        audit.succeeded, LAMBDA_PAGES as u64,
+        "{audit:?} after {run:?}"
+    );
     assert!(audit.holds(), "{audit:?} after {run:?} and {counts:?}");
 }

@@ -84,9 +84,15 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
     let mut delivered = None;
     for n in 0..MAX_RUNS {
         if started.elapsed() > LIMIT {
-            return Err(check("chaos crawl", format!("outlasted its bound: {runs:?}")));
+            return Err(check(
+                "chaos crawl",
+                format!("outlasted its bound: {runs:?}"),
+            ));
         }
-        let (out, err) = (dir.0.join(format!("run-{n}.json")), dir.0.join(format!("run-{n}.err")));
+        let (out, err) = (
+            dir.0.join(format!("run-{n}.json")),
+            dir.0.join(format!("run-{n}.err")),
+        );
         let mut child = tokio::process::Command::new(cli)
             .args(["--backend", "aws", "crawl", &site.page_url(0)])
             .args(["--crawl-id", crawl_id, "--per-host", "4", "--config"])

@@ -195,7 +195,11 @@ fn figures(m: &Measured) -> Vec<Figure> {
             "invocations",
             run.crashed_invocations as f64,
         ),
-        one("records handed to the crawler", "records", run.records as f64),
+        one(
+            "records handed to the crawler",
+            "records",
+            run.records as f64,
+        ),
         one(
             "records handed back (batchItemFailures)",
             "records",

@@ -65,7 +65,12 @@ impl Functions {
         fetcher: Arc<Fetcher>,
         calls: Arc<CallCounts>,
     ) -> Functions {
-        let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, shards, calls.clone());
+        let store = DynamoStore::new(
+            clients.dynamodb.clone(),
+            &stack.table,
+            shards,
+            calls.clone(),
+        );
         let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
         let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
         let delivery_queue = || {
@@ -400,18 +405,15 @@ impl Lambda<'_> {
                 }
             }
             event.records.extend(copies);
-            let cut = (dice.draw() < plan.crashes)
-                .then(|| plan.crash_within.mul_f64(dice.draw()));
+            let cut = (dice.draw() < plan.crashes).then(|| plan.crash_within.mul_f64(dice.draw()));
             batches.push((event, cut));
         }
         if batches.is_empty() {
             return Ok((false, false));
         }
         let invocations = batches.iter().map(|(event, cut)| {
-            let event = lambda_runtime::LambdaEvent::new(
-                event.clone(),
-                lambda_runtime::Context::default(),
-            );
+            let event =
+                lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
             let handler = &functions.crawler;
             async move {
                 let handled = handler.handle(event);
