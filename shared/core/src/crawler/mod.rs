@@ -443,12 +443,22 @@ where
         };
         let now = self.clock.now_ms();
         let holder = state.host;
-        let handed = update_host(&self.store, crawl, &holder.name, now, |stored| match stored
-            .merge_turn(&holder)
-            .hand_back(&turn, next_work, seeded_at_claim, seeded_by_turn, now)
-        {
-            Some((next, visible_at)) => (Some(next), visible_at),
-            None => (None, None),
+        let handed = update_host(&self.store, crawl, &holder.name, now, |stored| {
+            // This turn's hand-back is stored already (applied while its answer was lost, then
+            // retried): nothing to write, but its next turn's message is still to be sent.
+            if stored.handed_back_by(&turn) {
+                return (None, stored.queued_for);
+            }
+            match stored.merge_turn(&holder).hand_back(
+                &turn,
+                next_work,
+                seeded_at_claim,
+                seeded_by_turn,
+                now,
+            ) {
+                Some((next, visible_at)) => (Some(next), visible_at),
+                None => (None, None),
+            }
         })
         .await;
         settle_host(handed, crawl, now, outbox, outcomes)
