@@ -330,7 +330,9 @@ async fn an_embedded_crawl_through_port_faults_and_crashes_completes_with_nothin
         .iter()
         .map(|f| counts.of(*f))
         .sum::<u64>();
-    assert_eq!(crashes, crash_points, "{counts:?}");
+    // Every crashed run met a crash point; concurrent workers may meet two before the run is
+    // dropped.
+    assert!(crash_points >= crashes, "{crashes} crashes, {counts:?}");
     assert!(crashes > 0 && counts.of(PortFault::Error) > 0, "{counts:?}");
     assert_eq!(report.summary.tasks, LOCAL_PAGES as u64);
     // AND, read without faults: every task terminal and succeeded, one manifest line each, no
