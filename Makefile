@@ -35,8 +35,10 @@ bench: deps
 	cargo build --release -p seeder -p crawler -p sweeper -p deliverer -p trawl -p trawl-bench
 	target/release/trawl-bench $(BENCH_ARGS)
 
-## The chaos run (bench/README.md, section 11): `trawl --backend aws crawl` of 500 pages through
-## the fault proxy (10% retryable errors, 5% lost responses); BENCH_ARGS=--quick for 200 pages.
+## The chaos runs (bench/README.md, section 12): the embedded backend through port faults and
+## crashes; `trawl --backend aws crawl` of 1,000 pages through the fault proxy (10% retryable
+## errors, 5% lost responses) with 3 SIGKILLs; the same through the four Lambda handlers with
+## duplicate deliveries. BENCH_ARGS=--quick for smaller crawls.
 chaos: deps
 	cargo build --release -p trawl -p trawl-bench
 	target/release/trawl-bench --only chaos $(BENCH_ARGS)

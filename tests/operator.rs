@@ -7,7 +7,7 @@ use crate::cli::{json_of, temp_dir, trawl_bin};
 use crate::delivering::{gz_lines, read_warc, warc_pages};
 use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::SqsEvent;
 use std::collections::BTreeSet;
 use std::process::Output;
 use std::sync::Arc;
@@ -16,17 +16,11 @@ use tokio::process::Command;
 use tokio::time::Instant;
 use trawl_aws::clients::Clients;
 use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::manifest::S3Manifests;
-use trawl_aws::s3::S3BlobStore;
-use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue, SqsSeedQueue};
 use trawl_aws::stack::{Stack, create_stack};
 use trawl_core::blob::Layout;
-use trawl_core::crawler::Crawler;
-use trawl_core::deliver::{self, DeliveryLimits, ManifestLine};
+use trawl_core::deliver::{self, ManifestLine};
 use trawl_core::fetch::Fetcher;
-use trawl_core::seed::SeedDefaults;
 use trawl_core::store::CrawlStore;
-use trawl_core::sweep::SweepOptions;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
@@ -207,11 +201,14 @@ async fn site() -> Site {
 }
 
 /// The four functions' handlers, wired as their `main.rs` wires them, on the deployed stack.
-pub(crate) struct Functions {
-    pub(crate) seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
-    pub(crate) crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
-    pub(crate) sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
-    pub(crate) deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
+pub(crate) struct Functions(trawl_faults::lambda::Functions);
+
+impl std::ops::Deref for Functions {
+    type Target = trawl_faults::lambda::Functions;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 pub(crate) fn functions(deployed: &Deployed) -> Functions {
@@ -220,82 +217,21 @@ pub(crate) fn functions(deployed: &Deployed) -> Functions {
 
 /// `functions`, fetching with `fetcher` (the crawler function's, with its secret source).
 pub(crate) fn functions_with(deployed: &Deployed, fetcher: Arc<Fetcher>) -> Functions {
-    let (clients, stack) = (&deployed.clients, &deployed.stack);
-    let calls = Arc::new(CallCounts::default());
-    let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, 4, calls.clone());
-    let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
-    let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
-    let delivery_calls = calls.clone();
-    let delivery_queue = move || {
-        SqsDeliveryTrigger::new(
-            clients.sqs.clone(),
-            &stack.delivery_queue_url,
-            delivery_calls.clone(),
-        )
-    };
-    Functions {
-        seeder: seeder::handler::Handler {
-            store: store.clone(),
-            queue: queue.clone(),
-            fetcher: fetcher.clone(),
-            manifests: S3Manifests::new(clients.s3.clone(), calls.clone()),
-            defaults: SeedDefaults::default(),
-            seeds: SqsSeedQueue::new(clients.sqs.clone(), &stack.seed_queue_url, calls.clone()),
-            calls: calls.clone(),
-        },
-        crawler: crawler::handler::Handler {
-            crawler: Arc::new(Crawler::new(
-                store.clone(),
-                blobs.clone(),
-                queue.clone(),
-                fetcher,
-                Layout::new(PREFIX),
-                4,
-                calls.clone(),
-            )),
-        },
-        sweeper: sweeper::handler::Handler {
-            store: store.clone(),
-            queue,
-            trigger: delivery_queue(),
-            calls: calls.clone(),
-            options: SweepOptions::new(),
-        },
-        deliverer: deliverer::handler::Handler {
-            store,
-            blobs,
-            layout: Layout::new(PREFIX),
-            uri_base: format!("s3://{}", stack.bucket),
-            calls,
-            continuation: delivery_queue(),
-            limits: DeliveryLimits::default(),
-        },
-    }
+    Functions(trawl_faults::lambda::Functions::new(
+        &deployed.clients,
+        &deployed.stack,
+        &Layout::new(PREFIX),
+        4,
+        fetcher,
+        Arc::new(CallCounts::default()),
+    ))
 }
 
-/// What an SQS event source mapping hands a function: a batch received from `queue_url` (no
-/// long poll), as an SQS event; None when the queue has nothing visible.
+/// What an SQS event source mapping hands a function (`trawl_faults::lambda::receive_batch`).
 async fn receive_batch(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Option<SqsEvent> {
-    let received = sqs
-        .receive_message()
-        .queue_url(queue_url)
-        .max_number_of_messages(10)
-        .send()
+    trawl_faults::lambda::receive_batch(sqs, queue_url)
         .await
-        .unwrap();
-    let messages = received.messages();
-    if messages.is_empty() {
-        return None;
-    }
-    let mut event = SqsEvent::default();
-    for m in messages {
-        let mut record = SqsMessage::default();
-        record.message_id = m.message_id().map(str::to_owned);
-        record.receipt_handle = m.receipt_handle().map(str::to_owned);
-        record.body = m.body().map(str::to_owned);
-        event.records.push(record);
-    }
-    Some(event)
+        .unwrap()
 }
 
 /// What the mapping does with the function's answer: deletes every record not reported failed.

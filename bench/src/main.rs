@@ -6,6 +6,7 @@
 mod calls;
 mod capacity;
 mod chaos;
+mod chaos_lambda;
 mod chaos_local;
 mod cost;
 mod error;
@@ -67,9 +68,14 @@ enum Section {
     Hosts,
     Storage,
     Extract,
+    /// The three chaos runs (embedded, the CLI on AWS, the Lambda handlers).
     Chaos,
-    /// The embedded half of `chaos` alone.
+    /// Only the embedded chaos run.
     ChaosLocal,
+    /// Only the chaos run of the CLI on AWS.
+    ChaosCli,
+    /// Only the chaos run through the Lambda handlers.
+    ChaosLambda,
 }
 
 /// Roles the harness runs itself in as a child process.
@@ -105,6 +111,15 @@ enum ChildRole {
         #[arg(long)]
         crash: f64,
     },
+    /// The chaos run through the Lambda handlers (writes its measures to --out: the handlers
+    /// print their metrics on stdout).
+    #[command(hide = true)]
+    ChaosLambda {
+        #[arg(long)]
+        pages: usize,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Pages of the site the AWS sections crawl (moto is slow: keep it small).
@@ -125,6 +140,7 @@ fn main() -> ExitCode {
             run,
             crash,
         }) => chaos_local::chaos_run_main(start, dir, *run, *crash),
+        Some(ChildRole::ChaosLambda { pages, out }) => chaos_lambda::chaos_lambda_main(*pages, out),
         None => bench(&args),
     };
     match outcome {
@@ -312,9 +328,10 @@ async fn measure(args: &Args) -> Report {
             Err(e) => failed(&mut report, "freshness simulation", e),
         }
     }
-    // Minutes long: only when asked for (`--only chaos`, `make chaos`; `--only chaos-local`
-    // for the embedded half alone).
-    if args.only.contains(&Section::Chaos) || args.only.contains(&Section::ChaosLocal) {
+    // Minutes long: only when asked for (`--only chaos`, `make chaos`, or one run alone:
+    // `--only chaos-local|chaos-cli|chaos-lambda`).
+    let chaos = |s: Section| args.only.contains(&Section::Chaos) || args.only.contains(&s);
+    if chaos(Section::ChaosLocal) {
         eprintln!("chaos run (embedded, port faults and crashes) …");
         match chaos_local::run(args.quick).await {
             Ok(figures) => {
@@ -327,7 +344,7 @@ async fn measure(args: &Args) -> Report {
             Err(e) => failed(&mut report, "embedded chaos run", e),
         }
     }
-    if args.only.contains(&Section::Chaos) {
+    if chaos(Section::ChaosCli) {
         eprintln!("chaos run (AWS faults) …");
         match sibling("trawl") {
             Some(cli) => match chaos::run(args.quick, &cli).await {
@@ -337,6 +354,13 @@ async fn measure(args: &Args) -> Report {
             None => report.skipped.push(
                 "chaos run (the CLI binary is not built in this target directory)".to_owned(),
             ),
+        }
+    }
+    if chaos(Section::ChaosLambda) {
+        eprintln!("chaos run (Lambda handlers, AWS faults, duplicate deliveries) …");
+        match chaos_lambda::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "Lambda chaos run", e),
         }
     }
     if wanted(Section::Storage) {

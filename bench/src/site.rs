@@ -235,7 +235,12 @@ pub fn serve_main(pages: usize) -> BenchResult<()> {
             std::process::exit(0);
         });
         loop {
-            let (stream, _) = listener.accept().await.step("accept")?;
+            // A failed accept (no memory, too many open files: a busy machine) costs one
+            // connection, which its client tries again, not the site.
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            };
             let _ = stream.set_nodelay(true);
             let served = Arc::clone(&served);
             tokio::spawn(async move {

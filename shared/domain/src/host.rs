@@ -207,6 +207,16 @@ impl Host {
         self.token == turn.token && self.turn_until.is_some()
     }
 
+    /// Whether the record is `turn`'s own hand-back: no claim since (every claim bumps the
+    /// token) and no turn running. The holder whose hand-back write was applied while its answer
+    /// was lost sees this when it retries: the write is done, but the next turn's message (for
+    /// the stored epoch, at `queued_for`) is still to be sent. Should the sweeper have re-issued
+    /// the turn meanwhile, that is a second message of one epoch: the first to start a turn
+    /// makes the other stale.
+    pub fn handed_back_by(&self, turn: &Turn) -> bool {
+        self.token == turn.token && self.turn_until.is_none()
+    }
+
     /// A fetch made at `now` during `turn` and what it said about the host. The next request
     /// waits the host's pace; trouble snoozes it (Retry-After wins when longer, capped) and
     /// slows the pace, an answer clears both. Past the error budget the host is given up.
@@ -577,6 +587,42 @@ mod tests {
         assert_eq!(none, None, "a running turn finds new work itself");
         let (busy, next) = during.hand_back(&turn, None, 1, 0, 10).unwrap();
         assert_eq!((next, busy.epoch), (Some(10), during.epoch + 1));
+    }
+
+    #[test]
+    fn a_hand_back_whose_answer_was_lost_is_recognised_on_retry() {
+        // GIVEN a turn handed back with more work, the write applied
+        let policy = HostPolicy::default();
+        let (claimed, turn) = Host::new("h", &policy, 0).claim_turn(0, 1_000).unwrap();
+        let (stored, visible_at) = claimed
+            .hand_back(&turn, Some(NextWork::Task(5)), 0, 0, 10)
+            .unwrap();
+        // WHEN its holder retries on the stored record
+        // THEN it is recognised as this turn's hand-back, still to send its message at the
+        // stored epoch; the hand-back itself is not applied twice
+        assert!(stored.handed_back_by(&turn));
+        assert_eq!(
+            (stored.queued_for, stored.epoch),
+            (visible_at, claimed.epoch + 1)
+        );
+        assert_eq!(stored.hand_back(&turn, None, 0, 0, 20), None);
+        // AND once another turn was claimed, or while one runs, it is not
+        assert!(!claimed.handed_back_by(&turn));
+        let (next, _) = stored.claim_turn(20, 1_000).unwrap();
+        assert!(!next.handed_back_by(&turn));
+        let (handed, _) = next
+            .hand_back(
+                &Turn {
+                    token: next.token,
+                    until: 1_020,
+                },
+                None,
+                0,
+                0,
+                30,
+            )
+            .unwrap();
+        assert!(!handed.handed_back_by(&turn));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, Status, Task};
 
 /// What the audit found; [`Audit::holds`] when nothing is wrong.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Audit {
     pub tasks: u64,
     pub succeeded: u64,
@@ -45,13 +45,19 @@ pub struct Audit {
 
 impl Audit {
     pub fn holds(&self) -> bool {
-        self.unfinished == 0
-            && self.manifest_lines == self.tasks
-            && self.duplicates == 0
-            && self.dangling == 0
-            && self.orphans == 0
-            && self.summary_mismatches == 0
-            && self.md5_mismatches == 0
+        self.violations() == 0
+    }
+
+    /// Everything found wrong: tasks unfinished, manifest lines missing or beyond one per
+    /// task, duplicates, dangling pointers, orphans, summary counts and md5s that differ.
+    pub fn violations(&self) -> u64 {
+        self.unfinished
+            + self.manifest_lines.abs_diff(self.tasks)
+            + self.duplicates
+            + self.dangling
+            + self.orphans
+            + self.summary_mismatches
+            + self.md5_mismatches
     }
 }
 

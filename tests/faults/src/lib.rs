@@ -9,9 +9,11 @@
 //! same faults. Loopback only; used by the chaos tests and `make bench`, which check the
 //! invariants of [`audit`] after each run. For the embedded backend, where no HTTP runs between
 //! trawl and its storage, [`ports`] injects faults at the port traits instead, and [`local`]
-//! runs a crawl through them.
+//! runs a crawl through them. [`lambda`] runs the four Lambda functions' handlers through the
+//! proxy, playing Lambda's event source mappings (duplicate deliveries included) and schedule.
 
 pub mod audit;
+pub mod lambda;
 pub mod local;
 pub mod ports;
 
@@ -102,7 +104,7 @@ impl Fault {
 }
 
 /// What the proxy has seen so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     pub requests: u64,
     /// Per fault, in the order of [`Fault::ALL`].

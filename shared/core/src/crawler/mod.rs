@@ -443,15 +443,32 @@ where
             }
         };
         let now = self.clock.now_ms();
-        let holder = state.host;
-        let handed = update_host(&self.store, crawl, &holder.name, now, |stored| match stored
-            .merge_turn(&holder)
-            .hand_back(&turn, next_work, seeded_at_claim, seeded_by_turn, now)
-        {
-            Some((next, visible_at)) => (Some(next), visible_at),
-            None => (None, None),
-        })
-        .await;
+        let holder = &state.host;
+        let hand_back = || {
+            update_host(&self.store, crawl, &holder.name, now, |stored| {
+                // This turn's hand-back is stored already (applied while its answer was lost):
+                // nothing to write, but its next turn's message is still to be sent.
+                if stored.handed_back_by(&turn) {
+                    return (None, stored.queued_for);
+                }
+                match stored.merge_turn(holder).hand_back(
+                    &turn,
+                    next_work,
+                    seeded_at_claim,
+                    seeded_by_turn,
+                    now,
+                ) {
+                    Some((next, visible_at)) => (Some(next), visible_at),
+                    None => (None, None),
+                }
+            })
+        };
+        // A failed hand-back is tried again here, not left to the message: its write may have
+        // been applied (a lost answer), and the message, back from the queue, would then be
+        // stale and dropped, its host left without a turn until the sweeper's lost-message
+        // window. The retry recognises the applied write and sends the next turn.
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let handed = persist("hand the host back", &Backoff::BRIEF, &retries, hand_back).await;
         settle_host(handed, crawl, now, outbox, outcomes)
     }
 

@@ -1,0 +1,574 @@
+//! The four functions' handlers run in-process as Lambda runs them, every AWS call of theirs
+//! through the fault proxy, while this module plays Lambda's own part:
+//! - the crawl queue's event source mapping: batches of up to 10 messages handed to the crawler
+//!   as an SQS event, a few invocations at once; the records not reported in
+//!   `batchItemFailures` deleted; every record of an invocation that failed (returned an error,
+//!   or was cut short as a timeout or a crash cuts it) left for the visibility timeout;
+//! - SQS's at-least-once delivery: a seeded share of messages delivered twice, the copy in the
+//!   same batch or as a message of its own in a later one (the turn's fencing must make it
+//!   harmless);
+//! - the sweeper's schedule, and the delivery queue's mapping to the deliverer, each
+//!   invocation of it given a short time (a longer delivery goes on through its
+//!   continuations).
+//!
+//! The mapping itself talks to the queues directly, as Lambda's pollers are not the functions'
+//! calls. A run is bounded in time; it ends once generation 0 of the crawl is delivered.
+
+use crate::splitmix64;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trawl_aws::clients::Clients;
+use trawl_aws::dynamodb::DynamoStore;
+use trawl_aws::manifest::S3Manifests;
+use trawl_aws::s3::S3BlobStore;
+use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue, SqsSeedQueue};
+use trawl_aws::stack::Stack;
+use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::crawler::Crawler;
+use trawl_core::deliver::{DeliveryLimits, SUCCESS_FILE, delivery_id};
+use trawl_core::fetch::Fetcher;
+use trawl_core::seed::SeedDefaults;
+use trawl_core::sweep::SweepOptions;
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::task::now_ms;
+
+/// The schedule's input (the template's, `events/sweeper-schedule.json`).
+const SWEEP_EVENT: &str = include_str!("../../../events/sweeper-schedule.json");
+/// Crawl hosts handled at once by one crawler invocation (the function's default).
+const CRAWLER_CONCURRENCY: usize = 4;
+/// Seed invocations tried before the run gives up (a direct invoke is retried by its caller).
+const SEED_ATTEMPTS: u32 = 50;
+/// The pause of the loop when no queue had anything for it.
+const IDLE: Duration = Duration::from_millis(200);
+/// How often a failed copy of a duplicate comes back at most.
+const DUPLICATE_DELAY_S: i32 = 2;
+
+/// The four handlers, wired as their `main.rs` wire them, on one stack.
+pub struct Functions {
+    pub seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
+    pub crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
+    pub sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
+    pub deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
+}
+
+impl Functions {
+    /// The handlers on `stack` through `clients`, with `shards` status-index shards, keys
+    /// under `layout`, fetching with `fetcher`, counting their calls in `calls`.
+    pub fn new(
+        clients: &Clients,
+        stack: &Stack,
+        layout: &Layout,
+        shards: u32,
+        fetcher: Arc<Fetcher>,
+        calls: Arc<CallCounts>,
+    ) -> Functions {
+        let store = DynamoStore::new(
+            clients.dynamodb.clone(),
+            &stack.table,
+            shards,
+            calls.clone(),
+        );
+        let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
+        let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
+        let delivery_queue = || {
+            SqsDeliveryTrigger::new(
+                clients.sqs.clone(),
+                &stack.delivery_queue_url,
+                calls.clone(),
+            )
+        };
+        Functions {
+            seeder: seeder::handler::Handler {
+                store: store.clone(),
+                queue: queue.clone(),
+                fetcher: fetcher.clone(),
+                manifests: S3Manifests::new(clients.s3.clone(), calls.clone()),
+                defaults: SeedDefaults::default(),
+                seeds: SqsSeedQueue::new(clients.sqs.clone(), &stack.seed_queue_url, calls.clone()),
+                calls: calls.clone(),
+            },
+            crawler: crawler::handler::Handler {
+                crawler: Arc::new(Crawler::new(
+                    store.clone(),
+                    blobs.clone(),
+                    queue.clone(),
+                    fetcher,
+                    layout.clone(),
+                    CRAWLER_CONCURRENCY,
+                    calls.clone(),
+                )),
+            },
+            sweeper: sweeper::handler::Handler {
+                store: store.clone(),
+                queue,
+                trigger: delivery_queue(),
+                calls: calls.clone(),
+                options: SweepOptions::new(),
+            },
+            deliverer: deliverer::handler::Handler {
+                store,
+                blobs,
+                layout: layout.clone(),
+                uri_base: format!("s3://{}", stack.bucket),
+                calls: calls.clone(),
+                continuation: delivery_queue(),
+                limits: DeliveryLimits::default(),
+            },
+        }
+    }
+}
+
+/// One stack over two servers: the table and bucket of `tables`, the queues of `queues` (a
+/// single-threaded moto, whose conditional writes are atomic as on DynamoDB, beside a threaded
+/// one, where a long poll holds no other request up).
+pub fn split_stack(tables: Stack, queues: Stack) -> Stack {
+    Stack {
+        queue_url: queues.queue_url,
+        delivery_queue_url: queues.delivery_queue_url,
+        crawl_dead_letter_url: queues.crawl_dead_letter_url,
+        delivery_dead_letter_url: queues.delivery_dead_letter_url,
+        seed_queue_url: queues.seed_queue_url,
+        seed_dead_letter_url: queues.seed_dead_letter_url,
+        ..tables
+    }
+}
+
+/// Where the functions run: their clients (through the proxy), the mapping's own (straight to
+/// the queues), the stack, and how keys are laid out.
+pub struct Lambda<'a> {
+    /// What the functions call AWS with: the fault proxy's endpoint.
+    pub clients: &'a Clients,
+    /// What Lambda's pollers receive and delete with: the queues' server itself.
+    pub mapping: &'a aws_sdk_sqs::Client,
+    pub stack: &'a Stack,
+    pub layout: Layout,
+    pub shards: u32,
+}
+
+/// What Lambda's part does beyond handing each message over once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    /// The seed of the duplicates' and crashes' draws: a run can be replayed.
+    pub seed: u64,
+    /// Share of received crawl messages delivered twice (half of the copies in the same
+    /// batch, half as messages of their own, delayed up to the visibility timeout).
+    pub duplicates: f64,
+    /// Share of crawler invocations cut short after a random part of `crash_within` (a timeout
+    /// or a crash): nothing of theirs is acknowledged, and the next invocation starts cold.
+    pub crashes: f64,
+    pub crash_within: Duration,
+    /// Crawler invocations at once.
+    pub concurrency: usize,
+    /// How often the schedule invokes the sweeper.
+    pub sweep_every: Duration,
+    /// How long a deliverer invocation may run before it stops with a checkpoint and sends its
+    /// continuation to the delivery queue.
+    pub delivery_time: Duration,
+    /// The crawl and delivery queues' visibility timeout, in seconds.
+    pub visibility_timeout_s: u32,
+    /// The bound of the whole run.
+    pub time_limit: Duration,
+}
+
+/// What Lambda saw in a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LambdaRun {
+    /// Seeder invocations (a failed one is invoked again).
+    pub seed_invocations: u64,
+    pub crawler_invocations: u64,
+    /// Crawler invocations that returned an error (every record left for the timeout).
+    pub failed_invocations: u64,
+    /// Crawler invocations cut short by [`Plan::crashes`].
+    pub crashed_invocations: u64,
+    /// Records handed to the crawler (duplicates included).
+    pub records: u64,
+    /// Records the crawler reported in `batchItemFailures`.
+    pub handed_back: u64,
+    /// Copies of messages delivered (in the same batch, or sent again for a later one).
+    pub duplicates: u64,
+    pub sweeps: u64,
+    pub failed_sweeps: u64,
+    pub deliverer_invocations: u64,
+    pub failed_deliveries: u64,
+    pub wall: Duration,
+}
+
+impl LambdaRun {
+    /// Adds a crawl round's counts.
+    fn add(&mut self, round: &LambdaRun) {
+        self.crawler_invocations += round.crawler_invocations;
+        self.failed_invocations += round.failed_invocations;
+        self.crashed_invocations += round.crashed_invocations;
+        self.records += round.records;
+        self.handed_back += round.handed_back;
+        self.duplicates += round.duplicates;
+    }
+}
+
+/// One invocation of the sweeper by the schedule; whether it succeeded.
+async fn sweep(functions: &Functions, event: &serde_json::Value) -> bool {
+    match functions.sweeper.sweep(event.clone(), None, now_ms()).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::info!(error = %e, "sweeper invocation failed");
+            false
+        }
+    }
+}
+
+/// A seeded stream of draws in [0, 1).
+struct Dice {
+    seed: u64,
+    n: u64,
+}
+
+impl Dice {
+    fn draw(&mut self) -> f64 {
+        self.n += 1;
+        (splitmix64(self.seed ^ splitmix64(self.n)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What became of one crawler invocation.
+enum Invocation {
+    Answered(SqsBatchResponse),
+    Failed,
+    Crashed,
+}
+
+/// A record's copy delivered in the same batch: an id and a receipt of its own, which delete
+/// nothing (the original carries the message).
+const COPY_SUFFIX: &str = "#copy";
+
+impl Lambda<'_> {
+    fn functions(&self, calls: &Arc<CallCounts>) -> Result<Functions, String> {
+        let fetcher = Fetcher::new("").map_err(|e| e.to_string())?;
+        Ok(Functions::new(
+            self.clients,
+            self.stack,
+            &self.layout,
+            self.shards,
+            Arc::new(fetcher),
+            calls.clone(),
+        ))
+    }
+
+    /// Seeds the crawl with `request` (the seeder's direct request), then runs the functions
+    /// until generation 0 of `crawl_id` is delivered; `bucket` reads the bucket directly (to
+    /// see the delivery's `_SUCCESS`).
+    pub async fn run_to_delivery<B: BlobStore>(
+        &self,
+        request: serde_json::Value,
+        crawl_id: &CrawlId,
+        bucket: &B,
+        plan: &Plan,
+    ) -> Result<LambdaRun, String> {
+        let started = Instant::now();
+        let calls = Arc::new(CallCounts::default());
+        let mut functions = self.functions(&calls)?;
+        let mut run = LambdaRun::default();
+        let mut dice = Dice {
+            seed: plan.seed,
+            n: 0,
+        };
+        for url in [&self.stack.queue_url, &self.stack.delivery_queue_url] {
+            self.mapping
+                .set_queue_attributes()
+                .queue_url(url)
+                .attributes(
+                    aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                    plan.visibility_timeout_s.to_string(),
+                )
+                .send()
+                .await
+                .map_err(|e| format!("set the visibility timeout: {e}"))?;
+        }
+        self.seed(&functions, request, &mut run).await?;
+        let sweep_event: serde_json::Value =
+            serde_json::from_str(SWEEP_EVENT).map_err(|e| e.to_string())?;
+        let mut last_sweep: Option<Instant> = None;
+        let done = format!("/{}/{SUCCESS_FILE}", delivery_id(0));
+        let deliveries = self.layout.deliveries_prefix(crawl_id);
+        let mut delivering = false;
+        loop {
+            if started.elapsed() > plan.time_limit {
+                return Err(format!(
+                    "not delivered within {:?}: {run:?}",
+                    plan.time_limit
+                ));
+            }
+            // Only a deliverer invocation that succeeded may have completed the delivery.
+            if delivering {
+                let listed = bucket.list(&deliveries).await.map_err(|e| e.to_string())?;
+                if listed.iter().any(|k| k.ends_with(&done)) {
+                    break;
+                }
+                delivering = false;
+            }
+            // The schedule, the crawl queue's mapping and the delivery queue's run at once.
+            let sweep_due = last_sweep.is_none_or(|at| at.elapsed() >= plan.sweep_every);
+            if sweep_due {
+                last_sweep = Some(Instant::now());
+            }
+            let mut crawled = LambdaRun::default();
+            let (swept, crawl, delivered) = tokio::join!(
+                async {
+                    if sweep_due {
+                        Some(sweep(&functions, &sweep_event).await)
+                    } else {
+                        None
+                    }
+                },
+                self.crawl_round(&functions, &mut dice, plan, &mut crawled),
+                self.deliver_round(&functions, plan.delivery_time),
+            );
+            let (received, cold_start) = crawl?;
+            let delivered = delivered?;
+            run.add(&crawled);
+            if let Some(ok) = swept {
+                run.sweeps += 1;
+                run.failed_sweeps += u64::from(!ok);
+            }
+            if let Some(ok) = delivered {
+                run.deliverer_invocations += 1;
+                run.failed_deliveries += u64::from(!ok);
+                delivering = ok;
+            }
+            if cold_start {
+                // The container of a cut invocation is gone with what it had in memory.
+                functions = self.functions(&calls)?;
+            }
+            if !received && delivered.is_none() {
+                tokio::time::sleep(IDLE).await;
+            }
+        }
+        run.wall = started.elapsed();
+        Ok(run)
+    }
+
+    /// Invokes the seeder with `request` until an invocation succeeds (seeding is idempotent).
+    async fn seed(
+        &self,
+        functions: &Functions,
+        request: serde_json::Value,
+        run: &mut LambdaRun,
+    ) -> Result<(), String> {
+        for attempt in 1..=SEED_ATTEMPTS {
+            run.seed_invocations += 1;
+            match functions
+                .seeder
+                .dispatch(request.clone(), None, now_ms())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt == SEED_ATTEMPTS => {
+                    return Err(format!("seeding failed {SEED_ATTEMPTS} times: {e}"));
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "seeder invocation failed; invoked again");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of the crawl queue's mapping: up to `plan.concurrency` batches, each to an
+    /// invocation of its own, all at once. Returns whether any message was received, and
+    /// whether an invocation was cut short (the next ones start cold).
+    async fn crawl_round(
+        &self,
+        functions: &Functions,
+        dice: &mut Dice,
+        plan: &Plan,
+        run: &mut LambdaRun,
+    ) -> Result<(bool, bool), String> {
+        let mut batches = Vec::new();
+        for _ in 0..plan.concurrency.max(1) {
+            let Some(mut event) = self.receive(&self.stack.queue_url).await? else {
+                break;
+            };
+            let mut copies = Vec::new();
+            for record in &event.records {
+                if dice.draw() >= plan.duplicates {
+                    continue;
+                }
+                run.duplicates += 1;
+                if dice.draw() < 0.5 {
+                    copies.push(copy_of(record));
+                } else {
+                    let delay = (dice.draw() * f64::from(plan.visibility_timeout_s)) as i32;
+                    self.send_again(record, delay).await?;
+                }
+            }
+            event.records.extend(copies);
+            let cut = (dice.draw() < plan.crashes).then(|| plan.crash_within.mul_f64(dice.draw()));
+            batches.push((event, cut));
+        }
+        if batches.is_empty() {
+            return Ok((false, false));
+        }
+        let invocations = batches.iter().map(|(event, cut)| {
+            let event =
+                lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
+            let handler = &functions.crawler;
+            async move {
+                let handled = handler.handle(event);
+                match cut {
+                    Some(cut) => match tokio::time::timeout(*cut, handled).await {
+                        Ok(answer) => answer,
+                        Err(_) => return Invocation::Crashed,
+                    },
+                    None => handled.await,
+                }
+                .map_or_else(
+                    |e| {
+                        tracing::info!(error = %e, "crawler invocation failed");
+                        Invocation::Failed
+                    },
+                    Invocation::Answered,
+                )
+            }
+        });
+        let answers = futures_util::future::join_all(invocations).await;
+        let mut cold_start = false;
+        for ((event, _), answer) in batches.iter().zip(answers) {
+            run.crawler_invocations += 1;
+            run.records += event.records.len() as u64;
+            match answer {
+                Invocation::Answered(response) => {
+                    run.handed_back += response.batch_item_failures.len() as u64;
+                    self.acknowledge(&self.stack.queue_url, event, &response)
+                        .await?;
+                }
+                Invocation::Failed => run.failed_invocations += 1,
+                Invocation::Crashed => {
+                    run.crashed_invocations += 1;
+                    cold_start = true;
+                }
+            }
+        }
+        Ok((true, cold_start))
+    }
+
+    /// One look at the delivery queue: its batch to the deliverer. Returns None when no
+    /// message was received, else whether the invocation succeeded.
+    async fn deliver_round(
+        &self,
+        functions: &Functions,
+        time: Duration,
+    ) -> Result<Option<bool>, String> {
+        let url = &self.stack.delivery_queue_url;
+        let Some(event) = self.receive(url).await? else {
+            return Ok(None);
+        };
+        let payload = serde_json::to_value(&event).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + time;
+        match functions
+            .deliverer
+            .deliver(payload, now_ms(), Some(deadline))
+            .await
+        {
+            Ok(deliverer::handler::DelivererResponse::Batch(response)) => {
+                self.acknowledge(url, &event, &response).await?;
+                Ok(Some(true))
+            }
+            Ok(other) => Err(format!("a queue batch answered with {other:?}")),
+            Err(e) => {
+                tracing::info!(error = %e, "deliverer invocation failed");
+                Ok(Some(false))
+            }
+        }
+    }
+
+    async fn receive(&self, queue_url: &str) -> Result<Option<SqsEvent>, String> {
+        receive_batch(self.mapping, queue_url).await
+    }
+
+    /// Deletes every record of `event` the function did not report failed; a failed copy comes
+    /// back as a message of its own.
+    async fn acknowledge(
+        &self,
+        queue_url: &str,
+        event: &SqsEvent,
+        response: &SqsBatchResponse,
+    ) -> Result<(), String> {
+        let failed: BTreeSet<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        for record in &event.records {
+            let id = record.message_id.as_deref().unwrap_or_default();
+            let is_copy = id.ends_with(COPY_SUFFIX);
+            match (failed.contains(id), is_copy) {
+                (true, true) => self.send_again(record, DUPLICATE_DELAY_S).await?,
+                (true, false) | (false, true) => {}
+                (false, false) => {
+                    self.mapping
+                        .delete_message()
+                        .queue_url(queue_url)
+                        .receipt_handle(record.receipt_handle.clone().unwrap_or_default())
+                        .send()
+                        .await
+                        .map_err(|e| format!("DeleteMessage: {e}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `record`'s body to the crawl queue again, visible after `delay_s` seconds: a
+    /// duplicate delivered in a later batch.
+    async fn send_again(&self, record: &SqsMessage, delay_s: i32) -> Result<(), String> {
+        self.mapping
+            .send_message()
+            .queue_url(&self.stack.queue_url)
+            .message_body(record.body.clone().unwrap_or_default())
+            .delay_seconds(delay_s)
+            .send()
+            .await
+            .map_err(|e| format!("SendMessage: {e}"))?;
+        Ok(())
+    }
+}
+
+/// A copy of `record` for the same batch: its own id, and a receipt that names no message.
+fn copy_of(record: &SqsMessage) -> SqsMessage {
+    let mut copy = record.clone();
+    let id = record.message_id.as_deref().unwrap_or_default();
+    copy.message_id = Some(format!("{id}{COPY_SUFFIX}"));
+    copy.receipt_handle = Some(format!("copy-of-{id}"));
+    copy
+}
+
+/// What an SQS event source mapping hands a function: a batch of up to 10 messages received
+/// from `queue_url` (no long poll), as an SQS event; None when none is visible.
+pub async fn receive_batch(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<Option<SqsEvent>, String> {
+    let received = sqs
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .map_err(|e| format!("ReceiveMessage: {e}"))?;
+    let messages = received.messages();
+    if messages.is_empty() {
+        return Ok(None);
+    }
+    let mut event = SqsEvent::default();
+    for m in messages {
+        let mut record = SqsMessage::default();
+        record.message_id = m.message_id().map(str::to_owned);
+        record.receipt_handle = m.receipt_handle().map(str::to_owned);
+        record.body = m.body().map(str::to_owned);
+        event.records.push(record);
+    }
+    Ok(Some(event))
+}
