@@ -183,19 +183,17 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
-/// What every AWS chaos run prints of its outcome: tasks succeeded, invariant violations, pages
-/// fetched more than once (`refetched`: requests beyond one per page), the clean-up's work, the
-/// AWS requests and the faults injected by kind.
-pub fn outcome(
+/// What every chaos run prints of its outcome: tasks succeeded, invariant violations, pages
+/// fetched more than once (`refetched`: requests beyond one per page) and the clean-up's work.
+pub fn invariants(
     section: &'static str,
     pages: usize,
     found: &Audit,
     refetched: u64,
-    faults: &Counts,
 ) -> Vec<Figure> {
     let one =
         |name: &str, unit: &'static str, value: f64| Figure::single(section, name, unit, value);
-    let mut figures = vec![
+    vec![
         one("tasks succeeded", "tasks", found.succeeded as f64).at_least(pages as f64),
         one(
             "invariant violations (lost, duplicate, dangling, orphan, md5, summary)",
@@ -219,12 +217,26 @@ pub fn outcome(
             "objects",
             found.recent_unpointed as f64,
         ),
-        one(
-            "AWS requests through the proxy",
-            "requests",
-            faults.requests as f64,
-        ),
-    ];
+    ]
+}
+
+/// What every AWS chaos run prints of its outcome: [`invariants`], then the AWS requests and
+/// the faults injected by kind.
+pub fn outcome(
+    section: &'static str,
+    pages: usize,
+    found: &Audit,
+    refetched: u64,
+    faults: &Counts,
+) -> Vec<Figure> {
+    let one =
+        |name: &str, unit: &'static str, value: f64| Figure::single(section, name, unit, value);
+    let mut figures = invariants(section, pages, found, refetched);
+    figures.extend([one(
+        "AWS requests through the proxy",
+        "requests",
+        faults.requests as f64,
+    )]);
     for fault in Fault::ALL {
         figures.push(one(
             &format!("faults injected: {}", fault.name()),

@@ -183,13 +183,6 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let found = audit(&store, &blobs, &Layout::default(), &crawl)
         .await
         .map_err(|e| check("audit", e))?;
-    let violations = found.unfinished
-        + found.duplicates
-        + found.dangling
-        + found.orphans
-        + found.md5_mismatches
-        + found.summary_mismatches
-        + found.manifest_lines.abs_diff(found.tasks);
     let refetched = served.requests.saturating_sub(served.distinct);
     let one =
         |name: &str, unit: &'static str, value: f64| Figure::single(SECTION, name, unit, value);
@@ -199,19 +192,6 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
             "s",
             wall,
         ),
-        one("tasks succeeded", "tasks", found.succeeded as f64).at_least(pages as f64),
-        one(
-            "invariant violations (lost, duplicate, dangling, orphan, md5, summary)",
-            "count",
-            violations as f64,
-        )
-        .at_most(0.0),
-        one(
-            "pages fetched more than once",
-            "%",
-            100.0 * refetched as f64 / pages as f64,
-        )
-        .at_most(1.0),
         one("runs aborted at a crash point", "runs", ends.aborted as f64),
         one("runs SIGKILLed", "runs", ends.killed as f64).at_least(KILLED_RUNS as f64),
         one(
@@ -226,17 +206,13 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         ),
         one("runs ended otherwise", "runs", ends.other as f64).at_most(0.0),
         one(
-            "orphans removed by the generation's clean-up",
-            "objects",
-            found.orphans_removed as f64,
-        ),
-        one(
             "backend errors waited out (delivering run)",
             "retries",
             summary["backend_retries"].as_f64().unwrap_or(f64::NAN),
         ),
         one("port calls", "calls", counts.calls as f64),
     ];
+    figures.extend(crate::chaos::invariants(SECTION, pages, &found, refetched));
     for fault in PortFault::ALL {
         figures.push(one(
             &format!("faults injected: {}", fault.name()),
