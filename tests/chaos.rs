@@ -413,6 +413,10 @@ async fn a_crawl_through_the_lambda_handlers_under_aws_faults_and_duplicate_deli
         delivery_time: Duration::from_secs(5),
         visibility_timeout_s: 5,
         time_limit: LAMBDA_RUN_LIMIT,
+        // A host whose message went missing (a turn claim or hand-back applied while its answer
+        // was lost: the known gaps in README's faults paragraph) is re-issued after 15 s instead
+        // of the deployed 5 minutes, within the test's bound.
+        lost_after_ms: Some(15_000),
     };
 
     // WHEN the seeder is invoked and the functions run until the crawl is delivered
