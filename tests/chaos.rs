@@ -12,13 +12,24 @@ use tokio::process::Command;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::stack::create_stack;
+use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
+use trawl_core::crawler::{Crawler, Disposition, Outcome};
+use trawl_core::fetch::Fetcher;
+use trawl_core::frontier::add_tasks;
+use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::LocalQueue;
+use trawl_core::store::{CrawlStore, HostStore};
+use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::CrawlId;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::task::{NewTask, now_ms};
+use trawl_embedded::sqlite::SqliteStore;
 use trawl_faults::audit::audit;
 use trawl_faults::lambda::{Lambda, Plan, split_stack};
 use trawl_faults::local::{DB_FILE, OBJECTS_DIR, crawl_to_delivery};
-use trawl_faults::ports::{CrashMode, PortCounts, PortFault, PortFaults, PortMix};
+use trawl_faults::ports::{CrashMode, FaultyStore, PortCounts, PortFault, PortFaults, PortMix};
 use trawl_faults::{Fault, FaultProxy, Mix};
 
 fn meta() -> ObjectMeta {
@@ -439,4 +450,117 @@ async fn a_crawl_through_the_lambda_handlers_under_aws_faults_and_duplicate_deli
         "{audit:?} after {run:?}"
     );
     assert!(audit.holds(), "{audit:?} after {run:?} and {counts:?}");
+}
+
+#[tokio::test]
+async fn a_turn_claim_whose_answer_was_lost_is_recognised_and_the_turn_runs_at_once() {
+    // GIVEN three pages of one host seeded on SQLite, whose next host-record write (the turn's
+    // claim) is applied but answers an error, as a write whose response was lost
+    let site = volatile_tree(3).await;
+    let calls = Arc::new(CallCounts::default());
+    let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
+    let store = FaultyStore {
+        inner: SqliteStore::in_memory(calls.clone()).unwrap(),
+        faults: faults.clone(),
+    };
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    let mut config = trawl_domain::crawl::CrawlConfig::default();
+    config.fetch.allow_private_networks = true;
+    config.politeness.delay_ms = 0;
+    let crawl = Crawl::new(CrawlId::parse("lost-claim").unwrap(), config, now_ms());
+    store.create_crawl(&crawl).await.unwrap();
+    let tasks = (0..3)
+        .map(|i| NewTask {
+            url: CanonicalUrl::parse(&site.url(&format!("/p/{i}.html"))).unwrap(),
+            depth: 0,
+            parent: None,
+            data: None,
+        })
+        .collect();
+    add_tasks(&store, &queue, &crawl, tasks, now_ms())
+        .await
+        .unwrap();
+    let crawler = Crawler::new(
+        store,
+        MemoryBlobStore::new(),
+        queue,
+        Arc::new(Fetcher::new("").unwrap()),
+        Layout::default(),
+        1,
+        calls,
+    );
+    faults.lose_answers("put_host", 1);
+
+    // WHEN the host's turn message is processed
+    let batch = crawler.queue().receive(10, 0).await.unwrap();
+    assert_eq!(batch.len(), 1);
+    let results = crawler.process_batch(batch, None).await;
+
+    // THEN the claim's retry recognised the applied claim as its own (by the claimer id it
+    // wrote) and the turn ran now, rather than the message waiting out a turn it took for
+    // another worker's: every page fetched once, the host handed back
+    let fetched = results[0]
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+        .count();
+    assert_eq!(fetched, 3, "{results:?}");
+    assert_eq!(results[0].disposition, Disposition::Done);
+    assert_eq!(site.total_hits(), 4, "3 pages and robots.txt, each once");
+    let host = site.addr().to_string();
+    let stored = crawler.store().get_host(&crawl.id, &host).await.unwrap();
+    let stored = stored.unwrap();
+    assert_eq!((stored.token, stored.turn_until), (1, None), "{stored:?}");
+}
+
+#[tokio::test]
+async fn a_completion_whose_answer_was_lost_still_sends_its_delivery_notice() {
+    // GIVEN a crawl with nothing left to do, on SQLite whose completion write is applied but
+    // answers an error, as a write whose response was lost
+    let calls = Arc::new(CallCounts::default());
+    let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
+    let store = FaultyStore {
+        inner: SqliteStore::in_memory(calls.clone()).unwrap(),
+        faults: faults.clone(),
+    };
+    let crawl = Crawl::new(
+        CrawlId::parse("lost-completion").unwrap(),
+        trawl_domain::crawl::CrawlConfig::default(),
+        now_ms(),
+    );
+    store.create_crawl(&crawl).await.unwrap();
+    faults.lose_answers("complete_crawl", 1);
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    let trigger = LocalDeliveryTrigger::default();
+    let sweeper = Sweeper {
+        store: &store,
+        queue: &queue,
+        trigger: &trigger,
+        calls: &calls,
+        options: SweepOptions::new(),
+    };
+    let budget = || SweepBudget::new(50, Duration::from_secs(60));
+
+    // WHEN the sweeper finds it done
+    let report = sweeper
+        .sweep_crawl(&crawl, now_ms(), &mut budget())
+        .await
+        .unwrap();
+
+    // THEN it recognised the applied completion as its own and sent the notice (else the
+    // crawl would stay completed and never delivered)
+    assert!(report.completed, "{report:?}");
+    let notices = trigger.take();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].crawl_id, crawl.id);
+    let stored = store.get_crawl(&crawl.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, CrawlState::Completed);
+
+    // AND the next sweep, finding it completed, sends none
+    let again = sweeper
+        .sweep_crawl(&stored, now_ms(), &mut budget())
+        .await
+        .unwrap();
+    assert!(!again.completed);
+    assert!(trigger.take().is_empty());
 }

@@ -492,7 +492,12 @@ async fn crawl_first_generation<S: CrawlStore + TaskStore + HostStore, B: BlobSt
         T0 + 10,
     )
     .await;
-    assert!(b.store.complete_crawl(&crawl, 0, T0 + 20).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 20)
+            .await
+            .unwrap()
+    );
     crawl
 }
 
@@ -652,7 +657,12 @@ async fn a_second_delivery_reports_the_delta<
 
     // WHEN generation 1 is delivered before it completes, then after
     let early = b.deliverer().deliver(&crawl, None, t1).await;
-    assert!(b.store.complete_crawl(&crawl, 1, t1 + 10).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 1, "test", t1 + 10)
+            .await
+            .unwrap()
+    );
     let second = b.deliverer().deliver(&crawl, None, t1 + 20).await.unwrap();
 
     // THEN the early call is refused, and the delta says exactly what changed
@@ -749,7 +759,12 @@ async fn purge_refuses_a_running_crawl_then_removes_everything<
     );
 
     // WHEN it completes and is purged, and the other is purged by force
-    assert!(b.store.complete_crawl(&crawl, 1, T0 + 50).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 1, "test", T0 + 50)
+            .await
+            .unwrap()
+    );
     let purged = deliver::purge(&b.store, &b.blobs, &b.layout, &crawl, false)
         .await
         .unwrap();
@@ -812,7 +827,12 @@ async fn a_crawl_created_again_after_a_purge_gets_a_fresh_delivery<
     b.seed(&crawl, &[url(0)], t1).await;
     b.succeed(&crawl, &url(0), b"<html>second life</html>", t1 + 1)
         .await;
-    assert!(b.store.complete_crawl(&crawl, 0, t1 + 2).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", t1 + 2)
+            .await
+            .unwrap()
+    );
     let fresh = b.deliverer().deliver(&crawl, None, t1 + 3).await.unwrap();
 
     // THEN it is a new delivery of its own, not the purged crawl's, compared with nothing
@@ -856,7 +876,12 @@ async fn compressed_bodies_are_delivered_as_fetched<
             body,
         ));
     }
-    assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 2)
+            .await
+            .unwrap()
+    );
 
     // WHEN the bodies are read back and the crawl delivered
     for (key, body) in &pages {
@@ -944,7 +969,12 @@ async fn a_large_warc_is_uploaded_in_parts() {
     for (i, body) in bodies.iter().enumerate() {
         b.succeed(&crawl, &url(i), body, T0 + 1).await;
     }
-    assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 2)
+            .await
+            .unwrap()
+    );
     let parts_before = b.calls.get(trawl_domain::calls::Call::S3UploadPart);
 
     // WHEN it is delivered
@@ -986,7 +1016,12 @@ async fn many_pages<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
             .await;
         assert_eq!(finished, 0, "a finish was refused");
     }
-    assert!(b.store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 2)
+            .await
+            .unwrap()
+    );
     crawl
 }
 
@@ -1249,7 +1284,12 @@ async fn a_partitioned_delta_across_calls<S: CrawlStore + TaskStore + HostStore,
             .unwrap();
         assert!(matches!(outcome, FailOutcome::GaveUp { .. }), "{outcome:?}");
     }
-    assert!(b.store.complete_crawl(&crawl, 1, t1 + 10).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 1, "test", t1 + 10)
+            .await
+            .unwrap()
+    );
 
     // WHEN it is delivered with a delta index of 100 entries (2 partitions), call by call
     let (second, calls) =
@@ -1417,7 +1457,12 @@ async fn crawl_with_orphans<S: CrawlStore + TaskStore + HostStore, B: BlobStore>
     plant(&b.blobs, &key(9, "html", b"<p>9</p>"), b"<p>9</p>").await;
     let notes = format!("{}notes.txt", b.layout.crawl_prefix(&crawl));
     plant(&b.blobs, &notes, b"kept").await;
-    assert!(b.store.complete_crawl(&crawl, 0, now + 20).await.unwrap());
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", now + 20)
+            .await
+            .unwrap()
+    );
     let kept = [
         key(0, "html", b"<p>0 v2</p>"),
         key(0, "items", b"<p>0 v2</p>"),

@@ -483,7 +483,7 @@ where
     let generation = store.get_crawl(&id).await.unwrap().unwrap().generation;
     assert!(
         store
-            .complete_crawl(&id, generation, FETCHED)
+            .complete_crawl(&id, generation, "test", FETCHED)
             .await
             .unwrap()
     );

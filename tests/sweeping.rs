@@ -142,7 +142,7 @@ async fn hand_back<S: TaskStore + HostStore>(
     let next = store.due_tasks(&crawl.id, &name, 1).await.unwrap();
     let next_work = next.first().and_then(TaskSummary::next_work);
     update_host(store, crawl, &name, at, |h| {
-        match h.hand_back(&turn, next_work, h.seeded, 0, at) {
+        match h.hand_back(&turn, next_work, Some(h.seeded), 0, at) {
             Some((next, _)) => (Some(next), ()),
             None => (None, ()),
         }
@@ -450,4 +450,58 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
     notices.sort();
     let id = crawl.id.to_string();
     assert_eq!(notices, [(id.clone(), 0), (id, 1)]);
+}
+
+#[tokio::test]
+async fn a_turn_whose_message_never_went_out_is_reissued_within_a_minute_once_the_queue_is_empty() {
+    // GIVEN a host woken 90 s ago whose turn message was never sent (as when an invocation is
+    // cut between a turn's hand-back and the send of its next message), on DynamoDB + SQS, with
+    // the crawl's usual lost-message window at 5 minutes
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
+    let trigger = LocalDeliveryTrigger::default();
+    let crawl = create(&store, config()).await;
+    let now = T0 + HOUR as Millis;
+    add(&store, &crawl, "cut", now - 90_000).await;
+    // AND another host's message waiting in the queue
+    let other = WorkMessage::new(crawl.id.clone(), "busy.example.com", 1, 0);
+    assert_eq!(queue.send(&[other]).await.unwrap().sent, 1);
+    let sweeper = Sweeper {
+        store: &store,
+        queue: &queue,
+        trigger: &trigger,
+        calls: &calls,
+        options: SweepOptions::new(),
+    };
+
+    // WHEN the sweeper runs while the queue holds a message
+    let busy = sweeper
+        .sweep_crawl(&crawl, now, &mut budget())
+        .await
+        .unwrap();
+
+    // THEN the host is left alone: its message may be behind others in a busy queue
+    assert_eq!(busy.lost_messages, 0, "{busy:?}");
+
+    // WHEN the queue is empty and the sweeper runs again
+    let waiting = queue.receive(10, 0).await.unwrap();
+    assert_eq!(waiting.len(), 1);
+    queue.ack(&[waiting[0].receipt.clone()]).await.unwrap();
+    let drained = sweeper
+        .sweep_crawl(&crawl, now + 1, &mut budget())
+        .await
+        .unwrap();
+
+    // THEN the host's turn is re-issued: a message sent a minute ago would be counted
+    assert_eq!(drained.lost_messages, 1, "{drained:?}");
+    let sent = queue.receive(10, 0).await.unwrap();
+    let hosts: Vec<String> = sent
+        .iter()
+        .map(|m| serde_json::from_str::<WorkMessage>(&m.body).unwrap().host)
+        .collect();
+    assert_eq!(hosts, [host_url("cut").host_key()]);
+    assert!(calls.get(Call::SqsGetQueueAttributes) >= 2);
 }

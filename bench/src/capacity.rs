@@ -247,12 +247,16 @@ async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> 
                 let Some((turn, seeded)) = turns.remove(&host) else {
                     continue;
                 };
-                update_host(&replay.store, &replay.crawl, &names[host], at, |h| match h
-                    .hand_back(&turn, None, seeded, 0, at)
-                {
-                    Some((next, _)) => (Some(next), ()),
-                    None => (None, ()),
-                })
+                update_host(
+                    &replay.store,
+                    &replay.crawl,
+                    &names[host],
+                    at,
+                    |h| match h.hand_back(&turn, None, Some(seeded), 0, at) {
+                        Some((next, _)) => (Some(next), ()),
+                        None => (None, ()),
+                    },
+                )
                 .await
                 .step("hand back")?;
             }

@@ -14,11 +14,12 @@
 //! The run is a child process (`trawl-bench chaos-lambda`) writing its measures to a file: the
 //! handlers print their CloudWatch metrics on stdout, which is the harness's report.
 
+use crate::chaos::Refetches;
 use crate::error::{BenchResult, Context, check};
 use crate::local::{TempDir, fixture_config};
 use crate::moto::{Moto, SHARDS, clients};
 use crate::report::Figure;
-use crate::site::Site;
+use crate::site::{Site, Stats};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Stdio;
@@ -70,8 +71,8 @@ struct Measured {
     pages: usize,
     run: LambdaRun,
     faults: Counts,
-    /// Page requests beyond one per page.
-    refetched: u64,
+    /// What the site served (its repeats, for the refetches the cuts explain).
+    served: Stats,
     audit: Audit,
 }
 
@@ -99,6 +100,13 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
 
 /// Entry point of the `chaos-lambda` child: the whole run, its measures written to `out`.
 pub fn chaos_lambda_main(pages: usize, out: &Path) -> BenchResult<()> {
+    // The handlers' logs on stderr when asked for (RUST_LOG): what a figure does not explain.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -162,7 +170,7 @@ async fn measure(pages: usize) -> BenchResult<Measured> {
         pages,
         run,
         faults,
-        refetched: served.requests.saturating_sub(served.distinct),
+        served,
         audit,
     })
 }
@@ -229,7 +237,7 @@ fn figures(m: &Measured) -> Vec<Figure> {
         SECTION,
         pages,
         &m.audit,
-        m.refetched,
+        Refetches::of(&m.served, &m.run.cut_at_ms),
         &m.faults,
     ));
     figures

@@ -111,6 +111,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let mut ends = Ends::default();
     let mut summary = None;
     let mut killed_at = Vec::new();
+    let mut kills_ms = Vec::new();
     for run in 0..MAX_RUNS {
         if started.elapsed() > LIMIT {
             return Err(check("chaos run", "outlasted its bound"));
@@ -132,12 +133,17 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
             .map(|share| (share * pages as f64) as u64);
         let status = loop {
             if let Some(status) = child.try_wait().step("wait for a chaos run")? {
+                // A run aborted at a crash point died within the last poll.
+                if !status.success() {
+                    kills_ms.push(crate::chaos::now_unix_ms());
+                }
                 break status;
             }
             if let Some(at) = kill_at {
                 let served = site.stats(&client).await?.distinct;
                 if served >= at {
                     child.kill().step("SIGKILL a chaos run")?;
+                    kills_ms.push(crate::chaos::now_unix_ms());
                     killed_at.push(served);
                     let status = child.wait().step("wait for a killed chaos run")?;
                     break status;
@@ -183,7 +189,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let found = audit(&store, &blobs, &Layout::default(), &crawl)
         .await
         .map_err(|e| check("audit", e))?;
-    let refetched = served.requests.saturating_sub(served.distinct);
+    let refetched = crate::chaos::Refetches::of(&served, &kills_ms);
     let one =
         |name: &str, unit: &'static str, value: f64| Figure::single(SECTION, name, unit, value);
     let mut figures = vec![

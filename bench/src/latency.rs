@@ -73,7 +73,7 @@ impl<S: CrawlStore> CrawlStore for Latent<S> {
         fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)>;
         fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>>;
         fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>>;
-        fn complete_crawl(&self, id: &CrawlId, generation: u64, now: Millis) -> StoreResult<bool>;
+        fn complete_crawl(&self, id: &CrawlId, generation: u64, completer: &str, now: Millis) -> StoreResult<bool>;
         fn update_config(&self, id: &CrawlId, config: &CrawlConfig, now: Millis) -> StoreResult<bool>;
         fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool>;
         fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool>;

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::TcpListener;
 
 /// Target size of a page body.
@@ -104,13 +104,17 @@ pub fn page(i: usize, pages: usize) -> Bytes {
 struct Served {
     bodies: Vec<Bytes>,
     hits: Vec<AtomicU32>,
+    /// When each page was first requested (Unix ms; 0: not yet).
+    first_at: Vec<AtomicU64>,
+    /// Every request of a page after its first.
+    repeats: Mutex<Vec<Repeat>>,
     requests: AtomicU64,
     /// Bumped by `/__change`: every page's body and ETag differ from the edition before.
     edition: AtomicU32,
 }
 
 /// What `/__stats` reports.
-#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub struct Stats {
     /// Page requests (robots.txt and `/__*` excluded).
     pub requests: u64,
@@ -118,6 +122,17 @@ pub struct Stats {
     pub distinct: u64,
     /// Most requests any one page received.
     pub max_per_page: u64,
+    /// Every request of a page after its first, for a chaos run to tell which followed a kill.
+    #[serde(default)]
+    pub repeats: Vec<Repeat>,
+}
+
+/// A page requested again: when first, and when this time (Unix ms).
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+pub struct Repeat {
+    pub page: usize,
+    pub first_ms: u64,
+    pub at_ms: u64,
 }
 
 impl Served {
@@ -131,7 +146,32 @@ impl Served {
             stats.distinct += u64::from(h > 0);
             stats.max_per_page = stats.max_per_page.max(h);
         }
+        stats.repeats = self
+            .repeats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         stats
+    }
+
+    /// Notes when page `i` was requested: its first time, or a repeat.
+    fn note_request(&self, i: usize) {
+        let Some(first) = self.first_at.get(i) else {
+            return;
+        };
+        let now = u64::try_from(trawl_domain::task::now_ms()).unwrap_or(0);
+        if let Err(first_ms) = first.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            let repeat = Repeat {
+                page: i,
+                first_ms,
+                at_ms: now,
+            };
+            self.repeats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(repeat);
+        }
     }
 
     fn respond(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -163,6 +203,7 @@ impl Served {
                 if let Some(h) = self.hits.get(i) {
                     h.fetch_add(1, Ordering::Relaxed);
                 }
+                self.note_request(i);
                 let html = "text/html; charset=utf-8";
                 if i % 2 == 1 {
                     return reply(StatusCode::OK, html, body);
@@ -205,6 +246,13 @@ impl Served {
                 for h in &self.hits {
                     h.store(0, Ordering::Relaxed);
                 }
+                for first in &self.first_at {
+                    first.store(0, Ordering::Relaxed);
+                }
+                self.repeats
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
                 reply(StatusCode::OK, "text/plain", Bytes::new())
             }
             _ => reply(StatusCode::NOT_FOUND, "text/plain", Bytes::new()),
@@ -223,6 +271,8 @@ pub fn serve_main(pages: usize) -> BenchResult<()> {
         let served = Arc::new(Served {
             bodies: (0..pages).map(|i| page(i, pages)).collect(),
             hits: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+            first_at: (0..pages).map(|_| AtomicU64::new(0)).collect(),
+            repeats: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
             edition: AtomicU32::new(0),
         });

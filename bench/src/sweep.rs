@@ -216,7 +216,13 @@ async fn weekly_recrawl(store: &MemoryStore, work: &Workload) -> BenchResult<Rec
     for name in due_tasks.keys() {
         update_host(store, &crawl, name, fetched, |h| {
             let idle = h.claim_turn(fetched, 60_000).ok().and_then(|(held, turn)| {
-                held.hand_back(&turn, Some(NextWork::Revisit(due)), held.seeded, 0, fetched)
+                held.hand_back(
+                    &turn,
+                    Some(NextWork::Revisit(due)),
+                    Some(held.seeded),
+                    0,
+                    fetched,
+                )
             });
             (idle.map(|(host, _)| host), ())
         })

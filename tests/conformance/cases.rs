@@ -920,8 +920,15 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
     );
 
     // WHEN it completes, THEN it is listed as completed; a recrawl round reopens it
-    assert!(store.complete_crawl(&id, 0, T0 + 2).await.unwrap());
-    assert!(!store.complete_crawl(&id, 0, T0 + 3).await.unwrap());
+    assert!(store.complete_crawl(&id, 0, "first", T0 + 2).await.unwrap());
+    assert!(
+        !store
+            .complete_crawl(&id, 0, "second", T0 + 3)
+            .await
+            .unwrap()
+    );
+    // AND the completer's own repeat (its first answer lost) is still its change
+    assert!(store.complete_crawl(&id, 0, "first", T0 + 2).await.unwrap());
     let completed = store.get_crawl(&id).await.unwrap().unwrap();
     assert_eq!(
         (completed.state, completed.updated_at),
@@ -949,10 +956,10 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
         (CrawlState::Running, 1, T0 + 4)
     );
     assert!(
-        !store.complete_crawl(&id, 0, T0 + 6).await.unwrap(),
-        "stale generation"
+        !store.complete_crawl(&id, 0, "first", T0 + 6).await.unwrap(),
+        "stale generation, even for its completer"
     );
-    assert!(store.complete_crawl(&id, 1, T0 + 7).await.unwrap());
+    assert!(store.complete_crawl(&id, 1, "third", T0 + 7).await.unwrap());
 
     // WHEN it is deleted, THEN it is gone, and its page budget with it
     store.delete_crawl(&id).await.unwrap();
@@ -1035,7 +1042,13 @@ pub async fn completion_happens_exactly_once<S: CrawlStore>(store: &S) {
         .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
         .await
         .unwrap();
-    let results = join_all((0..6).map(|_| store.complete_crawl(&id, 0, T0 + 1))).await;
+    let completers: Vec<String> = (0..6).map(|i| format!("sweeper-{i}")).collect();
+    let results = join_all(
+        completers
+            .iter()
+            .map(|completer| store.complete_crawl(&id, 0, completer, T0 + 1)),
+    )
+    .await;
     let winners = results
         .into_iter()
         .map(Result::unwrap)
@@ -1468,7 +1481,7 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     // WHEN the zombie hands the host back, THEN nothing is written: the newer turn stands
     let hand_back = |turn: Turn, now: Millis| {
         update_host(store, &crawl, "z.example", now, move |h| {
-            match h.hand_back(&turn, Some(NextWork::Task(now)), h.seeded, 0, now) {
+            match h.hand_back(&turn, Some(NextWork::Task(now)), Some(h.seeded), 0, now) {
                 Some((next, visible_at)) => (Some(next), visible_at),
                 None => (None, None),
             }

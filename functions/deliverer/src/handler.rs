@@ -345,7 +345,12 @@ mod tests {
             store.finish(&lease, &record, T0 + 1).await.unwrap(),
             FinishOutcome::Finished { .. }
         ));
-        assert!(store.complete_crawl(&crawl, 0, T0 + 2).await.unwrap());
+        assert!(
+            store
+                .complete_crawl(&crawl, 0, "test", T0 + 2)
+                .await
+                .unwrap()
+        );
         (handler, dir)
     }
 

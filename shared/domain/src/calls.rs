@@ -51,6 +51,7 @@ calls! {
     SqsReceiveMessage => "sqs", "ReceiveMessage";
     SqsDeleteMessageBatch => "sqs", "DeleteMessageBatch";
     SqsChangeMessageVisibility => "sqs", "ChangeMessageVisibility";
+    SqsGetQueueAttributes => "sqs", "GetQueueAttributes";
     SqliteWrite => "sqlite", "write";
     SqliteRead => "sqlite", "read";
     FileWrite => "files", "write";

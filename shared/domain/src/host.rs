@@ -96,6 +96,11 @@ pub struct Host {
     pub token: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_until: Option<Millis>,
+    /// Who claimed the running turn (`claim_turn_by`): a claimer whose write was applied while
+    /// its answer was lost recognises its own turn when it tries again, instead of waiting it
+    /// out as another worker's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimer: Option<u64>,
     /// Generation of the host's work message: every send bumps it and the message carries it,
     /// so a duplicate or superseded message is recognised and dropped (one live chain of turns
     /// per host, whatever the sweeper re-issued).
@@ -159,6 +164,7 @@ impl Host {
             given_up: None,
             token: 0,
             turn_until: None,
+            claimer: None,
             epoch: 0,
             queued_for: None,
             wake_at: None,
@@ -196,10 +202,36 @@ impl Host {
         let host = Host {
             token: turn.token,
             turn_until: Some(turn.until),
+            claimer: None,
             snoozed_until: None,
             ..self.clone()
         };
         Ok((host, turn))
+    }
+
+    /// `claim_turn` by `claimer`, an id the claiming worker drew for this claim alone (unique
+    /// with overwhelming odds), written with the turn.
+    pub fn claim_turn_by(
+        &self,
+        claimer: u64,
+        now: Millis,
+        turn_ms: u64,
+    ) -> Result<(Host, Turn), TurnRejection> {
+        let (host, turn) = self.claim_turn(now, turn_ms)?;
+        let host = Host {
+            claimer: Some(claimer),
+            ..host
+        };
+        Ok((host, turn))
+    }
+
+    /// The running turn, when `claimer` claimed it: the claim was applied, its answer lost.
+    pub fn turn_of(&self, claimer: u64) -> Option<Turn> {
+        let until = self.turn_until?;
+        (self.claimer == Some(claimer)).then_some(Turn {
+            token: self.token,
+            until,
+        })
     }
 
     /// Whether `turn` is still the host's current one (a zombie's is not).
@@ -265,7 +297,8 @@ impl Host {
     }
 
     /// Hands the host back at the end of `turn`. `next_work` is its soonest remaining work (None:
-    /// none known), `seeded_at_claim` the `seeded` count the turn started from,
+    /// none known), `seeded_at_claim` the `seeded` count the turn started from (None: not known,
+    /// a claim recognised on retry; one more turn looks),
     /// `seeded_by_turn` the URLs of this host the turn's own pages linked to (counted here).
     /// Returns the host and, when a next turn is needed, when its message should become visible
     /// (the host's own due time at the earliest); the message carries the new `epoch`. With no
@@ -275,7 +308,7 @@ impl Host {
         &self,
         turn: &Turn,
         next_work: Option<NextWork>,
-        seeded_at_claim: u64,
+        seeded_at_claim: Option<u64>,
         seeded_by_turn: u64,
         now: Millis,
     ) -> Option<(Host, Option<Millis>)> {
@@ -284,13 +317,14 @@ impl Host {
         }
         let mut host = Host {
             turn_until: None,
+            claimer: None,
             seeded: self.seeded + seeded_by_turn,
             ..self.clone()
         };
         let (next_work, later) = match next_work {
             // Seeds that arrived during the turn (the holder's own links included) may not have
             // been visible to it yet: one more turn looks.
-            _ if self.seeded != seeded_at_claim || seeded_by_turn > 0 => (Some(now), None),
+            _ if seeded_at_claim != Some(self.seeded) || seeded_by_turn > 0 => (Some(now), None),
             // Work due later than a message can wait: idle, woken by the sweeper when it is due.
             Some(NextWork::Task(at)) if at > now + LONGEST_QUEUED_WAIT_MS as Millis => {
                 (None, Some(at))
@@ -483,8 +517,8 @@ mod tests {
         let (taken, newer) = held.claim_turn(30_000, 30_000).unwrap();
         assert_eq!(newer.token, 2);
         // The zombie can no longer end (or act on) the turn.
-        assert!(taken.hand_back(&turn, None, 0, 0, 30_000).is_none());
-        let (back, next) = taken.hand_back(&newer, None, 0, 0, 30_000).unwrap();
+        assert!(taken.hand_back(&turn, None, Some(0), 0, 30_000).is_none());
+        let (back, next) = taken.hand_back(&newer, None, Some(0), 0, 30_000).unwrap();
         assert_eq!((back.turn_until, back.queued_for, next), (None, None, None));
     }
 
@@ -569,7 +603,7 @@ mod tests {
         let (held, turn) = more.claim_turn(200, 30_000).unwrap();
         let paced = held.observe(&p, HostSignal::Answered, 300);
         let (back, next) = paced
-            .hand_back(&turn, Some(NextWork::Task(250)), 5, 0, 400)
+            .hand_back(&turn, Some(NextWork::Task(250)), Some(5), 0, 400)
             .unwrap();
         assert_eq!(next, Some(1_300), "not before next_allowed_at");
         assert_eq!((back.epoch, back.queued_for), (2, Some(1_300)));
@@ -580,12 +614,12 @@ mod tests {
         let p = policy();
         let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
         let (held, turn) = host.claim_turn(0, 30_000).unwrap();
-        let (idle, next) = held.hand_back(&turn, None, 1, 0, 10).unwrap();
+        let (idle, next) = held.hand_back(&turn, None, Some(1), 0, 10).unwrap();
         assert_eq!((idle.queued_for, next), (None, None));
         // Seeds during the turn (seeded moved from 1 to 2): another turn, at once.
         let (during, none) = held.note_seeded(1, 5);
         assert_eq!(none, None, "a running turn finds new work itself");
-        let (busy, next) = during.hand_back(&turn, None, 1, 0, 10).unwrap();
+        let (busy, next) = during.hand_back(&turn, None, Some(1), 0, 10).unwrap();
         assert_eq!((next, busy.epoch), (Some(10), during.epoch + 1));
     }
 
@@ -595,7 +629,7 @@ mod tests {
         let policy = HostPolicy::default();
         let (claimed, turn) = Host::new("h", &policy, 0).claim_turn(0, 1_000).unwrap();
         let (stored, visible_at) = claimed
-            .hand_back(&turn, Some(NextWork::Task(5)), 0, 0, 10)
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(0), 0, 10)
             .unwrap();
         // WHEN its holder retries on the stored record
         // THEN it is recognised as this turn's hand-back, still to send its message at the
@@ -605,7 +639,7 @@ mod tests {
             (stored.queued_for, stored.epoch),
             (visible_at, claimed.epoch + 1)
         );
-        assert_eq!(stored.hand_back(&turn, None, 0, 0, 20), None);
+        assert_eq!(stored.hand_back(&turn, None, Some(0), 0, 20), None);
         // AND once another turn was claimed, or while one runs, it is not
         assert!(!claimed.handed_back_by(&turn));
         let (next, _) = stored.claim_turn(20, 1_000).unwrap();
@@ -617,7 +651,7 @@ mod tests {
                     until: 1_020,
                 },
                 None,
-                0,
+                Some(0),
                 0,
                 30,
             )
@@ -648,7 +682,7 @@ mod tests {
             token: held.token,
             until: 36_000,
         };
-        let (idle, _) = held.hand_back(&turn, None, 1, 0, 7_000).unwrap();
+        let (idle, _) = held.hand_back(&turn, None, Some(1), 0, 7_000).unwrap();
         assert_eq!((idle.queued_for, idle.backlog()), (None, 0));
         assert!(!idle.message_lost(7_000, 5_000, false));
         assert!(idle.message_lost(7_000, 5_000, true));
@@ -678,7 +712,9 @@ mod tests {
             NextWork::Revisit(60_000),
             NextWork::Task(day),
         ] {
-            let (idle, message) = held.hand_back(&turn, Some(next), 0, 0, 1_000).unwrap();
+            let (idle, message) = held
+                .hand_back(&turn, Some(next), Some(0), 0, 1_000)
+                .unwrap();
             let (NextWork::Revisit(at) | NextWork::Task(at)) = next;
             assert_eq!(
                 (message, idle.queued_for, idle.wake_at),
@@ -704,12 +740,12 @@ mod tests {
         }
         // Pages due again already (more than one turn's worth): the next turn at once.
         let (more, message) = held
-            .hand_back(&turn, Some(NextWork::Revisit(500)), 0, 0, 1_000)
+            .hand_back(&turn, Some(NextWork::Revisit(500)), Some(0), 0, 1_000)
             .unwrap();
         assert_eq!((message, more.wake_at), (Some(1_000), None));
         // A retry a few minutes away waits as a delayed message.
         let (queued, message) = held
-            .hand_back(&turn, Some(NextWork::Task(120_000)), 0, 0, 1_000)
+            .hand_back(&turn, Some(NextWork::Task(120_000)), Some(0), 0, 1_000)
             .unwrap();
         assert_eq!((message, queued.wake_at), (Some(120_000), None));
     }

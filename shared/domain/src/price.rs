@@ -93,7 +93,8 @@ impl Units {
                 Call::SqsSendMessageBatch
                 | Call::SqsReceiveMessage
                 | Call::SqsDeleteMessageBatch
-                | Call::SqsChangeMessageVisibility => units.sqs_requests += n,
+                | Call::SqsChangeMessageVisibility
+                | Call::SqsGetQueueAttributes => units.sqs_requests += n,
                 Call::S3DeleteObject
                 | Call::S3AbortMultipartUpload
                 | Call::SqliteWrite

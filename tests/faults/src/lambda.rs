@@ -186,6 +186,9 @@ pub struct LambdaRun {
     pub failed_invocations: u64,
     /// Crawler invocations cut short by [`Plan::crashes`].
     pub crashed_invocations: u64,
+    /// When each was cut (Unix ms).
+    #[serde(default)]
+    pub cut_at_ms: Vec<u64>,
     /// Records handed to the crawler (duplicates included).
     pub records: u64,
     /// Records the crawler reported in `batchItemFailures`.
@@ -205,6 +208,7 @@ impl LambdaRun {
         self.crawler_invocations += round.crawler_invocations;
         self.failed_invocations += round.failed_invocations;
         self.crashed_invocations += round.crashed_invocations;
+        self.cut_at_ms.extend(&round.cut_at_ms);
         self.records += round.records;
         self.handed_back += round.handed_back;
         self.duplicates += round.duplicates;
@@ -239,7 +243,8 @@ impl Dice {
 enum Invocation {
     Answered(SqsBatchResponse),
     Failed,
-    Crashed,
+    /// Cut short at this time (Unix ms).
+    Crashed(u64),
 }
 
 /// A record's copy delivered in the same batch: an id and a receipt of its own, which delete
@@ -426,7 +431,7 @@ impl Lambda<'_> {
                 match cut {
                     Some(cut) => match tokio::time::timeout(*cut, handled).await {
                         Ok(answer) => answer,
-                        Err(_) => return Invocation::Crashed,
+                        Err(_) => return Invocation::Crashed(u64::try_from(now_ms()).unwrap_or(0)),
                     },
                     None => handled.await,
                 }
@@ -451,8 +456,9 @@ impl Lambda<'_> {
                         .await?;
                 }
                 Invocation::Failed => run.failed_invocations += 1,
-                Invocation::Crashed => {
+                Invocation::Crashed(at) => {
                     run.crashed_invocations += 1;
+                    run.cut_at_ms.push(at);
                     cold_start = true;
                 }
             }

@@ -130,6 +130,8 @@ pub struct PortFaults {
     crashed: AtomicBool,
     /// Where an aborting crash writes the counts first (its parent sums them).
     report: Option<std::path::PathBuf>,
+    /// Writes still to apply with their answer lost, by operation (`lose_answers`).
+    answers_to_lose: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
 }
 
 /// What happens to one call.
@@ -150,6 +152,34 @@ impl PortFaults {
             injected: Default::default(),
             crashed: AtomicBool::new(false),
             report: None,
+            answers_to_lose: Default::default(),
+        }
+    }
+
+    /// The next `n` writes of `operation` (`put_host`, `complete_crawl`) are applied, then
+    /// answer a retryable error: their answer was lost (a targeted fault, besides the mix).
+    pub fn lose_answers(&self, operation: &'static str, n: u64) {
+        self.answers_to_lose
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(operation, n);
+    }
+
+    /// The answer of an applied write of `operation`, unless it is to be lost.
+    fn answer<T>(&self, operation: &'static str, written: StoreResult<T>) -> StoreResult<T> {
+        let mut to_lose = self
+            .answers_to_lose
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match to_lose.get_mut(operation) {
+            Some(n) if *n > 0 && written.is_ok() => {
+                *n -= 1;
+                Err(StoreError::Unavailable {
+                    operation,
+                    message: "answer lost (trawl-faults)".to_owned(),
+                })
+            }
+            _ => written,
         }
     }
 
@@ -282,10 +312,15 @@ impl<S: CrawlStore> CrawlStore for FaultyStore<S> {
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> StoreResult<bool> {
         self.faults.store_call("complete_crawl").await?;
-        self.inner.complete_crawl(id, generation, now).await
+        let written = self
+            .inner
+            .complete_crawl(id, generation, completer, now)
+            .await;
+        self.faults.answer("complete_crawl", written)
     }
 
     async fn update_config(
@@ -474,7 +509,8 @@ impl<S: HostStore> HostStore for FaultyStore<S> {
 
     async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
         self.faults.store_call("put_host").await?;
-        self.inner.put_host(crawl_id, host).await
+        let written = self.inner.put_host(crawl_id, host).await;
+        self.faults.answer("put_host", written)
     }
 
     async fn add_seeded(

@@ -315,9 +315,10 @@ impl<S: CrawlStore> CrawlStore for Metered<S> {
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> StoreResult<bool> {
-        let write = self.inner.complete_crawl(id, generation, now);
+        let write = self.inner.complete_crawl(id, generation, completer, now);
         self.on_crawl("complete_crawl", id, write).await
     }
 

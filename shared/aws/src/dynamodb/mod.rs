@@ -564,13 +564,21 @@ impl CrawlStore for DynamoStore {
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> StoreResult<bool> {
         self.calls.record(Call::DynamoUpdateItem);
+        // The SDK's own retry of a write applied while its answer was lost meets the second
+        // branch: the same completer, so still the caller's change.
         let result = self
             .update_crawl(id)
-            .update_expression("SET #st = :completed, gsi_pk = :g, updated = :now")
-            .condition_expression("#st = :running AND generation = :gen")
+            .update_expression(
+                "SET #st = :completed, gsi_pk = :g, updated = :now, completed_by = :by",
+            )
+            .condition_expression(
+                "generation = :gen AND (#st = :running OR (#st = :completed AND completed_by = :by))",
+            )
+            .expression_attribute_values(":by", s(completer))
             .expression_attribute_names("#st", "state")
             .expression_attribute_values(":completed", s(CrawlState::Completed.name()))
             .expression_attribute_values(":running", s(CrawlState::Running.name()))

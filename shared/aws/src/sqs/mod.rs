@@ -20,7 +20,9 @@ pub use seed::SqsSeedQueue;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
+};
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_domain::calls::{Call, CallCounts};
@@ -259,6 +261,33 @@ impl WorkQueue for SqsQueue {
             .await
             .map_err(|e| map_err("ChangeMessageVisibility", e))?;
         Ok(())
+    }
+
+    async fn depth(&self) -> QueueResult<Option<u64>> {
+        const COUNTS: [QueueAttributeName; 3] = [
+            QueueAttributeName::ApproximateNumberOfMessages,
+            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+            QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+        ];
+        self.calls.record(Call::SqsGetQueueAttributes);
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .set_attribute_names(Some(COUNTS.to_vec()))
+            .send()
+            .await
+            .map_err(|e| map_err("GetQueueAttributes", e))?;
+        let attributes = out.attributes.unwrap_or_default();
+        let mut depth = 0u64;
+        for name in &COUNTS {
+            // A count SQS did not give (or gave as something else) means it cannot be counted.
+            match attributes.get(name).map(|n| n.parse::<u64>()) {
+                Some(Ok(n)) => depth += n,
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(depth))
     }
 }
 

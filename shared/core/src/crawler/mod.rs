@@ -380,17 +380,29 @@ where
         };
         let crawl = &context.crawl;
         let config = &crawl.config;
-        let now = self.clock.now_ms();
-        let claimed = update_host(&self.store, crawl, &message.host, now, |h| {
-            if h.epoch != message.epoch {
-                return (None, Err(None));
-            }
-            match h.claim_turn(now, turn_ms(config)) {
-                Ok((next, turn)) => (Some(next), Ok((turn, h.seeded))),
-                Err(why) => (None, Err(Some(why))),
-            }
+        // The claim is tried again here when it fails: its write may have been applied while
+        // its answer was lost, which the retry recognises by the claimer id it wrote (waiting
+        // for the message to come back would find the host busy until its turn expired).
+        let claimer = fastrand::u64(..);
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let claimed = persist("claim the host's turn", &Backoff::BRIEF, &retries, || {
+            let now = self.clock.now_ms();
+            update_host(&self.store, crawl, &message.host, now, move |h| {
+                if let Some(turn) = h.turn_of(claimer) {
+                    // Ours, applied; what `seeded` was then is not known.
+                    return (None, Ok((turn, None)));
+                }
+                if h.epoch != message.epoch {
+                    return (None, Err(None));
+                }
+                match h.claim_turn_by(claimer, now, turn_ms(config)) {
+                    Ok((next, turn)) => (Some(next), Ok((turn, Some(h.seeded)))),
+                    Err(why) => (None, Err(Some(why))),
+                }
+            })
         })
         .await;
+        let now = self.clock.now_ms();
         let (host, turn, seeded_at_claim) = match claimed {
             Ok(Some((host, Ok((turn, seeded))))) => (host, turn, seeded),
             Ok(Some((_, Err(None)))) | Ok(None) => {
@@ -410,6 +422,7 @@ where
                 return retry_later();
             }
         };
+        tracing::debug!(token = turn.token, until = turn.until, "turn claimed");
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
@@ -809,6 +822,7 @@ where
             redirects: Redirects::Report,
         };
         let previous = task.fetch.as_ref();
+        tracing::debug!(url = %task.url, token = lease.token, "fetch");
         match self.fetcher.fetch(request).await {
             FetchOutcome::Failed(failure) => {
                 let signal = HostSignal::of_failure(&failure);
@@ -948,7 +962,10 @@ where
                         };
                         Ok((outcome, Some(HostSignal::Answered)))
                     }
-                    StoredPage::LostLease => Ok((Outcome::Skipped, Some(HostSignal::Answered))),
+                    StoredPage::LostLease => {
+                        tracing::debug!(url = %task.url, "lost lease");
+                        Ok((Outcome::Skipped, Some(HostSignal::Answered)))
+                    }
                 }
             }
         }

@@ -306,6 +306,10 @@ impl WorkQueue for LocalQueue {
     fn is_drained(&self) -> Option<bool> {
         Some(self.is_empty())
     }
+
+    async fn depth(&self) -> QueueResult<Option<u64>> {
+        Ok(Some(self.len() as u64))
+    }
 }
 
 #[cfg(test)]

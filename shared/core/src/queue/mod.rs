@@ -144,6 +144,12 @@ pub trait WorkQueue: Send + Sync {
     fn is_drained(&self) -> Option<bool> {
         None
     }
+
+    /// The messages the queue holds (deliverable, in flight and delayed) as it counts them:
+    /// SQS's counts are approximate and may lag by a minute. None: it cannot count.
+    fn depth(&self) -> impl Future<Output = QueueResult<Option<u64>>> + Send {
+        std::future::ready(Ok(None))
+    }
 }
 
 /// Rounds of re-sending the messages a send reported as failed.

@@ -28,6 +28,8 @@ struct Tables {
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
     deliveries: BTreeMap<CrawlId, DeliveryLease>,
+    /// Who completed each crawl's generation (`complete_crawl`).
+    completers: BTreeMap<CrawlId, (u64, String)>,
 }
 
 impl Tables {
@@ -130,6 +132,7 @@ impl CrawlStore for MemoryStore {
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> StoreResult<bool> {
         self.with("complete_crawl", |t| {
@@ -137,7 +140,12 @@ impl CrawlStore for MemoryStore {
                 Some(c) if c.state == CrawlState::Running && c.generation == generation => {
                     c.state = CrawlState::Completed;
                     c.updated_at = now;
+                    t.completers
+                        .insert(id.clone(), (generation, completer.to_owned()));
                     true
+                }
+                Some(c) if c.state == CrawlState::Completed && c.generation == generation => {
+                    t.completers.get(id) == Some(&(generation, completer.to_owned()))
                 }
                 _ => false,
             })

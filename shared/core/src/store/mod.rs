@@ -228,11 +228,15 @@ pub trait CrawlStore: Send + Sync {
         state: Option<CrawlState>,
     ) -> impl Future<Output = StoreResult<Vec<Crawl>>> + Send;
 
-    /// `running` → `completed` for `generation`; true only for the one caller that made the change.
+    /// `running` → `completed` for `generation`, written with `completer` (an id the caller
+    /// drew for this completion alone); true only for the one caller that made the change, and
+    /// again for its repeat (same `completer`): a completion applied while its answer was lost
+    /// must still send its delivery notice when it is tried again.
     fn complete_crawl(
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 

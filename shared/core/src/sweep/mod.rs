@@ -30,11 +30,14 @@
 //! check may be missed; the crawler seeds discovered links before it finishes the page that
 //! links to them, which keeps a non-terminal task visible throughout.
 
+use crate::backoff::{Backoff, persist};
 use crate::check::{ReferenceOutcome, check_references};
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{
+    CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskStore, TaskSummary,
+};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -54,6 +57,12 @@ use trawl_domain::task::{Millis, Status};
 pub const PAGE_SIZE: u32 = 100;
 /// The least time a pending task must sit untouched before its message is presumed lost.
 pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
+/// How long a host's message may be overdue before it is presumed lost when the work queue
+/// holds no message at all: a message sent at least this long ago would be counted (SQS's
+/// counts lag by up to a minute), or received and its turn claimed. So a turn whose message
+/// was never sent (an invocation cut between hand-back and send) waits a minute, not the
+/// window a busy queue needs, once nothing else is going on.
+pub const DRAINED_LOST_AFTER_MS: u64 = 60 * 1000;
 /// Attempts to send a completion notice.
 const NOTICE_ATTEMPTS: u32 = 3;
 /// Messages per queue batch (SQS's most), and batches sent at once.
@@ -358,6 +367,19 @@ where
         swept
     }
 
+    /// Completes `crawl`'s generation; true when this sweep did (and so sends the notice). A
+    /// failed try is tried again under the same completer id: its write may have been applied
+    /// while its answer was lost, and a notice not sent then would never be.
+    async fn complete(&self, crawl: &Crawl, now: Millis) -> StoreResult<bool> {
+        let completer = format!("{:016x}", fastrand::u64(..));
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        persist("complete the crawl", &Backoff::BRIEF, &retries, || {
+            self.store
+                .complete_crawl(&crawl.id, crawl.generation, &completer, now)
+        })
+        .await
+    }
+
     async fn sweep_and_complete(
         &self,
         crawl: &Crawl,
@@ -369,10 +391,20 @@ where
             ..SweepReport::default()
         };
         let config = &crawl.config;
-        let lost_after = self
+        let queue_drained = match self.queue.depth().await {
+            Ok(depth) => depth == Some(0),
+            Err(e) => {
+                tracing::debug!(error = %e, "queue depth unknown; the usual lost-message window");
+                false
+            }
+        };
+        let mut lost_after = self
             .options
             .lost_after_ms
             .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
+        if queue_drained {
+            lost_after = lost_after.min(DRAINED_LOST_AFTER_MS);
+        }
         let mut state = crawl.state;
         if state == CrawlState::Running {
             // An in-progress task whose holder died needs no window: its expired lease is due
@@ -395,10 +427,7 @@ where
             && !report.unfinished
             && !budget.spent()
             && !self.has_work(&crawl.id, &mut report).await?
-            && self
-                .store
-                .complete_crawl(&crawl.id, crawl.generation, now)
-                .await?
+            && self.complete(crawl, now).await?
         {
             report.completed = true;
             // The deliverer reads the crawl's calls as soon as it has the notice: add ours first

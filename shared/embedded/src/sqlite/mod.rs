@@ -43,8 +43,9 @@ use trawl_domain::transition::{self, Update};
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
-/// version 7 their delivery leases; an older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 7;
+/// version 7 their delivery leases, version 8 their completers; an older file gets what it
+/// lacks when opened.
+const SCHEMA_VERSION: i64 = 8;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -125,6 +126,9 @@ const DELIVERY_SCHEMA: &str = "
 ALTER TABLE crawls ADD COLUMN delivery_holder TEXT;
 ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
 ";
+
+/// Who completed each crawl's generation (`CrawlStore::complete_crawl`).
+const COMPLETER_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN completed_by TEXT;";
 
 /// Each task's user data (`Task::data`, JSON).
 const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
@@ -387,7 +391,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=6 => {
+            0..=7 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -407,7 +411,10 @@ impl SqliteStore {
                 if version < 6 {
                     tx.execute_batch(DATA_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(DELIVERY_SCHEMA).map_err(schema)?;
+                if version < 7 {
+                    tx.execute_batch(DELIVERY_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(COMPLETER_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -922,15 +929,18 @@ impl CrawlStore for SqliteStore {
         &self,
         id: &CrawlId,
         generation: u64,
+        completer: &str,
         now: Millis,
     ) -> StoreResult<bool> {
         let id = id.as_str().to_owned();
         let generation = saturating_i64(generation);
+        let completer = completer.to_owned();
         self.run("complete_crawl", Call::SqliteWrite, move |conn| {
             let changed = conn.execute(
-                "UPDATE crawls SET state = 'completed', updated = ?3
-                 WHERE id = ?1 AND state = 'running' AND generation = ?2",
-                params![id, generation, now],
+                "UPDATE crawls SET state = 'completed', updated = ?3, completed_by = ?4
+                 WHERE id = ?1 AND generation = ?2
+                   AND (state = 'running' OR (state = 'completed' AND completed_by = ?4))",
+                params![id, generation, now, completer],
             )?;
             Ok(changed == 1)
         })
