@@ -53,8 +53,6 @@ const PLAN: Plan = Plan {
     delivery_time: Duration::from_secs(10),
     visibility_timeout_s: 10,
     time_limit: Duration::from_secs(3_600),
-    // The deployed default: the figures show what a stall costs.
-    lost_after_ms: None,
 };
 /// A short lease (a cut invocation's tasks are taken over within seconds), and a fetch timeout
 /// that keeps a host's turn as short (a turn lasts at least two fetch timeouts).

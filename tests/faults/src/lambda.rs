@@ -171,9 +171,6 @@ pub struct Plan {
     pub visibility_timeout_s: u32,
     /// The bound of the whole run.
     pub time_limit: Duration,
-    /// The sweeper's `lost_after_ms` (None: the deployed default, 5 minutes): how long a host's
-    /// message may be overdue before the sweeper re-issues its turn.
-    pub lost_after_ms: Option<u64>,
 }
 
 /// What Lambda saw in a run.
@@ -295,11 +292,8 @@ impl Lambda<'_> {
                 .map_err(|e| format!("set the visibility timeout: {e}"))?;
         }
         self.seed(&functions, request, &mut run).await?;
-        let mut sweep_event: serde_json::Value =
+        let sweep_event: serde_json::Value =
             serde_json::from_str(SWEEP_EVENT).map_err(|e| e.to_string())?;
-        if let Some(ms) = plan.lost_after_ms {
-            sweep_event["lost_after_ms"] = ms.into();
-        }
         let mut last_sweep: Option<Instant> = None;
         let done = format!("/{}/{SUCCESS_FILE}", delivery_id(0));
         let deliveries = self.layout.deliveries_prefix(crawl_id);
