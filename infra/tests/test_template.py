@@ -69,7 +69,7 @@ ALLOWED_ACTIONS = {
     },
     "sweeper": {
         "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:PutItem",
-        "sqs:SendMessage",
+        "sqs:SendMessage", "sqs:GetQueueAttributes",
     },
     "deliverer": {
         "dynamodb:Query", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",

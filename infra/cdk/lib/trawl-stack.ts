@@ -486,7 +486,8 @@ export class TrawlStack extends Stack {
     );
 
     table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:PutItem');
-    crawlQueue.grant(sweeper.role, 'sqs:SendMessage');
+    // GetQueueAttributes: the crawl queue's depth (an empty queue shortens the lost-message window).
+    crawlQueue.grant(sweeper.role, 'sqs:SendMessage', 'sqs:GetQueueAttributes');
     deliveryQueue.grant(sweeper.role, 'sqs:SendMessage');
 
     // BatchWriteItem: TaskStore::delete_tasks removes a delivered crawl's tasks in batches.
