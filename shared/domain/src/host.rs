@@ -505,6 +505,21 @@ mod tests {
     }
 
     #[test]
+    fn a_claimer_recognises_its_own_turn_and_only_while_it_runs() {
+        let host = Host::new("example.com", &policy(), 0);
+        let (held, turn) = host.claim_turn_by(7, 0, 30_000).unwrap();
+        // The claimer's retry (its answer lost) finds its turn; another worker does not.
+        assert_eq!(held.turn_of(7), Some(turn));
+        assert_eq!(held.turn_of(8), None);
+        // A takeover of the expired turn is the new claimer's alone.
+        let (taken, newer) = held.claim_turn_by(8, 30_000, 30_000).unwrap();
+        assert_eq!((taken.turn_of(7), taken.turn_of(8)), (None, Some(newer)));
+        // Handed back, the turn is nobody's.
+        let (back, _) = taken.hand_back(&newer, None, Some(0), 0, 30_000).unwrap();
+        assert_eq!((back.claimer, back.turn_of(8)), (None, None));
+    }
+
+    #[test]
     fn one_turn_at_a_time_and_a_dead_holders_turn_is_taken_over() {
         let host = Host::new("example.com", &policy(), 0);
         let (held, turn) = host.claim_turn(0, 30_000).unwrap();
