@@ -19,6 +19,7 @@ use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
+use trawl_core::queue::local::MAX_RECEIVES;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
@@ -666,6 +667,10 @@ impl Outcome<'_> {
         }
     }
 
+    fn dead_lettered(&self) -> u64 {
+        self.stats.dead_lettered.load(Ordering::Relaxed)
+    }
+
     fn count(&self, status: Status) -> u64 {
         self.counts.get(&status).copied().unwrap_or(0)
     }
@@ -684,6 +689,7 @@ impl Outcome<'_> {
             "elapsed_seconds": (self.elapsed * 1000.0).round() / 1000.0,
             "pages_per_second": (self.rate() * 10.0).round() / 10.0,
             "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
+            "dead_lettered": self.dead_lettered(),
             "delivery": self.delivery,
             "given_up": self.given_up.to_json(self.crawl_id),
         }));
@@ -700,6 +706,12 @@ impl Outcome<'_> {
         output::line(format_args!(
             "{pages} page(s) fetched this run, {bytes} bytes in {elapsed:.1} s ({rate:.1} pages/s)"
         ));
+        let dead = self.dead_lettered();
+        if dead > 0 {
+            output::line(format_args!(
+                "{dead} malformed work message(s) given up after {MAX_RECEIVES} receives (each logged at error level with its body)"
+            ));
+        }
         match self.delivery {
             Some(location) => output::line(format_args!("delivered to {location}")),
             None => output::line("stopped: run the same command again to resume"),

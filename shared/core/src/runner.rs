@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::Notify;
-use trawl_domain::canonical::{CrawlId, host_key_of};
+use trawl_domain::canonical::{CrawlId, bounded, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
 
@@ -31,7 +31,8 @@ const RECEIVE_WAIT_MS: u64 = 1_000;
 const COORDINATOR_TICK: Duration = Duration::from_millis(200);
 /// How long a queue that cannot say it is drained must stay quiet before the sweeper runs.
 const QUIET: Duration = Duration::from_millis(500);
-/// Delay before a rejected (malformed) message is offered again.
+/// Delay before a rejected (malformed) message is offered again (until the queue dead-letters
+/// it).
 const REJECT_DELAY_MS: u64 = 30_000;
 
 #[derive(Debug, Error)]
@@ -71,6 +72,8 @@ pub struct RunStats {
     pub bytes: AtomicU64,
     /// Transient backend errors waited out (the step tried again after a pause).
     pub backend_retries: AtomicU64,
+    /// Malformed messages the queue gave up on (moved to its dead letters, each logged once).
+    pub dead_lettered: AtomicU64,
 }
 
 impl RunStats {
@@ -416,13 +419,69 @@ where
         match result.disposition {
             Disposition::Done => handled.push(result.receipt),
             Disposition::RetryAfter(ms) => crawler.queue().retry_later(&result.receipt, ms).await?,
-            Disposition::Reject(_) => {
-                crawler
-                    .queue()
-                    .retry_later(&result.receipt, REJECT_DELAY_MS)
-                    .await?
+            Disposition::Reject(why) => {
+                let queue = crawler.queue();
+                if let Some(dead) = queue.reject(&result.receipt, REJECT_DELAY_MS).await? {
+                    stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        message_id = %dead.message_id,
+                        receives = dead.receives,
+                        error = %why,
+                        body = %bounded(&dead.body),
+                        "malformed work message moved to the dead letters"
+                    );
+                }
             }
         }
     }
     crawler.queue().ack(&handled).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::Layout;
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::fetch::Fetcher;
+    use crate::queue::WorkMessage;
+    use crate::queue::local::{LocalQueue, MAX_RECEIVES};
+    use crate::store::memory::MemoryStore;
+    use std::sync::Arc;
+    use trawl_domain::calls::CallCounts;
+
+    #[tokio::test]
+    async fn a_malformed_turn_rejected_at_its_last_receive_is_dead_lettered_and_counted() {
+        // GIVEN a crawler whose local queue holds a turn naming no host key (malformed once
+        // read), already received and rejected on all but its last receive
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+        let turn = WorkMessage::new(CrawlId::parse("c1").unwrap(), "not a host", 1, 0);
+        queue.send(&[turn]).await.unwrap();
+        for _ in 1..MAX_RECEIVES {
+            let received = queue.receive(1, 0).await.unwrap();
+            assert_eq!(queue.reject(&received[0].receipt, 0).await.unwrap(), None);
+        }
+        let crawler = Crawler::new(
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+            queue,
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::default(),
+            1,
+            calls,
+        );
+        let stats = RunStats::default();
+
+        // WHEN a worker settles its last receive
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        settle(&crawler, &stats, batch).await.unwrap();
+
+        // THEN the message left the queue for its dead letters, and the run counts it
+        assert_eq!(stats.dead_lettered.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
+        assert_eq!(crawler.queue().is_drained(), Some(true));
+        let dead = crawler.queue().dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert!(dead[0].body.contains("not a host"), "{dead:?}");
+    }
 }

@@ -74,6 +74,19 @@ pub fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The most of a reason an error or a log line carries: serde's messages quote the bad value,
+/// which may be a megabyte.
+pub const MAX_REASON: usize = 500;
+
+/// `reason`, cut to [`MAX_REASON`] bytes (marked with `…`).
+pub fn bounded(reason: impl fmt::Display) -> String {
+    let reason = reason.to_string();
+    if reason.len() <= MAX_REASON {
+        return reason;
+    }
+    format!("{}…", truncate(&reason, MAX_REASON))
+}
+
 /// A URL in canonical form; the only kind a task is made from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CanonicalUrl(url::Url);

@@ -9,7 +9,7 @@ use trawl_core::deliver::DeliverError;
 use trawl_core::seed::SeedError;
 use trawl_core::store::StoreError;
 use trawl_core::sweep::SweepError;
-use trawl_domain::canonical::truncate;
+pub use trawl_domain::canonical::bounded;
 
 /// Why an invocation failed as a whole.
 #[derive(Debug, Error)]
@@ -26,19 +26,6 @@ pub enum HandlerError {
     /// succeed as asked.
     #[error("{0}")]
     Permanent(String),
-}
-
-/// The most of a reason an error or a log line carries: serde's messages quote the bad value,
-/// which may be a megabyte.
-const MAX_REASON: usize = 500;
-
-/// `reason`, cut to [`MAX_REASON`] bytes (marked with `…`).
-pub fn bounded(reason: impl Display) -> String {
-    let reason = reason.to_string();
-    if reason.len() <= MAX_REASON {
-        return reason;
-    }
-    format!("{}…", truncate(&reason, MAX_REASON))
 }
 
 impl HandlerError {

@@ -7,11 +7,15 @@
 //!   to one worker; the group only keeps its turns in order.
 //! - An unacked message is delivered again after the visibility timeout.
 //! - Every delivery has its own receipt; a receipt from an earlier delivery acks nothing.
+//! - A message is counted at each receive. One its consumer rejects (`reject`, a malformed body)
+//!   after its [`MAX_RECEIVES`]th receive goes to the queue's dead letters, as the crawl queue's
+//!   redrive policy does on AWS, and its group moves on to its next message. Messages handed back
+//!   with `retry_later` (a busy or snoozed host) are never dead-lettered, however often.
 //!
 //! It does not survive a restart: the embedded backend rebuilds it from the task table and the
 //! host records (`runner::rebuild_local_queue`).
 
-use super::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use super::{DeadLetter, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -24,6 +28,11 @@ const BATCH: usize = 10;
 
 /// Longest visibility timeout, retry delay or wait honoured (SQS's visibility maximum, 12 h).
 const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
+
+/// Receives after which a rejected message goes to the dead letters: the crawl queue's
+/// `maxReceiveCount` in the SAM template, so that a malformed message gets as many deliveries
+/// (and error lines) on one machine as on AWS.
+pub const MAX_RECEIVES: u32 = 5;
 
 /// An in-process FIFO work queue.
 #[derive(Debug)]
@@ -39,6 +48,8 @@ pub struct LocalQueue {
 struct Message {
     seq: u64,
     body: String,
+    /// Deliveries so far.
+    receives: u32,
 }
 
 /// What holds a group's head message back.
@@ -68,6 +79,8 @@ struct State {
     /// Receipt of each held head → its group.
     receipts: HashMap<String, String>,
     len: usize,
+    /// Rejected messages given up on, oldest first (not counted in `len`).
+    dead_letters: Vec<DeadLetter>,
 }
 
 impl State {
@@ -75,7 +88,11 @@ impl State {
     fn push(&mut self, group: &str, body: String, hold_until: Option<Instant>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let message = Message { seq, body };
+        let message = Message {
+            seq,
+            body,
+            receives: 0,
+        };
         match self.groups.get_mut(group) {
             Some(existing) => existing.messages.push_back(message),
             None => {
@@ -143,6 +160,7 @@ impl State {
             };
             let receipt = format!("{}.{}", front.seq, self.next_delivery);
             self.next_delivery += 1;
+            front.receives += 1;
             let until = now + visibility;
             out.push(Received {
                 message_id: front.seq.to_string(),
@@ -159,18 +177,16 @@ impl State {
         out
     }
 
-    /// Removes the head `receipt` holds, if it still holds it.
-    fn ack(&mut self, receipt: &str) {
-        let Some(group) = self.receipts.remove(receipt) else {
-            return;
-        };
-        let Some(entry) = self.groups.get_mut(&group) else {
-            return;
-        };
+    /// Removes the head `receipt` holds, if it still holds it; its group's next message becomes
+    /// deliverable.
+    fn ack(&mut self, receipt: &str) -> Option<Message> {
+        let group = self.receipts.remove(receipt)?;
+        let entry = self.groups.get_mut(&group)?;
         if let Head::Held { until, .. } = std::mem::replace(&mut entry.head, Head::Ready) {
             self.held.remove(&(until, group.clone()));
         }
-        if entry.messages.pop_front().is_some() {
+        let removed = entry.messages.pop_front();
+        if removed.is_some() {
             self.len -= 1;
         }
         match entry.messages.front() {
@@ -181,6 +197,26 @@ impl State {
                 self.groups.remove(&group);
             }
         }
+        removed
+    }
+
+    /// Moves the head `receipt` holds to the dead letters once it has been received
+    /// [`MAX_RECEIVES`] times (returning it), else puts it back like `retry_later`.
+    fn reject(&mut self, receipt: &str, delay: Duration, now: Instant) -> Option<DeadLetter> {
+        let group = self.receipts.get(receipt)?;
+        let receives = self.groups.get(group)?.messages.front()?.receives;
+        if receives < MAX_RECEIVES {
+            self.retry_later(receipt, delay, now);
+            return None;
+        }
+        let message = self.ack(receipt)?;
+        let dead = DeadLetter {
+            message_id: message.seq.to_string(),
+            body: message.body,
+            receives: message.receives,
+        };
+        self.dead_letters.push(dead.clone());
+        Some(dead)
     }
 
     fn retry_later(&mut self, receipt: &str, delay: Duration, now: Instant) {
@@ -221,6 +257,12 @@ impl LocalQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The messages rejected after [`MAX_RECEIVES`] receives, oldest first: this queue's
+    /// dead-letter queue, kept in memory for the life of the process.
+    pub fn dead_letters(&self) -> Vec<DeadLetter> {
+        self.lock().dead_letters.clone()
     }
 
     /// No code path panics while holding the lock, so a poisoned lock still guards a
@@ -301,6 +343,13 @@ impl WorkQueue for LocalQueue {
         self.lock().retry_later(receipt, delay, Instant::now());
         self.changed.notify_waiters();
         Ok(())
+    }
+
+    async fn reject(&self, receipt: &str, delay_ms: u64) -> QueueResult<Option<DeadLetter>> {
+        let delay = Duration::from_millis(delay_ms).min(MAX_DELAY);
+        let dead = self.lock().reject(receipt, delay, Instant::now());
+        self.changed.notify_waiters();
+        Ok(dead)
     }
 
     fn is_drained(&self) -> Option<bool> {
@@ -437,6 +486,71 @@ mod tests {
         let now = queue.receive(10, 0).await.unwrap();
         assert_eq!(url_of(&now[0]), "http://a.test/1");
         assert_ne!(now[0].receipt, after[0].receipt);
+    }
+
+    #[tokio::test]
+    async fn a_message_rejected_at_its_fifth_receive_is_dead_lettered_and_its_group_moves_on() {
+        // GIVEN two messages of one group, and one of another
+        let queue = queue(60_000);
+        let sent = [message("a", 1), message("a", 2), message("b", 1)];
+        queue.send(&sent).await.unwrap();
+
+        // WHEN the oldest message is rejected on each receive
+        let mut deliveries = Vec::new();
+        let mut dead = None;
+        for _ in 0..MAX_RECEIVES + 1 {
+            let received = queue.receive(1, 0).await.unwrap();
+            let [head] = received.as_slice() else {
+                panic!("{received:?}");
+            };
+            deliveries.push(url_of(head));
+            dead = queue.reject(&head.receipt, 0).await.unwrap();
+            if dead.is_some() {
+                break;
+            }
+        }
+
+        // THEN it came MAX_RECEIVES times, then went to the dead letters as sent
+        let first = serde_json::to_string(&sent[0]).unwrap();
+        assert_eq!(deliveries, vec!["http://a.test/1"; MAX_RECEIVES as usize]);
+        let dead = dead.unwrap();
+        assert_eq!((dead.body.as_str(), dead.receives), (first.as_str(), 5));
+        assert_eq!(queue.dead_letters(), [dead]);
+        // AND its group's next message is delivered at once, with the other group's
+        assert_eq!(queue.len(), 2);
+        let next = queue.receive(10, 0).await.unwrap();
+        assert_eq!(
+            next.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://a.test/2", "http://b.test/1"]
+        );
+        let receipts = next.into_iter().map(|r| r.receipt).collect::<Vec<_>>();
+        queue.ack(&receipts).await.unwrap();
+        assert!(queue.is_empty());
+        assert_eq!(queue.dead_letters().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_message_handed_back_with_retry_later_is_never_dead_lettered() {
+        // GIVEN a message of a busy host
+        let queue = queue(60_000);
+        queue.send(&[message("a", 1)]).await.unwrap();
+
+        // WHEN it is handed back on each of four times MAX_RECEIVES receives
+        for _ in 0..4 * MAX_RECEIVES {
+            let received = queue.receive(10, 0).await.unwrap();
+            assert_eq!(received.len(), 1);
+            queue.retry_later(&received[0].receipt, 0).await.unwrap();
+        }
+
+        // THEN it is still there, and still delivered; a stale receipt rejects nothing
+        let again = queue.receive(10, 0).await.unwrap();
+        assert_eq!(
+            again.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://a.test/1"]
+        );
+        assert_eq!(queue.reject("0.0", 0).await.unwrap(), None);
+        assert!(queue.dead_letters().is_empty());
+        assert_eq!(queue.len(), 1);
     }
 
     #[tokio::test]

@@ -91,6 +91,15 @@ pub struct Received {
     pub body: String,
 }
 
+/// A message the queue gave up on: rejected by its consumer on every one of its receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub message_id: String,
+    /// The body as sent.
+    pub body: String,
+    pub receives: u32,
+}
+
 #[derive(Debug, Error)]
 pub enum QueueError {
     #[error("{operation}: queue unavailable: {message}")]
@@ -137,6 +146,18 @@ pub trait WorkQueue: Send + Sync {
         receipt: &str,
         delay_ms: u64,
     ) -> impl Future<Output = QueueResult<()>> + Send;
+
+    /// Hands back a message its consumer rejects (a malformed body) to come back after
+    /// `delay_ms`, unless the queue has delivered it as often as it allows: then it moves to the
+    /// queue's dead letters and is returned. By default only hands it back: SQS's redrive
+    /// policy counts the receives and moves the message itself.
+    fn reject(
+        &self,
+        receipt: &str,
+        delay_ms: u64,
+    ) -> impl Future<Output = QueueResult<Option<DeadLetter>>> + Send {
+        async move { self.retry_later(receipt, delay_ms).await.map(|()| None) }
+    }
 
     /// Whether the queue holds no message at all (none deliverable, in flight or delayed), when
     /// it knows at once (a queue in this process); None when it cannot tell (SQS's counts are
