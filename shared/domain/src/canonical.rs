@@ -13,6 +13,8 @@ use thiserror::Error;
 
 /// Longest URL trawl accepts, in bytes (most servers and CDNs refuse longer request lines).
 pub const MAX_URL_BYTES: usize = 2048;
+/// Longest host name trawl accepts, in bytes: DNS's limit for a name in text form.
+pub const MAX_HOST_BYTES: usize = 253;
 
 /// Why a URL was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -27,6 +29,10 @@ pub enum UrlRejection {
     TooLong(usize),
     #[error("credentials in URLs are not accepted")]
     Credentials,
+    /// A name no DNS resolves (the URL standard lets `$`, `!`, `{`… through), or one longer
+    /// than DNS allows: its host could never be fetched, nor its turns queued.
+    #[error("host {0:?} is not a DNS name of at most {MAX_HOST_BYTES} bytes nor an IP address")]
+    Host(String),
 }
 
 /// A rejected URL, with the URL (shortened for logs) and the reason.
@@ -117,6 +123,16 @@ impl CanonicalUrl {
         }
         if !url.username().is_empty() || url.password().is_some() {
             return Err(UrlError::new(raw, UrlRejection::Credentials));
+        }
+        if let Some(url::Host::Domain(name)) = url.host() {
+            let dns_name = name.len() <= MAX_HOST_BYTES
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-_".contains(&b));
+            if !dns_name {
+                let shown = truncate(name, 200).to_owned();
+                return Err(UrlError::new(raw, UrlRejection::Host(shown)));
+            }
         }
         url.set_fragment(None);
         let path = normalise_percent(url.path());
@@ -434,8 +450,9 @@ mod tests {
     #[test]
     fn hostile_urls_are_refused_with_their_reason_or_canonicalised() {
         let long = format!("http://example.com/{}", "a".repeat(100 * 1024));
+        let long_host = format!("http://{}.example/", vec!["a".repeat(60); 6].join("."));
         type Expected = fn(&UrlRejection) -> bool;
-        let refused: [(&str, &str, Expected); 8] = [
+        let refused: [(&str, &str, Expected); 11] = [
             (
                 "javascript",
                 "javascript:alert(1)",
@@ -463,6 +480,18 @@ mod tests {
             }),
             ("no host", "http://", |r| {
                 matches!(r, UrlRejection::Unparseable(_) | UrlRejection::NoHost)
+            }),
+            // The URL standard lets these through; no DNS name has them.
+            (
+                "a $ in the host",
+                "http://a$b.com/",
+                |r| matches!(r, UrlRejection::Host(h) if h == "a$b.com"),
+            ),
+            ("braces in the host", "http://a{b}.com/", |r| {
+                matches!(r, UrlRejection::Host(_))
+            }),
+            ("a 373-byte host", &long_host, |r| {
+                matches!(r, UrlRejection::Host(_))
             }),
         ];
         for (case, raw, expected) in refused {

@@ -11,7 +11,7 @@ use crate::backoff::{Backoff, persist};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
-use trawl_domain::canonical::{CrawlId, truncate};
+use trawl_domain::canonical::{CrawlId, MAX_HOST_BYTES, truncate};
 
 /// A work message: a host's turn. "Fetch the due URLs of `host` in `crawl_id` at the host's
 /// pace, then hand the host back." Small (SQS bills per 64 KB chunk); one live message per host,
@@ -66,9 +66,9 @@ impl WorkMessage {
     }
 }
 
-/// The longest host key a turn may name: a DNS name (253 bytes) with a port, or a bracketed
-/// IPv6 literal with one.
-const MAX_HOST_LEN: usize = 300;
+/// The longest host key a turn may name: the longest host a canonical URL has (a DNS name; an
+/// IPv6 literal, bracketed, is shorter) with a port.
+const MAX_HOST_LEN: usize = MAX_HOST_BYTES + ":65535".len();
 /// Bytes of a bad body or host shown in the error (one log line, whatever was sent).
 const SHOWN: usize = 200;
 
