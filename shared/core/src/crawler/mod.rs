@@ -963,7 +963,7 @@ where
                         Ok((outcome, Some(HostSignal::Answered)))
                     }
                     StoredPage::LostLease => {
-                        tracing::debug!(url = %task.url, "lost lease");
+                        tracing::debug!(url = %task.url, "lease lost: another worker recorded the page");
                         Ok((Outcome::Skipped, Some(HostSignal::Answered)))
                     }
                 }
