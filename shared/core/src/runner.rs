@@ -64,7 +64,8 @@ pub struct RunStats {
     pub retrying: AtomicU64,
     /// Tasks given up (permanent failure or retries exhausted).
     pub gave_up: AtomicU64,
-    /// Duplicate or stale messages dropped.
+    /// Duplicate or stale messages dropped, and malformed ones handed back (see
+    /// `dead_lettered`).
     pub skipped: AtomicU64,
     /// Storage errors (the message comes back).
     pub errors: AtomicU64,
@@ -87,8 +88,9 @@ impl RunStats {
             Outcome::Redirected => &self.redirected,
             Outcome::Retrying | Outcome::Snoozed => &self.retrying,
             Outcome::GaveUp => &self.gave_up,
-            Outcome::Skipped => &self.skipped,
-            Outcome::Malformed | Outcome::Error => &self.errors,
+            // A malformed message is no storage error: counted here, not as a stall.
+            Outcome::Skipped | Outcome::Malformed => &self.skipped,
+            Outcome::Error => &self.errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -478,7 +480,9 @@ mod tests {
 
         // THEN the message left the queue for its dead letters, and the run counts it
         assert_eq!(stats.dead_lettered.load(Ordering::Relaxed), 1);
-        assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
+        // (not as a storage error: a malformed message is no sign of a failing store)
+        assert_eq!(stats.errors.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.skipped.load(Ordering::Relaxed), 1);
         assert_eq!(crawler.queue().is_drained(), Some(true));
         let dead = crawler.queue().dead_letters();
         assert_eq!(dead.len(), 1);
