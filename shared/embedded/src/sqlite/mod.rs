@@ -1817,6 +1817,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_version_7_file_gains_completers_when_opened() {
+        // GIVEN a file of the schema before completers, holding a running crawl
+        let dir = TempDir::new("v7");
+        {
+            let conn = Connection::open(dir.db()).unwrap();
+            for part in [
+                SCHEMA,
+                CALLS_SCHEMA,
+                HOSTS_SCHEMA,
+                CHECKPOINT_SCHEMA,
+                REFERENCE_MISSES_SCHEMA,
+                DATA_SCHEMA,
+                DELIVERY_SCHEMA,
+            ] {
+                conn.execute_batch(part).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 7).unwrap();
+            conn.execute(
+                "INSERT INTO crawls (id, config, state, created, updated, generation, \
+                 pages_reserved) VALUES ('c', '{}', 'running', 0, 0, 0, 0)",
+                [],
+            )
+            .unwrap();
+        }
+
+        // WHEN it is opened, THEN the crawl completes once, its completer's repeat included
+        let store = SqliteStore::open(dir.db(), Arc::new(CallCounts::default())).unwrap();
+        let id = CrawlId::parse("c").unwrap();
+        assert!(store.complete_crawl(&id, 0, "a", T0).await.unwrap());
+        assert!(store.complete_crawl(&id, 0, "a", T0).await.unwrap());
+        assert!(!store.complete_crawl(&id, 0, "b", T0).await.unwrap());
+    }
+
+    #[tokio::test]
     async fn a_row_that_does_not_decode_is_reported_as_corrupt() {
         // GIVEN a task whose error history was overwritten with something that is not JSON
         let dir = TempDir::new("corrupt");
