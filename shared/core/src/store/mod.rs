@@ -65,6 +65,21 @@ impl StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What one conditional write of a record did (`apply` of the record ports): the record as it
+/// stood before the write, or, when the condition refused it, the record as it stands (None
+/// when there is none). The operations decide their outcome from it: no second read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied<T> {
+    Done { before: T },
+    Refused { current: Option<T> },
+}
+
+impl<T> Applied<T> {
+    pub fn is_done(&self) -> bool {
+        matches!(self, Applied::Done { .. })
+    }
+}
+
 /// What seeding one URL did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seeded {
