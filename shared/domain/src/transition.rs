@@ -109,7 +109,7 @@ pub enum Change<T> {
 }
 
 impl<T: Clone> Change<T> {
-    fn apply(&self, field: &mut T) {
+    pub(crate) fn apply(&self, field: &mut T) {
         if let Change::Set(value) = self {
             field.clone_from(value);
         }
