@@ -3,16 +3,18 @@
 //! DynamoDB and SQLite. Every call is atomic (the lock is held for the whole read-decide-write
 //! and never across an await).
 
+use super::budget::PageBudget;
 use super::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    Applied, ClaimOutcome, CrawlRecords, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::{Arc, Mutex};
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -27,9 +29,6 @@ struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
-    deliveries: BTreeMap<CrawlId, DeliveryLease>,
-    /// Who completed each crawl's generation (`complete_crawl`).
-    completers: BTreeMap<CrawlId, (u64, String)>,
 }
 
 impl Tables {
@@ -104,8 +103,8 @@ fn decode_cursor(cursor: &str) -> StoreResult<(Millis, TaskId)> {
     Ok((updated, task_id))
 }
 
-impl CrawlStore for MemoryStore {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+impl CrawlRecords for MemoryStore {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         self.with("create_crawl", |t| {
             Ok(match t.crawls.entry(crawl.id.clone()) {
                 Entry::Vacant(slot) => (slot.insert(crawl.clone()).clone(), true),
@@ -114,11 +113,11 @@ impl CrawlStore for MemoryStore {
         })
     }
 
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
         self.with("get_crawl", |t| Ok(t.crawls.get(id).cloned()))
     }
 
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
         self.with("list_crawls", |t| {
             Ok(t.crawls
                 .values()
@@ -128,159 +127,35 @@ impl CrawlStore for MemoryStore {
         })
     }
 
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("complete_crawl", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) if c.state == CrawlState::Running && c.generation == generation => {
-                    c.state = CrawlState::Completed;
-                    c.updated_at = now;
-                    t.completers
-                        .insert(id.clone(), (generation, completer.to_owned()));
-                    true
-                }
-                Some(c) if c.state == CrawlState::Completed && c.generation == generation => {
-                    t.completers.get(id) == Some(&(generation, completer.to_owned()))
-                }
-                _ => false,
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        self.with(update.event.name(), |t| {
+            let Some(stored) = t.crawls.get_mut(id) else {
+                return Ok(Applied::Refused { current: None });
+            };
+            Ok(match update.apply(stored) {
+                Some(next) => Applied::Done {
+                    before: std::mem::replace(stored, next),
+                },
+                None => Applied::Refused {
+                    current: Some(stored.clone()),
+                },
             })
         })
     }
 
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("update_config", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.config = config.clone();
-                    c.updated_at = now;
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        self.with("set_checkpoint", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.checkpoint = checkpoint.map(str::to_owned);
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
-        self.with("add_reference_misses", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.reference_misses += n;
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("claim_delivery", |t| {
-            let refused = t
-                .deliveries
-                .get(id)
-                .is_some_and(|lease| lease.refuses(holder, now));
-            if refused || !t.crawls.contains_key(id) {
-                return Ok(false);
-            }
-            let holder = holder.to_owned();
-            t.deliveries
-                .insert(id.clone(), DeliveryLease { holder, until });
-            Ok(true)
-        })
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        self.with("release_delivery", |t| {
-            if t.deliveries.get(id).is_some_and(|l| l.holder == holder) {
-                t.deliveries.remove(id);
-            }
-            Ok(())
-        })
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.with("reopen_crawl", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) if c.state == CrawlState::Completed => {
-                    c.state = CrawlState::Running;
-                    c.generation += 1;
-                    c.updated_at = now;
-                    true
-                }
-                _ => false,
-            })
-        })
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.with("reserve_pages", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            let granted = wanted.min(max.saturating_sub(crawl.pages_reserved));
-            crawl.pages_reserved += granted;
-            Ok(granted)
-        })
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        self.with("release_pages", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            crawl.pages_reserved = crawl.pages_reserved.saturating_sub(n);
-            Ok(())
-        })
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        self.with("add_calls", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            for (&call, &n) in share {
-                *crawl.calls.entry(call).or_default() += n;
-            }
-            Ok(crawl.calls.clone())
-        })
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         self.with("delete_crawl", |t| {
             t.crawls.remove(id);
-            t.deliveries.remove(id);
             Ok(())
         })
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        None
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        None
     }
 }
 

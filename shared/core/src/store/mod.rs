@@ -17,19 +17,20 @@
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
 
 pub mod budget;
+pub mod crawl;
 pub mod memory;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
-use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::{Host, NextWork};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::Failed;
+
+pub use self::crawl::{CrawlRecords, CrawlStore};
 
 /// A store failure. Conditional-check failures are never errors: they are outcomes.
 #[derive(Debug, Error)]
@@ -226,121 +227,6 @@ pub struct TaskQuery {
 
 /// Tasks per status.
 pub type StatusCounts = BTreeMap<Status, u64>;
-
-/// Crawl records.
-pub trait CrawlStore: Send + Sync {
-    /// Creates the crawl unless it exists. Returns the stored crawl and whether it was created.
-    fn create_crawl(
-        &self,
-        crawl: &Crawl,
-    ) -> impl Future<Output = StoreResult<(Crawl, bool)>> + Send;
-
-    fn get_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<Option<Crawl>>> + Send;
-
-    /// Crawls in `state` (all crawls when None), through the index: never a table scan.
-    fn list_crawls(
-        &self,
-        state: Option<CrawlState>,
-    ) -> impl Future<Output = StoreResult<Vec<Crawl>>> + Send;
-
-    /// `running` → `completed` for `generation`, written with `completer` (an id the caller
-    /// drew for this completion alone); true only for the one caller that made the change, and
-    /// again for its repeat (same `completer`): a completion applied while its answer was lost
-    /// must still send its delivery notice when it is tried again.
-    fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Replaces the crawl's configuration (an operator's `trawl config set`, a seed request
-    /// that asks to update it). False when there is no such crawl.
-    fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Replaces the crawl's checkpoint (`Crawl::checkpoint`; None clears it). False when there
-    /// is no such crawl.
-    fn set_checkpoint(
-        &self,
-        id: &CrawlId,
-        checkpoint: Option<&str>,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Adds `n` to the crawl's `reference_misses` (one atomic add). False when there is no
-    /// such crawl.
-    fn add_reference_misses(
-        &self,
-        id: &CrawlId,
-        n: u64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Takes the writing of the crawl's delivery for `holder` until `until`, unless another
-    /// holder's lease is live at `now` (`DeliveryLease::refuses`); its own lease is renewed. One
-    /// conditional write: of concurrent claimers exactly one wins. False, changing nothing, when
-    /// refused or when there is no such crawl.
-    fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Ends `holder`'s delivery lease, if it still holds it (a call that paused or finished:
-    /// the next one need not wait the lease out).
-    fn release_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
-    /// True only for the one caller that made the change.
-    fn reopen_crawl(
-        &self,
-        id: &CrawlId,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Takes up to `wanted` of the crawl's `max` task slots; returns how many were granted
-    /// (possibly 0). Atomic: the sum granted never exceeds `max`, whatever the concurrency.
-    fn reserve_pages(
-        &self,
-        id: &CrawlId,
-        wanted: u64,
-        max: u64,
-    ) -> impl Future<Output = StoreResult<u64>> + Send;
-
-    /// Gives back slots that were reserved but not used (the URL was already known). Stores
-    /// shared by many workers hand slots out in chunks (`budget::PageBudget`): there the slots
-    /// go back to the worker's chunk, and only the first reservation of a chunk writes.
-    fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns
-    /// the totals after it. The write's own call is part of the add: an adapter that counts its
-    /// calls records that one with `CallCounts::record_reported`, so reporting costs nothing
-    /// unaccounted. `NoSuchCrawl` when the crawl does not exist (the write never creates one).
-    ///
-    /// Cost: one write per report (`crate::calls::report`). The crawler reports once per batch
-    /// and crawl: a Lambda batch holds up to 10 messages, so at least 0.1 write per URL, more
-    /// when batches run short. Per crawl, not per URL: the seeder once per invocation, the
-    /// sweeper once per crawl it sweeps (twice when it completes one), the deliverer twice per
-    /// delivery. On DynamoDB the write is one UpdateItem of the crawl item (1-2 WRU: the item
-    /// holds the config; nothing the status index projects changes).
-    fn add_calls(
-        &self,
-        id: &CrawlId,
-        share: &CallTally,
-    ) -> impl Future<Output = StoreResult<CallTally>> + Send;
-
-    fn delete_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
-}
 
 /// Tasks and their life cycle.
 pub trait TaskStore: Send + Sync {
