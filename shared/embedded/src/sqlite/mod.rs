@@ -11,6 +11,7 @@
 //! operations queued meanwhile as one transaction (`writer`: group commit). Open several stores
 //! on one file for parallel readers.
 
+mod crawls;
 mod writer;
 
 use base64::Engine as _;
@@ -26,14 +27,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use trawl_core::store::budget::{PageBudget, Taken};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded, StatusCounts,
+    StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
-use trawl_domain::calls::{Call, CallCounts, CallTally};
+use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -135,9 +135,6 @@ const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data";
-
-const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, checkpoint, \
-     reference_misses";
 
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
@@ -764,395 +761,6 @@ impl SummaryRow {
     }
 }
 
-/// A `crawls` row as SQLite returns it.
-struct CrawlRow {
-    id: String,
-    config: String,
-    state: String,
-    created: i64,
-    updated: i64,
-    generation: i64,
-    pages_reserved: i64,
-    checkpoint: Option<String>,
-    reference_misses: i64,
-}
-
-impl CrawlRow {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get(0)?,
-            config: row.get(1)?,
-            state: row.get(2)?,
-            created: row.get(3)?,
-            updated: row.get(4)?,
-            generation: row.get(5)?,
-            pages_reserved: row.get(6)?,
-            checkpoint: row.get(7)?,
-            reference_misses: row.get(8)?,
-        })
-    }
-
-    fn into_crawl(self) -> StoreResult<Crawl> {
-        let key = format!("crawl {}", self.id);
-        let key = key.as_str();
-        let state = match self.state.as_str() {
-            "running" => CrawlState::Running,
-            "completed" => CrawlState::Completed,
-            other => return Err(corrupt(key, format!("unknown crawl state {other:?}"))),
-        };
-        Ok(Crawl {
-            id: crawl_id_of(key, &self.id)?,
-            config: decode::<CrawlConfig>(key, "config", &self.config)?,
-            state,
-            created_at: self.created,
-            updated_at: self.updated,
-            generation: number(key, "generation", self.generation)?,
-            pages_reserved: number(key, "pages_reserved", self.pages_reserved)?,
-            // In a table of their own: `with_calls` reads them.
-            calls: CallTally::new(),
-            checkpoint: self.checkpoint,
-            reference_misses: number(key, "reference_misses", self.reference_misses)?,
-        })
-    }
-}
-
-fn select_crawl(conn: &Connection, id: &str) -> DbResult<Option<Crawl>> {
-    let row = conn
-        .query_row(
-            &format!("SELECT {CRAWL_COLUMNS} FROM crawls WHERE id = ?1"),
-            params![id],
-            CrawlRow::read,
-        )
-        .optional()?;
-    row.map(|row| with_calls(conn, row)).transpose()
-}
-
-/// The crawl of `row`, with its call counts.
-fn with_calls(conn: &Connection, row: CrawlRow) -> DbResult<Crawl> {
-    let mut crawl = row.into_crawl()?;
-    crawl.calls = select_calls(conn, crawl.id.as_str())?;
-    Ok(crawl)
-}
-
-/// A crawl's call counts. Kinds this version does not know (written by a newer one) are
-/// skipped rather than failing every read of the crawl.
-fn select_calls(conn: &Connection, id: &str) -> DbResult<CallTally> {
-    let mut stmt =
-        conn.prepare_cached("SELECT call, count FROM crawl_calls WHERE crawl_id = ?1")?;
-    let rows = stmt
-        .query_map(params![id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let key = format!("crawl {id}");
-    let mut calls = CallTally::new();
-    for (name, count) in rows {
-        if let Some(call) = Call::from_name(&name) {
-            calls.insert(call, number(&key, &name, count)?);
-        }
-    }
-    Ok(calls)
-}
-
-/// Adds `share` to a crawl's call counts (inside the caller's transaction).
-fn add_calls(conn: &Connection, id: &str, share: &CallTally) -> DbResult<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO crawl_calls (crawl_id, call, count) VALUES (?1, ?2, ?3)
-         ON CONFLICT (crawl_id, call) DO UPDATE SET count = count + excluded.count",
-    )?;
-    for (call, &count) in share {
-        stmt.execute(params![id, call.name(), saturating_i64(count)])?;
-    }
-    Ok(())
-}
-
-impl CrawlStore for SqliteStore {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        let id = crawl.id.as_str().to_owned();
-        let config = encode("create_crawl", &crawl.config)?;
-        let state = crawl.state.name();
-        let (created_at, updated_at) = (crawl.created_at, crawl.updated_at);
-        let generation = saturating_i64(crawl.generation);
-        let reserved = saturating_i64(crawl.pages_reserved);
-        let calls = crawl.calls.clone();
-        let checkpoint = crawl.checkpoint.clone();
-        let misses = saturating_i64(crawl.reference_misses);
-        self.run("create_crawl", Call::SqliteWrite, move |conn| {
-            let created = conn.execute(
-                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-                params![id, config, state, created_at, updated_at, generation, reserved, checkpoint, misses],
-            )? == 1;
-            if created {
-                add_calls(conn, &id, &calls)?;
-            }
-            let stored = select_crawl(conn, &id)?
-                .ok_or_else(|| corrupt(&id, "crawl vanished inside its own transaction"))?;
-            Ok((stored, created))
-        })
-        .await
-    }
-
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        let id = id.as_str().to_owned();
-        self.run("get_crawl", Call::SqliteRead, move |conn| {
-            select_crawl(conn, &id)
-        })
-        .await
-    }
-
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        self.run("list_crawls", Call::SqliteRead, move |conn| {
-            let rows = match state {
-                Some(state) => {
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "SELECT {CRAWL_COLUMNS} FROM crawls WHERE state = ?1 ORDER BY id"
-                    ))?;
-                    stmt.query_map(params![state.name()], CrawlRow::read)?
-                        .collect::<rusqlite::Result<Vec<_>>>()?
-                }
-                None => {
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "SELECT {CRAWL_COLUMNS} FROM crawls ORDER BY id"
-                    ))?;
-                    stmt.query_map([], CrawlRow::read)?
-                        .collect::<rusqlite::Result<Vec<_>>>()?
-                }
-            };
-            rows.into_iter()
-                .map(|row| with_calls(conn, row))
-                .collect::<DbResult<Vec<_>>>()
-        })
-        .await
-    }
-
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let generation = saturating_i64(generation);
-        let completer = completer.to_owned();
-        self.run("complete_crawl", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET state = 'completed', updated = ?3, completed_by = ?4
-                 WHERE id = ?1 AND generation = ?2
-                   AND (state = 'running' OR (state = 'completed' AND completed_by = ?4))",
-                params![id, generation, now, completer],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let config = serde_json::to_string(config).map_err(|e| StoreError::Backend {
-            operation: "update_config",
-            message: e.to_string(),
-        })?;
-        self.run("update_config", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET config = ?2, updated = ?3 WHERE id = ?1",
-                params![id, config, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let checkpoint = checkpoint.map(str::to_owned);
-        self.run("set_checkpoint", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET checkpoint = ?2 WHERE id = ?1",
-                params![id, checkpoint],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, misses: u64) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let misses = saturating_i64(misses);
-        self.run("add_reference_misses", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET reference_misses = reference_misses + ?2 WHERE id = ?1",
-                params![id, misses],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let holder = holder.to_owned();
-        self.run("claim_delivery", Call::SqliteWrite, move |conn| {
-            // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
-            let changed = conn.execute(
-                "UPDATE crawls SET delivery_holder = ?2, delivery_until = ?3
-                 WHERE id = ?1 AND (delivery_holder IS NULL OR delivery_holder = ?2
-                                    OR delivery_until <= ?4)",
-                params![id, holder, until, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        let id = id.as_str().to_owned();
-        let holder = holder.to_owned();
-        self.run("release_delivery", Call::SqliteWrite, move |conn| {
-            conn.execute(
-                "UPDATE crawls SET delivery_holder = NULL, delivery_until = NULL
-                 WHERE id = ?1 AND delivery_holder = ?2",
-                params![id, holder],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        self.run("reopen_crawl", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET state = 'running', generation = generation + 1, updated = ?2
-                 WHERE id = ?1 AND state = 'completed'",
-                params![id, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.budget
-            .reserve(id, wanted, max, |ask| self.take_pages(id, ask, max))
-            .await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        if n == 0 || self.budget.release(id, n) {
-            return Ok(());
-        }
-        self.give_back_pages(id, n).await
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        // This write reports itself: it is in the share it adds.
-        self.calls.record_reported(Call::SqliteWrite);
-        let mut share = share.clone();
-        *share.entry(Call::SqliteWrite).or_default() += 1;
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        let added =
-            self.writer
-                .run("add_calls", true, move |conn| {
-                    let exists =
-                        conn.query_row("SELECT 1 FROM crawls WHERE id = ?1", params![id], |_| {
-                            Ok(())
-                        })
-                        .optional()?
-                        .is_some();
-                    if !exists {
-                        return Err(StoreError::NoSuchCrawl(crawl_id).into());
-                    }
-                    add_calls(conn, &id, &share)?;
-                    let totals = select_calls(conn, &id)?;
-                    Ok(totals)
-                })
-                .await;
-        if let Err(e) = &added
-            && !matches!(e, StoreError::NoSuchCrawl(_))
-        {
-            // Not added: this call goes with the next report.
-            self.calls
-                .restore_unreported(&CallTally::from([(Call::SqliteWrite, 1)]));
-        }
-        added
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.budget.forget(id);
-        let id = id.as_str().to_owned();
-        self.run("delete_crawl", Call::SqliteWrite, move |conn| {
-            conn.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
-            conn.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
-            Ok(())
-        })
-        .await
-    }
-}
-
-impl SqliteStore {
-    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`, within the writer's transaction.
-    async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        self.run("reserve_pages", Call::SqliteWrite, move |conn| {
-            let reserved: Option<i64> = conn
-                .query_row(
-                    "SELECT pages_reserved FROM crawls WHERE id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let reserved: u64 = match reserved {
-                Some(n) => number(&id, "pages_reserved", n)?,
-                None => return Err(StoreError::NoSuchCrawl(crawl_id).into()),
-            };
-            let granted = ask.min(max.saturating_sub(reserved));
-            if granted > 0 {
-                conn.execute(
-                    "UPDATE crawls SET pages_reserved = ?2 WHERE id = ?1",
-                    params![id, saturating_i64(reserved + granted)],
-                )?;
-            }
-            Ok(Taken {
-                granted,
-                reserved: reserved + granted,
-            })
-        })
-        .await
-    }
-
-    /// Lowers the crawl's `pages_reserved` by `n`, for a process that holds no chunk of it.
-    async fn give_back_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        let n = saturating_i64(n);
-        self.run("release_pages", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET pages_reserved = MAX(pages_reserved - ?2, 0) WHERE id = ?1",
-                params![id, n],
-            )?;
-            if changed == 0 {
-                return Err(StoreError::NoSuchCrawl(crawl_id).into());
-            }
-            Ok(())
-        })
-        .await
-    }
-}
-
 impl TaskStore for SqliteStore {
     async fn seed(
         &self,
@@ -1538,6 +1146,8 @@ mod tests {
 
     use super::*;
     use std::path::PathBuf;
+    use trawl_core::store::CrawlStore;
+    use trawl_domain::calls::CallTally;
     use trawl_domain::canonical::CanonicalUrl;
 
     /// A directory under the system temp dir, removed when dropped.
