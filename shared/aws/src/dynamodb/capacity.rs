@@ -14,14 +14,16 @@ use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    Applied, ClaimOutcome, CrawlRecords, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -250,29 +252,6 @@ impl<S: TaskStore> Metered<S> {
     }
 }
 
-impl<S: CrawlStore> Metered<S> {
-    async fn crawl(&self, id: &CrawlId) -> StoreResult<Option<Image>> {
-        self.probe
-            .get_crawl(id)
-            .await?
-            .map(|c| crawl_image(&c))
-            .transpose()
-    }
-
-    async fn on_crawl<T>(
-        &self,
-        operation: &'static str,
-        id: &CrawlId,
-        write: impl Future<Output = StoreResult<T>>,
-    ) -> StoreResult<T> {
-        let before = self.crawl(id).await?;
-        let out = write.await?;
-        let after = self.crawl(id).await?;
-        self.record(operation, before.as_ref(), after.as_ref());
-        Ok(out)
-    }
-}
-
 impl<S: HostStore> Metered<S> {
     async fn host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Image>> {
         self.probe
@@ -297,89 +276,50 @@ impl<S: HostStore> Metered<S> {
     }
 }
 
-impl<S: CrawlStore> CrawlStore for Metered<S> {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        self.on_crawl("create_crawl", &crawl.id, self.inner.create_crawl(crawl))
-            .await
+/// A crawl write is metered from what it answers: the crawl before it, and the changes made.
+impl<S: CrawlRecords> CrawlRecords for Metered<S> {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        let (stored, created) = self.inner.insert_crawl(crawl).await?;
+        let image = crawl_image(&stored)?;
+        let before = (!created).then(|| image.clone());
+        self.record("create_crawl", before.as_ref(), Some(&image));
+        Ok((stored, created))
     }
 
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        self.inner.get_crawl(id).await
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.inner.read_crawl(id).await
     }
 
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        self.inner.list_crawls(state).await
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        self.inner.query_crawls(state).await
     }
 
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.complete_crawl(id, generation, completer, now);
-        self.on_crawl("complete_crawl", id, write).await
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        let applied = self.inner.apply_crawl(id, update).await?;
+        let (before, after) = match &applied {
+            Applied::Done { before } => {
+                let after = update.changes.apply(before);
+                (Some(crawl_image(before)?), Some(crawl_image(&after)?))
+            }
+            Applied::Refused { current } => {
+                let image = current.as_ref().map(crawl_image).transpose()?;
+                (image.clone(), image)
+            }
+        };
+        self.record(update.event.name(), before.as_ref(), after.as_ref());
+        Ok(applied)
     }
 
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.update_config(id, config, now);
-        self.on_crawl("update_config", id, write).await
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.inner.remove_crawl(id).await
     }
 
-    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
-        let write = self.inner.add_reference_misses(id, n);
-        self.on_crawl("add_reference_misses", id, write).await
+    fn own_call(&self) -> Option<Call> {
+        self.inner.own_call()
     }
 
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        let write = self.inner.set_checkpoint(id, checkpoint);
-        self.on_crawl("set_checkpoint", id, write).await
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.claim_delivery(id, holder, until, now);
-        self.on_crawl("claim_delivery", id, write).await
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        let write = self.inner.release_delivery(id, holder);
-        self.on_crawl("release_delivery", id, write).await
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
-            .await
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        let write = self.inner.reserve_pages(id, wanted, max);
-        self.on_crawl("reserve_pages", id, write).await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        self.on_crawl("release_pages", id, self.inner.release_pages(id, n))
-            .await
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        self.on_crawl("add_calls", id, self.inner.add_calls(id, share))
-            .await
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.inner.delete_crawl(id).await
+    fn page_budget(&self) -> Option<&PageBudget> {
+        self.inner.page_budget()
     }
 }
 
@@ -562,6 +502,7 @@ impl<S: HostStore> HostStore for Metered<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trawl_core::store::CrawlStore;
     use trawl_core::store::memory::MemoryStore;
     use trawl_domain::canonical::CanonicalUrl;
     use trawl_domain::crawl::CrawlConfig;

@@ -1,7 +1,9 @@
 //! The domain's transitions as DynamoDB expressions: a `Condition` becomes a condition
 //! expression, `Changes` an update expression (the token through `ADD`, so a blind claim needs
-//! no read). Every attribute name goes through a `#name` placeholder: several (`status`,
+//! no read); the crawl record's in `crawl`. Every attribute name goes through a `#name` placeholder: several (`status`,
 //! `token`, `fetch`) are reserved words, and AWS, unlike moto, rejects them bare.
+
+mod crawl;
 
 use super::items::{gsi_pk, host_due, keeps_place};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;

@@ -37,14 +37,15 @@
 //! rest are blind conditional writes.
 
 pub mod capacity;
+mod crawls;
 mod errors;
 mod expression;
 mod items;
 pub mod schema;
 
-use self::errors::{applied, conditional_item, is_conditional_failure, map_err};
+use self::errors::{conditional_item, is_conditional_failure, map_err};
 use self::expression::Expression;
-use self::items::{CrawlItem, TaskItem, crawl_pk, host_pk, task_pk};
+use self::items::{TaskItem, crawl_pk, host_pk, task_pk};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -53,14 +54,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
-use trawl_core::store::budget::{PageBudget, Taken};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore,
-    Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    ClaimOutcome, ClaimRejection, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
-use trawl_domain::calls::{Call, CallCounts, CallTally};
+use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -491,278 +491,6 @@ impl DynamoStore {
             Err(e) if is_conditional_failure(&e) => Ok(false),
             Err(e) => Err(map_err("UpdateItem", e)),
         }
-    }
-}
-
-impl CrawlStore for DynamoStore {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        let item = CrawlItem::from_crawl(crawl).to_item()?;
-        self.calls.record(Call::DynamoPutItem);
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(OnFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok((crawl.clone(), true)),
-            Err(e) => match conditional_item(&e) {
-                Some(existing) => Ok((CrawlItem::from_item(existing)?.into_crawl(), false)),
-                None => Err(map_err("PutItem", e)),
-            },
-        }
-    }
-
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        self.calls.record(Call::DynamoGetItem);
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(crawl_pk(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| map_err("GetItem", e))?;
-        out.item
-            .map(|item| CrawlItem::from_item(item).map(CrawlItem::into_crawl))
-            .transpose()
-    }
-
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        let states = match state {
-            Some(state) => vec![state],
-            None => vec![CrawlState::Running, CrawlState::Completed],
-        };
-        let mut crawls = Vec::new();
-        for state in states {
-            let mut start = None;
-            loop {
-                let (items, _, next) = self
-                    .query_page(items::crawls_gsi(state), None, None, start, false)
-                    .await?;
-                for item in items {
-                    // The index projects only some attributes: read the crawl itself.
-                    let id = items::crawl_id_of(&item)?;
-                    if let Some(crawl) = self.get_crawl(&id).await? {
-                        crawls.push(crawl);
-                    }
-                }
-                match next {
-                    Some(key) => start = Some(key),
-                    None => break,
-                }
-            }
-        }
-        Ok(crawls)
-    }
-
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        // The SDK's own retry of a write applied while its answer was lost meets the second
-        // branch: the same completer, so still the caller's change.
-        let result = self
-            .update_crawl(id)
-            .update_expression(
-                "SET #st = :completed, gsi_pk = :g, updated = :now, completed_by = :by",
-            )
-            .condition_expression(
-                "generation = :gen AND (#st = :running OR (#st = :completed AND completed_by = :by))",
-            )
-            .expression_attribute_values(":by", s(completer))
-            .expression_attribute_names("#st", "state")
-            .expression_attribute_values(":completed", s(CrawlState::Completed.name()))
-            .expression_attribute_values(":running", s(CrawlState::Running.name()))
-            .expression_attribute_values(":g", s(items::crawls_gsi(CrawlState::Completed)))
-            .expression_attribute_values(":gen", n(generation))
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        applied(result)
-    }
-
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let config = serde_dynamo::aws_sdk_dynamodb_1::to_attribute_value(config).map_err(|e| {
-            StoreError::Backend {
-                operation: "UpdateItem",
-                message: e.to_string(),
-            }
-        })?;
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_crawl(id)
-            .update_expression("SET config = :config, updated = :now")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":config", config)
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        applied(result)
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let update = self
-            .update_crawl(id)
-            .condition_expression("attribute_exists(pk)");
-        let update = match checkpoint {
-            Some(value) => update
-                .update_expression("SET checkpoint = :c")
-                .expression_attribute_values(":c", s(value)),
-            None => update.update_expression("REMOVE checkpoint"),
-        };
-        applied(update.send().await)
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, misses: u64) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let update = self
-            .update_crawl(id)
-            .condition_expression("attribute_exists(pk)")
-            .update_expression("ADD reference_misses :n")
-            .expression_attribute_values(":n", n(misses));
-        applied(update.send().await)
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
-        let result = self
-            .update_crawl(id)
-            .update_expression("SET delivery_holder = :h, delivery_until = :until")
-            .condition_expression(
-                "attribute_exists(pk) AND (attribute_not_exists(delivery_holder) \
-                 OR delivery_holder = :h OR delivery_until <= :now)",
-            )
-            .expression_attribute_values(":h", s(holder))
-            .expression_attribute_values(":until", n(until))
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        applied(result)
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_crawl(id)
-            .update_expression("REMOVE delivery_holder, delivery_until")
-            .condition_expression("delivery_holder = :h")
-            .expression_attribute_values(":h", s(holder))
-            .send()
-            .await;
-        // Refused: the lease was taken over after it expired, or the crawl is gone.
-        applied(result).map(|_| ())
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_crawl(id)
-            .update_expression(
-                "SET #st = :running, gsi_pk = :g, updated = :now ADD generation :one",
-            )
-            .condition_expression("#st = :completed")
-            .expression_attribute_names("#st", "state")
-            .expression_attribute_values(":completed", s(CrawlState::Completed.name()))
-            .expression_attribute_values(":running", s(CrawlState::Running.name()))
-            .expression_attribute_values(":g", s(items::crawls_gsi(CrawlState::Running)))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":now", n(now))
-            .send()
-            .await;
-        applied(result)
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.budget
-            .reserve(id, wanted, max, |ask| self.take_pages(id, ask, max))
-            .await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, count: u64) -> StoreResult<()> {
-        if count == 0 || self.budget.release(id, count) {
-            return Ok(());
-        }
-        self.calls.record(Call::DynamoUpdateItem);
-        let result = self
-            .update_crawl(id)
-            .update_expression("ADD pages_reserved :minus")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":minus", n(-(count as i64)))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if is_conditional_failure(&e) => Err(StoreError::NoSuchCrawl(id.clone())),
-            Err(e) => Err(map_err("UpdateItem", e)),
-        }
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        // This UpdateItem reports itself: it is in the share it adds.
-        self.calls.record_reported(Call::DynamoUpdateItem);
-        let mut share = share.clone();
-        *share.entry(Call::DynamoUpdateItem).or_default() += 1;
-        let mut update = self
-            .update_crawl(id)
-            .condition_expression("attribute_exists(pk)")
-            .return_values(ReturnValue::AllNew);
-        let mut adds = Vec::with_capacity(share.len());
-        for (i, (&call, &count)) in share.iter().enumerate() {
-            update = update
-                .expression_attribute_names(format!("#c{i}"), items::calls_attribute(call))
-                .expression_attribute_values(format!(":c{i}"), n(count));
-            adds.push(format!("#c{i} :c{i}"));
-        }
-        let result = update
-            .update_expression(format!("ADD {}", adds.join(", ")))
-            .send()
-            .await;
-        match result {
-            Ok(out) => items::calls_of(&out.attributes.unwrap_or_default()),
-            // The crawl is gone: its calls, this one included, go with it.
-            Err(e) if is_conditional_failure(&e) => Err(StoreError::NoSuchCrawl(id.clone())),
-            Err(e) => {
-                // Not added: this call goes with the next report.
-                self.calls
-                    .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
-                Err(map_err("UpdateItem", e))
-            }
-        }
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.budget.forget(id);
-        self.calls.record(Call::DynamoDeleteItem);
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(crawl_pk(id)))
-            .send()
-            .await
-            .map_err(|e| map_err("DeleteItem", e))?;
-        Ok(())
     }
 }
 
@@ -1327,59 +1055,6 @@ impl HostStore for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`: one conditional
-    /// add, optimistic — when the condition says too few are left, it asks again for what the
-    /// failed condition reports as left. Bounded: contention only shrinks the ask.
-    async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
-        let mut ask = ask.min(max);
-        let mut reserved = max;
-        for _ in 0..8 {
-            if ask == 0 {
-                break;
-            }
-            self.calls.record(Call::DynamoUpdateItem);
-            let result = self
-                .update_crawl(id)
-                .update_expression("ADD pages_reserved :ask")
-                .condition_expression("attribute_exists(pk) AND pages_reserved <= :limit")
-                .expression_attribute_values(":ask", n(ask))
-                .expression_attribute_values(":limit", n(max - ask))
-                .return_values(ReturnValue::UpdatedNew)
-                .return_values_on_condition_check_failure(OnFailure::AllOld)
-                .send()
-                .await;
-            match result {
-                Ok(out) => {
-                    let after = out
-                        .attributes
-                        .as_ref()
-                        .and_then(|a| a.get("pages_reserved"))
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(max);
-                    return Ok(Taken {
-                        granted: ask,
-                        reserved: after,
-                    });
-                }
-                Err(e) => match conditional_item(&e) {
-                    Some(item) => {
-                        reserved = CrawlItem::from_item(item)?.pages_reserved;
-                        ask = ask.min(max.saturating_sub(reserved));
-                    }
-                    None if is_conditional_failure(&e) => {
-                        return Err(StoreError::NoSuchCrawl(id.clone()));
-                    }
-                    None => return Err(map_err("UpdateItem", e)),
-                },
-            }
-        }
-        Ok(Taken {
-            granted: 0,
-            reserved,
-        })
-    }
-
     /// One host record by key; `consistent` for a read that a conditional write will follow.
     async fn read_host(
         &self,
