@@ -8,13 +8,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
+    Applied, ClaimOutcome, CrawlRecords, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
     StatusCounts, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
 };
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -68,22 +70,21 @@ macro_rules! one_request {
     };
 }
 
-impl<S: CrawlStore> CrawlStore for Latent<S> {
+impl<S: CrawlRecords> CrawlRecords for Latent<S> {
     one_request! {
-        fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)>;
-        fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>>;
-        fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>>;
-        fn complete_crawl(&self, id: &CrawlId, generation: u64, completer: &str, now: Millis) -> StoreResult<bool>;
-        fn update_config(&self, id: &CrawlId, config: &CrawlConfig, now: Millis) -> StoreResult<bool>;
-        fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool>;
-        fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool>;
-        fn claim_delivery(&self, id: &CrawlId, holder: &str, until: Millis, now: Millis) -> StoreResult<bool>;
-        fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()>;
-        fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool>;
-        fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64>;
-        fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()>;
-        fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally>;
-        fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()>;
+        fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)>;
+        fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>>;
+        fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>>;
+        fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>>;
+        fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()>;
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        self.inner.own_call()
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        self.inner.page_budget()
     }
 }
 

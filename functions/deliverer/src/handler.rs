@@ -106,7 +106,9 @@ where
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<DelivererResponse, HandlerError> {
         let deadline = stop_at(event.context.deadline(), DEADLINE_MARGIN);
-        self.deliver(event.payload, now_ms(), Some(deadline)).await
+        // Boxed: the delivery's future is deep, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.deliver(event.payload, now_ms(), Some(deadline))).await
     }
 
     /// Delivers what the event asks for: one crawl (direct) or each record's (queue), stopping
