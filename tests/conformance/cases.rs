@@ -982,8 +982,10 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
         .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
         .await
         .unwrap();
-    let mut config = CrawlConfig::default();
-    config.user_agent = "other".into();
+    let mut config = CrawlConfig {
+        user_agent: "other".into(),
+        ..CrawlConfig::default()
+    };
     config.scope.max_pages = Some(5);
 
     // WHEN every crawl rule is written in turn, some of them refused

@@ -103,8 +103,10 @@ fn counters_add_and_settings_replace() {
         (crawl.checkpoint.as_deref(), crawl.updated_at),
         (Some("since=1"), T0)
     );
-    let mut config = CrawlConfig::default();
-    config.user_agent = "other".into();
+    let config = CrawlConfig {
+        user_agent: "other".into(),
+        ..CrawlConfig::default()
+    };
     let crawl = update_config(&config, T0 + 9).apply(&crawl).unwrap();
     assert_eq!((crawl.config, crawl.updated_at), (config, T0 + 9));
 }
