@@ -28,6 +28,16 @@ fn encode<T: Serialize>(value: &T) -> StoreResult<AttributeValue> {
     })
 }
 
+/// An update expression of its SET, REMOVE and ADD parts (empty when all are).
+fn clauses(set: Vec<String>, remove: Vec<String>, add: Vec<String>) -> String {
+    let clauses: Vec<String> = [("SET", set), ("REMOVE", remove), ("ADD", add)]
+        .into_iter()
+        .filter(|(_, parts)| !parts.is_empty())
+        .map(|(verb, parts)| format!("{verb} {}", parts.join(", ")))
+        .collect();
+    clauses.join(" ")
+}
+
 /// An expression under construction, with its placeholders.
 #[derive(Debug, Default)]
 pub(super) struct Expression {
@@ -236,12 +246,7 @@ impl Expression {
             }
             StaleChange::Clear => remove.push(self.name("stale")),
         }
-        let clauses: Vec<String> = [("SET", set), ("REMOVE", remove), ("ADD", add)]
-            .into_iter()
-            .filter(|(_, parts)| !parts.is_empty())
-            .map(|(verb, parts)| format!("{verb} {}", parts.join(", ")))
-            .collect();
-        Ok(clauses.join(" "))
+        Ok(clauses(set, remove, add))
     }
 
     fn optional_time(
@@ -251,11 +256,25 @@ impl Expression {
         attr: &str,
         change: &Change<Option<Millis>>,
     ) {
+        self.optional(set, remove, attr, change, |at| n(at));
+    }
+
+    /// An optional attribute's change: set to `value` of it, or removed (never a NULL).
+    fn optional<T>(
+        &mut self,
+        set: &mut Vec<String>,
+        remove: &mut Vec<String>,
+        attr: &str,
+        change: &Change<Option<T>>,
+        value: impl FnOnce(&T) -> AttributeValue,
+    ) {
         match change {
             Change::Keep => {}
-            Change::Set(Some(at)) => {
-                set.push(format!("{} = {}", self.name(attr), self.value(attr, n(at))))
-            }
+            Change::Set(Some(v)) => set.push(format!(
+                "{} = {}",
+                self.name(attr),
+                self.value(attr, value(v))
+            )),
             Change::Set(None) => remove.push(self.name(attr)),
         }
     }

@@ -3,7 +3,7 @@
 //! update expression whose counters are `ADD`s, so that no write needs a read first. A state
 //! change moves the crawl's status-index key with it.
 
-use super::{Expression, encode, n};
+use super::{Expression, clauses, encode, n};
 use crate::dynamodb::items::{calls_attribute, crawls_gsi};
 use aws_sdk_dynamodb::types::AttributeValue;
 use trawl_core::store::StoreResult;
@@ -92,7 +92,14 @@ impl Expression {
                 self.value("generation", n(changes.generation))
             ));
         }
-        self.optional_string(&mut set, &mut remove, "completed_by", &changes.completed_by);
+        let string = |v: &String| s(v.as_str());
+        self.optional(
+            &mut set,
+            &mut remove,
+            "completed_by",
+            &changes.completed_by,
+            string,
+        );
         match &changes.delivery {
             Change::Keep => {}
             Change::Set(Some(lease)) => {
@@ -119,7 +126,13 @@ impl Expression {
                 self.value("config", encode(config)?)
             ));
         }
-        self.optional_string(&mut set, &mut remove, "checkpoint", &changes.checkpoint);
+        self.optional(
+            &mut set,
+            &mut remove,
+            "checkpoint",
+            &changes.checkpoint,
+            string,
+        );
         if let Change::Set(updated) = changes.updated_at {
             set.push(format!(
                 "{} = {}",
@@ -156,29 +169,7 @@ impl Expression {
                 self.value(&format!("calls{i}"), n(count))
             ));
         }
-        let clauses: Vec<String> = [("SET", set), ("REMOVE", remove), ("ADD", add)]
-            .into_iter()
-            .filter(|(_, parts)| !parts.is_empty())
-            .map(|(verb, parts)| format!("{verb} {}", parts.join(", ")))
-            .collect();
-        Ok((!clauses.is_empty()).then(|| clauses.join(" ")))
-    }
-
-    fn optional_string(
-        &mut self,
-        set: &mut Vec<String>,
-        remove: &mut Vec<String>,
-        attr: &str,
-        change: &Change<Option<String>>,
-    ) {
-        match change {
-            Change::Keep => {}
-            Change::Set(Some(value)) => set.push(format!(
-                "{} = {}",
-                self.name(attr),
-                self.value(attr, s(value.as_str()))
-            )),
-            Change::Set(None) => remove.push(self.name(attr)),
-        }
+        let update = clauses(set, remove, add);
+        Ok((!update.is_empty()).then_some(update))
     }
 }
