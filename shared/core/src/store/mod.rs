@@ -15,6 +15,11 @@
 //!   write under it moves the token, so that of two holders of one read exactly one result lands;
 //!   a holder that dies leaves the task due for the host's next turn;
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
+//!
+//! Crawl records ([`crawl`]): an adapter implements `CrawlRecords` (create, read, list, one
+//! conditional write of an update decided in `trawl_domain::crawl::transition`, delete); the
+//! crawl operations (`CrawlStore`: completion, the delivery lease, reopening, page slots, call
+//! totals …) are written once on top of it, for every store and wrapper.
 
 pub mod budget;
 pub mod crawl;
