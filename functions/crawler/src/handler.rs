@@ -217,12 +217,12 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
     use trawl_core::app::App;
     use trawl_core::blob::BlobStore;
-    use trawl_core::store::{CrawlStore, TaskStore};
     use trawl_core::blob::memory::MemoryBlobStore;
     use trawl_core::fetch::Fetcher;
     use trawl_core::frontier::add_tasks;
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
+    use trawl_core::store::{CrawlStore, TaskStore};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};

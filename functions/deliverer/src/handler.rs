@@ -239,8 +239,8 @@ mod tests {
     use trawl_core::deliver::DeliveryLimits;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, CrawlStore, FinishOutcome, TaskStore};
-    use trawl_domain::calls::CallCounts;
     use trawl_core::sweep::LocalDeliveryTrigger;
+    use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
@@ -480,7 +480,14 @@ mod tests {
         // GIVEN the sample crawl reopened (running again, generation 1)
         let (handler, _dir) = handler("running").await;
         let crawl = CrawlId::parse("news-2026").unwrap();
-        assert!(handler.deliverer.store.reopen_crawl(&crawl, T0 + 5).await.unwrap());
+        assert!(
+            handler
+                .deliverer
+                .store
+                .reopen_crawl(&crawl, T0 + 5)
+                .await
+                .unwrap()
+        );
 
         // WHEN it is requested without a generation
         let e = handler
@@ -512,7 +519,12 @@ mod tests {
                 data: None,
             })
             .collect();
-        handler.deliverer.store.seed(&crawl, &more, T0).await.unwrap();
+        handler
+            .deliverer
+            .store
+            .seed(&crawl, &more, T0)
+            .await
+            .unwrap();
         let record = |body: String| {
             let mut batch = event(QUEUE);
             batch["Records"][0]["body"] = body.into();

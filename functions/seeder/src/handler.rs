@@ -196,11 +196,11 @@ mod tests {
     use lambda_runtime::{Context, Diagnostic};
     use std::collections::HashMap;
     use std::sync::Arc;
+    use trawl_core::app::{App, Unwired};
     use trawl_core::fetch::Fetcher;
     use trawl_core::queue::local::LocalQueue;
-    use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
-    use trawl_core::app::{App, Unwired};
     use trawl_core::seed::ManifestSource;
+    use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{CrawlStore, HostStore, TaskStore};
     use trawl_domain::calls::CallCounts;
@@ -408,7 +408,15 @@ mod tests {
                 "{body:.20}: handed back"
             );
         }
-        assert!(handler.seeder.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(
+            handler
+                .seeder
+                .store
+                .list_crawls(None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]
@@ -420,10 +428,17 @@ mod tests {
         assert!(first.rejections[0].input.starts_with("mailto:"));
         // One turn message per host, whatever its number of URLs.
         let id = CrawlId::parse("example-news").unwrap();
-        let hosts = handler.seeder.store.list_hosts(&id, None, 10).await.unwrap().hosts;
+        let hosts = handler
+            .seeder
+            .store
+            .list_hosts(&id, None, 10)
+            .await
+            .unwrap()
+            .hosts;
         assert_eq!(handler.seeder.queue.len(), hosts.len());
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 3);
-        let crawl = handler.seeder
+        let crawl = handler
+            .seeder
             .store
             .get_crawl(&CrawlId::parse("example-news").unwrap())
             .await
@@ -438,7 +453,11 @@ mod tests {
         let again = run(&handler, URLS).await.unwrap();
         assert!(!again.created);
         assert_eq!((again.accepted, again.already_known), (0, 3));
-        assert_eq!(handler.seeder.queue.len(), hosts.len(), "a re-seed sends nothing");
+        assert_eq!(
+            handler.seeder.queue.len(),
+            hosts.len(),
+            "a re-seed sends nothing"
+        );
     }
 
     #[tokio::test]
@@ -527,7 +546,13 @@ mod tests {
 
         // THEN every page of the template was seeded, once, and nothing is left to send
         let id = CrawlId::parse("example-listing").unwrap();
-        let hosts = handler.seeder.store.list_hosts(&id, None, 10).await.unwrap().hosts;
+        let hosts = handler
+            .seeder
+            .store
+            .list_hosts(&id, None, 10)
+            .await
+            .unwrap()
+            .hosts;
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 23);
         assert!(invocations > 1, "the deadline split the seed");
     }
@@ -543,7 +568,15 @@ mod tests {
             panic!("a queue event gets a batch response");
         };
         assert_eq!(batch.batch_item_failures.len(), 1);
-        assert!(handler.seeder.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(
+            handler
+                .seeder
+                .store
+                .list_crawls(None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -576,7 +609,15 @@ mod tests {
             assert_eq!(diagnostic.error_type, "InvalidEvent", "{event}");
             assert!(!diagnostic.error_message.is_empty());
         }
-        assert!(handler.seeder.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(
+            handler
+                .seeder
+                .store
+                .list_crawls(None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(handler.seeder.queue.is_empty());
     }
 }

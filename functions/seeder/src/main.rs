@@ -23,7 +23,12 @@ async fn main() -> Result<(), Error> {
         per_host: Some(settings.default_per_host),
     };
     let handler = Handler {
-        seeder: Seeder::new(root.app.clone(), Arc::new(fetcher), Arc::new(manifests), defaults),
+        seeder: Seeder::new(
+            root.app.clone(),
+            Arc::new(fetcher),
+            Arc::new(manifests),
+            defaults,
+        ),
         seeds: SqsSeedQueue::new(clients.sqs.clone(), &settings.seed_queue_url, root.calls()),
     };
     run(service_fn(|event| handler.handle(event))).await

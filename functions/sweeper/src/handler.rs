@@ -118,11 +118,11 @@ mod tests {
     use super::*;
     use lambda_runtime::{Context, Diagnostic};
     use std::sync::Arc;
+    use trawl_core::app::{App, Unwired};
     use trawl_core::frontier::update_host;
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, CrawlStore};
-    use trawl_core::app::{App, Unwired};
     use trawl_core::store::{HostStore, TaskStore};
     use trawl_core::sweep::{LocalDeliveryTrigger, SweepOptions};
     use trawl_domain::calls::CallCounts;
@@ -290,6 +290,14 @@ mod tests {
                 .unwrap_err();
             assert_eq!(Diagnostic::from(err).error_type, "InvalidEvent", "{bad}");
         }
-        assert!(handler.sweeper.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(
+            handler
+                .sweeper
+                .store
+                .list_crawls(None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -76,7 +76,12 @@ impl Wiring for SeederSettings {
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
         let store = store(clients, &self.table, self.shards, &calls);
-        App::new(store, Unwired, queue(clients, &self.queue_url, &calls), calls)
+        App::new(
+            store,
+            Unwired,
+            queue(clients, &self.queue_url, &calls),
+            calls,
+        )
     }
 }
 
@@ -96,7 +101,12 @@ impl Wiring for SweeperSettings {
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
         let store = store(clients, &self.table, self.shards, &calls);
-        App::new(store, Unwired, queue(clients, &self.queue_url, &calls), calls)
+        App::new(
+            store,
+            Unwired,
+            queue(clients, &self.queue_url, &calls),
+            calls,
+        )
     }
 }
 

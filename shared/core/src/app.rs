@@ -11,7 +11,9 @@
 //! deliverer) wires [`Unwired`] there: the type says the port is absent, and a use of it fails
 //! with an error instead of reaching a resource the function was never given.
 
-use crate::blob::{BlobError, BlobResult, BlobStore, BlobUpload, Body, Layout, ListPage, ObjectMeta};
+use crate::blob::{
+    BlobError, BlobResult, BlobStore, BlobUpload, Body, Layout, ListPage, ObjectMeta,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use crate::store::{CrawlStore, HostStore, TaskStore};
