@@ -18,6 +18,7 @@ use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
+use trawl_core::app::App;
 use trawl_core::blob::Layout;
 use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
@@ -137,13 +138,12 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
     let meter = store.meter();
     let clock = SkewedClock::default();
     let crawler = Crawler::new(
-        store,
-        stack.blobs,
-        stack.queue,
+        Arc::new(
+            App::new(store, stack.blobs, stack.queue, calls.clone())
+                .with_layout(Layout::new("pages")),
+        ),
         Arc::new(Fetcher::new("").step("fetcher")?),
-        Layout::new("pages"),
         10,
-        calls.clone(),
     )
     .with_clock(Arc::new(clock.clone()));
     Ok(Harness {

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use trawl_core::app::App;
 use trawl_core::blob::Layout;
 use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::clock::{Clock, ManualClock};
@@ -364,16 +365,17 @@ async fn crawl_site(
     let crawl = Crawl::new(CrawlId::parse("freshness").step("crawl id")?, config, T0);
     let calls = Arc::new(CallCounts::default());
     let crawler = Crawler::new(
-        MemoryStore::new(),
-        MemoryBlobStore::new(),
-        VirtualQueue {
-            clock: clock.clone(),
-            state: Mutex::default(),
-        },
+        Arc::new(App::new(
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+            VirtualQueue {
+                clock: clock.clone(),
+                state: Mutex::default(),
+            },
+            Arc::clone(&calls),
+        )),
         Arc::new(Fetcher::new("trawl-bench").step("fetcher")?),
-        Layout::default(),
         size.hosts,
-        Arc::clone(&calls),
     )
     .with_clock(Arc::new(clock.clone()));
     let store = crawler.store();
