@@ -38,7 +38,7 @@ const CONTENDERS: usize = 16;
 /// Longest any one drain may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
 
-type AwsCrawler = Crawler<Metered<DynamoStore>, S3BlobStore, SqsQueue>;
+type AwsCrawler = Crawler<(Metered<DynamoStore>, S3BlobStore, SqsQueue)>;
 
 /// Calls made by one scenario, by `service.Operation`, and per URL; and the DynamoDB write
 /// units its writes consumed, by store operation.
@@ -140,12 +140,12 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
     let crawler = Crawler::new(
         Arc::new(
             App::new(store, stack.blobs, stack.queue, calls.clone())
-                .with_layout(Layout::new("pages")),
+                .with_layout(Layout::new("pages"))
+                .with_clock(Arc::new(clock.clone())),
         ),
         Arc::new(Fetcher::new("").step("fetcher")?),
         10,
-    )
-    .with_clock(Arc::new(clock.clone()));
+    );
     Ok(Harness {
         crawler,
         clock,
@@ -234,13 +234,11 @@ async fn crawl_again(
         ..
     } = harness;
     clock.skip(RECRAWL_MS as i64 + 1_000);
-    let sweeper = Sweeper {
-        store: crawler.store(),
-        queue: crawler.queue(),
-        trigger: &LocalDeliveryTrigger::default(),
-        calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        crawler.app().clone(),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
     let report = sweeper
         .sweep_crawl(
             crawl,

@@ -11,7 +11,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::app::App;
-use trawl_core::blob::Layout;
 use trawl_core::crawler::{Crawler, Disposition};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
@@ -171,7 +170,7 @@ async fn crawl_embedded(start: &str, dir: &Path, extract: bool) -> BenchResult<C
     })
 }
 
-type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
+type EmbeddedCrawler = Crawler<(SqliteStore, FsBlobStore, LocalQueue)>;
 
 /// One worker: receive → process_batch → ack / retry_later, until the queue holds nothing (not
 /// even in flight: discovery happens before a message is acked, so an empty queue is the end).
