@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
-use trawl_core::app::{App, Unwired};
+use trawl_core::app::{App, Store, Unwired};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
@@ -69,7 +69,7 @@ fn host_url(path: &str) -> CanonicalUrl {
 }
 
 /// Adds `path`'s URL the way the seeder does: its host is told first, and woken.
-async fn add<S: TaskStore + CrawlStore + HostStore>(
+async fn add<S: Store>(
     store: &S,
     crawl: &Crawl,
     path: &str,
