@@ -14,8 +14,8 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use trawl_core::app::{Ports, Store};
 use trawl_core::backoff::{Backoff, persist};
-use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
@@ -25,7 +25,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder, seed_entry,
 };
-use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
+use trawl_core::store::{StatusCounts, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
@@ -407,17 +407,12 @@ impl Plan {
 
 /// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says: seed, crawl
 /// until done or stopped, deliver if completed, report.
-pub async fn run<S, B, Q>(
-    backend: Backend<S, B, Q>,
+pub async fn run<P: Ports>(
+    backend: Backend<P>,
     args: CrawlArgs,
     plan: Option<Plan>,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     let started = Instant::now();
     let plan = match plan {
         Some(plan) => plan,
@@ -437,28 +432,16 @@ where
         )));
     }
     let crawl_id = plan.crawl_id.clone();
-    let Backend {
-        store,
-        blobs,
-        queue,
-        calls,
-        layout,
-        uri_base,
-        local,
-        ..
-    } = backend;
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 
     let stats = RunStats::default();
     let retries = &stats.backend_retries;
-    let seeder = Seeder {
-        store: &store,
-        queue: &queue,
-        fetcher: &fetcher,
-        manifests: &NoManifests,
-        defaults: &SeedDefaults::default(),
-        calls: &calls,
-    };
+    let seeder = Seeder::new(
+        backend.app.clone(),
+        fetcher.clone(),
+        Arc::new(NoManifests),
+        SeedDefaults::default(),
+    );
     let accepted = seed(
         &seeder,
         &crawl_id,
@@ -470,7 +453,7 @@ where
     )
     .await?;
     let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
-        open_crawl(&store, &queue, &crawl_id, local)
+        open_crawl(&backend.store, &backend.queue, &crawl_id, backend.local)
     })
     .await?;
     if !json {
@@ -480,34 +463,16 @@ where
             "running"
         };
         output::note(format_args!(
-            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}"
+            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {}",
+            backend.uri_base
         ));
     }
 
-    let crawler = Crawler::new(
-        store,
-        blobs,
-        queue,
-        fetcher,
-        layout.clone(),
-        args.concurrency,
-        calls.clone(),
-    );
+    let crawler = Crawler::new(backend.app.clone(), fetcher, args.concurrency);
     let end =
         crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
     let delivery = match end {
-        RunEnd::Completed { .. } => Some(
-            deliver(
-                crawler.store(),
-                crawler.blobs(),
-                &layout,
-                &uri_base,
-                &calls,
-                &crawl_id,
-                local,
-            )
-            .await?,
-        ),
+        RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
         RunEnd::Stopped => None,
     };
     let counts = persist("count the tasks", &Backoff::RUN, retries, || {
@@ -539,20 +504,15 @@ where
 
 /// Seeds the crawl from `sources` (idempotent: a re-run adds nothing it already has), following
 /// each request's cursor; returns how many seeds were new. Rejected seeds are warned about.
-async fn seed<S, Q, M>(
-    seeder: &Seeder<'_, S, Q, M>,
+async fn seed<P: Ports>(
+    seeder: &Seeder<P>,
     crawl_id: &CrawlId,
     config: &CrawlConfig,
     update_config: bool,
     sources: Vec<SeedSource>,
     json: bool,
     retries: &AtomicU64,
-) -> Result<u64, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    M: ManifestSource,
-{
+) -> Result<u64, CliError> {
     let mut accepted = 0;
     for source in sources {
         let mut request = SeedRequest {
@@ -591,16 +551,12 @@ where
 
 /// The crawl as seeded; an in-process queue (lost with its last process) is rebuilt from the
 /// table first.
-async fn open_crawl<S, Q>(
+async fn open_crawl<S: Store, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     crawl_id: &CrawlId,
     local: bool,
-) -> Result<Crawl, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Crawl, CliError> {
     let crawl = store
         .get_crawl(crawl_id)
         .await?
@@ -612,19 +568,14 @@ where
 }
 
 /// Runs the in-process workers until the crawl completes or Ctrl-C stops it, showing progress.
-async fn crawl_until_done<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn crawl_until_done<P: Ports>(
+    crawler: &Crawler<P>,
     crawl_id: &CrawlId,
     workers: usize,
     stats: &RunStats,
     started: Instant,
     json: bool,
-) -> Result<RunEnd, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<RunEnd, CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     let signals = tokio::spawn(watch_ctrl_c(stop.clone(), json));
     let progress = Progress::start(json);

@@ -4,8 +4,10 @@
 //! `queue::WorkQueue`, `clock::Clock`). Their adapters live in their own crates, one folder each:
 //! `trawl-aws` (DynamoDB, S3, SQS through the real SDK) and `trawl-embedded` (SQLite, a
 //! directory, an in-process queue). `store::memory` is the exception: an in-memory store with no
-//! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`.
+//! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`. A binary
+//! builds its ports once, as an `app::App`, and every service takes it under one type parameter.
 
+pub mod app;
 pub mod backoff;
 pub mod blob;
 pub mod calls;

@@ -5,10 +5,11 @@
 //! work) and gives their hosts a turn. The same operations, and a configuration change, are the
 //! seeder's operation requests ([`OperationRequest`]): the CLI and the Lambda share them.
 
+use crate::app::Store;
 use crate::discover::ScopeMatcher;
 use crate::frontier::{FrontierError, Reissue, hosts_of, reissue_turns, revive_hosts};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -109,7 +110,7 @@ pub async fn rewind<S, Q>(
     now: Millis,
 ) -> Result<Rewound, OperateError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
     Q: WorkQueue,
 {
     let mut done = Rewound::default();
@@ -296,7 +297,7 @@ pub async fn operate<S, Q>(
     now: Millis,
 ) -> Result<OperationResponse, OperateError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
     Q: WorkQueue,
 {
     let crawl = store

@@ -5,16 +5,17 @@
 //! last worker to go idle then wakes the sweeper at once; any other queue must stay quiet for a
 //! while first.
 
+use crate::app::{Ports, Store};
 use crate::backoff::{Backoff, Outage};
-use crate::blob::BlobStore;
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore};
+use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery};
 use crate::sweep::{
     LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
 };
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -119,16 +120,12 @@ pub enum RunEnd {
 /// locked to one process): their leases are taken over and released at once rather than waited
 /// out, and so are the dead process's host turns (a new epoch per host). `now` is the caller's
 /// clock. Returns how many turn messages were sent.
-pub async fn rebuild_local_queue<S, Q>(
+pub async fn rebuild_local_queue<S: Store, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     crawl: &Crawl,
     now: Millis,
-) -> Result<u64, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<u64, RunError> {
     let mut hosts = BTreeSet::new();
     for status in [Status::InProgress, Status::Pending, Status::Failed] {
         let mut cursor = None;
@@ -164,18 +161,13 @@ where
 }
 
 /// Runs `workers` worker loops and the sweeper until the crawl completes or `stop` is set.
-pub async fn run_crawl<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+pub async fn run_crawl<P: Ports>(
+    crawler: &Crawler<P>,
     crawl_id: &CrawlId,
     workers: usize,
     stats: &RunStats,
     stop: &AtomicBool,
-) -> Result<RunEnd, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<RunEnd, RunError> {
     let signals = Signals::default();
     let (done, busy) = (&signals.done, &signals.busy);
     let last_work = std::sync::Mutex::new(Instant::now());
@@ -211,20 +203,17 @@ where
         }
     };
     let coordinator = async {
-        let trigger = LocalDeliveryTrigger::default();
-        let sweeper = Sweeper {
-            store: crawler.store(),
-            queue: crawler.queue(),
-            trigger: &trigger,
-            calls: crawler.calls(),
-            options: SweepOptions {
+        let sweeper = Sweeper::new(
+            crawler.app().clone(),
+            Arc::new(LocalDeliveryTrigger::default()),
+            SweepOptions {
                 references: Some(ReferenceChecks::new(
                     crawler.fetcher().clone(),
                     ReferenceChecks::DEFAULT_INTERVAL,
                 )),
                 ..SweepOptions::new()
             },
-        };
+        );
         let mut outage = Outage::default();
         let mut stall = Stall::default();
         let end = loop {
@@ -325,16 +314,11 @@ impl Stall {
 
 /// One look at the crawl once the queue is quiet: Some(end) when it is complete, else a sweep
 /// that re-issues what is due.
-async fn coordinate<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
-    sweeper: &Sweeper<'_, S, Q, LocalDeliveryTrigger>,
+async fn coordinate<P: Ports>(
+    crawler: &Crawler<P>,
+    sweeper: &Sweeper<P>,
     crawl_id: &CrawlId,
-) -> Result<Option<RunEnd>, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<RunEnd>, RunError> {
     let crawl = crawler
         .store()
         .get_crawl(crawl_id)
@@ -369,16 +353,11 @@ struct Signals {
 }
 
 /// One receive → process → settle round. Returns whether there was work.
-async fn work_once<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn work_once<P: Ports>(
+    crawler: &Crawler<P>,
     stats: &RunStats,
     signals: &Signals,
-) -> Result<bool, QueueError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<bool, QueueError> {
     // Registered before `done` is read: a completion signalled after the read still wakes us.
     let completed = signals.completed.notified();
     tokio::pin!(completed);
@@ -402,16 +381,11 @@ where
 }
 
 /// Processes a batch and acts on each message's disposition.
-async fn settle<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn settle<P: Ports>(
+    crawler: &Crawler<P>,
     stats: &RunStats,
     batch: Vec<crate::queue::Received>,
-) -> Result<(), QueueError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), QueueError> {
     let results = crawler.process_batch(batch, None).await;
     let mut handled = Vec::new();
     for result in results {
@@ -442,13 +416,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blob::Layout;
+    use crate::app::App;
     use crate::blob::memory::MemoryBlobStore;
     use crate::fetch::Fetcher;
     use crate::queue::WorkMessage;
     use crate::queue::local::{LocalQueue, MAX_RECEIVES};
     use crate::store::memory::MemoryStore;
-    use std::sync::Arc;
     use trawl_domain::calls::CallCounts;
 
     #[tokio::test]
@@ -463,15 +436,8 @@ mod tests {
             let received = queue.receive(1, 0).await.unwrap();
             assert_eq!(queue.reject(&received[0].receipt, 0).await.unwrap(), None);
         }
-        let crawler = Crawler::new(
-            MemoryStore::new(),
-            MemoryBlobStore::new(),
-            queue,
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            1,
-            calls,
-        );
+        let app = App::new(MemoryStore::new(), MemoryBlobStore::new(), queue, calls);
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
         let stats = RunStats::default();
 
         // WHEN a worker settles its last receive

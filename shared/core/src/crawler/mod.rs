@@ -13,14 +13,14 @@ mod seen;
 
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
+use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
-use crate::blob::{BlobStore, Layout};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{MalformedMessage, Received, WorkMessage, WorkQueue, send_patiently};
+use crate::queue::{MalformedMessage, Received, WorkMessage, send_patiently};
 use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
@@ -200,49 +200,36 @@ struct TurnState {
     outcomes: Vec<Outcome>,
 }
 
-/// Per-process crawler state: ports, the HTTP client, and a small crawl-config cache.
-/// Build it once per cold start and share it between invocations.
-pub struct Crawler<S, B, Q> {
-    store: S,
-    blobs: B,
-    queue: Q,
-    /// The counters the adapters share: each batch adds its calls to its crawls.
-    calls: Arc<CallCounts>,
+/// Per-process crawler state: the App's ports, the HTTP client, and a small crawl-config cache.
+/// Build it once per cold start and share it between invocations. It reads the App's ports as
+/// its own (`self.store`, `self.clock`, …: it derefs to the App).
+pub struct Crawler<P: Ports> {
+    app: Arc<App<P>>,
     fetcher: Arc<Fetcher>,
-    layout: Layout,
     concurrency: usize,
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
     seen: seen::SeenLinks,
-    clock: Arc<dyn Clock>,
     faults: FaultStreak,
 }
 
-impl<S, B, Q> Crawler<S, B, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
-    pub fn new(
-        store: S,
-        blobs: B,
-        queue: Q,
-        fetcher: Arc<Fetcher>,
-        layout: Layout,
-        concurrency: usize,
-        calls: Arc<CallCounts>,
-    ) -> Self {
+impl<P: Ports> std::ops::Deref for Crawler<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+impl<P: Ports> Crawler<P> {
+    /// A crawler over `app`'s ports fetching with `fetcher`, running at most `concurrency` host
+    /// turns of a batch at once.
+    pub fn new(app: Arc<App<P>>, fetcher: Arc<Fetcher>, concurrency: usize) -> Self {
         Self {
-            store,
-            blobs,
-            queue,
-            calls,
+            app,
             fetcher,
-            layout,
             concurrency: concurrency.max(1),
             crawls: RwLock::default(),
             seen: seen::SeenLinks::default(),
-            clock: Arc::new(SystemClock),
             faults: FaultStreak::default(),
         }
     }
@@ -253,21 +240,19 @@ where
         self.faults.persistent()
     }
 
-    /// The same crawler reading the time from `clock` (a virtual one in tests).
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
+    pub fn app(&self) -> &Arc<App<P>> {
+        &self.app
     }
 
     pub fn clock(&self) -> &dyn Clock {
         self.clock.as_ref()
     }
 
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &P::Store {
         &self.store
     }
 
-    pub fn blobs(&self) -> &B {
+    pub fn blobs(&self) -> &P::Blobs {
         &self.blobs
     }
 
@@ -275,7 +260,7 @@ where
         &self.fetcher
     }
 
-    pub fn queue(&self) -> &Q {
+    pub fn queue(&self) -> &P::Queue {
         &self.queue
     }
 
@@ -1229,6 +1214,7 @@ mod tests {
     use crate::blob::memory::MemoryBlobStore;
     use crate::clock::ManualClock;
     use crate::frontier::add_tasks;
+    use crate::queue::WorkQueue;
     use crate::queue::local::LocalQueue;
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
@@ -1277,16 +1263,9 @@ mod tests {
         add_tasks(&store, &queue, &crawl, vec![task], t0)
             .await
             .unwrap();
-        let crawler = Crawler::new(
-            store,
-            MemoryBlobStore::new(),
-            queue,
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            1,
-            calls,
-        )
-        .with_clock(Arc::new(clock.clone()));
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
         let id = url.task_id();
 
         // WHEN the host's first turn runs

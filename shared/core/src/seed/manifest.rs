@@ -70,6 +70,30 @@ pub trait ManifestSource: Send + Sync {
     ) -> impl Future<Output = Result<OpenManifest, ManifestError>> + Send;
 }
 
+/// A [`ManifestSource`] as an object: what a seeder holds, so that its type names only its App's
+/// ports. Every source is one.
+pub trait OpenManifests: Send + Sync {
+    fn open_at<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        offset: u64,
+        if_match: Option<&'a str>,
+    ) -> Pin<Box<dyn Future<Output = Result<OpenManifest, ManifestError>> + Send + 'a>>;
+}
+
+impl<T: ManifestSource> OpenManifests for T {
+    fn open_at<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        offset: u64,
+        if_match: Option<&'a str>,
+    ) -> Pin<Box<dyn Future<Output = Result<OpenManifest, ManifestError>> + Send + 'a>> {
+        Box::pin(self.open(bucket, key, offset, if_match))
+    }
+}
+
 /// One line read from a manifest.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Line {
