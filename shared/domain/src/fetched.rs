@@ -144,7 +144,11 @@ mod tests {
     fn a_redirect_records_its_target_and_changes_the_page_when_the_target_moved() {
         let first = redirected(None, 301, "http://b/", &Revisit::ONCE, T0);
         assert_eq!(
-            (first.http_status, first.final_url.as_deref(), first.redirects),
+            (
+                first.http_status,
+                first.final_url.as_deref(),
+                first.redirects
+            ),
             (301, Some("http://b/"), 1)
         );
         assert_eq!((first.fetched_at, first.next_fetch_at), (T0, None));
@@ -196,7 +200,10 @@ mod tests {
         );
         assert!(same_body(&record, Some(&stored())));
         assert!(!same_body(&record, None));
-        assert!(!same_body(&FetchRecord::default(), Some(&FetchRecord::default())));
+        assert!(!same_body(
+            &FetchRecord::default(),
+            Some(&FetchRecord::default())
+        ));
         let listing = Revisit {
             listing: true,
             ..daily()

@@ -45,7 +45,9 @@ pub fn due_now(claimable_from: Option<Millis>, now: Millis) -> bool {
 /// The host's next work as its turn ends: the soonest of its due tasks (each as
 /// `(claimable_from, next_work)`).
 pub fn next_work(due: impl IntoIterator<Item = (Millis, Option<NextWork>)>) -> Option<NextWork> {
-    due.into_iter().min_by_key(|(at, _)| *at).and_then(|(_, work)| work)
+    due.into_iter()
+        .min_by_key(|(at, _)| *at)
+        .and_then(|(_, work)| work)
 }
 
 /// What became of a task a turn started, as far as the turn's rules care.
@@ -121,7 +123,13 @@ impl TurnPlan {
         self.pages_left
     }
 
-    /// Whether the turn starts nothing more.
+    /// Whether the turn was stopped (trouble, a storage error, its time): nothing more is read
+    /// or started.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether the turn starts nothing more (stopped, or its page budget spent).
     pub fn closed(&self) -> bool {
         self.stopped || self.pages_left == 0
     }
