@@ -57,8 +57,9 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to, or when slept on (a sleep moves it to the sleep's end
-/// at once). Clones share the time.
+/// A clock that moves only when told to, or when slept on: a sleep moves it to the sleep's end
+/// at once (concurrent sleepers wake together, the clock at the latest end). Clones share the
+/// time.
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<Manual>);
 
@@ -103,7 +104,8 @@ impl Clock for ManualClock {
     fn sleep_until(&self, at: Instant) -> Sleep<'_> {
         let ahead = at.saturating_duration_since(self.instant());
         self.advance(Millis::try_from(ahead.as_millis()).unwrap_or(Millis::MAX));
-        Box::pin(std::future::ready(()))
+        // Still a yield: a loop that waits on the clock lets the runtime's other tasks run.
+        Box::pin(tokio::task::yield_now())
     }
 }
 
