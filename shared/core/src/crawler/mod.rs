@@ -1192,6 +1192,99 @@ mod tests {
         }
     }
 
+    /// A loopback site answering every request with a small HTML page; returns its port and
+    /// the times (on `clock`) its requests arrived.
+    async fn paced_site(clock: ManualClock) -> (u16, Arc<Mutex<Vec<Millis>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                lock(&seen).push(clock.now_ms());
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let body = "<p>ok</p>";
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        (port, arrivals)
+    }
+
+    #[tokio::test]
+    async fn a_turn_paces_its_host_and_stops_before_its_deadline_on_the_crawlers_clock() {
+        // GIVEN a crawler on a virtual clock, a host paced at one request a minute with six due
+        // pages, and an invocation deadline 5 virtual minutes and 2 s away (fetch window: 3 s)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let (port, arrivals) = paced_site(clock.clone()).await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.fetch.timeout_ms = 1_000;
+        config.politeness.respect_robots = false;
+        config.politeness.delay_ms = 60_000;
+        config.scope.follow_links = false;
+        config.lease_ms = 3_600_000;
+        let crawl = Crawl::new(CrawlId::parse("paced").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let tasks = (0..6)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(&store, &queue, &crawl, tasks, t0).await.unwrap();
+        let crawler = Crawler::new(
+            store,
+            MemoryBlobStore::new(),
+            queue,
+            Arc::new(Fetcher::new("").unwrap()),
+            Layout::default(),
+            1,
+            calls,
+        )
+        .with_clock(Arc::new(clock.clone()));
+        let deadline = std::time::Instant::now() + Duration::from_millis(302_000);
+        let real = std::time::Instant::now();
+
+        // WHEN the host's turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, Some(deadline)).await;
+
+        // THEN its requests went a virtual minute apart, and the sixth, whose start came within
+        // a fetch window of the deadline, did not start: the turn handed its host back
+        let arrivals = lock(&arrivals).clone();
+        let gaps: Vec<Millis> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(arrivals.len(), 5, "{arrivals:?}");
+        assert!(gaps.iter().all(|gap| *gap >= 60_000), "{gaps:?}");
+        assert_eq!(clock.now_ms() - t0, 300_000);
+        let succeeded = results[0]
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+            .count();
+        assert_eq!(
+            (succeeded, &results[0].disposition),
+            (5, &Disposition::Done)
+        );
+        // AND five minutes of pace took no real minutes
+        assert!(
+            real.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            real.elapsed()
+        );
+    }
+
     #[tokio::test]
     async fn a_dead_host_is_snoozed_on_the_crawlers_clock_then_given_up_without_spending_retries() {
         // GIVEN a crawler on a virtual clock far from the wall clock, and a URL whose host
