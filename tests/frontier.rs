@@ -9,6 +9,7 @@ use crate::support::{aws_stack, moto, unique};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
@@ -75,6 +76,14 @@ where
         Self { crawler, crawl }
     }
 
+    /// The same run on `clock` (a virtual one: its time moves only when the test says).
+    fn on_clock(self, clock: &ManualClock) -> Self {
+        Self {
+            crawler: self.crawler.with_clock(Arc::new(clock.clone())),
+            ..self
+        }
+    }
+
     async fn seed(&self, urls: &[String]) {
         let tasks = urls
             .iter()
@@ -90,7 +99,7 @@ where
             self.crawler.queue(),
             &self.crawl,
             tasks,
-            now_ms(),
+            self.crawler.clock().now_ms(),
         )
         .await
         .unwrap();
@@ -255,14 +264,17 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     let mut config = config(&[&site]);
     config.politeness.snooze_base_ms = 200;
     config.politeness.per_host = 1;
-    let run = start(config).await;
+    // The crawler on a virtual clock: the snooze lasts until the test moves it, however slow
+    // the backend (a wall clock's second could pass before the early message below arrives).
+    let clock = ManualClock::at(now_ms());
+    let run = start(config).await.on_clock(&clock);
     let urls: Vec<String> = paths.iter().map(|p| site.url(p)).collect();
     run.seed(&urls).await;
 
     // WHEN the host's turn runs
-    let before = now_ms();
+    let before = clock.now_ms();
     let outcomes = run.round(1_000).await.expect("the host's turn");
-    let after = now_ms();
+    let after = clock.now_ms();
 
     // THEN one request was made: the 429 snoozed the host for the Retry-After (longer than
     // its own backoff), the URL went back untouched, nothing else of the host was fetched
@@ -295,6 +307,7 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     for path in &paths {
         site.route(path, Route::html("<p>ok</p>"));
     }
+    clock.advance(1_000);
     let outcomes = run.drain().await;
 
     // THEN every page succeeded without having spent a retry, each fetched once more
