@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::app::{App, Ports};
 use trawl_core::blob::Layout;
+use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
@@ -76,7 +77,7 @@ impl<P: Ports> Run<P> {
             self.crawler.queue(),
             &self.crawl,
             tasks,
-            now_ms(),
+            self.crawler.clock().now_ms(),
         )
         .await
         .unwrap();
@@ -147,26 +148,25 @@ impl<P: Ports> Run<P> {
     }
 }
 
-/// A run on DynamoDB + S3 + SQS (moto).
-async fn on_aws(config: CrawlConfig) -> Run<impl Ports> {
+/// An App on DynamoDB + S3 + SQS (moto).
+async fn on_aws() -> App<impl Ports> {
     let stack = aws_stack(&moto::shared().endpoint).await;
-    let app = App::new(stack.store, stack.blobs, stack.queue, stack.calls);
-    Run::start(app, config).await
+    App::new(stack.store, stack.blobs, stack.queue, stack.calls)
 }
 
-/// A run on the embedded backend: SQLite, files in a scratch directory, the in-process queue.
-async fn on_embedded(config: CrawlConfig) -> Run<impl Ports> {
+/// An App on the embedded backend: SQLite, files in a scratch directory, the in-process queue.
+async fn on_embedded() -> App<impl Ports> {
     let calls = Arc::new(CallCounts::default());
     let dir = std::env::temp_dir().join(unique("trawl-frontier"));
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let blobs = FsBlobStore::new(dir, calls.clone());
     let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
-    Run::start(App::new(store, blobs, queue, calls), config).await
+    App::new(store, blobs, queue, calls)
 }
 
 /// Ten good pages and one that always answers 500, on one host paced at 50 ms.
 async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<P: Ports>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<P>,
+    start: impl AsyncFnOnce() -> App<P>,
 ) {
     // GIVEN the failing URL seeded first, then ten good ones
     let site = Site::start().await;
@@ -180,7 +180,7 @@ async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<P: Ports>(
     let mut config = config(&[&site]);
     config.politeness.delay_ms = 50;
     config.retry.base_delay_ms = 60_000;
-    let run = start(config).await;
+    let run = Run::start(start().await, config).await;
     let mut urls = vec![site.url("/bad")];
     urls.extend(good.iter().cloned());
     run.seed(&urls).await;
@@ -219,7 +219,7 @@ async fn one_failing_url_holds_none_of_its_hosts_other_urls_back_embedded() {
 
 /// A host answering 429 with Retry-After: 1 on every page, until it recovers.
 async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries<P: Ports>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<P>,
+    start: impl AsyncFnOnce() -> App<P>,
 ) {
     // GIVEN five pages of a host that throttles
     let site = Site::start().await;
@@ -230,14 +230,17 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     let mut config = config(&[&site]);
     config.politeness.snooze_base_ms = 200;
     config.politeness.per_host = 1;
-    let run = start(config).await;
+    // The crawler on a virtual clock: the snooze lasts until the test moves it, however slow
+    // the backend (a wall clock's second could pass before the early message below arrives).
+    let clock = ManualClock::at(now_ms());
+    let run = Run::start(start().await.with_clock(Arc::new(clock.clone())), config).await;
     let urls: Vec<String> = paths.iter().map(|p| site.url(p)).collect();
     run.seed(&urls).await;
 
     // WHEN the host's turn runs
-    let before = now_ms();
+    let before = clock.now_ms();
     let outcomes = run.round(1_000).await.expect("the host's turn");
-    let after = now_ms();
+    let after = clock.now_ms();
 
     // THEN one request was made: the 429 snoozed the host for the Retry-After (longer than
     // its own backoff), the URL went back untouched, nothing else of the host was fetched
@@ -270,6 +273,7 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     for path in &paths {
         site.route(path, Route::html("<p>ok</p>"));
     }
+    clock.advance(1_000);
     let outcomes = run.drain().await;
 
     // THEN every page succeeded without having spent a retry, each fetched once more
@@ -312,7 +316,7 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
 
 /// A good site and a host that refuses every connection.
 async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<P: Ports>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<P>,
+    start: impl AsyncFnOnce() -> App<P>,
 ) {
     // GIVEN five good pages and five of a dead host (a port bound, then freed), an error
     // budget of 3 and short snoozes
@@ -338,7 +342,7 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<P: Po
         .push(format!("127.0.0.1:{dead_port}"));
     config.politeness.error_budget = 3;
     config.politeness.snooze_base_ms = 100;
-    let run = start(config).await;
+    let run = Run::start(start().await, config).await;
     let mut urls = good.clone();
     urls.extend(dead.iter().cloned());
     run.seed(&urls).await;
@@ -389,14 +393,14 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embed
 
 /// A redirect chain whose target is also linked directly.
 async fn a_redirect_target_also_linked_is_fetched_once<P: Ports>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<P>,
+    start: impl AsyncFnOnce() -> App<P>,
 ) {
     // GIVEN /old → /older → /page, and /page seeded too
     let site = Site::start().await;
     site.route("/old", Route::redirect(301, "/older"))
         .route("/older", Route::redirect(302, "/page"))
         .route("/page", Route::html("<p>the page</p>"));
-    let run = start(config(&[&site])).await;
+    let run = Run::start(start().await, config(&[&site])).await;
     run.seed(&[site.url("/old"), site.url("/page")]).await;
 
     // WHEN everything is crawled

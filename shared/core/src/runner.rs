@@ -17,9 +17,10 @@ use crate::sweep::{
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use trawl_domain::canonical::{CrawlId, bounded, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
@@ -168,9 +169,11 @@ pub async fn run_crawl<P: Ports>(
     stats: &RunStats,
     stop: &AtomicBool,
 ) -> Result<RunEnd, RunError> {
+    // Every tick, pause and quiet spell is measured and waited on the crawler's clock.
+    let clock = crawler.clock();
     let signals = Signals::default();
     let (done, busy) = (&signals.done, &signals.busy);
-    let last_work = std::sync::Mutex::new(Instant::now());
+    let last_work = std::sync::Mutex::new(clock.instant());
     // A worker's permanent queue error (or an outage past the bound) ends the run.
     let failed: std::sync::Mutex<Option<RunError>> = std::sync::Mutex::new(None);
     let worker = || async {
@@ -182,14 +185,14 @@ pub async fn run_crawl<P: Ports>(
                     if worked {
                         *last_work
                             .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = clock.instant()
                     }
                 }
-                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                Err(e) => match outage.after(&Backoff::RUN, &e, clock.instant()) {
                     Some(pause) => {
                         stats.backend_retries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "queue error; trying again");
-                        tokio::time::sleep(pause).await;
+                        clock.sleep(pause).await;
                     }
                     None => {
                         failed
@@ -226,12 +229,12 @@ pub async fn run_crawl<P: Ports>(
             }
             tokio::select! {
                 () = signals.idle.notified() => {}
-                () = tokio::time::sleep(COORDINATOR_TICK) => {}
+                () = clock.sleep(COORDINATOR_TICK) => {}
             }
             if let Some(fault) = crawler.persistent_fault() {
                 break Err(RunError::Storage(fault));
             }
-            if stall.lasted(stats, Backoff::RUN.outage) {
+            if stall.lasted(stats, Backoff::RUN.outage, clock.instant()) {
                 break Err(RunError::Storage(format!(
                     "every task failed for {} s with no page done (RUST_LOG=warn shows why)",
                     Backoff::RUN.outage.as_secs()
@@ -239,22 +242,22 @@ pub async fn run_crawl<P: Ports>(
             }
             let quiet = busy.load(Ordering::SeqCst) == 0
                 && (crawler.queue().is_drained() == Some(true)
-                    || last_work
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .elapsed()
-                        >= QUIET);
+                    || clock.instant().saturating_duration_since(
+                        *last_work
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    ) >= QUIET);
             if !quiet {
                 continue;
             }
             match coordinate(crawler, &sweeper, crawl_id).await {
                 Ok(Some(end)) => break Ok(end),
                 Ok(None) => outage.recovered(),
-                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                Err(e) => match outage.after(&Backoff::RUN, &e, clock.instant()) {
                     Some(pause) => {
                         stats.backend_retries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "sweep failed; trying again");
-                        tokio::time::sleep(pause).await;
+                        clock.sleep(pause).await;
                     }
                     None => break Err(e),
                 },
@@ -291,9 +294,9 @@ struct Stall {
 }
 
 impl Stall {
-    /// Whether tasks have only failed for `bound`, and still do (checked every coordinator
-    /// tick; a quiet wait for a retry's backoff is not a stall).
-    fn lasted(&mut self, stats: &RunStats, bound: Duration) -> bool {
+    /// Whether tasks have only failed for `bound`, and still do, at `now` (checked every
+    /// coordinator tick; a quiet wait for a retry's backoff is not a stall).
+    fn lasted(&mut self, stats: &RunStats, bound: Duration, now: Instant) -> bool {
         let (finished, errors) = (stats.finished(), stats.errors.load(Ordering::Relaxed));
         if finished != self.finished {
             self.finished = finished;
@@ -301,12 +304,14 @@ impl Stall {
         }
         if errors != self.errors {
             self.errors = errors;
-            let now = Instant::now();
             self.last_error = Some(now);
             self.since.get_or_insert(now);
         }
         match (self.since, self.last_error) {
-            (Some(since), Some(last)) => since.elapsed() >= bound && last.elapsed() < QUIET * 120,
+            (Some(since), Some(last)) => {
+                now.saturating_duration_since(since) >= bound
+                    && now.saturating_duration_since(last) < QUIET * 120
+            }
             _ => false,
         }
     }
