@@ -1230,6 +1230,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::frontier::add_tasks;
     use crate::queue::local::LocalQueue;
+    use crate::store::TaskRecords;
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::crawl::CrawlConfig;

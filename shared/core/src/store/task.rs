@@ -107,7 +107,13 @@ pub trait TaskStore: TaskRecords {
         lease_ms: u64,
         now: Millis,
     ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
-        claim_with(self, crawl_id, task_id, transition::claim(lease_ms, now), now)
+        claim_with(
+            self,
+            crawl_id,
+            task_id,
+            transition::claim(lease_ms, now),
+            now,
+        )
     }
 
     /// A claim by a host turn, which holds its host's fenced lease (`transition::claim_in_turn`),
@@ -192,7 +198,11 @@ pub trait TaskStore: TaskRecords {
 
     /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token; true,
     /// writing nothing, for a lease taken in a turn (the task is still due as it was read).
-    fn release(&self, lease: &Lease, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send {
+    fn release(
+        &self,
+        lease: &Lease,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
         apply_if(
             self,
             &lease.crawl_id,
@@ -210,7 +220,13 @@ pub trait TaskStore: TaskRecords {
         task_id: &TaskId,
         md5: &str,
     ) -> impl Future<Output = StoreResult<bool>> + Send {
-        apply_if(self, crawl_id, task_id, Some(transition::add_stale(md5)), false)
+        apply_if(
+            self,
+            crawl_id,
+            task_id,
+            Some(transition::add_stale(md5)),
+            false,
+        )
     }
 
     /// Moves a task from one of `from` to `pending` (recrawl, operator retry), clearing retries
