@@ -355,7 +355,7 @@ async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
 /// key and its record. Returns how many succeeded tasks there are.
 async fn assert_every_pointer_names_its_body(data: &Path) -> usize {
     use md5::Digest;
-    use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
+    use trawl_core::store::{CrawlStore, TaskQuery, TaskRecords};
     use trawl_domain::task::Status;
     let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
     let store =

@@ -21,7 +21,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
     SeedSource, Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, SecretRef};

@@ -13,7 +13,7 @@ use trawl_core::crawler::{
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskRecords, TaskStore};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};

@@ -24,7 +24,7 @@ use trawl_core::deliver::{
 };
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostStore, TaskStore,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostStore, TaskRecords, TaskStore,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};

@@ -35,7 +35,7 @@ use trawl_core::deliver::{self, Deliverer, DeliveryReport, DeliveryRequest, Mani
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::{WorkMessage, WorkQueue};
 use trawl_core::seed::{PageTemplate, SeedBudget, SeedDefaults, SeedRequest, SeedSource, Seeder};
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskRecords, TaskStore};
 use trawl_core::sweep::{CompletionNotice, SweepBudget, SweepOptions, SweepReport, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};

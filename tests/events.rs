@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use trawl_aws::stack::MAX_RECEIVE_COUNT;
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::task::{Status, now_ms};

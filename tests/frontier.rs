@@ -16,7 +16,7 @@ use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskRecords};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};

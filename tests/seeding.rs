@@ -15,7 +15,7 @@ use trawl_core::fetch::Fetcher;
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::seed::{SeedBudget, SeedDefaults, SeedError, SeedRequest, SeedResponse, Seeder};
 use trawl_core::store::ClaimOutcome;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskRecords, TaskStore};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlState;

@@ -13,7 +13,7 @@ use trawl_core::app::{App, Store, Unwired};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore, TaskSummary};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskRecords, TaskStore, TaskSummary};
 use trawl_core::sweep::{
     CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
 };

@@ -25,7 +25,7 @@ use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::{add_tasks, seed_tasks};
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskRecords, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};

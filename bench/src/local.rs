@@ -16,7 +16,7 @@ use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};

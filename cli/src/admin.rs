@@ -13,7 +13,7 @@ use trawl_core::app::Ports;
 use trawl_core::backoff::{Backoff, persist};
 use trawl_core::deliver::{Deliverer, DeliveryLimits, purge, release_dead_delivery};
 use trawl_core::operate::{self, Operation, Rewind, Selection};
-use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;

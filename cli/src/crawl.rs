@@ -25,7 +25,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
     Seeder, seed_entry,
 };
-use trawl_core::store::{StatusCounts, TaskStore};
+use trawl_core::store::{StatusCounts, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,

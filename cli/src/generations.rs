@@ -10,7 +10,7 @@ use serde_json::json;
 use trawl_core::app::Ports;
 use trawl_core::fetch::Fetcher;
 use trawl_core::operate::{self, OperateError, Operation, OperationRequest};
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::task::now_ms;

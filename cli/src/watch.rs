@@ -13,7 +13,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use trawl_core::app::Ports;
 use trawl_core::deliver::delivery_id;
-use trawl_core::store::{CrawlStore, StatusCounts, TaskStore};
+use trawl_core::store::{CrawlStore, StatusCounts, TaskRecords};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::task::Status;

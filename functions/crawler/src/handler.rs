@@ -221,8 +221,9 @@ mod tests {
     use trawl_core::fetch::Fetcher;
     use trawl_core::frontier::add_tasks;
     use trawl_core::queue::local::LocalQueue;
+    use trawl_core::store::CrawlStore;
+    use trawl_core::store::TaskRecords;
     use trawl_core::store::memory::MemoryStore;
-    use trawl_core::store::{CrawlStore, TaskStore};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};

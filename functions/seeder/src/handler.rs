@@ -201,6 +201,7 @@ mod tests {
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::seed::ManifestSource;
     use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
+    use trawl_core::store::TaskRecords;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{CrawlStore, HostStore, TaskStore};
     use trawl_domain::calls::CallCounts;

@@ -1,7 +1,8 @@
 //! trawl-core: the ports and the services shared by trawl's Lambda functions and CLI.
 //!
-//! Ports are small traits (`store::TaskStore`, `store::CrawlStore`, `blob::BlobStore`,
-//! `queue::WorkQueue`, `clock::Clock`). Their adapters live in their own crates, one folder each:
+//! Ports are small traits (`store::TaskRecords`, `store::CrawlStore`, `blob::BlobStore`,
+//! `queue::WorkQueue`, `clock::Clock`); the task operations are written once over the task
+//! records (`store::TaskStore`). Their adapters live in their own crates, one folder each:
 //! `trawl-aws` (DynamoDB, S3, SQS through the real SDK) and `trawl-embedded` (SQLite, a
 //! directory, an in-process queue). `store::memory` is the exception: an in-memory store with no
 //! I/O, for tests and simulators. Decisions about a task live in `trawl-domain`. A binary

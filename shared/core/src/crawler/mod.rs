@@ -26,8 +26,8 @@ use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
 use crate::queue::{MalformedMessage, Received, WorkMessage, send_patiently};
 use crate::revisit::RevisitRules;
 use crate::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
-    TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskRecords,
+    TaskStore, TaskSummary,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -1163,6 +1163,7 @@ mod tests {
     use crate::frontier::add_tasks;
     use crate::queue::WorkQueue;
     use crate::queue::local::LocalQueue;
+    use crate::store::TaskRecords;
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::crawl::CrawlConfig;

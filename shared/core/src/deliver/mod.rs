@@ -46,7 +46,7 @@ pub use summary::{
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
 use futures_util::future::try_join_all;

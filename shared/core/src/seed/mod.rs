@@ -41,7 +41,7 @@ use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
 use crate::queue::{QueueError, send_patiently};
-use crate::store::{CrawlStore, StoreError, TaskStore};
+use crate::store::{CrawlStore, StoreError, TaskRecords, TaskStore};
 use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
 use md5::{Digest, Md5};

@@ -5,8 +5,8 @@
 
 use super::budget::PageBudget;
 use super::{
-    Applied, ClaimOutcome, CrawlRecords, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    Applied, CrawlRecords, HostPage, HostStore, Seeded, StatusCounts, StoreError, StoreResult,
+    TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -16,10 +16,8 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
-use trawl_domain::transition::{self, Update};
+use trawl_domain::task::{Millis, Task};
+use trawl_domain::transition::{Insert, Update};
 
 /// Marks cursors this store issued.
 const CURSOR_TAG: &str = "memory1";
@@ -34,13 +32,6 @@ struct Tables {
 impl Tables {
     fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> Option<&Task> {
         self.tasks.get(crawl_id)?.get(task_id)
-    }
-
-    /// Applies `update` to the task if it meets the condition; returns the task it replaced.
-    fn update(&mut self, crawl_id: &CrawlId, task_id: &TaskId, update: &Update) -> Option<Task> {
-        let stored = self.tasks.get_mut(crawl_id)?.get_mut(task_id)?;
-        let next = update.apply(stored)?;
-        Some(std::mem::replace(stored, next))
     }
 
     fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
@@ -72,19 +63,6 @@ impl MemoryStore {
             message: "store lock poisoned by a panicked call".to_owned(),
         })?;
         work(&mut tables)
-    }
-
-    /// One conditional update of one task: true if its condition held.
-    fn apply(
-        &self,
-        operation: &'static str,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        update: &Update,
-    ) -> StoreResult<bool> {
-        self.with(operation, |t| {
-            Ok(t.update(crawl_id, task_id, update).is_some())
-        })
     }
 }
 
@@ -159,22 +137,16 @@ impl CrawlRecords for MemoryStore {
     }
 }
 
-impl TaskStore for MemoryStore {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
+impl TaskRecords for MemoryStore {
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         self.with("seed", |t| {
-            let crawl = t.tasks.entry(crawl_id.clone()).or_default();
             Ok(tasks
                 .iter()
-                .map(|new| {
-                    let insert = transition::seed(crawl_id, new, now);
+                .map(|insert| {
+                    let crawl = t.tasks.entry(insert.task.crawl_id.clone()).or_default();
                     match crawl.entry(insert.task.task_id.clone()) {
                         Entry::Vacant(slot) => {
-                            slot.insert(insert.task);
+                            slot.insert(insert.task.clone());
                             Seeded::Created
                         }
                         Entry::Occupied(_) => Seeded::AlreadyKnown,
@@ -188,110 +160,26 @@ impl TaskStore for MemoryStore {
         self.with("get", |t| Ok(t.task(crawl_id, task_id).cloned()))
     }
 
-    async fn claim(
+    async fn apply(
         &self,
         crawl_id: &CrawlId,
         task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        self.with("claim", |t| {
-            Ok(
-                match transition::claimed(t.task(crawl_id, task_id), lease_ms, now) {
-                    Ok(task) => {
-                        let lease = transition::lease_of(&task);
-                        t.tasks
-                            .entry(crawl_id.clone())
-                            .or_default()
-                            .insert(task_id.clone(), task.clone());
-                        ClaimOutcome::Claimed {
-                            task: Box::new(task),
-                            lease,
-                        }
-                    }
-                    Err(why) => ClaimOutcome::Rejected(why),
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        self.with(update.event.name(), |t| {
+            let stored = t.tasks.get_mut(crawl_id).and_then(|c| c.get_mut(task_id));
+            Ok(match stored {
+                Some(stored) => match update.apply(stored) {
+                    Some(next) => Applied::Done {
+                        before: std::mem::replace(stored, next),
+                    },
+                    None => Applied::Refused {
+                        current: Some(stored.clone()),
+                    },
                 },
-            )
-        })
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        let update = transition::finish(lease, record, now);
-        self.with("finish", |t| {
-            Ok(match t.update(&lease.crawl_id, &lease.task_id, &update) {
-                Some(before) => FinishOutcome::Finished {
-                    replaced: before.fetch,
-                    stale: before.stale,
-                },
-                None => FinishOutcome::Rejected {
-                    current: t
-                        .task(&lease.crawl_id, &lease.task_id)
-                        .cloned()
-                        .map(Box::new),
-                },
+                None => Applied::Refused { current: None },
             })
         })
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
-        let applied = self.apply("fail", &lease.crawl_id, &lease.task_id, &update)?;
-        Ok(if applied {
-            failed.into()
-        } else {
-            FailOutcome::Rejected
-        })
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        match transition::release(lease, now) {
-            Some(update) => self.apply("release", &lease.crawl_id, &lease.task_id, &update),
-            None => Ok(true),
-        }
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        self.apply("add_stale", crawl_id, task_id, &transition::add_stale(md5))
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::reschedule(from, now);
-        self.apply("reschedule", crawl_id, task_id, &update)
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        let update = transition::reset(task, now);
-        self.apply("reset", &task.crawl_id, &task.task_id, &update)
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        match transition::refresh(task, lastmod, now) {
-            Some(update) => self.apply("refresh", &task.crawl_id, &task.task_id, &update),
-            None => Ok(false),
-        }
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {

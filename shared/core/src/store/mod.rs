@@ -24,15 +24,16 @@
 pub mod budget;
 pub mod crawl;
 pub mod memory;
+mod task;
+
+pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::host::{Host, NextWork};
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::task::{FetchRecord, Lease, Millis, Status, Task};
 use trawl_domain::transition::Failed;
 
 pub use self::crawl::{CrawlRecords, CrawlStore};
@@ -232,129 +233,6 @@ pub struct TaskQuery {
 
 /// Tasks per status.
 pub type StatusCounts = BTreeMap<Status, u64>;
-
-/// Tasks and their life cycle.
-pub trait TaskStore: Send + Sync {
-    /// Creates each task unless it exists; never modifies an existing one. Results in input order.
-    fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<Vec<Seeded>>> + Send;
-
-    fn get(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-    ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
-
-    /// One conditional write (`transition::claim`). Claimable: `pending`; `failed` with
-    /// `next_attempt_at <= now`; `in_progress` with `lease_expires_at <= now`. Sets
-    /// `in_progress`, a lease until `now + lease_ms`, and increments the token.
-    fn claim(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
-
-    /// A claim by a host turn, which holds its host's fenced lease (`transition::claim_in_turn`).
-    /// A store may take it without a write (`LeaseKind::InTurn`: the task's token as read; the
-    /// fenced writes then require the task still claimable at that token, and move it); by
-    /// default it is `claim`. Refused as `claim` would be.
-    fn claim_in_turn(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
-        self.claim(crawl_id, task_id, lease_ms, now)
-    }
-
-    /// One conditional write fenced on the token (`transition::finish`): `succeeded` with
-    /// `record`; retries and the lease cleared; the `stale` list handed back and cleared.
-    fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
-
-    /// One conditional write fenced on the token (`transition::fail`): the error joins the
-    /// bounded history, `retries` counts the failure if it is transient, and `policy` decides
-    /// between `failed` until a next attempt and a give-up (`gone` for NotFound, else `ignored`);
-    /// `revisit` what the page keeps (its previous content, its place in its schedule).
-    fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<FailOutcome>> + Send;
-
-    /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token; true,
-    /// writing nothing, for a lease taken in a turn (the task is still due as it was read).
-    fn release(&self, lease: &Lease, now: Millis)
-    -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Records `md5` as an object a rejected writer left behind (`transition::add_stale`).
-    /// False when nothing was added: the task is gone, points at that object, or lists it already.
-    fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Moves a task from one of `from` to `pending` (recrawl, operator retry), clearing retries
-    /// and the lease (`transition::reschedule`). True if it moved.
-    fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Forgets `task`'s fetch record so that it is fetched again in full (`transition::reset`):
-    /// pending, its object left for the next finisher to delete. False when the task changed
-    /// since it was read (claimed meanwhile) or is in progress.
-    fn reset(&self, task: &Task, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// A page its sitemap says changed (`lastmod`) after `task`'s last fetch: pending again
-    /// (`transition::refresh`), if it was not claimed since `task` was read. True if it moved.
-    fn refresh(
-        &self,
-        task: &Task,
-        lastmod: Millis,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
-    /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A
-    /// host's turn reads its work here.
-    fn due_tasks(
-        &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        limit: u32,
-    ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
-
-    /// Tasks of one crawl in one status, through the status index, or, for a status a store
-    /// does not list there (DynamoDB: pending and in progress), through the crawl's hosts' due
-    /// lists, host after host.
-    fn query(&self, query: &TaskQuery) -> impl Future<Output = StoreResult<TaskPage>> + Send;
-
-    /// Tasks per status for a crawl (statuses with no task are absent or 0).
-    fn counts(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<StatusCounts>> + Send;
-
-    /// Deletes every task of the crawl; returns how many.
-    fn delete_tasks(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
-}
 
 /// One page of a crawl's hosts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The sweeper: finds hosts whose turn message is missing while they have due work, re-issues
 //! their turns, schedules recrawls, and notices when a crawl is finished.
 //!
-//! Everything goes through the status index (`TaskStore::query`), never a scan, and each query is
+//! Everything goes through the status index (`TaskRecords::query`), never a scan, and each query is
 //! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
 //! whole crawl. Per crawl, tasks that are:
 //! - `failed` whose next attempt is due: the backoff is at least half of
@@ -37,7 +37,7 @@ use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{
-    CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskStore, TaskSummary,
+    CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskRecords, TaskSummary,
 };
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};

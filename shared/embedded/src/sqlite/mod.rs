@@ -12,13 +12,15 @@
 //! on one file for parallel readers.
 
 mod crawls;
+mod hosts;
+mod tasks;
 mod writer;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior,
-    named_params, params,
+    params,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,17 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{
-    ClaimOutcome, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded, StatusCounts,
-    StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
-};
+use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
-use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
-use trawl_domain::transition::{self, Update};
+use trawl_domain::task::{Millis, Status, Task};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
@@ -454,24 +449,6 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
-    /// One transition of one task (`apply_update`): Ok(task before) when applied, else
-    /// Err(task as it stands).
-    async fn update(
-        &self,
-        operation: &'static str,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        update: Update,
-    ) -> StoreResult<Result<Task, Option<Task>>> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run(operation, Call::SqliteWrite, move |conn| {
-            apply_update(conn, &crawl, &task, &update)
-        })
-        .await
-    }
-}
-
 /// Fills the host and due time of tasks written before version 3.
 fn index_hosts(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute(
@@ -671,25 +648,6 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
     Ok(written)
 }
 
-/// Reads the task, and if it meets `update`'s condition, writes its new state, in one
-/// transaction. Returns the task before the update when it was applied, and the task as it
-/// stands otherwise.
-fn apply_update(
-    conn: &Connection,
-    crawl_id: &str,
-    task_id: &str,
-    update: &Update,
-) -> DbResult<Result<Task, Option<Task>>> {
-    let Some(current) = select_task(conn, crawl_id, task_id)? else {
-        return Ok(Err(None));
-    };
-    let Some(next) = update.apply(&current) else {
-        return Ok(Err(Some(current)));
-    };
-    write_task(conn, &next, false)?;
-    Ok(Ok(current))
-}
-
 /// A cursor for the page after the task at (`updated`, `task_id`).
 fn encode_cursor(updated: Millis, task_id: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{CURSOR_TAG}:{updated}:{task_id}"))
@@ -761,384 +719,6 @@ impl SummaryRow {
     }
 }
 
-impl TaskStore for SqliteStore {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
-        if tasks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let inserts: Vec<Task> = tasks
-            .iter()
-            .map(|new| transition::seed(crawl_id, new, now).task)
-            .collect();
-        self.run("seed", Call::SqliteWrite, move |conn| {
-            let mut results = Vec::with_capacity(inserts.len());
-            for task in &inserts {
-                // INSERT OR IGNORE: the insert's condition, no such task.
-                results.push(if write_task(conn, task, true)? == 1 {
-                    Seeded::Created
-                } else {
-                    Seeded::AlreadyKnown
-                });
-            }
-            Ok(results)
-        })
-        .await
-    }
-
-    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run("get", Call::SqliteRead, move |conn| {
-            select_task(conn, &crawl, &task)
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run("claim", Call::SqliteWrite, move |conn| {
-            let current = select_task(conn, &crawl, &task)?;
-            let outcome = match transition::claimed(current.as_ref(), lease_ms, now) {
-                Ok(claimed) => {
-                    write_task(conn, &claimed, false)?;
-                    ClaimOutcome::Claimed {
-                        lease: transition::lease_of(&claimed),
-                        task: Box::new(claimed),
-                    }
-                }
-                Err(why) => ClaimOutcome::Rejected(why),
-            };
-            Ok(outcome)
-        })
-        .await
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        let update = transition::finish(lease, record, now);
-        self.update("finish", &lease.crawl_id, &lease.task_id, update)
-            .await
-            .map(|applied| match applied {
-                Ok(before) => FinishOutcome::Finished {
-                    replaced: before.fetch,
-                    stale: before.stale,
-                },
-                Err(current) => FinishOutcome::Rejected {
-                    current: current.map(Box::new),
-                },
-            })
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
-        let applied = self
-            .update("fail", &lease.crawl_id, &lease.task_id, update)
-            .await?;
-        Ok(match applied {
-            Ok(_) => failed.into(),
-            Err(_) => FailOutcome::Rejected,
-        })
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let Some(update) = transition::release(lease, now) else {
-            return Ok(true);
-        };
-        let applied = self
-            .update("release", &lease.crawl_id, &lease.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        let update = transition::add_stale(md5);
-        let applied = self.update("add_stale", crawl_id, task_id, update).await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::reschedule(from, now);
-        let applied = self.update("reschedule", crawl_id, task_id, update).await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        let update = transition::reset(task, now);
-        let applied = self
-            .update("reset", &task.crawl_id, &task.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        let Some(update) = transition::refresh(task, lastmod, now) else {
-            return Ok(false);
-        };
-        let applied = self
-            .update("refresh", &task.crawl_id, &task.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
-        let (after_updated, after_task) = match &query.cursor {
-            Some(cursor) => decode_cursor(cursor)?,
-            None => (Millis::MIN, String::new()),
-        };
-        let crawl = query.crawl_id.as_str().to_owned();
-        let status = code(query.status);
-        let before = query.updated_before.unwrap_or(Millis::MAX);
-        let limit = query.limit.max(1) as usize;
-        self.run("query", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
-                 FROM tasks
-                 WHERE crawl_id = :crawl AND status = :status AND updated <= :before
-                   AND (updated, task_id) > (:after_updated, :after_task)
-                 ORDER BY updated, task_id
-                 LIMIT :fetch",
-            )?;
-            // One row more than the page tells whether another page follows.
-            let rows = stmt
-                .query_map(
-                    named_params! {
-                        ":crawl": crawl,
-                        ":status": status,
-                        ":before": before,
-                        ":after_updated": after_updated,
-                        ":after_task": after_task,
-                        ":fetch": saturating_i64(limit as u64 + 1),
-                    },
-                    summary_of,
-                )?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let more = rows.len() > limit;
-            let tasks = rows
-                .into_iter()
-                .take(limit)
-                .map(SummaryRow::into_summary)
-                .collect::<StoreResult<Vec<_>>>()?;
-            let cursor = match tasks.last() {
-                Some(last) if more => Some(encode_cursor(last.updated_at, last.task_id.as_str())),
-                _ => None,
-            };
-            Ok(TaskPage { tasks, cursor })
-        })
-        .await
-    }
-
-    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("counts", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT status, COUNT(*) FROM tasks WHERE crawl_id = ?1 GROUP BY status",
-            )?;
-            let rows = stmt
-                .query_map(params![crawl], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut counts = StatusCounts::new();
-            for (status, n) in rows {
-                counts.insert(status_of(&crawl, status)?, number(&crawl, "count", n)?);
-            }
-            Ok(counts)
-        })
-        .await
-    }
-
-    async fn due_tasks(
-        &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TaskSummary>> {
-        let crawl = crawl_id.as_str().to_owned();
-        let host = host.to_owned();
-        self.run("due_tasks", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
-                 FROM tasks INDEXED BY tasks_by_host_due
-                 WHERE crawl_id = ?1 AND host = ?2 AND due IS NOT NULL
-                 ORDER BY due, task_id
-                 LIMIT ?3",
-            )?;
-            let rows = stmt
-                .query_map(params![crawl, host, limit.max(1)], summary_of)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows
-                .into_iter()
-                .map(SummaryRow::into_summary)
-                .collect::<StoreResult<Vec<_>>>()?)
-        })
-        .await
-    }
-
-    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("delete_tasks", Call::SqliteWrite, move |conn| {
-            let deleted = conn.execute("DELETE FROM tasks WHERE crawl_id = ?1", params![crawl])?;
-            Ok(deleted as u64)
-        })
-        .await
-    }
-}
-
-impl HostStore for SqliteStore {
-    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
-        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
-        self.run("get_host", Call::SqliteRead, move |conn| {
-            let row: Option<(i64, String)> = conn
-                .prepare_cached(
-                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name = ?2",
-                )?
-                .query_row(params![crawl, name], |row| Ok((row.get(0)?, row.get(1)?)))
-                .optional()?;
-            Ok(row
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .transpose()?)
-        })
-        .await
-    }
-
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let crawl = crawl_id.as_str().to_owned();
-        let record = encode("host", host)?;
-        let (name, version) = (host.name.clone(), saturating_i64(host.version));
-        self.run("put_host", Call::SqliteWrite, move |conn| {
-            // One statement either way: the version check and the write cannot interleave.
-            let written = if version == 0 {
-                conn.prepare_cached(
-                    "INSERT OR IGNORE INTO hosts (crawl_id, name, version, record)
-                     VALUES (?1, ?2, 1, ?3)",
-                )?
-                .execute(params![crawl, name, record])?
-            } else {
-                conn.prepare_cached(
-                    "UPDATE hosts SET version = ?3 + 1, record = ?4
-                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
-                )?
-                .execute(params![crawl, name, version, record])?
-            };
-            Ok(written == 1)
-        })
-        .await
-    }
-
-    async fn add_seeded(
-        &self,
-        crawl_id: &CrawlId,
-        name: &str,
-        n: u64,
-    ) -> StoreResult<Option<Host>> {
-        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
-        self.run("add_seeded", Call::SqliteWrite, move |conn| {
-            let row: Option<(i64, String)> = conn
-                .prepare_cached(
-                    "UPDATE hosts
-                     SET version = version + 1,
-                         record = json_set(record, '$.seeded',
-                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
-                     WHERE crawl_id = ?1 AND name = ?2
-                     RETURNING version, record",
-                )?
-                .query_row(params![crawl, name, saturating_i64(n)], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .optional()?;
-            Ok(row
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .transpose()?)
-        })
-        .await
-    }
-
-    async fn list_hosts(
-        &self,
-        crawl_id: &CrawlId,
-        cursor: Option<String>,
-        limit: u32,
-    ) -> StoreResult<HostPage> {
-        let crawl = crawl_id.as_str().to_owned();
-        let after = cursor.unwrap_or_default();
-        let limit = limit.max(1) as usize;
-        self.run("list_hosts", Call::SqliteRead, move |conn| {
-            let rows: Vec<(i64, String)> = conn
-                .prepare_cached(
-                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name > ?2
-                     ORDER BY name LIMIT ?3",
-                )?
-                .query_map(
-                    params![crawl, after, saturating_i64(limit as u64 + 1)],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )?
-                .collect::<rusqlite::Result<_>>()?;
-            let more = rows.len() > limit;
-            let hosts = rows
-                .into_iter()
-                .take(limit)
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .collect::<StoreResult<Vec<_>>>()?;
-            let cursor = more.then(|| hosts.last().map(|h| h.name.clone())).flatten();
-            Ok(HostPage { hosts, cursor })
-        })
-        .await
-    }
-
-    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("delete_hosts", Call::SqliteWrite, move |conn| {
-            let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
-            Ok(deleted as u64)
-        })
-        .await
-    }
-}
-
-/// A host record as stored: its JSON, at the row's version.
-fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
-    let key = format!("{crawl}/host");
-    let host: Host = decode(&key, "record", record)?;
-    Ok(Host {
-        version: number(&key, "version", version)?,
-        ..host
-    })
-}
-
 #[cfg(test)]
 mod tests {
     //! Only what is SQLite's own: several connections on one file, the file itself, rows that
@@ -1147,8 +727,10 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
     use trawl_core::store::CrawlStore;
+    use trawl_core::store::{ClaimOutcome, TaskRecords, TaskStore};
     use trawl_domain::calls::CallTally;
     use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::task::{FetchRecord, NewTask};
 
     /// A directory under the system temp dir, removed when dropped.
     struct TempDir(PathBuf);
