@@ -59,3 +59,93 @@ async fn a_refused_url_never_echoes_its_password() {
     assert!(!std::path::Path::new(data).exists());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_refused_crawl_creates_nothing() {
+    // GIVEN configurations that are not JSON, or name an invalid pattern, and a header with a
+    // line break
+    let dir = temp_dir("refused-creates-nothing");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let not_json = file("not-json.json", "{scope");
+    let bad_pattern = file("pattern.json", r#"{"scope": {"exclude": ["(abc"]}}"#);
+    let bad_per_host = file("per-host.json", r#"{"politeness": {"per_host": 0}}"#);
+    let cases: [(&[&str], &str); 4] = [
+        (&["--config", &not_json], "not a crawl configuration"),
+        (&["--config", &bad_pattern], "exclude"),
+        (&["--config", &bad_per_host], "politeness.per_host"),
+        (&["--header", "X-Split: a\r\nInjected: b"], "fetch.headers"),
+    ];
+    for (given, problem) in cases {
+        let mut args = vec!["crawl", "http://example.com/", "--data-dir", data];
+        args.extend(given);
+
+        // WHEN the crawl is asked for
+        let output = trawl(&args, &dir).await;
+
+        // THEN it is refused, and no data directory (nor an empty trawl.db) is left behind
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(problem), "{args:?}: {stderr}");
+        assert!(
+            !std::path::Path::new(data).exists(),
+            "{args:?} created {data}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_config_naming_an_unset_variable_is_refused_at_start_naming_it() {
+    // GIVEN a site, and a configuration whose credentials are read from variables not set
+    let site = crate::cli::linked_site(1).await;
+    let dir = temp_dir("unset-variable");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let bearer = dir.join("bearer.json");
+    std::fs::write(
+        &bearer,
+        format!(
+            r#"{{"fetch": {{"auth": [{{"host": "{}", "bearer": {{"env": "TRAWL_TEST_UNSET_TOKEN"}}}}]}}}}"#,
+            site.addr()
+        ),
+    )
+    .unwrap();
+    let proxy = dir.join("proxy.json");
+    std::fs::write(
+        &proxy,
+        r#"{"fetch": {"proxies": [{"url": "http://127.0.0.1:9",
+            "username": {"env": "TRAWL_TEST_UNSET_USER"}, "password": {"env": "TRAWL_TEST_UNSET_PASSWORD"}}]}}"#,
+    )
+    .unwrap();
+    let start = site.url("/p/0.html");
+    for (config, variable) in [
+        (&bearer, "TRAWL_TEST_UNSET_TOKEN"),
+        (&proxy, "TRAWL_TEST_UNSET_USER"),
+    ] {
+        let args = [
+            "crawl",
+            &start,
+            "--allow-private-networks",
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            data,
+        ];
+
+        // WHEN it is crawled
+        let output = trawl(&args, &dir).await;
+
+        // THEN the crawl is refused at start, naming the variable, as the flags are
+        assert_one_error_line(&args, &output, 2, variable, "is not set");
+    }
+    // AND the server was never asked, nor anything created
+    assert_eq!(site.total_hits(), 0);
+    assert!(!std::path::Path::new(data).exists());
+    let _ = std::fs::remove_dir_all(dir);
+}

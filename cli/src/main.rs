@@ -139,9 +139,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 .into(),
         ));
     }
-    // A crawl's seeds are checked before any backend is opened (or a data directory created).
+    // A crawl's seeds and configuration are checked before any backend is opened (or a data
+    // directory created).
     let plan = match &cli.command {
-        Command::Crawl(args) | Command::Submit(args) => Some(crawl::Plan::of(args)?),
+        Command::Crawl(args) => Some(crawl::Plan::of(args)?.runs_here()?),
+        Command::Submit(args) => Some(crawl::Plan::of(args)?),
         _ => None,
     };
     match global.backend {
