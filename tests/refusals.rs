@@ -149,3 +149,97 @@ async fn a_config_naming_an_unset_variable_is_refused_at_start_naming_it() {
     assert!(!std::path::Path::new(data).exists());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn every_refused_configuration_is_one_line_naming_the_field_and_the_problem() {
+    // GIVEN configurations with a bad CSS selector, XPath or regular expression in each place
+    // that takes one
+    let dir = temp_dir("config-one-line");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let extract =
+        |field: &str| format!(r#"{{"extract": [{{"name": "x", "fields": {{"t": {field}}}}}]}}"#);
+    let cases = [
+        (
+            extract(r#"{"css": "a >"}"#),
+            "extract[0].fields.t",
+            "dangling combinator",
+        ),
+        (
+            extract(r#"{"css": "a[["}"#),
+            "extract[0].fields.t",
+            "attribute selector",
+        ),
+        (
+            extract(r#"{"css": ":nope"}"#),
+            "extract[0].fields.t",
+            "unsupported pseudo",
+        ),
+        (
+            extract(r#"{"xpath": "//a[["}"#),
+            "extract[0].fields.t",
+            "invalid XPath",
+        ),
+        (
+            extract(r#"{"css": "a", "regex": "[z"}"#),
+            "extract[0].fields.t",
+            "unclosed character class",
+        ),
+        (
+            r#"{"extract": [{"name": "x", "match": "(abc", "fields": {"t": {"css": "a"}}}]}"#
+                .to_owned(),
+            "extract[0]",
+            "unclosed group",
+        ),
+        (
+            r#"{"scope": {"include": ["ok", "(abc"]}}"#.to_owned(),
+            "include",
+            "unclosed group",
+        ),
+        (
+            r#"{"recrawl": {"rules": [{"match": "(abc", "interval_ms": 60000}]}}"#.to_owned(),
+            "recrawl.rules[0]",
+            "unclosed group",
+        ),
+        (
+            r#"{"recrawl": {"soft_404": [{"match": "(abc", "selector": "h1"}]}}"#.to_owned(),
+            "recrawl.soft_404[0]",
+            "unclosed group",
+        ),
+        (
+            r#"{"fetch": {"rules": [{"match": "(abc", "headers": {"X-A": "b"}}]}}"#.to_owned(),
+            "fetch.rules[0]",
+            "unclosed group",
+        ),
+    ];
+    for (i, (config, field, problem)) in cases.iter().enumerate() {
+        let path = dir.join(format!("config-{i}.json"));
+        std::fs::write(&path, config).unwrap();
+        let args = [
+            "crawl",
+            "http://example.com/",
+            "--config",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data,
+        ];
+
+        // WHEN a crawl is asked for with it
+        let output = trawl(&args, &dir).await;
+
+        // THEN it is refused on one line naming the field and the problem, and nothing more
+        assert_one_error_line(&args, &output, 2, field, problem);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("report this"), "{config}: {stderr}");
+    }
+
+    // AND so are the patterns of `recrawl --only` and `refetch --match`
+    let crawl = trawl(&["crawl", "http://127.0.0.1:9/", "--data-dir", data], &dir).await;
+    assert_eq!(crawl.status.code(), Some(3), "a crawl to rewind");
+    for (command, flag) in [("recrawl", "--only"), ("refetch", "--match")] {
+        let args = [command, flag, "(abc", "--detach", "--data-dir", data];
+        let output = trawl(&args, &dir).await;
+        assert_one_error_line(&args, &output, 2, &flag[2..], "unclosed group");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
