@@ -243,3 +243,48 @@ async fn every_refused_configuration_is_one_line_naming_the_field_and_the_proble
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn purging_an_unknown_crawl_fails_on_one_line_and_a_known_one_once() {
+    // GIVEN a data directory with one crawl
+    let site = crate::cli::linked_site(2).await;
+    let dir = temp_dir("purge-unknown");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let start = site.url("/p/0.html");
+    let crawl = trawl(
+        &[
+            "crawl",
+            &start,
+            "--allow-private-networks",
+            "--crawl-id",
+            "known",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        crawl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crawl.stderr)
+    );
+
+    // WHEN a crawl that is not there is purged, THEN it fails on one line, as other commands do
+    let args = ["purge", "--crawl-id", "nope", "--data-dir", data];
+    let output = trawl(&args, &dir).await;
+    assert_one_error_line(&args, &output, 1, "no crawl \"nope\"", "see `trawl status`");
+
+    // AND the known crawl is purged once; a second purge finds nothing
+    let args = ["purge", "--crawl-id", "known", "--data-dir", data];
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let again = trawl(&args, &dir).await;
+    assert_one_error_line(&args, &again, 1, "no crawl \"known\"", "see `trawl status`");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -479,6 +479,11 @@ where
         args.force,
     )
     .await?;
+    // Nothing there at all: a mistyped id, as for the other commands (a purge that stopped
+    // half-way still has its record, deleted last, and is finished here).
+    if !report.crawl_deleted && report.tasks_deleted == 0 && report.objects_deleted == 0 {
+        return Err(CliError::NoSuchCrawl(id.to_string()));
+    }
     if json {
         output::json(
             &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),
