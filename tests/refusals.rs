@@ -288,3 +288,74 @@ async fn purging_an_unknown_crawl_fails_on_one_line_and_a_known_one_once() {
     assert_one_error_line(&args, &again, 1, "no crawl \"known\"", "see `trawl status`");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_damaged_database_is_refused_at_open_never_crawled_over() {
+    // GIVEN a crawled site, its database checkpointed (all of it in trawl.db), and copies of
+    // the data directory whose trawl.db is overwritten in the middle or cut to half its size
+    let site = crate::cli::linked_site(20).await;
+    let start = site.url("/p/0.html");
+    let dir = temp_dir("damaged-db");
+    let crawled = dir.join("crawled");
+    let crawl = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--crawl-id",
+        "c",
+    ];
+    let mut args = crawl.to_vec();
+    args.extend(["--data-dir", crawled.to_str().unwrap()]);
+    let output = trawl(&args, &dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    rusqlite::Connection::open(crawled.join("trawl.db"))
+        .unwrap()
+        .pragma_update(None, "wal_checkpoint", "TRUNCATE")
+        .unwrap();
+    let good = std::fs::read(crawled.join("trawl.db")).unwrap();
+    const PAGE: usize = 4096;
+    assert!(
+        good.len() >= 8 * PAGE,
+        "pages enough to damage: {}",
+        good.len()
+    );
+    let mut overwritten = good.clone();
+    let middle = good.len() / 2 / PAGE * PAGE;
+    overwritten[middle..middle + PAGE].fill(0xA5);
+    let halved = good[..good.len() / 2].to_vec();
+    let hits = site.total_hits();
+
+    for (name, content) in [("overwritten", overwritten), ("halved", halved)] {
+        let data = dir.join(name);
+        std::fs::create_dir(&data).unwrap();
+        let db = data.join("trawl.db");
+        std::fs::write(&db, &content).unwrap();
+        let data = data.to_str().unwrap();
+        let commands: [&[&str]; 3] = [
+            &crawl,
+            &["status", "--json"],
+            &["tasks", "list", "--status", "succeeded"],
+        ];
+        for command in commands {
+            let mut args = command.to_vec();
+            args.extend(["--data-dir", data]);
+
+            // WHEN a crawl or any other command runs there
+            let output = trawl(&args, &dir).await;
+
+            // THEN it is refused on one line naming the file and the damage, which is left as
+            // it was
+            assert_one_error_line(&args, &output, 1, "damaged", "move it away or restore it");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(stderr.contains(db.to_str().unwrap()), "{args:?}: {stderr}");
+            assert!(std::fs::read(&db).unwrap() == content, "{name}: untouched");
+        }
+    }
+    // AND nothing was fetched again
+    assert_eq!(site.total_hits(), hits);
+    let _ = std::fs::remove_dir_all(dir);
+}
