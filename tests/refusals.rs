@@ -359,3 +359,56 @@ async fn a_damaged_database_is_refused_at_open_never_crawled_over() {
     assert_eq!(site.total_hits(), hits);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn following_the_blocked_hint_crawls_the_refused_seeds() {
+    // GIVEN a crawl of a loopback site without --allow-private-networks: its seed refused
+    let site = crate::cli::linked_site(3).await;
+    let start = site.url("/p/0.html");
+    let dir = temp_dir("blocked-hint");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let crawl = [
+        "crawl",
+        &start,
+        "--crawl-id",
+        "c",
+        "--max-pages",
+        "50",
+        "--data-dir",
+        data,
+    ];
+    let mut first = crawl.to_vec();
+    first.push("--json");
+    let output = trawl(&first, &dir).await;
+    assert_one_error_line(&first, &output, 3, "blocked", "--update-config");
+    assert_eq!(site.total_hits(), 0);
+
+    // WHEN the user does what the hint says: the retry it names, then the same command with
+    // the flags it names
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let retry = stderr
+        .split('`')
+        .find(|part| part.starts_with("trawl retry"))
+        .unwrap_or_else(|| panic!("a retry command in {stderr}"));
+    let mut args: Vec<&str> = retry.split_whitespace().skip(1).collect();
+    args.extend(["--data-dir", data]);
+    let retried = trawl(&args, &dir).await;
+    assert!(
+        retried.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retried.stderr)
+    );
+    let mut again = crawl.to_vec();
+    again.extend(["--allow-private-networks", "--update-config", "--json"]);
+    let output = trawl(&again, &dir).await;
+
+    // THEN the site is crawled
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(crate::cli::json_of(&output)["counts"]["succeeded"], 3);
+    let _ = std::fs::remove_dir_all(dir);
+}
