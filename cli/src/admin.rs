@@ -351,6 +351,10 @@ where
         "object": fetch.and_then(|f| f.object_key.as_ref()).map(|k| format!("{}/{k}", backend.uri_base)),
         "final_url": fetch.and_then(|f| f.final_url.clone()),
         "fetched_at": fetch.map(|f| output::time(f.fetched_at)),
+        // When the page is fetched again, and its place in an adaptive schedule.
+        "next_fetch_at": fetch.and_then(|f| f.next_fetch_at).map(output::time),
+        "schedule_factor": fetch.and_then(|f| f.pace).map(|p| p.factor),
+        "unchanged_fetches": fetch.and_then(|f| f.pace).map(|p| p.unchanged),
         "data": task.data,
     });
     if json {
