@@ -324,6 +324,10 @@ async fn task_show<P: Ports>(
         "object": fetch.and_then(|f| f.object_key.as_ref()).map(|k| format!("{}/{k}", backend.uri_base)),
         "final_url": fetch.and_then(|f| f.final_url.clone()),
         "fetched_at": fetch.map(|f| output::time(f.fetched_at)),
+        // When the page is fetched again, and its place in an adaptive schedule.
+        "next_fetch_at": fetch.and_then(|f| f.next_fetch_at).map(output::time),
+        "schedule_factor": fetch.and_then(|f| f.pace).map(|p| p.factor),
+        "unchanged_fetches": fetch.and_then(|f| f.pace).map(|p| p.unchanged),
         "data": task.data,
     });
     if json {
@@ -432,6 +436,11 @@ async fn purge_crawl<P: Ports>(
         args.force,
     )
     .await?;
+    // Nothing there at all: a mistyped id, as for the other commands (a purge that stopped
+    // half-way still has its record, deleted last, and is finished here).
+    if !report.crawl_deleted && report.tasks_deleted == 0 && report.objects_deleted == 0 {
+        return Err(CliError::NoSuchCrawl(id.to_string()));
+    }
     if json {
         output::json(
             &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),

@@ -17,13 +17,13 @@ use std::time::Instant;
 use trawl_core::app::{Ports, Store};
 use trawl_core::backoff::{Backoff, persist};
 use trawl_core::crawler::Crawler;
-use trawl_core::fetch::{Fetcher, cookie_file};
+use trawl_core::fetch::{EnvSecrets, Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::MAX_RECEIVES;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
-    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
-    Seeder, seed_entry,
+    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
+    SeedSource, Seeder, seed_entry, validate_config,
 };
 use trawl_core::store::{StatusCounts, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -185,10 +185,7 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
 
 /// The crawl's configuration: `--config FILE` (or the defaults), then the flags given; the
 /// seeds' hosts join the allowed domains.
-pub(crate) fn config_from(
-    args: &CrawlArgs,
-    hosts: &BTreeSet<String>,
-) -> Result<CrawlConfig, CliError> {
+fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
     let mut config = match &args.config {
         Some(path) => read_config(path)?,
         None => CrawlConfig::default(),
@@ -322,18 +319,18 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
 }
 
 /// What `trawl crawl` was asked for, checked before the data directory is created or opened:
-/// a bad seed changes nothing.
+/// a bad seed or configuration changes nothing, not even an empty `trawl.db` left behind.
 pub struct Plan {
     crawl_id: CrawlId,
-    /// The seeds' and sitemaps' hosts (the default scope).
-    hosts: BTreeSet<String>,
     /// The seed URLs as given, command line first, then the seeds file's: the file is read once,
     /// here, and seeded from this.
     seeds: Vec<String>,
+    /// `--config` and the flags, checked as the seeder checks them.
+    config: CrawlConfig,
 }
 
 impl Plan {
-    /// Checks every seed (the seeds file is read once here, to the end).
+    /// Checks every seed (the seeds file is read once here, to the end) and the configuration.
     pub fn of(args: &CrawlArgs) -> Result<Self, CliError> {
         let mut first: Option<CanonicalUrl> = None;
         let mut hosts = BTreeSet::new();
@@ -375,20 +372,53 @@ impl Plan {
                 ));
             }
         };
+        let config = config_from(args, &hosts)?;
+        let problems = validate_config(&config);
+        if !problems.is_empty() {
+            return Err(SeedError::InvalidRequest(problems).into());
+        }
         Ok(Self {
             crawl_id,
-            hosts,
             seeds: seeds_given,
+            config,
         })
+    }
+
+    /// The plan of a crawl run in this process, which reads secrets from its own environment
+    /// only: a secret it cannot read is refused now, naming it, rather than failing every page
+    /// of its host (as `--bearer-env` and the other flags are refused when parsed).
+    pub fn runs_here(self) -> Result<Self, CliError> {
+        for reference in self.config.fetch.secret_refs() {
+            match reference {
+                SecretRef::Ssm(name) => {
+                    return Err(CliError::Usage(format!(
+                        "the crawl names the Parameter Store secret {name:?}, which only the \
+                         crawler function on AWS reads: name an environment variable \
+                         ({{\"env\": NAME}}) for a crawl run here, or hand the crawl to the \
+                         functions with `trawl submit`"
+                    )));
+                }
+                SecretRef::Env(name) => {
+                    if let Err(e) = EnvSecrets::read(reference) {
+                        return Err(CliError::Usage(format!(
+                            "the crawl's configuration names the environment variable {name}, \
+                             which is {}: set it, or name another in --config",
+                            e.reason
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(self)
     }
 
     pub fn crawl_id(&self) -> &CrawlId {
         &self.crawl_id
     }
 
-    /// The seeds' and sitemaps' hosts (the default scope).
-    pub fn hosts(&self) -> &BTreeSet<String> {
-        &self.hosts
+    /// The crawl's configuration.
+    pub fn config(&self) -> &CrawlConfig {
+        &self.config
     }
 
     /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
@@ -405,7 +435,8 @@ impl Plan {
     }
 }
 
-/// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says: seed, crawl
+/// Crawls as `plan` (checked beforehand with [`Plan::of`] and [`Plan::runs_here`]; None:
+/// checked here) says: seed, crawl
 /// until done or stopped, deliver if completed, report.
 pub async fn run<P: Ports>(
     backend: Backend<P>,
@@ -416,21 +447,9 @@ pub async fn run<P: Ports>(
     let started = Instant::now();
     let plan = match plan {
         Some(plan) => plan,
-        None => Plan::of(&args)?,
+        None => Plan::of(&args)?.runs_here()?,
     };
-    let config = config_from(&args, &plan.hosts)?;
-    // This process resolves secrets from its environment only: refuse before any page fails.
-    if let Some(SecretRef::Ssm(name)) = config
-        .fetch
-        .secret_refs()
-        .find(|r| matches!(r, SecretRef::Ssm(_)))
-    {
-        return Err(CliError::Usage(format!(
-            "the crawl names the Parameter Store secret {name:?}, which only the crawler \
-             function on AWS reads: name an environment variable ({{\"env\": NAME}}) for a crawl \
-             run here, or hand the crawl to the functions with `trawl submit`"
-        )));
-    }
+    let config = plan.config.clone();
     let crawl_id = plan.crawl_id.clone();
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 

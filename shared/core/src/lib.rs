@@ -21,6 +21,7 @@ pub mod extract;
 pub mod fetch;
 pub mod frontier;
 pub mod operate;
+pub mod problem;
 pub mod queue;
 pub mod revisit;
 pub mod runner;

@@ -246,12 +246,19 @@ pub struct OperationResponse {
 impl Operation {
     /// The tasks this operation takes in `crawl`, and what becomes of them (None: `config`).
     pub fn selection(&self, crawl: &Crawl) -> Result<Option<(Selection, Rewind)>, OperateError> {
-        let regex =
-            |raw: &str| Regex::new(raw).map_err(|e| OperateError::Invalid(format!("{raw:?}: {e}")));
+        // `field`: the operation's (the CLI's flag of the same name).
+        let regex = |field: &str, raw: &str| {
+            Regex::new(raw).map_err(|e| {
+                OperateError::Invalid(format!(
+                    "{field} {raw:?} is not a valid pattern: {}",
+                    crate::problem::regex(&e)
+                ))
+            })
+        };
         Ok(Some(match self {
             Operation::Recrawl { only } => {
                 let selection = Selection {
-                    matching: only.as_deref().map(regex).transpose()?,
+                    matching: only.as_deref().map(|p| regex("only", p)).transpose()?,
                     ..Selection::fetched()
                 };
                 (selection, Rewind::Reschedule)
@@ -277,7 +284,7 @@ impl Operation {
                     .transpose()?;
                 let selection = Selection {
                     tasks,
-                    matching: matching.as_deref().map(regex).transpose()?,
+                    matching: matching.as_deref().map(|p| regex("match", p)).transpose()?,
                     ..Selection::settled()
                 };
                 (selection, Rewind::Reschedule)

@@ -208,6 +208,31 @@ fn sql_error(operation: &'static str, e: rusqlite::Error) -> StoreError {
     }
 }
 
+/// What SQLite's `quick_check` finds wrong with the database, on one line (None: nothing). A
+/// page overwritten or cut off is found only when it is read, which may be never (the crawl
+/// would look empty, or start over on top of the rest): so the whole file is checked when
+/// opened, at the cost of reading it once (`quick_check` skips the slower index checks).
+fn quick_check(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    let mut problems = Vec::new();
+    conn.pragma_query(None, "quick_check", |row| {
+        problems.push(row.get::<_, String>(0)?);
+        Ok(())
+    })?;
+    if problems.iter().all(|p| p == "ok") {
+        return Ok(None);
+    }
+    let first = problems
+        .iter()
+        .flat_map(|p| p.lines())
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with("***"))
+        .unwrap_or("damaged");
+    Ok(Some(match problems.len() {
+        1 => first.to_owned(),
+        n => format!("{first}, and {} more", n - 1),
+    }))
+}
+
 /// The first bytes of every SQLite database file.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -343,7 +368,15 @@ impl SqliteStore {
             reason: format!("not a trawl database ({why})"),
         };
         match schema_of(&conn) {
-            Ok(Schema::Trawl | Schema::Empty) => {}
+            Ok(Schema::Empty) => {}
+            Ok(Schema::Trawl) => {
+                if let Some(problem) = quick_check(&conn).map_err(open)? {
+                    return Err(OpenError::NotATrawlDatabase {
+                        path: shown.clone(),
+                        reason: format!("damaged (SQLite's quick_check: {problem})"),
+                    });
+                }
+            }
             Ok(Schema::Foreign) => return Err(not_ours("a SQLite database of another program")),
             Err(e) => return Err(open(e)),
         }
