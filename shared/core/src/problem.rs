@@ -68,6 +68,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // The patterns are invalid on purpose: their errors are what is condensed.
+    #[allow(clippy::invalid_regex)]
     fn a_bad_pattern_or_selector_is_named_on_one_line() {
         let unclosed = regex::Regex::new("(abc").unwrap_err();
         assert!(
