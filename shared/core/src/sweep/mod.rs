@@ -1,14 +1,19 @@
 //! The sweeper: finds hosts whose turn message is missing while they have due work, re-issues
 //! their turns, schedules recrawls, and notices when a crawl is finished.
 //!
-//! Everything goes through the status index (`TaskRecords::query`), never a scan, and each query is
-//! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
-//! whole crawl. Per crawl, tasks that are:
-//! - `failed` whose next attempt is due: the backoff is at least half of
-//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
-//! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
-//!   crawler sets `next_fetch_at = fetched_at + interval`, so `updated <= now - interval` bounds
-//!   the window): rescheduled to `pending` (a completed crawl is reopened first).
+//! One sweep of a crawl has three parts; the first two are bounded by a [`SweepBudget`] (query
+//! pages and time; what is left is found by the next invocation):
+//! - **failed tasks due again**, through the status index (`TaskRecords::query`, never a scan),
+//!   bounded by an `updated_before` window: the backoff is at least half of
+//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds it;
+//! - **the host records**, page by page (`HostStore::list_hosts`): hosts whose turn expired or
+//!   whose turn message was lost, and hosts whose wake-up time (a due recrawl) has come, which
+//!   reopens a completed crawl; pending and in-progress tasks are found here, as their hosts'
+//!   due work, not through the status index;
+//! - **completion**: when nothing was re-issued and the budget was not spent, one small query per
+//!   unfinished status (`has_work`; on DynamoDB pending and in-progress tasks are read from their
+//!   hosts' due lists, host after host, outside the budget: a walk that grows with the hosts,
+//!   left for the issue that replaces it with counters).
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
