@@ -69,12 +69,7 @@ fn host_url(path: &str) -> CanonicalUrl {
 }
 
 /// Adds `path`'s URL the way the seeder does: its host is told first, and woken.
-async fn add<S: Store>(
-    store: &S,
-    crawl: &Crawl,
-    path: &str,
-    at: Millis,
-) {
+async fn add<S: Store>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
     let task = NewTask {
         url: host_url(path),
         depth: 0,
