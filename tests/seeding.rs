@@ -111,6 +111,18 @@ pub async fn crawl_queue(sqs: &aws_sdk_sqs::Client) -> String {
         .to_owned()
 }
 
+/// A seeder over `app`, reading manifests from S3 through `s3`.
+fn seeder<P: Ports>(app: App<P>, s3: &aws_sdk_s3::Client) -> Seeder<P> {
+    let manifests = S3Manifests::new(s3.clone(), app.calls.clone());
+    let fetcher = Fetcher::new("").unwrap();
+    Seeder::new(
+        Arc::new(app),
+        Arc::new(fetcher),
+        Arc::new(manifests),
+        SeedDefaults::default(),
+    )
+}
+
 #[tokio::test]
 async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
     let endpoint = &moto::shared().endpoint;
@@ -118,13 +130,7 @@ async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let seeder = Seeder::new(
-        Arc::new(App::new(store, Unwired, queue, calls.clone())),
-        Arc::new(Fetcher::new("").unwrap()),
-        Arc::new(manifests),
-        SeedDefaults::default(),
-    );
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
     let store = &seeder.store;
     let site = sitemap_site().await;
     let crawl = unique("seed");
@@ -203,13 +209,7 @@ async fn malformed_requests_change_nothing() {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let seeder = Seeder::new(
-        Arc::new(App::new(store, Unwired, queue, calls.clone())),
-        Arc::new(Fetcher::new("").unwrap()),
-        Arc::new(manifests),
-        SeedDefaults::default(),
-    );
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
     let store = &seeder.store;
     let crawl = unique("bad");
     let bad = [
@@ -272,13 +272,7 @@ async fn continuations_seed_everything_exactly_once() {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let seeder = Seeder::new(
-        Arc::new(App::new(store, Unwired, queue, calls.clone())),
-        Arc::new(Fetcher::new("").unwrap()),
-        Arc::new(manifests),
-        SeedDefaults::default(),
-    );
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
     let (store, queue) = (&seeder.store, &seeder.queue);
 
     // An S3 manifest of 1,000 URLs with comments, blank and bad lines, read 70 lines at a time.
@@ -413,13 +407,7 @@ const FETCHED: i64 = 1_717_200_000_000;
 /// says how many it skipped, wakes the host and reopens the crawl; the checkpoint is kept.
 async fn seeds_incrementally<P: Ports>(app: App<P>) {
     let clients = support::clients(&moto::shared().endpoint).await;
-    let manifests = S3Manifests::new(clients.s3.clone(), app.calls.clone());
-    let seeder = Seeder::new(
-        Arc::new(app),
-        Arc::new(Fetcher::new("").unwrap()),
-        Arc::new(manifests),
-        SeedDefaults::default(),
-    );
+    let seeder = seeder(app, &clients.s3);
     let store = &seeder.store;
     let site = Site::start().await;
     incremental_site(&site, "2024-05-01T10:00:00+02:00");

@@ -206,6 +206,7 @@ mod tests {
     use trawl_core::store::{CrawlStore, HostStore, TaskStore};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::CrawlId;
+    use trawl_domain::host::Host;
 
     const URLS: &str = include_str!("../../../events/seeder-urls.json");
     const S3: &str = include_str!("../../../events/seeder-s3.json");
@@ -261,6 +262,24 @@ mod tests {
             seeder,
             seeds: LocalSeedQueue::default(),
         }
+    }
+
+    /// Whether no crawl was created.
+    async fn no_crawl(handler: &TestHandler) -> bool {
+        handler
+            .seeder
+            .store
+            .list_crawls(None)
+            .await
+            .unwrap()
+            .is_empty()
+    }
+
+    /// The host records of the crawl `id`.
+    async fn hosts(handler: &TestHandler, id: &str) -> Vec<Host> {
+        let id = CrawlId::parse(id).unwrap();
+        let page = handler.seeder.store.list_hosts(&id, None, 10).await;
+        page.unwrap().hosts
     }
 
     /// `body` as the seed queue delivers it to Lambda.
@@ -409,15 +428,7 @@ mod tests {
                 "{body:.20}: handed back"
             );
         }
-        assert!(
-            handler
-                .seeder
-                .store
-                .list_crawls(None)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(no_crawl(&handler).await);
     }
 
     #[tokio::test]
@@ -428,14 +439,7 @@ mod tests {
         assert_eq!((first.accepted, first.rejected), (3, 1));
         assert!(first.rejections[0].input.starts_with("mailto:"));
         // One turn message per host, whatever its number of URLs.
-        let id = CrawlId::parse("example-news").unwrap();
-        let hosts = handler
-            .seeder
-            .store
-            .list_hosts(&id, None, 10)
-            .await
-            .unwrap()
-            .hosts;
+        let hosts = hosts(&handler, "example-news").await;
         assert_eq!(handler.seeder.queue.len(), hosts.len());
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 3);
         let crawl = handler
@@ -546,14 +550,7 @@ mod tests {
         }
 
         // THEN every page of the template was seeded, once, and nothing is left to send
-        let id = CrawlId::parse("example-listing").unwrap();
-        let hosts = handler
-            .seeder
-            .store
-            .list_hosts(&id, None, 10)
-            .await
-            .unwrap()
-            .hosts;
+        let hosts = hosts(&handler, "example-listing").await;
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 23);
         assert!(invocations > 1, "the deadline split the seed");
     }
@@ -569,15 +566,7 @@ mod tests {
             panic!("a queue event gets a batch response");
         };
         assert_eq!(batch.batch_item_failures.len(), 1);
-        assert!(
-            handler
-                .seeder
-                .store
-                .list_crawls(None)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(no_crawl(&handler).await);
     }
 
     #[test]
@@ -610,15 +599,7 @@ mod tests {
             assert_eq!(diagnostic.error_type, "InvalidEvent", "{event}");
             assert!(!diagnostic.error_message.is_empty());
         }
-        assert!(
-            handler
-                .seeder
-                .store
-                .list_crawls(None)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(no_crawl(&handler).await);
         assert!(handler.seeder.queue.is_empty());
     }
 }

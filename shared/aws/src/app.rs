@@ -15,6 +15,7 @@ use crate::sqs::SqsQueue;
 use std::sync::Arc;
 use trawl_core::app::{App, Ports, Unwired};
 use trawl_core::blob::Layout;
+use trawl_core::queue::WorkQueue;
 use trawl_domain::calls::CallCounts;
 
 /// Every port: the crawler's and the CLI's.
@@ -59,29 +60,36 @@ impl<W: Wiring> Root<W> {
     }
 }
 
-fn store(clients: &Clients, table: &str, shards: u32, calls: &Arc<CallCounts>) -> DynamoStore {
-    DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone())
+/// The table's store and the crawl queue; no bucket.
+fn without_blobs(
+    clients: &Clients,
+    calls: Arc<CallCounts>,
+    (table, shards): (&str, u32),
+    queue_url: &str,
+) -> App<NoBlobs> {
+    let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
+    let queue = SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone());
+    App::new(store, Unwired, queue, calls)
 }
 
-fn blobs(clients: &Clients, bucket: &str, calls: &Arc<CallCounts>) -> S3BlobStore {
-    S3BlobStore::new(clients.s3.clone(), bucket, calls.clone())
-}
-
-fn queue(clients: &Clients, url: &str, calls: &Arc<CallCounts>) -> SqsQueue {
-    SqsQueue::new(clients.sqs.clone(), url, calls.clone())
+/// The table's store, the bucket's blobs (under `prefix`) and `queue`.
+fn with_blobs<Q: WorkQueue + 'static>(
+    clients: &Clients,
+    calls: Arc<CallCounts>,
+    (table, shards): (&str, u32),
+    (bucket, prefix): (&str, &str),
+    queue: Q,
+) -> App<(DynamoStore, S3BlobStore, Q)> {
+    let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
+    let blobs = S3BlobStore::new(clients.s3.clone(), bucket, calls.clone());
+    App::new(store, blobs, queue, calls).with_layout(Layout::new(prefix))
 }
 
 impl Wiring for SeederSettings {
     type Ports = NoBlobs;
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
-        let store = store(clients, &self.table, self.shards, &calls);
-        App::new(
-            store,
-            Unwired,
-            queue(clients, &self.queue_url, &calls),
-            calls,
-        )
+        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
     }
 }
 
@@ -89,10 +97,9 @@ impl Wiring for CrawlerSettings {
     type Ports = AwsPorts;
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
-        let store = store(clients, &self.table, self.shards, &calls);
-        let blobs = blobs(clients, &self.bucket, &calls);
-        App::new(store, blobs, queue(clients, &self.queue_url, &calls), calls)
-            .with_layout(Layout::new(&self.prefix))
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }
 
@@ -100,13 +107,7 @@ impl Wiring for SweeperSettings {
     type Ports = NoBlobs;
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
-        let store = store(clients, &self.table, self.shards, &calls);
-        App::new(
-            store,
-            Unwired,
-            queue(clients, &self.queue_url, &calls),
-            calls,
-        )
+        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
     }
 }
 
@@ -114,9 +115,8 @@ impl Wiring for DelivererSettings {
     type Ports = NoQueue;
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoQueue> {
-        let store = store(clients, &self.table, self.shards, &calls);
-        let blobs = blobs(clients, &self.bucket, &calls);
-        App::new(store, blobs, Unwired, calls).with_layout(Layout::new(&self.prefix))
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, Unwired)
     }
 }
 
@@ -125,9 +125,8 @@ impl Wiring for CliSettings {
 
     /// The crawler's ports, from the CLI's variables (the stack's outputs stand in for unset ones).
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
-        let store = store(clients, &self.table, self.shards, &calls);
-        let blobs = blobs(clients, &self.bucket, &calls);
-        App::new(store, blobs, queue(clients, &self.queue_url, &calls), calls)
-            .with_layout(Layout::new(&self.prefix))
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }

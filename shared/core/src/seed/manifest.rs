@@ -5,6 +5,7 @@
 //! `data` object per line, other fields ignored, or a bare JSON string).
 //! A continuation resumes at a byte offset with a Range GET, fenced on the object's ETag.
 
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
@@ -79,7 +80,7 @@ pub trait OpenManifests: Send + Sync {
         key: &'a str,
         offset: u64,
         if_match: Option<&'a str>,
-    ) -> Pin<Box<dyn Future<Output = Result<OpenManifest, ManifestError>> + Send + 'a>>;
+    ) -> BoxFuture<'a, Result<OpenManifest, ManifestError>>;
 }
 
 impl<T: ManifestSource> OpenManifests for T {
@@ -89,7 +90,7 @@ impl<T: ManifestSource> OpenManifests for T {
         key: &'a str,
         offset: u64,
         if_match: Option<&'a str>,
-    ) -> Pin<Box<dyn Future<Output = Result<OpenManifest, ManifestError>> + Send + 'a>> {
+    ) -> BoxFuture<'a, Result<OpenManifest, ManifestError>> {
         Box::pin(self.open(bucket, key, offset, if_match))
     }
 }

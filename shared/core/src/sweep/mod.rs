@@ -45,10 +45,10 @@ use crate::store::{
     CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskRecords, TaskSummary,
 };
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -111,17 +111,11 @@ pub trait DeliveryTrigger: Send + Sync {
 /// A [`DeliveryTrigger`] as an object: what a sweeper (or a deliverer's handler) holds, so that
 /// its type names only its App's ports. Every trigger is one.
 pub trait Notify: Send + Sync {
-    fn notify<'a>(
-        &'a self,
-        notice: &'a CompletionNotice,
-    ) -> Pin<Box<dyn Future<Output = Result<(), QueueError>> + Send + 'a>>;
+    fn notify<'a>(&'a self, notice: &'a CompletionNotice) -> BoxFuture<'a, Result<(), QueueError>>;
 }
 
 impl<T: DeliveryTrigger> Notify for T {
-    fn notify<'a>(
-        &'a self,
-        notice: &'a CompletionNotice,
-    ) -> Pin<Box<dyn Future<Output = Result<(), QueueError>> + Send + 'a>> {
+    fn notify<'a>(&'a self, notice: &'a CompletionNotice) -> BoxFuture<'a, Result<(), QueueError>> {
         Box::pin(self.trigger(notice))
     }
 }
