@@ -2,13 +2,20 @@
 //! secret echoed, nothing created or changed by a refused run.
 
 use crate::cli::{assert_one_error_line, temp_dir, trawl};
+use std::path::PathBuf;
+
+/// A new directory for a test, and the data directory path inside it (not created).
+fn dir_and_data(name: &str) -> (PathBuf, String) {
+    let dir = temp_dir(name);
+    let data = dir.join("data").to_str().unwrap().to_owned();
+    (dir, data)
+}
 
 #[tokio::test]
 async fn a_refused_url_never_echoes_its_password() {
     // GIVEN URLs holding a password, as a proxy, a seed, a sitemap and a seeds file's line
-    let dir = temp_dir("redact");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("redact");
+    let data = data.as_str();
     let seeds = dir.join("seeds.txt");
     std::fs::write(&seeds, "http://bob:hunter2@example.com/\n").unwrap();
     let seeds = seeds.to_str().unwrap();
@@ -64,9 +71,8 @@ async fn a_refused_url_never_echoes_its_password() {
 async fn a_refused_crawl_creates_nothing() {
     // GIVEN configurations that are not JSON, or name an invalid pattern, and a header with a
     // line break
-    let dir = temp_dir("refused-creates-nothing");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("refused-creates-nothing");
+    let data = data.as_str();
     let file = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
@@ -104,9 +110,8 @@ async fn a_refused_crawl_creates_nothing() {
 async fn a_config_naming_an_unset_variable_is_refused_at_start_naming_it() {
     // GIVEN a site, and a configuration whose credentials are read from variables not set
     let site = crate::cli::linked_site(1).await;
-    let dir = temp_dir("unset-variable");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("unset-variable");
+    let data = data.as_str();
     let bearer = dir.join("bearer.json");
     std::fs::write(
         &bearer,
@@ -154,9 +159,8 @@ async fn a_config_naming_an_unset_variable_is_refused_at_start_naming_it() {
 async fn every_refused_configuration_is_one_line_naming_the_field_and_the_problem() {
     // GIVEN configurations with a bad CSS selector, XPath or regular expression in each place
     // that takes one
-    let dir = temp_dir("config-one-line");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("config-one-line");
+    let data = data.as_str();
     let extract =
         |field: &str| format!(r#"{{"extract": [{{"name": "x", "fields": {{"t": {field}}}}}]}}"#);
     let cases = [
@@ -248,9 +252,8 @@ async fn every_refused_configuration_is_one_line_naming_the_field_and_the_proble
 async fn purging_an_unknown_crawl_fails_on_one_line_and_a_known_one_once() {
     // GIVEN a data directory with one crawl
     let site = crate::cli::linked_site(2).await;
-    let dir = temp_dir("purge-unknown");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("purge-unknown");
+    let data = data.as_str();
     let start = site.url("/p/0.html");
     let crawl = trawl(
         &[
@@ -365,9 +368,8 @@ async fn following_the_blocked_hint_crawls_the_refused_seeds() {
     // GIVEN a crawl of a loopback site without --allow-private-networks: its seed refused
     let site = crate::cli::linked_site(3).await;
     let start = site.url("/p/0.html");
-    let dir = temp_dir("blocked-hint");
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
+    let (dir, data) = dir_and_data("blocked-hint");
+    let data = data.as_str();
     let crawl = [
         "crawl",
         &start,
