@@ -498,6 +498,26 @@ async fn kills_leave_no_task_naming_a_missing_or_wrong_body(layout: &str) {
     // AND the crawl says how it keeps its bodies
     let config = json_of(&trawl(&["config", "show", "--json", "--data-dir", data], &dir).await);
     assert_eq!(config["storage"]["layout"], layout);
+    // AND the delivery accounts each segment's bytes: those the pages point at, the garbage
+    // the kills left (appends never finished) beside them
+    let delivery = Path::new(json_of(&output)["delivery"].as_str().unwrap()).to_path_buf();
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(delivery.join("summary.json")).unwrap()).unwrap();
+    let segments = &summary["segments"];
+    if layout == "segments" {
+        let (bytes, live) = (
+            segments["bytes"].as_u64().unwrap(),
+            segments["live_bytes"].as_u64().unwrap(),
+        );
+        assert!(live > 0 && live <= bytes, "{segments}");
+        assert_eq!(segments["garbage_bytes"].as_u64(), Some(bytes - live));
+        assert!(
+            segments["count"].as_u64().unwrap() >= 4,
+            "a segment per run: {segments}"
+        );
+    } else {
+        assert!(segments.is_null(), "{segments}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

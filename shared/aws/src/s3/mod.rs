@@ -246,6 +246,7 @@ impl BlobStore for S3BlobStore {
                 Some(Listed {
                     key: o.key()?.to_owned(),
                     modified: o.last_modified().and_then(|t| t.to_millis().ok())?,
+                    bytes: o.size().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
                 })
             })
             .collect();

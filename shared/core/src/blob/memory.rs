@@ -125,7 +125,7 @@ impl BlobStore for MemoryBlobStore {
             None => Bound::Included(prefix.to_owned()),
         };
         let mut page = ListPage::default();
-        for (key, (_, modified)) in objects
+        for (key, (stored, modified)) in objects
             .range((from, Bound::Unbounded))
             .skip_while(|(k, _)| !k.starts_with(prefix) && k.as_str() < prefix)
             .take_while(|(k, _)| k.starts_with(prefix))
@@ -137,6 +137,7 @@ impl BlobStore for MemoryBlobStore {
             page.objects.push(Listed {
                 key: key.clone(),
                 modified: *modified,
+                bytes: stored.len() as u64,
             });
         }
         Ok(page)

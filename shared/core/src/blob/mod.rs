@@ -231,6 +231,8 @@ pub struct Listed {
     pub key: String,
     /// When it was last written (S3's `LastModified`, a file's modification time).
     pub modified: Millis,
+    /// Its size.
+    pub bytes: u64,
 }
 
 /// One page of a listing, in lexicographic key order.

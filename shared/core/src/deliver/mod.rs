@@ -41,7 +41,7 @@ pub use items::{
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
     CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
-    PageProblem, Summary, WarcSummary,
+    PageProblem, SegmentUse, SegmentsSummary, Summary, WarcSummary,
 };
 
 use crate::app::{App, Ports};
@@ -458,6 +458,10 @@ struct Tally {
     items: Option<ItemsSummary>,
     #[serde(default)]
     orphans_removed: u64,
+    /// Per segment: bytes the generation's pages point at (the task pass), and its size (the
+    /// clean-up's listing).
+    #[serde(default)]
+    segments: BTreeMap<String, SegmentUse>,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -1173,6 +1177,9 @@ impl<P: Ports> Deliverer<P> {
             *tally.errors.entry(kind).or_default() += 1;
         }
 
+        if let Some((key, span)) = fetch.and_then(|f| Some((f.object_key.clone()?, f.span?))) {
+            tally.segments.entry(key).or_default().live += span.length;
+        }
         let line = ManifestLine {
             url: task.url.clone(),
             task_id: task.task_id.to_string(),
@@ -1362,6 +1369,9 @@ impl<P: Ports> Deliverer<P> {
             )
             .await?;
             state.tally.orphans_removed += cleaned.removed;
+            for (key, bytes) in cleaned.segments {
+                state.tally.segments.entry(key).or_default().bytes = bytes;
+            }
             let Some(next) = cleaned.next else {
                 return Ok(true);
             };
@@ -1468,6 +1478,7 @@ impl<P: Ports> Deliverer<P> {
             estimated_cost: CostEstimate::from_calls(&crawl.calls),
             items: tally.items,
             orphans_removed: tally.orphans_removed,
+            segments: SegmentsSummary::of(tally.segments),
         }
     }
 

@@ -420,7 +420,11 @@ impl SortedWalk {
                     .map_or(0, |d| {
                         Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
                     });
-                self.page.objects.push(Listed { key, modified });
+                self.page.objects.push(Listed {
+                    key,
+                    modified,
+                    bytes: metadata.len(),
+                });
             }
         }
         Ok(true)
