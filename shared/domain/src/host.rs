@@ -20,6 +20,11 @@ use serde::{Deserialize, Serialize};
 /// be put back would cost requests every 15 minutes of the wait.
 pub const LONGEST_QUEUED_WAIT_MS: u64 = 900_000;
 
+/// Host-wide signals in a row after which a host that never answered with HTTP is given up
+/// (refused connections, a server that is not HTTP or answers garbage): with the default
+/// snooze, its third attempt comes about 30 s after the first.
+pub const NEVER_ANSWERED_BUDGET: u32 = 3;
+
 /// A host's soonest remaining work, as its turn ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextWork {
@@ -126,6 +131,16 @@ pub struct Host {
     pub fetches: u64,
     #[serde(default)]
     pub signals: u64,
+    /// When the host last answered a request without host-wide trouble (None: never, or not
+    /// since this field was recorded). A URL throttled again after it is singled out
+    /// ([`singled_out`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at: Option<Millis>,
+    /// Whether the host ever answered with HTTP (a 429 or a 503 included). A host that never did
+    /// is not busy but broken, or not a web server: it is given up after
+    /// [`NEVER_ANSWERED_BUDGET`] signals instead of its error budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spoke_http: bool,
     /// Optimistic-concurrency version: the store bumps it on every write and writes only over
     /// the version the writer read, so concurrent changes are re-decided, never lost.
     #[serde(default)]
@@ -172,6 +187,8 @@ impl Host {
             done: 0,
             fetches: 0,
             signals: 0,
+            answered_at: None,
+            spoke_http: false,
             version: 0,
         }
     }
@@ -260,6 +277,8 @@ impl Host {
                 host.trouble_in_a_row = 0;
                 host.snoozed_until = None;
                 host.delay_ms = policy.delay_ms;
+                host.answered_at = Some(now);
+                host.spoke_http = true;
             }
             HostSignal::Throttled { .. } | HostSignal::Unreachable | HostSignal::Timeout => {
                 host.signals += 1;
@@ -277,13 +296,20 @@ impl Host {
                     host.snoozed_until = Some(now + snooze as Millis);
                 }
                 if matches!(signal, HostSignal::Throttled { .. }) {
+                    host.spoke_http = true;
                     host.delay_ms = host
                         .delay_ms
                         .max(1)
                         .saturating_mul(2)
                         .min(policy.max_delay_ms.max(policy.delay_ms));
                 }
-                if host.trouble_in_a_row >= policy.error_budget.max(1) {
+                if !host.has_spoken_http() && host.trouble_in_a_row >= NEVER_ANSWERED_BUDGET {
+                    host.given_up = Some(format!(
+                        "host never answered with HTTP: {} attempts in a row failed (last: {})",
+                        host.trouble_in_a_row,
+                        signal.describe()
+                    ));
+                } else if host.trouble_in_a_row >= policy.error_budget.max(1) {
                     host.given_up = Some(format!(
                         "host gave {} host-wide errors in a row (last: {})",
                         host.trouble_in_a_row,
@@ -294,6 +320,12 @@ impl Host {
         }
         host.next_allowed_at = now + host.delay_ms as Millis;
         host
+    }
+
+    /// Whether the host ever answered with HTTP. Records from before `spoke_http` existed
+    /// count their answers (every fetch that was not a signal).
+    pub fn has_spoken_http(&self) -> bool {
+        self.spoke_http || self.fetches > self.signals
     }
 
     /// Hands the host back at the end of `turn`. `next_work` is its soonest remaining work (None:
@@ -358,6 +390,8 @@ impl Host {
             done: holder.done,
             fetches: holder.fetches,
             signals: holder.signals,
+            answered_at: holder.answered_at,
+            spoke_http: holder.spoke_http,
             ..self.clone()
         }
     }
@@ -454,6 +488,19 @@ impl Host {
         };
         (host, visible_at)
     }
+}
+
+/// Whether a URL that draws a host-wide signal is singled out: it drew one before (in its error
+/// history) and its host has answered other requests since. The host is serving, so the trouble
+/// is the URL's: it spends a retry, and ends `ignored` within its retry budget instead of holding
+/// its host's turns until the whole host is given up. A URL that shares its host's trouble (the
+/// host answers nobody) does not: the host is snoozed and the URL waits, as the rule above says.
+pub fn singled_out(host_answered_at: Option<Millis>, errors: &[crate::task::ErrorRecord]) -> bool {
+    host_answered_at.is_some_and(|answered| {
+        errors
+            .iter()
+            .any(|e| e.kind.is_host_wide() && e.at < answered)
+    })
 }
 
 impl HostSignal {
@@ -591,7 +638,8 @@ mod tests {
     #[test]
     fn a_host_past_its_error_budget_is_given_up() {
         let p = policy();
-        let mut host = Host::new("h", &p, 0);
+        // A host that answered once: its full error budget applies.
+        let mut host = Host::new("h", &p, 0).observe(&p, HostSignal::Answered, 0);
         for i in 0..4 {
             assert!(host.given_up.is_none(), "given up after {i}");
             host = host.observe(&p, HostSignal::Unreachable, i * 100_000);
@@ -601,6 +649,62 @@ mod tests {
             host.claim_turn(10_000_000, 1_000),
             Err(TurnRejection::GivenUp)
         );
+    }
+
+    #[test]
+    fn a_host_that_never_answered_with_http_is_given_up_after_three_attempts() {
+        let p = HostPolicy {
+            error_budget: 8,
+            ..policy()
+        };
+        let mut dead = Host::new("h", &p, 0);
+        for (i, signal) in [HostSignal::Unreachable, HostSignal::Timeout]
+            .into_iter()
+            .enumerate()
+        {
+            dead = dead.observe(&p, signal, i as Millis * 10_000);
+            assert!(dead.given_up.is_none(), "given up after {}", i + 1);
+        }
+        let dead = dead.observe(&p, HostSignal::Unreachable, 30_000);
+        let why = dead.given_up.as_deref().unwrap();
+        assert!(why.contains("never answered with HTTP"), "{why}");
+        // A host that throttles every request answers with HTTP: snoozed, not given up early.
+        let throttled = HostSignal::Throttled {
+            retry_after_ms: None,
+        };
+        let mut busy = Host::new("h", &p, 0);
+        for i in 0..7 {
+            busy = busy.observe(&p, throttled, i * 100_000);
+        }
+        assert!(busy.given_up.is_none(), "{busy:?}");
+        assert!(busy.observe(&p, throttled, 900_000).given_up.is_some());
+        // Nor is a host that answered before and then went down (its full budget applies).
+        let mut down = Host::new("h", &p, 0).observe(&p, HostSignal::Answered, 0);
+        for i in 1..8 {
+            down = down.observe(&p, HostSignal::Unreachable, i * 100_000);
+        }
+        assert!(down.given_up.is_none(), "{down:?}");
+    }
+
+    #[test]
+    fn a_url_is_singled_out_once_its_host_answered_others_after_its_trouble() {
+        use crate::task::{ErrorKind, ErrorRecord};
+        let throttled = [ErrorRecord::new(ErrorKind::Throttled, "429", 1_000)];
+        // Never throttled before, or the host answered nobody since: the host's trouble.
+        assert!(!singled_out(Some(5_000), &[]));
+        assert!(!singled_out(Some(900), &throttled));
+        assert!(!singled_out(None, &throttled));
+        // Throttled, then the host answered other requests: the URL's.
+        assert!(singled_out(Some(5_000), &throttled));
+        // Errors that are the URL's own never count as host trouble.
+        let missing = [ErrorRecord::new(ErrorKind::NotFound, "404", 1_000)];
+        assert!(!singled_out(Some(5_000), &missing));
+        // The host's answers are recorded.
+        let host = Host::new("h", &policy(), 0).observe(&policy(), HostSignal::Answered, 7);
+        assert_eq!((host.answered_at, host.has_spoken_http()), (Some(7), true));
+        // ... and kept when the turn's holder hands the host back over a newer record.
+        let stored = Host::new("h", &policy(), 0).merge_turn(&host);
+        assert_eq!((stored.answered_at, stored.spoke_http), (Some(7), true));
     }
 
     #[test]

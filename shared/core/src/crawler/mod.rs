@@ -43,7 +43,7 @@ use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
-use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
+use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection, singled_out};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
@@ -580,8 +580,9 @@ impl<P: Ports> Crawler<P> {
                     return;
                 }
                 let span = tracing::info_span!("task", task = %task.task_id);
+                let answered_at = lock(state).plan.host().answered_at;
                 let (outcome, signal) = self
-                    .crawl_task(context, &task, outbox, held)
+                    .crawl_task(context, &task, answered_at, outbox, held)
                     .instrument(span)
                     .await;
                 let now = self.clock.now_ms();
@@ -602,11 +603,12 @@ impl<P: Ports> Crawler<P> {
     }
 
     /// Claims and crawls one due task. Returns what became of it and, when the host answered
-    /// or failed to, the signal for the host.
+    /// or failed to, the signal for the host. `answered_at`: when the host last answered.
     async fn crawl_task(
         &self,
         context: &CrawlContext,
         due: &TaskSummary,
+        answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
     ) -> (Outcome, Option<HostSignal>) {
@@ -631,7 +633,7 @@ impl<P: Ports> Crawler<P> {
             }
         };
         match self
-            .crawl_claimed(context, &task, &lease, outbox, held)
+            .crawl_claimed(context, &task, &lease, answered_at, outbox, held)
             .await
         {
             Ok(done) => {
@@ -763,6 +765,7 @@ impl<P: Ports> Crawler<P> {
         context: &CrawlContext,
         task: &Task,
         lease: &Lease,
+        answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
     ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
@@ -791,13 +794,15 @@ impl<P: Ports> Crawler<P> {
         match self.fetcher.fetch(request).await {
             FetchOutcome::Failed(failure) => {
                 let signal = HostSignal::of_failure(&failure);
-                if signal.spends_retry() {
+                if signal.spends_retry() || singled_out(answered_at, &task.errors) {
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
                     return Ok((outcome, Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
-                self.store.release(lease, self.clock.now_ms()).await?;
+                self.store
+                    .hold_back(lease, &failure, self.clock.now_ms())
+                    .await?;
                 Ok((Outcome::Snoozed, Some(signal)))
             }
             FetchOutcome::Redirected { status, location } => {

@@ -212,6 +212,23 @@ pub trait TaskStore: TaskRecords {
         )
     }
 
+    /// Gives a claimed task back for its host's trouble (`transition::hold_back`): pending, the
+    /// answer recorded, no retry spent. False when the lease was lost meanwhile.
+    fn hold_back(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        apply_if(
+            self,
+            &lease.crawl_id,
+            &lease.task_id,
+            Some(transition::hold_back(lease, failure, now)),
+            false,
+        )
+    }
+
     /// Records `md5` as an object a rejected writer left behind (`transition::add_stale`).
     /// False when nothing was added: the task is gone, points at that object, or lists it already.
     fn add_stale(
