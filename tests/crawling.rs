@@ -663,3 +663,34 @@ async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
     assert!(fetched.iter().all(|&n| n == 1), "{fetched:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A turn handed back (`RetryAfter`) after its message was deleted or redelivered: the receipt
+/// the worker holds is stale. (Seen: a `trawl --backend aws crawl` exiting 1 on
+/// `ChangeMessageVisibility: ReceiptHandleIsInvalid`.)
+#[tokio::test]
+async fn a_stale_receipt_handed_back_is_the_redelivery_a_fenced_lease_covers_not_an_error() {
+    // GIVEN a turn received, then its message deleted (as by a worker whose copy it was)
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let message = trawl_core::queue::WorkMessage::new(
+        CrawlId::parse("stale-receipt").unwrap(),
+        "example.com".to_owned(),
+        1,
+        0,
+    );
+    stack.queue.send(&[message]).await.unwrap();
+    let received = stack.queue.receive(1, 1_000).await.unwrap();
+    let receipt = received[0].receipt.clone();
+    stack
+        .queue
+        .ack(std::slice::from_ref(&receipt))
+        .await
+        .unwrap();
+
+    // WHEN the turn is handed back on that receipt, and on a receipt SQS never issued
+    let stale = stack.queue.retry_later(&receipt, 5_000).await;
+    let forged = stack.queue.retry_later("not-a-receipt", 5_000).await;
+
+    // THEN neither ends the caller's run: the message's copy (if any) comes back on its own
+    assert!(stale.is_ok(), "{stale:?}");
+    assert!(forged.is_ok(), "{forged:?}");
+}

@@ -252,15 +252,32 @@ impl WorkQueue for SqsQueue {
 
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {
         self.calls.record(Call::SqsChangeMessageVisibility);
-        self.client
+        let sent = self
+            .client
             .change_message_visibility()
             .queue_url(&self.url)
             .receipt_handle(receipt)
             .visibility_timeout(delay_ms.div_ceil(1000).min(MAX_VISIBILITY_S) as i32)
             .send()
-            .await
-            .map_err(|e| map_err("ChangeMessageVisibility", e))?;
-        Ok(())
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            // The message was redelivered meanwhile (its receipt superseded) or is no longer in
+            // flight: as for a delete that fails so, the turn's fenced lease already protects
+            // the work, and the copy in the queue comes back on its own.
+            Err(e)
+                if e.as_service_error().is_some_and(|e| {
+                    e.is_receipt_handle_is_invalid() || e.is_message_not_inflight()
+                }) =>
+            {
+                tracing::warn!(
+                    code = e.code(),
+                    "message visibility not changed; it will be redelivered"
+                );
+                Ok(())
+            }
+            Err(e) => Err(map_err("ChangeMessageVisibility", e)),
+        }
     }
 
     async fn depth(&self) -> QueueResult<Option<u64>> {
