@@ -391,52 +391,65 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embed
     a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes(on_embedded).await;
 }
 
-/// A host that serves its pages but answers one of them 429 (Retry-After: 1) forever.
+/// A host that serves its pages but answers two of them 429 (Retry-After: 1) forever: one asked
+/// for before any other page answered, one after all of them (the last of its host's work).
 async fn a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries<P: Ports>(
     start: impl AsyncFnOnce() -> App<P>,
 ) {
-    // GIVEN the throttled URL seeded first, then five good pages
+    // GIVEN the first throttled URL crawled alone: held back (nothing says it is the URL's)
     let site = Site::start().await;
-    site.route("/throttled", Route::status(429).header("retry-after", "1"));
-    let mut urls = vec![site.url("/throttled")];
-    for i in 0..5 {
-        let path = format!("/g{i}");
-        site.route(&path, Route::html("<p>g</p>"));
-        urls.push(site.url(&path));
+    for path in ["/first", "/last"] {
+        site.route(path, Route::status(429).header("retry-after", "1"));
     }
+    let good: Vec<String> = (0..5)
+        .map(|i| {
+            let path = format!("/g{i}");
+            site.route(&path, Route::html("<p>g</p>"));
+            site.url(&path)
+        })
+        .collect();
     let mut config = config(&[&site]);
     config.politeness.snooze_base_ms = 100;
     config.politeness.per_host = 1;
     config.retry.base_delay_ms = 100;
     let max_retry = config.retry.max_retry;
     let run = Run::start(start().await, config).await;
-    run.seed(&urls).await;
+    run.seed(&[site.url("/first")]).await;
+    assert_eq!(run.round(1_000).await, Some(vec![Outcome::Snoozed]));
+    let first = run.task(&site.url("/first")).await;
+    assert_eq!((first.status, first.retries), (Status::Pending, 0));
+    assert_eq!(first.errors.len(), 1, "the 429 recorded: {first:?}");
 
-    // WHEN everything is crawled
+    // WHEN the good pages are seeded and everything is crawled, then the last throttled URL
+    run.seed(&good).await;
+    run.drain().await;
+    run.seed(&[site.url("/last")]).await;
     run.drain().await;
 
-    // THEN the good pages succeeded; the throttled URL was held back once while nothing else of
-    // its host had answered since, then, singled out by the answers in between, spent its
-    // retries and ended ignored, every 429 in its history
-    for url in &urls[1..] {
+    // THEN the good pages succeeded; each throttled URL was held back while its host had
+    // answered nobody (/first: alone, then first in line again), then, singled out by its
+    // host's answers, spent its retries and ended ignored, every 429 in its history
+    for url in &good {
         assert_eq!(run.task(url).await.status, Status::Succeeded, "{url}");
     }
-    let throttled = run.task(&urls[0]).await;
-    assert_eq!(
-        (throttled.status, throttled.retries),
-        (Status::Ignored, max_retry),
-        "{throttled:?}"
-    );
-    assert!(
-        throttled
-            .errors
-            .iter()
-            .all(|e| e.kind == ErrorKind::Throttled),
-        "{:?}",
-        throttled.errors
-    );
-    assert_eq!(site.hits("/throttled"), 1 + u64::from(max_retry));
-    // AND the host is not given up: its trouble was one URL's
+    for (path, held_back) in [("/first", 2), ("/last", 1)] {
+        let throttled = run.task(&site.url(path)).await;
+        assert_eq!(
+            (throttled.status, throttled.retries),
+            (Status::Ignored, max_retry),
+            "{throttled:?}"
+        );
+        assert!(
+            throttled
+                .errors
+                .iter()
+                .all(|e| e.kind == ErrorKind::Throttled),
+            "{:?}",
+            throttled.errors
+        );
+        assert_eq!(site.hits(path), held_back + u64::from(max_retry), "{path}");
+    }
+    // AND the host is not given up: its trouble was two URLs'
     let host = run.host(&site).await;
     assert!(host.given_up.is_none(), "{host:?}");
 }

@@ -490,16 +490,23 @@ impl Host {
     }
 }
 
+/// How recent a host's last answer must be, at a URL's earlier trouble, for that trouble to be
+/// the URL's own ([`singled_out`]).
+pub const ANSWERING_WINDOW_MS: u64 = 600_000;
+
 /// Whether a URL that draws a host-wide signal is singled out: it drew one before (in its error
-/// history) and its host has answered other requests since. The host is serving, so the trouble
-/// is the URL's: it spends a retry, and ends `ignored` within its retry budget instead of holding
-/// its host's turns until the whole host is given up. A URL that shares its host's trouble (the
-/// host answers nobody) does not: the host is snoozed and the URL waits, as the rule above says.
+/// history) while its host was answering other requests — since, or within
+/// [`ANSWERING_WINDOW_MS`] before (the URL may be the last of its host's work, with nothing left
+/// to show the host still answers). The trouble is then the URL's: it spends a retry, and ends
+/// `ignored` within its retry budget instead of holding its host's turns until the whole host is
+/// given up. A URL's first host-wide signal never spends one, nor does trouble on a host that
+/// has not answered for longer: the host is snoozed and the URL waits, as the rule above says.
+/// However eager, this ends few URLs: the host's signals in a row still give the host up.
 pub fn singled_out(host_answered_at: Option<Millis>, errors: &[crate::task::ErrorRecord]) -> bool {
     host_answered_at.is_some_and(|answered| {
         errors
             .iter()
-            .any(|e| e.kind.is_host_wide() && e.at < answered)
+            .any(|e| e.kind.is_host_wide() && answered + ANSWERING_WINDOW_MS as Millis >= e.at)
     })
 }
 
@@ -689,16 +696,19 @@ mod tests {
     #[test]
     fn a_url_is_singled_out_once_its_host_answered_others_after_its_trouble() {
         use crate::task::{ErrorKind, ErrorRecord};
-        let throttled = [ErrorRecord::new(ErrorKind::Throttled, "429", 1_000)];
-        // Never throttled before, or the host answered nobody since: the host's trouble.
-        assert!(!singled_out(Some(5_000), &[]));
-        assert!(!singled_out(Some(900), &throttled));
+        let at = 1_000_000;
+        let throttled = [ErrorRecord::new(ErrorKind::Throttled, "429", at)];
+        // Never throttled before, or the host has not answered for long: the host's trouble.
+        let long_before = at - ANSWERING_WINDOW_MS as Millis - 1;
+        assert!(!singled_out(Some(at + 5_000), &[]));
+        assert!(!singled_out(Some(long_before), &throttled));
         assert!(!singled_out(None, &throttled));
-        // Throttled, then the host answered other requests: the URL's.
-        assert!(singled_out(Some(5_000), &throttled));
+        // Throttled while the host answered other requests, since or just before: the URL's.
+        assert!(singled_out(Some(at + 5_000), &throttled));
+        assert!(singled_out(Some(at - 1_000), &throttled));
         // Errors that are the URL's own never count as host trouble.
-        let missing = [ErrorRecord::new(ErrorKind::NotFound, "404", 1_000)];
-        assert!(!singled_out(Some(5_000), &missing));
+        let missing = [ErrorRecord::new(ErrorKind::NotFound, "404", at)];
+        assert!(!singled_out(Some(at + 5_000), &missing));
         // The host's answers are recorded.
         let host = Host::new("h", &policy(), 0).observe(&policy(), HostSignal::Answered, 7);
         assert_eq!((host.answered_at, host.has_spoken_http()), (Some(7), true));
