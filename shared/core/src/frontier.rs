@@ -7,6 +7,7 @@
 //! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
+use crate::backoff::Transient;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{CrawlStore, HostStore, Seeded, StoreError, StoreResult, TaskStore};
 use futures_util::StreamExt;
@@ -29,6 +30,15 @@ pub enum FrontierError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl Transient for FrontierError {
+    fn is_transient(&self) -> bool {
+        match self {
+            FrontierError::Store(e) => e.is_transient(),
+            FrontierError::Queue(e) => e.is_transient(),
+        }
+    }
 }
 
 /// What adding a set of URLs did.

@@ -5,7 +5,7 @@
 //! last worker to go idle then wakes the sweeper at once; any other queue must stay quiet for a
 //! while first.
 
-use crate::backoff::{Backoff, Outage};
+use crate::backoff::{Backoff, Outage, Transient};
 use crate::blob::BlobStore;
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
@@ -49,6 +49,17 @@ pub enum RunError {
     /// failing with no task done for the outage bound.
     #[error("storage keeps failing: {0}")]
     Storage(String),
+}
+
+impl Transient for RunError {
+    fn is_transient(&self) -> bool {
+        match self {
+            RunError::Store(e) => e.is_transient(),
+            RunError::Queue(e) => e.is_transient(),
+            RunError::Sweep(e) => e.is_transient(),
+            RunError::NoSuchCrawl(_) | RunError::Storage(_) => false,
+        }
+    }
 }
 
 /// Live counters of a run, for progress displays.

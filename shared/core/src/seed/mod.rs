@@ -36,6 +36,7 @@ pub use manifest::{
 pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 
+use crate::backoff::Transient;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
@@ -171,6 +172,12 @@ impl SeedError {
             SeedError::Manifest(e) => e.is_retryable(),
             SeedError::Read(_) => true,
         }
+    }
+}
+
+impl Transient for SeedError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

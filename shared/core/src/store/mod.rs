@@ -19,6 +19,7 @@
 pub mod budget;
 pub mod memory;
 
+use crate::backoff::Transient;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
@@ -60,6 +61,12 @@ pub enum StoreError {
 impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

@@ -30,7 +30,7 @@
 //! check may be missed; the crawler seeds discovered links before it finishes the page that
 //! links to them, which keeps a non-terminal task visible throughout.
 
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
 use crate::check::{ReferenceOutcome, check_references};
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
@@ -83,6 +83,12 @@ impl SweepError {
             SweepError::Store(e) => e.is_retryable(),
             SweepError::Queue(e) => matches!(e, QueueError::Unavailable { .. }),
         }
+    }
+}
+
+impl Transient for SweepError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 
