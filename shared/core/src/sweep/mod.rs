@@ -31,7 +31,9 @@
 //! links to them, which keeps a non-terminal task visible throughout.
 
 use crate::backoff::{Backoff, Transient, persist};
+#[cfg(feature = "fetch")]
 use crate::check::{ReferenceOutcome, check_references};
+#[cfg(feature = "fetch")]
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
@@ -170,7 +172,9 @@ pub struct SweepOptions {
     pub lost_after_ms: Option<u64>,
     /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
     pub host_scans: Arc<HostScans>,
-    /// Re-tests of soft-404 reference pages (None: not made by this sweeper).
+    /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
+    /// that links the HTTP client makes them).
+    #[cfg(feature = "fetch")]
     pub references: Option<ReferenceChecks>,
 }
 
@@ -208,6 +212,7 @@ impl HostScans {
 /// The sweeper's re-tests of each soft-404 rule's `reference_url`: at most one per crawl per
 /// `interval` in a process (the CLI sweeps every second or so; Lambda's schedule, every few
 /// minutes, is slower than the default interval, so there every sweep re-tests).
+#[cfg(feature = "fetch")]
 #[derive(Debug, Clone)]
 pub struct ReferenceChecks {
     fetcher: Arc<Fetcher>,
@@ -215,6 +220,7 @@ pub struct ReferenceChecks {
     last: Arc<Mutex<HashMap<CrawlId, Millis>>>,
 }
 
+#[cfg(feature = "fetch")]
 impl ReferenceChecks {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
 
@@ -425,6 +431,7 @@ where
             self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
+        #[cfg(feature = "fetch")]
         self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
@@ -455,6 +462,7 @@ where
 
     /// Re-tests the crawl's soft-404 reference pages when due; a rule that no longer recognises
     /// its page is an error the operator must see (its soft 404s would be kept as pages).
+    #[cfg(feature = "fetch")]
     async fn check_references(
         &self,
         crawl: &Crawl,
@@ -731,6 +739,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "fetch")]
     #[test]
     fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl() {
         let fetcher = Arc::new(Fetcher::new("").unwrap());
