@@ -12,6 +12,7 @@ use tokio::process::Command;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::stack::create_stack;
+use trawl_core::app::{App, Unwired};
 use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
@@ -477,13 +478,9 @@ async fn a_turn_claim_whose_answer_was_lost_is_recognised_and_the_turn_runs_at_o
         .await
         .unwrap();
     let crawler = Crawler::new(
-        store,
-        MemoryBlobStore::new(),
-        queue,
+        Arc::new(App::new(store, MemoryBlobStore::new(), queue, calls)),
         Arc::new(Fetcher::new("").unwrap()),
-        Layout::default(),
         1,
-        calls,
     );
     faults.lose_answers("put_host", 1);
 
@@ -527,14 +524,10 @@ async fn a_completion_whose_answer_was_lost_still_sends_its_delivery_notice() {
     store.create_crawl(&crawl).await.unwrap();
     faults.lose_answers("complete_crawl", 1);
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
-    let trigger = LocalDeliveryTrigger::default();
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
+    let app = App::new(store, Unwired, queue, calls);
+    let sweeper = Sweeper::new(Arc::new(app), trigger.clone(), SweepOptions::new());
+    let store = &sweeper.store;
     let budget = || SweepBudget::new(50, Duration::from_secs(60));
 
     // WHEN the sweeper finds it done

@@ -355,7 +355,7 @@ async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
 /// key and its record. Returns how many succeeded tasks there are.
 async fn assert_every_pointer_names_its_body(data: &Path) -> usize {
     use md5::Digest;
-    use trawl_core::store::{CrawlStore, TaskQuery, TaskStore};
+    use trawl_core::store::{CrawlStore, TaskQuery, TaskRecords};
     use trawl_domain::task::Status;
     let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
     let store =
@@ -461,7 +461,13 @@ async fn no_kill_leaves_a_succeeded_task_naming_a_missing_or_wrong_body() {
 }
 
 /// Asserts a failed command printed one line on stderr, naming the problem and what to do.
-fn assert_one_error_line(args: &[&str], output: &Output, code: i32, problem: &str, next: &str) {
+pub(crate) fn assert_one_error_line(
+    args: &[&str],
+    output: &Output,
+    code: i32,
+    problem: &str,
+    next: &str,
+) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
     assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
+use trawl_core::app::App;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, Secret, SecretError, SecretSource};
@@ -20,7 +21,7 @@ use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
     SeedSource, Seeder,
 };
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, SecretRef};
@@ -77,14 +78,13 @@ impl Drop for Scratch {
     }
 }
 
-type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
+type EmbeddedCrawler = Crawler<(SqliteStore, FsBlobStore, LocalQueue)>;
 
 /// A crawl on the embedded backend with its own fetcher (and so its own cookie jar).
 pub(crate) struct Run {
     pub(crate) crawler: EmbeddedCrawler,
     pub(crate) fetcher: Arc<Fetcher>,
     pub(crate) crawl_id: CrawlId,
-    calls: Arc<CallCounts>,
     _scratch: Scratch,
 }
 
@@ -102,18 +102,21 @@ impl Run {
                 .with_secrets(Arc::new(TestSecrets(secrets))),
         );
         let crawler = Crawler::new(
-            SqliteStore::in_memory(calls.clone()).unwrap(),
-            FsBlobStore::new(scratch.0.clone(), calls.clone()),
-            LocalQueue::new(Duration::from_secs(60), calls.clone()),
+            Arc::new(
+                App::new(
+                    SqliteStore::in_memory(calls.clone()).unwrap(),
+                    FsBlobStore::new(scratch.0.clone(), calls.clone()),
+                    LocalQueue::new(Duration::from_secs(60), calls.clone()),
+                    calls.clone(),
+                )
+                .with_layout(Layout::new("pages")),
+            ),
             Arc::clone(&fetcher),
-            Layout::new("pages"),
             2,
-            calls.clone(),
         );
         Run {
             crawler,
             fetcher,
-            calls,
             crawl_id: CrawlId::parse(&unique("client")).unwrap(),
             _scratch: scratch,
         }
@@ -121,15 +124,12 @@ impl Run {
 
     /// Seeds `urls` under `config` as the seeder function and the CLI do (so it is checked).
     pub(crate) async fn seed(&self, config: CrawlConfig, urls: &[String]) -> Result<(), SeedError> {
-        let defaults = SeedDefaults::default();
-        let seeder = Seeder {
-            store: self.crawler.store(),
-            queue: self.crawler.queue(),
-            fetcher: &self.fetcher,
-            manifests: &NoManifests,
-            defaults: &defaults,
-            calls: &self.calls,
-        };
+        let seeder = Seeder::new(
+            self.crawler.app().clone(),
+            self.fetcher.clone(),
+            Arc::new(NoManifests),
+            SeedDefaults::default(),
+        );
         let request = SeedRequest {
             crawl_id: self.crawl_id.clone(),
             config: Some(config),

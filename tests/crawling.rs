@@ -4,9 +4,8 @@
 use crate::site::{Fixture, Route, Site, fixture};
 use crate::support::{AwsStack, aws_stack, moto, unique};
 use std::sync::Arc;
-use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::s3::S3BlobStore;
-use trawl_aws::sqs::SqsQueue;
+use trawl_aws::app::AwsPorts;
+use trawl_core::app::App;
 use trawl_core::blob::{BlobStore, Body, Layout};
 use trawl_core::crawler::{
     Crawler, Disposition, MessageResult, PageBody, StoredPage, WithItems, record_page,
@@ -14,14 +13,14 @@ use trawl_core::crawler::{
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskRecords, TaskStore};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::Host;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, NewTask, Status, Task, now_ms};
 
-type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
+type AwsCrawler = Crawler<AwsPorts>;
 
 /// A crawl of the site: guard on (only the site's own address exempt), robots honoured with
 /// its Crawl-delay capped low so tests stay fast, short timeouts.
@@ -39,13 +38,12 @@ async fn start(stack: AwsStack, config: CrawlConfig) -> (AwsCrawler, Crawl) {
     let crawl = Crawl::new(CrawlId::parse(&unique("crawl")).unwrap(), config, now_ms());
     stack.store.create_crawl(&crawl).await.unwrap();
     let crawler = Crawler::new(
-        stack.store,
-        stack.blobs,
-        stack.queue,
+        Arc::new(
+            App::new(stack.store, stack.blobs, stack.queue, stack.calls)
+                .with_layout(Layout::new("pages")),
+        ),
         Arc::new(Fetcher::new("").unwrap()),
-        Layout::new("pages"),
         4,
-        stack.calls,
     );
     (crawler, crawl)
 }

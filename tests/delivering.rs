@@ -13,6 +13,10 @@ use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 use trawl_aws::s3::S3BlobStore;
+
+/// DynamoDB and S3 (a delivery sends no turn).
+type Aws = (trawl_aws::dynamodb::DynamoStore, S3BlobStore, Unwired);
+use trawl_core::app::{App, Ports, Unwired};
 use trawl_core::blob::{BlobStore, Body, Layout, ObjectMeta};
 use trawl_core::deliver::{
     self, DeliverError, Deliverer, Delivery, DeliveryIndex, DeliveryLimits, DeliveryReport,
@@ -20,7 +24,7 @@ use trawl_core::deliver::{
 };
 use trawl_core::queue::WorkQueue;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostStore, TaskStore,
+    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostStore, TaskRecords, TaskStore,
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
@@ -53,38 +57,43 @@ impl Drop for TempDir {
     }
 }
 
-/// One backend: the ports, the layout and the URI base the manifest uses.
-struct Backend<S, B> {
-    store: S,
-    blobs: B,
-    layout: Layout,
+/// One backend: its App (the ports, the layout), read as the App itself, and the URI base the
+/// manifest uses.
+struct Backend<P: Ports> {
+    app: Arc<App<P>>,
     uri_base: String,
-    calls: Arc<CallCounts>,
     /// Bodies stored from now on are kept compressed (`storage.compress_bodies`).
     compress: bool,
     _dir: Option<TempDir>,
 }
 
-fn embedded() -> Backend<SqliteStore, FsBlobStore> {
+impl<P: Ports> std::ops::Deref for Backend<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+fn embedded() -> Backend<(SqliteStore, FsBlobStore, Unwired)> {
     let dir = TempDir::new("fs");
     let calls = Arc::new(CallCounts::default());
     let root = dir.0.join("objects");
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let blobs = FsBlobStore::new(root.clone(), calls.clone());
     Backend {
-        store: SqliteStore::in_memory(calls.clone()).unwrap(),
-        blobs: FsBlobStore::new(root.clone(), calls.clone()),
-        layout: Layout::new("data"),
+        app: Arc::new(App::new(store, blobs, Unwired, calls).with_layout(Layout::new("data"))),
         uri_base: root.display().to_string(),
-        calls,
         compress: false,
         _dir: Some(dir),
     }
 }
 
-async fn aws() -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
+async fn aws() -> Backend<Aws> {
     aws_on(&support::moto::shared().endpoint).await
 }
 
-async fn aws_on(endpoint: &str) -> Backend<trawl_aws::dynamodb::DynamoStore, S3BlobStore> {
+async fn aws_on(endpoint: &str) -> Backend<Aws> {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let clients = support::clients(endpoint).await;
     let bucket = unique("bucket");
@@ -95,12 +104,10 @@ async fn aws_on(endpoint: &str) -> Backend<trawl_aws::dynamodb::DynamoStore, S3B
         .send()
         .await
         .expect("create bucket");
+    let blobs = S3BlobStore::new(clients.s3, bucket.clone(), calls.clone());
     Backend {
-        store,
-        blobs: S3BlobStore::new(clients.s3, bucket.clone(), calls.clone()),
-        layout: Layout::new("trawl"),
+        app: Arc::new(App::new(store, blobs, Unwired, calls).with_layout(Layout::new("trawl"))),
         uri_base: format!("s3://{bucket}"),
-        calls,
         compress: false,
         _dir: None,
     }
@@ -118,16 +125,13 @@ fn md5_hex(body: &[u8]) -> String {
     hex::encode(Md5::digest(body))
 }
 
-impl<S: CrawlStore + TaskStore + HostStore, B: BlobStore> Backend<S, B> {
-    fn deliverer(&self) -> Deliverer<'_, S, B> {
-        Deliverer {
-            store: &self.store,
-            blobs: &self.blobs,
-            layout: &self.layout,
-            uri_base: &self.uri_base,
-            calls: &self.calls,
-            limits: DeliveryLimits::default(),
-        }
+impl<P: Ports> Backend<P> {
+    fn deliverer(&self) -> Deliverer<P> {
+        self.deliverer_with(DeliveryLimits::default())
+    }
+
+    fn deliverer_with(&self, limits: DeliveryLimits) -> Deliverer<P> {
+        Deliverer::new(self.app.clone(), self.uri_base.clone(), limits)
     }
 
     async fn create(&self, now: Millis) -> CrawlId {
@@ -448,9 +452,7 @@ fn urls(range: std::ops::Range<usize>) -> Vec<String> {
 
 /// Pages 0..15 succeed (13 with a good body, 13 missing its object, 14 stored corrupt), 15..17
 /// are gone, 17..19 refused (403), 19 ignored after a server error.
-async fn crawl_first_generation<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: &Backend<S, B>,
-) -> CrawlId {
+async fn crawl_first_generation<P: Ports>(b: &Backend<P>) -> CrawlId {
     let crawl = b.create(T0).await;
     b.seed(&crawl, &urls(0..PAGES), T0).await;
     for i in 0..13 {
@@ -501,9 +503,7 @@ async fn crawl_first_generation<S: CrawlStore + TaskStore + HostStore, B: BlobSt
     crawl
 }
 
-async fn delivery_holds_every_task_and_page<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: Backend<S, B>,
-) {
+async fn delivery_holds_every_task_and_page<P: Ports>(b: Backend<P>) {
     // GIVEN a completed crawl of 20 tasks: 15 succeeded (one body missing, one corrupt), 5 failed
     let crawl = crawl_first_generation(&b).await;
 
@@ -613,12 +613,7 @@ async fn delivery_holds_every_task_and_page<S: CrawlStore + TaskStore + HostStor
     );
 }
 
-async fn a_second_delivery_reports_the_delta<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
-) {
+async fn a_second_delivery_reports_the_delta<P: Ports>(b: Backend<P>) {
     // GIVEN a delivered first generation
     let crawl = crawl_first_generation(&b).await;
     let first = b.deliverer().deliver(&crawl, None, T0 + 30).await.unwrap();
@@ -727,12 +722,7 @@ async fn a_second_delivery_reports_the_delta<
     ));
 }
 
-async fn purge_refuses_a_running_crawl_then_removes_everything<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
-) {
+async fn purge_refuses_a_running_crawl_then_removes_everything<P: Ports>(b: Backend<P>) {
     // GIVEN a delivered crawl that was reopened (running again), and another running crawl
     let crawl = crawl_first_generation(&b).await;
     b.deliverer().deliver(&crawl, None, T0 + 30).await.unwrap();
@@ -808,12 +798,7 @@ async fn purge_refuses_a_running_crawl_then_removes_everything<
     );
 }
 
-async fn a_crawl_created_again_after_a_purge_gets_a_fresh_delivery<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
-) {
+async fn a_crawl_created_again_after_a_purge_gets_a_fresh_delivery<P: Ports>(b: Backend<P>) {
     // GIVEN a crawl delivered, then purged
     let crawl = crawl_first_generation(&b).await;
     let old = b.deliverer().deliver(&crawl, None, T0 + 30).await.unwrap();
@@ -856,11 +841,8 @@ async fn a_crawl_created_again_after_a_purge_gets_a_fresh_delivery<
 
 /// Three pages stored compressed; their delivery holds the pages as fetched. Returns the pages
 /// (key, body) for the caller to look at them as stored.
-async fn compressed_bodies_are_delivered_as_fetched<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: &mut Backend<S, B>,
+async fn compressed_bodies_are_delivered_as_fetched<P: Ports>(
+    b: &mut Backend<P>,
 ) -> Vec<(String, Vec<u8>)> {
     // GIVEN a crawl whose bodies are kept compressed
     b.compress = true;
@@ -992,10 +974,7 @@ async fn a_large_warc_is_uploaded_in_parts() {
 
 /// `n` succeeded pages of one shared tiny body (seeded, claimed and finished through the store;
 /// one object, so the test measures the delivery, not the disk), the crawl completed.
-async fn many_pages<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: &Backend<S, B>,
-    n: usize,
-) -> CrawlId {
+async fn many_pages<P: Ports>(b: &Backend<P>, n: usize) -> CrawlId {
     const BATCH: usize = 1_000;
     let crawl = b.create(T0).await;
     let body = b"<p>x</p>";
@@ -1026,17 +1005,14 @@ async fn many_pages<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
 }
 
 /// Delivers with `deadline` per call until done; the report and the number of calls.
-async fn deliver_in_calls<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: &Backend<S, B>,
+async fn deliver_in_calls<P: Ports>(
+    b: &Backend<P>,
     crawl: &CrawlId,
     limits: DeliveryLimits,
     per_call: std::time::Duration,
     now: Millis,
 ) -> (DeliveryReport, usize) {
-    let deliverer = Deliverer {
-        limits,
-        ..b.deliverer()
-    };
+    let deliverer = b.deliverer_with(limits);
     for calls in 1..10_000 {
         let deadline = std::time::Instant::now() + per_call;
         match deliverer
@@ -1056,11 +1032,8 @@ async fn deliver_in_calls<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
 
 /// A segmented delivery of `n` pages, stopped at a short deadline and continued call after call:
 /// every page once, segments within their limit, the index matching the files.
-async fn a_long_delivery_is_segmented_and_resumed<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
+async fn a_long_delivery_is_segmented_and_resumed<P: Ports>(
+    b: Backend<P>,
     n: usize,
     limits: DeliveryLimits,
     per_call: std::time::Duration,
@@ -1164,10 +1137,7 @@ async fn racing_deliverers_take_turns_and_deliver_every_page_once() {
     let b = aws_on(&support::moto::single_threaded().endpoint).await;
     let n = 250;
     let crawl = many_pages(&b, n).await;
-    let deliverer = Deliverer {
-        limits: TINY,
-        ..b.deliverer()
-    };
+    let deliverer = b.deliverer_with(TINY);
 
     // WHEN two callers deliver it at once, each call stopping at a deadline already passed
     let mut refused = 0;
@@ -1254,9 +1224,7 @@ async fn two_million_pages_are_delivered_in_segments_across_calls() {
 }
 
 /// A second generation compared in several partitions, across calls stopped at their deadline.
-async fn a_partitioned_delta_across_calls<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: Backend<S, B>,
-) {
+async fn a_partitioned_delta_across_calls<P: Ports>(b: Backend<P>) {
     // GIVEN a delivered first generation of 200 pages
     let n = 200;
     let crawl = many_pages(&b, n).await;
@@ -1342,12 +1310,7 @@ async fn plant<B: BlobStore>(blobs: &B, key: &str, body: &[u8]) {
         .unwrap();
 }
 
-async fn listing_pages_follow_key_order_from_where_the_last_ended<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
-) {
+async fn listing_pages_follow_key_order_from_where_the_last_ended<P: Ports>(b: Backend<P>) {
     // GIVEN objects under two prefixes, `a-b` beside the directory-like `a/`
     let root = unique("lp");
     let before = now_ms();
@@ -1415,8 +1378,8 @@ async fn listing_pages_follow_key_order_from_where_the_last_ended<
 /// never stored a body, one of a task that does not exist; beside them the body a task points
 /// at, its items and a key off the layout. Returns the crawl, the keys that must stay, and the
 /// number of orphans.
-async fn crawl_with_orphans<S: CrawlStore + TaskStore + HostStore, B: BlobStore>(
-    b: &Backend<S, B>,
+async fn crawl_with_orphans<P: Ports>(
+    b: &Backend<P>,
     now: Millis,
 ) -> (CrawlId, BTreeSet<String>, u64) {
     let crawl = b.create(now).await;
@@ -1472,12 +1435,7 @@ async fn crawl_with_orphans<S: CrawlStore + TaskStore + HostStore, B: BlobStore>
     (crawl, kept.into_iter().collect(), 5)
 }
 
-async fn the_delivery_removes_orphans_older_than_the_lease<
-    S: CrawlStore + TaskStore + HostStore,
-    B: BlobStore,
->(
-    b: Backend<S, B>,
-) {
+async fn the_delivery_removes_orphans_older_than_the_lease<P: Ports>(b: Backend<P>) {
     let lease = CrawlConfig::default().lease_ms as Millis;
     let now = now_ms();
 
@@ -1557,13 +1515,18 @@ struct Deployment {
     delivery_url: String,
 }
 
-/// One container's adapters and the counters they share.
+/// One container's App (its adapters and the counters they share) and delivery trigger.
 struct Container {
-    store: trawl_aws::dynamodb::DynamoStore,
-    blobs: S3BlobStore,
-    queue: trawl_aws::sqs::SqsQueue,
-    trigger: trawl_aws::sqs::SqsDeliveryTrigger,
-    calls: Arc<CallCounts>,
+    app: Arc<App<trawl_aws::app::AwsPorts>>,
+    trigger: Arc<trawl_aws::sqs::SqsDeliveryTrigger>,
+}
+
+impl std::ops::Deref for Container {
+    type Target = App<trawl_aws::app::AwsPorts>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.app
+    }
 }
 
 impl Deployment {
@@ -1591,25 +1554,16 @@ impl Deployment {
     async fn container(&self) -> Container {
         let clients = support::clients(&self.endpoint).await;
         let calls = Arc::new(CallCounts::default());
+        let store =
+            trawl_aws::dynamodb::DynamoStore::new(clients.dynamodb, &self.table, 4, calls.clone());
+        let blobs = S3BlobStore::new(clients.s3, &self.bucket, calls.clone());
+        let queue =
+            trawl_aws::sqs::SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        let trigger =
+            trawl_aws::sqs::SqsDeliveryTrigger::new(clients.sqs, &self.delivery_url, calls.clone());
         Container {
-            store: trawl_aws::dynamodb::DynamoStore::new(
-                clients.dynamodb,
-                &self.table,
-                4,
-                calls.clone(),
-            ),
-            blobs: S3BlobStore::new(clients.s3, &self.bucket, calls.clone()),
-            queue: trawl_aws::sqs::SqsQueue::new(
-                clients.sqs.clone(),
-                &self.queue_url,
-                calls.clone(),
-            ),
-            trigger: trawl_aws::sqs::SqsDeliveryTrigger::new(
-                clients.sqs,
-                &self.delivery_url,
-                calls.clone(),
-            ),
-            calls,
+            app: Arc::new(App::new(store, blobs, queue, calls).with_layout(Layout::new("trawl"))),
+            trigger: Arc::new(trigger),
         }
     }
 }
@@ -1657,7 +1611,6 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     let sweeper = deployment.container().await;
     let deliverer = deployment.container().await;
     let crawl = CrawlId::parse(&unique("costs")).unwrap();
-    let layout = Layout::new("trawl");
     let fetcher = Arc::new(trawl_core::fetch::Fetcher::new("").unwrap());
 
     // WHEN the seeder seeds the four URLs
@@ -1677,17 +1630,15 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
         update_config: false,
         checkpoint: None,
     };
-    let seeded = trawl_core::seed::Seeder {
-        store: &seeder.store,
-        queue: &seeder.queue,
-        fetcher: &fetcher,
-        manifests: &trawl_aws::manifest::S3Manifests::new(
+    let seeded = trawl_core::seed::Seeder::new(
+        seeder.app.clone(),
+        fetcher.clone(),
+        Arc::new(trawl_aws::manifest::S3Manifests::new(
             support::clients(&deployment.endpoint).await.s3,
             seeder.calls.clone(),
-        ),
-        defaults: &trawl_core::seed::SeedDefaults::default(),
-        calls: &seeder.calls,
-    }
+        )),
+        trawl_core::seed::SeedDefaults::default(),
+    )
     .seed(request, trawl_core::seed::SeedBudget::default(), now_ms())
     .await
     .unwrap();
@@ -1697,15 +1648,7 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     for container in &crawlers {
         let batch = harness.queue.receive(1, 0).await.unwrap();
         assert_eq!(batch.len(), 1);
-        let crawler = trawl_core::crawler::Crawler::new(
-            container.store.clone(),
-            container.blobs.clone(),
-            container.queue.clone(),
-            fetcher.clone(),
-            layout.clone(),
-            4,
-            container.calls.clone(),
-        );
+        let crawler = trawl_core::crawler::Crawler::new(container.app.clone(), fetcher.clone(), 4);
         let results = crawler.process_batch(batch, None).await;
         let receipts: Vec<String> = results.iter().map(|r| r.receipt.clone()).collect();
         assert!(
@@ -1719,13 +1662,11 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     }
 
     // AND a sweeper invocation completes the crawl, and a deliverer invocation delivers it
-    let swept = trawl_core::sweep::Sweeper {
-        store: &sweeper.store,
-        queue: &sweeper.queue,
-        trigger: &sweeper.trigger,
-        calls: &sweeper.calls,
-        options: trawl_core::sweep::SweepOptions::new(),
-    }
+    let swept = trawl_core::sweep::Sweeper::new(
+        sweeper.app.clone(),
+        sweeper.trigger.clone(),
+        trawl_core::sweep::SweepOptions::new(),
+    )
     .sweep_all(
         now_ms(),
         &mut trawl_core::sweep::SweepBudget::new(100, std::time::Duration::from_secs(60)),
@@ -1733,17 +1674,10 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     .await
     .unwrap();
     assert!(swept.crawls.iter().all(|r| r.completed), "{swept:?}");
-    let report = Deliverer {
-        store: &deliverer.store,
-        blobs: &deliverer.blobs,
-        layout: &layout,
-        uri_base: "",
-        calls: &deliverer.calls,
-        limits: DeliveryLimits::default(),
-    }
-    .deliver(&crawl, None, now_ms())
-    .await
-    .unwrap();
+    let report = Deliverer::new(deliverer.app.clone(), "", DeliveryLimits::default())
+        .deliver(&crawl, None, now_ms())
+        .await
+        .unwrap();
 
     // THEN the crawl holds exactly the sum of every container's calls, none left unreported
     let containers = [&seeder, &crawlers[0], &crawlers[1], &sweeper, &deliverer];

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use trawl_aws::app::AwsPorts;
 use trawl_aws::clients::Clients;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::manifest::S3Manifests;
@@ -26,6 +27,7 @@ use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
 use trawl_aws::stack::create_stack;
+use trawl_core::app::App;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
@@ -33,15 +35,15 @@ use trawl_core::deliver::{self, Deliverer, DeliveryReport, DeliveryRequest, Mani
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::{WorkMessage, WorkQueue};
 use trawl_core::seed::{PageTemplate, SeedBudget, SeedDefaults, SeedRequest, SeedSource, Seeder};
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskRecords, TaskStore};
 use trawl_core::sweep::{CompletionNotice, SweepBudget, SweepOptions, SweepReport, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, Status, Task, now_ms};
 
-type AwsCrawler = Crawler<DynamoStore, S3BlobStore, SqsQueue>;
-type AwsSweeper<'a> = Sweeper<'a, DynamoStore, SqsQueue, SqsDeliveryTrigger>;
+type AwsCrawler = Crawler<AwsPorts>;
+type AwsSweeper = Sweeper<AwsPorts>;
 
 /// `/p/{i}`, seeded by a URL list; each links to `/p/{i+1}` and to `/deep/{i}`.
 const LISTED: usize = 50;
@@ -186,28 +188,27 @@ async fn stack() -> Stack {
 }
 
 impl Stack {
-    /// A worker: a crawler of its own (its own HTTP client and caches), as one Lambda instance.
-    fn worker(&self) -> AwsCrawler {
-        Crawler::new(
+    /// An App over the stack's ports (sharing their clients and counters).
+    fn app(&self) -> App<AwsPorts> {
+        App::new(
             self.store.clone(),
             self.blobs.clone(),
             self.queue.clone(),
-            Arc::new(Fetcher::new("").unwrap()),
-            self.layout.clone(),
-            4,
             self.calls.clone(),
         )
+        .with_layout(self.layout.clone())
     }
 
-    fn deliverer(&self) -> Deliverer<'_, DynamoStore, S3BlobStore> {
-        Deliverer {
-            store: &self.store,
-            blobs: &self.blobs,
-            layout: &self.layout,
-            uri_base: &self.uri_base,
-            calls: &self.calls,
-            limits: deliver::DeliveryLimits::default(),
-        }
+    /// A worker: a crawler of its own (its own HTTP client and caches), as one Lambda instance,
+    /// reading the time from `clock`.
+    fn worker(&self, clock: &SkewedClock) -> AwsCrawler {
+        let app = self.app().with_clock(Arc::new(clock.clone()));
+        Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 4)
+    }
+
+    fn deliverer(&self) -> Deliverer<AwsPorts> {
+        let limits = deliver::DeliveryLimits::default();
+        Deliverer::new(Arc::new(self.app()), self.uri_base.clone(), limits)
     }
 
     /// Every completion notice on the delivery queue, parsed as the deliverer parses it.
@@ -350,7 +351,7 @@ fn budget() -> SweepBudget {
 /// every message processed.
 async fn crawl_to_completion(
     workers: &[AwsCrawler],
-    sweeper: &AwsSweeper<'_>,
+    sweeper: &AwsSweeper,
     clock: &SkewedClock,
     crawl: &CrawlId,
     deadline: Instant,
@@ -489,17 +490,13 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
 
     // GIVEN a crawl seeded through the seeder from a URL list, a sitemap and a pagination
     // template (the request that creates the crawl carries its config)
-    let fetcher = Fetcher::new("").unwrap();
     let manifests = S3Manifests::new(stack.clients.s3.clone(), stack.calls.clone());
-    let defaults = SeedDefaults::default();
-    let seeder = Seeder {
-        store: &stack.store,
-        queue: &stack.queue,
-        fetcher: &fetcher,
-        manifests: &manifests,
-        defaults: &defaults,
-        calls: &stack.calls,
-    };
+    let seeder = Seeder::new(
+        Arc::new(stack.app()),
+        Arc::new(Fetcher::new("").unwrap()),
+        Arc::new(manifests),
+        SeedDefaults::default(),
+    );
     let sources = [
         SeedSource::Urls((0..LISTED).map(|i| site.url(&format!("/p/{i}"))).collect()),
         SeedSource::Sitemaps(vec![site.url("/sitemap.xml")]),
@@ -584,21 +581,17 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
 
     // WHEN three workers drain the queue and the sweeper runs until the crawl completes
     let clock = SkewedClock::default();
-    let workers: Vec<AwsCrawler> = (0..WORKERS)
-        .map(|_| stack.worker().with_clock(Arc::new(clock.clone())))
-        .collect();
+    let workers: Vec<AwsCrawler> = (0..WORKERS).map(|_| stack.worker(&clock)).collect();
     let trigger = SqsDeliveryTrigger::new(
         stack.clients.sqs.clone(),
         &stack.delivery_url,
         stack.calls.clone(),
     );
-    let sweeper = Sweeper {
-        store: &stack.store,
-        queue: &stack.queue,
-        trigger: &trigger,
-        calls: &stack.calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        Arc::new(stack.app()),
+        Arc::new(trigger),
+        SweepOptions::new(),
+    );
     let (reports, outcomes) =
         crawl_to_completion(&workers, &sweeper, &clock, &crawl, deadline).await;
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use trawl_aws::stack::MAX_RECEIVE_COUNT;
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::task::{Status, now_ms};
@@ -526,7 +526,13 @@ async fn malformed_deliverer_events_are_refused_and_a_bad_record_fails_alone() {
     let id = CrawlId::parse(&crawl).unwrap();
     let schedule: Value = serde_json::from_str(SCHEDULE).unwrap();
     for round in 0.. {
-        let state = functions.sweeper.store.get_crawl(&id).await.unwrap();
+        let state = functions
+            .sweeper
+            .sweeper
+            .store
+            .get_crawl(&id)
+            .await
+            .unwrap();
         if state.is_some_and(|c| c.state == CrawlState::Completed) {
             break;
         }

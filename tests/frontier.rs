@@ -8,13 +8,15 @@ use crate::site::{Route, Site};
 use crate::support::{aws_stack, moto, unique};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::app::{App, Ports};
+use trawl_core::blob::Layout;
+use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskRecords};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -39,38 +41,23 @@ fn config(sites: &[&Site]) -> CrawlConfig {
 }
 
 /// A crawler and its crawl, on one backend.
-struct Run<S, B, Q> {
-    crawler: Crawler<S, B, Q>,
+struct Run<P: Ports> {
+    crawler: Crawler<P>,
     crawl: Crawl,
 }
 
-impl<S, B, Q> Run<S, B, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
-    async fn start(
-        store: S,
-        blobs: B,
-        queue: Q,
-        calls: Arc<CallCounts>,
-        config: CrawlConfig,
-    ) -> Self {
+impl<P: Ports> Run<P> {
+    async fn start(app: App<P>, config: CrawlConfig) -> Self {
         let crawl = Crawl::new(
             CrawlId::parse(&unique("frontier")).unwrap(),
             config,
             now_ms(),
         );
-        store.create_crawl(&crawl).await.unwrap();
+        app.store.create_crawl(&crawl).await.unwrap();
         let crawler = Crawler::new(
-            store,
-            blobs,
-            queue,
+            Arc::new(app.with_layout(Layout::new("pages"))),
             Arc::new(Fetcher::new("").unwrap()),
-            Layout::new("pages"),
             4,
-            calls,
         );
         Self { crawler, crawl }
     }
@@ -90,7 +77,7 @@ where
             self.crawler.queue(),
             &self.crawl,
             tasks,
-            now_ms(),
+            self.crawler.clock().now_ms(),
         )
         .await
         .unwrap();
@@ -161,34 +148,26 @@ where
     }
 }
 
-/// A run on DynamoDB + S3 + SQS (moto).
-async fn on_aws(
-    config: CrawlConfig,
-) -> Run<impl TaskStore + CrawlStore + HostStore, impl BlobStore, impl WorkQueue> {
+/// An App on DynamoDB + S3 + SQS (moto).
+async fn on_aws() -> App<impl Ports> {
     let stack = aws_stack(&moto::shared().endpoint).await;
-    Run::start(stack.store, stack.blobs, stack.queue, stack.calls, config).await
+    App::new(stack.store, stack.blobs, stack.queue, stack.calls)
 }
 
-/// A run on the embedded backend: SQLite, files in a scratch directory, the in-process queue.
-async fn on_embedded(
-    config: CrawlConfig,
-) -> Run<impl TaskStore + CrawlStore + HostStore, impl BlobStore, impl WorkQueue> {
+/// An App on the embedded backend: SQLite, files in a scratch directory, the in-process queue.
+async fn on_embedded() -> App<impl Ports> {
     let calls = Arc::new(CallCounts::default());
     let dir = std::env::temp_dir().join(unique("trawl-frontier"));
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let blobs = FsBlobStore::new(dir, calls.clone());
     let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
-    Run::start(store, blobs, queue, calls, config).await
+    App::new(store, blobs, queue, calls)
 }
 
 /// Ten good pages and one that always answers 500, on one host paced at 50 ms.
-async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<S, B, Q>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
-) where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
     // GIVEN the failing URL seeded first, then ten good ones
     let site = Site::start().await;
     site.route("/bad", Route::status(500));
@@ -201,7 +180,7 @@ async fn one_failing_url_holds_none_of_its_hosts_other_urls_back<S, B, Q>(
     let mut config = config(&[&site]);
     config.politeness.delay_ms = 50;
     config.retry.base_delay_ms = 60_000;
-    let run = start(config).await;
+    let run = Run::start(start().await, config).await;
     let mut urls = vec![site.url("/bad")];
     urls.extend(good.iter().cloned());
     run.seed(&urls).await;
@@ -239,13 +218,9 @@ async fn one_failing_url_holds_none_of_its_hosts_other_urls_back_embedded() {
 }
 
 /// A host answering 429 with Retry-After: 1 on every page, until it recovers.
-async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries<S, B, Q>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
-) where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retries<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
     // GIVEN five pages of a host that throttles
     let site = Site::start().await;
     let paths: Vec<String> = (0..5).map(|i| format!("/p{i}")).collect();
@@ -255,14 +230,17 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     let mut config = config(&[&site]);
     config.politeness.snooze_base_ms = 200;
     config.politeness.per_host = 1;
-    let run = start(config).await;
+    // The crawler on a virtual clock: the snooze lasts until the test moves it, however slow
+    // the backend (a wall clock's second could pass before the early message below arrives).
+    let clock = ManualClock::at(now_ms());
+    let run = Run::start(start().await.with_clock(Arc::new(clock.clone())), config).await;
     let urls: Vec<String> = paths.iter().map(|p| site.url(p)).collect();
     run.seed(&urls).await;
 
     // WHEN the host's turn runs
-    let before = now_ms();
+    let before = clock.now_ms();
     let outcomes = run.round(1_000).await.expect("the host's turn");
-    let after = now_ms();
+    let after = clock.now_ms();
 
     // THEN one request was made: the 429 snoozed the host for the Retry-After (longer than
     // its own backoff), the URL went back untouched, nothing else of the host was fetched
@@ -295,6 +273,7 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
     for path in &paths {
         site.route(path, Route::html("<p>ok</p>"));
     }
+    clock.advance(1_000);
     let outcomes = run.drain().await;
 
     // THEN every page succeeded without having spent a retry, each fetched once more
@@ -315,7 +294,7 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
 }
 
 /// The host's current turn message, as another worker would receive it.
-fn turn_received<S, B, Q>(run: &Run<S, B, Q>, host: &Host) -> trawl_core::queue::Received {
+fn turn_received<P: Ports>(run: &Run<P>, host: &Host) -> trawl_core::queue::Received {
     let message =
         trawl_core::queue::WorkMessage::new(run.crawl.id.clone(), host.name.clone(), host.epoch, 0);
     trawl_core::queue::Received {
@@ -336,13 +315,9 @@ async fn a_throttled_host_is_snoozed_for_every_worker_and_its_urls_spend_no_retr
 }
 
 /// A good site and a host that refuses every connection.
-async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<S, B, Q>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
-) where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
     // GIVEN five good pages and five of a dead host (a port bound, then freed), an error
     // budget of 3 and short snoozes
     let site = Site::start().await;
@@ -367,7 +342,7 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<S, B,
         .push(format!("127.0.0.1:{dead_port}"));
     config.politeness.error_budget = 3;
     config.politeness.snooze_base_ms = 100;
-    let run = start(config).await;
+    let run = Run::start(start().await, config).await;
     let mut urls = good.clone();
     urls.extend(dead.iter().cloned());
     run.seed(&urls).await;
@@ -396,14 +371,8 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes<S, B,
         assert_eq!(t.errors.last().unwrap().kind, ErrorKind::HostGivenUp);
     }
     // AND the sweeper completes the crawl
-    let trigger = LocalDeliveryTrigger::default();
-    let sweeper = Sweeper {
-        store: run.crawler.store(),
-        queue: run.crawler.queue(),
-        trigger: &trigger,
-        calls: run.crawler.calls(),
-        options: SweepOptions::new(),
-    };
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
+    let sweeper = Sweeper::new(run.crawler.app().clone(), trigger, SweepOptions::new());
     let mut budget = SweepBudget::new(100, Duration::from_secs(30));
     let report = sweeper
         .sweep_crawl(&run.crawl, now_ms(), &mut budget)
@@ -423,19 +392,15 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embed
 }
 
 /// A redirect chain whose target is also linked directly.
-async fn a_redirect_target_also_linked_is_fetched_once<S, B, Q>(
-    start: impl AsyncFnOnce(CrawlConfig) -> Run<S, B, Q>,
-) where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+async fn a_redirect_target_also_linked_is_fetched_once<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
     // GIVEN /old → /older → /page, and /page seeded too
     let site = Site::start().await;
     site.route("/old", Route::redirect(301, "/older"))
         .route("/older", Route::redirect(302, "/page"))
         .route("/page", Route::html("<p>the page</p>"));
-    let run = start(config(&[&site])).await;
+    let run = Run::start(start().await, config(&[&site])).await;
     run.seed(&[site.url("/old"), site.url("/page")]).await;
 
     // WHEN everything is crawled

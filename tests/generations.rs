@@ -216,3 +216,44 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn tasks_show_tells_when_a_page_is_fetched_again_and_its_schedule_factor() {
+    // GIVEN a page crawled on an adaptive schedule, and one on a fixed interval
+    let site = linked_site(1).await;
+    let dir = temp_dir("tasks-show-schedule");
+    let url = site.url(&page_path(0));
+    for (crawl_id, schedule) in [("adaptive", "--adaptive"), ("fixed", "--recrawl-every")] {
+        let data = dir.join(crawl_id);
+        let data = data.to_str().unwrap();
+        let mut args = vec!["crawl", &url, "--allow-private-networks", "--json"];
+        args.extend(["--crawl-id", crawl_id, "--data-dir", data, schedule]);
+        if schedule == "--recrawl-every" {
+            args.push("6h");
+        }
+        let crawled = trawl(&args, &dir).await;
+        assert!(
+            crawled.status.success(),
+            "{}",
+            String::from_utf8_lossy(&crawled.stderr)
+        );
+
+        // WHEN its task is shown
+        let shown =
+            json_of(&trawl(&["tasks", "show", &url, "--data-dir", data, "--json"], &dir).await);
+
+        // THEN it says when the page is fetched again, after its fetch, and its schedule's
+        // factor
+        let next = shown["next_fetch_at"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{shown}"));
+        let fetched = shown["fetched_at"].as_str().unwrap();
+        assert!(next > fetched, "{shown}");
+        assert!(
+            shown["schedule_factor"].as_f64().is_some_and(|f| f >= 1.0),
+            "{shown}"
+        );
+        assert_eq!(shown["unchanged_fetches"], 0, "{shown}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -15,6 +15,7 @@ mod items;
 mod migration;
 mod operator;
 mod proxy;
+mod refusals;
 mod seeding;
 mod site;
 mod ssm;

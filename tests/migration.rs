@@ -11,7 +11,7 @@ use tokio::process::Command;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::stack::create_stack;
 use trawl_core::frontier::seed_tasks;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskRecords, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};

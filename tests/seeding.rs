@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::manifest::S3Manifests;
 use trawl_aws::sqs::SqsQueue;
+use trawl_core::app::{App, Ports, Unwired};
 use trawl_core::fetch::Fetcher;
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::seed::{SeedBudget, SeedDefaults, SeedError, SeedRequest, SeedResponse, Seeder};
 use trawl_core::store::ClaimOutcome;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, HostStore, TaskRecords, TaskStore};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlState;
@@ -110,6 +111,18 @@ pub async fn crawl_queue(sqs: &aws_sdk_sqs::Client) -> String {
         .to_owned()
 }
 
+/// A seeder over `app`, reading manifests from S3 through `s3`.
+fn seeder<P: Ports>(app: App<P>, s3: &aws_sdk_s3::Client) -> Seeder<P> {
+    let manifests = S3Manifests::new(s3.clone(), app.calls.clone());
+    let fetcher = Fetcher::new("").unwrap();
+    Seeder::new(
+        Arc::new(app),
+        Arc::new(fetcher),
+        Arc::new(manifests),
+        SeedDefaults::default(),
+    )
+}
+
 #[tokio::test]
 async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
     let endpoint = &moto::shared().endpoint;
@@ -117,17 +130,8 @@ async fn lists_sitemaps_and_pagination_seed_once_on_aws() {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let fetcher = Fetcher::new("").unwrap();
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let defaults = SeedDefaults::default();
-    let seeder = Seeder {
-        store: &store,
-        queue: &queue,
-        fetcher: &fetcher,
-        manifests: &manifests,
-        defaults: &defaults,
-        calls: &calls,
-    };
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
+    let store = &seeder.store;
     let site = sitemap_site().await;
     let crawl = unique("seed");
     let requests = [
@@ -205,17 +209,8 @@ async fn malformed_requests_change_nothing() {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let fetcher = Fetcher::new("").unwrap();
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let defaults = SeedDefaults::default();
-    let seeder = Seeder {
-        store: &store,
-        queue: &queue,
-        fetcher: &fetcher,
-        manifests: &manifests,
-        defaults: &defaults,
-        calls: &calls,
-    };
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
+    let store = &seeder.store;
     let crawl = unique("bad");
     let bad = [
         json!({"crawl_id": crawl, "source": {"urls": ["http://127.0.0.1/"]},
@@ -243,16 +238,11 @@ async fn malformed_requests_change_nothing() {
 }
 
 /// Runs `request` with `budget` until no cursor is returned (bounded); returns every response.
-async fn until_done<S, Q, M>(
-    seeder: &Seeder<'_, S, Q, M>,
+async fn until_done<P: Ports>(
+    seeder: &Seeder<P>,
     mut request: SeedRequest,
     max_urls: u64,
-) -> Vec<SeedResponse>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: trawl_core::queue::WorkQueue,
-    M: trawl_core::seed::ManifestSource,
-{
+) -> Vec<SeedResponse> {
     let budget = SeedBudget {
         max_urls,
         deadline: None,
@@ -282,17 +272,8 @@ async fn continuations_seed_everything_exactly_once() {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
-    let fetcher = Fetcher::new("").unwrap();
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let defaults = SeedDefaults::default();
-    let seeder = Seeder {
-        store: &store,
-        queue: &queue,
-        fetcher: &fetcher,
-        manifests: &manifests,
-        defaults: &defaults,
-        calls: &calls,
-    };
+    let seeder = seeder(App::new(store, Unwired, queue, calls.clone()), &clients.s3);
+    let (store, queue) = (&seeder.store, &seeder.queue);
 
     // An S3 manifest of 1,000 URLs with comments, blank and bad lines, read 70 lines at a time.
     let bucket = unique("seeds");
@@ -424,23 +405,10 @@ const FETCHED: i64 = 1_717_200_000_000;
 /// Incremental seeding on one backend: robots.txt's sitemap seeds the crawl; after a generation
 /// fetched everything, a re-seed refetches only the page whose lastmod is newer than its fetch,
 /// says how many it skipped, wakes the host and reopens the crawl; the checkpoint is kept.
-async fn seeds_incrementally<S, Q>(store: &S, queue: &Q, calls: &Arc<CallCounts>)
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: trawl_core::queue::WorkQueue,
-{
+async fn seeds_incrementally<P: Ports>(app: App<P>) {
     let clients = support::clients(&moto::shared().endpoint).await;
-    let fetcher = Fetcher::new("").unwrap();
-    let manifests = S3Manifests::new(clients.s3.clone(), calls.clone());
-    let defaults = SeedDefaults::default();
-    let seeder = Seeder {
-        store,
-        queue,
-        fetcher: &fetcher,
-        manifests: &manifests,
-        defaults: &defaults,
-        calls,
-    };
+    let seeder = seeder(app, &clients.s3);
+    let store = &seeder.store;
     let site = Site::start().await;
     incremental_site(&site, "2024-05-01T10:00:00+02:00");
     let crawl = unique("incr");
@@ -563,7 +531,7 @@ async fn seeds_incrementally_on_the_embedded_backend() {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
-    seeds_incrementally(&store, &queue, &calls).await;
+    seeds_incrementally(App::new(store, Unwired, queue, calls)).await;
 }
 
 #[tokio::test]
@@ -573,7 +541,7 @@ async fn seeds_incrementally_on_aws() {
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    seeds_incrementally(&store, &queue, &calls).await;
+    seeds_incrementally(App::new(store, Unwired, queue, calls)).await;
     // The two crawls' first turns (never received here), and the woken host's.
     assert_eq!(queue_depth(&clients.sqs, &queue_url).await, 3);
 }

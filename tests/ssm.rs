@@ -141,8 +141,8 @@ async fn a_crawl_run_by_the_functions_takes_its_token_from_parameter_store_and_k
         .dispatch(request, None, now_ms())
         .await
         .unwrap();
-    let store = &functions.sweeper.store;
-    let blobs = &functions.deliverer.blobs;
+    let store = &functions.sweeper.sweeper.store;
+    let blobs = &functions.deliverer.deliverer.blobs;
     let deliveries = Layout::new("pages/").deliveries_prefix(&crawl_id);
     let mut delivered = false;
     for _ in 0..200 {

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::sqs::SqsDeliveryTrigger;
 use trawl_aws::sqs::SqsQueue;
+use trawl_core::app::{App, Store, Unwired};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore, TaskSummary};
+use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskRecords, TaskStore, TaskSummary};
 use trawl_core::sweep::{
     CompletionNotice, LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper,
 };
@@ -68,12 +69,7 @@ fn host_url(path: &str) -> CanonicalUrl {
 }
 
 /// Adds `path`'s URL the way the seeder does: its host is told first, and woken.
-async fn add<S: TaskStore + CrawlStore + HostStore>(
-    store: &S,
-    crawl: &Crawl,
-    path: &str,
-    at: Millis,
-) {
+async fn add<S: Store>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
     let task = NewTask {
         url: host_url(path),
         depth: 0,
@@ -159,7 +155,7 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let trigger = LocalDeliveryTrigger::default();
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
     let crawl = create(&store, config()).await;
     let now = T0 + 4 * HOUR as Millis;
     for path in [
@@ -216,13 +212,12 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     calls.reset();
 
     // WHEN the sweeper runs
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        trigger.clone(),
+        SweepOptions::new(),
+    );
+    let (store, queue) = (&sweeper.store, &sweeper.queue);
     let report = sweeper
         .sweep_crawl(&crawl, now, &mut budget())
         .await
@@ -297,27 +292,26 @@ async fn a_large_sweep_spreads_over_invocations() {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::in_memory(calls.clone()).unwrap();
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
-    let trigger = LocalDeliveryTrigger::default();
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
     let crawl = create(&store, config()).await;
     for i in 0..45 {
         add(&store, &crawl, &format!("h{i:02}"), T0).await;
     }
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions {
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        trigger.clone(),
+        SweepOptions {
             page_size: 10,
-            lost_after_ms: Some(60_000),
             ..SweepOptions::new()
         },
-    };
+    );
+    let queue = &sweeper.queue;
     // WHEN invocations of four pages each sweep it
     let now = T0 + 120_000;
     let mut lost = Vec::new();
     for i in 0..10 {
         let mut budget = SweepBudget::new(4, Duration::from_secs(60));
+        budget.lost_after_ms = Some(60_000);
         let report = sweeper
             .sweep_crawl(&crawl, now + i, &mut budget)
             .await
@@ -356,13 +350,12 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
     for path in ["a", "b", "c"] {
         add(&store, &crawl, path, T0).await;
     }
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        Arc::new(trigger),
+        SweepOptions::new(),
+    );
+    let store = &sweeper.store;
     // Work left: no completion.
     let early = sweeper
         .sweep_crawl(&crawl, T0 + 10, &mut budget())
@@ -370,7 +363,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
         .unwrap();
     assert!(!early.completed);
     for path in ["a", "b", "c"] {
-        succeed_in_turn(&store, &crawl, path, T0 + 20).await;
+        succeed_in_turn(store, &crawl, path, T0 + 20).await;
     }
     let now = T0 + 30;
     let (mut one, mut two) = (budget(), budget());
@@ -420,7 +413,7 @@ async fn completion_happens_once_and_a_recrawl_round_completes_again() {
     let waiting = sweeper.sweep_all(later + 5, &mut budget()).await.unwrap();
     assert!(waiting.crawls.iter().all(|r| !r.completed), "{waiting:?}");
     for path in ["a", "b", "c"] {
-        succeed_in_turn(&store, &reopened, path, later + 10).await;
+        succeed_in_turn(store, &reopened, path, later + 10).await;
     }
     let done = sweeper.sweep_all(later + 20, &mut budget()).await.unwrap();
     assert!(
@@ -462,20 +455,19 @@ async fn a_turn_whose_message_never_went_out_is_reissued_within_a_minute_once_th
     let (store, calls) = support::dynamo_store(endpoint, 4).await;
     let queue_url = crawl_queue(&clients.sqs).await;
     let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
-    let trigger = LocalDeliveryTrigger::default();
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
     let crawl = create(&store, config()).await;
     let now = T0 + HOUR as Millis;
     add(&store, &crawl, "cut", now - 90_000).await;
     // AND another host's message waiting in the queue
     let other = WorkMessage::new(crawl.id.clone(), "busy.example.com", 1, 0);
     assert_eq!(queue.send(&[other]).await.unwrap().sent, 1);
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        trigger.clone(),
+        SweepOptions::new(),
+    );
+    let queue = &sweeper.queue;
 
     // WHEN the sweeper runs while the queue holds a message
     let busy = sweeper

@@ -18,13 +18,14 @@ use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
+use trawl_core::app::App;
 use trawl_core::blob::Layout;
 use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::{add_tasks, seed_tasks};
 use trawl_core::queue::WorkQueue;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskRecords, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -37,7 +38,7 @@ const CONTENDERS: usize = 16;
 /// Longest any one drain may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
 
-type AwsCrawler = Crawler<Metered<DynamoStore>, S3BlobStore, SqsQueue>;
+type AwsCrawler = Crawler<(Metered<DynamoStore>, S3BlobStore, SqsQueue)>;
 
 /// Calls made by one scenario, by `service.Operation`, and per URL; and the DynamoDB write
 /// units its writes consumed, by store operation.
@@ -137,15 +138,14 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
     let meter = store.meter();
     let clock = SkewedClock::default();
     let crawler = Crawler::new(
-        store,
-        stack.blobs,
-        stack.queue,
+        Arc::new(
+            App::new(store, stack.blobs, stack.queue, calls.clone())
+                .with_layout(Layout::new("pages"))
+                .with_clock(Arc::new(clock.clone())),
+        ),
         Arc::new(Fetcher::new("").step("fetcher")?),
-        Layout::new("pages"),
         10,
-        calls.clone(),
-    )
-    .with_clock(Arc::new(clock.clone()));
+    );
     Ok(Harness {
         crawler,
         clock,
@@ -234,13 +234,11 @@ async fn crawl_again(
         ..
     } = harness;
     clock.skip(RECRAWL_MS as i64 + 1_000);
-    let sweeper = Sweeper {
-        store: crawler.store(),
-        queue: crawler.queue(),
-        trigger: &LocalDeliveryTrigger::default(),
-        calls,
-        options: SweepOptions::new(),
-    };
+    let sweeper = Sweeper::new(
+        crawler.app().clone(),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
     let report = sweeper
         .sweep_crawl(
             crawl,

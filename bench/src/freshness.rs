@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use trawl_core::blob::Layout;
+use trawl_core::app::App;
 use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition};
@@ -364,18 +364,21 @@ async fn crawl_site(
     let crawl = Crawl::new(CrawlId::parse("freshness").step("crawl id")?, config, T0);
     let calls = Arc::new(CallCounts::default());
     let crawler = Crawler::new(
-        MemoryStore::new(),
-        MemoryBlobStore::new(),
-        VirtualQueue {
-            clock: clock.clone(),
-            state: Mutex::default(),
-        },
+        Arc::new(
+            App::new(
+                MemoryStore::new(),
+                MemoryBlobStore::new(),
+                VirtualQueue {
+                    clock: clock.clone(),
+                    state: Mutex::default(),
+                },
+                Arc::clone(&calls),
+            )
+            .with_clock(Arc::new(clock.clone())),
+        ),
         Arc::new(Fetcher::new("trawl-bench").step("fetcher")?),
-        Layout::default(),
         size.hosts,
-        Arc::clone(&calls),
-    )
-    .with_clock(Arc::new(clock.clone()));
+    );
     let store = crawler.store();
     store.create_crawl(&crawl).await.step("create crawl")?;
     let tasks = (0..size.pages)
@@ -393,14 +396,8 @@ async fn crawl_site(
     add_tasks(store, crawler.queue(), &crawl, tasks, T0)
         .await
         .step("seed")?;
-    let trigger = LocalDeliveryTrigger::default();
-    let sweeper = Sweeper {
-        store,
-        queue: crawler.queue(),
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
+    let sweeper = Sweeper::new(crawler.app().clone(), trigger.clone(), SweepOptions::new());
     let mut sweeps_waking = 0;
     let end = T0 + size.days * DAY;
     while clock.now_ms() < end {
@@ -429,7 +426,7 @@ async fn crawl_site(
 
 /// Processes every turn message visible now, and those the turns send for now.
 async fn run_due_turns(
-    crawler: &Crawler<MemoryStore, MemoryBlobStore, VirtualQueue>,
+    crawler: &Crawler<(MemoryStore, MemoryBlobStore, VirtualQueue)>,
 ) -> BenchResult<()> {
     let queue = crawler.queue();
     for _ in 0..MAX_BATCHES_PER_TICK {

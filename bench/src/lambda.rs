@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, mpsc};
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::frontier::seed_tasks;
 use trawl_core::queue::{WorkMessage, WorkQueue};
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::task::{NewTask, Status, now_ms};

@@ -8,17 +8,18 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreResult,
+    TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::task::Task;
+use trawl_domain::transition::{Insert, Update};
 
 /// Host records the DynamoDB adapter reads at once while listing hosts.
 const HOST_READS_AT_ONCE: usize = 16;
@@ -68,51 +69,97 @@ macro_rules! one_request {
     };
 }
 
-impl<S: CrawlStore> CrawlStore for Latent<S> {
+impl<S: CrawlRecords> CrawlRecords for Latent<S> {
     one_request! {
-        fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)>;
-        fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>>;
-        fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>>;
-        fn complete_crawl(&self, id: &CrawlId, generation: u64, completer: &str, now: Millis) -> StoreResult<bool>;
-        fn update_config(&self, id: &CrawlId, config: &CrawlConfig, now: Millis) -> StoreResult<bool>;
-        fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool>;
-        fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool>;
-        fn claim_delivery(&self, id: &CrawlId, holder: &str, until: Millis, now: Millis) -> StoreResult<bool>;
-        fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()>;
-        fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool>;
-        fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64>;
-        fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()>;
-        fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally>;
-        fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()>;
+        fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)>;
+        fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>>;
+        fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>>;
+        fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>>;
+        fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()>;
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        self.inner.own_call()
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        self.inner.page_budget()
     }
 }
 
-impl<S: TaskStore> TaskStore for Latent<S> {
-    one_request! {
-        fn seed(&self, crawl_id: &CrawlId, tasks: &[NewTask], now: Millis) -> StoreResult<Vec<Seeded>>;
-        fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>>;
-        fn claim(&self, crawl_id: &CrawlId, task_id: &TaskId, lease_ms: u64, now: Millis) -> StoreResult<ClaimOutcome>;
-        fn claim_in_turn(&self, crawl_id: &CrawlId, task_id: &TaskId, lease_ms: u64, now: Millis) -> StoreResult<ClaimOutcome>;
-        fn finish(&self, lease: &Lease, record: &FetchRecord, now: Millis) -> StoreResult<FinishOutcome>;
-        fn fail(&self, lease: &Lease, failure: &Failure, policy: &RetryPolicy, revisit: &Revisit, now: Millis) -> StoreResult<FailOutcome>;
-        fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool>;
-        fn add_stale(&self, crawl_id: &CrawlId, task_id: &TaskId, md5: &str) -> StoreResult<bool>;
-        fn reschedule(&self, crawl_id: &CrawlId, task_id: &TaskId, from: &[Status], now: Millis) -> StoreResult<bool>;
-        fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool>;
-        fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool>;
-        fn due_tasks(&self, crawl_id: &CrawlId, host: &str, limit: u32) -> StoreResult<Vec<TaskSummary>>;
-        fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage>;
-        fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts>;
-        fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64>;
+impl<S: TaskRecords> TaskRecords for Latent<S> {
+    const IN_TURN_CLAIMS: InTurnClaims = S::IN_TURN_CLAIMS;
+
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
+        self.wait(1).await;
+        self.inner.insert(tasks).await
+    }
+
+    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
+        self.wait(1).await;
+        self.inner.get(crawl_id, task_id).await
+    }
+
+    async fn apply(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        self.wait(1).await;
+        self.inner.apply(crawl_id, task_id, update).await
+    }
+
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        self.wait(1).await;
+        self.inner.due_tasks(crawl_id, host, limit).await
+    }
+
+    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        self.wait(1).await;
+        self.inner.query(query).await
+    }
+
+    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        self.wait(1).await;
+        self.inner.counts(crawl_id).await
+    }
+
+    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.wait(1).await;
+        self.inner.delete_tasks(crawl_id).await
     }
 }
 
 impl<S: HostStore> HostStore for Latent<S> {
-    one_request! {
-        fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>>;
-        fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool>;
-        fn add_seeded(&self, crawl_id: &CrawlId, name: &str, n: u64) -> StoreResult<Option<Host>>;
-        fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64>;
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        self.wait(1).await;
+        self.inner.get_host(crawl_id, name).await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        self.wait(1).await;
+        self.inner.put_host(crawl_id, host).await
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        self.wait(1).await;
+        self.inner.add_seeded(crawl_id, name, n).await
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        self.wait(1).await;
+        self.inner.delete_hosts(crawl_id).await
     }
 
     async fn list_hosts(

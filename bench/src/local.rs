@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use trawl_core::blob::Layout;
+use trawl_core::app::App;
 use trawl_core::crawler::{Crawler, Disposition};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::LocalQueue;
-use trawl_core::store::{CrawlStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
@@ -133,7 +133,7 @@ async fn crawl_embedded(start: &str, dir: &Path, extract: bool) -> BenchResult<C
     let crawl = Crawl::new(CrawlId::parse("bench").step("crawl id")?, config, now_ms());
     store.create_crawl(&crawl).await.step("create crawl")?;
     let fetcher = Arc::new(Fetcher::new("").step("fetcher")?);
-    let crawler = Crawler::new(store, blobs, queue, fetcher, Layout::default(), 10, calls);
+    let crawler = Crawler::new(Arc::new(App::new(store, blobs, queue, calls)), fetcher, 10);
     let cpu_before = machine::cpu_seconds("self")?;
     let started = Instant::now();
     let seed = NewTask {
@@ -170,7 +170,7 @@ async fn crawl_embedded(start: &str, dir: &Path, extract: bool) -> BenchResult<C
     })
 }
 
-type EmbeddedCrawler = Crawler<SqliteStore, FsBlobStore, LocalQueue>;
+type EmbeddedCrawler = Crawler<(SqliteStore, FsBlobStore, LocalQueue)>;
 
 /// One worker: receive → process_batch → ack / retry_later, until the queue holds nothing (not
 /// even in flight: discovery happens before a message is acked, so an empty queue is the end).

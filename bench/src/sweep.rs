@@ -24,11 +24,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
+use trawl_core::app::{App, Store, Unwired};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{WorkMessage, WorkQueue as _};
 use trawl_core::store::memory::MemoryStore;
-use trawl_core::store::{ClaimOutcome, CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, PAGE_SIZE, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -59,11 +60,7 @@ const WEEK_MS: Millis = 7 * 24 * 3_600_000;
 /// A crawl of `size` pending tasks seeded as the seeder seeds them (`frontier::seed_tasks`, host
 /// records included) but whose turn messages are never sent: `DUE` of them an hour ago, each on
 /// a host of its own (lost messages), the rest just now on one more host (not overdue yet).
-async fn fill<S: TaskStore + CrawlStore + HostStore>(
-    store: &S,
-    crawl: &Crawl,
-    size: usize,
-) -> BenchResult<()> {
+async fn fill<S: Store>(store: &S, crawl: &Crawl, size: usize) -> BenchResult<()> {
     let now = now_ms();
     let old = now - AGE_MS;
     let urls: Vec<NewTask> = (0..size)
@@ -105,9 +102,9 @@ struct SweepCost {
 
 /// Fills one crawl per size and sweeps it once with the real sweeper (turn messages go to a
 /// local queue: the queue is not what is measured).
-async fn curve<S: TaskStore + CrawlStore + HostStore>(
+async fn curve<S: Store + Clone + 'static>(
     store: &S,
-    calls: &CallCounts,
+    calls: &Arc<CallCounts>,
     query_call: Call,
     sizes: &[usize],
     label: &str,
@@ -123,14 +120,10 @@ async fn curve<S: TaskStore + CrawlStore + HostStore>(
         store.create_crawl(&crawl).await.step("create crawl")?;
         fill(store, &crawl, size).await?;
         let queue = LocalQueue::new(Duration::from_secs(60), Arc::new(CallCounts::default()));
-        let trigger = LocalDeliveryTrigger::default();
-        let sweeper = Sweeper {
-            store,
-            queue: &queue,
-            trigger: &trigger,
-            calls,
-            options: SweepOptions::new(),
-        };
+        let app = App::new(store.clone(), Unwired, queue, calls.clone());
+        let trigger = Arc::new(LocalDeliveryTrigger::default());
+        let sweeper = Sweeper::new(Arc::new(app), trigger, SweepOptions::new());
+        let queue = &sweeper.queue;
         let mut budget = SweepBudget::new(10_000, Duration::from_secs(120));
         calls.reset();
         let started = Instant::now();
@@ -263,15 +256,10 @@ async fn sweep_due(
     let store = Latent::new(memory.clone(), DYNAMODB_ROUND_TRIP);
     let local = LocalQueue::new(Duration::from_secs(60), Arc::new(CallCounts::default()));
     let queue = Latent::new(local, SQS_ROUND_TRIP);
-    let trigger = LocalDeliveryTrigger::default();
-    let calls = CallCounts::default();
-    let sweeper = Sweeper {
-        store: &store,
-        queue: &queue,
-        trigger: &trigger,
-        calls: &calls,
-        options: SweepOptions::new(),
-    };
+    let app = App::new(store, Unwired, queue, Arc::new(CallCounts::default()));
+    let trigger = Arc::new(LocalDeliveryTrigger::default());
+    let sweeper = Sweeper::new(Arc::new(app), trigger, SweepOptions::new());
+    let (store, queue) = (&sweeper.store, &sweeper.queue);
     let started = Instant::now();
     let report = sweeper
         .sweep_crawl(&recrawl.crawl, recrawl.due + 1_000, &mut budget)

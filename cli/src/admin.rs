@@ -9,30 +9,22 @@ use crate::error::CliError;
 use crate::generations;
 use crate::output;
 use serde_json::json;
+use trawl_core::app::Ports;
 use trawl_core::backoff::{Backoff, persist};
-use trawl_core::blob::BlobStore;
-use trawl_core::blob::Layout;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, purge, release_dead_delivery};
 use trawl_core::operate::{self, Operation, Rewind, Selection};
-use trawl_core::queue::WorkQueue;
-use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskStore};
-use trawl_domain::calls::CallCounts;
+use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
 use trawl_domain::task::{Status, now_ms};
 
-pub async fn dispatch<S, B, Q>(
-    backend: Backend<S, B, Q>,
+pub async fn dispatch<P: Ports>(
+    backend: Backend<P>,
     command: Command,
     plan: Option<crate::crawl::Plan>,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     match command {
         Command::Crawl(args) => crate::crawl::run(backend, args, plan, json).await,
         Command::Demo => {
@@ -66,17 +58,7 @@ where
         Command::Retry(args) => retry(&backend, &args, json).await,
         Command::Deliver(selector) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
-            let b = &backend;
-            let location = deliver(
-                &b.store,
-                &b.blobs,
-                &b.layout,
-                &b.uri_base,
-                &b.calls,
-                &crawl.id,
-                b.local,
-            )
-            .await?;
+            let location = deliver(&backend, &crawl.id).await?;
             if json {
                 output::json(&json!({"crawl_id": crawl.id.as_str(), "delivery": location}));
             } else {
@@ -214,14 +196,11 @@ fn counts_json(counts: &StatusCounts) -> serde_json::Value {
         .into()
 }
 
-async fn status<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn status<P: Ports>(
+    backend: &Backend<P>,
     selector: &CrawlSelector,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-{
+) -> Result<(), CliError> {
     let crawls = match &selector.crawl_id {
         Some(raw) => vec![resolve_crawl(&backend.store, Some(raw)).await?],
         None => backend.store.list_crawls(None).await?,
@@ -260,14 +239,11 @@ where
     Ok(())
 }
 
-async fn tasks_list<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn tasks_list<P: Ports>(
+    backend: &Backend<P>,
     args: &TasksListArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-{
+) -> Result<(), CliError> {
     let status = parse_status(&args.status)?;
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let mut tasks = Vec::new();
@@ -312,14 +288,11 @@ where
     Ok(())
 }
 
-async fn task_show<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn task_show<P: Ports>(
+    backend: &Backend<P>,
     args: &TasksShowArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-{
+) -> Result<(), CliError> {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let task_id = task_id_of(&args.task)?;
     let task = backend
@@ -351,6 +324,10 @@ where
         "object": fetch.and_then(|f| f.object_key.as_ref()).map(|k| format!("{}/{k}", backend.uri_base)),
         "final_url": fetch.and_then(|f| f.final_url.clone()),
         "fetched_at": fetch.map(|f| output::time(f.fetched_at)),
+        // When the page is fetched again, and its place in an adaptive schedule.
+        "next_fetch_at": fetch.and_then(|f| f.next_fetch_at).map(output::time),
+        "schedule_factor": fetch.and_then(|f| f.pace).map(|p| p.factor),
+        "unchanged_fetches": fetch.and_then(|f| f.pace).map(|p| p.unchanged),
         "data": task.data,
     });
     if json {
@@ -361,15 +338,11 @@ where
     Ok(())
 }
 
-async fn retry<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn retry<P: Ports>(
+    backend: &Backend<P>,
     args: &RetryArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     let status = parse_status(&args.status)?;
     if !matches!(status, Status::Failed | Status::Ignored) {
         return Err(CliError::Usage(
@@ -420,39 +393,27 @@ where
 }
 
 /// Writes (or finds) the delivery of the crawl's current generation; returns where it is.
-/// `local`: the store is a data directory locked to this process, so a delivery lease found in
-/// it is a dead process's, taken over at once.
-pub async fn deliver<S, B>(
-    store: &S,
-    blobs: &B,
-    layout: &Layout,
-    uri_base: &str,
-    calls: &CallCounts,
+/// A local backend's store is a data directory locked to this process, so a delivery lease
+/// found in it is a dead process's, taken over at once.
+pub async fn deliver<P: Ports>(
+    backend: &Backend<P>,
     crawl_id: &CrawlId,
-    local: bool,
-) -> Result<String, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-{
+) -> Result<String, CliError> {
     let retries = std::sync::atomic::AtomicU64::new(0);
-    if local {
+    if backend.local {
         persist(
             "take over a dead process's delivery",
             &Backoff::RUN,
             &retries,
-            || release_dead_delivery(store, crawl_id),
+            || release_dead_delivery(&backend.store, crawl_id),
         )
         .await?;
     }
-    let deliverer = Deliverer {
-        store,
-        blobs,
-        layout,
-        uri_base,
-        calls,
-        limits: DeliveryLimits::default(),
-    };
+    let deliverer = Deliverer::new(
+        backend.app.clone(),
+        backend.uri_base.clone(),
+        DeliveryLimits::default(),
+    );
     // A delivery resumes where it stopped: a transient error is waited out, not the end.
     let report = persist("deliver", &Backoff::RUN, &retries, || {
         deliverer.deliver(crawl_id, None, now_ms())
@@ -461,15 +422,11 @@ where
     Ok(report.location)
 }
 
-async fn purge_crawl<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn purge_crawl<P: Ports>(
+    backend: &Backend<P>,
     args: &PurgeArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-{
+) -> Result<(), CliError> {
     let id = parse_crawl_id(&args.crawl_id)?;
     let report = purge(
         &backend.store,
@@ -479,6 +436,11 @@ where
         args.force,
     )
     .await?;
+    // Nothing there at all: a mistyped id, as for the other commands (a purge that stopped
+    // half-way still has its record, deleted last, and is finished here).
+    if !report.crawl_deleted && report.tasks_deleted == 0 && report.objects_deleted == 0 {
+        return Err(CliError::NoSuchCrawl(id.to_string()));
+    }
     if json {
         output::json(
             &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),
@@ -619,14 +581,11 @@ impl HostView {
 }
 
 /// `trawl hosts`: read from the host records only (never a scan of the tasks).
-async fn hosts<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn hosts<P: Ports>(
+    backend: &Backend<P>,
     args: &HostsArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-{
+) -> Result<(), CliError> {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let now = now_ms();
     if let Some(HostsCommand::Show { host }) = &args.show {
@@ -694,15 +653,12 @@ where
     Ok(())
 }
 
-async fn host_show<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn host_show<P: Ports>(
+    backend: &Backend<P>,
     crawl: &Crawl,
     name: &str,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-{
+) -> Result<(), CliError> {
     let host = backend
         .store
         .get_host(&crawl.id, name)

@@ -5,13 +5,12 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use trawl_aws::app::{AwsPorts, Wiring};
 use trawl_aws::clients::Clients;
-use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::s3::S3BlobStore;
 use trawl_aws::settings::{CliSettings, FromEnv};
-use trawl_aws::sqs::{SqsQueue, SqsSeedQueue};
+use trawl_aws::sqs::SqsSeedQueue;
 use trawl_aws::stack::StackError;
-use trawl_core::blob::Layout;
+use trawl_core::app::{App, Ports};
 use trawl_core::queue::local::LocalQueue;
 use trawl_domain::calls::CallCounts;
 use trawl_embedded::fs::FsBlobStore;
@@ -21,13 +20,10 @@ use trawl_embedded::sqlite::SqliteStore;
 /// that holds one longer than this has died with the process anyway).
 const LOCAL_VISIBILITY: Duration = Duration::from_secs(300);
 
-/// The ports of one backend, plus what commands need to describe it.
-pub struct Backend<S, B, Q> {
-    pub store: S,
-    pub blobs: B,
-    pub queue: Q,
-    pub calls: Arc<CallCounts>,
-    pub layout: Layout,
+/// The App of one backend, plus what commands need to describe it. It reads as its App
+/// (`backend.store`, …: it derefs to it), which the commands' services share.
+pub struct Backend<P: Ports> {
+    pub app: Arc<App<P>>,
     /// Prefix of object URIs in deliveries and listings.
     pub uri_base: String,
     /// Whether the queue lives in this process (so it is rebuilt from the table on start).
@@ -38,8 +34,16 @@ pub struct Backend<S, B, Q> {
     _lock: Option<File>,
 }
 
-pub type LocalBackend = Backend<SqliteStore, FsBlobStore, LocalQueue>;
-pub type AwsBackend = Backend<DynamoStore, S3BlobStore, SqsQueue>;
+impl<P: Ports> std::ops::Deref for Backend<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+pub type LocalBackend = Backend<(SqliteStore, FsBlobStore, LocalQueue)>;
+pub type AwsBackend = Backend<AwsPorts>;
 
 /// What a command may do to the local data directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,12 +80,10 @@ pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliEr
         LocalAccess::Write | LocalAccess::Read => SqliteStore::open_existing(db, calls.clone())?,
     };
     let root = std::fs::canonicalize(data_dir).map_err(dir_err)?;
+    let blobs = FsBlobStore::new(&root, calls.clone());
+    let queue = LocalQueue::new(LOCAL_VISIBILITY, calls.clone());
     Ok(Backend {
-        store,
-        blobs: FsBlobStore::new(&root, calls.clone()),
-        queue: LocalQueue::new(LOCAL_VISIBILITY, calls.clone()),
-        calls,
-        layout: Layout::default(),
+        app: Arc::new(App::new(store, blobs, queue, calls)),
         uri_base: root.display().to_string(),
         local: true,
         seed_queue: None,
@@ -111,19 +113,10 @@ pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
     let clients = Clients::new(&config);
     let calls = Arc::new(CallCounts::default());
     Ok(Backend {
-        store: DynamoStore::new(
-            clients.dynamodb.clone(),
-            &settings.table,
-            settings.shards,
-            calls.clone(),
-        ),
-        blobs: S3BlobStore::new(clients.s3.clone(), &settings.bucket, calls.clone()),
-        queue: SqsQueue::new(clients.sqs.clone(), &settings.queue_url, calls.clone()),
+        app: Arc::new(settings.app(&clients, calls.clone())),
         seed_queue: settings
             .seed_queue_url
-            .map(|url| SqsSeedQueue::new(clients.sqs, url, calls.clone())),
-        calls,
-        layout: Layout::new(&settings.prefix),
+            .map(|url| SqsSeedQueue::new(clients.sqs, url, calls)),
         uri_base: format!("s3://{}", settings.bucket),
         local: false,
         _lock: None,

@@ -14,18 +14,18 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use trawl_core::app::{Ports, Store};
 use trawl_core::backoff::{Backoff, persist};
-use trawl_core::blob::BlobStore;
 use trawl_core::crawler::Crawler;
-use trawl_core::fetch::{Fetcher, cookie_file};
+use trawl_core::fetch::{EnvSecrets, Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::MAX_RECEIVES;
 use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
 use trawl_core::seed::{
-    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
-    Seeder, seed_entry,
+    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
+    SeedSource, Seeder, seed_entry, validate_config,
 };
-use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskStore};
+use trawl_core::store::{StatusCounts, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
@@ -185,10 +185,7 @@ fn crawl_id_from(url: &CanonicalUrl) -> Result<CrawlId, CliError> {
 
 /// The crawl's configuration: `--config FILE` (or the defaults), then the flags given; the
 /// seeds' hosts join the allowed domains.
-pub(crate) fn config_from(
-    args: &CrawlArgs,
-    hosts: &BTreeSet<String>,
-) -> Result<CrawlConfig, CliError> {
+fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig, CliError> {
     let mut config = match &args.config {
         Some(path) => read_config(path)?,
         None => CrawlConfig::default(),
@@ -322,18 +319,18 @@ fn apply_request_args(args: &RequestArgs, fetch: &mut FetchLimits) -> Result<(),
 }
 
 /// What `trawl crawl` was asked for, checked before the data directory is created or opened:
-/// a bad seed changes nothing.
+/// a bad seed or configuration changes nothing, not even an empty `trawl.db` left behind.
 pub struct Plan {
     crawl_id: CrawlId,
-    /// The seeds' and sitemaps' hosts (the default scope).
-    hosts: BTreeSet<String>,
     /// The seed URLs as given, command line first, then the seeds file's: the file is read once,
     /// here, and seeded from this.
     seeds: Vec<String>,
+    /// `--config` and the flags, checked as the seeder checks them.
+    config: CrawlConfig,
 }
 
 impl Plan {
-    /// Checks every seed (the seeds file is read once here, to the end).
+    /// Checks every seed (the seeds file is read once here, to the end) and the configuration.
     pub fn of(args: &CrawlArgs) -> Result<Self, CliError> {
         let mut first: Option<CanonicalUrl> = None;
         let mut hosts = BTreeSet::new();
@@ -375,20 +372,53 @@ impl Plan {
                 ));
             }
         };
+        let config = config_from(args, &hosts)?;
+        let problems = validate_config(&config);
+        if !problems.is_empty() {
+            return Err(SeedError::InvalidRequest(problems).into());
+        }
         Ok(Self {
             crawl_id,
-            hosts,
             seeds: seeds_given,
+            config,
         })
+    }
+
+    /// The plan of a crawl run in this process, which reads secrets from its own environment
+    /// only: a secret it cannot read is refused now, naming it, rather than failing every page
+    /// of its host (as `--bearer-env` and the other flags are refused when parsed).
+    pub fn runs_here(self) -> Result<Self, CliError> {
+        for reference in self.config.fetch.secret_refs() {
+            match reference {
+                SecretRef::Ssm(name) => {
+                    return Err(CliError::Usage(format!(
+                        "the crawl names the Parameter Store secret {name:?}, which only the \
+                         crawler function on AWS reads: name an environment variable \
+                         ({{\"env\": NAME}}) for a crawl run here, or hand the crawl to the \
+                         functions with `trawl submit`"
+                    )));
+                }
+                SecretRef::Env(name) => {
+                    if let Err(e) = EnvSecrets::read(reference) {
+                        return Err(CliError::Usage(format!(
+                            "the crawl's configuration names the environment variable {name}, \
+                             which is {}: set it, or name another in --config",
+                            e.reason
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(self)
     }
 
     pub fn crawl_id(&self) -> &CrawlId {
         &self.crawl_id
     }
 
-    /// The seeds' and sitemaps' hosts (the default scope).
-    pub fn hosts(&self) -> &BTreeSet<String> {
-        &self.hosts
+    /// The crawl's configuration.
+    pub fn config(&self) -> &CrawlConfig {
+        &self.config
     }
 
     /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
@@ -405,60 +435,32 @@ impl Plan {
     }
 }
 
-/// Crawls as `plan` (checked beforehand with [`Plan::of`]; None: checked here) says: seed, crawl
+/// Crawls as `plan` (checked beforehand with [`Plan::of`] and [`Plan::runs_here`]; None:
+/// checked here) says: seed, crawl
 /// until done or stopped, deliver if completed, report.
-pub async fn run<S, B, Q>(
-    backend: Backend<S, B, Q>,
+pub async fn run<P: Ports>(
+    backend: Backend<P>,
     args: CrawlArgs,
     plan: Option<Plan>,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     let started = Instant::now();
     let plan = match plan {
         Some(plan) => plan,
-        None => Plan::of(&args)?,
+        None => Plan::of(&args)?.runs_here()?,
     };
-    let config = config_from(&args, &plan.hosts)?;
-    // This process resolves secrets from its environment only: refuse before any page fails.
-    if let Some(SecretRef::Ssm(name)) = config
-        .fetch
-        .secret_refs()
-        .find(|r| matches!(r, SecretRef::Ssm(_)))
-    {
-        return Err(CliError::Usage(format!(
-            "the crawl names the Parameter Store secret {name:?}, which only the crawler \
-             function on AWS reads: name an environment variable ({{\"env\": NAME}}) for a crawl \
-             run here, or hand the crawl to the functions with `trawl submit`"
-        )));
-    }
+    let config = plan.config.clone();
     let crawl_id = plan.crawl_id.clone();
-    let Backend {
-        store,
-        blobs,
-        queue,
-        calls,
-        layout,
-        uri_base,
-        local,
-        ..
-    } = backend;
     let fetcher = Arc::new(Fetcher::new(config.user_agent.as_str()).map_err(CliError::other)?);
 
     let stats = RunStats::default();
     let retries = &stats.backend_retries;
-    let seeder = Seeder {
-        store: &store,
-        queue: &queue,
-        fetcher: &fetcher,
-        manifests: &NoManifests,
-        defaults: &SeedDefaults::default(),
-        calls: &calls,
-    };
+    let seeder = Seeder::new(
+        backend.app.clone(),
+        fetcher.clone(),
+        Arc::new(NoManifests),
+        SeedDefaults::default(),
+    );
     let accepted = seed(
         &seeder,
         &crawl_id,
@@ -470,7 +472,7 @@ where
     )
     .await?;
     let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
-        open_crawl(&store, &queue, &crawl_id, local)
+        open_crawl(&backend.store, &backend.queue, &crawl_id, backend.local)
     })
     .await?;
     if !json {
@@ -480,34 +482,16 @@ where
             "running"
         };
         output::note(format_args!(
-            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {uri_base}"
+            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {}",
+            backend.uri_base
         ));
     }
 
-    let crawler = Crawler::new(
-        store,
-        blobs,
-        queue,
-        fetcher,
-        layout.clone(),
-        args.concurrency,
-        calls.clone(),
-    );
+    let crawler = Crawler::new(backend.app.clone(), fetcher, args.concurrency);
     let end =
         crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
     let delivery = match end {
-        RunEnd::Completed { .. } => Some(
-            deliver(
-                crawler.store(),
-                crawler.blobs(),
-                &layout,
-                &uri_base,
-                &calls,
-                &crawl_id,
-                local,
-            )
-            .await?,
-        ),
+        RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
         RunEnd::Stopped => None,
     };
     let counts = persist("count the tasks", &Backoff::RUN, retries, || {
@@ -539,20 +523,15 @@ where
 
 /// Seeds the crawl from `sources` (idempotent: a re-run adds nothing it already has), following
 /// each request's cursor; returns how many seeds were new. Rejected seeds are warned about.
-async fn seed<S, Q, M>(
-    seeder: &Seeder<'_, S, Q, M>,
+async fn seed<P: Ports>(
+    seeder: &Seeder<P>,
     crawl_id: &CrawlId,
     config: &CrawlConfig,
     update_config: bool,
     sources: Vec<SeedSource>,
     json: bool,
     retries: &AtomicU64,
-) -> Result<u64, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    M: ManifestSource,
-{
+) -> Result<u64, CliError> {
     let mut accepted = 0;
     for source in sources {
         let mut request = SeedRequest {
@@ -591,16 +570,12 @@ where
 
 /// The crawl as seeded; an in-process queue (lost with its last process) is rebuilt from the
 /// table first.
-async fn open_crawl<S, Q>(
+async fn open_crawl<S: Store, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     crawl_id: &CrawlId,
     local: bool,
-) -> Result<Crawl, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Crawl, CliError> {
     let crawl = store
         .get_crawl(crawl_id)
         .await?
@@ -612,19 +587,14 @@ where
 }
 
 /// Runs the in-process workers until the crawl completes or Ctrl-C stops it, showing progress.
-async fn crawl_until_done<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn crawl_until_done<P: Ports>(
+    crawler: &Crawler<P>,
     crawl_id: &CrawlId,
     workers: usize,
     stats: &RunStats,
     started: Instant,
     json: bool,
-) -> Result<RunEnd, CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<RunEnd, CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     let signals = tokio::spawn(watch_ctrl_c(stop.clone(), json));
     let progress = Progress::start(json);

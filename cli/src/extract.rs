@@ -6,10 +6,9 @@ use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
 use std::path::Path;
-use trawl_core::blob::BlobStore;
+use trawl_core::app::Ports;
 use trawl_core::extract::{DryRun, dry_run, dry_run_stored};
 use trawl_core::fetch::Fetcher;
-use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::CrawlConfig;
 
@@ -36,15 +35,11 @@ pub async fn run(args: &ExtractArgs, json: bool) -> Result<(), CliError> {
 
 /// The dry run of the page a crawl stored for `--task`: nothing is fetched; the extractors are
 /// those of `--config`, else the crawl's own.
-pub async fn run_stored<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+pub async fn run_stored<P: Ports>(
+    backend: &Backend<P>,
     args: &ExtractArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore,
-    B: BlobStore,
-{
+) -> Result<(), CliError> {
     let Some(raw_task) = &args.task else {
         return run(args, json).await;
     };

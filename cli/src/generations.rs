@@ -7,28 +7,22 @@ use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
 use serde_json::json;
-use trawl_core::blob::BlobStore;
+use trawl_core::app::Ports;
 use trawl_core::fetch::Fetcher;
 use trawl_core::operate::{self, OperateError, Operation, OperationRequest};
-use trawl_core::queue::WorkQueue;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
+use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::task::now_ms;
 
 /// Moves the tasks `operation` takes back to pending, then (unless detached) crawls until done.
-pub async fn rewind<S, B, Q>(
-    backend: Backend<S, B, Q>,
+pub async fn rewind<P: Ports>(
+    backend: Backend<P>,
     args: &RewindArgs,
     operation: Operation,
     what: &str,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let Some((selection, how)) = operation.selection(&crawl).map_err(usage)? else {
         return Ok(());
@@ -82,15 +76,11 @@ fn usage(e: OperateError) -> CliError {
     }
 }
 
-pub async fn config<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+pub async fn config<P: Ports>(
+    backend: &Backend<P>,
     command: &ConfigCommand,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<(), CliError> {
     match command {
         ConfigCommand::Show(selector) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
@@ -104,7 +94,7 @@ where
                     config: Box::new(crate::crawl::read_config(file)?),
                 },
             };
-            let done = operate::operate(&backend.store, None::<&Q>, &request, now_ms())
+            let done = operate::operate(&backend.store, None::<&P::Queue>, &request, now_ms())
                 .await
                 .map_err(usage)?;
             if json {
@@ -124,14 +114,11 @@ where
 }
 
 /// `trawl check URL`: the dry run, under the crawl's rules (or the defaults).
-pub async fn check<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+pub async fn check<P: Ports>(
+    backend: &Backend<P>,
     args: &CheckArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore,
-{
+) -> Result<(), CliError> {
     let url = CanonicalUrl::parse(&args.url)
         .map_err(|e| CliError::Usage(format!("{}: {e}", args.url)))?;
     let crawl = match (&args.crawl_id, backend.store.list_crawls(None).await?.len()) {

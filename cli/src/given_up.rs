@@ -59,10 +59,12 @@ impl Reason {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
+                // The crawl keeps its settings: the update is asked for, and the refused tasks
+                // made pending again (an update does not re-admit them).
                 format!(
-                    "the network guard refuses {classes} addresses: to crawl them, crawl again \
-                     with --allow-private-networks and a new --crawl-id (or after `trawl purge \
-                     --crawl-id {crawl_id}`), as a crawl keeps the settings it was created with"
+                    "the network guard refuses {classes} addresses: to crawl them, run `trawl \
+                     retry --status ignored --crawl-id {crawl_id}`, then the same crawl command \
+                     with --allow-private-networks --update-config"
                 )
             }
             ErrorKind::RobotsDenied => "robots.txt disallows these URLs, and trawl obeys it".into(),

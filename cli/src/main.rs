@@ -24,6 +24,7 @@ use backend::LocalAccess;
 use clap::{CommandFactory, Parser};
 use error::CliError;
 use std::process::ExitCode;
+use trawl_domain::canonical::redact_userinfo;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -47,8 +48,9 @@ async fn main() -> ExitCode {
 }
 
 /// A command line clap refused, as one line naming the problem and where to read about it
-/// (clap's own message spans several lines with the usage). Help and version are printed as
-/// clap prints them.
+/// (clap's own message spans several lines with the usage). clap quotes the value it refused:
+/// a URL's credentials are redacted from it (`--proxy http://bob:pw@…`). Help and version are
+/// printed as clap prints them.
 fn usage_error(e: clap::Error) -> CliError {
     use clap::error::ErrorKind;
     if matches!(
@@ -60,7 +62,8 @@ fn usage_error(e: clap::Error) -> CliError {
         e.exit();
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    CliError::Usage(one_line(&e.render().to_string(), &subcommand_of(&args)))
+    let rendered = e.render().to_string();
+    CliError::Usage(one_line(&redact_userinfo(&rendered), &subcommand_of(&args)))
 }
 
 /// The (sub)command the arguments name, as typed: `trawl crawl`, `trawl tasks list`.
@@ -136,9 +139,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 .into(),
         ));
     }
-    // A crawl's seeds are checked before any backend is opened (or a data directory created).
+    // A crawl's seeds and configuration are checked before any backend is opened (or a data
+    // directory created).
     let plan = match &cli.command {
-        Command::Crawl(args) | Command::Submit(args) => Some(crawl::Plan::of(args)?),
+        Command::Crawl(args) => Some(crawl::Plan::of(args)?.runs_here()?),
+        Command::Submit(args) => Some(crawl::Plan::of(args)?),
         _ => None,
     };
     match global.backend {

@@ -3,7 +3,7 @@
 //! sweeper and deliverer do the rest, and `trawl status --watch` follows them.
 
 use crate::args::CrawlArgs;
-use crate::crawl::{Plan, config_from};
+use crate::crawl::Plan;
 use crate::error::CliError;
 use crate::output;
 use serde_json::json;
@@ -28,7 +28,7 @@ pub async fn run(
                 .into(),
         ));
     };
-    let config = config_from(args, plan.hosts())?;
+    let config = plan.config().clone();
     let crawl_id = plan.crawl_id().clone();
     let requests = requests_for(
         &crawl_id,

@@ -11,9 +11,9 @@ use crate::given_up::GivenUp;
 use crate::output;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use trawl_core::blob::BlobStore;
+use trawl_core::app::Ports;
 use trawl_core::deliver::delivery_id;
-use trawl_core::store::{CrawlStore, StatusCounts, TaskStore};
+use trawl_core::store::{CrawlStore, StatusCounts, TaskRecords};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::task::Status;
@@ -106,15 +106,11 @@ impl Snapshot {
 }
 
 /// Refreshes every `args.interval` until the crawl's current generation is delivered.
-pub async fn run<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+pub async fn run<P: Ports>(
+    backend: &Backend<P>,
     args: &StatusArgs,
     json: bool,
-) -> Result<(), CliError>
-where
-    S: TaskStore + CrawlStore,
-    B: BlobStore,
-{
+) -> Result<(), CliError> {
     let Some(raw) = &args.selector.crawl_id else {
         return Err(CliError::Usage(
             "--watch follows one crawl: pass --crawl-id ID".into(),
@@ -145,16 +141,12 @@ where
     }
 }
 
-async fn snapshot<S, B, Q>(
-    backend: &Backend<S, B, Q>,
+async fn snapshot<P: Ports>(
+    backend: &Backend<P>,
     crawl_id: &CrawlId,
     previous: Option<(Instant, u64)>,
     observed: Instant,
-) -> Result<Option<Snapshot>, CliError>
-where
-    S: TaskStore + CrawlStore,
-    B: BlobStore,
-{
+) -> Result<Option<Snapshot>, CliError> {
     let Some(crawl) = backend.store.get_crawl(crawl_id).await? else {
         return Ok(None);
     };

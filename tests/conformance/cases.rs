@@ -8,11 +8,12 @@ use crate::support::unique;
 use futures_util::future::join_all;
 use trawl_core::frontier::update_host;
 use trawl_core::store::{
-    ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostStore, Seeded,
-    StoreError, TaskQuery, TaskStore,
+    Applied, ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostStore,
+    Seeded, StoreError, TaskQuery, TaskStore,
 };
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::transition as crawl_rules;
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::{Host, HostPolicy, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
@@ -972,6 +973,71 @@ pub async fn crawl_lifecycle<S: CrawlStore>(store: &S) {
         store.release_pages(&id, 1).await,
         Err(StoreError::NoSuchCrawl(_))
     ));
+}
+
+pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl
+    let id = crawl_id();
+    store
+        .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
+        .await
+        .unwrap();
+    let mut config = CrawlConfig {
+        user_agent: "other".into(),
+        ..CrawlConfig::default()
+    };
+    config.scope.max_pages = Some(5);
+
+    // WHEN every crawl rule is written in turn, some of them refused
+    let updates = [
+        crawl_rules::update_config(&config, T0 + 1),
+        crawl_rules::set_checkpoint(Some("since=1")),
+        crawl_rules::add_reference_misses(2),
+        crawl_rules::claim_delivery("a", T0 + 100, T0 + 2),
+        crawl_rules::claim_delivery("b", T0 + 200, T0 + 3),
+        crawl_rules::complete(0, "s1", T0 + 4),
+        crawl_rules::complete(0, "s2", T0 + 5),
+        crawl_rules::complete(0, "s1", T0 + 4),
+        crawl_rules::release_delivery("b"),
+        crawl_rules::release_delivery("a"),
+        crawl_rules::reopen(T0 + 6),
+        crawl_rules::reopen(T0 + 7),
+        crawl_rules::complete(0, "s1", T0 + 8),
+        crawl_rules::reserve_pages(3, 5),
+        crawl_rules::reserve_pages(3, 5),
+        crawl_rules::release_pages(1),
+        crawl_rules::add_calls(&CallTally::from([(Call::S3PutObject, 2)])),
+        crawl_rules::set_checkpoint(None),
+    ];
+    for update in &updates {
+        let before = store.get_crawl(&id).await.unwrap().unwrap();
+        let expected = update.apply(&before);
+        let applied = store.apply_crawl(&id, update).await.unwrap();
+
+        // THEN the store applied it exactly when the domain's condition held, answering with
+        // the crawl it found, and the WHOLE stored crawl is what the domain made of it
+        let found = match &applied {
+            Applied::Done { before } => Some(before),
+            Applied::Refused { current } => current.as_ref(),
+        };
+        assert_eq!(found, Some(&before), "{:?}", update.event);
+        assert_eq!(applied.is_done(), expected.is_some(), "{:?}", update.event);
+        let stored = store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!(stored, expected.unwrap_or(before), "{:?}", update.event);
+    }
+
+    // AND a crawl that does not exist is refused every write, and none is created
+    let missing = crawl_id();
+    for update in &updates {
+        let applied = store.apply_crawl(&missing, update).await.unwrap();
+        assert_eq!(
+            applied,
+            Applied::Refused { current: None },
+            "{:?}",
+            update.event
+        );
+    }
+    assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
 }
 
 pub async fn page_budget_is_never_exceeded<S: CrawlStore>(store: &S) {

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
 use trawl_aws::dynamodb::capacity::{image_of, task_image};
 use trawl_aws::dynamodb::{DynamoStore, create_table};
-use trawl_core::store::{ClaimOutcome, TaskStore};
+use trawl_core::store::{ClaimOutcome, TaskRecords, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::capacity::{Image, item_size};

@@ -2,8 +2,10 @@
 //! SQLite (the embedded backend) and the in-memory store. Each case is written once, generic
 //! over the ports, and checks the whole task against the domain after every transition.
 //!
-//! Race cases run against a single-threaded moto: threaded moto does not make conditional
-//! writes atomic (double claims happen that DynamoDB would reject).
+//! The suite is one list ([`suite!`]), generated per backend: a backend runs every case of it,
+//! and one it does not run is written there as skipped on it, with the reason (`cargo test`
+//! lists it as ignored). Race cases run against a single-threaded moto: threaded moto does not
+//! make conditional writes atomic (double claims happen that DynamoDB would reject).
 
 mod budget;
 mod cases;
@@ -11,149 +13,137 @@ mod item_size;
 
 use crate::support;
 
-macro_rules! on_dynamodb {
-    ($server:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $case() {
-                let (store, _calls) = support::dynamo_store(&$server().endpoint, 4).await;
-                cases::$case(&store).await;
-            }
-        )*
+/// What a case asks of the backend's store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// Callers contend for one record at once: the store must make conditional writes atomic.
+    Race,
+}
+
+/// Every case, once, and in brackets what a backend must know of it: `race` (a [`Kind::Race`]
+/// case) and `skip(backend, "why")` (not run on that backend, for that reason). Calls
+/// `$backend!` with the whole list.
+macro_rules! suite {
+    ($backend:ident) => {
+        $backend! {
+            reseed_is_idempotent [],
+            user_data_stays_with_its_task_through_every_transition [],
+            expired_lease_is_reclaimed_and_the_old_holder_is_fenced [],
+            a_task_whose_turn_died_is_taken_by_the_next_turn [],
+            transient_failures_back_off_then_give_up [],
+            permanent_failures_are_terminal [],
+            a_page_comes_due_again_and_is_gone_only_after_its_second_404 [],
+            error_history_is_bounded [],
+            query_pages_through_every_shard_in_update_order [],
+            counts_per_status [],
+            crawl_lifecycle [],
+            every_crawl_write_leaves_the_crawl_the_domain_says [],
+            a_crawl_keeps_the_checkpoint_it_is_given [],
+            reference_misses_add_up [],
+            request_settings_are_stored_as_given [],
+            reschedule_moves_a_task_back_to_pending [],
+            a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now [],
+            stale_objects_are_handed_to_the_next_finisher [],
+            release_gives_the_task_back [],
+            due_tasks_are_per_host_in_due_order [],
+            host_records_are_written_only_over_the_version_read [],
+            concurrent_claimers_exactly_one_wins [race],
+            of_two_turns_holding_one_task_only_the_first_result_lands [race],
+            page_budget_is_never_exceeded [race],
+            completion_happens_exactly_once [race],
+            a_delivery_is_written_by_one_holder_at_a_time [race],
+            call_counts_add_up_atomically [race],
+            a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn [race],
+        }
     };
 }
 
-macro_rules! on_memory {
-    ($($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $case() {
-                let store = trawl_core::store::memory::MemoryStore::new();
-                cases::$case(&store).await;
-            }
-        )*
+/// The tests of one backend module, whose `store(kind)` makes a fresh store for a case.
+macro_rules! memory {
+    ($($case:ident [$($flag:tt)*]),* $(,)?) => { $( case!(memory, $case, Plain, [], [$($flag)*]); )* };
+}
+macro_rules! sqlite {
+    ($($case:ident [$($flag:tt)*]),* $(,)?) => { $( case!(sqlite, $case, Plain, [], [$($flag)*]); )* };
+}
+macro_rules! dynamodb {
+    ($($case:ident [$($flag:tt)*]),* $(,)?) => { $( case!(dynamodb, $case, Plain, [], [$($flag)*]); )* };
+}
+
+/// One case on one backend: its flags read one by one (its kind, and the reason it is
+/// skipped there, if it is), then the test.
+macro_rules! case {
+    ($backend:ident, $case:ident, $kind:ident, [], []) => {
+        #[tokio::test]
+        async fn $case() {
+            let store = store(Kind::$kind).await;
+            cases::$case(&store).await;
+        }
+    };
+    ($backend:ident, $case:ident, $kind:ident, [$why:literal], []) => {
+        #[tokio::test]
+        #[ignore = $why]
+        async fn $case() {
+            let store = store(Kind::$kind).await;
+            cases::$case(&store).await;
+        }
+    };
+    ($backend:ident, $case:ident, $kind:ident, $skip:tt, [race $($rest:tt)*]) => {
+        case!($backend, $case, Race, $skip, [$($rest)*]);
+    };
+    (memory, $case:ident, $kind:ident, $skip:tt, [skip(memory, $why:literal) $($rest:tt)*]) => {
+        case!(memory, $case, $kind, [$why], [$($rest)*]);
+    };
+    (sqlite, $case:ident, $kind:ident, $skip:tt, [skip(sqlite, $why:literal) $($rest:tt)*]) => {
+        case!(sqlite, $case, $kind, [$why], [$($rest)*]);
+    };
+    (dynamodb, $case:ident, $kind:ident, $skip:tt, [skip(dynamodb, $why:literal) $($rest:tt)*]) => {
+        case!(dynamodb, $case, $kind, [$why], [$($rest)*]);
+    };
+    // Skipped on another backend.
+    ($backend:ident, $case:ident, $kind:ident, $skip:tt, [skip($other:ident, $why:literal) $($rest:tt)*]) => {
+        case!($backend, $case, $kind, $skip, [$($rest)*]);
     };
 }
 
-macro_rules! on_sqlite {
-    ($($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $case() {
-                let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
-                let store = trawl_embedded::sqlite::SqliteStore::in_memory(calls).unwrap();
-                cases::$case(&store).await;
-            }
-        )*
-    };
-}
-
-/// Every case, on the in-memory store (one lock serialises every call).
+/// The in-memory store (one lock serialises every call).
 mod memory {
     use super::*;
+    use trawl_core::store::memory::MemoryStore;
 
-    on_memory!(
-        reseed_is_idempotent,
-        user_data_stays_with_its_task_through_every_transition,
-        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
-        of_two_turns_holding_one_task_only_the_first_result_lands,
-        a_task_whose_turn_died_is_taken_by_the_next_turn,
-        transient_failures_back_off_then_give_up,
-        permanent_failures_are_terminal,
-        a_page_comes_due_again_and_is_gone_only_after_its_second_404,
-        error_history_is_bounded,
-        query_pages_through_every_shard_in_update_order,
-        counts_per_status,
-        crawl_lifecycle,
-        a_crawl_keeps_the_checkpoint_it_is_given,
-        reference_misses_add_up,
-        reschedule_moves_a_task_back_to_pending,
-        a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now,
-        stale_objects_are_handed_to_the_next_finisher,
-        release_gives_the_task_back,
-        concurrent_claimers_exactly_one_wins,
-        page_budget_is_never_exceeded,
-        completion_happens_exactly_once,
-        a_delivery_is_written_by_one_holder_at_a_time,
-        call_counts_add_up_atomically,
-        due_tasks_are_per_host_in_due_order,
-        host_records_are_written_only_over_the_version_read,
-        a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
-    );
+    async fn store(_: Kind) -> MemoryStore {
+        MemoryStore::new()
+    }
+
+    suite!(memory);
 }
 
-/// Every case, on the embedded backend (SQLite serialises writers itself).
+/// The embedded backend (SQLite serialises writers itself).
 mod sqlite {
     use super::*;
+    use trawl_embedded::sqlite::SqliteStore;
 
-    on_sqlite!(
-        reseed_is_idempotent,
-        user_data_stays_with_its_task_through_every_transition,
-        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
-        of_two_turns_holding_one_task_only_the_first_result_lands,
-        a_task_whose_turn_died_is_taken_by_the_next_turn,
-        transient_failures_back_off_then_give_up,
-        permanent_failures_are_terminal,
-        a_page_comes_due_again_and_is_gone_only_after_its_second_404,
-        error_history_is_bounded,
-        query_pages_through_every_shard_in_update_order,
-        counts_per_status,
-        crawl_lifecycle,
-        a_crawl_keeps_the_checkpoint_it_is_given,
-        reference_misses_add_up,
-        request_settings_are_stored_as_given,
-        reschedule_moves_a_task_back_to_pending,
-        a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now,
-        stale_objects_are_handed_to_the_next_finisher,
-        release_gives_the_task_back,
-        concurrent_claimers_exactly_one_wins,
-        page_budget_is_never_exceeded,
-        completion_happens_exactly_once,
-        a_delivery_is_written_by_one_holder_at_a_time,
-        call_counts_add_up_atomically,
-        due_tasks_are_per_host_in_due_order,
-        host_records_are_written_only_over_the_version_read,
-        a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
-    );
+    async fn store(_: Kind) -> SqliteStore {
+        let calls = std::sync::Arc::new(trawl_domain::calls::CallCounts::default());
+        SqliteStore::in_memory(calls).unwrap()
+    }
+
+    suite!(sqlite);
 }
 
+/// DynamoDB on moto; races on the single-threaded moto, where conditional writes are atomic as
+/// on DynamoDB.
 mod dynamodb {
     use super::*;
+    use trawl_aws::dynamodb::DynamoStore;
 
-    on_dynamodb!(support::moto::shared;
-        reseed_is_idempotent,
-        user_data_stays_with_its_task_through_every_transition,
-        expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
-        a_task_whose_turn_died_is_taken_by_the_next_turn,
-        transient_failures_back_off_then_give_up,
-        permanent_failures_are_terminal,
-        a_page_comes_due_again_and_is_gone_only_after_its_second_404,
-        error_history_is_bounded,
-        query_pages_through_every_shard_in_update_order,
-        counts_per_status,
-        crawl_lifecycle,
-        a_crawl_keeps_the_checkpoint_it_is_given,
-        reference_misses_add_up,
-        request_settings_are_stored_as_given,
-        reschedule_moves_a_task_back_to_pending,
-        a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now,
-        stale_objects_are_handed_to_the_next_finisher,
-        release_gives_the_task_back,
-        due_tasks_are_per_host_in_due_order,
-        host_records_are_written_only_over_the_version_read,
-    );
-
-    /// Races: single-threaded moto, where conditional writes are atomic as on DynamoDB.
-    mod races {
-        use super::*;
-        on_dynamodb!(support::moto::single_threaded;
-            concurrent_claimers_exactly_one_wins,
-            of_two_turns_holding_one_task_only_the_first_result_lands,
-            page_budget_is_never_exceeded,
-            completion_happens_exactly_once,
-            a_delivery_is_written_by_one_holder_at_a_time,
-            call_counts_add_up_atomically,
-            a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn,
-        );
+    async fn store(kind: Kind) -> DynamoStore {
+        let moto = match kind {
+            Kind::Plain => support::moto::shared(),
+            Kind::Race => support::moto::single_threaded(),
+        };
+        support::dynamo_store(&moto.endpoint, 4).await.0
     }
+
+    suite!(dynamodb);
 }

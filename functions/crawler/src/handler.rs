@@ -7,11 +7,10 @@ use lambda_runtime::LambdaEvent;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use trawl_core::blob::BlobStore;
+use trawl_core::app::Ports;
 use trawl_core::crawler::{Crawler, Disposition, MessageResult, Outcome};
 use trawl_core::fetch::FetchStats;
 use trawl_core::queue::{Received, WorkMessage, WorkQueue};
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::metrics::{Metric, OUTCOME, Record};
@@ -26,17 +25,25 @@ pub const DEADLINE_MARGIN: Duration = Duration::ZERO;
 
 /// What every invocation uses, built once per cold start. The crawler (ports, HTTP client,
 /// crawl-config cache) is shared, so clones share its cache.
-#[derive(Clone)]
-pub struct Handler<S, B, Q> {
-    pub crawler: Arc<Crawler<S, B, Q>>,
+pub struct Handler<P: Ports> {
+    pub crawler: Arc<Crawler<P>>,
 }
 
-impl<S, B, Q> Handler<S, B, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+impl<P: Ports> Clone for Handler<P> {
+    fn clone(&self) -> Self {
+        Self {
+            crawler: self.crawler.clone(),
+        }
+    }
+}
+
+impl<P: Ports> Handler<P> {
+    pub fn new(crawler: Crawler<P>) -> Self {
+        Self {
+            crawler: Arc::new(crawler),
+        }
+    }
+
     /// The Lambda entry: the event as sent, so that one that is no SQS batch is refused with the
     /// `InvalidEvent` every trawl function answers (the runtime's own decoding error has no
     /// stable type) and nothing is touched.
@@ -208,11 +215,14 @@ mod tests {
     use super::*;
     use lambda_runtime::Diagnostic;
     use std::time::{SystemTime, UNIX_EPOCH};
-    use trawl_core::blob::Layout;
+    use trawl_core::app::App;
+    use trawl_core::blob::BlobStore;
     use trawl_core::blob::memory::MemoryBlobStore;
     use trawl_core::fetch::Fetcher;
     use trawl_core::frontier::add_tasks;
     use trawl_core::queue::local::LocalQueue;
+    use trawl_core::store::CrawlStore;
+    use trawl_core::store::TaskRecords;
     use trawl_core::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -245,17 +255,12 @@ mod tests {
             })
             .collect();
         add_tasks(&store, &queue, &crawl, tasks, 0).await.unwrap();
-        let handler = Handler {
-            crawler: Arc::new(Crawler::new(
-                store,
-                MemoryBlobStore::new(),
-                queue,
-                Arc::new(Fetcher::new("").unwrap()),
-                Layout::default(),
-                10,
-                calls,
-            )),
-        };
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls);
+        let handler = Handler::new(Crawler::new(
+            Arc::new(app),
+            Arc::new(Fetcher::new("").unwrap()),
+            10,
+        ));
 
         // WHEN the sample event is handled
         let event: SqsEvent = serde_json::from_str(EVENT).unwrap();
@@ -386,17 +391,13 @@ mod tests {
         let mut event: SqsEvent = serde_json::from_str(EVENT).unwrap();
         event.records[1].message_id = None;
         let calls = Arc::new(CallCounts::default());
-        let handler = Handler {
-            crawler: Arc::new(Crawler::new(
-                MemoryStore::new(),
-                MemoryBlobStore::new(),
-                LocalQueue::new(Duration::from_secs(30), calls.clone()),
-                Arc::new(Fetcher::new("").unwrap()),
-                Layout::default(),
-                10,
-                calls,
-            )),
-        };
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let app = App::new(MemoryStore::new(), MemoryBlobStore::new(), queue, calls);
+        let handler = Handler::new(Crawler::new(
+            Arc::new(app),
+            Arc::new(Fetcher::new("").unwrap()),
+            10,
+        ));
         let err = handler
             .handle(LambdaEvent::new(event, lambda_runtime::Context::default()))
             .await

@@ -9,17 +9,13 @@
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::app::Ports;
 use trawl_core::deliver::{
-    DeliverError, Deliverer, Delivery, DeliveryLimits, DeliveryProgress, DeliveryReport,
-    DeliveryRequest,
+    DeliverError, Deliverer, Delivery, DeliveryProgress, DeliveryReport, DeliveryRequest,
 };
 use trawl_core::queue::QueueError;
-use trawl_core::store::{CrawlStore, TaskStore};
 use trawl_core::sweep::{CompletionNotice, DeliveryTrigger};
-use trawl_domain::calls::CallCounts;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, bounded};
 
@@ -81,32 +77,22 @@ pub fn stop_at(deadline: SystemTime, margin: Duration) -> Instant {
     Instant::now() + left
 }
 
-/// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
-#[derive(Clone)]
-pub struct Handler<S, B, C> {
-    pub store: S,
-    pub blobs: B,
-    pub layout: Layout,
-    /// `s3://bucket` (or a directory for the embedded backend).
-    pub uri_base: String,
-    pub calls: Arc<CallCounts>,
-    /// Where a delivery that outlasts its invocation sends its continuation: the delivery queue.
+/// What every invocation uses, built once per cold start: the deliverer, and the queue where a
+/// delivery that outlasts its invocation sends its continuation (the delivery queue).
+pub struct Handler<P: Ports, C> {
+    pub deliverer: Deliverer<P>,
     pub continuation: C,
-    pub limits: DeliveryLimits,
 }
 
-impl<S, B, C> Handler<S, B, C>
-where
-    S: CrawlStore + TaskStore,
-    B: BlobStore,
-    C: DeliveryTrigger,
-{
+impl<P: Ports, C: DeliveryTrigger> Handler<P, C> {
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<DelivererResponse, HandlerError> {
         let deadline = stop_at(event.context.deadline(), DEADLINE_MARGIN);
-        self.deliver(event.payload, now_ms(), Some(deadline)).await
+        // Boxed: the delivery's future is deep, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.deliver(event.payload, now_ms(), Some(deadline))).await
     }
 
     /// Delivers what the event asks for: one crawl (direct) or each record's (queue), stopping
@@ -154,16 +140,10 @@ where
         deadline: Option<Instant>,
     ) -> Result<Delivery, DeliverError> {
         let started = std::time::Instant::now();
-        let delivery = Deliverer {
-            store: &self.store,
-            blobs: &self.blobs,
-            layout: &self.layout,
-            uri_base: &self.uri_base,
-            calls: &self.calls,
-            limits: self.limits,
-        }
-        .deliver_until(&request.crawl_id, request.generation, now, deadline)
-        .await?;
+        let delivery = self
+            .deliverer
+            .deliver_until(&request.crawl_id, request.generation, now, deadline)
+            .await?;
         if let Delivery::Done(report) = &delivery {
             let elapsed_ms = started.elapsed().as_millis() as f64;
             if let Some(record) = trawl_lambda::metrics::delivery(report, elapsed_ms, now) {
@@ -254,11 +234,15 @@ mod tests {
     use lambda_runtime::Diagnostic;
     use md5::{Digest, Md5};
     use std::path::PathBuf;
+    use std::sync::Arc;
+    use trawl_core::app::{App, Unwired};
     use trawl_core::blob::memory::MemoryBlobStore;
-    use trawl_core::blob::{Body, ObjectMeta};
+    use trawl_core::blob::{BlobStore, Body, ObjectMeta};
+    use trawl_core::deliver::DeliveryLimits;
     use trawl_core::store::memory::MemoryStore;
-    use trawl_core::store::{ClaimOutcome, FinishOutcome};
+    use trawl_core::store::{ClaimOutcome, CrawlStore, FinishOutcome, TaskStore};
     use trawl_core::sweep::LocalDeliveryTrigger;
+    use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
     use trawl_domain::task::{FetchRecord, NewTask};
@@ -278,7 +262,7 @@ mod tests {
 
     /// The handler on the embedded backend, with the sample events' crawl: two pages, one
     /// stored, completed (generation 0).
-    type TestHandler = Handler<MemoryStore, MemoryBlobStore, LocalDeliveryTrigger>;
+    type TestHandler = Handler<(MemoryStore, MemoryBlobStore, Unwired), LocalDeliveryTrigger>;
 
     async fn handler(name: &str) -> (TestHandler, TempDir) {
         let dir = TempDir(std::env::temp_dir().join(format!(
@@ -287,17 +271,18 @@ mod tests {
             nanos()
         )));
         let calls = Arc::new(CallCounts::default());
+        let app = App::new(MemoryStore::new(), MemoryBlobStore::new(), Unwired, calls);
+        let deliverer = Deliverer::new(
+            Arc::new(app),
+            dir.0.display().to_string(),
+            DeliveryLimits::default(),
+        );
         let handler = Handler {
-            store: MemoryStore::new(),
-            blobs: MemoryBlobStore::new(),
-            layout: Layout::new(""),
-            uri_base: dir.0.display().to_string(),
-            calls,
+            deliverer,
             continuation: LocalDeliveryTrigger::default(),
-            limits: DeliveryLimits::default(),
         };
         let crawl = CrawlId::parse("news-2026").unwrap();
-        let store = &handler.store;
+        let store = &handler.deliverer.store;
         store
             .create_crawl(&Crawl::new(crawl.clone(), CrawlConfig::default(), T0))
             .await
@@ -321,13 +306,14 @@ mod tests {
         };
         let body = b"<html>home</html>";
         let md5 = hex::encode(Md5::digest(body));
-        let key = handler.layout.html_key(&crawl, &task_id, &md5);
+        let key = handler.deliverer.layout.html_key(&crawl, &task_id, &md5);
         let meta = ObjectMeta {
             content_type: "text/html".into(),
             source_url: urls[0].into(),
             compress: false,
         };
         handler
+            .deliverer
             .blobs
             .put(&key, Body::new(Bytes::from_static(body)), &meta)
             .await
@@ -366,7 +352,7 @@ mod tests {
     }
 
     async fn delivery_keys(handler: &TestHandler) -> Vec<String> {
-        handler.blobs.list("deliveries/").await.unwrap()
+        handler.deliverer.blobs.list("deliveries/").await.unwrap()
     }
 
     #[tokio::test]
@@ -496,7 +482,14 @@ mod tests {
         // GIVEN the sample crawl reopened (running again, generation 1)
         let (handler, _dir) = handler("running").await;
         let crawl = CrawlId::parse("news-2026").unwrap();
-        assert!(handler.store.reopen_crawl(&crawl, T0 + 5).await.unwrap());
+        assert!(
+            handler
+                .deliverer
+                .store
+                .reopen_crawl(&crawl, T0 + 5)
+                .await
+                .unwrap()
+        );
 
         // WHEN it is requested without a generation
         let e = handler
@@ -528,7 +521,12 @@ mod tests {
                 data: None,
             })
             .collect();
-        handler.store.seed(&crawl, &more, T0).await.unwrap();
+        handler
+            .deliverer
+            .store
+            .seed(&crawl, &more, T0)
+            .await
+            .unwrap();
         let record = |body: String| {
             let mut batch = event(QUEUE);
             batch["Records"][0]["body"] = body.into();

@@ -11,35 +11,22 @@
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use trawl_core::fetch::Fetcher;
+use trawl_core::app::Ports;
 use trawl_core::operate::{OperateError, OperationRequest, OperationResponse, operate};
-use trawl_core::queue::WorkQueue;
-use trawl_core::seed::{
-    ManifestSource, SeedBudget, SeedDefaults, SeedQueue, SeedRequest, SeedResponse, Seeder,
-};
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
-use trawl_domain::calls::CallCounts;
+use trawl_core::seed::{SeedBudget, SeedQueue, SeedRequest, SeedResponse, Seeder};
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, bounded, metrics, work_deadline};
 
 /// Time kept back from the Lambda deadline: the batch in flight and the response must fit.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
 
-/// What every invocation uses, built once per cold start (cheap to clone: SDK clients and `Arc`s).
-#[derive(Clone)]
-pub struct Handler<S, Q, M, P> {
-    pub store: S,
-    pub queue: Q,
-    pub fetcher: Arc<Fetcher>,
-    pub manifests: M,
-    pub defaults: SeedDefaults,
-    /// Where unfinished seeds from the seed queue go on.
-    pub seeds: P,
-    /// The counters the adapters share.
-    pub calls: Arc<CallCounts>,
+/// What every invocation uses, built once per cold start: the seeder, and the seed queue where
+/// unfinished seeds from it go on.
+pub struct Handler<P: Ports, C> {
+    pub seeder: Seeder<P>,
+    pub seeds: C,
 }
 
 /// What the function answers.
@@ -54,21 +41,13 @@ pub enum SeederResponse {
     Operated(OperationResponse),
 }
 
-impl<S, Q, M, P> Handler<S, Q, M, P>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    M: ManifestSource,
-    P: SeedQueue,
-{
+impl<P: Ports, C: SeedQueue> Handler<P, C> {
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<SeederResponse, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
-        // Boxed: the seeder's future is large, and inside the runtime's it overflows rustc's
-        // layout depth.
-        Box::pin(self.dispatch(event.payload, deadline, now_ms())).await
+        self.dispatch(event.payload, deadline, now_ms()).await
     }
 
     /// A seed-queue batch or a direct request (told apart by the batch's `Records`).
@@ -147,7 +126,7 @@ where
     ) -> Result<OperationResponse, HandlerError> {
         let request: OperationRequest = serde_json::from_value(event)
             .map_err(|e| HandlerError::invalid(format!("malformed operation request: {e}")))?;
-        match operate(&self.store, Some(&self.queue), &request, now).await {
+        match operate(&self.seeder.store, Some(&self.seeder.queue), &request, now).await {
             Ok(response) => {
                 tracing::info!(
                     crawl_id = response.crawl_id,
@@ -187,15 +166,7 @@ where
             deadline,
             ..SeedBudget::default()
         };
-        let seeder = Seeder {
-            store: &self.store,
-            queue: &self.queue,
-            fetcher: &self.fetcher,
-            manifests: &self.manifests,
-            defaults: &self.defaults,
-            calls: &self.calls,
-        };
-        match seeder.seed(request, budget, now).await {
+        match self.seeder.seed(request, budget, now).await {
             Ok(response) => {
                 tracing::info!(
                     crawl_id,
@@ -225,12 +196,17 @@ mod tests {
     use lambda_runtime::{Context, Diagnostic};
     use std::collections::HashMap;
     use std::sync::Arc;
+    use trawl_core::app::{App, Unwired};
     use trawl_core::fetch::Fetcher;
     use trawl_core::queue::local::LocalQueue;
+    use trawl_core::seed::ManifestSource;
     use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
+    use trawl_core::store::TaskRecords;
     use trawl_core::store::memory::MemoryStore;
+    use trawl_core::store::{CrawlStore, HostStore, TaskStore};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::CrawlId;
+    use trawl_domain::host::Host;
 
     const URLS: &str = include_str!("../../../events/seeder-urls.json");
     const S3: &str = include_str!("../../../events/seeder-s3.json");
@@ -266,19 +242,44 @@ mod tests {
         }
     }
 
-    type TestHandler = Handler<MemoryStore, LocalQueue, MemoryManifests, LocalSeedQueue>;
+    type TestHandler = Handler<(MemoryStore, Unwired, LocalQueue), LocalSeedQueue>;
 
     fn handler() -> TestHandler {
+        handler_with(MemoryManifests::default())
+    }
+
+    fn handler_with(manifests: MemoryManifests) -> TestHandler {
         let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+        let app = App::new(MemoryStore::new(), Unwired, queue, calls);
+        let seeder = Seeder::new(
+            Arc::new(app),
+            Arc::new(Fetcher::new("").unwrap()),
+            Arc::new(manifests),
+            SeedDefaults::default(),
+        );
         Handler {
-            store: MemoryStore::new(),
-            queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
-            fetcher: Arc::new(Fetcher::new("").unwrap()),
-            manifests: MemoryManifests::default(),
-            defaults: SeedDefaults::default(),
+            seeder,
             seeds: LocalSeedQueue::default(),
-            calls,
         }
+    }
+
+    /// Whether no crawl was created.
+    async fn no_crawl(handler: &TestHandler) -> bool {
+        handler
+            .seeder
+            .store
+            .list_crawls(None)
+            .await
+            .unwrap()
+            .is_empty()
+    }
+
+    /// The host records of the crawl `id`.
+    async fn hosts(handler: &TestHandler, id: &str) -> Vec<Host> {
+        let id = CrawlId::parse(id).unwrap();
+        let page = handler.seeder.store.list_hosts(&id, None, 10).await;
+        page.unwrap().hosts
     }
 
     /// `body` as the seed queue delivers it to Lambda.
@@ -296,7 +297,7 @@ mod tests {
         let seeded = run(&handler, &urls).await.unwrap();
         assert!(seeded.accepted > 0);
         let id = CrawlId::parse("example-com").unwrap();
-        let store = &handler.store;
+        let store = &handler.seeder.store;
         let task = store
             .query(&trawl_core::store::TaskQuery {
                 crawl_id: id.clone(),
@@ -427,7 +428,7 @@ mod tests {
                 "{body:.20}: handed back"
             );
         }
-        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(no_crawl(&handler).await);
     }
 
     #[tokio::test]
@@ -438,11 +439,11 @@ mod tests {
         assert_eq!((first.accepted, first.rejected), (3, 1));
         assert!(first.rejections[0].input.starts_with("mailto:"));
         // One turn message per host, whatever its number of URLs.
-        let id = CrawlId::parse("example-news").unwrap();
-        let hosts = handler.store.list_hosts(&id, None, 10).await.unwrap().hosts;
-        assert_eq!(handler.queue.len(), hosts.len());
+        let hosts = hosts(&handler, "example-news").await;
+        assert_eq!(handler.seeder.queue.len(), hosts.len());
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 3);
         let crawl = handler
+            .seeder
             .store
             .get_crawl(&CrawlId::parse("example-news").unwrap())
             .await
@@ -457,20 +458,23 @@ mod tests {
         let again = run(&handler, URLS).await.unwrap();
         assert!(!again.created);
         assert_eq!((again.accepted, again.already_known), (0, 3));
-        assert_eq!(handler.queue.len(), hosts.len(), "a re-seed sends nothing");
+        assert_eq!(
+            handler.seeder.queue.len(),
+            hosts.len(),
+            "a re-seed sends nothing"
+        );
     }
 
     #[tokio::test]
     async fn the_s3_event_streams_its_manifest() {
-        let mut handler = handler();
         let manifest = "{\"url\": \"https://example.com/a\", \"sku\": 1}\n\
                         \"https://example.com/b\"\n\
                         not json\n\
                         {\"url\": \"https://elsewhere.org/c\"}\n";
-        handler.manifests.0.insert(
+        let handler = handler_with(MemoryManifests(HashMap::from([(
             ("trawl-seeds".into(), "manifests/catalogue.jsonl".into()),
             manifest.as_bytes().to_vec(),
-        );
+        )])));
         let response = run(&handler, S3).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (2, 2));
         let reasons: Vec<&str> = response
@@ -488,7 +492,7 @@ mod tests {
         let handler = handler();
         let response = run(&handler, PAGINATION).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (23, 0));
-        assert_eq!(handler.queue.len(), 1, "one host: one turn message");
+        assert_eq!(handler.seeder.queue.len(), 1, "one host: one turn message");
     }
 
     #[tokio::test]
@@ -546,8 +550,7 @@ mod tests {
         }
 
         // THEN every page of the template was seeded, once, and nothing is left to send
-        let id = CrawlId::parse("example-listing").unwrap();
-        let hosts = handler.store.list_hosts(&id, None, 10).await.unwrap().hosts;
+        let hosts = hosts(&handler, "example-listing").await;
         assert_eq!(hosts.iter().map(|h| h.seeded).sum::<u64>(), 23);
         assert!(invocations > 1, "the deadline split the seed");
     }
@@ -563,7 +566,7 @@ mod tests {
             panic!("a queue event gets a batch response");
         };
         assert_eq!(batch.batch_item_failures.len(), 1);
-        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(no_crawl(&handler).await);
     }
 
     #[test]
@@ -596,7 +599,7 @@ mod tests {
             assert_eq!(diagnostic.error_type, "InvalidEvent", "{event}");
             assert!(!diagnostic.error_message.is_empty());
         }
-        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
-        assert!(handler.queue.is_empty());
+        assert!(no_crawl(&handler).await);
+        assert!(handler.seeder.queue.is_empty());
     }
 }

@@ -2,13 +2,11 @@
 
 use lambda_runtime::LambdaEvent;
 use serde::Deserialize;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use trawl_core::queue::WorkQueue;
-use trawl_core::store::{CrawlStore, HostStore, TaskStore};
-use trawl_core::sweep::{DeliveryTrigger, SweepBudget, SweepOptions, SweepSummary, Sweeper};
-use trawl_domain::calls::CallCounts;
+use trawl_core::app::Ports;
+use trawl_core::store::CrawlStore;
+use trawl_core::sweep::{SweepBudget, SweepSummary, Sweeper};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, work_deadline};
@@ -53,25 +51,13 @@ pub fn parse_event(value: serde_json::Value) -> Result<SweepEvent, HandlerError>
     Ok(event)
 }
 
-/// What every invocation uses, built once per cold start (cheap to clone: SDK clients).
-#[derive(Clone)]
-pub struct Handler<S, Q, D> {
-    pub store: S,
-    pub queue: Q,
-    pub trigger: D,
-    /// The counters the adapters share.
-    pub calls: Arc<CallCounts>,
-    /// What this container's sweeps share: where its scans of host records stopped, and its
-    /// re-tests of soft-404 reference pages.
-    pub options: SweepOptions,
+/// What every invocation uses, built once per cold start: the sweeper, whose options (where its
+/// scans of host records stopped, its re-tests of soft-404 reference pages) its sweeps share.
+pub struct Handler<P: Ports> {
+    pub sweeper: Sweeper<P>,
 }
 
-impl<S, Q, D> Handler<S, Q, D>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    D: DeliveryTrigger,
-{
+impl<P: Ports> Handler<P> {
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
@@ -88,24 +74,16 @@ where
         now: Millis,
     ) -> Result<SweepSummary, HandlerError> {
         let event = parse_event(event).inspect_err(|e| tracing::warn!(error = %e, "bad event"))?;
-        let sweeper = Sweeper {
-            store: &self.store,
-            queue: &self.queue,
-            trigger: &self.trigger,
-            calls: &self.calls,
-            options: SweepOptions {
-                lost_after_ms: event.lost_after_ms,
-                ..self.options.clone()
-            },
-        };
+        let sweeper = &self.sweeper;
         let mut budget =
             SweepBudget::new(event.max_pages, Duration::from_millis(event.time_budget_ms));
+        budget.lost_after_ms = event.lost_after_ms;
         if let Some(deadline) = deadline {
             budget.deadline = Some(budget.deadline.map_or(deadline, |d| d.min(deadline)));
         }
         let summary = match &event.crawl_id {
             Some(id) => {
-                let crawl = self
+                let crawl = sweeper
                     .store
                     .get_crawl(id)
                     .await?
@@ -140,11 +118,13 @@ mod tests {
     use super::*;
     use lambda_runtime::{Context, Diagnostic};
     use std::sync::Arc;
+    use trawl_core::app::{App, Unwired};
     use trawl_core::frontier::update_host;
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, CrawlStore};
-    use trawl_core::sweep::LocalDeliveryTrigger;
+    use trawl_core::store::{HostStore, TaskStore};
+    use trawl_core::sweep::{LocalDeliveryTrigger, SweepOptions};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
     use trawl_domain::crawl::{Crawl, CrawlConfig};
@@ -157,17 +137,16 @@ mod tests {
         serde_json::from_str(SCHEDULE).unwrap()
     }
 
-    type TestHandler = Handler<MemoryStore, LocalQueue, LocalDeliveryTrigger>;
+    type TestHandler = Handler<(MemoryStore, Unwired, LocalQueue)>;
 
-    fn handler() -> TestHandler {
+    /// The handler under test, and the trigger its sweeper sends completion notices to.
+    fn handler() -> (TestHandler, Arc<LocalDeliveryTrigger>) {
         let calls = Arc::new(CallCounts::default());
-        Handler {
-            store: MemoryStore::new(),
-            queue: LocalQueue::new(Duration::from_secs(60), calls.clone()),
-            trigger: LocalDeliveryTrigger::default(),
-            calls,
-            options: SweepOptions::new(),
-        }
+        let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+        let app = Arc::new(App::new(MemoryStore::new(), Unwired, queue, calls));
+        let trigger = Arc::new(LocalDeliveryTrigger::default());
+        let sweeper = Sweeper::new(app, trigger.clone(), SweepOptions::new());
+        (Handler { sweeper }, trigger)
     }
 
     /// A crawl "c1" whose one task was claimed at 10, in its host's turn, by a worker that then
@@ -176,7 +155,7 @@ mod tests {
         let id = CrawlId::parse("c1").unwrap();
         let config = CrawlConfig::default();
         let lease_ms = config.lease_ms;
-        let store = &handler.store;
+        let store = &handler.sweeper.store;
         store
             .create_crawl(&Crawl::new(id.clone(), config, 0))
             .await
@@ -216,9 +195,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_crashed_task_is_requeued_then_the_crawl_completes_once() {
-        let handler = handler();
+        let (handler, trigger) = handler();
         let (url, lease_ms) = crawl_with_a_dead_worker(&handler).await;
-        let (store, queue) = (&handler.store, &handler.queue);
+        let (store, queue) = (&handler.sweeper.store, &handler.sweeper.queue);
         let id = CrawlId::parse("c1").unwrap();
         // The worker dies; once its turn is over the sweeper re-issues the host's turn, which
         // takes the task over (its lease expired: due work of the host).
@@ -263,7 +242,7 @@ mod tests {
         for later in [now + 3, now + 4] {
             handler.sweep(event(), None, later).await.unwrap();
         }
-        let notices = handler.trigger.take();
+        let notices = trigger.take();
         assert_eq!(notices.len(), 1, "{notices:?}");
         assert_eq!(
             (notices[0].crawl_id.as_str(), notices[0].generation),
@@ -277,7 +256,7 @@ mod tests {
         // fixed, long-past deadline `cargo lambda watch` sends
         let now = u64::try_from(now_ms()).unwrap();
         for deadline in [now + 4_000, 600_000] {
-            let handler = handler();
+            let (handler, _) = handler();
             crawl_with_a_dead_worker(&handler).await;
             let mut context = Context::default();
             context.deadline = deadline;
@@ -291,13 +270,13 @@ mod tests {
             // THEN the crawl is swept, not skipped: the host's turn is back in the queue
             assert_eq!(summary.skipped, 0, "deadline {deadline}");
             assert_eq!(summary.crawls[0].lost_messages, 1, "deadline {deadline}");
-            assert_eq!(handler.queue.len(), 1, "deadline {deadline}");
+            assert_eq!(handler.sweeper.queue.len(), 1, "deadline {deadline}");
         }
     }
 
     #[tokio::test]
     async fn malformed_events_are_invalid_events() {
-        let handler = handler();
+        let (handler, _) = handler();
         for bad in [
             r#"{"source": "aws.events", "max_pages": 50, "time_budget_ms": 50000}"#,
             r#"{"source": "trawl.sweeper", "max_pages": 0, "time_budget_ms": 50000}"#,
@@ -311,6 +290,14 @@ mod tests {
                 .unwrap_err();
             assert_eq!(Diagnostic::from(err).error_type, "InvalidEvent", "{bad}");
         }
-        assert!(handler.store.list_crawls(None).await.unwrap().is_empty());
+        assert!(
+            handler
+                .sweeper
+                .store
+                .list_crawls(None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! is safe to repeat: seed requests are idempotent, sweeps and deliveries resume where they were.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// An error that may pass if the same step is tried again later.
 pub trait Transient: std::fmt::Display {
@@ -57,14 +58,19 @@ pub struct Outage {
 }
 
 impl Outage {
-    /// After a failure: the pause before trying again, or None when the error is permanent or
-    /// the failures have lasted past `policy.outage`.
-    pub fn after<E: Transient>(&mut self, policy: &Backoff, error: &E) -> Option<Duration> {
+    /// After a failure at `now` (monotonic: the caller's clock): the pause before trying again,
+    /// or None when the error is permanent or the failures have lasted past `policy.outage`.
+    pub fn after<E: Transient>(
+        &mut self,
+        policy: &Backoff,
+        error: &E,
+        now: Instant,
+    ) -> Option<Duration> {
         if !error.is_transient() {
             return None;
         }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= policy.outage {
+        let since = *self.since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= policy.outage {
             return None;
         }
         self.attempts += 1;
@@ -79,6 +85,7 @@ impl Outage {
 
 /// Runs `step` until it succeeds, fails permanently, or fails transiently for longer than
 /// `policy.outage`; each retry is logged (`what` names the step) and counted in `retries`.
+/// Its pauses are brief, on tokio's timer (the time the system clock's waits take too).
 pub async fn persist<T, E, F, Fut>(
     what: &str,
     policy: &Backoff,
@@ -94,7 +101,7 @@ where
     loop {
         match step().await {
             Ok(value) => return Ok(value),
-            Err(e) => match outage.after(policy, &e) {
+            Err(e) => match outage.after(policy, &e, Instant::now()) {
                 Some(pause) => {
                     retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(step = what, error = %e, pause_ms = pause.as_millis() as u64, "transient error; trying again");
@@ -139,13 +146,14 @@ mod tests {
             operation: "Query",
             message: "AccessDeniedException".into(),
         };
-        assert_eq!(Outage::default().after(&policy, &denied), None);
+        let t0 = Instant::now();
+        assert_eq!(Outage::default().after(&policy, &denied, t0), None);
         let mut outage = Outage::default();
-        assert!(outage.after(&policy, &unavailable()).is_some());
-        std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(outage.after(&policy, &unavailable()), None);
+        assert!(outage.after(&policy, &unavailable(), t0).is_some());
+        let late = t0 + Duration::from_millis(40);
+        assert_eq!(outage.after(&policy, &unavailable(), late), None);
         outage.recovered();
-        assert!(outage.after(&policy, &unavailable()).is_some());
+        assert!(outage.after(&policy, &unavailable(), late).is_some());
     }
 
     #[tokio::test]

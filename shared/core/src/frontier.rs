@@ -7,9 +7,10 @@
 //! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
+use crate::app::Store;
 use crate::backoff::Transient;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
-use crate::store::{CrawlStore, HostStore, Seeded, StoreError, StoreResult, TaskStore};
+use crate::store::{HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
@@ -75,7 +76,7 @@ pub async fn add_tasks<S, Q>(
     now: Millis,
 ) -> Result<SeedReport, FrontierError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
     Q: WorkQueue,
 {
     let (mut report, messages) = seed_tasks(store, crawl, tasks, now).await?;
@@ -96,7 +97,7 @@ pub async fn seed_tasks<S>(
     now: Millis,
 ) -> Result<(SeedReport, Vec<WorkMessage>), FrontierError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
 {
     let (report, messages, _) = seed_in_turn(store, crawl, tasks, None, now).await?;
     Ok((report, messages))
@@ -115,7 +116,7 @@ pub async fn seed_in_turn<S>(
     now: Millis,
 ) -> Result<(SeedReport, Vec<WorkMessage>, u64), FrontierError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
 {
     let mut seen = HashSet::new();
     let mut tasks: Vec<NewTask> = tasks
@@ -377,6 +378,7 @@ pub fn hosts_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::CrawlStore;
     use crate::store::memory::MemoryStore;
     use trawl_domain::canonical::CrawlId;
     use trawl_domain::crawl::CrawlConfig;

@@ -5,10 +5,11 @@
 //! work) and gives their hosts a turn. The same operations, and a configuration change, are the
 //! seeder's operation requests ([`OperationRequest`]): the CLI and the Lambda share them.
 
+use crate::app::Store;
 use crate::discover::ScopeMatcher;
 use crate::frontier::{FrontierError, Reissue, hosts_of, reissue_turns, revive_hosts};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -109,7 +110,7 @@ pub async fn rewind<S, Q>(
     now: Millis,
 ) -> Result<Rewound, OperateError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
     Q: WorkQueue,
 {
     let mut done = Rewound::default();
@@ -245,12 +246,19 @@ pub struct OperationResponse {
 impl Operation {
     /// The tasks this operation takes in `crawl`, and what becomes of them (None: `config`).
     pub fn selection(&self, crawl: &Crawl) -> Result<Option<(Selection, Rewind)>, OperateError> {
-        let regex =
-            |raw: &str| Regex::new(raw).map_err(|e| OperateError::Invalid(format!("{raw:?}: {e}")));
+        // `field`: the operation's (the CLI's flag of the same name).
+        let regex = |field: &str, raw: &str| {
+            Regex::new(raw).map_err(|e| {
+                OperateError::Invalid(format!(
+                    "{field} {raw:?} is not a valid pattern: {}",
+                    crate::problem::regex(&e)
+                ))
+            })
+        };
         Ok(Some(match self {
             Operation::Recrawl { only } => {
                 let selection = Selection {
-                    matching: only.as_deref().map(regex).transpose()?,
+                    matching: only.as_deref().map(|p| regex("only", p)).transpose()?,
                     ..Selection::fetched()
                 };
                 (selection, Rewind::Reschedule)
@@ -276,7 +284,7 @@ impl Operation {
                     .transpose()?;
                 let selection = Selection {
                     tasks,
-                    matching: matching.as_deref().map(regex).transpose()?,
+                    matching: matching.as_deref().map(|p| regex("match", p)).transpose()?,
                     ..Selection::settled()
                 };
                 (selection, Rewind::Reschedule)
@@ -296,7 +304,7 @@ pub async fn operate<S, Q>(
     now: Millis,
 ) -> Result<OperationResponse, OperateError>
 where
-    S: TaskStore + CrawlStore + HostStore,
+    S: Store,
     Q: WorkQueue,
 {
     let crawl = store

@@ -44,7 +44,11 @@ impl RevisitRules {
                 let pattern = rule
                     .pattern
                     .as_deref()
-                    .map(|p| Regex::new(p).map_err(|e| format!("{at}: {e}")))
+                    .map(|p| {
+                        Regex::new(p).map_err(|e| {
+                            format!("{at}: invalid pattern {p:?}: {}", crate::problem::regex(&e))
+                        })
+                    })
                     .transpose()?;
                 rule.selector
                     .parse::<Selector>()
@@ -91,7 +95,8 @@ impl RevisitRules {
 /// A rule's pattern as one regular expression (a glob is anchored at both ends).
 fn rule_pattern(rule: &RecrawlRule) -> Result<Regex, String> {
     let pattern = url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())?;
-    Regex::new(&pattern).map_err(|e| format!("invalid pattern: {e}"))
+    Regex::new(&pattern)
+        .map_err(|e| format!("invalid pattern {pattern:?}: {}", crate::problem::regex(&e)))
 }
 
 /// The regular expression of a URL rule that gives a `match` regex or a `glob` (exactly one):

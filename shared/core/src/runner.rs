@@ -5,20 +5,22 @@
 //! last worker to go idle then wakes the sweeper at once; any other queue must stay quiet for a
 //! while first.
 
+use crate::app::{Ports, Store};
 use crate::backoff::{Backoff, Outage, Transient};
-use crate::blob::BlobStore;
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery, TaskStore};
+use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery};
 use crate::sweep::{
     LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
 };
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use trawl_domain::canonical::{CrawlId, bounded, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{Millis, Status};
@@ -130,16 +132,12 @@ pub enum RunEnd {
 /// locked to one process): their leases are taken over and released at once rather than waited
 /// out, and so are the dead process's host turns (a new epoch per host). `now` is the caller's
 /// clock. Returns how many turn messages were sent.
-pub async fn rebuild_local_queue<S, Q>(
+pub async fn rebuild_local_queue<S: Store, Q: WorkQueue>(
     store: &S,
     queue: &Q,
     crawl: &Crawl,
     now: Millis,
-) -> Result<u64, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<u64, RunError> {
     let mut hosts = BTreeSet::new();
     for status in [Status::InProgress, Status::Pending, Status::Failed] {
         let mut cursor = None;
@@ -175,21 +173,18 @@ where
 }
 
 /// Runs `workers` worker loops and the sweeper until the crawl completes or `stop` is set.
-pub async fn run_crawl<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+pub async fn run_crawl<P: Ports>(
+    crawler: &Crawler<P>,
     crawl_id: &CrawlId,
     workers: usize,
     stats: &RunStats,
     stop: &AtomicBool,
-) -> Result<RunEnd, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<RunEnd, RunError> {
+    // Every tick, pause and quiet spell is measured and waited on the crawler's clock.
+    let clock = crawler.clock();
     let signals = Signals::default();
     let (done, busy) = (&signals.done, &signals.busy);
-    let last_work = std::sync::Mutex::new(Instant::now());
+    let last_work = std::sync::Mutex::new(clock.instant());
     // A worker's permanent queue error (or an outage past the bound) ends the run.
     let failed: std::sync::Mutex<Option<RunError>> = std::sync::Mutex::new(None);
     let worker = || async {
@@ -201,14 +196,14 @@ where
                     if worked {
                         *last_work
                             .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = clock.instant()
                     }
                 }
-                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                Err(e) => match outage.after(&Backoff::RUN, &e, clock.instant()) {
                     Some(pause) => {
                         stats.backend_retries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "queue error; trying again");
-                        tokio::time::sleep(pause).await;
+                        clock.sleep(pause).await;
                     }
                     None => {
                         failed
@@ -222,20 +217,17 @@ where
         }
     };
     let coordinator = async {
-        let trigger = LocalDeliveryTrigger::default();
-        let sweeper = Sweeper {
-            store: crawler.store(),
-            queue: crawler.queue(),
-            trigger: &trigger,
-            calls: crawler.calls(),
-            options: SweepOptions {
+        let sweeper = Sweeper::new(
+            crawler.app().clone(),
+            Arc::new(LocalDeliveryTrigger::default()),
+            SweepOptions {
                 references: Some(ReferenceChecks::new(
                     crawler.fetcher().clone(),
                     ReferenceChecks::DEFAULT_INTERVAL,
                 )),
                 ..SweepOptions::new()
             },
-        };
+        );
         let mut outage = Outage::default();
         let mut stall = Stall::default();
         let end = loop {
@@ -248,12 +240,12 @@ where
             }
             tokio::select! {
                 () = signals.idle.notified() => {}
-                () = tokio::time::sleep(COORDINATOR_TICK) => {}
+                () = clock.sleep(COORDINATOR_TICK) => {}
             }
             if let Some(fault) = crawler.persistent_fault() {
                 break Err(RunError::Storage(fault));
             }
-            if stall.lasted(stats, Backoff::RUN.outage) {
+            if stall.lasted(stats, Backoff::RUN.outage, clock.instant()) {
                 break Err(RunError::Storage(format!(
                     "every task failed for {} s with no page done (RUST_LOG=warn shows why)",
                     Backoff::RUN.outage.as_secs()
@@ -261,22 +253,22 @@ where
             }
             let quiet = busy.load(Ordering::SeqCst) == 0
                 && (crawler.queue().is_drained() == Some(true)
-                    || last_work
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .elapsed()
-                        >= QUIET);
+                    || clock.instant().saturating_duration_since(
+                        *last_work
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    ) >= QUIET);
             if !quiet {
                 continue;
             }
             match coordinate(crawler, &sweeper, crawl_id).await {
                 Ok(Some(end)) => break Ok(end),
                 Ok(None) => outage.recovered(),
-                Err(e) => match outage.after(&Backoff::RUN, &e) {
+                Err(e) => match outage.after(&Backoff::RUN, &e, clock.instant()) {
                     Some(pause) => {
                         stats.backend_retries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "sweep failed; trying again");
-                        tokio::time::sleep(pause).await;
+                        clock.sleep(pause).await;
                     }
                     None => break Err(e),
                 },
@@ -313,9 +305,9 @@ struct Stall {
 }
 
 impl Stall {
-    /// Whether tasks have only failed for `bound`, and still do (checked every coordinator
-    /// tick; a quiet wait for a retry's backoff is not a stall).
-    fn lasted(&mut self, stats: &RunStats, bound: Duration) -> bool {
+    /// Whether tasks have only failed for `bound`, and still do, at `now` (checked every
+    /// coordinator tick; a quiet wait for a retry's backoff is not a stall).
+    fn lasted(&mut self, stats: &RunStats, bound: Duration, now: Instant) -> bool {
         let (finished, errors) = (stats.finished(), stats.errors.load(Ordering::Relaxed));
         if finished != self.finished {
             self.finished = finished;
@@ -323,12 +315,14 @@ impl Stall {
         }
         if errors != self.errors {
             self.errors = errors;
-            let now = Instant::now();
             self.last_error = Some(now);
             self.since.get_or_insert(now);
         }
         match (self.since, self.last_error) {
-            (Some(since), Some(last)) => since.elapsed() >= bound && last.elapsed() < QUIET * 120,
+            (Some(since), Some(last)) => {
+                now.saturating_duration_since(since) >= bound
+                    && now.saturating_duration_since(last) < QUIET * 120
+            }
             _ => false,
         }
     }
@@ -336,16 +330,11 @@ impl Stall {
 
 /// One look at the crawl once the queue is quiet: Some(end) when it is complete, else a sweep
 /// that re-issues what is due.
-async fn coordinate<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
-    sweeper: &Sweeper<'_, S, Q, LocalDeliveryTrigger>,
+async fn coordinate<P: Ports>(
+    crawler: &Crawler<P>,
+    sweeper: &Sweeper<P>,
     crawl_id: &CrawlId,
-) -> Result<Option<RunEnd>, RunError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<RunEnd>, RunError> {
     let crawl = crawler
         .store()
         .get_crawl(crawl_id)
@@ -380,16 +369,11 @@ struct Signals {
 }
 
 /// One receive → process → settle round. Returns whether there was work.
-async fn work_once<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn work_once<P: Ports>(
+    crawler: &Crawler<P>,
     stats: &RunStats,
     signals: &Signals,
-) -> Result<bool, QueueError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<bool, QueueError> {
     // Registered before `done` is read: a completion signalled after the read still wakes us.
     let completed = signals.completed.notified();
     tokio::pin!(completed);
@@ -413,16 +397,11 @@ where
 }
 
 /// Processes a batch and acts on each message's disposition.
-async fn settle<S, B, Q>(
-    crawler: &Crawler<S, B, Q>,
+async fn settle<P: Ports>(
+    crawler: &Crawler<P>,
     stats: &RunStats,
     batch: Vec<crate::queue::Received>,
-) -> Result<(), QueueError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
+) -> Result<(), QueueError> {
     let results = crawler.process_batch(batch, None).await;
     let mut handled = Vec::new();
     for result in results {
@@ -453,13 +432,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blob::Layout;
+    use crate::app::App;
     use crate::blob::memory::MemoryBlobStore;
     use crate::fetch::Fetcher;
     use crate::queue::WorkMessage;
     use crate::queue::local::{LocalQueue, MAX_RECEIVES};
     use crate::store::memory::MemoryStore;
-    use std::sync::Arc;
     use trawl_domain::calls::CallCounts;
 
     #[tokio::test]
@@ -474,15 +452,8 @@ mod tests {
             let received = queue.receive(1, 0).await.unwrap();
             assert_eq!(queue.reject(&received[0].receipt, 0).await.unwrap(), None);
         }
-        let crawler = Crawler::new(
-            MemoryStore::new(),
-            MemoryBlobStore::new(),
-            queue,
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            1,
-            calls,
-        );
+        let app = App::new(MemoryStore::new(), MemoryBlobStore::new(), queue, calls);
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
         let stats = RunStats::default();
 
         // WHEN a worker settles its last receive

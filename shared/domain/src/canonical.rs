@@ -44,12 +44,40 @@ pub struct UrlError {
 }
 
 impl UrlError {
+    /// The URL is shown without its credentials, redacted before it is cut short.
     fn new(url: &str, reason: UrlRejection) -> Self {
         Self {
-            url: truncate(url, 200).to_owned(),
+            url: truncate(&redact_userinfo(url), 200).to_owned(),
             reason,
         }
     }
+}
+
+/// `text` with the user name and password of every URL in it replaced by `***`
+/// (`http://bob:pw@host/` becomes `http://***@host/`). Errors quote the URLs they refuse, and no
+/// output may show a secret: a URL's authority ends at `/`, `?`, `#`, a quote or a space.
+pub fn redact_userinfo(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('@') {
+        return text.into();
+    }
+    let mut redacted = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        let (head, tail) = rest.split_at(start + 3);
+        redacted.push_str(head);
+        let authority_end = tail
+            .find(|c: char| "/?#\\'\"`".contains(c) || c.is_whitespace())
+            .unwrap_or(tail.len());
+        rest = match tail[..authority_end].rfind('@') {
+            Some(at) => {
+                redacted.push_str("***");
+                &tail[at..]
+            }
+            None => tail,
+        };
+    }
+    redacted.push_str(rest);
+    redacted.into()
 }
 
 /// The politeness unit of a URL: its host, with the port when it is not the scheme's default.
@@ -337,6 +365,28 @@ impl fmt::Display for CrawlId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_url_is_quoted_without_its_credentials() {
+        // GIVEN URLs holding a password, one too long to be quoted whole
+        let long = format!("http://bob:hunter2@example.com/{}", "a".repeat(300));
+        for raw in [
+            "http://bob:hunter2@example.com/",
+            "ftp://bob:hunter2@x/",
+            &long,
+        ] {
+            // WHEN they are refused, THEN the error shows the URL without them
+            let shown = CanonicalUrl::parse(raw).unwrap_err().to_string();
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("://***@"), "{shown}");
+        }
+        // Text quoting several URLs: each one's user info goes, the rest stays.
+        assert_eq!(
+            redact_userinfo("'http://a:b@h:1/x?m=u@v' and socks5://c@d, mail@example.com"),
+            "'http://***@h:1/x?m=u@v' and socks5://***@d, mail@example.com"
+        );
+        assert_eq!(redact_userinfo("http://h/p@q"), "http://h/p@q");
+    }
 
     fn canon(s: &str) -> String {
         CanonicalUrl::parse(s).unwrap().as_str().to_owned()

@@ -1,4 +1,7 @@
-//! A crawl: its id, its configuration and its lifecycle state.
+//! A crawl: its id, its configuration and its lifecycle state. What may happen to a stored crawl
+//! is decided in [`transition`].
+
+pub mod transition;
 
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
@@ -655,6 +658,13 @@ pub struct Crawl {
     /// recognising its page (the site's "not found" page changed: the rule needs updating).
     #[serde(default)]
     pub reference_misses: u64,
+    /// Who completed the current generation (`transition::complete`): its repeat, after an
+    /// answer lost, is still its change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_by: Option<String>,
+    /// Who writes the crawl's delivery, until when (`transition::claim_delivery`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<DeliveryLease>,
 }
 
 impl Crawl {
@@ -670,11 +680,13 @@ impl Crawl {
             calls: CallTally::new(),
             checkpoint: None,
             reference_misses: 0,
+            completed_by: None,
+            delivery: None,
         }
     }
 }
 
-/// Who writes a crawl's delivery, until when (`CrawlStore::claim_delivery`): one writer at a
+/// Who writes a crawl's delivery, until when (`transition::claim_delivery`): one writer at a
 /// time, so that two deliverer invocations of one generation (a duplicated notice, an operator's
 /// `trawl deliver` beside the Lambda) never write the same segments at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -109,7 +109,7 @@ pub enum Change<T> {
 }
 
 impl<T: Clone> Change<T> {
-    fn apply(&self, field: &mut T) {
+    pub(crate) fn apply(&self, field: &mut T) {
         if let Change::Set(value) = self {
             field.clone_from(value);
         }
@@ -206,9 +206,42 @@ impl Changes {
     }
 }
 
-/// A transition of an existing task: what it requires, and what it changes.
+/// Which transition of the table an update is. Adapters write every update alike; what wraps
+/// them names a write by it (write units per operation, a fault aimed at one operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    Claim,
+    /// A claim in a host turn written as a claim, by a store that takes no lease as read.
+    ClaimInTurn,
+    Finish,
+    Fail,
+    Release,
+    Reschedule,
+    Reset,
+    Refresh,
+    AddStale,
+}
+
+impl Event {
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Claim => "claim",
+            Event::ClaimInTurn => "claim_in_turn",
+            Event::Finish => "finish",
+            Event::Fail => "fail",
+            Event::Release => "release",
+            Event::Reschedule => "reschedule",
+            Event::Reset => "reset",
+            Event::Refresh => "refresh",
+            Event::AddStale => "add_stale",
+        }
+    }
+}
+
+/// A transition of an existing task: which one, what it requires, and what it changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update {
+    pub event: Event,
     pub requires: Condition,
     pub changes: Changes,
 }
@@ -311,6 +344,7 @@ pub fn claimable(task: Option<&Task>, now: Millis) -> Result<(), ClaimRejection>
 pub fn claim(lease_ms: u64, now: Millis) -> Update {
     let until = now.saturating_add(Millis::try_from(lease_ms).unwrap_or(Millis::MAX));
     Update {
+        event: Event::Claim,
         requires: Condition::Claimable { now },
         changes: Changes {
             status: Change::Set(Status::InProgress),
@@ -383,6 +417,7 @@ pub fn fenced(lease: &Lease, now: Millis) -> Condition {
 /// to the finisher) cleared. The error history stays, as a record of what happened before.
 pub fn finish(lease: &Lease, record: &FetchRecord, now: Millis) -> Update {
     Update {
+        event: Event::Finish,
         requires: fenced(lease, now),
         changes: Changes {
             status: Change::Set(Status::Succeeded),
@@ -492,6 +527,7 @@ pub fn fail(
         retries
     };
     let update = Update {
+        event: Event::Fail,
         requires: fenced(lease, now),
         changes: Changes {
             status: Change::Set(status),
@@ -513,6 +549,7 @@ pub fn fail(
 /// was read, and nothing is to be written.
 pub fn release(lease: &Lease, now: Millis) -> Option<Update> {
     (lease.kind == LeaseKind::Written).then(|| Update {
+        event: Event::Release,
         requires: Condition::Leased { token: lease.token },
         changes: Changes {
             status: Change::Set(Status::Pending),
@@ -528,6 +565,7 @@ pub fn release(lease: &Lease, now: Millis) -> Option<Update> {
 /// retry budget. The fetch record stays, for conditional GETs.
 pub fn reschedule(from: &[Status], now: Millis) -> Update {
     Update {
+        event: Event::Reschedule,
         requires: Condition::StatusIn(from.to_vec()),
         changes: Changes {
             status: Change::Set(Status::Pending),
@@ -554,6 +592,7 @@ pub fn refresh(task: &Task, lastmod: Millis, now: Millis) -> Option<Update> {
     }
     let Update { changes, .. } = reschedule(&[task.status], now);
     Some(Update {
+        event: Event::Refresh,
         requires: Condition::Settled { token: task.token },
         changes,
     })
@@ -570,6 +609,7 @@ pub fn reset(task: &Task, now: Millis) -> Update {
         .filter(|f| f.object_key.is_some())
         .and_then(|f| f.md5.clone());
     Update {
+        event: Event::Reset,
         requires: Condition::Settled { token: task.token },
         changes: Changes {
             status: Change::Set(Status::Pending),
@@ -589,6 +629,7 @@ pub fn reset(task: &Task, now: Millis) -> Update {
 /// stays, so the task keeps its place in the status index.
 pub fn add_stale(md5: &str) -> Update {
     Update {
+        event: Event::AddStale,
         requires: Condition::Unrecorded {
             md5: md5.to_owned(),
         },

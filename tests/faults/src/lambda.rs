@@ -19,18 +19,20 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use trawl_aws::app::{AwsPorts, NoBlobs, NoQueue, Wiring};
 use trawl_aws::clients::Clients;
-use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::manifest::S3Manifests;
-use trawl_aws::s3::S3BlobStore;
-use trawl_aws::sqs::{SqsDeliveryTrigger, SqsQueue, SqsSeedQueue};
+use trawl_aws::settings::{
+    CrawlerSettings, DEFAULT_PER_HOST, DelivererSettings, SeederSettings, SweeperSettings,
+};
+use trawl_aws::sqs::{SqsDeliveryTrigger, SqsSeedQueue};
 use trawl_aws::stack::Stack;
 use trawl_core::blob::{BlobStore, Layout};
 use trawl_core::crawler::Crawler;
-use trawl_core::deliver::{DeliveryLimits, SUCCESS_FILE, delivery_id};
+use trawl_core::deliver::{Deliverer, DeliveryLimits, SUCCESS_FILE, delivery_id};
 use trawl_core::fetch::Fetcher;
-use trawl_core::seed::SeedDefaults;
-use trawl_core::sweep::SweepOptions;
+use trawl_core::seed::{SeedDefaults, Seeder};
+use trawl_core::sweep::{SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::now_ms;
@@ -48,15 +50,16 @@ const DUPLICATE_DELAY_S: i32 = 2;
 
 /// The four handlers, wired as their `main.rs` wire them, on one stack.
 pub struct Functions {
-    pub seeder: seeder::handler::Handler<DynamoStore, SqsQueue, S3Manifests, SqsSeedQueue>,
-    pub crawler: crawler::handler::Handler<DynamoStore, S3BlobStore, SqsQueue>,
-    pub sweeper: sweeper::handler::Handler<DynamoStore, SqsQueue, SqsDeliveryTrigger>,
-    pub deliverer: deliverer::handler::Handler<DynamoStore, S3BlobStore, SqsDeliveryTrigger>,
+    pub seeder: seeder::handler::Handler<NoBlobs, SqsSeedQueue>,
+    pub crawler: crawler::handler::Handler<AwsPorts>,
+    pub sweeper: sweeper::handler::Handler<NoBlobs>,
+    pub deliverer: deliverer::handler::Handler<NoQueue, SqsDeliveryTrigger>,
 }
 
 impl Functions {
     /// The handlers on `stack` through `clients`, with `shards` status-index shards, keys
-    /// under `layout`, fetching with `fetcher`, counting their calls in `calls`.
+    /// under `layout`, fetching with `fetcher`, counting their calls in `calls`: each App built
+    /// from its function's settings, as `main.rs` builds it from the environment.
     pub fn new(
         clients: &Clients,
         stack: &Stack,
@@ -65,14 +68,37 @@ impl Functions {
         fetcher: Arc<Fetcher>,
         calls: Arc<CallCounts>,
     ) -> Functions {
-        let store = DynamoStore::new(
-            clients.dynamodb.clone(),
-            &stack.table,
+        let prefix = layout.prefix.clone();
+        let seeder = SeederSettings {
+            table: stack.table.clone(),
             shards,
-            calls.clone(),
-        );
-        let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
-        let blobs = S3BlobStore::new(clients.s3.clone(), &stack.bucket, calls.clone());
+            queue_url: stack.queue_url.clone(),
+            seed_queue_url: stack.seed_queue_url.clone(),
+            default_user_agent: None,
+            default_per_host: DEFAULT_PER_HOST,
+        };
+        let crawler = CrawlerSettings {
+            table: stack.table.clone(),
+            shards,
+            bucket: stack.bucket.clone(),
+            prefix: prefix.clone(),
+            queue_url: stack.queue_url.clone(),
+            concurrency: CRAWLER_CONCURRENCY,
+            default_user_agent: None,
+        };
+        let sweeper = SweeperSettings {
+            table: stack.table.clone(),
+            shards,
+            queue_url: stack.queue_url.clone(),
+            delivery_queue_url: stack.delivery_queue_url.clone(),
+        };
+        let deliverer = DelivererSettings {
+            table: stack.table.clone(),
+            shards,
+            bucket: stack.bucket.clone(),
+            prefix,
+            delivery_queue_url: stack.delivery_queue_url.clone(),
+        };
         let delivery_queue = || {
             SqsDeliveryTrigger::new(
                 clients.sqs.clone(),
@@ -82,40 +108,33 @@ impl Functions {
         };
         Functions {
             seeder: seeder::handler::Handler {
-                store: store.clone(),
-                queue: queue.clone(),
-                fetcher: fetcher.clone(),
-                manifests: S3Manifests::new(clients.s3.clone(), calls.clone()),
-                defaults: SeedDefaults::default(),
+                seeder: Seeder::new(
+                    Arc::new(seeder.app(clients, calls.clone())),
+                    fetcher.clone(),
+                    Arc::new(S3Manifests::new(clients.s3.clone(), calls.clone())),
+                    SeedDefaults::default(),
+                ),
                 seeds: SqsSeedQueue::new(clients.sqs.clone(), &stack.seed_queue_url, calls.clone()),
-                calls: calls.clone(),
             },
-            crawler: crawler::handler::Handler {
-                crawler: Arc::new(Crawler::new(
-                    store.clone(),
-                    blobs.clone(),
-                    queue.clone(),
-                    fetcher,
-                    layout.clone(),
-                    CRAWLER_CONCURRENCY,
-                    calls.clone(),
-                )),
-            },
+            crawler: crawler::handler::Handler::new(Crawler::new(
+                Arc::new(crawler.app(clients, calls.clone())),
+                fetcher,
+                crawler.concurrency,
+            )),
             sweeper: sweeper::handler::Handler {
-                store: store.clone(),
-                queue,
-                trigger: delivery_queue(),
-                calls: calls.clone(),
-                options: SweepOptions::new(),
+                sweeper: Sweeper::new(
+                    Arc::new(sweeper.app(clients, calls.clone())),
+                    Arc::new(delivery_queue()),
+                    SweepOptions::new(),
+                ),
             },
             deliverer: deliverer::handler::Handler {
-                store,
-                blobs,
-                layout: layout.clone(),
-                uri_base: format!("s3://{}", stack.bucket),
-                calls: calls.clone(),
+                deliverer: Deliverer::new(
+                    Arc::new(deliverer.app(clients, calls.clone())),
+                    format!("s3://{}", stack.bucket),
+                    DeliveryLimits::default(),
+                ),
                 continuation: delivery_queue(),
-                limits: DeliveryLimits::default(),
             },
         }
     }

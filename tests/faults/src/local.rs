@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
+use trawl_core::app::App;
 use trawl_core::backoff::{Backoff, persist};
-use trawl_core::blob::Layout;
 use trawl_core::crawler::Crawler;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, DeliveryReport};
 use trawl_core::fetch::Fetcher;
@@ -82,16 +82,8 @@ pub async fn crawl_to_delivery(
     }
     let fetcher =
         Arc::new(Fetcher::new(crawl.config.user_agent.as_str()).map_err(|e| e.to_string())?);
-    let layout = Layout::default();
-    let crawler = Crawler::new(
-        store,
-        blobs,
-        queue,
-        fetcher,
-        layout.clone(),
-        16,
-        calls.clone(),
-    );
+    let app = Arc::new(App::new(store, blobs, queue, calls));
+    let crawler = Crawler::new(app.clone(), fetcher, 16);
     if crawl.state == CrawlState::Running {
         let stop = AtomicBool::new(false);
         match run_crawl(&crawler, crawl_id, workers, &stats, &stop)
@@ -103,14 +95,7 @@ pub async fn crawl_to_delivery(
         }
     }
     let uri_base = dir.join(OBJECTS_DIR).display().to_string();
-    let deliverer = Deliverer {
-        store: crawler.store(),
-        blobs: crawler.blobs(),
-        layout: &layout,
-        uri_base: &uri_base,
-        calls: &calls,
-        limits: DeliveryLimits::default(),
-    };
+    let deliverer = Deliverer::new(app, uri_base, DeliveryLimits::default());
     let report = persist("deliver", &Backoff::RUN, retries, || {
         deliverer.deliver(crawl_id, None, now_ms())
     })

@@ -15,17 +15,18 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Task};
+use trawl_domain::task::Task;
+use trawl_domain::transition::{Event, Insert, Update};
 
 /// The shares of port calls that meet a fault (each in 0..=1).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -156,8 +157,12 @@ impl PortFaults {
         }
     }
 
-    /// The next `n` writes of `operation` (`put_host`, `complete_crawl`) are applied, then
-    /// answer a retryable error: their answer was lost (a targeted fault, besides the mix).
+    /// The next `n` writes of `operation` (`put_host`, a crawl write by its event's name:
+    /// `complete_crawl`) are applied, then answer a retryable error: their answer was lost (a
+    /// targeted fault, besides the mix).
+    /// The next `n` writes of `operation` (`put_host`, `complete_crawl`, a task transition by
+    /// its event: `finish`, …) are applied, then answer a retryable error: their answer was
+    /// lost (a targeted fault, besides the mix).
     pub fn lose_answers(&self, operation: &'static str, n: u64) {
         self.answers_to_lose
             .lock()
@@ -292,108 +297,49 @@ pub struct FaultyBlobs<B> {
     pub faults: std::sync::Arc<PortFaults>,
 }
 
-impl<S: CrawlStore> CrawlStore for FaultyStore<S> {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+impl<S: CrawlRecords> CrawlRecords for FaultyStore<S> {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         self.faults.store_call("create_crawl").await?;
-        self.inner.create_crawl(crawl).await
+        self.inner.insert_crawl(crawl).await
     }
 
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
         self.faults.store_call("get_crawl").await?;
-        self.inner.get_crawl(id).await
+        self.inner.read_crawl(id).await
     }
 
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
         self.faults.store_call("list_crawls").await?;
-        self.inner.list_crawls(state).await
+        self.inner.query_crawls(state).await
     }
 
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("complete_crawl").await?;
-        let written = self
-            .inner
-            .complete_crawl(id, generation, completer, now)
-            .await;
-        self.faults.answer("complete_crawl", written)
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        let operation = update.event.name();
+        self.faults.store_call(operation).await?;
+        let written = self.inner.apply_crawl(id, update).await;
+        self.faults.answer(operation, written)
     }
 
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("update_config").await?;
-        self.inner.update_config(id, config, now).await
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        self.faults.store_call("set_checkpoint").await?;
-        self.inner.set_checkpoint(id, checkpoint).await
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
-        self.faults.store_call("add_reference_misses").await?;
-        self.inner.add_reference_misses(id, n).await
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("claim_delivery").await?;
-        self.inner.claim_delivery(id, holder, until, now).await
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        self.faults.store_call("release_delivery").await?;
-        self.inner.release_delivery(id, holder).await
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.faults.store_call("reopen_crawl").await?;
-        self.inner.reopen_crawl(id, now).await
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.faults.store_call("reserve_pages").await?;
-        self.inner.reserve_pages(id, wanted, max).await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        self.faults.store_call("release_pages").await?;
-        self.inner.release_pages(id, n).await
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        self.faults.store_call("add_calls").await?;
-        self.inner.add_calls(id, share).await
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         self.faults.store_call("delete_crawl").await?;
-        self.inner.delete_crawl(id).await
+        self.inner.remove_crawl(id).await
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        self.inner.own_call()
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        self.inner.page_budget()
     }
 }
 
-impl<S: TaskStore> TaskStore for FaultyStore<S> {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
+impl<S: TaskRecords> TaskRecords for FaultyStore<S> {
+    const IN_TURN_CLAIMS: InTurnClaims = S::IN_TURN_CLAIMS;
+
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         self.faults.store_call("seed").await?;
-        self.inner.seed(crawl_id, tasks, now).await
+        self.inner.insert(tasks).await
     }
 
     async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
@@ -401,78 +347,25 @@ impl<S: TaskStore> TaskStore for FaultyStore<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
-    async fn claim(
+    /// A finish may crash just before its write, a claim just after it; any write may lose
+    /// its answer (`PortFaults::lose_answers`, by the update's event).
+    async fn apply(
         &self,
         crawl_id: &CrawlId,
         task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        self.faults.store_call("claim").await?;
-        let outcome = self.inner.claim(crawl_id, task_id, lease_ms, now).await?;
-        if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        if update.event == Event::Finish {
+            self.faults.crash_point(PortFault::CrashBeforeFinish).await;
+        }
+        let operation = update.event.name();
+        self.faults.store_call(operation).await?;
+        let applied = self.inner.apply(crawl_id, task_id, update).await;
+        let claimed = matches!(update.event, Event::Claim | Event::ClaimInTurn);
+        if claimed && applied.as_ref().is_ok_and(Applied::is_done) {
             self.faults.crash_point(PortFault::CrashAfterClaim).await;
         }
-        Ok(outcome)
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        self.faults.crash_point(PortFault::CrashBeforeFinish).await;
-        self.faults.store_call("finish").await?;
-        self.inner.finish(lease, record, now).await
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        self.faults.store_call("fail").await?;
-        self.inner.fail(lease, failure, policy, revisit, now).await
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        self.faults.store_call("release").await?;
-        self.inner.release(lease, now).await
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("add_stale").await?;
-        self.inner.add_stale(crawl_id, task_id, md5).await
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[trawl_domain::task::Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("reschedule").await?;
-        self.inner.reschedule(crawl_id, task_id, from, now).await
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        self.faults.store_call("reset").await?;
-        self.inner.reset(task, now).await
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        self.faults.store_call("refresh").await?;
-        self.inner.refresh(task, lastmod, now).await
+        self.faults.answer(operation, applied)
     }
 
     async fn due_tasks(

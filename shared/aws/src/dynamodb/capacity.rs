@@ -14,18 +14,19 @@ use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreResult,
+    TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Task};
+use trawl_domain::task::Task;
+use trawl_domain::transition::{Event, Insert, Update};
 
 /// A DynamoDB item as the capacity model reads it.
 pub fn image_of(item: &HashMap<String, AttributeValue>) -> Image {
@@ -220,56 +221,14 @@ impl<S> Metered<S> {
     }
 }
 
-impl<S: TaskStore> Metered<S> {
-    async fn task(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        before: Option<&Image>,
-    ) -> StoreResult<Option<Image>> {
+impl<S: TaskRecords> Metered<S> {
+    /// The stored task's image, read through the probe.
+    async fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Image>> {
         self.probe
             .get(crawl_id, task_id)
             .await?
-            .map(|t| task_image(&t, before, self.shards))
+            .map(|t| task_image(&t, None, self.shards))
             .transpose()
-    }
-
-    /// Runs one write of one task, metered.
-    async fn on_task<T>(
-        &self,
-        operation: &'static str,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        write: impl Future<Output = StoreResult<T>>,
-    ) -> StoreResult<T> {
-        let before = self.task(crawl_id, task_id, None).await?;
-        let out = write.await?;
-        let after = self.task(crawl_id, task_id, before.as_ref()).await?;
-        self.record(operation, before.as_ref(), after.as_ref());
-        Ok(out)
-    }
-}
-
-impl<S: CrawlStore> Metered<S> {
-    async fn crawl(&self, id: &CrawlId) -> StoreResult<Option<Image>> {
-        self.probe
-            .get_crawl(id)
-            .await?
-            .map(|c| crawl_image(&c))
-            .transpose()
-    }
-
-    async fn on_crawl<T>(
-        &self,
-        operation: &'static str,
-        id: &CrawlId,
-        write: impl Future<Output = StoreResult<T>>,
-    ) -> StoreResult<T> {
-        let before = self.crawl(id).await?;
-        let out = write.await?;
-        let after = self.crawl(id).await?;
-        self.record(operation, before.as_ref(), after.as_ref());
-        Ok(out)
     }
 }
 
@@ -297,110 +256,68 @@ impl<S: HostStore> Metered<S> {
     }
 }
 
-impl<S: CrawlStore> CrawlStore for Metered<S> {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        self.on_crawl("create_crawl", &crawl.id, self.inner.create_crawl(crawl))
-            .await
+/// A crawl write is metered from what it answers: the crawl before it, and the changes made.
+impl<S: CrawlRecords> CrawlRecords for Metered<S> {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        let (stored, created) = self.inner.insert_crawl(crawl).await?;
+        let image = crawl_image(&stored)?;
+        let before = (!created).then(|| image.clone());
+        self.record("create_crawl", before.as_ref(), Some(&image));
+        Ok((stored, created))
     }
 
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        self.inner.get_crawl(id).await
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.inner.read_crawl(id).await
     }
 
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        self.inner.list_crawls(state).await
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        self.inner.query_crawls(state).await
     }
 
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.complete_crawl(id, generation, completer, now);
-        self.on_crawl("complete_crawl", id, write).await
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        let applied = self.inner.apply_crawl(id, update).await?;
+        let (before, after) = match &applied {
+            Applied::Done { before } => {
+                let after = update.changes.apply(before);
+                (Some(crawl_image(before)?), Some(crawl_image(&after)?))
+            }
+            Applied::Refused { current } => {
+                let image = current.as_ref().map(crawl_image).transpose()?;
+                (image.clone(), image)
+            }
+        };
+        self.record(update.event.name(), before.as_ref(), after.as_ref());
+        Ok(applied)
     }
 
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.update_config(id, config, now);
-        self.on_crawl("update_config", id, write).await
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.inner.remove_crawl(id).await
     }
 
-    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
-        let write = self.inner.add_reference_misses(id, n);
-        self.on_crawl("add_reference_misses", id, write).await
+    fn own_call(&self) -> Option<Call> {
+        self.inner.own_call()
     }
 
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        let write = self.inner.set_checkpoint(id, checkpoint);
-        self.on_crawl("set_checkpoint", id, write).await
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.claim_delivery(id, holder, until, now);
-        self.on_crawl("claim_delivery", id, write).await
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        let write = self.inner.release_delivery(id, holder);
-        self.on_crawl("release_delivery", id, write).await
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.on_crawl("reopen_crawl", id, self.inner.reopen_crawl(id, now))
-            .await
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        let write = self.inner.reserve_pages(id, wanted, max);
-        self.on_crawl("reserve_pages", id, write).await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        self.on_crawl("release_pages", id, self.inner.release_pages(id, n))
-            .await
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        self.on_crawl("add_calls", id, self.inner.add_calls(id, share))
-            .await
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.inner.delete_crawl(id).await
+    fn page_budget(&self) -> Option<&PageBudget> {
+        self.inner.page_budget()
     }
 }
 
-impl<S: TaskStore> TaskStore for Metered<S> {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
-        // Each URL's first time in the batch is one conditional put (as the adapter sends
+impl<S: TaskRecords> TaskRecords for Metered<S> {
+    const IN_TURN_CLAIMS: InTurnClaims = S::IN_TURN_CLAIMS;
+
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
+        // Each task's first time in the batch is one conditional put (as the adapter sends
         // them): created, or refused by the task already there. Read from the outcome, not
         // from images, which concurrent seeders of the same URL could interleave.
-        let out = self.inner.seed(crawl_id, tasks, now).await?;
+        let out = self.inner.insert(tasks).await?;
         let mut seen = std::collections::BTreeSet::new();
-        for (task, outcome) in tasks.iter().zip(&out) {
-            let id = task.url.task_id();
-            if !seen.insert(id.clone()) {
+        for (insert, outcome) in tasks.iter().zip(&out) {
+            let (crawl_id, id) = (&insert.task.crawl_id, &insert.task.task_id);
+            if !seen.insert(id) {
                 continue;
             }
-            let stored = self.task(crawl_id, &id, None).await?;
+            let stored = self.task(crawl_id, id).await?;
             match outcome {
                 Seeded::Created => self.record("seed", None, stored.as_ref()),
                 Seeded::AlreadyKnown => self.record("seed", stored.as_ref(), stored.as_ref()),
@@ -413,94 +330,37 @@ impl<S: TaskStore> TaskStore for Metered<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
-    async fn claim(
+    /// Metered from what the write returned: the task before, and after it the domain's
+    /// changes made to it. A claim in a turn is not metered: on DynamoDB it is a read
+    /// (`InTurnClaims::AsRead`). An inner store that writes one (the in-memory store of the
+    /// simulator) is priced as DynamoDB would be: its in-progress task is not listed and keeps
+    /// its host-index place, so the finish after it costs what it costs from the task as read.
+    async fn apply(
         &self,
         crawl_id: &CrawlId,
         task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        let write = self.inner.claim(crawl_id, task_id, lease_ms, now);
-        self.on_task("claim", crawl_id, task_id, write).await
-    }
-
-    /// Not metered: on DynamoDB a claim in a turn is a read (`LeaseKind::InTurn`). An inner
-    /// store that writes one (the in-memory store of the simulator) is priced as DynamoDB
-    /// would be: its in-progress task is not listed and keeps its host-index place, so the
-    /// finish after it costs what it costs from the task as read.
-    async fn claim_in_turn(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        self.inner
-            .claim_in_turn(crawl_id, task_id, lease_ms, now)
-            .await
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        let write = self.inner.finish(lease, record, now);
-        self.on_task("finish", &lease.crawl_id, &lease.task_id, write)
-            .await
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        let write = self.inner.fail(lease, failure, policy, revisit, now);
-        self.on_task("fail", &lease.crawl_id, &lease.task_id, write)
-            .await
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let write = self.inner.release(lease, now);
-        self.on_task("release", &lease.crawl_id, &lease.task_id, write)
-            .await
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        let write = self.inner.refresh(task, lastmod, now);
-        self.on_task("refresh", &task.crawl_id, &task.task_id, write)
-            .await
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        let write = self.inner.reset(task, now);
-        self.on_task("reset", &task.crawl_id, &task.task_id, write)
-            .await
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        let write = self.inner.add_stale(crawl_id, task_id, md5);
-        self.on_task("add_stale", crawl_id, task_id, write).await
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[trawl_domain::task::Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let write = self.inner.reschedule(crawl_id, task_id, from, now);
-        self.on_task("reschedule", crawl_id, task_id, write).await
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        let applied = self.inner.apply(crawl_id, task_id, update).await?;
+        if update.event == Event::ClaimInTurn {
+            return Ok(applied);
+        }
+        let (before, after) = match &applied {
+            Applied::Done { before } => {
+                let image = task_image(before, None, self.shards)?;
+                let after = task_image(&update.changes.apply(before), Some(&image), self.shards)?;
+                (Some(image), Some(after))
+            }
+            Applied::Refused { current } => {
+                let image = current
+                    .as_ref()
+                    .map(|task| task_image(task, None, self.shards))
+                    .transpose()?;
+                (image.clone(), image)
+            }
+        };
+        self.record(update.event.name(), before.as_ref(), after.as_ref());
+        Ok(applied)
     }
 
     async fn due_tasks(
@@ -562,10 +422,12 @@ impl<S: HostStore> HostStore for Metered<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trawl_core::store::CrawlStore;
     use trawl_core::store::memory::MemoryStore;
+    use trawl_core::store::{ClaimOutcome, TaskStore};
     use trawl_domain::canonical::CanonicalUrl;
     use trawl_domain::crawl::CrawlConfig;
-    use trawl_domain::task::FetchRecord;
+    use trawl_domain::task::{FetchRecord, Millis, NewTask};
 
     fn record(md5: &str, now: Millis) -> FetchRecord {
         FetchRecord {

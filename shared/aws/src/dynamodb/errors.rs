@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
-use trawl_core::store::{StoreError, StoreResult};
+use trawl_core::store::StoreError;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -70,16 +70,5 @@ where
         StoreError::Unavailable { operation, message }
     } else {
         StoreError::Backend { operation, message }
-    }
-}
-
-/// The outcome of a conditional UpdateItem: true if applied, false if its condition failed.
-pub(super) fn applied<O>(
-    result: Result<O, SdkError<UpdateItemError, HttpResponse>>,
-) -> StoreResult<bool> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(e) if is_conditional_failure(&e) => Ok(false),
-        Err(e) => Err(map_err("UpdateItem", e)),
     }
 }

@@ -1,7 +1,9 @@
 //! The domain's transitions as DynamoDB expressions: a `Condition` becomes a condition
 //! expression, `Changes` an update expression (the token through `ADD`, so a blind claim needs
-//! no read). Every attribute name goes through a `#name` placeholder: several (`status`,
+//! no read); the crawl record's in `crawl`. Every attribute name goes through a `#name` placeholder: several (`status`,
 //! `token`, `fetch`) are reserved words, and AWS, unlike moto, rejects them bare.
+
+mod crawl;
 
 use super::items::{gsi_pk, host_due, keeps_place};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -24,6 +26,16 @@ fn encode<T: Serialize>(value: &T) -> StoreResult<AttributeValue> {
         operation: "encode",
         message: e.to_string(),
     })
+}
+
+/// An update expression of its SET, REMOVE and ADD parts (empty when all are).
+fn clauses(set: Vec<String>, remove: Vec<String>, add: Vec<String>) -> String {
+    let clauses: Vec<String> = [("SET", set), ("REMOVE", remove), ("ADD", add)]
+        .into_iter()
+        .filter(|(_, parts)| !parts.is_empty())
+        .map(|(verb, parts)| format!("{verb} {}", parts.join(", ")))
+        .collect();
+    clauses.join(" ")
 }
 
 /// An expression under construction, with its placeholders.
@@ -234,12 +246,7 @@ impl Expression {
             }
             StaleChange::Clear => remove.push(self.name("stale")),
         }
-        let clauses: Vec<String> = [("SET", set), ("REMOVE", remove), ("ADD", add)]
-            .into_iter()
-            .filter(|(_, parts)| !parts.is_empty())
-            .map(|(verb, parts)| format!("{verb} {}", parts.join(", ")))
-            .collect();
-        Ok(clauses.join(" "))
+        Ok(clauses(set, remove, add))
     }
 
     fn optional_time(
@@ -249,11 +256,25 @@ impl Expression {
         attr: &str,
         change: &Change<Option<Millis>>,
     ) {
+        self.optional(set, remove, attr, change, |at| n(at));
+    }
+
+    /// An optional attribute's change: set to `value` of it, or removed (never a NULL).
+    fn optional<T>(
+        &mut self,
+        set: &mut Vec<String>,
+        remove: &mut Vec<String>,
+        attr: &str,
+        change: &Change<Option<T>>,
+        value: impl FnOnce(&T) -> AttributeValue,
+    ) {
         match change {
             Change::Keep => {}
-            Change::Set(Some(at)) => {
-                set.push(format!("{} = {}", self.name(attr), self.value(attr, n(at))))
-            }
+            Change::Set(Some(v)) => set.push(format!(
+                "{} = {}",
+                self.name(attr),
+                self.value(attr, value(v))
+            )),
             Change::Set(None) => remove.push(self.name(attr)),
         }
     }

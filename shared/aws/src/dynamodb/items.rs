@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use trawl_domain::host::Host;
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
@@ -320,6 +320,13 @@ pub(super) struct CrawlItem {
     checkpoint: Option<String>,
     #[serde(default)]
     reference_misses: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    completed_by: Option<String>,
+    /// The delivery lease (`DeliveryLease`), as two attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delivery_holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delivery_until: Option<Millis>,
 }
 
 impl CrawlItem {
@@ -337,6 +344,9 @@ impl CrawlItem {
             calls: c.calls.clone(),
             checkpoint: c.checkpoint.clone(),
             reference_misses: c.reference_misses,
+            completed_by: c.completed_by.clone(),
+            delivery_holder: c.delivery.as_ref().map(|l| l.holder.clone()),
+            delivery_until: c.delivery.as_ref().map(|l| l.until),
         }
     }
 
@@ -367,6 +377,11 @@ impl CrawlItem {
             calls: self.calls,
             checkpoint: self.checkpoint,
             reference_misses: self.reference_misses,
+            completed_by: self.completed_by,
+            delivery: match (self.delivery_holder, self.delivery_until) {
+                (Some(holder), Some(until)) => Some(DeliveryLease { holder, until }),
+                _ => None,
+            },
         }
     }
 }

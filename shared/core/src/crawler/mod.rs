@@ -1,7 +1,10 @@
 //! The crawler: for each work message, a host's turn. Claim the host (a fenced host lease),
-//! then fetch its due URLs at its pace — claim → fetch → store → discover → finish (or fail) each
-//! — and hand the host back with its next turn's time. The Lambda function and the CLI's workers
-//! both run this; they differ only in how they hand messages back (`Disposition`).
+//! then fetch its due URLs at its pace — claim → fetch → discover → store → finish (or fail)
+//! each — and hand the host back with its next turn's time. What to fetch next, when, when to
+//! stop and what to hand back is decided by the turn's plan (`trawl_domain::turn`), each fetch's
+//! record by `trawl_domain::fetched`; this service reads, waits on its clock, fetches and writes.
+//! The Lambda function and the CLI's workers both run this; they differ only in how they hand
+//! messages back (`Disposition`).
 //!
 //! Host-wide trouble (429/503, refused connections, an unreachable robots.txt, timeouts in a
 //! row) snoozes the host for every worker and ends the turn; the URL that met it goes back
@@ -13,35 +16,38 @@ mod seen;
 
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
+use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
-use crate::blob::{BlobStore, Layout};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{MalformedMessage, Received, WorkMessage, WorkQueue, send_patiently};
+use crate::queue::{MalformedMessage, Received, WorkMessage, send_patiently};
 use crate::revisit::RevisitRules;
 use crate::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskStore,
-    TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskRecords,
+    TaskStore, TaskSummary,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::RwLock;
+use tokio::time::Instant;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::fetched::{self, Answer};
 use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
+use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, next_work, turn_ms};
 
 /// How long a crawl's config is cached in a worker before it is read again.
 const CRAWL_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -100,6 +106,22 @@ pub enum Outcome {
     Skipped,
     Malformed,
     Error,
+}
+
+impl Outcome {
+    /// What the outcome means to the turn's plan.
+    fn end(self) -> TaskEnd {
+        match self {
+            Outcome::Succeeded { .. }
+            | Outcome::Unchanged
+            | Outcome::Redirected
+            | Outcome::GaveUp => TaskEnd::Ended,
+            Outcome::Error => TaskEnd::Failed,
+            Outcome::Retrying | Outcome::Snoozed | Outcome::Skipped | Outcome::Malformed => {
+                TaskEnd::Open
+            }
+        }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -186,63 +208,42 @@ struct CrawlContext {
     loaded: Instant,
 }
 
-/// What a turn may still start: its page budget, and the tasks it started (a due task read
-/// again before its claim shows is not started twice).
-struct Feed {
-    pages_left: u32,
-    started: HashSet<TaskId>,
-}
-
-/// A turn in progress: the host as its holder sees it, and whether to start no more fetches.
+/// A turn in progress, shared by its concurrent fetches: its plan and what became of its tasks.
 struct TurnState {
-    host: Host,
-    stop: bool,
+    plan: TurnPlan,
     outcomes: Vec<Outcome>,
 }
 
-/// Per-process crawler state: ports, the HTTP client, and a small crawl-config cache.
-/// Build it once per cold start and share it between invocations.
-pub struct Crawler<S, B, Q> {
-    store: S,
-    blobs: B,
-    queue: Q,
-    /// The counters the adapters share: each batch adds its calls to its crawls.
-    calls: Arc<CallCounts>,
+/// Per-process crawler state: the App's ports, the HTTP client, and a small crawl-config cache.
+/// Build it once per cold start and share it between invocations. It reads the App's ports as
+/// its own (`self.store`, `self.clock`, …: it derefs to the App).
+pub struct Crawler<P: Ports> {
+    app: Arc<App<P>>,
     fetcher: Arc<Fetcher>,
-    layout: Layout,
     concurrency: usize,
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
     seen: seen::SeenLinks,
-    clock: Arc<dyn Clock>,
     faults: FaultStreak,
 }
 
-impl<S, B, Q> Crawler<S, B, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    B: BlobStore,
-    Q: WorkQueue,
-{
-    pub fn new(
-        store: S,
-        blobs: B,
-        queue: Q,
-        fetcher: Arc<Fetcher>,
-        layout: Layout,
-        concurrency: usize,
-        calls: Arc<CallCounts>,
-    ) -> Self {
+impl<P: Ports> std::ops::Deref for Crawler<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+impl<P: Ports> Crawler<P> {
+    /// A crawler over `app`'s ports fetching with `fetcher`, running at most `concurrency` host
+    /// turns of a batch at once.
+    pub fn new(app: Arc<App<P>>, fetcher: Arc<Fetcher>, concurrency: usize) -> Self {
         Self {
-            store,
-            blobs,
-            queue,
-            calls,
+            app,
             fetcher,
-            layout,
             concurrency: concurrency.max(1),
             crawls: RwLock::default(),
             seen: seen::SeenLinks::default(),
-            clock: Arc::new(SystemClock),
             faults: FaultStreak::default(),
         }
     }
@@ -253,21 +254,19 @@ where
         self.faults.persistent()
     }
 
-    /// The same crawler reading the time from `clock` (a virtual one in tests).
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
+    pub fn app(&self) -> &Arc<App<P>> {
+        &self.app
     }
 
     pub fn clock(&self) -> &dyn Clock {
         self.clock.as_ref()
     }
 
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &P::Store {
         &self.store
     }
 
-    pub fn blobs(&self) -> &B {
+    pub fn blobs(&self) -> &P::Blobs {
         &self.blobs
     }
 
@@ -275,7 +274,7 @@ where
         &self.fetcher
     }
 
-    pub fn queue(&self) -> &Q {
+    pub fn queue(&self) -> &P::Queue {
         &self.queue
     }
 
@@ -290,8 +289,9 @@ where
     pub async fn process_batch(
         &self,
         batch: Vec<Received>,
-        deadline: Option<Instant>,
+        deadline: Option<std::time::Instant>,
     ) -> Vec<MessageResult> {
+        let deadline = deadline.map(Instant::from_std);
         // Messages per crawl: the weights the batch's calls are shared by.
         let mut crawls: Vec<(CrawlId, u64)> = Vec::new();
         let mut parsed = Vec::with_capacity(batch.len());
@@ -427,28 +427,25 @@ where
             host: host.name.clone(),
             offered: Default::default(),
         };
-        let state = self
+        let (holder, mut outcomes) = self
             .run_turn(&context, host, &turn, deadline, outbox, &held)
             .await;
         let seeded_by_turn = held.offered.into_inner();
-        let mut outcomes = state.outcomes;
-        let given_up = state.host.given_up.is_some();
-        if given_up {
-            outcomes.extend(self.end_tasks_of_given_up(&context, &state.host).await);
+        if holder.given_up.is_some() {
+            outcomes.extend(self.end_tasks_of_given_up(&context, &holder).await);
         }
         // When the host's next turn is due: its soonest task (new links included). A few are
         // read: a store may list a task in progress at the place it was claimed from, ahead of
         // the work that is due before its lease ends.
         let next_work = match self
             .store
-            .due_tasks(&crawl.id, &state.host.name, NEXT_WORK_PAGE)
+            .due_tasks(&crawl.id, &holder.name, NEXT_WORK_PAGE)
             .await
         {
-            Ok(due) => due
-                .iter()
-                .filter_map(|t| Some((t.claimable_from()?, t)))
-                .min_by_key(|(at, _)| *at)
-                .and_then(|(_, t)| t.next_work()),
+            Ok(due) => next_work(
+                due.iter()
+                    .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
+            ),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
                 outcomes.push(Outcome::Error);
@@ -456,7 +453,7 @@ where
             }
         };
         let now = self.clock.now_ms();
-        let holder = &state.host;
+        let holder = &holder;
         let hand_back = || {
             update_host(&self.store, crawl, &holder.name, now, |stored| {
                 // This turn's hand-back is stored already (applied while its answer was lost):
@@ -485,8 +482,9 @@ where
         settle_host(handed, crawl, now, outbox, outcomes)
     }
 
-    /// Fetches the host's due tasks at its pace, `policy.parallel` at a time, until none is
-    /// due, the turn's page budget or time is spent, or the host is snoozed or given up.
+    /// Fetches the host's due tasks as its plan says (`trawl_domain::turn`), `parallel` at a
+    /// time, until none is due, the turn's page budget or time is spent, or the host is snoozed
+    /// or given up. Returns the host as the turn leaves it and what became of its tasks.
     async fn run_turn(
         &self,
         context: &CrawlContext,
@@ -495,83 +493,74 @@ where
         deadline: Option<Instant>,
         outbox: &Outbox,
         held: &Held,
-    ) -> TurnState {
+    ) -> (Host, Vec<Outcome>) {
         let crawl = &context.crawl;
         let config = &crawl.config;
-        let policy = &config.politeness.host_policy(&host.name);
-        // A fetch may take its whole timeout; none starts that could not end within the turn.
-        let fetch_ms = config.fetch.timeout_ms.saturating_add(2_000);
-        let turn_ends = turn.until.saturating_sub(fetch_ms as Millis);
-        let owned = Mutex::new(TurnState {
-            host,
-            stop: false,
-            outcomes: Vec::new(),
-        });
-        // Shared by the turn's concurrent fetches.
-        let state = &owned;
-        let next_start = &Mutex::new(Instant::now());
-        let name = &lock(state).host.name.clone();
+        let name = &host.name.clone();
         // robots.txt's Crawl-delay, read once per turn (the fetcher caches robots.txt per host,
         // so this costs a request only for a host's first turn).
         let first = match self.store.due_tasks(&crawl.id, name, 1).await {
             Ok(due) => due.into_iter().next(),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
-                lock(state).outcomes.push(Outcome::Error);
-                None
+                return (host, vec![Outcome::Error]);
             }
         };
         let Some(first) = first else {
-            return owned.into_inner().unwrap_or_else(PoisonError::into_inner);
+            return (host, Vec::new());
         };
         let robots_delay = match CanonicalUrl::parse(&first.url) {
             Ok(url) => self.fetcher.crawl_delay(&url, config).await,
             Err(_) => None,
         }
         .unwrap_or(Duration::ZERO);
-        let feed = Feed {
-            pages_left: config.politeness.turn_pages.max(1),
-            started: HashSet::new(),
-        };
-        let feed = &Mutex::new(feed);
+        // The pace is kept on the clock's monotonic time, from the turn's start.
+        let started = self.clock.instant();
+        let owned = Mutex::new(TurnState {
+            plan: TurnPlan::new(host, config, turn, robots_delay),
+            outcomes: Vec::new(),
+        });
+        // Shared by the turn's concurrent fetches.
+        let state = &owned;
+        let parallel = lock(state).plan.parallel();
         // Rounds: each runs the host's due tasks, refilled as fetch slots free up, until none is
         // due; the pages those fetches linked to may be due by then, which the next round takes.
         loop {
-            let before = lock(feed).pages_left;
-            if before == 0 || lock(state).stop {
-                break;
-            }
+            let before = {
+                let plan = &lock(state).plan;
+                if plan.closed() {
+                    break;
+                }
+                plan.pages_left()
+            };
             let due = stream::unfold(VecDeque::<TaskSummary>::new(), |mut buffer| async move {
                 loop {
-                    if lock(state).stop {
+                    if lock(state).plan.stopped() {
                         return None;
                     }
                     if let Some(task) = buffer.pop_front() {
-                        let mut feed = lock(feed);
-                        if feed.pages_left == 0 {
-                            return None;
+                        match lock(state).plan.admit(&task.task_id) {
+                            Admit::Start => return Some((task, buffer)),
+                            Admit::Again => continue,
+                            Admit::Closed => return None,
                         }
-                        if feed.started.insert(task.task_id.clone()) {
-                            feed.pages_left -= 1;
-                            return Some((task, buffer));
-                        }
-                        continue;
                     }
                     let now = self.clock.now_ms();
                     let page = match self.store.due_tasks(&crawl.id, name, DUE_PAGE).await {
                         Ok(page) => page,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot read the host's due tasks");
-                            lock(state).outcomes.push(Outcome::Error);
-                            lock(state).stop = true;
+                            let mut turn_state = lock(state);
+                            turn_state.outcomes.push(Outcome::Error);
+                            turn_state.plan.stop();
                             return None;
                         }
                     };
-                    let started = &lock(feed).started;
+                    let plan = &lock(state).plan;
                     buffer = page
                         .into_iter()
-                        .filter(|t| t.claimable_from().is_some_and(|at| at <= now))
-                        .filter(|t| !started.contains(&t.task_id))
+                        .filter(|t| due_now(t.claimable_from(), now))
+                        .filter(|t| plan.is_new(&t.task_id))
                         .collect();
                     if buffer.is_empty() {
                         return None;
@@ -579,23 +568,15 @@ where
                 }
             });
             due.map(|task| async move {
-                // The host's pace: starts spaced by its delay (robots Crawl-delay at least).
-                let pause = {
-                    let host = &lock(state).host;
-                    Duration::from_millis(host.delay_ms).max(robots_delay)
-                };
-                let start = {
-                    let mut next = lock(next_start);
-                    let at = (*next).max(Instant::now());
-                    *next = at + pause;
-                    at
-                };
-                tokio::time::sleep_until(start.into()).await;
-                let late = deadline.is_some_and(|d| {
-                    d.saturating_duration_since(Instant::now()) < Duration::from_millis(fetch_ms)
-                });
-                if lock(state).stop || late || self.clock.now_ms() > turn_ends {
-                    lock(state).stop = true;
+                let elapsed = self.clock.instant().saturating_duration_since(started);
+                let start = lock(state)
+                    .plan
+                    .start_at(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+                self.clock
+                    .sleep_until(started + Duration::from_millis(start))
+                    .await;
+                let time_left = deadline.map(|d| d.saturating_duration_since(self.clock.instant()));
+                if !lock(state).plan.may_start(self.clock.now_ms(), time_left) {
                     return;
                 }
                 let span = tracing::info_span!("task", task = %task.task_id);
@@ -606,34 +587,18 @@ where
                 let now = self.clock.now_ms();
                 let mut turn_state = lock(state);
                 turn_state.outcomes.push(outcome);
-                if matches!(
-                    outcome,
-                    Outcome::Succeeded { .. }
-                        | Outcome::Unchanged
-                        | Outcome::Redirected
-                        | Outcome::GaveUp
-                ) {
-                    turn_state.host.done += 1;
-                }
-                if outcome == Outcome::Error {
-                    turn_state.stop = true;
-                }
-                if let Some(signal) = signal {
-                    turn_state.host = turn_state.host.observe(policy, signal, now);
-                    if turn_state.host.snoozed_until.is_some() || turn_state.host.given_up.is_some()
-                    {
-                        turn_state.stop = true;
-                    }
-                }
+                turn_state.plan.finished(outcome.end(), signal, now);
             })
-            .buffer_unordered(policy.parallel.max(1) as usize)
+            .buffer_unordered(parallel)
             .collect::<Vec<()>>()
             .await;
-            if lock(feed).pages_left == before {
+            if lock(state).plan.pages_left() == before {
                 break;
             }
         }
-        owned.into_inner().unwrap_or_else(PoisonError::into_inner)
+        let TurnState { plan, outcomes } =
+            owned.into_inner().unwrap_or_else(PoisonError::into_inner);
+        (plan.into_host(), outcomes)
     }
 
     /// Claims and crawls one due task. Returns what became of it and, when the host answered
@@ -846,36 +811,20 @@ where
                 };
                 self.seed_found(context, task, vec![target], outbox, held)
                     .await?;
-                let changed =
-                    previous.and_then(|p| p.final_url.as_deref()) != Some(location.as_str());
-                let (next_fetch_at, pace) = revisit.after_fetch(previous, changed, now);
-                let record = FetchRecord {
-                    http_status: status,
-                    final_url: Some(location.as_str().to_owned()),
-                    redirects: 1,
-                    fetched_at: now,
-                    next_fetch_at,
-                    pace,
-                    ..FetchRecord::default()
-                };
+                let record =
+                    fetched::redirected(previous, status, location.as_str(), &revisit, now);
                 self.record_bodiless(context, task, lease, &url, record, Outcome::Redirected)
                     .await
             }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
-                let (next_fetch_at, pace) = revisit.after_fetch(previous, false, now);
-                let previous = previous.cloned().unwrap_or_default();
-                let record = FetchRecord {
-                    etag: not_modified.etag.or(previous.etag.clone()),
-                    last_modified: not_modified
-                        .last_modified
-                        .or(previous.last_modified.clone()),
-                    fetched_at: now,
-                    next_fetch_at,
-                    pace,
-                    missing: 0,
-                    ..previous
-                };
+                let record = fetched::not_modified(
+                    previous,
+                    not_modified.etag,
+                    not_modified.last_modified,
+                    &revisit,
+                    now,
+                );
                 self.record_bodiless(context, task, lease, &url, record, Outcome::Unchanged)
                     .await
             }
@@ -890,11 +839,9 @@ where
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
                     return Ok((outcome, Some(HostSignal::Answered)));
                 }
-                let final_url = (page.final_url != url).then(|| page.final_url.as_str().to_owned());
-                let mut record = FetchRecord {
-                    object_key: None,
+                let answer = Answer {
+                    status: page.status,
                     md5: page.body.as_ref().map(|b| b.md5_hex()),
-                    http_status: page.status,
                     content_type: page.content_type.clone(),
                     content_length: page
                         .body
@@ -902,15 +849,13 @@ where
                         .map_or(page.content_length.unwrap_or(0), |b| b.bytes().len() as u64),
                     etag: page.etag.clone(),
                     last_modified: page.last_modified.clone(),
-                    final_url,
+                    final_url: (page.final_url != url).then(|| page.final_url.as_str().to_owned()),
                     redirects: page.redirects,
-                    fetched_at: now,
-                    ..FetchRecord::default()
                 };
+                let record = fetched::answered(answer, now);
                 // Links first: if seeding them fails, the task is retried and nothing is lost.
                 // An unchanged body has the links its previous fetch already seeded.
-                let unchanged = record.md5.is_some()
-                    && record.md5.as_deref() == previous.and_then(|f| f.md5.as_deref());
+                let unchanged = fetched::same_body(&record, previous);
                 // Links and items are read while the body is in memory, from one parse when
                 // an extractor applies; an unchanged page keeps its items.
                 let reading = match &page.body {
@@ -926,13 +871,8 @@ where
                 if let Some(links) = reading.links {
                     new_links = self.discover(context, task, links, outbox, held).await?;
                 }
-                // A listing page changes when new links appear on it, not when its ads do.
-                let changed = if revisit.listing {
-                    new_links > 0
-                } else {
-                    !unchanged
-                };
-                (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
+                let changed = fetched::changed(&revisit, unchanged, new_links);
+                let record = fetched::scheduled(record, previous, changed, &revisit, now);
                 let bytes = record.content_length;
                 let items = reading.items.and_then(items_json);
                 let page_body = page.body.map(|body| PageBody {
@@ -1113,7 +1053,11 @@ where
 
     async fn context(&self, crawl_id: &CrawlId) -> Result<Option<Arc<CrawlContext>>, StoreError> {
         if let Some(context) = self.crawls.read().await.get(crawl_id)
-            && context.loaded.elapsed() < CRAWL_CACHE_TTL
+            && self
+                .clock
+                .instant()
+                .saturating_duration_since(context.loaded)
+                < CRAWL_CACHE_TTL
         {
             return Ok(Some(context.clone()));
         }
@@ -1147,7 +1091,7 @@ where
             scope,
             revisit,
             extractors,
-            loaded: Instant::now(),
+            loaded: self.clock.instant(),
         });
         self.crawls
             .write()
@@ -1169,18 +1113,6 @@ fn items_json(found: PageItems) -> Option<Bytes> {
             None
         }
     }
-}
-
-/// How long a turn holds its host: the crawl's lease, and at least two fetch timeouts, so that a
-/// turn always has time for a fetch.
-fn turn_ms(config: &trawl_domain::crawl::CrawlConfig) -> u64 {
-    config.lease_ms.max(
-        config
-            .fetch
-            .timeout_ms
-            .saturating_add(2_000)
-            .saturating_mul(2),
-    )
 }
 
 /// The lock of a turn's shared state. No code path panics while holding it, so a poisoned lock
@@ -1229,7 +1161,9 @@ mod tests {
     use crate::blob::memory::MemoryBlobStore;
     use crate::clock::ManualClock;
     use crate::frontier::add_tasks;
+    use crate::queue::WorkQueue;
     use crate::queue::local::LocalQueue;
+    use crate::store::TaskRecords;
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
     use trawl_domain::crawl::CrawlConfig;
@@ -1243,6 +1177,92 @@ mod tests {
             receipt: format!("r{epoch}"),
             body,
         }
+    }
+
+    /// A loopback site answering every request with a small HTML page; returns its port and
+    /// the times (on `clock`) its requests arrived.
+    async fn paced_site(clock: ManualClock) -> (u16, Arc<Mutex<Vec<Millis>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                lock(&seen).push(clock.now_ms());
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let body = "<p>ok</p>";
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        (port, arrivals)
+    }
+
+    #[tokio::test]
+    async fn a_turn_paces_its_host_and_stops_before_its_deadline_on_the_crawlers_clock() {
+        // GIVEN a crawler on a virtual clock, a host paced at one request a minute with six due
+        // pages, and an invocation deadline 5 virtual minutes and 2 s away (fetch window: 3 s)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let (port, arrivals) = paced_site(clock.clone()).await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.fetch.timeout_ms = 1_000;
+        config.politeness.respect_robots = false;
+        config.politeness.delay_ms = 60_000;
+        config.scope.follow_links = false;
+        config.lease_ms = 3_600_000;
+        let crawl = Crawl::new(CrawlId::parse("paced").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let tasks = (0..6)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(&store, &queue, &crawl, tasks, t0).await.unwrap();
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+        let deadline = std::time::Instant::now() + Duration::from_millis(302_000);
+        let real = std::time::Instant::now();
+
+        // WHEN the host's turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, Some(deadline)).await;
+
+        // THEN its requests went a virtual minute apart, and the sixth, whose start came within
+        // a fetch window of the deadline, did not start: the turn handed its host back
+        let arrivals = lock(&arrivals).clone();
+        let gaps: Vec<Millis> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(arrivals.len(), 5, "{arrivals:?}");
+        assert!(gaps.iter().all(|gap| *gap >= 60_000), "{gaps:?}");
+        assert_eq!(clock.now_ms() - t0, 300_000);
+        let succeeded = results[0]
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+            .count();
+        assert_eq!(
+            (succeeded, &results[0].disposition),
+            (5, &Disposition::Done)
+        );
+        // AND five minutes of pace took no real minutes
+        assert!(
+            real.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            real.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -1277,16 +1297,9 @@ mod tests {
         add_tasks(&store, &queue, &crawl, vec![task], t0)
             .await
             .unwrap();
-        let crawler = Crawler::new(
-            store,
-            MemoryBlobStore::new(),
-            queue,
-            Arc::new(Fetcher::new("").unwrap()),
-            Layout::default(),
-            1,
-            calls,
-        )
-        .with_clock(Arc::new(clock.clone()));
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
         let id = url.task_id();
 
         // WHEN the host's first turn runs

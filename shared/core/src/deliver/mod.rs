@@ -43,9 +43,10 @@ pub use summary::{
     PageProblem, Summary, WarcSummary,
 };
 
+use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
 use futures_util::future::try_join_all;
@@ -53,10 +54,10 @@ use gzip::GzipFile;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use thiserror::Error;
-use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
@@ -414,17 +415,21 @@ fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>, DeliverError> {
     serde_json::to_vec_pretty(value).map_err(|e| DeliverError::Encode(e.to_string()))
 }
 
-/// Writes a delivery. Borrowed ports, so the CLI and the Lambda share one implementation.
-pub struct Deliverer<'a, S, B> {
-    pub store: &'a S,
-    pub blobs: &'a B,
-    pub layout: &'a Layout,
+/// Writes deliveries over its App's ports. Build it once per process; it reads the App's ports
+/// as its own (it derefs to the App), so the CLI and the Lambda share one implementation.
+pub struct Deliverer<P: Ports> {
+    app: Arc<App<P>>,
     /// Prepended to object keys in the manifest: `s3://bucket`, or the blob store's directory.
-    pub uri_base: &'a str,
-    /// The counters the adapters share: the delivery adds its calls to the crawl, whose totals
-    /// the summary reports and prices.
-    pub calls: &'a CallCounts,
-    pub limits: DeliveryLimits,
+    uri_base: String,
+    limits: DeliveryLimits,
+}
+
+impl<P: Ports> std::ops::Deref for Deliverer<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
 }
 
 /// A task loaded for writing: the full record and, for a page to archive, its body.
@@ -625,11 +630,15 @@ where
     persist(what, policy, &retries, step).await
 }
 
-impl<S, B> Deliverer<'_, S, B>
-where
-    S: CrawlStore + TaskStore,
-    B: BlobStore,
-{
+impl<P: Ports> Deliverer<P> {
+    pub fn new(app: Arc<App<P>>, uri_base: impl Into<String>, limits: DeliveryLimits) -> Self {
+        Self {
+            app,
+            uri_base: uri_base.into(),
+            limits,
+        }
+    }
+
     /// Delivers `generation` of the crawl (its current one when None) to the end, or returns the
     /// delivery that already exists for it. Ends by adding the delivery's calls to the crawl.
     pub async fn deliver(
@@ -660,7 +669,7 @@ where
         let delivered = self
             .deliver_unreported(crawl_id, generation, now, deadline)
             .await;
-        crate::calls::report(self.store, self.calls, crawl_id).await;
+        crate::calls::report(&self.store, &self.calls, crawl_id).await;
         delivered
     }
 
@@ -726,7 +735,7 @@ where
         deadline: Option<Instant>,
     ) -> Result<Delivery, DeliverError> {
         let crawl_id = &crawl.id.clone();
-        let run = run_prefix(self.layout, &crawl);
+        let run = run_prefix(&self.layout, &crawl);
         let id = delivery_id(generation);
         let prefix = format!("{run}{id}/");
         let delivered = self.completed_deliveries(&run).await?;
@@ -800,7 +809,7 @@ where
         )
         .await?;
         // The crawl's calls so far, this delivery's included (on a failed report: as read above).
-        if let Some(totals) = crate::calls::report(self.store, self.calls, crawl_id).await {
+        if let Some(totals) = crate::calls::report(&self.store, &self.calls, crawl_id).await {
             crawl.calls = totals;
         }
         let files = index
@@ -846,7 +855,7 @@ where
             crawl_id: crawl.id.clone(),
             generation,
             delivery_id: delivery_id(generation),
-            location: object_uri(self.uri_base, prefix),
+            location: object_uri(&self.uri_base, prefix),
             prefix: prefix.to_owned(),
             already_delivered,
             summary,
@@ -872,7 +881,7 @@ where
         &self,
         key: &str,
     ) -> Result<Option<T>, DeliverError> {
-        match get_with_retry(self.blobs, key).await? {
+        match get_with_retry(&self.blobs, key).await? {
             Some(body) => {
                 serde_json::from_slice(&body)
                     .map(Some)
@@ -1124,7 +1133,7 @@ where
             .filter(|_| delta::is_present(task.status, true))
             .and_then(|f| f.object_key.as_deref());
         let body = match key {
-            Some(key) => Some(match get_with_retry(self.blobs, key).await? {
+            Some(key) => Some(match get_with_retry(&self.blobs, key).await? {
                 Some(bytes) => BodyLookup::Found(bytes),
                 None => BodyLookup::Missing,
             }),
@@ -1162,7 +1171,7 @@ where
             md5: fetch.and_then(|f| f.md5.clone()),
             object: fetch
                 .and_then(|f| f.object_key.as_deref())
-                .map(|key| object_uri(self.uri_base, key)),
+                .map(|key| object_uri(&self.uri_base, key)),
             bytes: fetch.map(|f| f.content_length),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
             depth: task.depth,
@@ -1243,7 +1252,7 @@ where
         if tally.warc.problem_samples.len() < summary::PROBLEM_SAMPLES {
             tally.warc.problem_samples.push(PageProblem {
                 url: task.url.clone(),
-                key: object_uri(self.uri_base, key),
+                key: object_uri(&self.uri_base, key),
                 problem,
             });
         }
@@ -1319,9 +1328,9 @@ where
                 return Ok(false);
             }
             let cleaned = orphans::clean_page(
-                self.store,
-                self.blobs,
-                self.layout,
+                &self.store,
+                &self.blobs,
+                &self.layout,
                 &crawl.id,
                 crawl.config.lease_ms,
                 start_after.as_deref(),
@@ -1387,7 +1396,7 @@ where
 
     /// A manifest segment this delivery or the previous one wrote.
     async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
-        get_with_retry(self.blobs, key)
+        get_with_retry(&self.blobs, key)
             .await?
             .ok_or_else(|| DeliverError::CorruptDelivery {
                 key: key.to_owned(),
@@ -1447,7 +1456,7 @@ where
         prefix: &str,
         state: &mut Checkpoint,
     ) -> Result<(), DeliverError> {
-        let mut pass = items::ItemsPass::new(self.blobs, self.layout, &crawl.id, &crawl.config)?;
+        let mut pass = items::ItemsPass::new(&self.blobs, &self.layout, &crawl.id, &crawl.config)?;
         for key in &state.manifest_keys(prefix) {
             pass.add(key, &self.read_file(key).await?).await?;
         }
@@ -1461,7 +1470,7 @@ where
         });
         let mut previous = None;
         if let Some((id, key)) = &previous_key
-            && let Some(bytes) = get_with_retry(self.blobs, key).await?
+            && let Some(bytes) = get_with_retry(&self.blobs, key).await?
         {
             summary.delta.previous = Some(id.clone());
             previous = Some(bytes);

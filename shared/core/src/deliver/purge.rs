@@ -1,8 +1,9 @@
 //! Clean-up: removes a crawl's tasks, page bodies and record once its results are delivered (the
 //! frontier clean-up of the seed workflow). Deliveries are kept: they are the product.
 
+use crate::app::Store;
 use crate::blob::{BlobError, BlobStore, Layout};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
+use crate::store::StoreError;
 use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -52,7 +53,7 @@ pub async fn purge<S, B>(
     force: bool,
 ) -> Result<PurgeReport, PurgeError>
 where
-    S: CrawlStore + TaskStore + HostStore,
+    S: Store,
     B: BlobStore,
 {
     let crawl = store.get_crawl(crawl_id).await?;

@@ -11,7 +11,7 @@ use trawl_domain::crawl::Scope;
 pub enum ScopeError {
     #[error("allowed domain {0:?} is not a host name")]
     Domain(String),
-    #[error("invalid {list} pattern: {message}")]
+    #[error("invalid {list} pattern {message}")]
     Pattern {
         /// `include` or `exclude`.
         list: &'static str,
@@ -139,12 +139,17 @@ fn compile(list: &'static str, patterns: &[String]) -> Result<Option<RegexSet>, 
     if patterns.is_empty() {
         return Ok(None);
     }
-    RegexSet::new(patterns)
-        .map(Some)
-        .map_err(|e| ScopeError::Pattern {
-            list,
-            message: e.to_string(),
-        })
+    RegexSet::new(patterns).map(Some).map_err(|set_error| {
+        // The set's error does not say which pattern: the first that fails alone is named.
+        let message = patterns
+            .iter()
+            .find_map(|p| {
+                let e = regex::Regex::new(p).err()?;
+                Some(format!("{p:?}: {}", crate::problem::regex(&e)))
+            })
+            .unwrap_or_else(|| format!("(all together): {}", crate::problem::regex(&set_error)));
+        ScopeError::Pattern { list, message }
+    })
 }
 
 #[cfg(test)]

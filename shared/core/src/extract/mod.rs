@@ -45,8 +45,14 @@ pub enum ExtractConfigError {
     Name { at: String },
     #[error("{at}: the name {name:?} is taken by an earlier extractor")]
     DuplicateName { at: String, name: String },
-    #[error("{at}: give at most one of `match` (a regular expression) and `glob`: {reason}")]
-    Pattern { at: String, reason: String },
+    #[error("{at}: give at most one of `match` (a regular expression) and `glob`")]
+    BothPatterns { at: String },
+    #[error("{at}: invalid pattern {pattern:?}: {reason}")]
+    Pattern {
+        at: String,
+        pattern: String,
+        reason: String,
+    },
     #[error("{at}: give exactly one of `xpath` and `css`")]
     Expression { at: String },
     #[error("{at}: invalid XPath {expr:?}: {reason}")]
@@ -228,7 +234,7 @@ fn compile_expr(expr: &Expr, at: &str) -> Result<Compiled, ExtractConfigError> {
                 .map_err(|e| ExtractConfigError::Css {
                     at: at.to_owned(),
                     expr: c.clone(),
-                    reason: e.to_string(),
+                    reason: crate::problem::selector(&e),
                 })
         }
     }
@@ -237,7 +243,7 @@ fn compile_expr(expr: &Expr, at: &str) -> Result<Compiled, ExtractConfigError> {
 fn build_xpath(expr: &str) -> Result<XPath, String> {
     Factory::new()
         .build(expr)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| crate::problem::xpath(&e))?
         .ok_or_else(|| "empty".to_owned())
 }
 
@@ -248,18 +254,17 @@ impl CompiledExtractor {
             (Some(regex), None) => Some(regex.clone()),
             (None, Some(glob)) => Some(glob_regex(glob)),
             (Some(_), Some(_)) => {
-                return Err(ExtractConfigError::Pattern {
-                    at: at.to_owned(),
-                    reason: "both given".into(),
-                });
+                return Err(ExtractConfigError::BothPatterns { at: at.to_owned() });
             }
         }
-        .map(|p| Regex::new(&p))
-        .transpose()
-        .map_err(|e| ExtractConfigError::Pattern {
-            at: at.to_owned(),
-            reason: e.to_string(),
-        })?;
+        .map(|p| {
+            Regex::new(&p).map_err(|e| ExtractConfigError::Pattern {
+                at: at.to_owned(),
+                reason: crate::problem::regex(&e),
+                pattern: p,
+            })
+        })
+        .transpose()?;
         let base = def
             .base
             .as_ref()
@@ -404,7 +409,7 @@ fn compile_field(name: &str, field: &Field, at: &str) -> Result<CompiledField, E
         .transpose()
         .map_err(|e| ExtractConfigError::Regex {
             at: at.to_owned(),
-            reason: e.to_string(),
+            reason: crate::problem::regex(&e),
         })?;
     for p in &field.processors {
         if let Processor::Date(format) = p

@@ -159,7 +159,10 @@ impl RuleSets {
             Some(set) => set,
             None => {
                 let set = Arc::new(RegexSet::new(&patterns).map_err(|e| {
-                    configuration(format!("fetch.rules: invalid regular expression: {e}"))
+                    configuration(format!(
+                        "fetch.rules: invalid regular expression: {}",
+                        crate::problem::regex(&e)
+                    ))
                 })?);
                 let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
                 if sets.len() >= MAX_RULE_SETS {
@@ -336,7 +339,10 @@ pub fn validate(fetch: &FetchLimits) -> Vec<String> {
             Err(e) => problems.push(format!("{at}: {e}")),
             Ok(pattern) => {
                 if let Err(e) = Regex::new(&pattern) {
-                    problems.push(format!("{at}: not a valid pattern: {e}"));
+                    problems.push(format!(
+                        "{at}: not a valid pattern {pattern:?}: {}",
+                        crate::problem::regex(&e)
+                    ));
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! `data` object per line, other fields ignored, or a bare JSON string).
 //! A continuation resumes at a byte offset with a Range GET, fenced on the object's ETag.
 
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
@@ -68,6 +69,30 @@ pub trait ManifestSource: Send + Sync {
         offset: u64,
         if_match: Option<&str>,
     ) -> impl Future<Output = Result<OpenManifest, ManifestError>> + Send;
+}
+
+/// A [`ManifestSource`] as an object: what a seeder holds, so that its type names only its App's
+/// ports. Every source is one.
+pub trait OpenManifests: Send + Sync {
+    fn open_at<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        offset: u64,
+        if_match: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<OpenManifest, ManifestError>>;
+}
+
+impl<T: ManifestSource> OpenManifests for T {
+    fn open_at<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        offset: u64,
+        if_match: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<OpenManifest, ManifestError>> {
+        Box::pin(self.open(bucket, key, offset, if_match))
+    }
 }
 
 /// One line read from a manifest.

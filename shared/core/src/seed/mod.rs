@@ -31,25 +31,26 @@ mod sitemap;
 pub use continuation::{LocalSeedQueue, SeedQueue};
 pub use manifest::{
     MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
-    SeedEntry, seed_entry,
+    OpenManifests, SeedEntry, seed_entry,
 };
 pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 
+use crate::app::{App, Ports};
 use crate::backoff::Transient;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
-use crate::queue::{QueueError, WorkQueue, send_patiently};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskStore};
+use crate::queue::{QueueError, send_patiently};
+use crate::store::{CrawlStore, StoreError, TaskRecords, TaskStore};
 use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, NewTask, UserData};
@@ -339,24 +340,44 @@ pub fn config_differences(stored: &CrawlConfig, asked: &CrawlConfig) -> Vec<Stri
         .collect()
 }
 
-/// The ports a seed uses.
-pub struct Seeder<'a, S, Q, M> {
-    pub store: &'a S,
-    pub queue: &'a Q,
+/// Seeds crawls over its App's ports: fetches sitemaps with its fetcher and reads manifests from
+/// its source. Build it once per process; it reads the App's ports as its own (it derefs to the
+/// App).
+pub struct Seeder<P: Ports> {
+    app: Arc<App<P>>,
     /// Fetches sitemaps (robots.txt and the network guard apply).
-    pub fetcher: &'a Fetcher,
-    pub manifests: &'a M,
-    pub defaults: &'a SeedDefaults,
-    /// The counters the adapters share: each seed adds its calls to its crawl.
-    pub calls: &'a CallCounts,
+    fetcher: Arc<Fetcher>,
+    manifests: Arc<dyn OpenManifests>,
+    defaults: SeedDefaults,
 }
 
-impl<S, Q, M> Seeder<'_, S, Q, M>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    M: ManifestSource,
-{
+impl<P: Ports> std::ops::Deref for Seeder<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+impl<P: Ports> Seeder<P> {
+    pub fn new(
+        app: Arc<App<P>>,
+        fetcher: Arc<Fetcher>,
+        manifests: Arc<dyn OpenManifests>,
+        defaults: SeedDefaults,
+    ) -> Self {
+        Self {
+            app,
+            fetcher,
+            manifests,
+            defaults,
+        }
+    }
+
+    pub fn app(&self) -> &Arc<App<P>> {
+        &self.app
+    }
+
     /// Runs (or continues) a seed request within `budget`, then adds its calls to the crawl.
     pub async fn seed(
         &self,
@@ -369,7 +390,7 @@ where
         // A request refused before any write names a crawl that may not exist: its calls (a
         // manifest that could not be read) go with this process's next report.
         if !matches!(seeded, Err(SeedError::InvalidRequest(_))) {
-            crate::calls::report(self.store, self.calls, &crawl_id).await;
+            crate::calls::report(&self.store, &self.calls, &crawl_id).await;
         }
         seeded
     }
@@ -415,7 +436,7 @@ where
         let mut manifest = match &request.source {
             SeedSource::S3(m) => Some(
                 self.manifests
-                    .open(
+                    .open_at(
                         &m.bucket,
                         &m.key,
                         cursor.position.offset,
@@ -466,9 +487,9 @@ where
         let scope = ScopeMatcher::new(&crawl.config.scope)
             .map_err(|e| SeedError::invalid(format!("stored scope: {e}")))?;
         let checkpoint = crawl.checkpoint.clone();
-        let mut sink = Sink {
-            store: self.store,
-            queue: self.queue,
+        let mut sink = Sink::<P> {
+            store: &self.store,
+            queue: &self.queue,
             crawl,
             scope,
             now,
@@ -499,7 +520,7 @@ where
                 None => None,
             },
             Some(SeedSource::Sitemaps(urls)) => {
-                seed_sitemaps(&mut sink, self.fetcher, urls, pos).await?
+                seed_sitemaps(&mut sink, &self.fetcher, urls, pos).await?
             }
             Some(SeedSource::Pagination(templates)) => {
                 seed_pages(&mut sink, templates, pos).await?
@@ -515,7 +536,7 @@ where
                     (sitemaps.await, Position::default())
                 }
             };
-            stopped = seed_sitemaps(&mut sink, self.fetcher, &sitemaps, from).await?;
+            stopped = seed_sitemaps(&mut sink, &self.fetcher, &sitemaps, from).await?;
             robots = stopped.is_some().then_some(sitemaps);
         }
         sink.flush().await?;
@@ -601,7 +622,7 @@ where
                 // A first pass over the manifest, hosts only (once, when the crawl is created).
                 let mut open = self
                     .manifests
-                    .open(&m.bucket, &m.key, 0, None)
+                    .open_at(&m.bucket, &m.key, 0, None)
                     .await
                     .map_err(unreadable_is_invalid)?;
                 let mut buf = Vec::new();
@@ -699,9 +720,9 @@ fn validate_source(source: &SeedSource) -> Vec<String> {
 }
 
 /// Collects URLs into batches for the frontier and keeps the tally and the budget.
-struct Sink<'a, S, Q> {
-    store: &'a S,
-    queue: &'a Q,
+struct Sink<'a, P: Ports> {
+    store: &'a P::Store,
+    queue: &'a P::Queue,
     crawl: Crawl,
     scope: ScopeMatcher,
     now: Millis,
@@ -716,11 +737,7 @@ struct Sink<'a, S, Q> {
     response: SeedResponse,
 }
 
-impl<S, Q> Sink<'_, S, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+impl<P: Ports> Sink<'_, P> {
     /// Takes one seed URL: canonical and in scope, or rejected with the reason. Returns its
     /// task id when taken.
     fn offer(&mut self, raw: &str, data: Option<UserData>) -> Option<TaskId> {
@@ -805,11 +822,7 @@ where
     }
 }
 
-impl<S, Q> Sink<'_, S, Q>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+impl<P: Ports> Sink<'_, P> {
     /// Makes the known pages among `dated` that were modified since their last fetch due now
     /// (`transition::refresh`); the others are skipped. One read per entry the crawl may know.
     async fn refetch_modified(&mut self, dated: Vec<(TaskId, Millis)>) -> Result<(), SeedError> {
@@ -865,15 +878,11 @@ fn skip(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
-async fn seed_urls<S, Q>(
-    sink: &mut Sink<'_, S, Q>,
+async fn seed_urls<P: Ports>(
+    sink: &mut Sink<'_, P>,
     urls: &[String],
     pos: Position,
-) -> Result<Option<Position>, SeedError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<Position>, SeedError> {
     for (i, raw) in urls.iter().enumerate().skip(skip(pos.item)) {
         match manifest::seed_entry(raw) {
             Ok(entry) => {
@@ -894,16 +903,12 @@ where
     Ok(None)
 }
 
-async fn seed_manifest<S, Q>(
-    sink: &mut Sink<'_, S, Q>,
+async fn seed_manifest<P: Ports>(
+    sink: &mut Sink<'_, P>,
     open: &mut OpenManifest,
     format: ManifestFormat,
     pos: Position,
-) -> Result<Option<Position>, SeedError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<Position>, SeedError> {
     let mut offset = pos.offset;
     let mut buf = Vec::new();
     while let Some(line) = manifest::read_line(&mut open.reader, &mut buf, MAX_LINE_BYTES).await? {
@@ -929,16 +934,12 @@ where
     Ok(None)
 }
 
-async fn seed_sitemaps<S, Q>(
-    sink: &mut Sink<'_, S, Q>,
+async fn seed_sitemaps<P: Ports>(
+    sink: &mut Sink<'_, P>,
     fetcher: &Fetcher,
     sitemaps: &[String],
     pos: Position,
-) -> Result<Option<Position>, SeedError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<Position>, SeedError> {
     let config = sink.crawl.config.clone();
     for (i, raw) in sitemaps.iter().enumerate().skip(skip(pos.item)) {
         let resuming = at(i) == pos.item;
@@ -1027,15 +1028,11 @@ where
 }
 
 /// Seeds a urlset's entries from `start`; Some(next entry) when the budget ran out.
-async fn seed_entries<S, Q>(
-    sink: &mut Sink<'_, S, Q>,
+async fn seed_entries<P: Ports>(
+    sink: &mut Sink<'_, P>,
     entries: &[sitemap::Entry],
     start: u64,
-) -> Result<Option<u64>, SeedError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<u64>, SeedError> {
     for (j, entry) in entries.iter().enumerate().skip(skip(start)) {
         let id = sink.offer(&entry.loc, None);
         if let Some(lastmod) = &entry.lastmod {
@@ -1051,15 +1048,11 @@ where
     Ok(None)
 }
 
-async fn seed_pages<S, Q>(
-    sink: &mut Sink<'_, S, Q>,
+async fn seed_pages<P: Ports>(
+    sink: &mut Sink<'_, P>,
     templates: &[PageTemplate],
     pos: Position,
-) -> Result<Option<Position>, SeedError>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-{
+) -> Result<Option<Position>, SeedError> {
     for (i, template) in templates.iter().enumerate().skip(skip(pos.item)) {
         let resuming = at(i) == pos.item;
         if !resuming && sink.exhausted() {

@@ -3,21 +3,21 @@
 //! DynamoDB and SQLite. Every call is atomic (the lock is held for the whole read-decide-write
 //! and never across an await).
 
+use super::budget::PageBudget;
 use super::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
+    Applied, CrawlRecords, HostPage, HostStore, Seeded, StatusCounts, StoreError, StoreResult,
+    TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::{Arc, Mutex};
-use trawl_domain::calls::CallTally;
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
-use trawl_domain::transition::{self, Update};
+use trawl_domain::task::{Millis, Task};
+use trawl_domain::transition::{Insert, Update};
 
 /// Marks cursors this store issued.
 const CURSOR_TAG: &str = "memory1";
@@ -27,21 +27,11 @@ struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
-    deliveries: BTreeMap<CrawlId, DeliveryLease>,
-    /// Who completed each crawl's generation (`complete_crawl`).
-    completers: BTreeMap<CrawlId, (u64, String)>,
 }
 
 impl Tables {
     fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> Option<&Task> {
         self.tasks.get(crawl_id)?.get(task_id)
-    }
-
-    /// Applies `update` to the task if it meets the condition; returns the task it replaced.
-    fn update(&mut self, crawl_id: &CrawlId, task_id: &TaskId, update: &Update) -> Option<Task> {
-        let stored = self.tasks.get_mut(crawl_id)?.get_mut(task_id)?;
-        let next = update.apply(stored)?;
-        Some(std::mem::replace(stored, next))
     }
 
     fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
@@ -74,19 +64,6 @@ impl MemoryStore {
         })?;
         work(&mut tables)
     }
-
-    /// One conditional update of one task: true if its condition held.
-    fn apply(
-        &self,
-        operation: &'static str,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        update: &Update,
-    ) -> StoreResult<bool> {
-        self.with(operation, |t| {
-            Ok(t.update(crawl_id, task_id, update).is_some())
-        })
-    }
 }
 
 fn encode_cursor(updated: Millis, task_id: &TaskId) -> String {
@@ -104,8 +81,8 @@ fn decode_cursor(cursor: &str) -> StoreResult<(Millis, TaskId)> {
     Ok((updated, task_id))
 }
 
-impl CrawlStore for MemoryStore {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+impl CrawlRecords for MemoryStore {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         self.with("create_crawl", |t| {
             Ok(match t.crawls.entry(crawl.id.clone()) {
                 Entry::Vacant(slot) => (slot.insert(crawl.clone()).clone(), true),
@@ -114,11 +91,11 @@ impl CrawlStore for MemoryStore {
         })
     }
 
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
         self.with("get_crawl", |t| Ok(t.crawls.get(id).cloned()))
     }
 
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
         self.with("list_crawls", |t| {
             Ok(t.crawls
                 .values()
@@ -128,178 +105,48 @@ impl CrawlStore for MemoryStore {
         })
     }
 
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("complete_crawl", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) if c.state == CrawlState::Running && c.generation == generation => {
-                    c.state = CrawlState::Completed;
-                    c.updated_at = now;
-                    t.completers
-                        .insert(id.clone(), (generation, completer.to_owned()));
-                    true
-                }
-                Some(c) if c.state == CrawlState::Completed && c.generation == generation => {
-                    t.completers.get(id) == Some(&(generation, completer.to_owned()))
-                }
-                _ => false,
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        self.with(update.event.name(), |t| {
+            let Some(stored) = t.crawls.get_mut(id) else {
+                return Ok(Applied::Refused { current: None });
+            };
+            Ok(match update.apply(stored) {
+                Some(next) => Applied::Done {
+                    before: std::mem::replace(stored, next),
+                },
+                None => Applied::Refused {
+                    current: Some(stored.clone()),
+                },
             })
         })
     }
 
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("update_config", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.config = config.clone();
-                    c.updated_at = now;
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        self.with("set_checkpoint", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.checkpoint = checkpoint.map(str::to_owned);
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
-        self.with("add_reference_misses", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) => {
-                    c.reference_misses += n;
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        self.with("claim_delivery", |t| {
-            let refused = t
-                .deliveries
-                .get(id)
-                .is_some_and(|lease| lease.refuses(holder, now));
-            if refused || !t.crawls.contains_key(id) {
-                return Ok(false);
-            }
-            let holder = holder.to_owned();
-            t.deliveries
-                .insert(id.clone(), DeliveryLease { holder, until });
-            Ok(true)
-        })
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        self.with("release_delivery", |t| {
-            if t.deliveries.get(id).is_some_and(|l| l.holder == holder) {
-                t.deliveries.remove(id);
-            }
-            Ok(())
-        })
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        self.with("reopen_crawl", |t| {
-            Ok(match t.crawls.get_mut(id) {
-                Some(c) if c.state == CrawlState::Completed => {
-                    c.state = CrawlState::Running;
-                    c.generation += 1;
-                    c.updated_at = now;
-                    true
-                }
-                _ => false,
-            })
-        })
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.with("reserve_pages", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            let granted = wanted.min(max.saturating_sub(crawl.pages_reserved));
-            crawl.pages_reserved += granted;
-            Ok(granted)
-        })
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        self.with("release_pages", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            crawl.pages_reserved = crawl.pages_reserved.saturating_sub(n);
-            Ok(())
-        })
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        self.with("add_calls", |t| {
-            let crawl = t
-                .crawls
-                .get_mut(id)
-                .ok_or_else(|| StoreError::NoSuchCrawl(id.clone()))?;
-            for (&call, &n) in share {
-                *crawl.calls.entry(call).or_default() += n;
-            }
-            Ok(crawl.calls.clone())
-        })
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         self.with("delete_crawl", |t| {
             t.crawls.remove(id);
-            t.deliveries.remove(id);
             Ok(())
         })
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        None
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        None
     }
 }
 
-impl TaskStore for MemoryStore {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
+impl TaskRecords for MemoryStore {
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         self.with("seed", |t| {
-            let crawl = t.tasks.entry(crawl_id.clone()).or_default();
             Ok(tasks
                 .iter()
-                .map(|new| {
-                    let insert = transition::seed(crawl_id, new, now);
+                .map(|insert| {
+                    let crawl = t.tasks.entry(insert.task.crawl_id.clone()).or_default();
                     match crawl.entry(insert.task.task_id.clone()) {
                         Entry::Vacant(slot) => {
-                            slot.insert(insert.task);
+                            slot.insert(insert.task.clone());
                             Seeded::Created
                         }
                         Entry::Occupied(_) => Seeded::AlreadyKnown,
@@ -313,110 +160,26 @@ impl TaskStore for MemoryStore {
         self.with("get", |t| Ok(t.task(crawl_id, task_id).cloned()))
     }
 
-    async fn claim(
+    async fn apply(
         &self,
         crawl_id: &CrawlId,
         task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        self.with("claim", |t| {
-            Ok(
-                match transition::claimed(t.task(crawl_id, task_id), lease_ms, now) {
-                    Ok(task) => {
-                        let lease = transition::lease_of(&task);
-                        t.tasks
-                            .entry(crawl_id.clone())
-                            .or_default()
-                            .insert(task_id.clone(), task.clone());
-                        ClaimOutcome::Claimed {
-                            task: Box::new(task),
-                            lease,
-                        }
-                    }
-                    Err(why) => ClaimOutcome::Rejected(why),
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        self.with(update.event.name(), |t| {
+            let stored = t.tasks.get_mut(crawl_id).and_then(|c| c.get_mut(task_id));
+            Ok(match stored {
+                Some(stored) => match update.apply(stored) {
+                    Some(next) => Applied::Done {
+                        before: std::mem::replace(stored, next),
+                    },
+                    None => Applied::Refused {
+                        current: Some(stored.clone()),
+                    },
                 },
-            )
-        })
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        let update = transition::finish(lease, record, now);
-        self.with("finish", |t| {
-            Ok(match t.update(&lease.crawl_id, &lease.task_id, &update) {
-                Some(before) => FinishOutcome::Finished {
-                    replaced: before.fetch,
-                    stale: before.stale,
-                },
-                None => FinishOutcome::Rejected {
-                    current: t
-                        .task(&lease.crawl_id, &lease.task_id)
-                        .cloned()
-                        .map(Box::new),
-                },
+                None => Applied::Refused { current: None },
             })
         })
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
-        let applied = self.apply("fail", &lease.crawl_id, &lease.task_id, &update)?;
-        Ok(if applied {
-            failed.into()
-        } else {
-            FailOutcome::Rejected
-        })
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        match transition::release(lease, now) {
-            Some(update) => self.apply("release", &lease.crawl_id, &lease.task_id, &update),
-            None => Ok(true),
-        }
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        self.apply("add_stale", crawl_id, task_id, &transition::add_stale(md5))
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::reschedule(from, now);
-        self.apply("reschedule", crawl_id, task_id, &update)
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        let update = transition::reset(task, now);
-        self.apply("reset", &task.crawl_id, &task.task_id, &update)
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        match transition::refresh(task, lastmod, now) {
-            Some(update) => self.apply("refresh", &task.crawl_id, &task.task_id, &update),
-            None => Ok(false),
-        }
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {

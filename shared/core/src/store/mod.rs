@@ -15,22 +15,29 @@
 //!   write under it moves the token, so that of two holders of one read exactly one result lands;
 //!   a holder that dies leaves the task due for the host's next turn;
 //! - `finish` writes the status, the object pointer, md5 and fetch metadata in one write.
+//!
+//! Crawl records ([`crawl`]): an adapter implements `CrawlRecords` (create, read, list, one
+//! conditional write of an update decided in `trawl_domain::crawl::transition`, delete); the
+//! crawl operations (`CrawlStore`: completion, the delivery lease, reopening, page slots, call
+//! totals …) are written once on top of it, for every store and wrapper.
 
 pub mod budget;
+pub mod crawl;
 pub mod memory;
+mod task;
+
+pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
 use crate::backoff::Transient;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
-use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::{Host, NextWork};
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
+use trawl_domain::task::{FetchRecord, Lease, Millis, Status, Task};
 use trawl_domain::transition::Failed;
+
+pub use self::crawl::{CrawlRecords, CrawlStore};
 
 /// A store failure. Conditional-check failures are never errors: they are outcomes.
 #[derive(Debug, Error)]
@@ -233,244 +240,6 @@ pub struct TaskQuery {
 
 /// Tasks per status.
 pub type StatusCounts = BTreeMap<Status, u64>;
-
-/// Crawl records.
-pub trait CrawlStore: Send + Sync {
-    /// Creates the crawl unless it exists. Returns the stored crawl and whether it was created.
-    fn create_crawl(
-        &self,
-        crawl: &Crawl,
-    ) -> impl Future<Output = StoreResult<(Crawl, bool)>> + Send;
-
-    fn get_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<Option<Crawl>>> + Send;
-
-    /// Crawls in `state` (all crawls when None), through the index: never a table scan.
-    fn list_crawls(
-        &self,
-        state: Option<CrawlState>,
-    ) -> impl Future<Output = StoreResult<Vec<Crawl>>> + Send;
-
-    /// `running` → `completed` for `generation`, written with `completer` (an id the caller
-    /// drew for this completion alone); true only for the one caller that made the change, and
-    /// again for its repeat (same `completer`): a completion applied while its answer was lost
-    /// must still send its delivery notice when it is tried again.
-    fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Replaces the crawl's configuration (an operator's `trawl config set`, a seed request
-    /// that asks to update it). False when there is no such crawl.
-    fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Replaces the crawl's checkpoint (`Crawl::checkpoint`; None clears it). False when there
-    /// is no such crawl.
-    fn set_checkpoint(
-        &self,
-        id: &CrawlId,
-        checkpoint: Option<&str>,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Adds `n` to the crawl's `reference_misses` (one atomic add). False when there is no
-    /// such crawl.
-    fn add_reference_misses(
-        &self,
-        id: &CrawlId,
-        n: u64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Takes the writing of the crawl's delivery for `holder` until `until`, unless another
-    /// holder's lease is live at `now` (`DeliveryLease::refuses`); its own lease is renewed. One
-    /// conditional write: of concurrent claimers exactly one wins. False, changing nothing, when
-    /// refused or when there is no such crawl.
-    fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Ends `holder`'s delivery lease, if it still holds it (a call that paused or finished:
-    /// the next one need not wait the lease out).
-    fn release_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// `completed` → `running` with `generation + 1` (a recrawl round or a retry starts).
-    /// True only for the one caller that made the change.
-    fn reopen_crawl(
-        &self,
-        id: &CrawlId,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Takes up to `wanted` of the crawl's `max` task slots; returns how many were granted
-    /// (possibly 0). Atomic: the sum granted never exceeds `max`, whatever the concurrency.
-    fn reserve_pages(
-        &self,
-        id: &CrawlId,
-        wanted: u64,
-        max: u64,
-    ) -> impl Future<Output = StoreResult<u64>> + Send;
-
-    /// Gives back slots that were reserved but not used (the URL was already known). Stores
-    /// shared by many workers hand slots out in chunks (`budget::PageBudget`): there the slots
-    /// go back to the worker's chunk, and only the first reservation of a chunk writes.
-    fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns
-    /// the totals after it. The write's own call is part of the add: an adapter that counts its
-    /// calls records that one with `CallCounts::record_reported`, so reporting costs nothing
-    /// unaccounted. `NoSuchCrawl` when the crawl does not exist (the write never creates one).
-    ///
-    /// Cost: one write per report (`crate::calls::report`). The crawler reports once per batch
-    /// and crawl: a Lambda batch holds up to 10 messages, so at least 0.1 write per URL, more
-    /// when batches run short. Per crawl, not per URL: the seeder once per invocation, the
-    /// sweeper once per crawl it sweeps (twice when it completes one), the deliverer twice per
-    /// delivery. On DynamoDB the write is one UpdateItem of the crawl item (1-2 WRU: the item
-    /// holds the config; nothing the status index projects changes).
-    fn add_calls(
-        &self,
-        id: &CrawlId,
-        share: &CallTally,
-    ) -> impl Future<Output = StoreResult<CallTally>> + Send;
-
-    fn delete_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
-}
-
-/// Tasks and their life cycle.
-pub trait TaskStore: Send + Sync {
-    /// Creates each task unless it exists; never modifies an existing one. Results in input order.
-    fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<Vec<Seeded>>> + Send;
-
-    fn get(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-    ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
-
-    /// One conditional write (`transition::claim`). Claimable: `pending`; `failed` with
-    /// `next_attempt_at <= now`; `in_progress` with `lease_expires_at <= now`. Sets
-    /// `in_progress`, a lease until `now + lease_ms`, and increments the token.
-    fn claim(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
-
-    /// A claim by a host turn, which holds its host's fenced lease (`transition::claim_in_turn`).
-    /// A store may take it without a write (`LeaseKind::InTurn`: the task's token as read; the
-    /// fenced writes then require the task still claimable at that token, and move it); by
-    /// default it is `claim`. Refused as `claim` would be.
-    fn claim_in_turn(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
-        self.claim(crawl_id, task_id, lease_ms, now)
-    }
-
-    /// One conditional write fenced on the token (`transition::finish`): `succeeded` with
-    /// `record`; retries and the lease cleared; the `stale` list handed back and cleared.
-    fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
-
-    /// One conditional write fenced on the token (`transition::fail`): the error joins the
-    /// bounded history, `retries` counts the failure if it is transient, and `policy` decides
-    /// between `failed` until a next attempt and a give-up (`gone` for NotFound, else `ignored`);
-    /// `revisit` what the page keeps (its previous content, its place in its schedule).
-    fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<FailOutcome>> + Send;
-
-    /// Gives a claimed, untouched task back (`pending`, lease cleared), fenced on the token; true,
-    /// writing nothing, for a lease taken in a turn (the task is still due as it was read).
-    fn release(&self, lease: &Lease, now: Millis)
-    -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Records `md5` as an object a rejected writer left behind (`transition::add_stale`).
-    /// False when nothing was added: the task is gone, points at that object, or lists it already.
-    fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Moves a task from one of `from` to `pending` (recrawl, operator retry), clearing retries
-    /// and the lease (`transition::reschedule`). True if it moved.
-    fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Forgets `task`'s fetch record so that it is fetched again in full (`transition::reset`):
-    /// pending, its object left for the next finisher to delete. False when the task changed
-    /// since it was read (claimed meanwhile) or is in progress.
-    fn reset(&self, task: &Task, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// A page its sitemap says changed (`lastmod`) after `task`'s last fetch: pending again
-    /// (`transition::refresh`), if it was not claimed since `task` was read. True if it moved.
-    fn refresh(
-        &self,
-        task: &Task,
-        lastmod: Millis,
-        now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
-    /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A
-    /// host's turn reads its work here.
-    fn due_tasks(
-        &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        limit: u32,
-    ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
-
-    /// Tasks of one crawl in one status, through the status index, or, for a status a store
-    /// does not list there (DynamoDB: pending and in progress), through the crawl's hosts' due
-    /// lists, host after host.
-    fn query(&self, query: &TaskQuery) -> impl Future<Output = StoreResult<TaskPage>> + Send;
-
-    /// Tasks per status for a crawl (statuses with no task are absent or 0).
-    fn counts(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<StatusCounts>> + Send;
-
-    /// Deletes every task of the crawl; returns how many.
-    fn delete_tasks(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
-}
 
 /// One page of a crawl's hosts.
 #[derive(Debug, Clone, PartialEq, Eq)]

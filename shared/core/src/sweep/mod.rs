@@ -1,14 +1,19 @@
 //! The sweeper: finds hosts whose turn message is missing while they have due work, re-issues
 //! their turns, schedules recrawls, and notices when a crawl is finished.
 //!
-//! Everything goes through the status index (`TaskStore::query`), never a scan, and each query is
-//! bounded by an `updated_before` window, so a sweep reads the tasks that may be due and not the
-//! whole crawl. Per crawl, tasks that are:
-//! - `failed` whose next attempt is due: the backoff is at least half of
-//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds the window;
-//! - `succeeded` whose `next_fetch_at` is due, when the crawl has a recrawl interval (the
-//!   crawler sets `next_fetch_at = fetched_at + interval`, so `updated <= now - interval` bounds
-//!   the window): rescheduled to `pending` (a completed crawl is reopened first).
+//! One sweep of a crawl has three parts; the first two are bounded by a [`SweepBudget`] (query
+//! pages and time; what is left is found by the next invocation):
+//! - **failed tasks due again**, through the status index (`TaskRecords::query`, never a scan),
+//!   bounded by an `updated_before` window: the backoff is at least half of
+//!   `min(retry.base_delay_ms, retry.max_delay_ms)`, which bounds it;
+//! - **the host records**, page by page (`HostStore::list_hosts`): hosts whose turn expired or
+//!   whose turn message was lost, and hosts whose wake-up time (a due recrawl) has come, which
+//!   reopens a completed crawl; pending and in-progress tasks are found here, as their hosts'
+//!   due work, not through the status index;
+//! - **completion**: when nothing was re-issued and the budget was not spent, one small query per
+//!   unfinished status (`has_work`; on DynamoDB pending and in-progress tasks are read from their
+//!   hosts' due lists, host after host, outside the budget: a walk that grows with the hosts,
+//!   left for the issue that replaces it with counters).
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
@@ -30,6 +35,7 @@
 //! check may be missed; the crawler seeds discovered links before it finishes the page that
 //! links to them, which keeps a non-terminal task visible throughout.
 
+use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 #[cfg(feature = "fetch")]
 use crate::check::{ReferenceOutcome, check_references};
@@ -38,9 +44,10 @@ use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{
-    CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskStore, TaskSummary,
+    CrawlStore, HostStore, StoreError, StoreResult, TaskQuery, TaskRecords, TaskSummary,
 };
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -49,7 +56,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
@@ -110,6 +116,18 @@ pub trait DeliveryTrigger: Send + Sync {
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
+/// A [`DeliveryTrigger`] as an object: what a sweeper (or a deliverer's handler) holds, so that
+/// its type names only its App's ports. Every trigger is one.
+pub trait Notify: Send + Sync {
+    fn notify<'a>(&'a self, notice: &'a CompletionNotice) -> BoxFuture<'a, Result<(), QueueError>>;
+}
+
+impl<T: DeliveryTrigger> Notify for T {
+    fn notify<'a>(&'a self, notice: &'a CompletionNotice) -> BoxFuture<'a, Result<(), QueueError>> {
+        Box::pin(self.trigger(notice))
+    }
+}
+
 /// Keeps completion notices in the process, for the CLI to deliver (and tests to inspect).
 #[derive(Debug, Default)]
 pub struct LocalDeliveryTrigger {
@@ -140,6 +158,9 @@ pub struct SweepBudget {
     pub pages_left: u32,
     /// No new page is started after this instant.
     pub deadline: Option<Instant>,
+    /// How long a host's message may be overdue before it is presumed lost, for this sweep.
+    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
+    pub lost_after_ms: Option<u64>,
 }
 
 impl SweepBudget {
@@ -147,6 +168,7 @@ impl SweepBudget {
         Self {
             pages_left: max_pages,
             deadline: Instant::now().checked_add(time_budget),
+            lost_after_ms: None,
         }
     }
 
@@ -167,9 +189,6 @@ impl SweepBudget {
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     pub page_size: u32,
-    /// How long a host's message may be overdue before it is presumed lost.
-    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
-    pub lost_after_ms: Option<u64>,
     /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
     pub host_scans: Arc<HostScans>,
     /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
@@ -319,22 +338,31 @@ impl Window {
     }
 }
 
-/// The ports a sweep uses.
-pub struct Sweeper<'a, S, Q, D> {
-    pub store: &'a S,
-    pub queue: &'a Q,
-    pub trigger: &'a D,
-    /// The counters the adapters share: each crawl's sweep adds its calls to it.
-    pub calls: &'a CallCounts,
-    pub options: SweepOptions,
+/// Sweeps crawls over its App's ports, sending completion notices to its trigger. Build it once
+/// per process; it reads the App's ports as its own (it derefs to the App).
+pub struct Sweeper<P: Ports> {
+    app: Arc<App<P>>,
+    trigger: Arc<dyn Notify>,
+    options: SweepOptions,
 }
 
-impl<S, Q, D> Sweeper<'_, S, Q, D>
-where
-    S: TaskStore + CrawlStore + HostStore,
-    Q: WorkQueue,
-    D: DeliveryTrigger,
-{
+impl<P: Ports> std::ops::Deref for Sweeper<P> {
+    type Target = App<P>;
+
+    fn deref(&self) -> &App<P> {
+        &self.app
+    }
+}
+
+impl<P: Ports> Sweeper<P> {
+    pub fn new(app: Arc<App<P>>, trigger: Arc<dyn Notify>, options: SweepOptions) -> Self {
+        Self {
+            app,
+            trigger,
+            options,
+        }
+    }
+
     /// Sweeps every running crawl, and every completed crawl that recrawls, in random order (so
     /// one huge crawl cannot starve the others across invocations).
     pub async fn sweep_all(
@@ -375,7 +403,7 @@ where
         budget: &mut SweepBudget,
     ) -> Result<SweepReport, SweepError> {
         let swept = self.sweep_and_complete(crawl, now, budget).await;
-        crate::calls::report(self.store, self.calls, &crawl.id).await;
+        crate::calls::report(&self.store, &self.calls, &crawl.id).await;
         swept
     }
 
@@ -410,8 +438,7 @@ where
                 false
             }
         };
-        let mut lost_after = self
-            .options
+        let mut lost_after = budget
             .lost_after_ms
             .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
         if queue_drained {
@@ -445,7 +472,7 @@ where
             report.completed = true;
             // The deliverer reads the crawl's calls as soon as it has the notice: add ours first
             // (the notice itself goes with the report after it).
-            crate::calls::report(self.store, self.calls, &crawl.id).await;
+            crate::calls::report(&self.store, &self.calls, &crawl.id).await;
             let notice = CompletionNotice {
                 crawl_id: crawl.id.clone(),
                 generation: crawl.generation,
@@ -591,8 +618,8 @@ where
                     lost_after_ms,
                     known_work: false,
                 };
-                let messages = reissue_turns(self.store, crawl, listed, which, now).await?;
-                let sent = send_turns(self.queue, &messages).await?;
+                let messages = reissue_turns(&self.store, crawl, listed, which, now).await?;
+                let sent = send_turns(&self.queue, &messages).await?;
                 report.enqueue_failed += sent.failed.len() as u64;
                 let failed: HashSet<&str> =
                     sent.failed.iter().map(|(host, _)| host.as_str()).collect();
@@ -629,11 +656,11 @@ where
             lost_after_ms,
             known_work: true,
         };
-        let messages = reissue_turns(self.store, crawl, hosts, which, now).await?;
+        let messages = reissue_turns(&self.store, crawl, hosts, which, now).await?;
         if messages.is_empty() {
             return Ok(());
         }
-        let sent = send_turns(self.queue, &messages).await?;
+        let sent = send_turns(&self.queue, &messages).await?;
         let failed: HashSet<&str> = sent.failed.iter().map(|(host, _)| host.as_str()).collect();
         report.enqueue_failed += failed.len() as u64;
         let woken: HashSet<&str> = messages
@@ -679,7 +706,7 @@ where
     async fn send_notice(&self, notice: &CompletionNotice) -> Result<(), QueueError> {
         let mut attempt = 0;
         loop {
-            match self.trigger.trigger(notice).await {
+            match self.trigger.notify(notice).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt + 1 >= NOTICE_ATTEMPTS => return Err(e),
                 Err(_) => {

@@ -11,13 +11,16 @@
 //! operations queued meanwhile as one transaction (`writer`: group commit). Open several stores
 //! on one file for parallel readers.
 
+mod crawls;
+mod hosts;
+mod tasks;
 mod writer;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior,
-    named_params, params,
+    params,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -26,19 +29,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use trawl_core::store::budget::{PageBudget, Taken};
-use trawl_core::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, FinishOutcome, HostPage, HostStore, Seeded,
-    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskStore, TaskSummary,
-};
-use trawl_domain::calls::{Call, CallCounts, CallTally};
+use trawl_core::store::budget::PageBudget;
+use trawl_core::store::{StoreError, StoreResult, TaskSummary};
+use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::host::Host;
-use trawl_domain::retry::{Failure, RetryPolicy};
-use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
-use trawl_domain::transition::{self, Update};
+use trawl_domain::task::{Millis, Status, Task};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
@@ -136,9 +131,6 @@ const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data";
 
-const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, checkpoint, \
-     reference_misses";
-
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
 
@@ -214,6 +206,31 @@ fn sql_error(operation: &'static str, e: rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Backend { operation, message },
     }
+}
+
+/// What SQLite's `quick_check` finds wrong with the database, on one line (None: nothing). A
+/// page overwritten or cut off is found only when it is read, which may be never (the crawl
+/// would look empty, or start over on top of the rest): so the whole file is checked when
+/// opened, at the cost of reading it once (`quick_check` skips the slower index checks).
+fn quick_check(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    let mut problems = Vec::new();
+    conn.pragma_query(None, "quick_check", |row| {
+        problems.push(row.get::<_, String>(0)?);
+        Ok(())
+    })?;
+    if problems.iter().all(|p| p == "ok") {
+        return Ok(None);
+    }
+    let first = problems
+        .iter()
+        .flat_map(|p| p.lines())
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with("***"))
+        .unwrap_or("damaged");
+    Ok(Some(match problems.len() {
+        1 => first.to_owned(),
+        n => format!("{first}, and {} more", n - 1),
+    }))
 }
 
 /// The first bytes of every SQLite database file.
@@ -351,7 +368,15 @@ impl SqliteStore {
             reason: format!("not a trawl database ({why})"),
         };
         match schema_of(&conn) {
-            Ok(Schema::Trawl | Schema::Empty) => {}
+            Ok(Schema::Empty) => {}
+            Ok(Schema::Trawl) => {
+                if let Some(problem) = quick_check(&conn).map_err(open)? {
+                    return Err(OpenError::NotATrawlDatabase {
+                        path: shown.clone(),
+                        reason: format!("damaged (SQLite's quick_check: {problem})"),
+                    });
+                }
+            }
             Ok(Schema::Foreign) => return Err(not_ours("a SQLite database of another program")),
             Err(e) => return Err(open(e)),
         }
@@ -454,24 +479,6 @@ impl SqliteStore {
         self.writer
             .run(operation, call == Call::SqliteWrite, work)
             .await
-    }
-}
-
-impl SqliteStore {
-    /// One transition of one task (`apply_update`): Ok(task before) when applied, else
-    /// Err(task as it stands).
-    async fn update(
-        &self,
-        operation: &'static str,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        update: Update,
-    ) -> StoreResult<Result<Task, Option<Task>>> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run(operation, Call::SqliteWrite, move |conn| {
-            apply_update(conn, &crawl, &task, &update)
-        })
-        .await
     }
 }
 
@@ -674,25 +681,6 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
     Ok(written)
 }
 
-/// Reads the task, and if it meets `update`'s condition, writes its new state, in one
-/// transaction. Returns the task before the update when it was applied, and the task as it
-/// stands otherwise.
-fn apply_update(
-    conn: &Connection,
-    crawl_id: &str,
-    task_id: &str,
-    update: &Update,
-) -> DbResult<Result<Task, Option<Task>>> {
-    let Some(current) = select_task(conn, crawl_id, task_id)? else {
-        return Ok(Err(None));
-    };
-    let Some(next) = update.apply(&current) else {
-        return Ok(Err(Some(current)));
-    };
-    write_task(conn, &next, false)?;
-    Ok(Ok(current))
-}
-
 /// A cursor for the page after the task at (`updated`, `task_id`).
 fn encode_cursor(updated: Millis, task_id: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{CURSOR_TAG}:{updated}:{task_id}"))
@@ -764,773 +752,6 @@ impl SummaryRow {
     }
 }
 
-/// A `crawls` row as SQLite returns it.
-struct CrawlRow {
-    id: String,
-    config: String,
-    state: String,
-    created: i64,
-    updated: i64,
-    generation: i64,
-    pages_reserved: i64,
-    checkpoint: Option<String>,
-    reference_misses: i64,
-}
-
-impl CrawlRow {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get(0)?,
-            config: row.get(1)?,
-            state: row.get(2)?,
-            created: row.get(3)?,
-            updated: row.get(4)?,
-            generation: row.get(5)?,
-            pages_reserved: row.get(6)?,
-            checkpoint: row.get(7)?,
-            reference_misses: row.get(8)?,
-        })
-    }
-
-    fn into_crawl(self) -> StoreResult<Crawl> {
-        let key = format!("crawl {}", self.id);
-        let key = key.as_str();
-        let state = match self.state.as_str() {
-            "running" => CrawlState::Running,
-            "completed" => CrawlState::Completed,
-            other => return Err(corrupt(key, format!("unknown crawl state {other:?}"))),
-        };
-        Ok(Crawl {
-            id: crawl_id_of(key, &self.id)?,
-            config: decode::<CrawlConfig>(key, "config", &self.config)?,
-            state,
-            created_at: self.created,
-            updated_at: self.updated,
-            generation: number(key, "generation", self.generation)?,
-            pages_reserved: number(key, "pages_reserved", self.pages_reserved)?,
-            // In a table of their own: `with_calls` reads them.
-            calls: CallTally::new(),
-            checkpoint: self.checkpoint,
-            reference_misses: number(key, "reference_misses", self.reference_misses)?,
-        })
-    }
-}
-
-fn select_crawl(conn: &Connection, id: &str) -> DbResult<Option<Crawl>> {
-    let row = conn
-        .query_row(
-            &format!("SELECT {CRAWL_COLUMNS} FROM crawls WHERE id = ?1"),
-            params![id],
-            CrawlRow::read,
-        )
-        .optional()?;
-    row.map(|row| with_calls(conn, row)).transpose()
-}
-
-/// The crawl of `row`, with its call counts.
-fn with_calls(conn: &Connection, row: CrawlRow) -> DbResult<Crawl> {
-    let mut crawl = row.into_crawl()?;
-    crawl.calls = select_calls(conn, crawl.id.as_str())?;
-    Ok(crawl)
-}
-
-/// A crawl's call counts. Kinds this version does not know (written by a newer one) are
-/// skipped rather than failing every read of the crawl.
-fn select_calls(conn: &Connection, id: &str) -> DbResult<CallTally> {
-    let mut stmt =
-        conn.prepare_cached("SELECT call, count FROM crawl_calls WHERE crawl_id = ?1")?;
-    let rows = stmt
-        .query_map(params![id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let key = format!("crawl {id}");
-    let mut calls = CallTally::new();
-    for (name, count) in rows {
-        if let Some(call) = Call::from_name(&name) {
-            calls.insert(call, number(&key, &name, count)?);
-        }
-    }
-    Ok(calls)
-}
-
-/// Adds `share` to a crawl's call counts (inside the caller's transaction).
-fn add_calls(conn: &Connection, id: &str, share: &CallTally) -> DbResult<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO crawl_calls (crawl_id, call, count) VALUES (?1, ?2, ?3)
-         ON CONFLICT (crawl_id, call) DO UPDATE SET count = count + excluded.count",
-    )?;
-    for (call, &count) in share {
-        stmt.execute(params![id, call.name(), saturating_i64(count)])?;
-    }
-    Ok(())
-}
-
-impl CrawlStore for SqliteStore {
-    async fn create_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        let id = crawl.id.as_str().to_owned();
-        let config = encode("create_crawl", &crawl.config)?;
-        let state = crawl.state.name();
-        let (created_at, updated_at) = (crawl.created_at, crawl.updated_at);
-        let generation = saturating_i64(crawl.generation);
-        let reserved = saturating_i64(crawl.pages_reserved);
-        let calls = crawl.calls.clone();
-        let checkpoint = crawl.checkpoint.clone();
-        let misses = saturating_i64(crawl.reference_misses);
-        self.run("create_crawl", Call::SqliteWrite, move |conn| {
-            let created = conn.execute(
-                &format!("INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-                params![id, config, state, created_at, updated_at, generation, reserved, checkpoint, misses],
-            )? == 1;
-            if created {
-                add_calls(conn, &id, &calls)?;
-            }
-            let stored = select_crawl(conn, &id)?
-                .ok_or_else(|| corrupt(&id, "crawl vanished inside its own transaction"))?;
-            Ok((stored, created))
-        })
-        .await
-    }
-
-    async fn get_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        let id = id.as_str().to_owned();
-        self.run("get_crawl", Call::SqliteRead, move |conn| {
-            select_crawl(conn, &id)
-        })
-        .await
-    }
-
-    async fn list_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        self.run("list_crawls", Call::SqliteRead, move |conn| {
-            let rows = match state {
-                Some(state) => {
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "SELECT {CRAWL_COLUMNS} FROM crawls WHERE state = ?1 ORDER BY id"
-                    ))?;
-                    stmt.query_map(params![state.name()], CrawlRow::read)?
-                        .collect::<rusqlite::Result<Vec<_>>>()?
-                }
-                None => {
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "SELECT {CRAWL_COLUMNS} FROM crawls ORDER BY id"
-                    ))?;
-                    stmt.query_map([], CrawlRow::read)?
-                        .collect::<rusqlite::Result<Vec<_>>>()?
-                }
-            };
-            rows.into_iter()
-                .map(|row| with_calls(conn, row))
-                .collect::<DbResult<Vec<_>>>()
-        })
-        .await
-    }
-
-    async fn complete_crawl(
-        &self,
-        id: &CrawlId,
-        generation: u64,
-        completer: &str,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let generation = saturating_i64(generation);
-        let completer = completer.to_owned();
-        self.run("complete_crawl", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET state = 'completed', updated = ?3, completed_by = ?4
-                 WHERE id = ?1 AND generation = ?2
-                   AND (state = 'running' OR (state = 'completed' AND completed_by = ?4))",
-                params![id, generation, now, completer],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn update_config(
-        &self,
-        id: &CrawlId,
-        config: &CrawlConfig,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let config = serde_json::to_string(config).map_err(|e| StoreError::Backend {
-            operation: "update_config",
-            message: e.to_string(),
-        })?;
-        self.run("update_config", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET config = ?2, updated = ?3 WHERE id = ?1",
-                params![id, config, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn set_checkpoint(&self, id: &CrawlId, checkpoint: Option<&str>) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let checkpoint = checkpoint.map(str::to_owned);
-        self.run("set_checkpoint", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET checkpoint = ?2 WHERE id = ?1",
-                params![id, checkpoint],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn add_reference_misses(&self, id: &CrawlId, misses: u64) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let misses = saturating_i64(misses);
-        self.run("add_reference_misses", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET reference_misses = reference_misses + ?2 WHERE id = ?1",
-                params![id, misses],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn claim_delivery(
-        &self,
-        id: &CrawlId,
-        holder: &str,
-        until: Millis,
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        let holder = holder.to_owned();
-        self.run("claim_delivery", Call::SqliteWrite, move |conn| {
-            // `DeliveryLease::refuses`, as a condition: no lease, its own, or an expired one.
-            let changed = conn.execute(
-                "UPDATE crawls SET delivery_holder = ?2, delivery_until = ?3
-                 WHERE id = ?1 AND (delivery_holder IS NULL OR delivery_holder = ?2
-                                    OR delivery_until <= ?4)",
-                params![id, holder, until, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn release_delivery(&self, id: &CrawlId, holder: &str) -> StoreResult<()> {
-        let id = id.as_str().to_owned();
-        let holder = holder.to_owned();
-        self.run("release_delivery", Call::SqliteWrite, move |conn| {
-            conn.execute(
-                "UPDATE crawls SET delivery_holder = NULL, delivery_until = NULL
-                 WHERE id = ?1 AND delivery_holder = ?2",
-                params![id, holder],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn reopen_crawl(&self, id: &CrawlId, now: Millis) -> StoreResult<bool> {
-        let id = id.as_str().to_owned();
-        self.run("reopen_crawl", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET state = 'running', generation = generation + 1, updated = ?2
-                 WHERE id = ?1 AND state = 'completed'",
-                params![id, now],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn reserve_pages(&self, id: &CrawlId, wanted: u64, max: u64) -> StoreResult<u64> {
-        self.budget
-            .reserve(id, wanted, max, |ask| self.take_pages(id, ask, max))
-            .await
-    }
-
-    async fn release_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        if n == 0 || self.budget.release(id, n) {
-            return Ok(());
-        }
-        self.give_back_pages(id, n).await
-    }
-
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
-        // This write reports itself: it is in the share it adds.
-        self.calls.record_reported(Call::SqliteWrite);
-        let mut share = share.clone();
-        *share.entry(Call::SqliteWrite).or_default() += 1;
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        let added =
-            self.writer
-                .run("add_calls", true, move |conn| {
-                    let exists =
-                        conn.query_row("SELECT 1 FROM crawls WHERE id = ?1", params![id], |_| {
-                            Ok(())
-                        })
-                        .optional()?
-                        .is_some();
-                    if !exists {
-                        return Err(StoreError::NoSuchCrawl(crawl_id).into());
-                    }
-                    add_calls(conn, &id, &share)?;
-                    let totals = select_calls(conn, &id)?;
-                    Ok(totals)
-                })
-                .await;
-        if let Err(e) = &added
-            && !matches!(e, StoreError::NoSuchCrawl(_))
-        {
-            // Not added: this call goes with the next report.
-            self.calls
-                .restore_unreported(&CallTally::from([(Call::SqliteWrite, 1)]));
-        }
-        added
-    }
-
-    async fn delete_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.budget.forget(id);
-        let id = id.as_str().to_owned();
-        self.run("delete_crawl", Call::SqliteWrite, move |conn| {
-            conn.execute("DELETE FROM crawl_calls WHERE crawl_id = ?1", params![id])?;
-            conn.execute("DELETE FROM crawls WHERE id = ?1", params![id])?;
-            Ok(())
-        })
-        .await
-    }
-}
-
-impl SqliteStore {
-    /// Raises the crawl's `pages_reserved` by up to `ask`, never past `max`, within the writer's transaction.
-    async fn take_pages(&self, id: &CrawlId, ask: u64, max: u64) -> StoreResult<Taken> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        self.run("reserve_pages", Call::SqliteWrite, move |conn| {
-            let reserved: Option<i64> = conn
-                .query_row(
-                    "SELECT pages_reserved FROM crawls WHERE id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let reserved: u64 = match reserved {
-                Some(n) => number(&id, "pages_reserved", n)?,
-                None => return Err(StoreError::NoSuchCrawl(crawl_id).into()),
-            };
-            let granted = ask.min(max.saturating_sub(reserved));
-            if granted > 0 {
-                conn.execute(
-                    "UPDATE crawls SET pages_reserved = ?2 WHERE id = ?1",
-                    params![id, saturating_i64(reserved + granted)],
-                )?;
-            }
-            Ok(Taken {
-                granted,
-                reserved: reserved + granted,
-            })
-        })
-        .await
-    }
-
-    /// Lowers the crawl's `pages_reserved` by `n`, for a process that holds no chunk of it.
-    async fn give_back_pages(&self, id: &CrawlId, n: u64) -> StoreResult<()> {
-        let crawl_id = id.clone();
-        let id = id.as_str().to_owned();
-        let n = saturating_i64(n);
-        self.run("release_pages", Call::SqliteWrite, move |conn| {
-            let changed = conn.execute(
-                "UPDATE crawls SET pages_reserved = MAX(pages_reserved - ?2, 0) WHERE id = ?1",
-                params![id, n],
-            )?;
-            if changed == 0 {
-                return Err(StoreError::NoSuchCrawl(crawl_id).into());
-            }
-            Ok(())
-        })
-        .await
-    }
-}
-
-impl TaskStore for SqliteStore {
-    async fn seed(
-        &self,
-        crawl_id: &CrawlId,
-        tasks: &[NewTask],
-        now: Millis,
-    ) -> StoreResult<Vec<Seeded>> {
-        if tasks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let inserts: Vec<Task> = tasks
-            .iter()
-            .map(|new| transition::seed(crawl_id, new, now).task)
-            .collect();
-        self.run("seed", Call::SqliteWrite, move |conn| {
-            let mut results = Vec::with_capacity(inserts.len());
-            for task in &inserts {
-                // INSERT OR IGNORE: the insert's condition, no such task.
-                results.push(if write_task(conn, task, true)? == 1 {
-                    Seeded::Created
-                } else {
-                    Seeded::AlreadyKnown
-                });
-            }
-            Ok(results)
-        })
-        .await
-    }
-
-    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run("get", Call::SqliteRead, move |conn| {
-            select_task(conn, &crawl, &task)
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        lease_ms: u64,
-        now: Millis,
-    ) -> StoreResult<ClaimOutcome> {
-        let (crawl, task) = (crawl_id.as_str().to_owned(), task_id.as_str().to_owned());
-        self.run("claim", Call::SqliteWrite, move |conn| {
-            let current = select_task(conn, &crawl, &task)?;
-            let outcome = match transition::claimed(current.as_ref(), lease_ms, now) {
-                Ok(claimed) => {
-                    write_task(conn, &claimed, false)?;
-                    ClaimOutcome::Claimed {
-                        lease: transition::lease_of(&claimed),
-                        task: Box::new(claimed),
-                    }
-                }
-                Err(why) => ClaimOutcome::Rejected(why),
-            };
-            Ok(outcome)
-        })
-        .await
-    }
-
-    async fn finish(
-        &self,
-        lease: &Lease,
-        record: &FetchRecord,
-        now: Millis,
-    ) -> StoreResult<FinishOutcome> {
-        let update = transition::finish(lease, record, now);
-        self.update("finish", &lease.crawl_id, &lease.task_id, update)
-            .await
-            .map(|applied| match applied {
-                Ok(before) => FinishOutcome::Finished {
-                    replaced: before.fetch,
-                    stale: before.stale,
-                },
-                Err(current) => FinishOutcome::Rejected {
-                    current: current.map(Box::new),
-                },
-            })
-    }
-
-    async fn fail(
-        &self,
-        lease: &Lease,
-        failure: &Failure,
-        policy: &RetryPolicy,
-        revisit: &Revisit,
-        now: Millis,
-    ) -> StoreResult<FailOutcome> {
-        let (update, failed) = transition::fail(lease, failure, policy, revisit, now);
-        let applied = self
-            .update("fail", &lease.crawl_id, &lease.task_id, update)
-            .await?;
-        Ok(match applied {
-            Ok(_) => failed.into(),
-            Err(_) => FailOutcome::Rejected,
-        })
-    }
-
-    async fn release(&self, lease: &Lease, now: Millis) -> StoreResult<bool> {
-        let Some(update) = transition::release(lease, now) else {
-            return Ok(true);
-        };
-        let applied = self
-            .update("release", &lease.crawl_id, &lease.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn add_stale(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        md5: &str,
-    ) -> StoreResult<bool> {
-        let update = transition::add_stale(md5);
-        let applied = self.update("add_stale", crawl_id, task_id, update).await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn reschedule(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        from: &[Status],
-        now: Millis,
-    ) -> StoreResult<bool> {
-        let update = transition::reschedule(from, now);
-        let applied = self.update("reschedule", crawl_id, task_id, update).await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn reset(&self, task: &Task, now: Millis) -> StoreResult<bool> {
-        let update = transition::reset(task, now);
-        let applied = self
-            .update("reset", &task.crawl_id, &task.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn refresh(&self, task: &Task, lastmod: Millis, now: Millis) -> StoreResult<bool> {
-        let Some(update) = transition::refresh(task, lastmod, now) else {
-            return Ok(false);
-        };
-        let applied = self
-            .update("refresh", &task.crawl_id, &task.task_id, update)
-            .await?;
-        Ok(applied.is_ok())
-    }
-
-    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
-        let (after_updated, after_task) = match &query.cursor {
-            Some(cursor) => decode_cursor(cursor)?,
-            None => (Millis::MIN, String::new()),
-        };
-        let crawl = query.crawl_id.as_str().to_owned();
-        let status = code(query.status);
-        let before = query.updated_before.unwrap_or(Millis::MAX);
-        let limit = query.limit.max(1) as usize;
-        self.run("query", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
-                 FROM tasks
-                 WHERE crawl_id = :crawl AND status = :status AND updated <= :before
-                   AND (updated, task_id) > (:after_updated, :after_task)
-                 ORDER BY updated, task_id
-                 LIMIT :fetch",
-            )?;
-            // One row more than the page tells whether another page follows.
-            let rows = stmt
-                .query_map(
-                    named_params! {
-                        ":crawl": crawl,
-                        ":status": status,
-                        ":before": before,
-                        ":after_updated": after_updated,
-                        ":after_task": after_task,
-                        ":fetch": saturating_i64(limit as u64 + 1),
-                    },
-                    summary_of,
-                )?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let more = rows.len() > limit;
-            let tasks = rows
-                .into_iter()
-                .take(limit)
-                .map(SummaryRow::into_summary)
-                .collect::<StoreResult<Vec<_>>>()?;
-            let cursor = match tasks.last() {
-                Some(last) if more => Some(encode_cursor(last.updated_at, last.task_id.as_str())),
-                _ => None,
-            };
-            Ok(TaskPage { tasks, cursor })
-        })
-        .await
-    }
-
-    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("counts", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT status, COUNT(*) FROM tasks WHERE crawl_id = ?1 GROUP BY status",
-            )?;
-            let rows = stmt
-                .query_map(params![crawl], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut counts = StatusCounts::new();
-            for (status, n) in rows {
-                counts.insert(status_of(&crawl, status)?, number(&crawl, "count", n)?);
-            }
-            Ok(counts)
-        })
-        .await
-    }
-
-    async fn due_tasks(
-        &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TaskSummary>> {
-        let crawl = crawl_id.as_str().to_owned();
-        let host = host.to_owned();
-        self.run("due_tasks", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
-                 FROM tasks INDEXED BY tasks_by_host_due
-                 WHERE crawl_id = ?1 AND host = ?2 AND due IS NOT NULL
-                 ORDER BY due, task_id
-                 LIMIT ?3",
-            )?;
-            let rows = stmt
-                .query_map(params![crawl, host, limit.max(1)], summary_of)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows
-                .into_iter()
-                .map(SummaryRow::into_summary)
-                .collect::<StoreResult<Vec<_>>>()?)
-        })
-        .await
-    }
-
-    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("delete_tasks", Call::SqliteWrite, move |conn| {
-            let deleted = conn.execute("DELETE FROM tasks WHERE crawl_id = ?1", params![crawl])?;
-            Ok(deleted as u64)
-        })
-        .await
-    }
-}
-
-impl HostStore for SqliteStore {
-    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
-        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
-        self.run("get_host", Call::SqliteRead, move |conn| {
-            let row: Option<(i64, String)> = conn
-                .prepare_cached(
-                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name = ?2",
-                )?
-                .query_row(params![crawl, name], |row| Ok((row.get(0)?, row.get(1)?)))
-                .optional()?;
-            Ok(row
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .transpose()?)
-        })
-        .await
-    }
-
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let crawl = crawl_id.as_str().to_owned();
-        let record = encode("host", host)?;
-        let (name, version) = (host.name.clone(), saturating_i64(host.version));
-        self.run("put_host", Call::SqliteWrite, move |conn| {
-            // One statement either way: the version check and the write cannot interleave.
-            let written = if version == 0 {
-                conn.prepare_cached(
-                    "INSERT OR IGNORE INTO hosts (crawl_id, name, version, record)
-                     VALUES (?1, ?2, 1, ?3)",
-                )?
-                .execute(params![crawl, name, record])?
-            } else {
-                conn.prepare_cached(
-                    "UPDATE hosts SET version = ?3 + 1, record = ?4
-                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
-                )?
-                .execute(params![crawl, name, version, record])?
-            };
-            Ok(written == 1)
-        })
-        .await
-    }
-
-    async fn add_seeded(
-        &self,
-        crawl_id: &CrawlId,
-        name: &str,
-        n: u64,
-    ) -> StoreResult<Option<Host>> {
-        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
-        self.run("add_seeded", Call::SqliteWrite, move |conn| {
-            let row: Option<(i64, String)> = conn
-                .prepare_cached(
-                    "UPDATE hosts
-                     SET version = version + 1,
-                         record = json_set(record, '$.seeded',
-                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
-                     WHERE crawl_id = ?1 AND name = ?2
-                     RETURNING version, record",
-                )?
-                .query_row(params![crawl, name, saturating_i64(n)], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .optional()?;
-            Ok(row
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .transpose()?)
-        })
-        .await
-    }
-
-    async fn list_hosts(
-        &self,
-        crawl_id: &CrawlId,
-        cursor: Option<String>,
-        limit: u32,
-    ) -> StoreResult<HostPage> {
-        let crawl = crawl_id.as_str().to_owned();
-        let after = cursor.unwrap_or_default();
-        let limit = limit.max(1) as usize;
-        self.run("list_hosts", Call::SqliteRead, move |conn| {
-            let rows: Vec<(i64, String)> = conn
-                .prepare_cached(
-                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name > ?2
-                     ORDER BY name LIMIT ?3",
-                )?
-                .query_map(
-                    params![crawl, after, saturating_i64(limit as u64 + 1)],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )?
-                .collect::<rusqlite::Result<_>>()?;
-            let more = rows.len() > limit;
-            let hosts = rows
-                .into_iter()
-                .take(limit)
-                .map(|(version, record)| host_of(&crawl, version, &record))
-                .collect::<StoreResult<Vec<_>>>()?;
-            let cursor = more.then(|| hosts.last().map(|h| h.name.clone())).flatten();
-            Ok(HostPage { hosts, cursor })
-        })
-        .await
-    }
-
-    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        let crawl = crawl_id.as_str().to_owned();
-        self.run("delete_hosts", Call::SqliteWrite, move |conn| {
-            let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
-            Ok(deleted as u64)
-        })
-        .await
-    }
-}
-
-/// A host record as stored: its JSON, at the row's version.
-fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
-    let key = format!("{crawl}/host");
-    let host: Host = decode(&key, "record", record)?;
-    Ok(Host {
-        version: number(&key, "version", version)?,
-        ..host
-    })
-}
-
 #[cfg(test)]
 mod tests {
     //! Only what is SQLite's own: several connections on one file, the file itself, rows that
@@ -1538,7 +759,11 @@ mod tests {
 
     use super::*;
     use std::path::PathBuf;
+    use trawl_core::store::CrawlStore;
+    use trawl_core::store::{ClaimOutcome, TaskRecords, TaskStore};
+    use trawl_domain::calls::CallTally;
     use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::task::{FetchRecord, NewTask};
 
     /// A directory under the system temp dir, removed when dropped.
     struct TempDir(PathBuf);

@@ -1,0 +1,132 @@
+//! The composition root on AWS: each reader's settings (`settings`) build its App from one set
+//! of clients, with exactly the ports its variables name — the seeder and the sweeper have no
+//! bucket and the deliverer no crawl queue, so those are `Unwired`. A Lambda function's `main`
+//! builds a [`Root`] once per cold start and its handler from it; `trawl --backend aws` builds
+//! its App from `CliSettings` (read from the environment or a stack's outputs).
+
+use crate::clients::{Clients, load_config};
+use crate::dynamodb::DynamoStore;
+use crate::s3::S3BlobStore;
+use crate::settings::{
+    CliSettings, CrawlerSettings, DelivererSettings, FromEnv, SeederSettings, SettingsError,
+    SweeperSettings,
+};
+use crate::sqs::SqsQueue;
+use std::sync::Arc;
+use trawl_core::app::{App, Ports, Unwired};
+use trawl_core::blob::Layout;
+use trawl_core::queue::WorkQueue;
+use trawl_domain::calls::CallCounts;
+
+/// Every port: the crawler's and the CLI's.
+pub type AwsPorts = (DynamoStore, S3BlobStore, SqsQueue);
+/// No bucket: the seeder's and the sweeper's.
+pub type NoBlobs = (DynamoStore, Unwired, SqsQueue);
+/// No crawl queue: the deliverer's.
+pub type NoQueue = (DynamoStore, S3BlobStore, Unwired);
+
+/// A reader's settings, and the App they build.
+pub trait Wiring: FromEnv {
+    type Ports: Ports;
+
+    /// The App over `clients`, counting its calls into `calls`.
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<Self::Ports>;
+}
+
+/// What a Lambda function builds once per cold start: its settings, the clients (for the
+/// function's own ports besides the App's) and its App.
+pub struct Root<W: Wiring> {
+    pub settings: W,
+    pub clients: Clients,
+    pub app: Arc<App<W::Ports>>,
+}
+
+impl<W: Wiring> Root<W> {
+    /// Reads the function's settings from the environment, then builds its clients and App.
+    pub async fn from_env() -> Result<Self, SettingsError> {
+        let settings = W::from_env()?;
+        let clients = Clients::new(&load_config().await);
+        let app = Arc::new(settings.app(&clients, Arc::new(CallCounts::default())));
+        Ok(Self {
+            settings,
+            clients,
+            app,
+        })
+    }
+
+    /// The counters the App's adapters share, for the function's own ports.
+    pub fn calls(&self) -> Arc<CallCounts> {
+        self.app.calls.clone()
+    }
+}
+
+/// The table's store and the crawl queue; no bucket.
+fn without_blobs(
+    clients: &Clients,
+    calls: Arc<CallCounts>,
+    (table, shards): (&str, u32),
+    queue_url: &str,
+) -> App<NoBlobs> {
+    let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
+    let queue = SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone());
+    App::new(store, Unwired, queue, calls)
+}
+
+/// The table's store, the bucket's blobs (under `prefix`) and `queue`.
+fn with_blobs<Q: WorkQueue + 'static>(
+    clients: &Clients,
+    calls: Arc<CallCounts>,
+    (table, shards): (&str, u32),
+    (bucket, prefix): (&str, &str),
+    queue: Q,
+) -> App<(DynamoStore, S3BlobStore, Q)> {
+    let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
+    let blobs = S3BlobStore::new(clients.s3.clone(), bucket, calls.clone());
+    App::new(store, blobs, queue, calls).with_layout(Layout::new(prefix))
+}
+
+impl Wiring for SeederSettings {
+    type Ports = NoBlobs;
+
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
+        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
+    }
+}
+
+impl Wiring for CrawlerSettings {
+    type Ports = AwsPorts;
+
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
+    }
+}
+
+impl Wiring for SweeperSettings {
+    type Ports = NoBlobs;
+
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
+        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
+    }
+}
+
+impl Wiring for DelivererSettings {
+    type Ports = NoQueue;
+
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoQueue> {
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, Unwired)
+    }
+}
+
+impl Wiring for CliSettings {
+    type Ports = AwsPorts;
+
+    /// The crawler's ports, from the CLI's variables (the stack's outputs stand in for unset ones).
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
+    }
+}

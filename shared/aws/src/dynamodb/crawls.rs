@@ -1,0 +1,145 @@
+//! Crawl records on DynamoDB: one item per crawl (`items::CrawlItem`), listed by state through
+//! the status index (`crawls#{state}`). A write is one conditional UpdateItem built from the
+//! domain's update (`expression::crawl`), answering with the item before it (`ALL_OLD`), or, when
+//! refused, the item the condition was checked against: no second read.
+
+use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::expression::Expression;
+use super::items::{self, CrawlItem, crawl_pk};
+use super::{DynamoStore, s};
+use aws_sdk_dynamodb::types::ReturnValue;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use trawl_core::store::budget::PageBudget;
+use trawl_core::store::{Applied, CrawlRecords, StoreResult};
+use trawl_domain::calls::{Call, CallTally};
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::crawl::transition::CrawlUpdate;
+use trawl_domain::crawl::{Crawl, CrawlState};
+
+impl CrawlRecords for DynamoStore {
+    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
+        let item = CrawlItem::from_crawl(crawl).to_item()?;
+        self.calls.record(Call::DynamoPutItem);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(OnFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok((crawl.clone(), true)),
+            Err(e) => match conditional_item(&e) {
+                Some(existing) => Ok((CrawlItem::from_item(existing)?.into_crawl(), false)),
+                None => Err(map_err("PutItem", e)),
+            },
+        }
+    }
+
+    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
+        self.calls.record(Call::DynamoGetItem);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(crawl_pk(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?;
+        out.item
+            .map(|item| CrawlItem::from_item(item).map(CrawlItem::into_crawl))
+            .transpose()
+    }
+
+    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
+        let states = match state {
+            Some(state) => vec![state],
+            None => vec![CrawlState::Running, CrawlState::Completed],
+        };
+        let mut crawls = Vec::new();
+        for state in states {
+            let mut start = None;
+            loop {
+                let (items, _, next) = self
+                    .query_page(items::crawls_gsi(state), None, None, start, false)
+                    .await?;
+                for item in items {
+                    // The index projects only some attributes: read the crawl itself.
+                    let id = items::crawl_id_of(&item)?;
+                    if let Some(crawl) = self.read_crawl(&id).await? {
+                        crawls.push(crawl);
+                    }
+                }
+                match next {
+                    Some(key) => start = Some(key),
+                    None => break,
+                }
+            }
+        }
+        Ok(crawls)
+    }
+
+    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
+        let mut expression = Expression::default();
+        let condition = expression.crawl_condition(&update.requires);
+        let changes = expression.crawl_update(&update.changes)?;
+        // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`).
+        let reports = !update.changes.calls.is_empty();
+        if reports {
+            self.calls.record_reported(Call::DynamoUpdateItem);
+        } else {
+            self.calls.record(Call::DynamoUpdateItem);
+        }
+        let request = self
+            .update_crawl(id)
+            .condition_expression(condition)
+            .set_update_expression(changes)
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
+        match expression.bind(request).send().await {
+            Ok(out) => {
+                let before = CrawlItem::from_item(out.attributes.unwrap_or_default())?;
+                Ok(Applied::Done {
+                    before: before.into_crawl(),
+                })
+            }
+            Err(e) => match conditional_item(&e) {
+                Some(item) => Ok(Applied::Refused {
+                    current: Some(CrawlItem::from_item(item)?.into_crawl()),
+                }),
+                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
+                None => {
+                    if reports {
+                        // Not added: this call goes with the next report.
+                        self.calls
+                            .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
+                    }
+                    Err(map_err("UpdateItem", e))
+                }
+            },
+        }
+    }
+
+    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        self.calls.record(Call::DynamoDeleteItem);
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(crawl_pk(id)))
+            .send()
+            .await
+            .map_err(|e| map_err("DeleteItem", e))?;
+        Ok(())
+    }
+
+    fn own_call(&self) -> Option<Call> {
+        Some(Call::DynamoUpdateItem)
+    }
+
+    fn page_budget(&self) -> Option<&PageBudget> {
+        Some(&self.budget)
+    }
+}

@@ -1,0 +1,175 @@
+//! The crawl record's rules (`trawl_domain::crawl::transition`) as DynamoDB expressions on a
+//! crawl item (`items::CrawlItem`): the condition as a condition expression, the changes as one
+//! update expression whose counters are `ADD`s, so that no write needs a read first. A state
+//! change moves the crawl's status-index key with it.
+
+use super::{Expression, clauses, encode, n};
+use crate::dynamodb::items::{calls_attribute, crawls_gsi};
+use aws_sdk_dynamodb::types::AttributeValue;
+use trawl_core::store::StoreResult;
+use trawl_domain::crawl::CrawlState;
+use trawl_domain::crawl::transition::{CrawlChanges, CrawlCondition, PagesChange};
+use trawl_domain::transition::Change;
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+impl Expression {
+    /// `condition` as a condition expression on a crawl item. Every one requires the item to
+    /// exist, so that no write creates a crawl.
+    pub(crate) fn crawl_condition(&mut self, condition: &CrawlCondition) -> String {
+        match condition {
+            CrawlCondition::Exists => "attribute_exists(pk)".to_owned(),
+            CrawlCondition::Completable {
+                generation,
+                completer,
+            } => {
+                let state = self.name("state");
+                let by = self.name("completed_by");
+                let name = self.name("generation");
+                let generation = self.value("c_generation", n(generation));
+                let running = self.value("c_running", s(CrawlState::Running.name()));
+                let completed = self.value("c_completed", s(CrawlState::Completed.name()));
+                let completer = self.value("c_completer", s(completer.as_str()));
+                format!(
+                    "{name} = {generation} AND ({state} = {running} \
+                     OR ({state} = {completed} AND {by} = {completer}))"
+                )
+            }
+            CrawlCondition::Completed => {
+                let state = self.name("state");
+                let completed = self.value("c_completed", s(CrawlState::Completed.name()));
+                format!("{state} = {completed}")
+            }
+            CrawlCondition::DeliveryFree { holder, now } => {
+                // `DeliveryLease::refuses`, negated: no lease, its own, or an expired one.
+                let name = self.name("delivery_holder");
+                let until = self.name("delivery_until");
+                let holder = self.value("c_holder", s(holder.as_str()));
+                let now = self.value("c_now", n(now));
+                format!(
+                    "attribute_exists(pk) AND (attribute_not_exists({name}) \
+                     OR {name} = {holder} OR {until} <= {now})"
+                )
+            }
+            CrawlCondition::DeliveryHeldBy { holder } => {
+                let name = self.name("delivery_holder");
+                let holder = self.value("c_holder", s(holder.as_str()));
+                format!("{name} = {holder}")
+            }
+            CrawlCondition::PagesLeft { n: ask, max } => {
+                let reserved = self.name("pages_reserved");
+                // Negative when more is asked than `max`: then it never holds.
+                let limit = i128::from(*max) - i128::from(*ask);
+                let limit = self.value("c_limit", n(limit));
+                format!("attribute_exists(pk) AND {reserved} <= {limit}")
+            }
+        }
+    }
+
+    /// `changes` as an update expression on a crawl item; None when they change nothing.
+    pub(crate) fn crawl_update(&mut self, changes: &CrawlChanges) -> StoreResult<Option<String>> {
+        let mut set: Vec<String> = Vec::new();
+        let mut remove: Vec<String> = Vec::new();
+        let mut add: Vec<String> = Vec::new();
+        if let Change::Set(state) = changes.state {
+            set.push(format!(
+                "{} = {}",
+                self.name("state"),
+                self.value("state", s(state.name()))
+            ));
+            set.push(format!(
+                "{} = {}",
+                self.name("gsi_pk"),
+                self.value("gsi_pk", s(crawls_gsi(state)))
+            ));
+        }
+        if changes.generation > 0 {
+            add.push(format!(
+                "{} {}",
+                self.name("generation"),
+                self.value("generation", n(changes.generation))
+            ));
+        }
+        let string = |v: &String| s(v.as_str());
+        self.optional(
+            &mut set,
+            &mut remove,
+            "completed_by",
+            &changes.completed_by,
+            string,
+        );
+        match &changes.delivery {
+            Change::Keep => {}
+            Change::Set(Some(lease)) => {
+                set.push(format!(
+                    "{} = {}",
+                    self.name("delivery_holder"),
+                    self.value("delivery_holder", s(lease.holder.as_str()))
+                ));
+                set.push(format!(
+                    "{} = {}",
+                    self.name("delivery_until"),
+                    self.value("delivery_until", n(lease.until))
+                ));
+            }
+            Change::Set(None) => {
+                remove.push(self.name("delivery_holder"));
+                remove.push(self.name("delivery_until"));
+            }
+        }
+        if let Change::Set(config) = &changes.config {
+            set.push(format!(
+                "{} = {}",
+                self.name("config"),
+                self.value("config", encode(config)?)
+            ));
+        }
+        self.optional(
+            &mut set,
+            &mut remove,
+            "checkpoint",
+            &changes.checkpoint,
+            string,
+        );
+        if let Change::Set(updated) = changes.updated_at {
+            set.push(format!(
+                "{} = {}",
+                self.name("updated"),
+                self.value("updated", n(updated))
+            ));
+        }
+        let pages = match changes.pages_reserved {
+            PagesChange::Keep => None,
+            PagesChange::Take(count) => Some(i128::from(count)),
+            PagesChange::GiveBack(count) => Some(-i128::from(count)),
+        };
+        if let Some(pages) = pages {
+            add.push(format!(
+                "{} {}",
+                self.name("pages_reserved"),
+                self.value("pages_reserved", n(pages))
+            ));
+        }
+        if changes.reference_misses > 0 {
+            add.push(format!(
+                "{} {}",
+                self.name("reference_misses"),
+                self.value("reference_misses", n(changes.reference_misses))
+            ));
+        }
+        // One top-level attribute per call kind (`calls_attribute`), whose names are no
+        // placeholder keys: numbered ones stand for them.
+        for (i, (&call, &count)) in changes.calls.iter().enumerate() {
+            let name = format!("#calls{i}");
+            self.names.insert(name.clone(), calls_attribute(call));
+            add.push(format!(
+                "{name} {}",
+                self.value(&format!("calls{i}"), n(count))
+            ));
+        }
+        let update = clauses(set, remove, add);
+        Ok((!update.is_empty()).then_some(update))
+    }
+}

@@ -1,0 +1,322 @@
+//! Task records: one item each (`items::TaskItem`); a transition is one conditional
+//! UpdateItem built by `expression` from the domain's update.
+
+use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::expression::Expression;
+use super::items::{self, TaskItem};
+use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use futures_util::future::join_all;
+use std::collections::HashMap;
+use trawl_core::store::{
+    Applied, InTurnClaims, Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery,
+    TaskRecords, TaskSummary,
+};
+use trawl_domain::calls::Call;
+use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::task::{Status, Task};
+use trawl_domain::transition::{Insert, Update};
+
+impl TaskRecords for DynamoStore {
+    /// A turn's claim is one consistent read: the lease is the token as read, and the finish,
+    /// fail or release under it is the claim.
+    const IN_TURN_CLAIMS: InTurnClaims = InTurnClaims::AsRead;
+
+    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
+        // Bounded parallelism, results in input order. A task repeated in the batch is put
+        // once (its first time): concurrent puts of one key would race for which one
+        // "created" it.
+        let mut first = HashMap::new();
+        let unique: Vec<&Insert> = tasks
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| *first.entry(&t.task.task_id).or_insert(*i) == *i)
+            .map(|(_, t)| t)
+            .collect();
+        let mut created = HashMap::new();
+        for chunk in unique.chunks(SEED_PARALLELISM) {
+            let puts = chunk.iter().map(|insert| self.insert_one(insert));
+            for (insert, outcome) in chunk.iter().zip(join_all(puts).await) {
+                created.insert(&insert.task.task_id, outcome?);
+            }
+        }
+        Ok(tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let id = &t.task.task_id;
+                match created.get(id) {
+                    Some(&seeded) if first.get(id) == Some(&i) => seeded,
+                    _ => Seeded::AlreadyKnown,
+                }
+            })
+            .collect())
+    }
+
+    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
+        self.calls.record(Call::DynamoGetItem);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", Self::task_key(crawl_id, task_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?;
+        out.item
+            .map(|item| TaskItem::from_item(item)?.into_task())
+            .transpose()
+    }
+
+    /// One conditional UpdateItem. It returns the item as it was (`ALL_OLD`, which consumes
+    /// no capacity), and a refused one the item it was checked against, read from the failed
+    /// condition itself.
+    async fn apply(
+        &self,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
+        update: &Update,
+    ) -> StoreResult<Applied<Task>> {
+        let mut expression = Expression::default();
+        let Some(condition) = expression.condition(&update.requires) else {
+            return Ok(Applied::Refused { current: None });
+        };
+        let changes = expression.update(&update.changes, crawl_id, task_id, self.shards)?;
+        self.calls.record(Call::DynamoUpdateItem);
+        let request = self
+            .update_task(crawl_id, task_id)
+            .condition_expression(condition)
+            .update_expression(changes)
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
+        match expression.bind(request).send().await {
+            Ok(out) => {
+                let before = TaskItem::from_item(out.attributes.unwrap_or_default())?;
+                Ok(Applied::Done {
+                    before: before.into_task()?,
+                })
+            }
+            Err(e) => match conditional_item(&e) {
+                Some(item) => Ok(Applied::Refused {
+                    current: Some(TaskItem::from_item(item)?.into_task()?),
+                }),
+                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
+                None => Err(map_err("UpdateItem", e)),
+            },
+        }
+    }
+
+    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        if !items::listed(query.status) {
+            return self.walk_hosts(query).await;
+        }
+        let mut cursor = match &query.cursor {
+            Some(raw) => {
+                serde_json::from_str::<Cursor>(raw).map_err(|_| StoreError::InvalidCursor)?
+            }
+            None => Cursor {
+                shard: 0,
+                pk: None,
+                updated: None,
+            },
+        };
+        if cursor.shard >= self.shards {
+            return Err(StoreError::InvalidCursor);
+        }
+        let limit = query.limit.max(1) as usize;
+        let mut tasks = Vec::new();
+        while cursor.shard < self.shards {
+            let gsi = items::status_gsi(&query.crawl_id, query.status, cursor.shard);
+            let start = match (&cursor.pk, cursor.updated) {
+                (Some(pk), Some(updated)) => Some(HashMap::from([
+                    ("pk".to_owned(), s(pk.clone())),
+                    ("gsi_pk".to_owned(), s(gsi.clone())),
+                    ("updated".to_owned(), n(updated)),
+                ])),
+                _ => None,
+            };
+            let want = (limit - tasks.len()) as i32;
+            let (items, _, next) = self
+                .query_page(gsi, query.updated_before, Some(want), start, false)
+                .await?;
+            for item in items {
+                tasks.push(items::summary_from_item(item)?);
+            }
+            match next {
+                Some(key) => {
+                    cursor.pk = key.get("pk").and_then(|v| v.as_s().ok()).cloned();
+                    cursor.updated = key
+                        .get("updated")
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse().ok());
+                }
+                None => {
+                    cursor = Cursor {
+                        shard: cursor.shard + 1,
+                        pk: None,
+                        updated: None,
+                    }
+                }
+            }
+            if tasks.len() >= limit {
+                break;
+            }
+        }
+        let cursor = (cursor.shard < self.shards)
+            .then(|| serde_json::to_string(&cursor))
+            .transpose()
+            .map_err(|e| StoreError::Backend {
+                operation: "Query",
+                message: e.to_string(),
+            })?;
+        Ok(TaskPage { tasks, cursor })
+    }
+
+    async fn due_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let limit = limit.max(1) as usize;
+        let mut tasks = Vec::with_capacity(limit.min(1000));
+        let mut start = None;
+        // A page can come back short (1 MB): go on until `limit` or the end of the host.
+        loop {
+            self.calls.record(Call::DynamoQuery);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(HOST_INDEX)
+                // Succeeded pages never fetched again sit after every due time: not work.
+                .key_condition_expression("#hk = :hk AND #due < :never")
+                .expression_attribute_names("#hk", "hk")
+                .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
+                .expression_attribute_names("#due", "due")
+                .expression_attribute_values(":never", n(items::NEVER_DUE))
+                .scan_index_forward(true)
+                .limit(i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_err("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                tasks.push(items::summary_from_item(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(key) if tasks.len() < limit => start = Some(key),
+                _ => break,
+            }
+        }
+        // The index orders by due time only; ties in task id order, as the other stores.
+        tasks.sort_by(|a, b| (a.due_at(), &a.task_id).cmp(&(b.due_at(), &b.task_id)));
+        Ok(tasks)
+    }
+
+    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        let mut counts = StatusCounts::new();
+        for status in Status::ALL {
+            if !items::listed(status) {
+                counts.insert(status, self.count_on_hosts(crawl_id, status).await?);
+                continue;
+            }
+            let mut total = 0u64;
+            for shard in 0..self.shards {
+                let mut start = None;
+                loop {
+                    let gsi = items::status_gsi(crawl_id, status, shard);
+                    let (_, count, next) = self.query_page(gsi, None, None, start, true).await?;
+                    total += count.max(0) as u64;
+                    match next {
+                        Some(key) => start = Some(key),
+                        None => break,
+                    }
+                }
+            }
+            counts.insert(status, total);
+        }
+        Ok(counts)
+    }
+
+    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        let mut deleted = 0u64;
+        for status in Status::ALL {
+            if !items::listed(status) {
+                // Through the hosts' due lists, page after page (a deleted task's key still
+                // places the next page).
+                let mut cursor = None;
+                loop {
+                    let page = self
+                        .walk_hosts(&TaskQuery {
+                            crawl_id: crawl_id.clone(),
+                            status,
+                            updated_before: None,
+                            limit: 25,
+                            cursor,
+                        })
+                        .await?;
+                    let keys: Vec<AttributeValue> = page
+                        .tasks
+                        .iter()
+                        .map(|t| Self::task_key(crawl_id, &t.task_id))
+                        .collect();
+                    deleted += keys.len() as u64;
+                    if !keys.is_empty() {
+                        self.batch_delete(keys).await?;
+                    }
+                    match page.cursor {
+                        Some(next) => cursor = Some(next),
+                        None => break,
+                    }
+                }
+                continue;
+            }
+            for shard in 0..self.shards {
+                loop {
+                    // Deleting what the last page returned moves the next page forward.
+                    let gsi = items::status_gsi(crawl_id, status, shard);
+                    let (items, _, _) = self.query_page(gsi, None, Some(25), None, false).await?;
+                    if items.is_empty() {
+                        break;
+                    }
+                    let keys: Vec<AttributeValue> = items
+                        .into_iter()
+                        .filter_map(|mut item| item.remove("pk"))
+                        .collect();
+                    deleted += keys.len() as u64;
+                    self.batch_delete(keys).await?;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+impl DynamoStore {
+    /// One conditional put: creates the task unless it exists.
+    async fn insert_one(&self, insert: &Insert) -> StoreResult<Seeded> {
+        let item = TaskItem::from_task(&insert.task, self.shards).to_item()?;
+        let mut expression = Expression::default();
+        let condition = expression.condition(&insert.requires);
+        let (names, values) = expression.placeholders();
+        self.calls.record(Call::DynamoPutItem);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Seeded::Created),
+            Err(e) if is_conditional_failure(&e) => Ok(Seeded::AlreadyKnown),
+            Err(e) => Err(map_err("PutItem", e)),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! A host's turn, decided: which due task starts next, when it starts, when the turn stops
+//! starting fetches, and which work the host is handed back with. The crawler (`trawl-core`)
+//! reads the store, waits on its clock and fetches; this plan says what to do with what it read.
+//!
+//! The rules of a turn:
+//! - **Pace.** Starts are spaced by the host's delay (robots.txt's Crawl-delay at least), the
+//!   delay as it stands when the fetch is admitted (throttling slows it mid-turn). The pace is
+//!   kept on the turn's own monotonic time, from 0 at its start.
+//! - **Budget.** A turn starts at most `politeness.turn_pages` fetches, and each task at most
+//!   once: a due task read again before its claim shows is not started twice.
+//! - **Time.** No fetch starts that could not end in time: none within a fetch window (the
+//!   fetch timeout and 2 s) of the end of the turn's hold on its host, nor of the invocation's
+//!   deadline.
+//! - **Stop.** A storage error stops the turn; so does host-wide trouble that snoozes the host
+//!   or gives it up. Fetches in flight end; none starts after.
+//! - **Hand-back.** The host goes back with its soonest due task as its next work.
+
+use crate::canonical::TaskId;
+use crate::crawl::CrawlConfig;
+use crate::host::{Host, HostPolicy, HostSignal, NextWork, Turn};
+use crate::task::Millis;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// The time a fetch may take, its timeout and a margin to store its result: none starts that
+/// could not end within this of the turn's end or the deadline.
+pub fn fetch_window_ms(config: &CrawlConfig) -> u64 {
+    config.fetch.timeout_ms.saturating_add(2_000)
+}
+
+/// How long a turn holds its host: the crawl's lease, and at least two fetch windows, so that a
+/// turn always has time for a fetch.
+pub fn turn_ms(config: &CrawlConfig) -> u64 {
+    config
+        .lease_ms
+        .max(fetch_window_ms(config).saturating_mul(2))
+}
+
+/// Whether a task read from the host's due list may be claimed at `now` (`claimable_from`:
+/// None when it is not due at all).
+pub fn due_now(claimable_from: Option<Millis>, now: Millis) -> bool {
+    claimable_from.is_some_and(|at| at <= now)
+}
+
+/// The host's next work as its turn ends: the soonest of its due tasks (each as
+/// `(claimable_from, next_work)`).
+pub fn next_work(due: impl IntoIterator<Item = (Millis, Option<NextWork>)>) -> Option<NextWork> {
+    due.into_iter()
+        .min_by_key(|(at, _)| *at)
+        .and_then(|(_, work)| work)
+}
+
+/// What became of a task a turn started, as far as the turn's rules care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// Brought to an end (succeeded, unchanged, redirected or given up): the host's `done`.
+    Ended,
+    /// Still to do (a retry, a snoozed host's URL) or not this turn's (skipped).
+    Open,
+    /// Storage failed: the turn stops.
+    Failed,
+}
+
+/// Whether a due task read from the store is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Start,
+    /// Started already in this turn.
+    Again,
+    /// The turn starts nothing more (its budget spent, or stopped).
+    Closed,
+}
+
+/// A turn in progress, as its holder decides it.
+#[derive(Debug, Clone)]
+pub struct TurnPlan {
+    host: Host,
+    policy: HostPolicy,
+    robots_delay_ms: u64,
+    pages_left: u32,
+    started: HashSet<TaskId>,
+    /// The turn's monotonic time (ms from its start) before which no further fetch starts.
+    next_start: u64,
+    /// No fetch starts after this (the turn's hold minus a fetch window).
+    last_start: Millis,
+    fetch_window: Duration,
+    stopped: bool,
+}
+
+impl TurnPlan {
+    /// The plan of `turn` on `host`, which robots.txt asks to wait `robots_delay` between
+    /// requests.
+    pub fn new(host: Host, config: &CrawlConfig, turn: &Turn, robots_delay: Duration) -> Self {
+        let fetch_window = fetch_window_ms(config);
+        Self {
+            policy: config.politeness.host_policy(&host.name),
+            host,
+            robots_delay_ms: u64::try_from(robots_delay.as_millis()).unwrap_or(u64::MAX),
+            pages_left: config.politeness.turn_pages.max(1),
+            started: HashSet::new(),
+            next_start: 0,
+            last_start: turn.until.saturating_sub(fetch_window as Millis),
+            fetch_window: Duration::from_millis(fetch_window),
+            stopped: false,
+        }
+    }
+
+    /// The host as the turn now sees it (what it hands back).
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    pub fn into_host(self) -> Host {
+        self.host
+    }
+
+    /// Fetches in flight at once.
+    pub fn parallel(&self) -> usize {
+        self.policy.parallel.max(1) as usize
+    }
+
+    pub fn pages_left(&self) -> u32 {
+        self.pages_left
+    }
+
+    /// Whether the turn was stopped (trouble, a storage error, its time): nothing more is read
+    /// or started.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether the turn starts nothing more (stopped, or its page budget spent).
+    pub fn closed(&self) -> bool {
+        self.stopped || self.pages_left == 0
+    }
+
+    /// The turn can go on no more (its due tasks could not be read).
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Whether a task read from the due list is one this turn has not started yet.
+    pub fn is_new(&self, task: &TaskId) -> bool {
+        !self.started.contains(task)
+    }
+
+    /// Takes a due task into the turn, spending a page of its budget.
+    pub fn admit(&mut self, task: &TaskId) -> Admit {
+        if self.closed() {
+            return Admit::Closed;
+        }
+        if !self.started.insert(task.clone()) {
+            return Admit::Again;
+        }
+        self.pages_left -= 1;
+        Admit::Start
+    }
+
+    /// When (the turn's monotonic ms) an admitted fetch starts, at `elapsed` ms into the turn:
+    /// the host's pace from the previous start, and reserves the slot.
+    pub fn start_at(&mut self, elapsed: u64) -> u64 {
+        let pause = self.host.delay_ms.max(self.robots_delay_ms);
+        let at = self.next_start.max(elapsed);
+        self.next_start = at.saturating_add(pause);
+        at
+    }
+
+    /// Whether a fetch whose start has come may go at `now`, `time_left` before the
+    /// invocation's deadline (None: no deadline). Once one may not, none may.
+    pub fn may_start(&mut self, now: Millis, time_left: Option<Duration>) -> bool {
+        let late = time_left.is_some_and(|left| left < self.fetch_window);
+        if late || now > self.last_start {
+            self.stopped = true;
+        }
+        !self.stopped
+    }
+
+    /// A started task ended at `now`, and what its fetch said about the host (None: no request
+    /// reached it).
+    pub fn finished(&mut self, end: TaskEnd, signal: Option<HostSignal>, now: Millis) {
+        match end {
+            TaskEnd::Ended => self.host.done += 1,
+            TaskEnd::Failed => self.stopped = true,
+            TaskEnd::Open => {}
+        }
+        if let Some(signal) = signal {
+            self.host = self.host.observe(&self.policy, signal, now);
+            if self.host.snoozed_until.is_some() || self.host.given_up.is_some() {
+                self.stopped = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+//! Host records in the `hosts` table: the record as JSON, written only over the version read.
+
+use super::{SqliteStore, decode, encode, number, saturating_i64};
+use rusqlite::{OptionalExtension, params};
+use trawl_core::store::{HostPage, HostStore, StoreResult};
+use trawl_domain::calls::Call;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::host::Host;
+
+impl HostStore for SqliteStore {
+    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
+        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
+        self.run("get_host", Call::SqliteRead, move |conn| {
+            let row: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name = ?2",
+                )?
+                .query_row(params![crawl, name], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()?;
+            Ok(row
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        let crawl = crawl_id.as_str().to_owned();
+        let record = encode("host", host)?;
+        let (name, version) = (host.name.clone(), saturating_i64(host.version));
+        self.run("put_host", Call::SqliteWrite, move |conn| {
+            // One statement either way: the version check and the write cannot interleave.
+            let written = if version == 0 {
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO hosts (crawl_id, name, version, record)
+                     VALUES (?1, ?2, 1, ?3)",
+                )?
+                .execute(params![crawl, name, record])?
+            } else {
+                conn.prepare_cached(
+                    "UPDATE hosts SET version = ?3 + 1, record = ?4
+                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
+                )?
+                .execute(params![crawl, name, version, record])?
+            };
+            Ok(written == 1)
+        })
+        .await
+    }
+
+    async fn add_seeded(
+        &self,
+        crawl_id: &CrawlId,
+        name: &str,
+        n: u64,
+    ) -> StoreResult<Option<Host>> {
+        let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
+        self.run("add_seeded", Call::SqliteWrite, move |conn| {
+            let row: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "UPDATE hosts
+                     SET version = version + 1,
+                         record = json_set(record, '$.seeded',
+                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
+                     WHERE crawl_id = ?1 AND name = ?2
+                     RETURNING version, record",
+                )?
+                .query_row(params![crawl, name, saturating_i64(n)], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()?;
+            Ok(row
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn list_hosts(
+        &self,
+        crawl_id: &CrawlId,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> StoreResult<HostPage> {
+        let crawl = crawl_id.as_str().to_owned();
+        let after = cursor.unwrap_or_default();
+        let limit = limit.max(1) as usize;
+        self.run("list_hosts", Call::SqliteRead, move |conn| {
+            let rows: Vec<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT version, record FROM hosts WHERE crawl_id = ?1 AND name > ?2
+                     ORDER BY name LIMIT ?3",
+                )?
+                .query_map(
+                    params![crawl, after, saturating_i64(limit as u64 + 1)],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            let more = rows.len() > limit;
+            let hosts = rows
+                .into_iter()
+                .take(limit)
+                .map(|(version, record)| host_of(&crawl, version, &record))
+                .collect::<StoreResult<Vec<_>>>()?;
+            let cursor = more.then(|| hosts.last().map(|h| h.name.clone())).flatten();
+            Ok(HostPage { hosts, cursor })
+        })
+        .await
+    }
+
+    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("delete_hosts", Call::SqliteWrite, move |conn| {
+            let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+}
+
+/// A host record as stored: its JSON, at the row's version.
+fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
+    let key = format!("{crawl}/host");
+    let host: Host = decode(&key, "record", record)?;
+    Ok(Host {
+        version: number(&key, "version", version)?,
+        ..host
+    })
+}
