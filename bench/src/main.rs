@@ -19,6 +19,7 @@ mod lambda;
 mod latency;
 mod local;
 mod machine;
+mod meter;
 mod moto;
 mod report;
 mod scrapy;
