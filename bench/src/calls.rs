@@ -1,11 +1,12 @@
 //! Section 2: AWS calls per URL through the real SDK against moto: a fresh crawl, an unchanged
 //! recrawl, a changed recrawl, a URL that fails until `ignored`, and contention between 16
 //! workers: for one host's turn, and for the tasks of one pool. The crawler's store is metered
-//! (`trawl_aws::dynamodb::capacity::Metered`): every write is priced in write units from the
+//! (`crate::meter::Metered`): every write is priced in write units from the
 //! items before and after it, table and each index apart.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::fixture_config;
+use crate::meter::{Metered, WriteMeter, WriteTally};
 use crate::moto::{Moto, Stack, stack};
 use crate::report::Figure;
 use crate::site::Site;
@@ -15,7 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::app::App;

@@ -6,7 +6,7 @@
 //!   the URLs are seeded through `frontier::seed_tasks` at 1,653 URLs/s, then every turn claims
 //!   its host (`frontier::update_host` with `Host::claim_turn`), every fetch claims and finishes
 //!   its task, every turn hands its host back — on the in-memory store metered as DynamoDB
-//!   (`trawl_aws::dynamodb::capacity::Metered`: write units from the items as the DynamoDB
+//!   (`crate::meter::Metered`: write units from the items as the DynamoDB
 //!   adapter lays them out, on the table and each index). Each virtual second, the units per
 //!   partition key (table key, and each index's hash key) are summed: the peak per key is
 //!   printed, and any key over 1,000 WCU/s (a partition's limit) is flagged;
@@ -21,10 +21,10 @@
 
 use crate::error::{BenchResult, Context};
 use crate::frontier::{Event, Workload, host_turns_with};
+use crate::meter::{KeyUnits, Metered, TABLE_KEYS};
 use crate::report::Figure;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::PoisonError;
-use trawl_aws::dynamodb::capacity::{KeyUnits, Metered, TABLE_KEYS};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::store::memory::MemoryStore;
 use trawl_core::store::{ClaimOutcome, TaskStore};

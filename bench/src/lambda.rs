@@ -34,6 +34,8 @@ use trawl_domain::crawl::Crawl;
 use trawl_domain::task::{NewTask, Status, now_ms};
 
 const SECTION: &str = "Lambda worker";
+/// Each function's binary, as deployed: built on its own (its own features), started cold.
+const FUNCTIONS: &str = "Functions";
 const API: &str = "/2018-06-01/runtime";
 /// Pages per invocation: one turn of the host, `politeness.turn_pages`.
 const BATCH: usize = 10;
@@ -400,7 +402,9 @@ async fn wait_ready(
     }
 }
 
-/// Release binary size and start to ready of each function, `runs` cold starts each.
+/// Binary size and start to ready of each function, `runs` cold starts each (section
+/// `functions`; `make bench` builds each function alone with the `lambda-release` profile, as
+/// `sam build` does, so the size is that of what it links).
 pub async fn functions(binaries: &[(&str, PathBuf)], runs: usize) -> BenchResult<Vec<Figure>> {
     let moto = Moto::start(true)?;
     let stack = stack(&moto.endpoint, "bench-functions").await?;
@@ -415,13 +419,13 @@ pub async fn functions(binaries: &[(&str, PathBuf)], runs: usize) -> BenchResult
             ready.push(ready_once(binary, name, &moto, &stack).await?);
         }
         figures.push(Figure::single(
-            SECTION,
-            format!("{name}: release binary size (stripped)"),
+            FUNCTIONS,
+            format!("{name}: binary size (stripped)"),
             "MiB",
             size_mib,
         ));
         figures.push(
-            Figure::of(SECTION, format!("{name}: start to ready"), "ms", &ready).at_most(50.0),
+            Figure::of(FUNCTIONS, format!("{name}: start to ready"), "ms", &ready).at_most(50.0),
         );
     }
     Ok(figures)

@@ -1,7 +1,8 @@
-//! trawl's benchmark harness. `cargo run --release -p trawl-bench -- [--json] [--quick]`
-//! (or `make bench`) prints a table of: local crawl throughput against the raw serving limit,
-//! AWS calls per URL on moto, the crawler Lambda's start-up and footprint, the sweeper's cost
-//! curve, and cost per million pages. See bench/README.md.
+//! trawl's benchmark harness. `make bench` (or `cargo run --profile lambda-release -p
+//! trawl-bench -- [--json] [--quick]`) prints a table of: local crawl throughput against the raw
+//! serving limit, AWS calls per URL on moto, the crawler Lambda's start-up and footprint, each
+//! function's binary size and start to ready, the sweeper's cost curve, and cost per million
+//! pages. See bench/README.md.
 
 mod calls;
 mod capacity;
@@ -18,6 +19,7 @@ mod lambda;
 mod latency;
 mod local;
 mod machine;
+mod meter;
 mod moto;
 mod report;
 mod scrapy;
@@ -61,6 +63,8 @@ enum Section {
     Local,
     Calls,
     Lambda,
+    /// Each function's binary size and start to ready.
+    Functions,
     Sweep,
     Frontier,
     Capacity,
@@ -183,7 +187,7 @@ async fn measure(args: &Args) -> Report {
     let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let runs = args.runs.unwrap_or(3).max(1);
     let pages = args.pages.unwrap_or(if args.quick { 500 } else { 5_000 });
-    let mut command = "cargo run --release -p trawl-bench --".to_owned();
+    let mut command = "cargo run --profile lambda-release -p trawl-bench --".to_owned();
     for a in std::env::args().skip(1) {
         command.push(' ');
         command.push_str(&a);
@@ -274,6 +278,9 @@ async fn measure(args: &Args) -> Report {
                 }
             }
         }
+    }
+    if wanted(Section::Functions) {
+        eprintln!("functions: sizes and start to ready …");
         let names = ["seeder", "crawler", "sweeper", "deliverer"];
         let binaries: Vec<(&str, PathBuf)> = names
             .iter()
@@ -281,7 +288,7 @@ async fn measure(args: &Args) -> Report {
             .collect();
         if binaries.len() < names.len() {
             report.skipped.push(
-                "function sizes and start times (build them first: cargo build --release -p seeder -p crawler -p sweeper -p deliverer)"
+                "function sizes and start times (build them first, each on its own as `make bench` does: cargo build --profile lambda-release -p seeder, then -p crawler, -p sweeper, -p deliverer)"
                     .to_owned(),
             );
         } else {

@@ -8,6 +8,7 @@
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
 use crate::app::Store;
+use crate::backoff::Transient;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
@@ -30,6 +31,15 @@ pub enum FrontierError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl Transient for FrontierError {
+    fn is_transient(&self) -> bool {
+        match self {
+            FrontierError::Store(e) => e.is_transient(),
+            FrontierError::Queue(e) => e.is_transient(),
+        }
+    }
 }
 
 /// What adding a set of URLs did.

@@ -3,15 +3,14 @@
 //! domain's update (`expression::crawl`), answering with the item before it (`ALL_OLD`), or, when
 //! refused, the item the condition was checked against: no second read.
 
-use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::errors::{conditional_item, map_err};
 use super::expression::Expression;
 use super::items::{self, CrawlItem, crawl_pk};
 use super::{DynamoStore, s};
-use aws_sdk_dynamodb::types::ReturnValue;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, CrawlRecords, StoreResult};
-use trawl_domain::calls::{Call, CallTally};
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
@@ -87,40 +86,16 @@ impl CrawlRecords for DynamoStore {
         let condition = expression.crawl_condition(&update.requires);
         let changes = expression.crawl_update(&update.changes)?;
         // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`).
-        let reports = !update.changes.calls.is_empty();
-        if reports {
-            self.calls.record_reported(Call::DynamoUpdateItem);
-        } else {
-            self.calls.record(Call::DynamoUpdateItem);
-        }
-        let request = self
-            .update_crawl(id)
-            .condition_expression(condition)
-            .set_update_expression(changes)
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(OnFailure::AllOld);
-        match expression.bind(request).send().await {
-            Ok(out) => {
-                let before = CrawlItem::from_item(out.attributes.unwrap_or_default())?;
-                Ok(Applied::Done {
-                    before: before.into_crawl(),
-                })
-            }
-            Err(e) => match conditional_item(&e) {
-                Some(item) => Ok(Applied::Refused {
-                    current: Some(CrawlItem::from_item(item)?.into_crawl()),
-                }),
-                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
-                None => {
-                    if reports {
-                        // Not added: this call goes with the next report.
-                        self.calls
-                            .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
-                    }
-                    Err(map_err("UpdateItem", e))
-                }
-            },
-        }
+        let reported = !update.changes.calls.is_empty();
+        let request = self.update_crawl(id);
+        self.apply_update(
+            request,
+            expression,
+            (condition, changes),
+            reported,
+            |item| Ok(CrawlItem::from_item(item)?.into_crawl()),
+        )
+        .await
     }
 
     async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {

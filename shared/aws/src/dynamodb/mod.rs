@@ -45,18 +45,20 @@ mod items;
 pub mod schema;
 mod tasks;
 
-use self::errors::{is_conditional_failure, map_err};
+use self::errors::{conditional_item, is_conditional_failure, map_err};
+use self::expression::Expression;
 use self::items::{crawl_pk, host_pk, task_pk};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, Select, WriteRequest};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select, WriteRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{StoreError, StoreResult, TaskPage, TaskQuery};
-use trawl_domain::calls::{Call, CallCounts};
+use trawl_core::store::{Applied, StoreError, StoreResult, TaskPage, TaskQuery};
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Status};
 
@@ -137,6 +139,51 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(crawl_pk(id)))
+    }
+
+    /// Persists a decided update in one conditional UpdateItem: `request` names the record,
+    /// `expression` holds the placeholders of `condition` and `changes`. It answers with the
+    /// record before it (`ALL_OLD`, which consumes no capacity) or, when refused, the record the
+    /// condition was checked against (None: absent), read from the failed condition itself: no
+    /// second read. `decode` reads a record from an item. A write whose changes add its own
+    /// call to a crawl (`reported`) counts it as reported, and gives it back if it failed.
+    async fn apply_update<T>(
+        &self,
+        request: UpdateItemFluentBuilder,
+        expression: Expression,
+        (condition, changes): (String, Option<String>),
+        reported: bool,
+        decode: impl Fn(Item) -> StoreResult<T>,
+    ) -> StoreResult<Applied<T>> {
+        if reported {
+            self.calls.record_reported(Call::DynamoUpdateItem);
+        } else {
+            self.calls.record(Call::DynamoUpdateItem);
+        }
+        let request = request
+            .condition_expression(condition)
+            .set_update_expression(changes)
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
+        match expression.bind(request).send().await {
+            Ok(out) => Ok(Applied::Done {
+                before: decode(out.attributes.unwrap_or_default())?,
+            }),
+            Err(e) => match conditional_item(&e) {
+                Some(item) => Ok(Applied::Refused {
+                    current: Some(decode(item)?),
+                }),
+                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
+                None => {
+                    if reported {
+                        // Not added: this call goes with the next report.
+                        self.calls
+                            .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
+                    }
+                    Err(map_err("UpdateItem", e))
+                }
+            },
+        }
     }
 
     async fn query_page(

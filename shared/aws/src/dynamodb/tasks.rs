@@ -1,12 +1,11 @@
 //! Task records: one item each (`items::TaskItem`); a transition is one conditional
 //! UpdateItem built by `expression` from the domain's update.
 
-use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
 use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s};
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use std::collections::HashMap;
 use trawl_core::store::{
@@ -84,28 +83,15 @@ impl TaskRecords for DynamoStore {
             return Ok(Applied::Refused { current: None });
         };
         let changes = expression.update(&update.changes, crawl_id, task_id, self.shards)?;
-        self.calls.record(Call::DynamoUpdateItem);
-        let request = self
-            .update_task(crawl_id, task_id)
-            .condition_expression(condition)
-            .update_expression(changes)
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(OnFailure::AllOld);
-        match expression.bind(request).send().await {
-            Ok(out) => {
-                let before = TaskItem::from_item(out.attributes.unwrap_or_default())?;
-                Ok(Applied::Done {
-                    before: before.into_task()?,
-                })
-            }
-            Err(e) => match conditional_item(&e) {
-                Some(item) => Ok(Applied::Refused {
-                    current: Some(TaskItem::from_item(item)?.into_task()?),
-                }),
-                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
-                None => Err(map_err("UpdateItem", e)),
-            },
-        }
+        let request = self.update_task(crawl_id, task_id);
+        self.apply_update(
+            request,
+            expression,
+            (condition, Some(changes)),
+            false,
+            |item| TaskItem::from_item(item)?.into_task(),
+        )
+        .await
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {

@@ -12,9 +12,11 @@
 //!   accepts (`sqs_id`).
 
 mod delivery;
+#[cfg(feature = "seed")]
 mod seed;
 
 pub use delivery::SqsDeliveryTrigger;
+#[cfg(feature = "seed")]
 pub use seed::SqsSeedQueue;
 
 use aws_sdk_sqs::Client;

@@ -15,6 +15,7 @@
 
 pub mod memory;
 
+use crate::backoff::Transient;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -48,6 +49,12 @@ pub enum BlobError {
 impl BlobError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, BlobError::Unavailable { .. })
+    }
+}
+
+impl Transient for BlobError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

@@ -44,7 +44,7 @@ pub use summary::{
 };
 
 use crate::app::{App, Ports};
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use bytes::Bytes;
@@ -379,6 +379,13 @@ impl DeliverError {
             DeliverError::Store(_) => "Store",
             DeliverError::Blob(_) => "Blob",
         }
+    }
+}
+
+impl Transient for DeliverError {
+    fn is_transient(&self) -> bool {
+        // A delivery asked for before completion is not an outage to wait out here.
+        self.is_retryable() && !matches!(self, DeliverError::NotCompleted { .. })
     }
 }
 

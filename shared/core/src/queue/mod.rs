@@ -7,7 +7,7 @@
 
 pub mod local;
 
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
@@ -112,6 +112,12 @@ pub enum QueueError {
         operation: &'static str,
         message: String,
     },
+}
+
+impl Transient for QueueError {
+    fn is_transient(&self) -> bool {
+        matches!(self, QueueError::Unavailable { .. })
+    }
 }
 
 pub type QueueResult<T> = Result<T, QueueError>;

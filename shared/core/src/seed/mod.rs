@@ -37,6 +37,7 @@ pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 
 use crate::app::{App, Ports};
+use crate::backoff::Transient;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
@@ -184,6 +185,12 @@ impl From<OperateError> for SeedError {
             OperateError::Frontier(e) => e.into(),
             OperateError::Queue(e) => SeedError::Queue(e),
         }
+    }
+}
+
+impl Transient for SeedError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

@@ -28,6 +28,7 @@ mod task;
 
 pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
+use crate::backoff::Transient;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
@@ -67,6 +68,12 @@ pub enum StoreError {
 impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

@@ -36,8 +36,10 @@
 //! links to them, which keeps a non-terminal task visible throughout.
 
 use crate::app::{App, Ports};
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
+#[cfg(feature = "fetch")]
 use crate::check::{ReferenceOutcome, check_references};
+#[cfg(feature = "fetch")]
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
@@ -89,6 +91,12 @@ impl SweepError {
             SweepError::Store(e) => e.is_retryable(),
             SweepError::Queue(e) => matches!(e, QueueError::Unavailable { .. }),
         }
+    }
+}
+
+impl Transient for SweepError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 
@@ -183,7 +191,9 @@ pub struct SweepOptions {
     pub page_size: u32,
     /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
     pub host_scans: Arc<HostScans>,
-    /// Re-tests of soft-404 reference pages (None: not made by this sweeper).
+    /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
+    /// that links the HTTP client makes them).
+    #[cfg(feature = "fetch")]
     pub references: Option<ReferenceChecks>,
 }
 
@@ -221,6 +231,7 @@ impl HostScans {
 /// The sweeper's re-tests of each soft-404 rule's `reference_url`: at most one per crawl per
 /// `interval` in a process (the CLI sweeps every second or so; Lambda's schedule, every few
 /// minutes, is slower than the default interval, so there every sweep re-tests).
+#[cfg(feature = "fetch")]
 #[derive(Debug, Clone)]
 pub struct ReferenceChecks {
     fetcher: Arc<Fetcher>,
@@ -228,6 +239,7 @@ pub struct ReferenceChecks {
     last: Arc<Mutex<HashMap<CrawlId, Millis>>>,
 }
 
+#[cfg(feature = "fetch")]
 impl ReferenceChecks {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
 
@@ -446,6 +458,7 @@ impl<P: Ports> Sweeper<P> {
             self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
+        #[cfg(feature = "fetch")]
         self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
@@ -476,6 +489,7 @@ impl<P: Ports> Sweeper<P> {
 
     /// Re-tests the crawl's soft-404 reference pages when due; a rule that no longer recognises
     /// its page is an error the operator must see (its soft 404s would be kept as pages).
+    #[cfg(feature = "fetch")]
     async fn check_references(
         &self,
         crawl: &Crawl,
@@ -752,6 +766,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "fetch")]
     #[test]
     fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl() {
         let fetcher = Arc::new(Fetcher::new("").unwrap());
