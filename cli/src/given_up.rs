@@ -63,8 +63,8 @@ impl Reason {
                 // tasks the guard refused.
                 format!(
                     "the network guard refuses {classes} addresses: to crawl them, run the same \
-                     crawl command with --allow-private-networks --update-config (the update \
-                     re-admits them)"
+                     crawl command with --allow-private-networks --update-config (for --crawl-id \
+                     {crawl_id}; the update re-admits them)"
                 )
             }
             ErrorKind::RobotsDenied => "robots.txt disallows these URLs, and trawl obeys it".into(),
