@@ -292,7 +292,8 @@ async fn measure(args: &Args) -> Report {
                     .to_owned(),
             );
         } else {
-            match lambda::functions(&binaries, runs).await {
+            let cli = sibling("trawl");
+            match lambda::functions(&binaries, cli.as_deref(), runs).await {
                 Ok(figures) => report.figures.extend(figures),
                 Err(e) => failed(&mut report, "function start times", e),
             }
