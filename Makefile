@@ -21,9 +21,11 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## The CLI tests run the `trawl` binary itself, which `cargo test` does not build.
+## The CLI tests run the `trawl` binary itself, which `cargo test` does not build. Built with the
+## test build's selection (the workspace, all targets), so that both resolve the same features:
+## `cargo build -p trawl` alone would build the AWS SDK, hyper, reqwest and serde a second time.
 cargo-test:
-	cargo build -p trawl
+	cargo build --workspace --all-targets
 	cargo test --workspace --all-targets
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.

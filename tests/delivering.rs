@@ -1014,7 +1014,7 @@ async fn deliver_in_calls<P: Ports>(
 ) -> (DeliveryReport, usize) {
     let deliverer = b.deliverer_with(limits);
     for calls in 1..10_000 {
-        let deadline = std::time::Instant::now() + per_call;
+        let deadline = b.app.clock.instant() + per_call;
         match deliverer
             .deliver_until(crawl, None, now, Some(deadline))
             .await
@@ -1143,8 +1143,7 @@ async fn racing_deliverers_take_turns_and_deliver_every_page_once() {
     let mut refused = 0;
     let mut report = None;
     for _ in 0..1_000 {
-        let call =
-            || deliverer.deliver_until(&crawl, None, T0 + 10, Some(std::time::Instant::now()));
+        let call = || deliverer.deliver_until(&crawl, None, T0 + 10, Some(b.app.clock.instant()));
         let (a, b) = tokio::join!(call(), call());
         for result in [a, b] {
             match result {

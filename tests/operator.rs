@@ -224,6 +224,7 @@ pub(crate) fn functions_with(deployed: &Deployed, fetcher: Arc<Fetcher>) -> Func
         4,
         fetcher,
         Arc::new(CallCounts::default()),
+        Arc::new(trawl_core::clock::SystemClock),
     ))
 }
 

@@ -78,9 +78,7 @@ impl<P: Ports> Handler<P> {
         let mut budget =
             SweepBudget::new(event.max_pages, Duration::from_millis(event.time_budget_ms));
         budget.lost_after_ms = event.lost_after_ms;
-        if let Some(deadline) = deadline {
-            budget.deadline = Some(budget.deadline.map_or(deadline, |d| d.min(deadline)));
-        }
+        budget.deadline = deadline;
         let summary = match &event.crawl_id {
             Some(id) => {
                 let crawl = sweeper

@@ -56,8 +56,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
+use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
@@ -530,15 +531,17 @@ impl Checkpoint {
     }
 }
 
-/// The time a call has, and the work it did (it stops only after `MIN_WORK_PER_CALL`).
+/// The time a call has (its deadline on the App's clock), and the work it did (it stops only
+/// after `MIN_WORK_PER_CALL`).
 struct Budget {
     deadline: Option<Instant>,
     work: u64,
 }
 
 impl Budget {
-    fn spent(&self) -> bool {
-        self.work >= MIN_WORK_PER_CALL && self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// Whether the call stops at `now` (`Clock::instant`).
+    fn spent(&self, now: Instant) -> bool {
+        self.work >= MIN_WORK_PER_CALL && self.deadline.is_some_and(|d| now >= d)
     }
 }
 
@@ -657,8 +660,9 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// Like `deliver`, but stops cleanly once `deadline` has passed (after a minimum of work),
-    /// leaving a checkpoint the next call continues from.
+    /// Like `deliver`, but stops cleanly once `deadline` has passed on the App's clock
+    /// (`Clock::instant`; after a minimum of work), leaving a checkpoint the next call continues
+    /// from.
     pub async fn deliver_until(
         &self,
         crawl_id: &CrawlId,
@@ -698,7 +702,7 @@ impl<P: Ports> Deliverer<P> {
         // write again a delivery the first one finished meanwhile.
         let holder = format!("{:016x}", fastrand::u64(..));
         let lease_ms = deadline.map_or(DELIVERY_LEASE, |at| {
-            at.saturating_duration_since(Instant::now()) + DELIVERY_LEASE_MARGIN
+            at.saturating_duration_since(self.clock.instant()) + DELIVERY_LEASE_MARGIN
         });
         let until = now.saturating_add(i64::try_from(lease_ms.as_millis()).unwrap_or(i64::MAX));
         if !self
@@ -1108,7 +1112,7 @@ impl<P: Ports> Deliverer<P> {
                     if segment.full(&self.limits) {
                         return Ok(Stop::Full);
                     }
-                    if budget.spent() {
+                    if budget.spent(self.clock.instant()) {
                         return Ok(Stop::Paused);
                     }
                 }
@@ -1277,7 +1281,7 @@ impl<P: Ports> Deliverer<P> {
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
         for partition in first..partitions {
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
             let key = format!("{prefix}{}", FileKind::Delta.name(partition));
@@ -1324,7 +1328,7 @@ impl<P: Ports> Deliverer<P> {
             let Phase::CleanUp { start_after } = &state.phase else {
                 return Ok(true);
             };
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
             let cleaned = orphans::clean_page(

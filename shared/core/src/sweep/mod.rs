@@ -151,33 +151,48 @@ impl DeliveryTrigger for LocalDeliveryTrigger {
     }
 }
 
-/// What one invocation may spend, shared by every crawl it sweeps.
+/// What one invocation may spend, shared by every crawl it sweeps. Its time is counted on the
+/// sweeper's clock (`Clock::instant`) from the start of the first sweep that spends from it, so
+/// a sweep on virtual time runs out only when that time moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SweepBudget {
     /// Status-query pages left.
     pub pages_left: u32,
-    /// No new page is started after this instant.
+    /// Time for the sweeps, from the first one's start.
+    pub time: Duration,
+    /// No new page is started after this instant either (an invocation's own deadline).
     pub deadline: Option<Instant>,
     /// How long a host's message may be overdue before it is presumed lost, for this sweep.
     /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
     pub lost_after_ms: Option<u64>,
+    /// When the first sweep spending from this budget started (on the sweeper's clock).
+    started: Option<Instant>,
 }
 
 impl SweepBudget {
     pub fn new(max_pages: u32, time_budget: Duration) -> Self {
         Self {
             pages_left: max_pages,
-            deadline: Instant::now().checked_add(time_budget),
+            time: time_budget,
+            deadline: None,
             lost_after_ms: None,
+            started: None,
         }
     }
 
-    pub fn spent(&self) -> bool {
-        self.pages_left == 0 || self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// Starts the clock of the budget at `now`, unless an earlier sweep did.
+    fn start(&mut self, now: Instant) {
+        self.started.get_or_insert(now);
     }
 
-    fn take_page(&mut self) -> bool {
-        if self.spent() {
+    /// Whether nothing more may be started at `now`: no page left, or the time is up.
+    pub fn spent(&self, now: Instant) -> bool {
+        let end = self.started.and_then(|at| at.checked_add(self.time));
+        self.pages_left == 0 || [end, self.deadline].into_iter().flatten().any(|d| now >= d)
+    }
+
+    fn take_page(&mut self, now: Instant) -> bool {
+        if self.spent(now) {
             return false;
         }
         self.pages_left -= 1;
@@ -378,9 +393,10 @@ impl<P: Ports> Sweeper<P> {
                 .filter(|c| c.config.recrawl.is_continuous()),
         );
         fastrand::shuffle(&mut crawls);
+        budget.start(self.clock.instant());
         let mut summary = SweepSummary::default();
         for (i, crawl) in crawls.iter().enumerate() {
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 summary.skipped = (crawls.len() - i) as u64;
                 break;
             }
@@ -402,6 +418,7 @@ impl<P: Ports> Sweeper<P> {
         now: Millis,
         budget: &mut SweepBudget,
     ) -> Result<SweepReport, SweepError> {
+        budget.start(self.clock.instant());
         let swept = self.sweep_and_complete(crawl, now, budget).await;
         crate::calls::report(&self.store, &self.calls, &crawl.id).await;
         swept
@@ -465,7 +482,7 @@ impl<P: Ports> Sweeper<P> {
             && report.hosts_busy == 0
             && report.enqueue_failed == 0
             && !report.unfinished
-            && !budget.spent()
+            && !budget.spent(self.clock.instant())
             && !self.has_work(&crawl.id, &mut report).await?
             && self.complete(crawl, now).await?
         {
@@ -539,7 +556,7 @@ impl<P: Ports> Sweeper<P> {
     ) -> Result<(), SweepError> {
         let mut cursor = None;
         loop {
-            if !budget.take_page() {
+            if !budget.take_page(self.clock.instant()) {
                 report.unfinished = true;
                 return Ok(());
             }
@@ -589,7 +606,7 @@ impl<P: Ports> Sweeper<P> {
             report.hosts_busy += 1;
         }
         loop {
-            if !budget.take_page() {
+            if !budget.take_page(self.clock.instant()) {
                 report.unfinished = true;
                 if let Some(at) = cursor {
                     scans.stopped_at(&crawl.id, at);
@@ -789,12 +806,25 @@ mod tests {
     }
 
     #[test]
-    fn budgets_count_pages_and_time() {
+    fn budgets_count_pages_and_time_on_the_clock_given() {
+        let t0 = Instant::now();
         let mut b = SweepBudget::new(2, Duration::from_secs(60));
-        assert!(b.take_page() && b.take_page());
-        assert!(!b.take_page() && b.spent());
-        let late = SweepBudget::new(10, Duration::ZERO);
-        assert!(late.spent());
+        b.start(t0);
+        assert!(b.take_page(t0) && b.take_page(t0));
+        assert!(!b.take_page(t0) && b.spent(t0));
+        let mut timed = SweepBudget::new(10, Duration::from_secs(60));
+        timed.start(t0);
+        // A later sweep spends from the same start.
+        timed.start(t0 + Duration::from_secs(30));
+        assert!(!timed.spent(t0 + Duration::from_secs(59)));
+        assert!(timed.spent(t0 + Duration::from_secs(60)));
+        timed.deadline = Some(t0 + Duration::from_secs(10));
+        assert!(timed.spent(t0 + Duration::from_secs(10)));
+        // Not started, no time is spent; started, a zero budget is spent at once.
+        let mut late = SweepBudget::new(10, Duration::ZERO);
+        assert!(!late.spent(t0));
+        late.start(t0);
+        assert!(late.spent(t0));
     }
 
     #[tokio::test]
