@@ -16,6 +16,7 @@ mod frontier;
 mod hosts;
 mod lambda;
 mod latency;
+mod links;
 mod local;
 mod machine;
 mod moto;
@@ -64,6 +65,8 @@ enum Section {
     Sweep,
     Frontier,
     Capacity,
+    /// Link discovery with many crawler containers (moto).
+    Links,
     Freshness,
     Hosts,
     Storage,
@@ -319,6 +322,16 @@ async fn measure(args: &Args) -> Report {
         match capacity::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "capacity simulation", e),
+        }
+    }
+    if wanted(Section::Links) {
+        eprintln!("link discovery, many containers (moto) …");
+        match links::run(args.quick).await {
+            Ok((figures, details)) => {
+                report.figures.extend(figures);
+                report.details.insert("links".to_owned(), details);
+            }
+            Err(e) => failed(&mut report, "links", e),
         }
     }
     if wanted(Section::Freshness) {

@@ -13,7 +13,9 @@
 //! proxy, playing Lambda's event source mappings (duplicate deliveries included) and schedule.
 
 pub mod audit;
+pub mod hosts_site;
 pub mod lambda;
+pub mod links;
 pub mod local;
 pub mod ports;
 

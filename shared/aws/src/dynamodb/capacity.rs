@@ -120,6 +120,9 @@ pub const TABLE_KEYS: &str = "table";
 pub struct WriteMeter {
     by_operation: BTreeMap<&'static str, WriteTally>,
     by_key: KeyUnits,
+    /// Host-record writes refused by their version check, per host record key: a turn claim
+    /// or hand-back that lost to another write of the record and must read and decide again.
+    refused_host_writes: BTreeMap<String, u64>,
 }
 
 impl WriteMeter {
@@ -171,6 +174,11 @@ impl WriteMeter {
         all
     }
 
+    /// Host-record writes refused by their version check, per host record key.
+    pub fn refused_host_writes(&self) -> &BTreeMap<String, u64> {
+        &self.refused_host_writes
+    }
+
     /// Units per key since the last call (the simulator drains this every virtual second).
     pub fn take_keys(&mut self) -> KeyUnits {
         std::mem::take(&mut self.by_key)
@@ -180,6 +188,7 @@ impl WriteMeter {
     pub fn reset(&mut self) {
         self.by_operation.clear();
         self.by_key.clear();
+        self.refused_host_writes.clear();
     }
 }
 
@@ -239,6 +248,23 @@ impl<S: HostStore> Metered<S> {
             .await?
             .map(|h| host_image(crawl_id, &h))
             .transpose()
+    }
+
+    /// A host-record write over the version read: refused, it is priced as a refused
+    /// conditional write and counted against its record.
+    async fn put_host_metered(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+        let before = self.host(crawl_id, &host.name).await?;
+        let written = self.inner.put_host(crawl_id, host).await?;
+        if written {
+            let after = self.host(crawl_id, &host.name).await?;
+            self.record("put_host", before.as_ref(), after.as_ref());
+        } else {
+            self.record("put_host", before.as_ref(), before.as_ref());
+            let key = super::items::host_pk(crawl_id, &host.name);
+            let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
+            *meter.refused_host_writes.entry(key).or_default() += 1;
+        }
+        Ok(written)
     }
 
     async fn on_host<T>(
@@ -391,8 +417,7 @@ impl<S: HostStore> HostStore for Metered<S> {
     }
 
     async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let write = self.inner.put_host(crawl_id, host);
-        self.on_host("put_host", crawl_id, &host.name, write).await
+        self.put_host_metered(crawl_id, host).await
     }
 
     async fn add_seeded(
