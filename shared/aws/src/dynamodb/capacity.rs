@@ -356,6 +356,10 @@ impl<S: TaskRecords> TaskRecords for Metered<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.inner.known(crawl_id, ids).await
+    }
+
     /// Metered from what the write returned: the task before, and after it the domain's
     /// changes made to it. A claim in a turn is not metered: on DynamoDB it is a read
     /// (`InTurnClaims::AsRead`). An inner store that writes one (the in-memory store of the
