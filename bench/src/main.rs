@@ -20,6 +20,7 @@ mod links;
 mod local;
 mod machine;
 mod moto;
+mod pace;
 mod report;
 mod scrapy;
 mod site;
@@ -67,6 +68,8 @@ enum Section {
     Capacity,
     /// Link discovery with many crawler containers (moto).
     Links,
+    /// A fast host beside slow ones in one batch.
+    Pace,
     Freshness,
     Hosts,
     Storage,
@@ -332,6 +335,13 @@ async fn measure(args: &Args) -> Report {
                 report.details.insert("links".to_owned(), details);
             }
             Err(e) => failed(&mut report, "links", e),
+        }
+    }
+    if wanted(Section::Pace) {
+        eprintln!("each host at its own pace …");
+        match pace::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "pace", e),
         }
     }
     if wanted(Section::Freshness) {
