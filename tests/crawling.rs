@@ -329,9 +329,18 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     calls.reset();
     seed(&crawler, &crawl, &urls).await;
     assert_eq!(
-        calls.get(Call::DynamoPutItem),
-        3,
-        "one write per seeded URL, and one waking their host"
+        (
+            calls.get(Call::DynamoPutItem),
+            calls.get(Call::DynamoUpdateItem)
+        ),
+        (2, 2),
+        "one write per seeded URL; for their host an offer (refused: no record yet) and the \
+         write creating it, woken"
+    );
+    assert_eq!(
+        calls.get(Call::DynamoBatchGetItem),
+        1,
+        "which URLs are known, in one read"
     );
     assert_eq!(
         calls.get(Call::SqsSendMessageBatch),
@@ -346,10 +355,11 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
     // update) and one PUT; each batch one more update, adding its calls to the crawl; each batch
     // here is one turn of the host, which costs a read and a write of the host record to claim
-    // it and the same to hand it back, whatever its number of pages
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
+    // it and the same to hand it back, whatever its number of pages (a host record's write is
+    // an update: it leaves the offers beside it as they stand)
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches + 2 * batches);
     assert_eq!(calls.get(Call::S3PutObject), 2);
-    assert_eq!(calls.get(Call::DynamoPutItem), 2 * batches);
+    assert_eq!(calls.get(Call::DynamoPutItem), 0);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
         1 + 2 * batches + 2,
@@ -373,7 +383,7 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
 
     // THEN nothing is uploaded, and both are succeeded again
     assert_eq!(calls.get(Call::S3PutObject), 0);
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches + 2 * batches);
     for url in &urls {
         assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
     }

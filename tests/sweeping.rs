@@ -236,9 +236,10 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     assert_eq!(report.hosts_read, 8, "{report:?}");
     assert!(!report.unfinished && !report.completed);
     assert_eq!(
-        calls.get(Call::DynamoPutItem),
-        3,
-        "one host write per re-issued turn"
+        calls.get(Call::DynamoUpdateItem),
+        3 + 1,
+        "one host write per re-issued turn (an update: offers stay as they stand), and the \
+         sweep's calls added to its crawl"
     );
     // The 8 records listed, and the retrying task's host: a re-issued host is decided over as
     // listed, without a read of its own.

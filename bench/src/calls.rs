@@ -6,7 +6,6 @@
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::fixture_config;
-use crate::meter::{Metered, WriteMeter, WriteTally};
 use crate::moto::{Moto, Stack, stack};
 use crate::report::Figure;
 use crate::site::Site;
@@ -31,6 +30,7 @@ use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{NewTask, Status, now_ms};
+use trawl_faults::meter::{Metered, WriteMeter, WriteTally};
 
 const SECTION: &str = "AWS calls";
 /// Concurrent workers in the contention measurement.

@@ -21,7 +21,6 @@
 
 use crate::error::{BenchResult, Context};
 use crate::frontier::{Event, Workload, host_turns_with};
-use crate::meter::{KeyUnits, Metered, TABLE_KEYS};
 use crate::report::Figure;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::PoisonError;
@@ -32,6 +31,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::Turn;
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
+use trawl_faults::meter::{KeyUnits, Metered, TABLE_KEYS};
 
 const SECTION: &str = "capacity";
 /// A billion URLs in 7 days.

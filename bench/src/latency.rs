@@ -100,6 +100,11 @@ impl<S: TaskRecords> TaskRecords for Latent<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.wait(ids.len().div_ceil(100).max(1) as u64).await;
+        self.inner.known(crawl_id, ids).await
+    }
+
     async fn apply(
         &self,
         crawl_id: &CrawlId,

@@ -17,10 +17,11 @@ mod frontier;
 mod hosts;
 mod lambda;
 mod latency;
+mod links;
 mod local;
 mod machine;
-mod meter;
 mod moto;
+mod pace;
 mod report;
 mod scrapy;
 mod site;
@@ -68,6 +69,10 @@ enum Section {
     Sweep,
     Frontier,
     Capacity,
+    /// Link discovery with many crawler containers (moto).
+    Links,
+    /// A fast host beside slow ones in one batch.
+    Pace,
     Freshness,
     Hosts,
     Storage,
@@ -327,6 +332,23 @@ async fn measure(args: &Args) -> Report {
         match capacity::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "capacity simulation", e),
+        }
+    }
+    if wanted(Section::Links) {
+        eprintln!("link discovery, many containers (moto) …");
+        match links::run(args.quick).await {
+            Ok((figures, details)) => {
+                report.figures.extend(figures);
+                report.details.insert("links".to_owned(), details);
+            }
+            Err(e) => failed(&mut report, "links", e),
+        }
+    }
+    if wanted(Section::Pace) {
+        eprintln!("each host at its own pace …");
+        match pace::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "pace", e),
         }
     }
     if wanted(Section::Freshness) {

@@ -1568,3 +1568,119 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     let (back, sent) = hand_back(newer, T0 + 32_000).await.unwrap().unwrap();
     assert_eq!((back.turn_until, sent), (None, Some(T0 + 32_000)));
 }
+
+pub async fn known_tasks_are_told_apart_in_one_batched_read<S: TaskStore>(store: &S) {
+    // GIVEN two seeded tasks, and 150 links (more than one BatchGetItem holds), two of them
+    // those tasks, one repeated, and one task of another crawl
+    let crawl = crawl_id();
+    let other = crawl_id();
+    let (a, b) = ("http://k.example/a", "http://k.example/b");
+    store
+        .seed(&crawl, &[new_task(a), new_task(b)], T0)
+        .await
+        .unwrap();
+    store
+        .seed(&other, &[new_task("http://k.example/x")], T0)
+        .await
+        .unwrap();
+    let mut links: Vec<TaskId> = (0..146)
+        .map(|i| id(&format!("http://k.example/new/{i}")))
+        .collect();
+    links.insert(3, id(a));
+    links.insert(120, id(b));
+    links.push(id(a));
+    links.push(id("http://k.example/x"));
+
+    // WHEN the crawl asks which it knows
+    let known = store.known(&crawl, &links).await.unwrap();
+
+    // THEN exactly its own two tasks, wherever they stand in the list, every time
+    let positions: Vec<usize> = known
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| k.then_some(i))
+        .collect();
+    assert_eq!(known.len(), links.len());
+    assert_eq!(positions, [3, 120, 148]);
+    assert!(store.known(&crawl, &[]).await.unwrap().is_empty());
+}
+
+pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: HostStore>(store: &S) {
+    // GIVEN a host whose turn is running
+    let crawl = crawl_of(&crawl_id());
+    let policy = crawl.config.politeness.host_policy("o.example");
+    async fn read<S: HostStore>(store: &S, crawl: &CrawlId) -> Host {
+        store.get_host(crawl, "o.example").await.unwrap().unwrap()
+    }
+    assert!(
+        store
+            .put_host(&crawl.id, &Host::new("o.example", &policy, T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .add_seeded(&crawl.id, "none.example", 1)
+            .await
+            .unwrap(),
+        None
+    );
+    let (claimed, turn) = read(store, &crawl.id).await.claim_turn(T0, 30_000).unwrap();
+    assert!(store.put_host(&crawl.id, &claimed).await.unwrap());
+    let at_claim = read(store, &crawl.id).await;
+
+    // WHEN other workers offer it 3 URLs
+    let offered = store
+        .add_seeded(&crawl.id, "o.example", 3)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // THEN its version is the one the turn read, and the offers are counted
+    assert_eq!(offered.version, at_claim.version);
+    assert_eq!(
+        (offered.seeded, offered.offered),
+        (at_claim.seeded + 3, at_claim.offered + 3)
+    );
+
+    // WHEN the turn hands the host back, with work left, over the record it read before
+    let (back, _) = at_claim
+        .hand_back(
+            &turn,
+            Some(NextWork::Task(T0 + 10)),
+            Some(at_claim.seeded),
+            2,
+            T0 + 10,
+        )
+        .unwrap();
+    assert!(back.queued_for.is_some());
+    assert!(store.put_host(&crawl.id, &back).await.unwrap());
+
+    // THEN the write lands and keeps the offers made since the read
+    let stored = read(store, &crawl.id).await;
+    assert_eq!(stored.version, at_claim.version + 1);
+    assert_eq!((stored.seeded, stored.offered), (back.seeded + 3, 3));
+
+    // WHEN a later turn would leave the host idle over a record read before another offer
+    let (claimed, turn) = stored.claim_turn(T0 + 20, 30_000).unwrap();
+    assert!(store.put_host(&crawl.id, &claimed).await.unwrap());
+    let at_claim = read(store, &crawl.id).await;
+    store.add_seeded(&crawl.id, "o.example", 1).await.unwrap();
+    let (idle, _) = at_claim
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .unwrap();
+    assert!(idle.waits_for_offers());
+
+    // THEN that write is refused, and decided again over the offer it missed, the host gets
+    // another turn
+    assert!(!store.put_host(&crawl.id, &idle).await.unwrap());
+    let now = read(store, &crawl.id).await;
+    let (again, visible_at) = now
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .unwrap();
+    assert_eq!(visible_at, Some(T0 + 30));
+    assert!(store.put_host(&crawl.id, &again).await.unwrap());
+    let stored = read(store, &crawl.id).await;
+    assert_eq!((stored.seeded, stored.offered), (at_claim.seeded + 1, 4));
+    assert_eq!(stored.queued_for, Some(T0 + 30));
+}

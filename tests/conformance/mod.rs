@@ -48,6 +48,8 @@ macro_rules! suite {
             release_gives_the_task_back [],
             due_tasks_are_per_host_in_due_order [],
             host_records_are_written_only_over_the_version_read [],
+            known_tasks_are_told_apart_in_one_batched_read [],
+            offers_leave_the_version_alone_and_no_write_overwrites_them [],
             concurrent_claimers_exactly_one_wins [race],
             of_two_turns_holding_one_task_only_the_first_result_lands [race],
             page_budget_is_never_exceeded [race],

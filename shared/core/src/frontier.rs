@@ -1,7 +1,8 @@
 //! The frontier: URLs wait in the task table, hosts are scheduled. Adding URLs to a crawl (the one
 //! path shared by the seeder and link discovery) and the host records' read-decide-write.
 //!
-//! Adding URLs is idempotent (a known URL is never reset), bounded by the crawl's page budget
+//! Adding URLs is idempotent (a known URL is never reset, and is found by a batched read before
+//! anything is written: no page slot, offer or refused put for it), bounded by the crawl's page budget
 //! (never exceeded, whatever the concurrency), and wakes only idle hosts: a host with a turn
 //! running or a message out finds its new work itself, so the queue holds one message per host
 //! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
@@ -14,6 +15,7 @@ use crate::store::{HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
+use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
@@ -119,11 +121,25 @@ where
     S: Store,
 {
     let mut seen = HashSet::new();
-    let mut tasks: Vec<NewTask> = tasks
+    let tasks: Vec<NewTask> = tasks
         .into_iter()
         .filter(|t| seen.insert(t.url.task_id()))
         .collect();
     let mut report = SeedReport::default();
+    // Known tasks are told apart by one batched read, not by refused puts (a refused write
+    // costs what one that lands costs): they take no page slot, no offer and no put.
+    let ids: Vec<TaskId> = tasks.iter().map(|t| t.url.task_id()).collect();
+    let known = if ids.is_empty() {
+        Vec::new()
+    } else {
+        store.known(&crawl.id, &ids).await?
+    };
+    let mut tasks: Vec<NewTask> = tasks
+        .into_iter()
+        .zip(known)
+        .filter_map(|(task, known)| (!known).then_some(task))
+        .collect();
+    report.already_known = seen.len() as u64 - tasks.len() as u64;
     let reserved = match crawl.config.scope.max_pages {
         Some(max) => {
             let granted = store
@@ -155,6 +171,7 @@ where
     for outcome in &seeded {
         match outcome {
             Seeded::Created => report.accepted += 1,
+            // Created since the read (another worker found it too).
             Seeded::AlreadyKnown => report.already_known += 1,
         }
     }
@@ -167,8 +184,9 @@ where
     Ok((report, messages, held_offered))
 }
 
-/// Tells `name` of `n` URLs: one atomic add to its count (seeders of a busy host never contend),
-/// and a wake-up when it was idle. Returns the message of its turn when it was woken.
+/// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither
+/// seeders of a busy host nor its own turn claims contend with it), and a wake-up when it was
+/// idle. Returns the message of its turn when it was woken.
 async fn offer<S: HostStore>(
     store: &S,
     crawl: &Crawl,

@@ -115,6 +115,11 @@ pub struct HostRule {
     pub delay_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_host: Option<u32>,
+    /// Most pages one turn of the domain's hosts fetches (`Politeness::turn_pages`): a host
+    /// paced fast is given longer turns, so that the hand-back between two is a small share of
+    /// its time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_pages: Option<u32>,
 }
 
 impl HostRule {
@@ -148,6 +153,10 @@ impl Politeness {
             parallel: rule
                 .and_then(|r| r.per_host)
                 .unwrap_or(self.per_host)
+                .max(1),
+            turn_pages: rule
+                .and_then(|r| r.turn_pages)
+                .unwrap_or(self.turn_pages)
                 .max(1),
         }
     }

@@ -52,6 +52,8 @@ pub struct HostPolicy {
     pub error_budget: u32,
     /// Requests in flight at once within a turn.
     pub parallel: u32,
+    /// Most pages one turn fetches.
+    pub turn_pages: u32,
 }
 
 impl Default for HostPolicy {
@@ -63,6 +65,7 @@ impl Default for HostPolicy {
             snooze_max_ms: 3_600_000,
             error_budget: 8,
             parallel: 1,
+            turn_pages: 50,
         }
     }
 }
@@ -123,6 +126,14 @@ pub struct Host {
     /// a change means new work arrived meanwhile.
     #[serde(default)]
     pub seeded: u64,
+    /// Of `seeded`, the URLs other workers offered by atomic adds (`HostStore::add_seeded`),
+    /// which never move `version`: a host linked from every page would otherwise see its turn
+    /// claims lose to offers. A store keeps them beside the record (`seeded - offered` is what
+    /// writes over the version set) and a write never overwrites them; a write that leaves the
+    /// host idle must find them as read (`waits_for_offers`), or an offer made meanwhile, which
+    /// saw a busy host and woke nobody, would be left without a turn.
+    #[serde(default)]
+    pub offered: u64,
     /// Tasks the host's turns brought to an end (succeeded, ignored or gone).
     #[serde(default)]
     pub done: u64,
@@ -184,6 +195,7 @@ impl Host {
             queued_for: None,
             wake_at: None,
             seeded: 0,
+            offered: 0,
             done: 0,
             fetches: 0,
             signals: 0,
@@ -433,6 +445,30 @@ impl Host {
         self.seeded.saturating_sub(self.done)
     }
 
+    /// `seeded` as written over the version: the URLs counted by writes of the whole record,
+    /// offers apart (they live beside the record, added atomically).
+    pub fn seeded_by_writes(&self) -> u64 {
+        self.seeded.saturating_sub(self.offered)
+    }
+
+    /// The record as stored with `offered` URLs offered beside it (a read).
+    pub fn with_offers(self, offered: u64) -> Host {
+        Host {
+            seeded: self.seeded + offered,
+            offered,
+            ..self
+        }
+    }
+
+    /// Whether writing this record must find the offers as they were read: a record written
+    /// with no turn running and no message out leaves the next offer to wake the host, so an
+    /// offer landing between the read and the write (it saw a busy host and woke nobody) must
+    /// refuse the write, to be decided again over it. Any other write leaves a turn or a
+    /// message to find the offered work.
+    pub fn waits_for_offers(&self) -> bool {
+        self.queued_for.is_none() && self.turn_until.is_none()
+    }
+
     /// No turn running and no message out: the next seed must wake it.
     pub fn is_idle(&self, now: Millis) -> bool {
         self.queued_for.is_none() && self.turn_until.is_none_or(|until| until <= now)
@@ -555,6 +591,7 @@ mod tests {
             snooze_max_ms: 60_000,
             error_budget: 4,
             parallel: 1,
+            turn_pages: 50,
         }
     }
 

@@ -347,6 +347,11 @@ impl<S: TaskRecords> TaskRecords for FaultyStore<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.faults.store_call("known").await?;
+        self.inner.known(crawl_id, ids).await
+    }
+
     /// A finish may crash just before its write, a claim just after it; any write may lose
     /// its answer (`PortFaults::lose_answers`, by the update's event).
     async fn apply(

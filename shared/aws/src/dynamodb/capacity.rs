@@ -1,6 +1,6 @@
 //! Write units as this adapter's writes consume them: the items exactly as `items` lays them
 //! out, and the table's keys and indexes as `schema::TABLE` defines them, priced by
-//! `trawl_domain::capacity`'s rules. The bench's write meter (`bench/src/meter.rs`) prices each
+//! `trawl_domain::capacity`'s rules. The bench's write meter (`tests/faults/src/meter.rs`) prices each
 //! write from these images; the conformance tests check them against the items DynamoDB holds.
 
 use super::items::{CrawlItem, TaskItem, host_item, keeps_place};

@@ -1,4 +1,5 @@
-//! Host records: one item each (`items::host_item`), written whole over the version read.
+//! Host records: one item each (`items::host_item`), written whole over the version read, but
+//! for its offers (`offered`), which only atomic adds change and no write of the record sets.
 
 use super::errors::{is_conditional_failure, map_err};
 use super::items::{self, host_pk};
@@ -16,16 +17,52 @@ impl HostStore for DynamoStore {
         self.read_host(crawl_id, name, true).await
     }
 
+    /// One UpdateItem setting every attribute of the record but its offers (which it leaves
+    /// as they stand), over the version read.
     async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let item = items::host_item(crawl_id, host, host.version + 1)?;
-        let request = self
+        let mut item = items::host_item(crawl_id, host, host.version + 1)?;
+        item.remove("pk");
+        item.remove(items::HOST_OFFERED);
+        let mut request = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .key("pk", s(host_pk(crawl_id, &host.name)))
             .expression_attribute_names("#pk", "pk");
+        let mut sets = Vec::with_capacity(item.len());
+        for (i, (name, value)) in item.into_iter().enumerate() {
+            sets.push(format!("#a{i} = :a{i}"));
+            request = request
+                .expression_attribute_names(format!("#a{i}"), name)
+                .expression_attribute_values(format!(":a{i}"), value);
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        let absent: Vec<&str> = items::HOST_OPTIONAL
+            .iter()
+            .copied()
+            .filter(|name| !optional_is_set(host, name))
+            .collect();
+        if !absent.is_empty() {
+            let removes: Vec<String> = (0..absent.len()).map(|i| format!("#r{i}")).collect();
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+            for (i, name) in absent.iter().enumerate() {
+                request = request.expression_attribute_names(format!("#r{i}"), *name);
+            }
+        }
+        let request = request.update_expression(expression);
         let request = if host.version == 0 {
             request.condition_expression("attribute_not_exists(#pk)")
+        } else if host.waits_for_offers() {
+            // Written idle: an offer made since the read (which woke nobody) refuses it.
+            request
+                .condition_expression(
+                    "attribute_exists(#pk) AND #v = :v \
+                     AND (attribute_not_exists(#offered) OR #offered = :offered)",
+                )
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", n(host.version))
+                .expression_attribute_names("#offered", items::HOST_OFFERED)
+                .expression_attribute_values(":offered", n(host.offered))
         } else {
             // attribute_exists too: a record deleted meanwhile is not silently recreated.
             request
@@ -33,11 +70,11 @@ impl HostStore for DynamoStore {
                 .expression_attribute_names("#v", "version")
                 .expression_attribute_values(":v", n(host.version))
         };
-        self.calls.record(Call::DynamoPutItem);
+        self.calls.record(Call::DynamoUpdateItem);
         match request.send().await {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("PutItem", e)),
+            Err(e) => Err(map_err("UpdateItem", e)),
         }
     }
 
@@ -52,13 +89,11 @@ impl HostStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(items::host_pk(crawl_id, name)))
-            .update_expression("ADD #seeded :n, #v :one")
+            .update_expression("ADD #offered :n")
             .condition_expression("attribute_exists(#pk)")
             .expression_attribute_names("#pk", "pk")
-            .expression_attribute_names("#seeded", "seeded")
-            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#offered", items::HOST_OFFERED)
             .expression_attribute_values(":n", self::n(n))
-            .expression_attribute_values(":one", self::n(1))
             .return_values(ReturnValue::AllNew);
         self.calls.record(Call::DynamoUpdateItem);
         match request.send().await {
@@ -199,5 +234,59 @@ impl DynamoStore {
             .await
             .map_err(|e| map_err("GetItem", e))?;
         out.item.map(items::host_from_item).transpose()
+    }
+}
+
+/// Whether the optional attribute `name` (`items::HOST_OPTIONAL`) has a value in `host`.
+fn optional_is_set(host: &Host, name: &str) -> bool {
+    match name {
+        "snoozed_until" => host.snoozed_until.is_some(),
+        "given_up" => host.given_up.is_some(),
+        "turn_until" => host.turn_until.is_some(),
+        "claimer" => host.claimer.is_some(),
+        "queued_for" => host.queued_for.is_some(),
+        "wake_at" => host.wake_at.is_some(),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_domain::host::HostPolicy;
+
+    #[test]
+    fn the_optional_attributes_are_exactly_those_a_host_may_leave_out() {
+        let bare = Host::new("h", &HostPolicy::default(), 0);
+        let full = Host {
+            snoozed_until: Some(1),
+            given_up: Some("why".into()),
+            turn_until: Some(2),
+            claimer: Some(3),
+            queued_for: Some(4),
+            wake_at: Some(5),
+            ..bare.clone()
+        };
+        let crawl = CrawlId::parse("c").unwrap();
+        let names = |h: &Host| -> std::collections::BTreeSet<String> {
+            items::host_item(&crawl, h, 1)
+                .unwrap()
+                .into_keys()
+                .collect()
+        };
+        let optional: std::collections::BTreeSet<String> =
+            names(&full).difference(&names(&bare)).cloned().collect();
+        let listed = items::HOST_OPTIONAL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(optional, listed);
+        assert!(
+            items::HOST_OPTIONAL
+                .iter()
+                .all(|n| optional_is_set(&full, n))
+        );
+        assert!(
+            !items::HOST_OPTIONAL
+                .iter()
+                .any(|n| optional_is_set(&bare, n))
+        );
     }
 }

@@ -278,10 +278,13 @@ pub(super) fn calls_of(item: &Item) -> StoreResult<CallTally> {
 /// NULL), its key, and `gsi_pk = {crawl_id}#hosts` with `updated = 0`, which files every host of
 /// a crawl under one status-index key so that they are listed without a scan. The index does not
 /// project the host's own fields: a listing reads each record by its key. `version` is the one
-/// the write stores (the writer's + 1). A few hundred bytes: one write unit.
+/// the write stores (the writer's + 1). `seeded` is the record's own count
+/// (`Host::seeded_by_writes`), its offers `offered` beside it: a write of the record sets every
+/// attribute but `offered`, which only offers add to. A few hundred bytes: one write unit.
 pub(super) fn host_item(crawl_id: &CrawlId, host: &Host, version: u64) -> StoreResult<Item> {
     let stored = Host {
         version,
+        seeded: host.seeded_by_writes(),
         ..host.clone()
     };
     let mut item = encode_item(&stored)?;
@@ -295,10 +298,27 @@ pub(super) fn host_item(crawl_id: &CrawlId, host: &Host, version: u64) -> StoreR
     Ok(item)
 }
 
-/// The host record of a host item (the key attributes are ignored).
+/// The host record of a host item (the key attributes are ignored): `seeded` counts its offers.
 pub(super) fn host_from_item(item: Item) -> StoreResult<Host> {
-    serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
+    let host: Host =
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))?;
+    let offered = host.offered;
+    Ok(host.with_offers(offered))
 }
+
+/// The attribute offers add to, which no write of a whole host record sets.
+pub(super) const HOST_OFFERED: &str = "offered";
+
+/// The host attributes that are absent when their value is None (`serde_dynamo` never writes a
+/// NULL): a write of the record removes those it does not set.
+pub(super) const HOST_OPTIONAL: [&str; 6] = [
+    "snoozed_until",
+    "given_up",
+    "turn_until",
+    "claimer",
+    "queued_for",
+    "wake_at",
+];
 
 /// A crawl item. Its call counts are attributes of their own (`calls_attribute`), outside serde.
 #[derive(Debug, Serialize, Deserialize)]

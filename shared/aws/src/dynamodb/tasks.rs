@@ -5,9 +5,9 @@ use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
 use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s};
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use trawl_core::store::{
     Applied, InTurnClaims, Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery,
     TaskRecords, TaskSummary,
@@ -16,6 +16,9 @@ use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Status, Task};
 use trawl_domain::transition::{Insert, Update};
+
+/// Keys in one BatchGetItem call, at most (DynamoDB's limit).
+const BATCH_GET_KEYS: usize = 100;
 
 impl TaskRecords for DynamoStore {
     /// A turn's claim is one consistent read: the lease is the token as read, and the finish,
@@ -67,6 +70,67 @@ impl TaskRecords for DynamoStore {
         out.item
             .map(|item| TaskItem::from_item(item)?.into_task())
             .transpose()
+    }
+
+    /// BatchGetItem of the keys, 100 a call, eventually consistent, the key alone projected:
+    /// half a read unit a key, where a put of a known task would be a refused write unit.
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        let mut unique: Vec<String> = ids.iter().map(|id| items::task_pk(crawl_id, id)).collect();
+        unique.sort();
+        unique.dedup();
+        let mut found = HashSet::new();
+        for chunk in unique.chunks(BATCH_GET_KEYS) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|pk| HashMap::from([("pk".to_owned(), s(pk.clone()))]))
+                .collect();
+            for attempt in 0..8u32 {
+                if keys.is_empty() {
+                    break;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .projection_expression("#pk")
+                    .expression_attribute_names("#pk", "pk")
+                    .build()
+                    .map_err(|e| StoreError::Backend {
+                        operation: "BatchGetItem",
+                        message: e.to_string(),
+                    })?;
+                self.calls.record(Call::DynamoBatchGetItem);
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| map_err("BatchGetItem", e))?;
+                let items = out.responses.and_then(|mut r| r.remove(&self.table));
+                for item in items.unwrap_or_default() {
+                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
+                        found.insert(pk.clone());
+                    }
+                }
+                keys = out
+                    .unprocessed_keys
+                    .and_then(|mut m| m.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+            }
+            if !keys.is_empty() {
+                return Err(StoreError::Unavailable {
+                    operation: "BatchGetItem",
+                    message: "unprocessed keys remain".into(),
+                });
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(|id| found.contains(&items::task_pk(crawl_id, id)))
+            .collect())
     }
 
     /// One conditional UpdateItem. It returns the item as it was (`ALL_OLD`, which consumes

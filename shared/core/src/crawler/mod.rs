@@ -189,7 +189,7 @@ impl FaultStreak {
     }
 }
 
-/// Work messages waiting to be sent at the end of a batch (next turns, woken hosts).
+/// Work messages waiting to be sent as a turn ends (its next turn, hosts its links woke).
 type Outbox = Mutex<Vec<WorkMessage>>;
 
 /// The host whose turn is running, and how many URLs of it the turn's pages linked to: added to
@@ -283,9 +283,10 @@ impl<P: Ports> Crawler<P> {
     }
 
     /// Processes a batch of turn messages, at most `concurrency` hosts at once. No fetch is
-    /// started once `deadline` is near: turns end early and hand their hosts back. Ends by
-    /// sending the batch's next-turn messages together and adding its calls to its crawls
-    /// (`crate::calls`).
+    /// started once `deadline` is near: turns end early and hand their hosts back. Each turn's
+    /// messages (its host's next turn, the hosts its links woke) are sent as that turn ends, not
+    /// when the batch does: a host paced fast goes on in another invocation while its slow
+    /// batch-mates still run. Ends by adding the batch's calls to its crawls (`crate::calls`).
     pub async fn process_batch(
         &self,
         batch: Vec<Received>,
@@ -305,13 +306,18 @@ impl<P: Ports> Crawler<P> {
             }
             parsed.push((received, message));
         }
-        let outbox = Mutex::new(Vec::new());
         let results = stream::iter(parsed)
-            .map(|(received, message)| self.process_message(received, message, deadline, &outbox))
+            .map(|(received, message)| async move {
+                let outbox = Mutex::new(Vec::new());
+                let result = self
+                    .process_message(received, message, deadline, &outbox)
+                    .await;
+                self.send_outbox(outbox).await;
+                result
+            })
             .buffer_unordered(self.concurrency)
             .collect::<Vec<_>>()
             .await;
-        self.send_outbox(outbox).await;
         crate::calls::report_shared(&self.store, &self.calls, &crawls).await;
         results
     }
@@ -739,7 +745,7 @@ impl<P: Ports> Crawler<P> {
         settle_host(settled, crawl, now, outbox, outcomes)
     }
 
-    /// Sends the batch's turn messages (next turns, hosts its links woke) in full batches of 10.
+    /// Sends a turn's messages (its next turn, hosts its links woke) in batches of 10.
     /// A message that cannot be sent leaves its host presumed queued: the sweeper re-issues it.
     async fn send_outbox(&self, outbox: Outbox) {
         let messages = outbox.into_inner().unwrap_or_else(PoisonError::into_inner);

@@ -160,6 +160,15 @@ impl TaskRecords for MemoryStore {
         self.with("get", |t| Ok(t.task(crawl_id, task_id).cloned()))
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.with("known", |t| {
+            Ok(ids
+                .iter()
+                .map(|id| t.task(crawl_id, id).is_some())
+                .collect())
+        })
+    }
+
     async fn apply(
         &self,
         crawl_id: &CrawlId,
@@ -261,14 +270,19 @@ impl HostStore for MemoryStore {
     async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
         self.with("put_host", |t| {
             let hosts = t.hosts.entry(crawl_id.clone()).or_default();
-            let stored = hosts.get(&host.name).map_or(0, |h| h.version);
-            if stored != host.version {
+            let (stored, offered) = hosts
+                .get(&host.name)
+                .map_or((0, 0), |h| (h.version, h.offered));
+            if stored != host.version || (host.waits_for_offers() && offered != host.offered) {
                 return Ok(false);
             }
             let written = Host {
                 version: host.version + 1,
+                seeded: host.seeded_by_writes(),
+                offered: 0,
                 ..host.clone()
-            };
+            }
+            .with_offers(offered);
             hosts.insert(host.name.clone(), written);
             Ok(true)
         })
@@ -284,7 +298,7 @@ impl HostStore for MemoryStore {
             let host = t.hosts.get_mut(crawl_id).and_then(|h| h.get_mut(name));
             Ok(host.map(|host| {
                 host.seeded += n;
-                host.version += 1;
+                host.offered += n;
                 host.clone()
             }))
         })

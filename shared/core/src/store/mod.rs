@@ -252,7 +252,9 @@ pub struct HostPage {
 /// Host records (`trawl_domain::host`): one per crawl and host. What a host transition does is
 /// decided in the domain; the store only persists it, with optimistic concurrency: a write
 /// succeeds only over the version the writer read, and the store bumps the version. Callers
-/// re-read and re-decide when they lose (`crate::frontier::update_host`).
+/// re-read and re-decide when they lose (`crate::frontier::update_host`). Offers
+/// (`add_seeded`) are kept beside the record (`Host::offered`): they never move the version,
+/// and a write never overwrites them.
 pub trait HostStore: Send + Sync {
     fn get_host(
         &self,
@@ -260,18 +262,21 @@ pub trait HostStore: Send + Sync {
         name: &str,
     ) -> impl Future<Output = StoreResult<Option<Host>>> + Send;
 
-    /// Writes `host` if the stored record is at `host.version` (version 0: no record yet), and
-    /// stores it at `host.version + 1`. False, changing nothing, when another write came first.
+    /// Writes `host` if the stored record is at `host.version` (version 0: no record yet) and,
+    /// when `host.waits_for_offers()`, its offers are still `host.offered`; stores it at
+    /// `host.version + 1` with the offers as they stand (its `seeded` is
+    /// `host.seeded_by_writes()` plus those). False, changing nothing, when another write (or,
+    /// for a record written idle, an offer) came first.
     fn put_host(
         &self,
         crawl_id: &CrawlId,
         host: &Host,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
-    /// Adds `n` to the host's `seeded` count in one atomic write (bumping its version, so that a
-    /// read-decide-write over the old count fails and decides again) and returns the host as it
-    /// now stands; None, writing nothing, when there is no such record. Seeders of one host never
-    /// contend with each other this way.
+    /// Offers `n` URLs to the host: adds `n` to its `offered` count (and so to `seeded`) in one
+    /// atomic write that leaves its version alone, so that neither seeders nor the host's own
+    /// turn claims contend with offers; returns the host as it now stands; None, writing
+    /// nothing, when there is no such record.
     fn add_seeded(
         &self,
         crawl_id: &CrawlId,

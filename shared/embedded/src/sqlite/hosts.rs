@@ -1,4 +1,5 @@
-//! Host records in the `hosts` table: the record as JSON, written only over the version read.
+//! Host records in the `hosts` table: the record as JSON, written only over the version read;
+//! its offers (`$.offered`) added in place, never overwritten by a write of the record.
 
 use super::{SqliteStore, decode, encode, number, saturating_i64};
 use rusqlite::{OptionalExtension, params};
@@ -26,8 +27,19 @@ impl HostStore for SqliteStore {
 
     async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
         let crawl = crawl_id.as_str().to_owned();
-        let record = encode("host", host)?;
+        // The record's own count; its offers stay as stored (`$.offered`, added atomically).
+        let record = encode(
+            "host",
+            &Host {
+                seeded: host.seeded_by_writes(),
+                offered: 0,
+                ..host.clone()
+            },
+        )?;
         let (name, version) = (host.name.clone(), saturating_i64(host.version));
+        let offers_as_read = host
+            .waits_for_offers()
+            .then_some(saturating_i64(host.offered));
         self.run("put_host", Call::SqliteWrite, move |conn| {
             // One statement either way: the version check and the write cannot interleave.
             let written = if version == 0 {
@@ -38,10 +50,14 @@ impl HostStore for SqliteStore {
                 .execute(params![crawl, name, record])?
             } else {
                 conn.prepare_cached(
-                    "UPDATE hosts SET version = ?3 + 1, record = ?4
-                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
+                    "UPDATE hosts
+                     SET version = ?3 + 1,
+                         record = json_set(?4, '$.offered',
+                                           coalesce(json_extract(record, '$.offered'), 0))
+                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3
+                       AND (?5 IS NULL OR coalesce(json_extract(record, '$.offered'), 0) = ?5)",
                 )?
-                .execute(params![crawl, name, version, record])?
+                .execute(params![crawl, name, version, record, offers_as_read])?
             };
             Ok(written == 1)
         })
@@ -59,9 +75,8 @@ impl HostStore for SqliteStore {
             let row: Option<(i64, String)> = conn
                 .prepare_cached(
                     "UPDATE hosts
-                     SET version = version + 1,
-                         record = json_set(record, '$.seeded',
-                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
+                     SET record = json_set(record, '$.offered',
+                                           coalesce(json_extract(record, '$.offered'), 0) + ?3)
                      WHERE crawl_id = ?1 AND name = ?2
                      RETURNING version, record",
                 )?
@@ -122,8 +137,11 @@ impl HostStore for SqliteStore {
 fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
     let key = format!("{crawl}/host");
     let host: Host = decode(&key, "record", record)?;
+    let offered = host.offered;
     Ok(Host {
         version: number(&key, "version", version)?,
+        seeded: host.seeded,
         ..host
-    })
+    }
+    .with_offers(offered))
 }
