@@ -330,8 +330,13 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     seed(&crawler, &crawl, &urls).await;
     assert_eq!(
         calls.get(Call::DynamoPutItem),
-        3,
-        "one write per seeded URL, and one waking their host"
+        2,
+        "one write per seeded URL"
+    );
+    assert_eq!(
+        calls.get(Call::DynamoTransactWriteItems),
+        1,
+        "one waking their host, with the host counts (it is created and open)"
     );
     assert_eq!(
         calls.get(Call::SqsSendMessageBatch),
@@ -346,10 +351,12 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
     // update) and one PUT; each batch one more update, adding its calls to the crawl; each batch
     // here is one turn of the host, which costs a read and a write of the host record to claim
-    // it and the same to hand it back, whatever its number of pages
+    // it and the same to hand it back, whatever its number of pages; the last hand-back, which
+    // leaves the host idle, is written with the host counts (a transaction)
     assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
     assert_eq!(calls.get(Call::S3PutObject), 2);
-    assert_eq!(calls.get(Call::DynamoPutItem), 2 * batches);
+    assert_eq!(calls.get(Call::DynamoTransactWriteItems), 1);
+    assert_eq!(calls.get(Call::DynamoPutItem), 2 * batches - 1);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
         1 + 2 * batches + 2,
@@ -598,7 +605,8 @@ async fn the_hosts_view_reads_host_records_only() {
         .unwrap();
 
     // THEN the three host records come back, each with the ten URLs offered to it, read with one
-    // query of the index and one read per host record: no task is read
+    // query of the index per key of the host list (its shards, and the key of records older
+    // than them) and one read per host record: no task is read
     assert_eq!(page.hosts.len(), 3);
     assert!(
         page.hosts.iter().all(|h| h.seeded == 10),
@@ -607,7 +615,8 @@ async fn the_hosts_view_reads_host_records_only() {
     );
     let mut read = calls.snapshot();
     read.sort_by_key(|(call, _)| call.name());
-    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, 1)];
+    let keys = u64::from(trawl_domain::host::HOST_SHARDS) + 1;
+    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, keys)];
     expected.sort_by_key(|(call, _)| call.name());
     assert_eq!(read, expected);
 }

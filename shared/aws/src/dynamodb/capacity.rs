@@ -9,22 +9,22 @@
 //! write lands, for partition accounting). Refused conditional writes are charged as DynamoDB
 //! charges them. Deletions of whole crawls are not metered (per crawl, not per page).
 
-use super::items::{CrawlItem, TaskItem, host_item, keeps_place};
+use super::items::{CrawlItem, TaskItem, host_counts_pk, host_item, keeps_place};
 use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreResult,
-    TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::host::Host;
+use trawl_domain::host::{Host, host_shard};
 use trawl_domain::task::Task;
 use trawl_domain::transition::{Event, Insert, Update};
 
@@ -66,6 +66,16 @@ pub fn task_image(task: &Task, before: Option<&Image>, shards: u32) -> StoreResu
 /// The item of a stored host record (its `version` is the stored one).
 pub fn host_image(crawl_id: &CrawlId, host: &Host) -> StoreResult<Image> {
     Ok(image_of(&host_item(crawl_id, host, host.version)?))
+}
+
+/// The item of the shard of a crawl's host counts that `name` is counted in.
+fn host_counts_image(crawl_id: &CrawlId, name: &str) -> Image {
+    let pk = host_counts_pk(crawl_id, host_shard(name));
+    Image::from([
+        ("pk".to_owned(), Attr::S(pk)),
+        ("hosts".to_owned(), Attr::N("1".to_owned())),
+        ("open".to_owned(), Attr::N("1".to_owned())),
+    ])
 }
 
 /// The item of a crawl record.
@@ -390,9 +400,40 @@ impl<S: HostStore> HostStore for Metered<S> {
         self.inner.get_host(crawl_id, name).await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let write = self.inner.put_host(crawl_id, host);
-        self.on_host("put_host", crawl_id, &host.name, write).await
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
+        let write = self.inner.put_host(crawl_id, host, counted);
+        if counted.is_zero() {
+            return self.on_host("put_host", crawl_id, &host.name, write).await;
+        }
+        let before = self.host(crawl_id, &host.name).await?;
+        let written = write.await?;
+        let after = self.host(crawl_id, &host.name).await?;
+        // One TransactWriteItems: the host record and its shard's counts (an item of a few
+        // bytes: 1 unit, in no index), each at twice a write's units.
+        let counts = host_counts_image(crawl_id, &host.name);
+        for _ in 0..2 {
+            self.record("put_host_counted", before.as_ref(), after.as_ref());
+            self.record("put_host_counted", None, Some(&counts));
+        }
+        Ok(written)
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.inner.host_counts(crawl_id).await
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.inner.host_scan(crawl_id).await
+    }
+
+    /// Per sweep, not per URL: not metered.
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.inner.set_host_scan(crawl_id, at).await
     }
 
     async fn add_seeded(
