@@ -331,11 +331,12 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     assert_eq!(
         (
             calls.get(Call::DynamoPutItem),
-            calls.get(Call::DynamoUpdateItem)
+            calls.get(Call::DynamoUpdateItem),
+            calls.get(Call::DynamoTransactWriteItems)
         ),
-        (2, 2),
+        (2, 1, 1),
         "one write per seeded URL; for their host an offer (refused: no record yet) and the \
-         write creating it, woken"
+         write creating it, woken, with the host counts (it is created and open)"
     );
     assert_eq!(
         calls.get(Call::DynamoBatchGetItem),
@@ -356,9 +357,14 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     // update) and one PUT; each batch one more update, adding its calls to the crawl; each batch
     // here is one turn of the host, which costs a read and a write of the host record to claim
     // it and the same to hand it back, whatever its number of pages (a host record's write is
-    // an update: it leaves the offers beside it as they stand)
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches + 2 * batches);
+    // an update: it leaves the offers beside it as they stand); the last hand-back, which
+    // leaves the host idle, is written with the host counts (a transaction)
+    assert_eq!(
+        calls.get(Call::DynamoUpdateItem),
+        2 + batches + 2 * batches - 1
+    );
     assert_eq!(calls.get(Call::S3PutObject), 2);
+    assert_eq!(calls.get(Call::DynamoTransactWriteItems), 1);
     assert_eq!(calls.get(Call::DynamoPutItem), 0);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
@@ -383,7 +389,10 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
 
     // THEN nothing is uploaded, and both are succeeded again
     assert_eq!(calls.get(Call::S3PutObject), 0);
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches + 2 * batches);
+    assert_eq!(
+        calls.get(Call::DynamoUpdateItem) + calls.get(Call::DynamoTransactWriteItems),
+        2 + batches + 2 * batches
+    );
     for url in &urls {
         assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
     }
@@ -608,7 +617,8 @@ async fn the_hosts_view_reads_host_records_only() {
         .unwrap();
 
     // THEN the three host records come back, each with the ten URLs offered to it, read with one
-    // query of the index and one read per host record: no task is read
+    // query of the index per key of the host list (its shards, and the key of records older
+    // than them) and one read per host record: no task is read
     assert_eq!(page.hosts.len(), 3);
     assert!(
         page.hosts.iter().all(|h| h.seeded == 10),
@@ -617,7 +627,8 @@ async fn the_hosts_view_reads_host_records_only() {
     );
     let mut read = calls.snapshot();
     read.sort_by_key(|(call, _)| call.name());
-    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, 1)];
+    let keys = u64::from(trawl_domain::host::HOST_SHARDS) + 1;
+    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, keys)];
     expected.sort_by_key(|(call, _)| call.name());
     assert_eq!(read, expected);
 }

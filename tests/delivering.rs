@@ -29,7 +29,7 @@ use trawl_core::store::{
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
-use trawl_domain::host::{Host, HostPolicy};
+use trawl_domain::host::{Host, HostCounts, HostPolicy};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
@@ -174,7 +174,8 @@ impl<P: Ports> Backend<P> {
         let hosts: BTreeSet<String> = tasks.iter().map(|t| t.url.host_key()).collect();
         for name in hosts {
             let host = Host::new(name, &HostPolicy::default(), now);
-            self.store.put_host(crawl, &host).await.unwrap();
+            let counted = HostCounts::change(None, &host);
+            self.store.put_host(crawl, &host, counted).await.unwrap();
         }
         self.store.seed(crawl, &tasks, now).await.unwrap();
     }

@@ -9,6 +9,7 @@ mod capacity;
 mod chaos;
 mod chaos_lambda;
 mod chaos_local;
+mod completion;
 mod cost;
 mod error;
 mod extract;
@@ -67,6 +68,8 @@ enum Section {
     /// Each function's binary size and start to ready.
     Functions,
     Sweep,
+    /// Completion and status at 500 and 5,000 hosts (moto).
+    Completion,
     Frontier,
     Capacity,
     /// Link discovery with many crawler containers (moto).
@@ -309,6 +312,13 @@ async fn measure(args: &Args) -> Report {
         match sweep::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "sweeper", e),
+        }
+    }
+    if wanted(Section::Completion) {
+        eprintln!("completion at many hosts …");
+        match completion::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "completion at many hosts", e),
         }
     }
     if wanted(Section::Hosts) {

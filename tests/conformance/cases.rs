@@ -15,7 +15,7 @@ use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::transition as crawl_rules;
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::host::{Host, HostPolicy, NextWork, Turn};
+use trawl_domain::host::{Host, HostCounts, HostPolicy, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::Schedule;
@@ -305,7 +305,8 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
 /// may find tasks that are not settled yet through their hosts.
 async fn record_host<S: HostStore>(store: &S, crawl: &CrawlId, name: &str) {
     let host = Host::new(name, &HostPolicy::default(), T0);
-    assert!(store.put_host(crawl, &host).await.unwrap());
+    let counted = HostCounts::change(None, &host);
+    assert!(store.put_host(crawl, &host, counted).await.unwrap());
 }
 
 async fn stored<S: TaskStore>(store: &S, task: &Task) -> Option<Task> {
@@ -1434,9 +1435,10 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
     assert_eq!(store.get_host(&crawl.id, "h.example").await.unwrap(), None);
 
     // WHEN it is created, THEN only once, at version 1, as written
-    assert!(store.put_host(&crawl.id, &new).await.unwrap());
+    let created = HostCounts::change(None, &new);
+    assert!(store.put_host(&crawl.id, &new, created).await.unwrap());
     assert!(
-        !store.put_host(&crawl.id, &new).await.unwrap(),
+        !store.put_host(&crawl.id, &new, created).await.unwrap(),
         "exists already"
     );
     let stored = store
@@ -1454,9 +1456,10 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
 
     // WHEN two writers read version 1 and both write, THEN only the first one lands
     let (seeded, _) = stored.note_seeded(3, T0 + 1);
-    assert!(store.put_host(&crawl.id, &seeded).await.unwrap());
+    let woken = HostCounts::change(Some(&stored), &seeded);
+    assert!(store.put_host(&crawl.id, &seeded, woken).await.unwrap());
     let (late, _) = stored.note_seeded(5, T0 + 2);
-    assert!(!store.put_host(&crawl.id, &late).await.unwrap());
+    assert!(!store.put_host(&crawl.id, &late, woken).await.unwrap());
     let stored = store
         .get_host(&crawl.id, "h.example")
         .await
@@ -1475,13 +1478,13 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
         let name = format!("h{i}.example");
         assert!(
             store
-                .put_host(&crawl.id, &Host::new(name, &policy, T0))
+                .put_host(&crawl.id, &Host::new(name, &policy, T0), created)
                 .await
                 .unwrap()
         );
     }
     let other = crawl_of(&crawl_id());
-    assert!(store.put_host(&other.id, &new).await.unwrap());
+    assert!(store.put_host(&other.id, &new, created).await.unwrap());
     let mut names = Vec::new();
     let mut cursor = None;
     for _ in 0..10 {
@@ -1612,9 +1615,10 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
     async fn read<S: HostStore>(store: &S, crawl: &CrawlId) -> Host {
         store.get_host(crawl, "o.example").await.unwrap().unwrap()
     }
+    let new = Host::new("o.example", &policy, T0);
     assert!(
         store
-            .put_host(&crawl.id, &Host::new("o.example", &policy, T0))
+            .put_host(&crawl.id, &new, HostCounts::change(None, &new))
             .await
             .unwrap()
     );
@@ -1625,8 +1629,10 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
             .unwrap(),
         None
     );
-    let (claimed, turn) = read(store, &crawl.id).await.claim_turn(T0, 30_000).unwrap();
-    assert!(store.put_host(&crawl.id, &claimed).await.unwrap());
+    let created = read(store, &crawl.id).await;
+    let (claimed, turn) = created.claim_turn(T0, 30_000).unwrap();
+    let change = HostCounts::change(Some(&created), &claimed);
+    assert!(store.put_host(&crawl.id, &claimed, change).await.unwrap());
     let at_claim = read(store, &crawl.id).await;
 
     // WHEN other workers offer it 3 URLs
@@ -1654,7 +1660,8 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
         )
         .unwrap();
     assert!(back.queued_for.is_some());
-    assert!(store.put_host(&crawl.id, &back).await.unwrap());
+    let change = HostCounts::change(Some(&at_claim), &back);
+    assert!(store.put_host(&crawl.id, &back, change).await.unwrap());
 
     // THEN the write lands and keeps the offers made since the read
     let stored = read(store, &crawl.id).await;
@@ -1663,7 +1670,8 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
 
     // WHEN a later turn would leave the host idle over a record read before another offer
     let (claimed, turn) = stored.claim_turn(T0 + 20, 30_000).unwrap();
-    assert!(store.put_host(&crawl.id, &claimed).await.unwrap());
+    let change = HostCounts::change(Some(&stored), &claimed);
+    assert!(store.put_host(&crawl.id, &claimed, change).await.unwrap());
     let at_claim = read(store, &crawl.id).await;
     store.add_seeded(&crawl.id, "o.example", 1).await.unwrap();
     let (idle, _) = at_claim
@@ -1673,14 +1681,104 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
 
     // THEN that write is refused, and decided again over the offer it missed, the host gets
     // another turn
-    assert!(!store.put_host(&crawl.id, &idle).await.unwrap());
+    let counts = store.host_counts(&crawl.id).await.unwrap();
+    let change = HostCounts::change(Some(&at_claim), &idle);
+    assert!(!store.put_host(&crawl.id, &idle, change).await.unwrap());
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), counts);
     let now = read(store, &crawl.id).await;
     let (again, visible_at) = now
         .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
         .unwrap();
     assert_eq!(visible_at, Some(T0 + 30));
-    assert!(store.put_host(&crawl.id, &again).await.unwrap());
+    let change = HostCounts::change(Some(&now), &again);
+    assert!(store.put_host(&crawl.id, &again, change).await.unwrap());
     let stored = read(store, &crawl.id).await;
     assert_eq!((stored.seeded, stored.offered), (at_claim.seeded + 1, 4));
     assert_eq!(stored.queued_for, Some(T0 + 30));
+}
+
+pub async fn host_counts_are_kept_by_the_host_writes_that_land<S: HostStore + CrawlStore>(
+    store: &S,
+) {
+    // GIVEN a crawl created with host counts, and one that never was
+    let crawl = crawl_of(&crawl_id());
+    store.create_crawl(&crawl).await.unwrap();
+    let zero = HostCounts::default();
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), Some(zero));
+    let unknown = crawl_id();
+    assert_eq!(
+        store.host_counts(&unknown).await.unwrap(),
+        None,
+        "not counted"
+    );
+    let counts = || async { store.host_counts(&crawl.id).await.unwrap().unwrap() };
+
+    // WHEN 20 hosts are woken by seeds (created open), across every shard
+    let names: Vec<String> = (0..20).map(|i| format!("h{i}.example")).collect();
+    for name in &names {
+        update_host(store, &crawl, name, T0, |h| {
+            (Some(h.note_seeded(1, T0).0), ())
+        })
+        .await
+        .unwrap();
+    }
+    // THEN they are counted, created and open
+    assert_eq!(
+        counts().await,
+        HostCounts {
+            hosts: 20,
+            open: 20
+        }
+    );
+
+    // WHEN two writers race over one version of a host going idle, THEN one write lands and
+    // is counted once
+    let first = &names[0];
+    let stored = store.get_host(&crawl.id, first).await.unwrap().unwrap();
+    let idle = Host {
+        queued_for: None,
+        done: stored.seeded,
+        ..stored.clone()
+    };
+    let change = HostCounts::change(Some(&stored), &idle);
+    assert_eq!(change, HostCounts { hosts: 0, open: -1 });
+    let writes = join_all((0..4).map(|_| store.put_host(&crawl.id, &idle, change))).await;
+    let landed = writes.into_iter().filter(|w| *w.as_ref().unwrap()).count();
+    assert_eq!(landed, 1, "one writer over version {}", stored.version);
+    assert_eq!(
+        counts().await,
+        HostCounts {
+            hosts: 20,
+            open: 19
+        }
+    );
+
+    // AND a host taking a turn stays open; handing it back with nothing left, it is idle
+    let mut open = 19;
+    for name in &names[1..] {
+        let claim = |h: &Host| match h.claim_turn(T0 + 1, 60_000) {
+            Ok((next, turn)) => (Some(next), Some(turn)),
+            Err(_) => (None, None),
+        };
+        let (_, turn) = update_host(store, &crawl, name, T0 + 1, claim)
+            .await
+            .unwrap()
+            .unwrap();
+        let turn = turn.unwrap();
+        assert_eq!(counts().await.open, open, "a turn running is open");
+        update_host(store, &crawl, name, T0 + 2, |h| {
+            let back = h.hand_back(&turn, None, Some(h.seeded), 0, T0 + 2);
+            (back.map(|(next, _)| next), ())
+        })
+        .await
+        .unwrap();
+        open -= 1;
+        assert_eq!(counts().await.open, open);
+    }
+    assert_eq!(counts().await, HostCounts { hosts: 20, open: 0 });
+    assert!(counts().await.all_idle());
+
+    // AND the counts go with the crawl's hosts
+    assert_eq!(store.delete_hosts(&crawl.id).await.unwrap(), 20);
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), None);
 }

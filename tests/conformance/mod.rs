@@ -57,6 +57,7 @@ macro_rules! suite {
             a_delivery_is_written_by_one_holder_at_a_time [race],
             call_counts_add_up_atomically [race],
             a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn [race],
+            host_counts_are_kept_by_the_host_writes_that_land [race],
         }
     };
 }

@@ -121,7 +121,7 @@ mod tests {
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, CrawlStore};
-    use trawl_core::store::{HostStore, TaskStore};
+    use trawl_core::store::{HostCounts, HostStore, TaskStore};
     use trawl_core::sweep::{LocalDeliveryTrigger, SweepOptions};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -166,7 +166,8 @@ mod tests {
             data: None,
         };
         let host = Host::new(url.host_key(), &HostPolicy::default(), 0);
-        assert!(store.put_host(&id, &host).await.unwrap());
+        let counted = HostCounts::change(None, &host);
+        assert!(store.put_host(&id, &host, counted).await.unwrap());
         store.seed(&id, &[task], 0).await.unwrap();
         let crawl = store.get_crawl(&id).await.unwrap().unwrap();
         update_host(store, &crawl, &url.host_key(), 10, |h| {

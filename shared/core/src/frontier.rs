@@ -11,7 +11,7 @@
 use crate::app::Store;
 use crate::backoff::Transient;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
-use crate::store::{HostStore, Seeded, StoreError, StoreResult};
+use crate::store::{HostCounts, HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
@@ -255,6 +255,7 @@ where
             Some(host) => Some(host),
             None => store.get_host(&crawl.id, name).await?,
         };
+        let existed = stored.is_some();
         let current = match stored {
             Some(host) => host,
             None => Host::new(name, &crawl.config.politeness.host_policy(name), now),
@@ -267,7 +268,9 @@ where
             version: current.version,
             ..next
         };
-        if store.put_host(&crawl.id, &next).await? {
+        // Exact: the write lands only over the version read.
+        let counted = HostCounts::change(existed.then_some(&current), &next);
+        if store.put_host(&crawl.id, &next, counted).await? {
             let written = Host {
                 version: current.version + 1,
                 ..next
@@ -417,7 +420,8 @@ mod tests {
             seeded: 1,
             ..Host::new("h.test", &policy, 0)
         };
-        assert!(store.put_host(&crawl.id, &idle).await.unwrap());
+        let counted = HostCounts::change(None, &idle);
+        assert!(store.put_host(&crawl.id, &idle, counted).await.unwrap());
         let listed = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
         // …whose turn a worker has claimed since.
         update_host(&store, &crawl, "h.test", 10, |h| {

@@ -40,6 +40,7 @@ calls! {
     DynamoDeleteItem => "dynamodb", "DeleteItem";
     DynamoBatchWriteItem => "dynamodb", "BatchWriteItem";
     DynamoBatchGetItem => "dynamodb", "BatchGetItem";
+    DynamoTransactWriteItems => "dynamodb", "TransactWriteItems";
     S3PutObject => "s3", "PutObject";
     S3GetObject => "s3", "GetObject";
     S3DeleteObject => "s3", "DeleteObject";

@@ -466,7 +466,14 @@ impl Host {
     /// refuse the write, to be decided again over it. Any other write leaves a turn or a
     /// message to find the offered work.
     pub fn waits_for_offers(&self) -> bool {
-        self.queued_for.is_none() && self.turn_until.is_none()
+        !self.is_open()
+    }
+
+    /// Counted as open in its crawl's [`HostCounts`]: a turn recorded (running, or expired and
+    /// not yet taken over) or a message out. A host that is not open has no work under way: its
+    /// last turn found nothing left, or left what is due later to a wake-up (see `HostCounts`).
+    pub fn is_open(&self) -> bool {
+        self.queued_for.is_some() || self.turn_until.is_some()
     }
 
     /// No turn running and no message out: the next seed must wake it.
@@ -579,6 +586,68 @@ impl HostSignal {
     }
 }
 
+/// Shards of a crawl's host list and host counts: host records are filed under this many keys
+/// (DynamoDB: `{crawl}#hosts#{shard}`), so that creating hosts and walking them is spread over
+/// as many partitions (each takes ~1,000 writes a second).
+pub const HOST_SHARDS: u32 = 16;
+
+/// The shard of a host of a crawl: a stable hash of its name (FNV-1a), the same in every
+/// process and release.
+pub fn host_shard(name: &str) -> u32 {
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    hash % HOST_SHARDS
+}
+
+/// A crawl's host counts: host records, and those open (`Host::is_open`).
+///
+/// The rule: a crawl with no open host and no failed task has no work left. Every task with
+/// work left is either in a turn (its host's turn recorded), or due in its host's list, whose
+/// host then has a message out (hosts are woken before their tasks are written, and a turn
+/// that ends with work left sends its next message), or a retry due later than a queue can
+/// hold a message (then a failed task, listed in the status index). So completion reads the
+/// counts and one small query of failed tasks, never every host.
+///
+/// The counts are kept by the host writes themselves: a write of a host record that changes
+/// whether it is open (or creates it) adds [`HostCounts::change`] to its shard's counts in the
+/// same atomic write (DynamoDB: one TransactWriteItems; SQLite and memory: one transaction).
+/// Only those writes count (a host woken, a host gone idle: about two per host and round, not
+/// per URL); `add_seeded` changes neither field. So the counts are never left wrong by a crash:
+/// a worker that dies between a task's write and its host's hand-back leaves its turn recorded,
+/// the host open and counted, until the sweeper re-issues the expired turn and the next turn
+/// hands the host back (the host's own `seeded`/`done` agree again then: `Host::hand_back`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCounts {
+    pub hosts: i64,
+    pub open: i64,
+}
+
+impl HostCounts {
+    /// What writing `next` over `before` (None: no record yet) adds to the counts.
+    pub fn change(before: Option<&Host>, next: &Host) -> HostCounts {
+        let open = |h: Option<&Host>| i64::from(h.is_some_and(Host::is_open));
+        HostCounts {
+            hosts: i64::from(before.is_none()),
+            open: open(Some(next)) - open(before),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == HostCounts::default()
+    }
+
+    /// No host has work under way (see the rule above).
+    pub fn all_idle(&self) -> bool {
+        self.open == 0
+    }
+
+    pub fn add(&mut self, other: HostCounts) {
+        self.hosts += other.hosts;
+        self.open += other.open;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,6 +662,52 @@ mod tests {
             parallel: 1,
             turn_pages: 50,
         }
+    }
+
+    #[test]
+    fn counts_kept_by_the_writes_that_change_them_agree_with_a_recount() {
+        let (mut kept, mut stored) = (HostCounts::default(), None::<Host>);
+        let mut write = |next: Host| {
+            kept.add(HostCounts::change(stored.as_ref(), &next));
+            stored = Some(next);
+            kept
+        };
+        let host = Host::new("example.com", &policy(), 0);
+        let (woken, _) = host.note_seeded(3, 0);
+        assert_eq!(write(woken.clone()), HostCounts { hosts: 1, open: 1 });
+        let (held, turn) = woken.claim_turn(0, 30_000).unwrap();
+        write(held.clone());
+        let (again, _) = held
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(3), 0, 10)
+            .unwrap();
+        let kept = write(again.clone());
+        assert_eq!(
+            kept,
+            HostCounts { hosts: 1, open: 1 },
+            "a next turn is on its way"
+        );
+        let (held, turn) = again.claim_turn(2_000, 30_000).unwrap();
+        write(held.clone());
+        let (idle, _) = held.hand_back(&turn, None, Some(3), 0, 2_010).unwrap();
+        let kept = write(idle.clone());
+        assert!(!idle.is_open());
+        assert_eq!(kept, HostCounts { hosts: 1, open: 0 });
+        assert!(kept.all_idle());
+        // A write that changes neither field changes nothing.
+        assert!(HostCounts::change(Some(&idle), &idle.revive(&policy())).is_zero());
+    }
+
+    #[test]
+    fn a_host_shard_is_a_stable_hash_of_its_name() {
+        assert_eq!(host_shard("example.com"), host_shard("example.com"));
+        let shards: std::collections::BTreeSet<u32> = (0..200)
+            .map(|i| host_shard(&format!("h{i}.test")))
+            .collect();
+        assert_eq!(
+            shards.len(),
+            HOST_SHARDS as usize,
+            "200 hosts fill every shard"
+        );
     }
 
     #[test]

@@ -9,12 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use trawl_aws::dynamodb::capacity::{crawl_image, host_image, task_image, write_units};
+use trawl_aws::dynamodb::capacity::{
+    crawl_image, host_counts_image, host_image, task_image, write_units,
+};
 use trawl_aws::dynamodb::schema::TABLE;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreResult,
-    TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -186,15 +188,31 @@ impl<S: HostStore> Metered<S> {
     }
 
     /// A host-record write over the version read: refused, it is priced as a refused
-    /// conditional write and counted against its record.
-    async fn put_host_metered(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    /// conditional write and counted against its host. With a change of the host counts it is
+    /// one TransactWriteItems: the host record and its shard's counts (an item of a few bytes:
+    /// 1 unit, in no index), each at twice a write's units.
+    async fn put_host_metered(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         let before = self.host(crawl_id, &host.name).await?;
-        let written = self.inner.put_host(crawl_id, host).await?;
-        if written {
-            let after = self.host(crawl_id, &host.name).await?;
+        let written = self.inner.put_host(crawl_id, host, counted).await?;
+        let after = match written {
+            true => self.host(crawl_id, &host.name).await?,
+            false => before.clone(),
+        };
+        if counted.is_zero() {
             self.record("put_host", before.as_ref(), after.as_ref());
         } else {
-            self.record("put_host", before.as_ref(), before.as_ref());
+            let counts = host_counts_image(crawl_id, &host.name);
+            for _ in 0..2 {
+                self.record("put_host_counted", before.as_ref(), after.as_ref());
+                self.record("put_host_counted", None, Some(&counts));
+            }
+        }
+        if !written {
             let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
             *meter
                 .refused_host_writes
@@ -357,8 +375,26 @@ impl<S: HostStore> HostStore for Metered<S> {
         self.inner.get_host(crawl_id, name).await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        self.put_host_metered(crawl_id, host).await
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
+        self.put_host_metered(crawl_id, host, counted).await
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.inner.host_counts(crawl_id).await
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.inner.host_scan(crawl_id).await
+    }
+
+    /// Per sweep, not per URL: not metered.
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.inner.set_host_scan(crawl_id, at).await
     }
 
     async fn add_seeded(

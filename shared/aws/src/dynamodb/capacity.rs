@@ -3,7 +3,7 @@
 //! `trawl_domain::capacity`'s rules. The bench's write meter (`tests/faults/src/meter.rs`) prices each
 //! write from these images; the conformance tests check them against the items DynamoDB holds.
 
-use super::items::{CrawlItem, TaskItem, host_item, keeps_place};
+use super::items::{CrawlItem, TaskItem, host_counts_pk, host_item, keeps_place};
 use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use trawl_core::store::StoreResult;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
 use trawl_domain::crawl::Crawl;
-use trawl_domain::host::Host;
+use trawl_domain::host::{Host, host_shard};
 use trawl_domain::task::Task;
 
 /// A DynamoDB item as the capacity model reads it.
@@ -52,6 +52,16 @@ pub fn task_image(task: &Task, before: Option<&Image>, shards: u32) -> StoreResu
 /// The item of a stored host record (its `version` is the stored one).
 pub fn host_image(crawl_id: &CrawlId, host: &Host) -> StoreResult<Image> {
     Ok(image_of(&host_item(crawl_id, host, host.version)?))
+}
+
+/// The item of the shard of a crawl's host counts that `name` is counted in.
+pub fn host_counts_image(crawl_id: &CrawlId, name: &str) -> Image {
+    let pk = host_counts_pk(crawl_id, host_shard(name));
+    Image::from([
+        ("pk".to_owned(), Attr::S(pk)),
+        ("hosts".to_owned(), Attr::N("1".to_owned())),
+        ("open".to_owned(), Attr::N("1".to_owned())),
+    ])
 }
 
 /// The item of a crawl record.

@@ -7,6 +7,7 @@ use super::errors::{conditional_item, map_err};
 use super::expression::Expression;
 use super::items::{self, CrawlItem, crawl_pk};
 use super::{DynamoStore, s};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, CrawlRecords, StoreResult};
@@ -29,7 +30,10 @@ impl CrawlRecords for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok((crawl.clone(), true)),
+            Ok(_) => {
+                self.start_host_counts(&crawl.id).await?;
+                Ok((crawl.clone(), true))
+            }
             Err(e) => match conditional_item(&e) {
                 Some(existing) => Ok((CrawlItem::from_item(existing)?.into_crawl(), false)),
                 None => Err(map_err("PutItem", e)),
@@ -116,5 +120,24 @@ impl CrawlRecords for DynamoStore {
 
     fn page_budget(&self) -> Option<&PageBudget> {
         Some(&self.budget)
+    }
+}
+
+impl DynamoStore {
+    /// Marks the new crawl's host counts as kept from its start (`items::host_counts_pk`). A
+    /// crash before this write leaves a crawl without counts: it is walked, as older ones are.
+    async fn start_host_counts(&self, id: &CrawlId) -> StoreResult<()> {
+        self.calls.record(Call::DynamoUpdateItem);
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(items::host_counts_pk(id, 0)))
+            .update_expression("SET #counted = :yes")
+            .expression_attribute_names("#counted", "counted")
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .send()
+            .await
+            .map_err(|e| map_err("UpdateItem", e))?;
+        Ok(())
     }
 }

@@ -3,14 +3,18 @@
 //! One table, partition key `pk` only:
 //! - a task is `pk = {crawl_id}#{task_id}`;
 //! - a crawl is `pk = {crawl_id}#crawl`;
-//! - a host record is `pk = {crawl_id}#host#{name}` (a task id is 32 hex digits, so none of
-//!   them collide).
+//! - a host record is `pk = {crawl_id}#host#{name}`;
+//! - the crawl's host counts (`HostStore::host_counts`) are `pk = {crawl_id}#hostcounts#{shard}`,
+//!   one item per shard of the host list (`host::HOST_SHARDS`), added to by the host writes
+//!   that change them, in one TransactWriteItems with the host record (a task id is 32 hex
+//!   digits, so none of these keys collide).
 //!
 //! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists failed, gone and ignored
 //! tasks without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`, the shard a
 //! stable hash of the task id (spreading one crawl's hot status over partitions), written by the
 //! change into a listed status; a crawl's is `crawls#{state}`; a host record's
-//! `{crawl_id}#hosts` (with `updated = 0`), so a crawl's hosts are listed without a scan.
+//! `{crawl_id}#hosts#{shard}` (with `updated = 0`; `items::hosts_gsi`), so a crawl's hosts are
+//! listed without a scan, and created and walked over `HOST_SHARDS` partitions.
 //! Pending, in-progress and succeeded tasks are not listed (no `gsi_pk`): a URL passes through
 //! pending on every fetch and ends most succeeded, and listing them cost index writes at every
 //! step (a recrawl's finish rewrites the range key); they are all in their hosts' due lists, and
@@ -246,6 +250,9 @@ fn updated_at_most(
 /// due list, from the start when `pk` is None) and the position in it.
 #[derive(Serialize, Deserialize)]
 struct HostWalk {
+    /// The key of the host list the host is filed under (`items::hosts_gsi`).
+    #[serde(default)]
+    shard: u32,
     host: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pk: Option<String>,
@@ -254,26 +261,39 @@ struct HostWalk {
 }
 
 impl DynamoStore {
-    /// The crawl's first host after `after` (by name), from the hosts' status-index key.
+    /// The crawl's next host after `after` (a key of the host list and a host filed under it):
+    /// the next one under that key, or the first under the next key that has one.
     async fn host_after(
         &self,
         crawl_id: &CrawlId,
-        after: Option<&str>,
-    ) -> StoreResult<Option<String>> {
-        let gsi = items::hosts_gsi(crawl_id);
-        let start = after.map(|name| {
-            HashMap::from([
-                ("pk".to_owned(), s(host_pk(crawl_id, name))),
-                ("gsi_pk".to_owned(), s(gsi.clone())),
-                ("updated".to_owned(), n(0)),
-            ])
-        });
-        let (items, _, _) = self.query_page(gsi, None, Some(1), start, false).await?;
-        let prefix = format!("{crawl_id}#host#");
-        Ok(items.first().and_then(|item| {
-            let pk = item.get("pk")?.as_s().ok()?;
-            pk.strip_prefix(&prefix).map(str::to_owned)
-        }))
+        after: Option<(u32, &str)>,
+    ) -> StoreResult<Option<(u32, String)>> {
+        let (mut shard, mut start) = match after {
+            None => (0, None),
+            Some((shard, name)) => {
+                let key = HashMap::from([
+                    ("pk".to_owned(), s(host_pk(crawl_id, name))),
+                    ("gsi_pk".to_owned(), s(items::hosts_gsi(crawl_id, shard))),
+                    ("updated".to_owned(), n(0)),
+                ]);
+                (shard, Some(key))
+            }
+        };
+        while shard < items::HOST_KEYS {
+            let gsi = items::hosts_gsi(crawl_id, shard);
+            let (items, _, _) = self
+                .query_page(gsi, None, Some(1), start.take(), false)
+                .await?;
+            let first = items.first().and_then(|item| {
+                let pk = item.get("pk")?.as_s().ok()?;
+                items::host_of_pk(crawl_id, pk).map(str::to_owned)
+            });
+            if let Some(name) = first {
+                return Ok(Some((shard, name)));
+            }
+            shard += 1;
+        }
+        Ok(None)
     }
 
     /// One page of a host's due list, only the tasks `query` asks for (its status, updated at
@@ -334,14 +354,14 @@ impl DynamoStore {
                     ])),
                     _ => None,
                 };
-                (Some(at.host), start)
+                (Some((at.shard, at.host)), start)
             }
             None => (self.host_after(crawl_id, None).await?, None),
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
         // Bounded: each round reads a page of one host's list or moves to the next host.
-        while let Some(name) = host.clone() {
+        while let Some((shard, name)) = host.clone() {
             if tasks.len() >= limit {
                 break;
             }
@@ -354,13 +374,14 @@ impl DynamoStore {
             }
             match next {
                 Some(key) => start = Some(key),
-                None => host = self.host_after(crawl_id, Some(&name)).await?,
+                None => host = self.host_after(crawl_id, Some((shard, &name))).await?,
             }
         }
         let cursor = host
-            .map(|host| {
+            .map(|(shard, host)| {
                 let key = |name: &str| start.as_ref().and_then(|k| k.get(name));
                 serde_json::to_string(&HostWalk {
+                    shard,
                     host,
                     pk: key("pk").and_then(|v| v.as_s().ok()).cloned(),
                     due: key("due")
@@ -387,7 +408,7 @@ impl DynamoStore {
         };
         let mut total = 0u64;
         let mut host = self.host_after(crawl_id, None).await?;
-        while let Some(name) = host {
+        while let Some((shard, name)) = host {
             let mut start = None;
             loop {
                 let (_, count, next) = self.host_page(&query, &name, start, None, true).await?;
@@ -397,7 +418,7 @@ impl DynamoStore {
                     None => break,
                 }
             }
-            host = self.host_after(crawl_id, Some(&name)).await?;
+            host = self.host_after(crawl_id, Some((shard, &name))).await?;
         }
         Ok(total)
     }

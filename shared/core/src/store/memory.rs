@@ -5,8 +5,8 @@
 
 use super::budget::PageBudget;
 use super::{
-    Applied, CrawlRecords, HostPage, HostStore, Seeded, StatusCounts, StoreError, StoreResult,
-    TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -27,6 +27,9 @@ struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
+    /// Kept by `put_host` for crawls created with them (`HostStore::host_counts`).
+    host_counts: BTreeMap<CrawlId, HostCounts>,
+    host_scans: BTreeMap<CrawlId, String>,
 }
 
 impl Tables {
@@ -85,7 +88,10 @@ impl CrawlRecords for MemoryStore {
     async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         self.with("create_crawl", |t| {
             Ok(match t.crawls.entry(crawl.id.clone()) {
-                Entry::Vacant(slot) => (slot.insert(crawl.clone()).clone(), true),
+                Entry::Vacant(slot) => {
+                    t.host_counts.entry(crawl.id.clone()).or_default();
+                    (slot.insert(crawl.clone()).clone(), true)
+                }
                 Entry::Occupied(existing) => (existing.get().clone(), false),
             })
         })
@@ -267,7 +273,12 @@ impl HostStore for MemoryStore {
         })
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         self.with("put_host", |t| {
             let hosts = t.hosts.entry(crawl_id.clone()).or_default();
             let (stored, offered) = hosts
@@ -284,7 +295,28 @@ impl HostStore for MemoryStore {
             }
             .with_offers(offered);
             hosts.insert(host.name.clone(), written);
+            if let Some(counts) = t.host_counts.get_mut(crawl_id) {
+                counts.add(counted);
+            }
             Ok(true)
+        })
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.with("host_counts", |t| Ok(t.host_counts.get(crawl_id).copied()))
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.with("host_scan", |t| Ok(t.host_scans.get(crawl_id).cloned()))
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.with("set_host_scan", |t| {
+            match at {
+                Some(at) => t.host_scans.insert(crawl_id.clone(), at.to_owned()),
+                None => t.host_scans.remove(crawl_id),
+            };
+            Ok(())
         })
     }
 
@@ -335,6 +367,8 @@ impl HostStore for MemoryStore {
 
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_hosts", |t| {
+            t.host_counts.remove(crawl_id);
+            t.host_scans.remove(crawl_id);
             Ok(t.hosts.remove(crawl_id).map_or(0, |h| h.len() as u64))
         })
     }

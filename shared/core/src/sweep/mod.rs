@@ -10,10 +10,11 @@
 //!   whose turn message was lost, and hosts whose wake-up time (a due recrawl) has come, which
 //!   reopens a completed crawl; pending and in-progress tasks are found here, as their hosts'
 //!   due work, not through the status index;
-//! - **completion**: when nothing was re-issued and the budget was not spent, one small query per
-//!   unfinished status (`has_work`; on DynamoDB pending and in-progress tasks are read from their
-//!   hosts' due lists, host after host, outside the budget: a walk that grows with the hosts,
-//!   left for the issue that replaces it with counters).
+//! - **completion**: when nothing was re-issued, the crawl's host counts
+//!   (`HostStore::host_counts`, kept by the host writes themselves) and one small query of failed
+//!   tasks: a few reads whatever the number of hosts, within or past the budget, so a crawl of a
+//!   million hosts completes without one invocation seeing them all (the rule: `HostCounts`). A
+//!   crawl created before the counts is decided by the old walk (`has_work`).
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
@@ -28,12 +29,13 @@
 //! messages sent several batches at once, so a page of 100 hosts costs a few round trips, not
 //! two per host (`make bench`'s sweeper section measures the hosts woken per second).
 //!
-//! Completion: a running crawl with no `pending`, `in_progress` or `failed` task (failed tasks
-//! are always retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one
-//! conditional write; the one sweeper whose write succeeded sends a [`CompletionNotice`] to the
-//! deliverer. The status index is eventually consistent, so a task written a moment before the
-//! check may be missed; the crawler seeds discovered links before it finishes the page that
-//! links to them, which keeps a non-terminal task visible throughout.
+//! Completion: a running crawl with no open host and no `failed` task (failed tasks are always
+//! retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one conditional write;
+//! the one sweeper whose write succeeded sends a [`CompletionNotice`] to the deliverer. A host
+//! stays open from the write that wakes it (before its tasks are written) until a turn hands it
+//! back with nothing left, and the crawler seeds discovered links before it finishes the page
+//! that links to them, which keeps a crawl with work left counted as such throughout. A page
+//! due again (a recrawl) is not work of the running generation: the host wakes the crawl again.
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
@@ -204,8 +206,6 @@ impl SweepBudget {
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     pub page_size: u32,
-    /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
-    pub host_scans: Arc<HostScans>,
     /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
     /// that links the HTTP client makes them).
     #[cfg(feature = "fetch")]
@@ -218,28 +218,6 @@ impl SweepOptions {
             page_size: PAGE_SIZE,
             ..Self::default()
         }
-    }
-}
-
-/// Where each crawl's scan of host records stopped when a sweep's budget ran out, so that the
-/// next sweep of the process (a warm Lambda container, the CLI's coordinator) goes on from there
-/// instead of reading the same first hosts again. A new process starts from the first host.
-#[derive(Debug, Default)]
-pub struct HostScans(Mutex<HashMap<CrawlId, String>>);
-
-impl HostScans {
-    fn resume(&self, crawl: &CrawlId) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(crawl)
-    }
-
-    fn stopped_at(&self, crawl: &CrawlId, cursor: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(crawl.clone(), cursor);
     }
 }
 
@@ -300,6 +278,10 @@ pub struct SweepReport {
     pub pages_read: u64,
     pub tasks_read: u64,
     pub hosts_read: u64,
+    /// Open hosts, as the crawl's host counts said when completion was considered (None: not
+    /// read, or a crawl without host counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts_open: Option<i64>,
     /// The budget ran out before every window was read: the next sweep continues.
     pub unfinished: bool,
     /// This sweep reopened the completed crawl for a recrawl round.
@@ -479,11 +461,8 @@ impl<P: Ports> Sweeper<P> {
         self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
-            && report.hosts_busy == 0
             && report.enqueue_failed == 0
-            && !report.unfinished
-            && !budget.spent(self.clock.instant())
-            && !self.has_work(&crawl.id, &mut report).await?
+            && !self.has_work(&crawl.id, &mut report, budget).await?
             && self.complete(crawl, now).await?
         {
             report.completed = true;
@@ -584,7 +563,8 @@ impl<P: Ports> Sweeper<P> {
         }
     }
 
-    /// Reads the crawl's host records page by page and re-issues the turns of those whose
+    /// Reads the crawl's host records page by page, from where the last sweep stopped (the
+    /// position is kept in the store: `HostStore::host_scan`), and re-issues the turns of those whose
     /// message is presumed lost (`Host::message_lost`): a send that failed, a message that went
     /// to the dead-letter queue, an idle host that still has work, or whose pages are due again
     /// (its wake-up time: a completed crawl is reopened first, so that a running crawl owns the
@@ -600,16 +580,19 @@ impl<P: Ports> Sweeper<P> {
         report: &mut SweepReport,
         budget: &mut SweepBudget,
     ) -> Result<(), SweepError> {
-        let scans = &self.options.host_scans;
-        let mut cursor = scans.resume(&crawl.id);
-        if cursor.is_some() {
+        // Where the last sweep stopped, in whatever process it ran (a cold container too).
+        let resumed = self.store.host_scan(&crawl.id).await?;
+        if resumed.is_some() {
             report.hosts_busy += 1;
         }
+        let mut cursor = resumed.clone();
         loop {
             if !budget.take_page(self.clock.instant()) {
                 report.unfinished = true;
-                if let Some(at) = cursor {
-                    scans.stopped_at(&crawl.id, at);
+                if cursor.is_some() && cursor != resumed {
+                    self.store
+                        .set_host_scan(&crawl.id, cursor.as_deref())
+                        .await?;
                 }
                 return Ok(());
             }
@@ -653,6 +636,11 @@ impl<P: Ports> Sweeper<P> {
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
+                None if resumed.is_some() => {
+                    // A full round of the hosts is done: the next sweep starts from the first.
+                    self.store.set_host_scan(&crawl.id, None).await?;
+                    return Ok(());
+                }
                 None => return Ok(()),
             }
         }
@@ -694,13 +682,35 @@ impl<P: Ports> Sweeper<P> {
         Ok(())
     }
 
-    /// Whether any task of the crawl still has work to do (one small query per status).
+    /// Whether the crawl still has work to do, by the rule of `HostCounts`: a host open, or a
+    /// failed task (one small query of the status index) — a few reads whatever the number of
+    /// hosts. A crawl without host counts (created before them) is decided as it was: only by a
+    /// sweep that read every host record within its budget and found none busy, then one small
+    /// query per unfinished status (on DynamoDB pending and in-progress tasks are read from the
+    /// hosts' due lists, host after host).
     async fn has_work(
         &self,
         crawl_id: &CrawlId,
         report: &mut SweepReport,
+        budget: &SweepBudget,
     ) -> Result<bool, SweepError> {
-        for status in [Status::Pending, Status::InProgress, Status::Failed] {
+        let unfinished = match self.store.host_counts(crawl_id).await? {
+            Some(counts) => {
+                report.hosts_open = Some(counts.open);
+                if !counts.all_idle() {
+                    return Ok(true);
+                }
+                &[Status::Failed][..]
+            }
+            None if report.hosts_busy > 0
+                || report.unfinished
+                || budget.spent(self.clock.instant()) =>
+            {
+                return Ok(true);
+            }
+            None => &[Status::Pending, Status::InProgress, Status::Failed][..],
+        };
+        for &status in unfinished {
             let page = self
                 .store
                 .query(&TaskQuery {

@@ -3,7 +3,7 @@
 
 use super::{SqliteStore, decode, encode, number, saturating_i64};
 use rusqlite::{OptionalExtension, params};
-use trawl_core::store::{HostPage, HostStore, StoreResult};
+use trawl_core::store::{HostCounts, HostPage, HostStore, StoreResult};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::host::Host;
@@ -25,7 +25,12 @@ impl HostStore for SqliteStore {
         .await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         let crawl = crawl_id.as_str().to_owned();
         // The record's own count; its offers stay as stored (`$.offered`, added atomically).
         let record = encode(
@@ -59,7 +64,31 @@ impl HostStore for SqliteStore {
                 )?
                 .execute(params![crawl, name, version, record, offers_as_read])?
             };
+            // In the write's own transaction (the writer's group): counted with it or not at all.
+            if written == 1 && !counted.is_zero() {
+                conn.prepare_cached(
+                    "UPDATE host_counts SET hosts = hosts + ?2, open = open + ?3
+                     WHERE crawl_id = ?1",
+                )?
+                .execute(params![crawl, counted.hosts, counted.open])?;
+            }
             Ok(written == 1)
+        })
+        .await
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("host_counts", Call::SqliteRead, move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT hosts, open FROM host_counts WHERE crawl_id = ?1")?
+                .query_row(params![crawl], |row| {
+                    Ok(HostCounts {
+                        hosts: row.get(0)?,
+                        open: row.get(1)?,
+                    })
+                })
+                .optional()?)
         })
         .await
     }
@@ -123,9 +152,35 @@ impl HostStore for SqliteStore {
         .await
     }
 
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("host_scan", Call::SqliteRead, move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT scan FROM host_counts WHERE crawl_id = ?1")?
+                .query_row(params![crawl], |row| row.get(0))
+                .optional()?
+                .flatten())
+        })
+        .await
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        let (crawl, at) = (crawl_id.as_str().to_owned(), at.map(str::to_owned));
+        self.run("set_host_scan", Call::SqliteWrite, move |conn| {
+            conn.prepare_cached("UPDATE host_counts SET scan = ?2 WHERE crawl_id = ?1")?
+                .execute(params![crawl, at])?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let crawl = crawl_id.as_str().to_owned();
         self.run("delete_hosts", Call::SqliteWrite, move |conn| {
+            conn.execute(
+                "DELETE FROM host_counts WHERE crawl_id = ?1",
+                params![crawl],
+            )?;
             let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
             Ok(deleted as u64)
         })
