@@ -301,6 +301,7 @@ fn turn_received<P: Ports>(run: &Run<P>, host: &Host) -> trawl_core::queue::Rece
         message_id: "other-worker".into(),
         receipt: "other-worker".into(),
         body: serde_json::to_string(&message).unwrap(),
+        receives: 1,
     }
 }
 

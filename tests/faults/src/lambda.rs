@@ -21,6 +21,7 @@
 
 use crate::splitmix64;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -609,6 +610,7 @@ pub async fn receive_batch(
         .receive_message()
         .queue_url(queue_url)
         .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
         .send()
         .await
         .map_err(|e| format!("ReceiveMessage: {e}"))?;
@@ -622,6 +624,13 @@ pub async fn receive_batch(
         record.message_id = m.message_id().map(str::to_owned);
         record.receipt_handle = m.receipt_handle().map(str::to_owned);
         record.body = m.body().map(str::to_owned);
+        // As the event source mapping passes them: the system attributes by name.
+        record.attributes = m
+            .attributes()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+            .collect();
         event.records.push(record);
     }
     Ok(Some(event))

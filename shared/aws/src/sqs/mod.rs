@@ -23,7 +23,8 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
@@ -201,6 +202,7 @@ impl WorkQueue for SqsQueue {
             .queue_url(&self.url)
             .max_number_of_messages(max.clamp(1, BATCH as u32) as i32)
             .wait_time_seconds((wait_ms / 1000).min(20) as i32)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await
             .map_err(|e| map_err("ReceiveMessage", e))?;
@@ -209,10 +211,17 @@ impl WorkQueue for SqsQueue {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|m| {
+                let receives = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
                 Some(Received {
                     message_id: m.message_id?,
                     receipt: m.receipt_handle?,
                     body: m.body.unwrap_or_default(),
+                    receives,
                 })
             })
             .collect())

@@ -23,7 +23,9 @@ use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{MalformedMessage, Received, WorkMessage, send_patiently};
+use crate::queue::{
+    MalformedMessage, Received, WorkMessage, WorkQueue, resends_hand_back, send_patiently,
+};
 use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskRecords,
@@ -347,9 +349,15 @@ impl<P: Ports> Crawler<P> {
                     crawl = %message.crawl_id,
                     host = %message.host
                 );
-                self.process_turn(&message, deadline, outbox)
+                let (disposition, outcomes) = self
+                    .process_turn(&message, deadline, outbox)
                     .instrument(span)
-                    .await
+                    .await;
+                (
+                    self.resend_if_worn(&message, received.receives, disposition)
+                        .await,
+                    outcomes,
+                )
             }
         };
         MessageResult {
@@ -357,6 +365,34 @@ impl<P: Ports> Crawler<P> {
             receipt: received.receipt,
             disposition,
             outcomes,
+        }
+    }
+
+    /// A turn handed back by a message the queue has delivered often already is sent anew
+    /// (and the received one deleted: `Done`), so that a host busy or early for many receives
+    /// never takes its turn to the dead-letter queue; if the send fails, it is handed back.
+    async fn resend_if_worn(
+        &self,
+        message: &WorkMessage,
+        receives: u32,
+        disposition: Disposition,
+    ) -> Disposition {
+        let Disposition::RetryAfter(delay_ms) = disposition else {
+            return disposition;
+        };
+        if !self.queue.counts_hand_backs() || !resends_hand_back(receives) {
+            return disposition;
+        }
+        let fresh = WorkMessage {
+            delay_ms,
+            ..message.clone()
+        };
+        match self.queue.send(std::slice::from_ref(&fresh)).await {
+            Ok(report) if report.sent == 1 => {
+                tracing::debug!(receives, delay_ms, "turn handed back as a new message");
+                Disposition::Done
+            }
+            Ok(_) | Err(_) => disposition,
         }
     }
 
@@ -1187,6 +1223,7 @@ mod tests {
             message_id: format!("m{epoch}"),
             receipt: format!("r{epoch}"),
             body,
+            receives: 1,
         }
     }
 
