@@ -289,7 +289,7 @@ where
 /// read then).
 pub enum HostRef {
     Name(String),
-    Listed(Host),
+    Listed(Box<Host>),
 }
 
 impl From<String> for HostRef {
@@ -300,7 +300,7 @@ impl From<String> for HostRef {
 
 impl From<Host> for HostRef {
     fn from(host: Host) -> Self {
-        HostRef::Listed(host)
+        HostRef::Listed(Box::new(host))
     }
 }
 
@@ -347,7 +347,7 @@ where
         .map(|host| async move {
             let (name, known) = match host.into() {
                 HostRef::Name(name) => (name, None),
-                HostRef::Listed(host) => (host.name.clone(), Some(host)),
+                HostRef::Listed(host) => (host.name.clone(), Some(*host)),
             };
             update_host_from(store, crawl, &name, known, now, decide).await
         })
