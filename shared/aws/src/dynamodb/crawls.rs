@@ -6,9 +6,10 @@
 use super::errors::{conditional_item, map_err};
 use super::expression::Expression;
 use super::items::{self, CrawlItem, crawl_pk};
-use super::{DynamoStore, s};
+use super::{DynamoStore, s, task_counts};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use std::collections::BTreeMap;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, CrawlRecords, StoreResult};
 use trawl_domain::calls::Call;
@@ -18,7 +19,8 @@ use trawl_domain::crawl::{Crawl, CrawlState};
 
 impl CrawlRecords for DynamoStore {
     async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        let item = CrawlItem::from_crawl(crawl).to_item()?;
+        let mut item = CrawlItem::from_crawl(crawl).to_item()?;
+        item.insert(task_counts::COUNTED.to_owned(), AttributeValue::Bool(true));
         self.calls.record(Call::DynamoPutItem);
         let result = self
             .client
@@ -88,21 +90,40 @@ impl CrawlRecords for DynamoStore {
     async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
         let mut expression = Expression::default();
         let condition = expression.crawl_condition(&update.requires);
-        let changes = expression.crawl_update(&update.changes)?;
-        // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`).
+        // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`), and
+        // the task writes this process noted for the crawl (`task_counts`).
         let reported = !update.changes.calls.is_empty();
+        let noted = match reported {
+            true => self.noted.take(id),
+            false => BTreeMap::new(),
+        };
+        let changes = match expression.crawl_update(&update.changes, &noted) {
+            Ok(changes) => changes,
+            Err(e) => {
+                self.noted.restore(id, noted);
+                return Err(e);
+            }
+        };
         let request = self.update_crawl(id);
-        self.apply_update(
-            request,
-            expression,
-            (condition, changes),
-            reported,
-            |item| Ok(CrawlItem::from_item(item)?.into_crawl()),
-        )
-        .await
+        let applied = self
+            .apply_update(
+                request,
+                expression,
+                (condition, changes),
+                reported,
+                |item| Ok(CrawlItem::from_item(item)?.into_crawl()),
+            )
+            .await;
+        // Refused, the crawl is gone (`add_calls` requires it): its notes go with it.
+        if applied.is_err() {
+            self.noted.restore(id, noted);
+        }
+        applied
     }
 
     async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        // Notes of a crawl removed go with it.
+        self.noted.take(id);
         self.calls.record(Call::DynamoDeleteItem);
         self.client
             .delete_item()

@@ -47,6 +47,7 @@ mod expression;
 mod hosts;
 mod items;
 pub mod schema;
+mod task_counts;
 mod tasks;
 
 use self::errors::{conditional_item, is_conditional_failure, map_err};
@@ -82,6 +83,8 @@ pub struct DynamoStore {
     calls: Arc<CallCounts>,
     /// This worker's page-budget slots (`max_pages` without a write per page).
     budget: Arc<PageBudget>,
+    /// Task writes not yet added to their crawl's counts (`task_counts`).
+    noted: Arc<task_counts::Deltas>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -117,6 +120,7 @@ impl DynamoStore {
             shards: shards.max(1),
             calls,
             budget: Arc::default(),
+            noted: Arc::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
-use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s};
+use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
 use std::collections::{HashMap, HashSet};
@@ -15,10 +15,44 @@ use trawl_core::store::{
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Status, Task};
-use trawl_domain::transition::{Insert, Update};
+use trawl_domain::transition::{Change, Insert, Update};
 
 /// Keys in one BatchGetItem call, at most (DynamoDB's limit).
 const BATCH_GET_KEYS: usize = 100;
+
+impl DynamoStore {
+    /// The task counts kept on the crawl item (`task_counts`), with this process's notes not yet
+    /// reported; None for a crawl created before them (or gone). A count below zero (a drift, healed at the next delivery) reads as 0.
+    async fn kept_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<StatusCounts>> {
+        self.calls.record(Call::DynamoGetItem);
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(items::crawl_pk(crawl_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?
+            .item;
+        let Some(item) = item.filter(|i| i.contains_key(task_counts::COUNTED)) else {
+            return Ok(None);
+        };
+        let noted = self.noted.peek(crawl_id);
+        let count = |status: Status| {
+            let kept = item
+                .get(&task_counts::attribute(status))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0);
+            let n = kept + noted.get(&status).copied().unwrap_or(0);
+            n.max(0) as u64
+        };
+        Ok(Some(
+            Status::ALL.into_iter().map(|st| (st, count(st))).collect(),
+        ))
+    }
+}
 
 impl TaskRecords for DynamoStore {
     /// A turn's claim is one consistent read: the lease is the token as read, and the finish,
@@ -40,7 +74,12 @@ impl TaskRecords for DynamoStore {
         for chunk in unique.chunks(SEED_PARALLELISM) {
             let puts = chunk.iter().map(|insert| self.insert_one(insert));
             for (insert, outcome) in chunk.iter().zip(join_all(puts).await) {
-                created.insert(&insert.task.task_id, outcome?);
+                let outcome = outcome?;
+                if outcome == Seeded::Created {
+                    let task = &insert.task;
+                    self.noted.created(&task.crawl_id, task.status, 1);
+                }
+                created.insert(&insert.task.task_id, outcome);
             }
         }
         Ok(tasks
@@ -148,14 +187,20 @@ impl TaskRecords for DynamoStore {
         };
         let changes = expression.update(&update.changes, crawl_id, task_id, self.shards)?;
         let request = self.update_task(crawl_id, task_id);
-        self.apply_update(
-            request,
-            expression,
-            (condition, Some(changes)),
-            false,
-            |item| TaskItem::from_item(item)?.into_task(),
-        )
-        .await
+        let applied = self
+            .apply_update(
+                request,
+                expression,
+                (condition, Some(changes)),
+                false,
+                |item| TaskItem::from_item(item)?.into_task(),
+            )
+            .await?;
+        if let (Applied::Done { before }, Change::Set(status)) = (&applied, &update.changes.status)
+        {
+            self.noted.moved(crawl_id, before.status, *status);
+        }
+        Ok(applied)
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
@@ -266,7 +311,13 @@ impl TaskRecords for DynamoStore {
         Ok(tasks)
     }
 
+    /// The crawl item's counts (`task_counts`: one read) for a crawl created with them, else
+    /// a count of each status: a small query per status shard, and for the statuses the status
+    /// index does not list a walk of the hosts' due lists.
     async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        if let Some(counts) = self.kept_counts(crawl_id).await? {
+            return Ok(counts);
+        }
         let mut counts = StatusCounts::new();
         for status in Status::ALL {
             if !items::listed(status) {

@@ -46,7 +46,7 @@ pub use summary::{
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
+use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
 use futures_util::future::try_join_all;
@@ -60,7 +60,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlState, transition};
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 use warc::Exchange;
 
@@ -716,6 +716,9 @@ impl<P: Ports> Deliverer<P> {
             });
         }
         let written = self.write_delivery(crawl, generation, now, deadline).await;
+        if let Ok(Delivery::Done(report)) = &written {
+            self.set_task_counts(&holder, report).await;
+        }
         // Tried again for a few seconds: a lease left behind holds every later call (a retry
         // of this one included) off the delivery until it expires, minutes later.
         let retries = AtomicU64::new(0);
@@ -728,6 +731,26 @@ impl<P: Ports> Deliverer<P> {
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
         written
+    }
+
+    /// Sets the crawl's task counts to those the delivery read, task by task: counts a store
+    /// keeps apart from the tasks (the DynamoDB adapter's) heal from any drift. Only while the
+    /// crawl is still completed at the delivered generation and the lease held; a failure is
+    /// logged (the next delivery sets them).
+    async fn set_task_counts(&self, holder: &str, report: &DeliveryReport) {
+        if report.already_delivered {
+            return;
+        }
+        let counts: BTreeMap<Status, u64> = report
+            .summary
+            .statuses
+            .iter()
+            .filter_map(|(name, &n)| Some((Status::from_name(name)?, n)))
+            .collect();
+        let update = transition::set_task_counts(holder, report.generation, counts);
+        if let Err(e) = self.store.apply_crawl(&report.crawl_id, &update).await {
+            tracing::warn!(crawl = %report.crawl_id, error = %e, "task counts not set");
+        }
     }
 
     /// The delivery's writing, by the one holder of its lease.
