@@ -21,9 +21,11 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## The CLI tests run the `trawl` binary itself, which `cargo test` does not build.
+## The CLI tests run the `trawl` binary itself, which `cargo test` does not build. Built with the
+## test build's selection (the workspace, all targets), so that both resolve the same features:
+## `cargo build -p trawl` alone would build the AWS SDK, hyper, reqwest and serde a second time.
 cargo-test:
-	cargo build -p trawl
+	cargo build --workspace --all-targets
 	cargo test --workspace --all-targets
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
@@ -31,16 +33,21 @@ delivery-2m:
 	cargo test --release -p trawl-tests -- --ignored --nocapture delivering::two_million_pages
 
 ## Benchmarks (bench/README.md): BENCH_ARGS=--quick (under 3 min) or --json.
+## Built with the functions' profile (`lambda-release`, Cargo.toml), so that figures compare with
+## earlier runs; each function on its own, as `sam build` builds it (with its own features).
+BENCH_PROFILE := lambda-release
+FUNCTIONS := seeder crawler sweeper deliverer
 bench: deps
-	cargo build --release -p seeder -p crawler -p sweeper -p deliverer -p trawl -p trawl-bench
-	target/release/trawl-bench $(BENCH_ARGS)
+	for f in $(FUNCTIONS); do cargo build --profile $(BENCH_PROFILE) -p $$f || exit 1; done
+	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench
+	target/$(BENCH_PROFILE)/trawl-bench $(BENCH_ARGS)
 
 ## The chaos runs (bench/README.md, section 12): the embedded backend through port faults and
 ## crashes; `trawl --backend aws crawl` of 1,000 pages through the fault proxy (10% retryable
 ## errors, 5% lost responses) with 3 SIGKILLs; the same through the four Lambda handlers with
 ## duplicate deliveries. BENCH_ARGS=--quick for smaller crawls.
 chaos: deps
-	cargo build --release -p trawl -p trawl-bench
-	target/release/trawl-bench --only chaos $(BENCH_ARGS)
+	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench
+	target/$(BENCH_PROFILE)/trawl-bench --only chaos $(BENCH_ARGS)
 
 include infra/Makefile.inc

@@ -232,6 +232,72 @@ async fn a_300_page_site_is_fetched_once_per_page_and_delivered() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[tokio::test]
+async fn hosts_counts_the_pending_work_of_its_tasks_after_a_retry() {
+    // GIVEN a crawled site whose robots.txt refused 3 of its 4 pages (ignored)
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nDisallow: /private/\n"),
+    );
+    let links: String = ["a", "b", "c"]
+        .iter()
+        .map(|p| format!(r#"<a href="/private/{p}.html">{p}</a> "#))
+        .collect();
+    site.route("/", Route::html(format!("<h1>home</h1>{links}")));
+    let dir = temp_dir("hosts-retry");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let crawled = trawl(
+        &[
+            "crawl",
+            &site.url("/"),
+            "--allow-private-networks",
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(json_of(&crawled)["counts"]["ignored"], 3);
+    let name = site.addr().to_string();
+
+    // WHEN the ignored pages of the host are retried
+    let retried = trawl(
+        &[
+            "retry",
+            "--status",
+            "ignored",
+            "--host",
+            &name,
+            "--json",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(json_of(&retried)["rescheduled"], 3);
+
+    // THEN `trawl hosts` and `hosts show` count them pending, as `trawl status` does
+    let status = json_of(&trawl(&["status", "--json", "--data-dir", data], &dir).await);
+    assert_eq!(status["crawls"][0]["counts"]["pending"], 3);
+    let hosts = json_of(&trawl(&["hosts", "--json", "--data-dir", data], &dir).await);
+    assert_eq!(hosts["shown"][0]["host"], name.as_str());
+    assert_eq!(hosts["shown"][0]["pending"], 3, "{hosts}");
+    assert_eq!(hosts["shown"][0]["done"], 1, "{hosts}");
+    let shown = json_of(
+        &trawl(
+            &["hosts", "show", &name, "--json", "--data-dir", data],
+            &dir,
+        )
+        .await,
+    );
+    assert_eq!(shown["pending"], 3, "{shown}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Starts a crawl in the background and waits until the site has served `hits` pages.
 async fn crawl_until(site: &Site, data: &str, cwd: &Path, hits: u64) -> tokio::process::Child {
     let child = Command::new(trawl_bin())

@@ -329,9 +329,19 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     calls.reset();
     seed(&crawler, &crawl, &urls).await;
     assert_eq!(
-        calls.get(Call::DynamoPutItem),
-        3,
-        "one write per seeded URL, and one waking their host"
+        (
+            calls.get(Call::DynamoPutItem),
+            calls.get(Call::DynamoUpdateItem),
+            calls.get(Call::DynamoTransactWriteItems)
+        ),
+        (2, 1, 1),
+        "one write per seeded URL; for their host an offer (refused: no record yet) and the \
+         write creating it, woken, with the host counts (it is created and open)"
+    );
+    assert_eq!(
+        calls.get(Call::DynamoBatchGetItem),
+        1,
+        "which URLs are known, in one read"
     );
     assert_eq!(
         calls.get(Call::SqsSendMessageBatch),
@@ -346,10 +356,16 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
     // update) and one PUT; each batch one more update, adding its calls to the crawl; each batch
     // here is one turn of the host, which costs a read and a write of the host record to claim
-    // it and the same to hand it back, whatever its number of pages
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
+    // it and the same to hand it back, whatever its number of pages (a host record's write is
+    // an update: it leaves the offers beside it as they stand); the last hand-back, which
+    // leaves the host idle, is written with the host counts (a transaction)
+    assert_eq!(
+        calls.get(Call::DynamoUpdateItem),
+        2 + batches + 2 * batches - 1
+    );
     assert_eq!(calls.get(Call::S3PutObject), 2);
-    assert_eq!(calls.get(Call::DynamoPutItem), 2 * batches);
+    assert_eq!(calls.get(Call::DynamoTransactWriteItems), 1);
+    assert_eq!(calls.get(Call::DynamoPutItem), 0);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
         1 + 2 * batches + 2,
@@ -373,7 +389,10 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
 
     // THEN nothing is uploaded, and both are succeeded again
     assert_eq!(calls.get(Call::S3PutObject), 0);
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + batches);
+    assert_eq!(
+        calls.get(Call::DynamoUpdateItem) + calls.get(Call::DynamoTransactWriteItems),
+        2 + batches + 2 * batches
+    );
     for url in &urls {
         assert_eq!(task(&crawler, &crawl, url).await.status, Status::Succeeded);
     }
@@ -599,7 +618,8 @@ async fn the_hosts_view_reads_host_records_only() {
         .unwrap();
 
     // THEN the three host records come back, each with the ten URLs offered to it, read with one
-    // query of the index and one read per host record: no task is read
+    // query of the index per key of the host list (its shards, and the key of records older
+    // than them) and one read per host record: no task is read
     assert_eq!(page.hosts.len(), 3);
     assert!(
         page.hosts.iter().all(|h| h.seeded == 10),
@@ -608,7 +628,8 @@ async fn the_hosts_view_reads_host_records_only() {
     );
     let mut read = calls.snapshot();
     read.sort_by_key(|(call, _)| call.name());
-    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, 1)];
+    let keys = u64::from(trawl_domain::host::HOST_SHARDS) + 1;
+    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, keys)];
     expected.sort_by_key(|(call, _)| call.name());
     assert_eq!(read, expected);
 }
@@ -663,4 +684,35 @@ async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
     assert_eq!(twice, 0, "{twice} pages fetched more than once");
     assert!(fetched.iter().all(|&n| n == 1), "{fetched:?}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A turn handed back (`RetryAfter`) after its message was deleted or redelivered: the receipt
+/// the worker holds is stale. (Seen: a `trawl --backend aws crawl` exiting 1 on
+/// `ChangeMessageVisibility: ReceiptHandleIsInvalid`.)
+#[tokio::test]
+async fn a_stale_receipt_handed_back_is_the_redelivery_a_fenced_lease_covers_not_an_error() {
+    // GIVEN a turn received, then its message deleted (as by a worker whose copy it was)
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let message = trawl_core::queue::WorkMessage::new(
+        CrawlId::parse("stale-receipt").unwrap(),
+        "example.com".to_owned(),
+        1,
+        0,
+    );
+    stack.queue.send(&[message]).await.unwrap();
+    let received = stack.queue.receive(1, 1_000).await.unwrap();
+    let receipt = received[0].receipt.clone();
+    stack
+        .queue
+        .ack(std::slice::from_ref(&receipt))
+        .await
+        .unwrap();
+
+    // WHEN the turn is handed back on that receipt, and on a receipt SQS never issued
+    let stale = stack.queue.retry_later(&receipt, 5_000).await;
+    let forged = stack.queue.retry_later("not-a-receipt", 5_000).await;
+
+    // THEN neither ends the caller's run: the message's copy (if any) comes back on its own
+    assert!(stale.is_ok(), "{stale:?}");
+    assert!(forged.is_ok(), "{forged:?}");
 }

@@ -29,7 +29,7 @@ use trawl_core::store::{
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
-use trawl_domain::host::{Host, HostPolicy};
+use trawl_domain::host::{Host, HostCounts, HostPolicy};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, now_ms};
@@ -174,7 +174,8 @@ impl<P: Ports> Backend<P> {
         let hosts: BTreeSet<String> = tasks.iter().map(|t| t.url.host_key()).collect();
         for name in hosts {
             let host = Host::new(name, &HostPolicy::default(), now);
-            self.store.put_host(crawl, &host).await.unwrap();
+            let counted = HostCounts::change(None, &host);
+            self.store.put_host(crawl, &host, counted).await.unwrap();
         }
         self.store.seed(crawl, &tasks, now).await.unwrap();
     }
@@ -1014,7 +1015,7 @@ async fn deliver_in_calls<P: Ports>(
 ) -> (DeliveryReport, usize) {
     let deliverer = b.deliverer_with(limits);
     for calls in 1..10_000 {
-        let deadline = std::time::Instant::now() + per_call;
+        let deadline = b.app.clock.instant() + per_call;
         match deliverer
             .deliver_until(crawl, None, now, Some(deadline))
             .await
@@ -1143,8 +1144,7 @@ async fn racing_deliverers_take_turns_and_deliver_every_page_once() {
     let mut refused = 0;
     let mut report = None;
     for _ in 0..1_000 {
-        let call =
-            || deliverer.deliver_until(&crawl, None, T0 + 10, Some(std::time::Instant::now()));
+        let call = || deliverer.deliver_until(&crawl, None, T0 + 10, Some(b.app.clock.instant()));
         let (a, b) = tokio::join!(call(), call());
         for result in [a, b] {
             match result {
@@ -1697,13 +1697,13 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     assert_eq!(totals, every);
     assert!(every[&Call::DynamoUpdateItem] > 0 && every[&Call::S3PutObject] >= 4);
     // AND summary.json's calls are that sum but for the delivery's last writes, which come
-    // after it: summary.json and _SUCCESS, the checkpoint's removal, the delivery lease's
-    // release, and the report that adds them
+    // after it: summary.json and _SUCCESS, the checkpoint's removal, the task counts set to
+    // what it read, the delivery lease's release, and the report that adds them
     let key = format!("{}{}", report.prefix, deliver::SUMMARY_FILE);
     let written: deliver::Summary =
         serde_json::from_slice(&harness.blobs.get(&key).await.unwrap().unwrap()).unwrap();
     let tail = CallTally::from([
-        (Call::DynamoUpdateItem, 2),
+        (Call::DynamoUpdateItem, 3),
         (Call::S3PutObject, 2),
         (Call::S3DeleteObject, 1),
     ]);

@@ -1,5 +1,5 @@
 //! The whole workflow, end to end, on DynamoDB + S3 + a FIFO crawl queue + a delivery queue
-//! (moto) and a loopback site of 200 pages: seeded through the seeder from a URL list, a sitemap
+//! (moto) and a loopback site of 105 pages: seeded through the seeder from a URL list, a sitemap
 //! and a pagination template, with links leading to pages no seed names; crawled by three
 //! workers that poll the queue as the Lambda runtime would, one of which dies holding a task;
 //! swept until the crawl completes (exactly once); delivered from the completion notice; then,
@@ -46,20 +46,20 @@ type AwsCrawler = Crawler<AwsPorts>;
 type AwsSweeper = Sweeper<AwsPorts>;
 
 /// `/p/{i}`, seeded by a URL list; each links to `/p/{i+1}` and to `/deep/{i}`.
-const LISTED: usize = 50;
+const LISTED: usize = 25;
 /// `/s/{i}`, seeded by the sitemap; each links to `/p/{i}`.
-const MAPPED: usize = 50;
+const MAPPED: usize = 25;
 /// `/list?page={n}` (n from 1), seeded by a pagination template; each links to the next one and
 /// to `ITEMS` item pages.
 const LIST_PAGES: usize = 5;
 /// `/item/{k}`, linked from one list page only.
-const ITEMS: usize = 9;
+const ITEMS: usize = 5;
 /// Every task the crawl must end with: the seeds plus `/deep/{i}` and `/item/{k}`, which only
 /// links lead to.
 const TOTAL: usize = LISTED + MAPPED + LIST_PAGES + LIST_PAGES * ITEMS + LISTED;
 /// Pages changed and pages removed (404) before the recrawl round.
-const CHANGED: [&str; 5] = ["/p/10", "/deep/20", "/s/30", "/item/40", "/list?page=3"];
-const REMOVED: [&str; 3] = ["/p/11", "/s/31", "/item/41"];
+const CHANGED: [&str; 5] = ["/p/10", "/deep/20", "/s/15", "/item/20", "/list?page=3"];
+const REMOVED: [&str; 3] = ["/p/11", "/s/16", "/item/21"];
 
 const WORKERS: usize = 3;
 /// Short, so the crashed worker's lease expires within the test.

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use trawl_aws::stack::MAX_RECEIVE_COUNT;
-use trawl_core::store::{CrawlStore, TaskRecords};
+use trawl_core::store::{CrawlStore, HostCounts, HostStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::task::{Status, now_ms};
@@ -438,6 +438,80 @@ async fn a_malformed_turn_among_good_ones_fails_alone_and_ends_in_the_dead_lette
     // queue, as sent
     assert_dead_lettered(&deployed, &stack.crawl_dead_letter_url, &poison).await;
     assert!(bodies_in(&deployed, &stack.queue_url).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_turn_handed_back_on_every_receive_is_sent_anew_and_never_dead_lettered() {
+    // GIVEN the seeded host's turn message, its host held by another worker's turn that is
+    // renewed before each receive is handled (so the crawler hands the message back each time,
+    // about a second later)
+    let (site, deployed, functions, crawl) = seeded().await;
+    let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
+    let id = CrawlId::parse(&crawl).unwrap();
+    let host = CanonicalUrl::parse(&site.url("/")).unwrap().host_key();
+    let store = functions.crawler.crawler.store();
+    let hold = || async {
+        let stored = store.get_host(&id, &host).await.unwrap().unwrap();
+        let (held, _) = stored.claim_turn_by(7, now_ms(), 1_000).unwrap();
+        let change = HostCounts::change(Some(&stored), &held);
+        assert!(store.put_host(&id, &held, change).await.unwrap());
+    };
+
+    // WHEN the crawler is handed it twice as many times as the queue's maxReceiveCount
+    let mut handled = 0;
+    for _ in 0..20 * MAX_RECEIVE_COUNT {
+        if handled == 2 * MAX_RECEIVE_COUNT {
+            break;
+        }
+        let Some(event) = trawl_faults::lambda::receive_batch(sqs, &stack.queue_url)
+            .await
+            .unwrap()
+        else {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        };
+        hold().await;
+        let payload = serde_json::to_value(&event).unwrap();
+        let response = functions
+            .crawler
+            .handle_payload(LambdaEvent::new(payload, Context::default()))
+            .await
+            .unwrap();
+        acknowledge(
+            sqs,
+            &stack.queue_url,
+            &event,
+            &serde_json::to_value(response).unwrap(),
+        )
+        .await;
+        handled += 1;
+    }
+    assert_eq!(
+        handled,
+        2 * MAX_RECEIVE_COUNT,
+        "the turn stopped coming back"
+    );
+
+    // THEN the turn never went to the dead-letter queue: it is still in the crawl queue, once
+    assert!(
+        bodies_in(&deployed, &stack.crawl_dead_letter_url)
+            .await
+            .is_empty()
+    );
+    assert_eq!(site.hits("/"), 0);
+
+    // AND once the other turn ends, the crawler takes it and fetches the page, once
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    drain(&deployed, &functions, &stack.queue_url, Consumer::Crawler).await;
+    assert_eq!(site.hits("/"), 1);
+    let task_id = CanonicalUrl::parse(&site.url("/")).unwrap().task_id();
+    let task = store.get(&id, &task_id).await.unwrap().unwrap();
+    assert_eq!(task.status, Status::Succeeded);
+    assert!(
+        bodies_in(&deployed, &stack.crawl_dead_letter_url)
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]

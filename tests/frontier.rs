@@ -301,6 +301,7 @@ fn turn_received<P: Ports>(run: &Run<P>, host: &Host) -> trawl_core::queue::Rece
         message_id: "other-worker".into(),
         receipt: "other-worker".into(),
         body: serde_json::to_string(&message).unwrap(),
+        receives: 1,
     }
 }
 
@@ -389,6 +390,144 @@ async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_on_aw
 #[tokio::test]
 async fn a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes_embedded() {
     a_dead_host_is_given_up_within_its_budget_and_the_crawl_completes(on_embedded).await;
+}
+
+/// A host that serves its pages but answers two of them 429 (Retry-After: 1) forever: one asked
+/// for before any other page answered, one after all of them (the last of its host's work).
+async fn a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
+    // GIVEN the first throttled URL crawled alone: held back (nothing says it is the URL's)
+    let site = Site::start().await;
+    for path in ["/first", "/last"] {
+        site.route(path, Route::status(429).header("retry-after", "1"));
+    }
+    let good: Vec<String> = (0..5)
+        .map(|i| {
+            let path = format!("/g{i}");
+            site.route(&path, Route::html("<p>g</p>"));
+            site.url(&path)
+        })
+        .collect();
+    let mut config = config(&[&site]);
+    config.politeness.snooze_base_ms = 100;
+    config.politeness.per_host = 1;
+    config.retry.base_delay_ms = 100;
+    let max_retry = config.retry.max_retry;
+    let run = Run::start(start().await, config).await;
+    run.seed(&[site.url("/first")]).await;
+    assert_eq!(run.round(1_000).await, Some(vec![Outcome::Snoozed]));
+    let first = run.task(&site.url("/first")).await;
+    assert_eq!((first.status, first.retries), (Status::Pending, 0));
+    assert_eq!(first.errors.len(), 1, "the 429 recorded: {first:?}");
+
+    // WHEN the good pages are seeded and everything is crawled, then the last throttled URL
+    run.seed(&good).await;
+    run.drain().await;
+    run.seed(&[site.url("/last")]).await;
+    run.drain().await;
+
+    // THEN the good pages succeeded; each throttled URL was held back while its host had
+    // answered nobody (/first: alone, then first in line again), then, singled out by its
+    // host's answers, spent its retries and ended ignored, every 429 in its history
+    for url in &good {
+        assert_eq!(run.task(url).await.status, Status::Succeeded, "{url}");
+    }
+    for (path, held_back) in [("/first", 2), ("/last", 1)] {
+        let throttled = run.task(&site.url(path)).await;
+        assert_eq!(
+            (throttled.status, throttled.retries),
+            (Status::Ignored, max_retry),
+            "{throttled:?}"
+        );
+        assert!(
+            throttled
+                .errors
+                .iter()
+                .all(|e| e.kind == ErrorKind::Throttled),
+            "{:?}",
+            throttled.errors
+        );
+        assert_eq!(site.hits(path), held_back + u64::from(max_retry), "{path}");
+    }
+    // AND the host is not given up: its trouble was two URLs'
+    let host = run.host(&site).await;
+    assert!(host.given_up.is_none(), "{host:?}");
+}
+
+#[tokio::test]
+async fn a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries_on_aws() {
+    a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries_embedded() {
+    a_url_throttled_while_its_host_serves_others_is_ignored_within_its_retries(on_embedded).await;
+}
+
+/// A server that is not HTTP: it greets every connection with an SSH banner and hangs up.
+async fn a_host_that_never_answers_with_http_is_given_up_after_three_attempts<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
+    // GIVEN two URLs of that server, the default error budget and short snoozes
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = socket.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+        }
+    });
+    let urls: Vec<String> = (0..2).map(|i| format!("http://{addr}/p{i}")).collect();
+    let mut config = CrawlConfig::default();
+    config.fetch.guard_exempt = vec![addr.to_string()];
+    config.fetch.timeout_ms = 1_500;
+    config.fetch.connect_timeout_ms = 500;
+    config.politeness.respect_robots = false;
+    config.politeness.snooze_base_ms = 100;
+    let budget = config.politeness.error_budget;
+    let run = Run::start(start().await, config).await;
+    run.seed(&urls).await;
+
+    // WHEN everything is crawled
+    run.drain().await;
+    server.abort();
+
+    // THEN the host was tried three times, not its budget of errors, and given up with the
+    // reason; its URLs are ignored, each attempt's error in their history
+    let host = run
+        .crawler
+        .store()
+        .get_host(&run.crawl.id, &addr.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(budget > 3, "the default budget is longer: {budget}");
+    assert_eq!((host.fetches, host.signals), (3, 3), "{host:?}");
+    let why = host.given_up.as_deref().unwrap_or_default();
+    assert!(why.contains("never answered with HTTP"), "{why}");
+    let mut attempts = 0;
+    for url in &urls {
+        let t = run.task(url).await;
+        assert_eq!((t.status, t.retries), (Status::Ignored, 0), "{url}");
+        assert_eq!(t.errors.last().unwrap().kind, ErrorKind::HostGivenUp);
+        attempts += t
+            .errors
+            .iter()
+            .filter(|e| e.kind == ErrorKind::Connection)
+            .count();
+    }
+    assert_eq!(attempts, 3, "every attempt recorded on its URL");
+}
+
+#[tokio::test]
+async fn a_host_that_never_answers_with_http_is_given_up_after_three_attempts_on_aws() {
+    a_host_that_never_answers_with_http_is_given_up_after_three_attempts(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_host_that_never_answers_with_http_is_given_up_after_three_attempts_embedded() {
+    a_host_that_never_answers_with_http_is_given_up_after_three_attempts(on_embedded).await;
 }
 
 /// A redirect chain whose target is also linked directly.

@@ -12,6 +12,7 @@ mod fetching;
 mod frontier;
 mod generations;
 mod items;
+mod links;
 mod migration;
 mod operator;
 mod proxy;

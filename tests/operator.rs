@@ -8,7 +8,8 @@ use crate::delivering::{gz_lines, read_warc, warc_pages};
 use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
 use aws_lambda_events::event::sqs::SqsEvent;
-use std::collections::BTreeSet;
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +21,11 @@ use trawl_aws::stack::{Stack, create_stack};
 use trawl_core::blob::Layout;
 use trawl_core::deliver::{self, ManifestLine};
 use trawl_core::fetch::Fetcher;
-use trawl_core::store::CrawlStore;
-use trawl_domain::calls::CallCounts;
+use trawl_core::store::{CrawlStore, TaskRecords};
+use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
-use trawl_domain::task::now_ms;
+use trawl_domain::task::{Status, now_ms};
 
 const PAGES: usize = 12;
 pub(crate) const PREFIX: &str = "pages/";
@@ -224,6 +225,7 @@ pub(crate) fn functions_with(deployed: &Deployed, fetcher: Arc<Fetcher>) -> Func
         4,
         fetcher,
         Arc::new(CallCounts::default()),
+        Arc::new(trawl_core::clock::SystemClock),
     ))
 }
 
@@ -491,6 +493,64 @@ impl Functions {
         }
         panic!("generation {generation} not delivered in {ROUNDS} rounds");
     }
+}
+
+#[tokio::test]
+async fn status_reads_the_task_counts_in_one_request_and_a_delivery_sets_them_right() {
+    // GIVEN a crawl of 12 linked pages seeded through the seeder, whose kept counts then drift
+    // (as if a process that wrote 1,000 tasks had died before reporting them)
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("counts");
+    let request = serde_json::json!({
+        "crawl_id": crawl_id,
+        "config": {"politeness": {"delay_ms": 0}, "fetch": {"allow_private_networks": true}},
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    deployed
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(&deployed.stack.table)
+        .key("pk", AttributeValue::S(format!("{crawl_id}#crawl")))
+        .update_expression("ADD tasks_pending :n")
+        .expression_attribute_values(":n", AttributeValue::N("1000".into()))
+        .send()
+        .await
+        .unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(
+        deployed.clients.dynamodb.clone(),
+        &deployed.stack.table,
+        4,
+        calls.clone(),
+    );
+    let id = CrawlId::parse(&crawl_id).unwrap();
+    let drifted = store.counts(&id).await.unwrap();
+    assert!(drifted[&Status::Pending] >= 1_000, "{drifted:?}");
+
+    // WHEN the functions crawl it to its delivery
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN the counts, read in one request, are what the delivery read task by task
+    calls.reset();
+    let counts = store.counts(&id).await.unwrap();
+    assert_eq!(calls.get(Call::DynamoGetItem), 1);
+    assert_eq!(calls.snapshot().iter().map(|(_, n)| n).sum::<u64>(), 1);
+    let statuses: BTreeMap<String, u64> =
+        serde_json::from_value(summary["statuses"].clone()).unwrap();
+    for (status, n) in &counts {
+        let delivered = statuses.get(status.name()).copied().unwrap_or(0);
+        assert_eq!(*n, delivered, "{status:?}: {counts:?} against {statuses:?}");
+    }
+    assert_eq!(counts[&Status::Succeeded], PAGES as u64);
+    assert_eq!(counts[&Status::Pending], 0);
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Status};
 use trawl_embedded::sqlite::SqliteStore;
+use trawl_faults::ports::{CrashMode, FaultyStore, PortFaults, PortMix};
 
 const T0: Millis = 1_700_000_000_000;
 const HOUR: u64 = 3_600_000;
@@ -236,13 +237,19 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
     assert_eq!(report.hosts_read, 8, "{report:?}");
     assert!(!report.unfinished && !report.completed);
     assert_eq!(
-        calls.get(Call::DynamoPutItem),
-        3,
-        "one host write per re-issued turn"
+        calls.get(Call::DynamoUpdateItem) + calls.get(Call::DynamoTransactWriteItems),
+        3 + 1,
+        "one host write per re-issued turn (an update: offers stay as they stand), and the \
+         sweep's calls added to its crawl"
     );
-    // The 8 records listed, and the retrying task's host: a re-issued host is decided over as
-    // listed, without a read of its own.
-    assert_eq!(calls.get(Call::DynamoGetItem), 9, "{report:?}");
+    assert_eq!(
+        calls.get(Call::DynamoTransactWriteItems),
+        1,
+        "the idle recrawl-due host goes open: written with the host counts"
+    );
+    // The 8 records listed, the retrying task's host and the scan's stored position: a
+    // re-issued host is decided over as listed, without a read of its own.
+    assert_eq!(calls.get(Call::DynamoGetItem), 10, "{report:?}");
     let mut sent = Vec::new();
     for _ in 0..10 {
         let batch = queue.receive(10, 100).await.unwrap();
@@ -496,4 +503,114 @@ async fn a_turn_whose_message_never_went_out_is_reissued_within_a_minute_once_th
         .collect();
     assert_eq!(hosts, [host_url("cut").host_key()]);
     assert!(calls.get(Call::SqsGetQueueAttributes) >= 2);
+}
+
+/// A worker that died between its task's finish and its host's hand-back (the write that
+/// updates the host counts), on `store`: the counts stay right and heal with the host's next
+/// turn, and the crawl completes then, not before.
+async fn counts_heal_after_a_crash_between_a_finish_and_its_hand_back<S, Q>(store: S, queue: Q)
+where
+    S: Store + 'static,
+    Q: WorkQueue + 'static,
+{
+    // GIVEN a crawl of two hosts, one crawled, the other's worker crashing right after its
+    // finish (a targeted crash point of the fault layer), before its hand-back
+    let crawl = create(&store, config()).await;
+    for path in ["healthy", "crashing"] {
+        add(&store, &crawl, path, T0).await;
+    }
+    succeed_in_turn(&store, &crawl, "healthy", T0 + 10).await;
+    let none = PortMix {
+        errors: 0.0,
+        latency: 0.0,
+        crash: 0.0,
+    };
+    let faults = Arc::new(PortFaults::new(0, none, CrashMode::Halt));
+    let faulty = FaultyStore {
+        inner: store,
+        faults: faults.clone(),
+    };
+    faults.crash_after("finish", 1);
+    let (_turn, lease) = take_turn(&faulty, &crawl, "crashing", T0 + 20).await;
+    let worker = succeed_leased(&faulty, &crawl, &lease, T0 + 20);
+    tokio::select! {
+        () = worker => panic!("the worker did not crash"),
+        () = faults.crashed() => {}
+    }
+    let store = faulty.inner;
+    let counts = store.host_counts(&crawl.id).await.unwrap().unwrap();
+    assert_eq!(
+        (counts.hosts, counts.open),
+        (2, 1),
+        "the dead turn's host is open"
+    );
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(
+            store,
+            Unwired,
+            queue,
+            Arc::new(CallCounts::default()),
+        )),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
+
+    // WHEN the sweeper runs while the dead turn's lease runs, THEN it does not complete
+    let early = sweeper
+        .sweep_crawl(&crawl, T0 + 30, &mut budget())
+        .await
+        .unwrap();
+    assert!(!early.completed, "{early:?}");
+    assert_eq!(early.hosts_open, Some(1));
+
+    // WHEN it runs once the turn expired, THEN it re-issues the turn, and still does not complete
+    let expired = T0 + 20 + crawl.config.lease_ms as Millis + 1;
+    let reissued = sweeper
+        .sweep_crawl(&crawl, expired, &mut budget())
+        .await
+        .unwrap();
+    assert_eq!(reissued.lost_messages, 1, "{reissued:?}");
+    assert!(!reissued.completed);
+
+    // WHEN the host's next turn finds its page fetched and hands the host back
+    let store = &sweeper.store;
+    let name = host_url("crashing").host_key();
+    let at = expired + 1_000;
+    let (_, turn) = update_host(store, &crawl, &name, at, |h| {
+        match h.claim_turn(at, 60_000) {
+            Ok((next, turn)) => (Some(next), Some(turn)),
+            Err(_) => (None, None),
+        }
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    hand_back(store, &crawl, "crashing", turn.unwrap(), at).await;
+
+    // THEN the counts agree again and the next sweep completes the crawl
+    let counts = store.host_counts(&crawl.id).await.unwrap().unwrap();
+    assert_eq!((counts.hosts, counts.open), (2, 0));
+    let done = sweeper
+        .sweep_crawl(&crawl, at + 1, &mut budget())
+        .await
+        .unwrap();
+    assert!(done.completed, "{done:?}");
+}
+
+#[tokio::test]
+async fn counts_heal_after_a_crash_between_a_finish_and_its_hand_back_on_dynamodb() {
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls);
+    counts_heal_after_a_crash_between_a_finish_and_its_hand_back(store, queue).await;
+}
+
+#[tokio::test]
+async fn counts_heal_after_a_crash_between_a_finish_and_its_hand_back_on_sqlite() {
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let queue = LocalQueue::new(Duration::from_secs(60), calls);
+    counts_heal_after_a_crash_between_a_finish_and_its_hand_back(store, queue).await;
 }

@@ -1,7 +1,7 @@
 //! Section 2: AWS calls per URL through the real SDK against moto: a fresh crawl, an unchanged
 //! recrawl, a changed recrawl, a URL that fails until `ignored`, and contention between 16
 //! workers: for one host's turn, and for the tasks of one pool. The crawler's store is metered
-//! (`trawl_aws::dynamodb::capacity::Metered`): every write is priced in write units from the
+//! (`crate::meter::Metered`): every write is priced in write units from the
 //! items before and after it, table and each index apart.
 
 use crate::error::{BenchResult, Context, check};
@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use trawl_aws::dynamodb::DynamoStore;
-use trawl_aws::dynamodb::capacity::{Metered, WriteMeter, WriteTally};
 use trawl_aws::s3::S3BlobStore;
 use trawl_aws::sqs::SqsQueue;
 use trawl_core::app::App;
@@ -31,6 +30,7 @@ use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{NewTask, Status, now_ms};
+use trawl_faults::meter::{Metered, WriteMeter, WriteTally};
 
 const SECTION: &str = "AWS calls";
 /// Concurrent workers in the contention measurement.

@@ -6,7 +6,7 @@
 //!   the URLs are seeded through `frontier::seed_tasks` at 1,653 URLs/s, then every turn claims
 //!   its host (`frontier::update_host` with `Host::claim_turn`), every fetch claims and finishes
 //!   its task, every turn hands its host back — on the in-memory store metered as DynamoDB
-//!   (`trawl_aws::dynamodb::capacity::Metered`: write units from the items as the DynamoDB
+//!   (`crate::meter::Metered`: write units from the items as the DynamoDB
 //!   adapter lays them out, on the table and each index). Each virtual second, the units per
 //!   partition key (table key, and each index's hash key) are summed: the peak per key is
 //!   printed, and any key over 1,000 WCU/s (a partition's limit) is flagged;
@@ -24,7 +24,6 @@ use crate::frontier::{Event, Workload, host_turns_with};
 use crate::report::Figure;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::PoisonError;
-use trawl_aws::dynamodb::capacity::{KeyUnits, Metered, TABLE_KEYS};
 use trawl_core::frontier::{seed_tasks, update_host};
 use trawl_core::store::memory::MemoryStore;
 use trawl_core::store::{ClaimOutcome, TaskStore};
@@ -32,6 +31,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::Turn;
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
+use trawl_faults::meter::{KeyUnits, Metered, TABLE_KEYS};
 
 const SECTION: &str = "capacity";
 /// A billion URLs in 7 days.

@@ -301,6 +301,7 @@ impl WorkQueue for VirtualQueue {
                 message_id: receipt.clone(),
                 receipt,
                 body,
+                receives: 1,
             });
         }
         Ok(out)
@@ -312,6 +313,11 @@ impl WorkQueue for VirtualQueue {
             state.in_flight.remove(receipt);
         }
         Ok(())
+    }
+
+    /// Nothing is dead-lettered here.
+    fn counts_hand_backs(&self) -> bool {
+        false
     }
 
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {

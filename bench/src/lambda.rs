@@ -34,6 +34,19 @@ use trawl_domain::crawl::Crawl;
 use trawl_domain::task::{NewTask, Status, now_ms};
 
 const SECTION: &str = "Lambda worker";
+/// Each function's binary, as deployed: built on its own (its own features), started cold.
+const FUNCTIONS: &str = "Functions";
+/// Each binary's size before issue 27 (commit 98fcedb), in MB as recorded then: every function
+/// linked all of trawl-core (the HTML and XPath engines, the HTTP client), built in one
+/// workspace build with `release` = thin LTO, one codegen unit. Printed beside today's; an old
+/// commit is not rebuilt here. Start to ready was not measured then.
+const BEFORE_MB: [(&str, f64); 5] = [
+    ("seeder", 18.4),
+    ("crawler", 20.6),
+    ("sweeper", 16.5),
+    ("deliverer", 17.2),
+    ("trawl", 26.5),
+];
 const API: &str = "/2018-06-01/runtime";
 /// Pages per invocation: one turn of the host, `politeness.turn_pages`.
 const BATCH: usize = 10;
@@ -400,31 +413,49 @@ async fn wait_ready(
     }
 }
 
-/// Release binary size and start to ready of each function, `runs` cold starts each.
-pub async fn functions(binaries: &[(&str, PathBuf)], runs: usize) -> BenchResult<Vec<Figure>> {
+/// Binary size and start to ready of each function, `runs` cold starts each (section
+/// `functions`; `make bench` builds each function alone with the `lambda-release` profile, as
+/// it is deployed, so the size is that of what it links), each size beside its `BEFORE_MB`;
+/// `cli` (the trawl binary, when built) is sized too.
+pub async fn functions(
+    binaries: &[(&str, PathBuf)],
+    cli: Option<&Path>,
+    runs: usize,
+) -> BenchResult<Vec<Figure>> {
     let moto = Moto::start(true)?;
     let stack = stack(&moto.endpoint, "bench-functions").await?;
     let mut figures = Vec::new();
     for (name, binary) in binaries {
-        let size_mib = std::fs::metadata(binary)
-            .step(&format!("{name} binary"))?
-            .len() as f64
-            / (1024.0 * 1024.0);
+        figures.extend(sizes(name, binary)?);
         let mut ready = Vec::new();
         for _ in 0..runs {
             ready.push(ready_once(binary, name, &moto, &stack).await?);
         }
-        figures.push(Figure::single(
-            SECTION,
-            format!("{name}: release binary size (stripped)"),
-            "MiB",
-            size_mib,
-        ));
         figures.push(
-            Figure::of(SECTION, format!("{name}: start to ready"), "ms", &ready).at_most(50.0),
+            Figure::of(FUNCTIONS, format!("{name}: start to ready"), "ms", &ready).at_most(50.0),
         );
     }
+    if let Some(cli) = cli {
+        figures.extend(sizes("trawl", cli)?);
+    }
     Ok(figures)
+}
+
+/// The size of `binary` (stripped), after the one recorded before issue 27.
+fn sizes(name: &str, binary: &Path) -> BenchResult<Vec<Figure>> {
+    let bytes = std::fs::metadata(binary)
+        .step(&format!("{name} binary"))?
+        .len() as f64;
+    let before = BEFORE_MB.iter().find(|(n, _)| *n == name).map(|&(_, mb)| {
+        Figure::single(
+            FUNCTIONS,
+            format!("{name}: binary size before (98fcedb)"),
+            "MB",
+            mb,
+        )
+    });
+    let now = Figure::single(FUNCTIONS, format!("{name}: binary size"), "MB", bytes / 1e6);
+    Ok(before.into_iter().chain([now]).collect())
 }
 
 /// Where the invocations' turn messages come from: the first one, then the queue.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreResult,
-    TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -100,6 +100,11 @@ impl<S: TaskRecords> TaskRecords for Latent<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.wait(ids.len().div_ceil(100).max(1) as u64).await;
+        self.inner.known(crawl_id, ids).await
+    }
+
     async fn apply(
         &self,
         crawl_id: &CrawlId,
@@ -142,9 +147,29 @@ impl<S: HostStore> HostStore for Latent<S> {
         self.inner.get_host(crawl_id, name).await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         self.wait(1).await;
-        self.inner.put_host(crawl_id, host).await
+        self.inner.put_host(crawl_id, host, counted).await
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.wait(1).await;
+        self.inner.host_counts(crawl_id).await
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.wait(1).await;
+        self.inner.host_scan(crawl_id).await
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.wait(1).await;
+        self.inner.set_host_scan(crawl_id, at).await
     }
 
     async fn add_seeded(

@@ -1,13 +1,15 @@
-//! trawl's benchmark harness. `cargo run --release -p trawl-bench -- [--json] [--quick]`
-//! (or `make bench`) prints a table of: local crawl throughput against the raw serving limit,
-//! AWS calls per URL on moto, the crawler Lambda's start-up and footprint, the sweeper's cost
-//! curve, and cost per million pages. See bench/README.md.
+//! trawl's benchmark harness. `make bench` (or `cargo run --profile lambda-release -p
+//! trawl-bench -- [--json] [--quick]`) prints a table of: local crawl throughput against the raw
+//! serving limit, AWS calls per URL on moto, the crawler Lambda's start-up and footprint, each
+//! function's binary size and start to ready, the sweeper's cost curve, and cost per million
+//! pages. See bench/README.md.
 
 mod calls;
 mod capacity;
 mod chaos;
 mod chaos_lambda;
 mod chaos_local;
+mod completion;
 mod cost;
 mod error;
 mod extract;
@@ -16,9 +18,11 @@ mod frontier;
 mod hosts;
 mod lambda;
 mod latency;
+mod links;
 mod local;
 mod machine;
 mod moto;
+mod pace;
 mod report;
 mod scrapy;
 mod site;
@@ -61,9 +65,17 @@ enum Section {
     Local,
     Calls,
     Lambda,
+    /// Each function's binary size and start to ready.
+    Functions,
     Sweep,
+    /// Completion and status at 500 and 5,000 hosts (moto).
+    Completion,
     Frontier,
     Capacity,
+    /// Link discovery with many crawler containers (moto).
+    Links,
+    /// A fast host beside slow ones in one batch.
+    Pace,
     Freshness,
     Hosts,
     Storage,
@@ -192,7 +204,7 @@ async fn measure(args: &Args) -> Report {
     let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let runs = args.runs.unwrap_or(3).max(1);
     let pages = args.pages.unwrap_or(if args.quick { 500 } else { 5_000 });
-    let mut command = "cargo run --release -p trawl-bench --".to_owned();
+    let mut command = "cargo run --profile lambda-release -p trawl-bench --".to_owned();
     for a in std::env::args().skip(1) {
         command.push(' ');
         command.push_str(&a);
@@ -283,6 +295,9 @@ async fn measure(args: &Args) -> Report {
                 }
             }
         }
+    }
+    if wanted(Section::Functions) {
+        eprintln!("functions: sizes and start to ready …");
         let names = ["seeder", "crawler", "sweeper", "deliverer"];
         let binaries: Vec<(&str, PathBuf)> = names
             .iter()
@@ -290,11 +305,12 @@ async fn measure(args: &Args) -> Report {
             .collect();
         if binaries.len() < names.len() {
             report.skipped.push(
-                "function sizes and start times (build them first: cargo build --release -p seeder -p crawler -p sweeper -p deliverer)"
+                "function sizes and start times (build them first, each on its own as `make bench` does: cargo build --profile lambda-release -p seeder, then -p crawler, -p sweeper, -p deliverer)"
                     .to_owned(),
             );
         } else {
-            match lambda::functions(&binaries, runs).await {
+            let cli = sibling("trawl");
+            match lambda::functions(&binaries, cli.as_deref(), runs).await {
                 Ok(figures) => report.figures.extend(figures),
                 Err(e) => failed(&mut report, "function start times", e),
             }
@@ -305,6 +321,13 @@ async fn measure(args: &Args) -> Report {
         match sweep::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "sweeper", e),
+        }
+    }
+    if wanted(Section::Completion) {
+        eprintln!("completion at many hosts …");
+        match completion::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "completion at many hosts", e),
         }
     }
     if wanted(Section::Hosts) {
@@ -328,6 +351,23 @@ async fn measure(args: &Args) -> Report {
         match capacity::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "capacity simulation", e),
+        }
+    }
+    if wanted(Section::Links) {
+        eprintln!("link discovery, many containers (moto) …");
+        match links::run(args.quick).await {
+            Ok((figures, details)) => {
+                report.figures.extend(figures);
+                report.details.insert("links".to_owned(), details);
+            }
+            Err(e) => failed(&mut report, "links", e),
+        }
+    }
+    if wanted(Section::Pace) {
+        eprintln!("each host at its own pace …");
+        match pace::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "pace", e),
         }
     }
     if wanted(Section::Freshness) {

@@ -535,14 +535,53 @@ pub async fn migrate(
 struct HostView {
     host: Host,
     pending: u64,
+    /// Ended tasks: the record's count, at most what the pending ones leave of its seeds.
+    done: u64,
     /// Estimated time to drain the backlog at the host's pace (None: unpaced or nothing left).
     eta_ms: Option<u64>,
     state: String,
 }
 
+/// Tasks read per shown host to count its pending work exactly (`HostView::counted`).
+const PENDING_READ: u32 = 1_000;
+
 impl HostView {
+    /// From the host record alone: its counts as of its last turn's end (seeds found during a
+    /// turn, and tasks moved back by `retry`, are counted at the next hand-back).
     fn of(host: Host, crawl: &Crawl, now: i64) -> Self {
         let pending = host.backlog();
+        Self::with_pending(host, crawl, now, pending)
+    }
+
+    /// With its pending work counted from its tasks (its due list, up to [`PENDING_READ`]):
+    /// what `trawl status` counts, during a turn and after a retry too.
+    async fn counted<P: Ports>(
+        backend: &Backend<P>,
+        host: Host,
+        crawl: &Crawl,
+        now: i64,
+    ) -> Result<Self, CliError> {
+        let due = backend
+            .store
+            .due_tasks(&crawl.id, &host.name, PENDING_READ)
+            .await?;
+        let open = due
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.status,
+                    Status::Pending | Status::InProgress | Status::Failed
+                )
+            })
+            .count() as u64;
+        let pending = match due.len() < PENDING_READ as usize {
+            true => open,
+            false => open.max(host.backlog()),
+        };
+        Ok(Self::with_pending(host, crawl, now, pending))
+    }
+
+    fn with_pending(host: Host, crawl: &Crawl, now: i64, pending: u64) -> Self {
         let parallel = u64::from(crawl.config.politeness.host_policy(&host.name).parallel);
         let eta_ms = (pending > 0 && host.delay_ms > 0)
             .then(|| pending.saturating_mul(host.delay_ms) / parallel.max(1));
@@ -557,9 +596,11 @@ impl HostView {
         } else {
             "idle".to_owned()
         };
+        let done = host.done.min(host.seeded.saturating_sub(pending));
         Self {
             host,
             pending,
+            done,
             eta_ms,
             state,
         }
@@ -572,7 +613,7 @@ impl HostView {
             "state": self.state,
             "pending": self.pending,
             "seeded": h.seeded,
-            "done": h.done,
+            "done": self.done,
             "fetches": h.fetches,
             "host_errors": h.signals,
             "delay_ms": h.delay_ms,
@@ -611,6 +652,15 @@ async fn hosts<P: Ports>(
         HostSort::Eta => views.sort_by_key(|v| std::cmp::Reverse(v.eta_ms)),
     }
     views.truncate(args.limit);
+    // The shown hosts' pending work from their tasks: the records' counts lag a running turn.
+    let mut shown = Vec::with_capacity(views.len());
+    for view in views {
+        shown.push(HostView::counted(backend, view.host, &crawl, now).await?);
+    }
+    let mut views = shown;
+    if args.sort == HostSort::Pending {
+        views.sort_by_key(|v| std::cmp::Reverse(v.pending));
+    }
     if json {
         output::json(&json!({
             "crawl_id": crawl.id.as_str(),
@@ -629,7 +679,7 @@ async fn hosts<P: Ports>(
             vec![
                 v.host.name.clone(),
                 v.pending.to_string(),
-                v.host.done.to_string(),
+                v.done.to_string(),
                 v.host.signals.to_string(),
                 format!("{} ms", v.host.delay_ms),
                 v.eta_ms.map_or_else(
@@ -673,7 +723,7 @@ async fn host_show<P: Ports>(
             ))
         })?;
     let due = backend.store.due_tasks(&crawl.id, name, 10).await?;
-    let view = HostView::of(host, crawl, now_ms());
+    let view = HostView::counted(backend, host, crawl, now_ms()).await?;
     let next: Vec<serde_json::Value> = due
         .iter()
         .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time)}))

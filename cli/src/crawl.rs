@@ -486,7 +486,7 @@ pub async fn run<P: Ports>(
         Arc::new(NoManifests),
         SeedDefaults::default(),
     );
-    let accepted = seed(
+    let (accepted, readmitted) = seed(
         &seeder,
         &crawl_id,
         &config,
@@ -506,8 +506,12 @@ pub async fn run<P: Ports>(
         } else {
             "running"
         };
+        let readmitted = match readmitted {
+            0 => String::new(),
+            n => format!(", {n} refused task(s) re-admitted by the updated config"),
+        };
         output::note(format_args!(
-            "crawl {crawl_id} ({state}): {accepted} new seed(s); data in {}",
+            "crawl {crawl_id} ({state}): {accepted} new seed(s){readmitted}; data in {}",
             backend.uri_base
         ));
     }
@@ -547,7 +551,8 @@ pub async fn run<P: Ports>(
 }
 
 /// Seeds the crawl from `sources` (idempotent: a re-run adds nothing it already has), following
-/// each request's cursor; returns how many seeds were new. Rejected seeds are warned about.
+/// each request's cursor; returns how many seeds were new and how many refused tasks an updated
+/// config re-admitted. Rejected seeds are warned about.
 async fn seed<P: Ports>(
     seeder: &Seeder<P>,
     crawl_id: &CrawlId,
@@ -556,8 +561,8 @@ async fn seed<P: Ports>(
     sources: Vec<SeedSource>,
     json: bool,
     retries: &AtomicU64,
-) -> Result<u64, CliError> {
-    let mut accepted = 0;
+) -> Result<(u64, u64), CliError> {
+    let (mut accepted, mut readmitted) = (0, 0);
     for source in sources {
         let mut request = SeedRequest {
             crawl_id: crawl_id.clone(),
@@ -575,6 +580,7 @@ async fn seed<P: Ports>(
             })
             .await?;
             accepted += response.accepted;
+            readmitted += response.readmitted;
             if let Some(rejection) = response.rejections.first() {
                 tracing::warn!(rejected = response.rejected, first = ?rejection, "some seeds were rejected");
                 if !json {
@@ -590,7 +596,7 @@ async fn seed<P: Ports>(
             }
         }
     }
-    Ok(accepted)
+    Ok((accepted, readmitted))
 }
 
 /// The crawl as seeded; an in-process queue (lost with its last process) is rebuilt from the

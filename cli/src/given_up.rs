@@ -59,17 +59,18 @@ impl Reason {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
-                // The crawl keeps its settings: the update is asked for, and the refused tasks
-                // made pending again (an update does not re-admit them).
+                // The crawl keeps its settings: the update is asked for, and re-admits the
+                // tasks the guard refused.
                 format!(
-                    "the network guard refuses {classes} addresses: to crawl them, run `trawl \
-                     retry --status ignored --crawl-id {crawl_id}`, then the same crawl command \
-                     with --allow-private-networks --update-config"
+                    "the network guard refuses {classes} addresses: to crawl them, run the same \
+                     crawl command with --allow-private-networks --update-config (for --crawl-id \
+                     {crawl_id}; the update re-admits them)"
                 )
             }
             ErrorKind::RobotsDenied => "robots.txt disallows these URLs, and trawl obeys it".into(),
             ErrorKind::OutOfScope => "they lead off the crawl's domains (a redirect, most often): \
-                 a new crawl with --allow-domain DOMAIN follows them"
+                 the same crawl command with --allow-domain DOMAIN --update-config follows them \
+                 (the update re-admits them)"
                 .into(),
             ErrorKind::NotFound => "the server answered 404 or 410: check the URLs".into(),
             ErrorKind::ClientError => "the server refused the requests (4xx): check the URLs, \

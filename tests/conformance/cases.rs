@@ -15,7 +15,7 @@ use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::transition as crawl_rules;
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::host::{Host, HostPolicy, NextWork, Turn};
+use trawl_domain::host::{Host, HostCounts, HostPolicy, NextWork, Turn};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::Schedule;
@@ -305,7 +305,8 @@ impl<'a, S: TaskStore> Tracked<'a, S> {
 /// may find tasks that are not settled yet through their hosts.
 async fn record_host<S: HostStore>(store: &S, crawl: &CrawlId, name: &str) {
     let host = Host::new(name, &HostPolicy::default(), T0);
-    assert!(store.put_host(crawl, &host).await.unwrap());
+    let counted = HostCounts::change(None, &host);
+    assert!(store.put_host(crawl, &host, counted).await.unwrap());
 }
 
 async fn stored<S: TaskStore>(store: &S, task: &Task) -> Option<Task> {
@@ -1434,9 +1435,10 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
     assert_eq!(store.get_host(&crawl.id, "h.example").await.unwrap(), None);
 
     // WHEN it is created, THEN only once, at version 1, as written
-    assert!(store.put_host(&crawl.id, &new).await.unwrap());
+    let created = HostCounts::change(None, &new);
+    assert!(store.put_host(&crawl.id, &new, created).await.unwrap());
     assert!(
-        !store.put_host(&crawl.id, &new).await.unwrap(),
+        !store.put_host(&crawl.id, &new, created).await.unwrap(),
         "exists already"
     );
     let stored = store
@@ -1454,9 +1456,10 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
 
     // WHEN two writers read version 1 and both write, THEN only the first one lands
     let (seeded, _) = stored.note_seeded(3, T0 + 1);
-    assert!(store.put_host(&crawl.id, &seeded).await.unwrap());
+    let woken = HostCounts::change(Some(&stored), &seeded);
+    assert!(store.put_host(&crawl.id, &seeded, woken).await.unwrap());
     let (late, _) = stored.note_seeded(5, T0 + 2);
-    assert!(!store.put_host(&crawl.id, &late).await.unwrap());
+    assert!(!store.put_host(&crawl.id, &late, woken).await.unwrap());
     let stored = store
         .get_host(&crawl.id, "h.example")
         .await
@@ -1475,13 +1478,13 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
         let name = format!("h{i}.example");
         assert!(
             store
-                .put_host(&crawl.id, &Host::new(name, &policy, T0))
+                .put_host(&crawl.id, &Host::new(name, &policy, T0), created)
                 .await
                 .unwrap()
         );
     }
     let other = crawl_of(&crawl_id());
-    assert!(store.put_host(&other.id, &new).await.unwrap());
+    assert!(store.put_host(&other.id, &new, created).await.unwrap());
     let mut names = Vec::new();
     let mut cursor = None;
     for _ in 0..10 {
@@ -1567,4 +1570,215 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     // AND the holder of the newer turn hands it back, with its next turn queued
     let (back, sent) = hand_back(newer, T0 + 32_000).await.unwrap().unwrap();
     assert_eq!((back.turn_until, sent), (None, Some(T0 + 32_000)));
+}
+
+pub async fn known_tasks_are_told_apart_in_one_batched_read<S: TaskStore>(store: &S) {
+    // GIVEN two seeded tasks, and 150 links (more than one BatchGetItem holds), two of them
+    // those tasks, one repeated, and one task of another crawl
+    let crawl = crawl_id();
+    let other = crawl_id();
+    let (a, b) = ("http://k.example/a", "http://k.example/b");
+    store
+        .seed(&crawl, &[new_task(a), new_task(b)], T0)
+        .await
+        .unwrap();
+    store
+        .seed(&other, &[new_task("http://k.example/x")], T0)
+        .await
+        .unwrap();
+    let mut links: Vec<TaskId> = (0..146)
+        .map(|i| id(&format!("http://k.example/new/{i}")))
+        .collect();
+    links.insert(3, id(a));
+    links.insert(120, id(b));
+    links.push(id(a));
+    links.push(id("http://k.example/x"));
+
+    // WHEN the crawl asks which it knows
+    let known = store.known(&crawl, &links).await.unwrap();
+
+    // THEN exactly its own two tasks, wherever they stand in the list, every time
+    let positions: Vec<usize> = known
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| k.then_some(i))
+        .collect();
+    assert_eq!(known.len(), links.len());
+    assert_eq!(positions, [3, 120, 148]);
+    assert!(store.known(&crawl, &[]).await.unwrap().is_empty());
+}
+
+pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: HostStore>(store: &S) {
+    // GIVEN a host whose turn is running
+    let crawl = crawl_of(&crawl_id());
+    let policy = crawl.config.politeness.host_policy("o.example");
+    async fn read<S: HostStore>(store: &S, crawl: &CrawlId) -> Host {
+        store.get_host(crawl, "o.example").await.unwrap().unwrap()
+    }
+    let new = Host::new("o.example", &policy, T0);
+    assert!(
+        store
+            .put_host(&crawl.id, &new, HostCounts::change(None, &new))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .add_seeded(&crawl.id, "none.example", 1)
+            .await
+            .unwrap(),
+        None
+    );
+    let created = read(store, &crawl.id).await;
+    let (claimed, turn) = created.claim_turn(T0, 30_000).unwrap();
+    let change = HostCounts::change(Some(&created), &claimed);
+    assert!(store.put_host(&crawl.id, &claimed, change).await.unwrap());
+    let at_claim = read(store, &crawl.id).await;
+
+    // WHEN other workers offer it 3 URLs
+    let offered = store
+        .add_seeded(&crawl.id, "o.example", 3)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // THEN its version is the one the turn read, and the offers are counted
+    assert_eq!(offered.version, at_claim.version);
+    assert_eq!(
+        (offered.seeded, offered.offered),
+        (at_claim.seeded + 3, at_claim.offered + 3)
+    );
+
+    // WHEN the turn hands the host back, with work left, over the record it read before
+    let (back, _) = at_claim
+        .hand_back(
+            &turn,
+            Some(NextWork::Task(T0 + 10)),
+            Some(at_claim.seeded),
+            2,
+            T0 + 10,
+        )
+        .unwrap();
+    assert!(back.queued_for.is_some());
+    let change = HostCounts::change(Some(&at_claim), &back);
+    assert!(store.put_host(&crawl.id, &back, change).await.unwrap());
+
+    // THEN the write lands and keeps the offers made since the read
+    let stored = read(store, &crawl.id).await;
+    assert_eq!(stored.version, at_claim.version + 1);
+    assert_eq!((stored.seeded, stored.offered), (back.seeded + 3, 3));
+
+    // WHEN a later turn would leave the host idle over a record read before another offer
+    let (claimed, turn) = stored.claim_turn(T0 + 20, 30_000).unwrap();
+    let change = HostCounts::change(Some(&stored), &claimed);
+    assert!(store.put_host(&crawl.id, &claimed, change).await.unwrap());
+    let at_claim = read(store, &crawl.id).await;
+    store.add_seeded(&crawl.id, "o.example", 1).await.unwrap();
+    let (idle, _) = at_claim
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .unwrap();
+    assert!(idle.waits_for_offers());
+
+    // THEN that write is refused, and decided again over the offer it missed, the host gets
+    // another turn
+    let counts = store.host_counts(&crawl.id).await.unwrap();
+    let change = HostCounts::change(Some(&at_claim), &idle);
+    assert!(!store.put_host(&crawl.id, &idle, change).await.unwrap());
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), counts);
+    let now = read(store, &crawl.id).await;
+    let (again, visible_at) = now
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .unwrap();
+    assert_eq!(visible_at, Some(T0 + 30));
+    let change = HostCounts::change(Some(&now), &again);
+    assert!(store.put_host(&crawl.id, &again, change).await.unwrap());
+    let stored = read(store, &crawl.id).await;
+    assert_eq!((stored.seeded, stored.offered), (at_claim.seeded + 1, 4));
+    assert_eq!(stored.queued_for, Some(T0 + 30));
+}
+
+pub async fn host_counts_are_kept_by_the_host_writes_that_land<S: HostStore + CrawlStore>(
+    store: &S,
+) {
+    // GIVEN a crawl created with host counts, and one that never was
+    let crawl = crawl_of(&crawl_id());
+    store.create_crawl(&crawl).await.unwrap();
+    let zero = HostCounts::default();
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), Some(zero));
+    let unknown = crawl_id();
+    assert_eq!(
+        store.host_counts(&unknown).await.unwrap(),
+        None,
+        "not counted"
+    );
+    let counts = || async { store.host_counts(&crawl.id).await.unwrap().unwrap() };
+
+    // WHEN 20 hosts are woken by seeds (created open), across every shard
+    let names: Vec<String> = (0..20).map(|i| format!("h{i}.example")).collect();
+    for name in &names {
+        update_host(store, &crawl, name, T0, |h| {
+            (Some(h.note_seeded(1, T0).0), ())
+        })
+        .await
+        .unwrap();
+    }
+    // THEN they are counted, created and open
+    assert_eq!(
+        counts().await,
+        HostCounts {
+            hosts: 20,
+            open: 20
+        }
+    );
+
+    // WHEN two writers race over one version of a host going idle, THEN one write lands and
+    // is counted once
+    let first = &names[0];
+    let stored = store.get_host(&crawl.id, first).await.unwrap().unwrap();
+    let idle = Host {
+        queued_for: None,
+        done: stored.seeded,
+        ..stored.clone()
+    };
+    let change = HostCounts::change(Some(&stored), &idle);
+    assert_eq!(change, HostCounts { hosts: 0, open: -1 });
+    let writes = join_all((0..4).map(|_| store.put_host(&crawl.id, &idle, change))).await;
+    let landed = writes.into_iter().filter(|w| *w.as_ref().unwrap()).count();
+    assert_eq!(landed, 1, "one writer over version {}", stored.version);
+    assert_eq!(
+        counts().await,
+        HostCounts {
+            hosts: 20,
+            open: 19
+        }
+    );
+
+    // AND a host taking a turn stays open; handing it back with nothing left, it is idle
+    let mut open = 19;
+    for name in &names[1..] {
+        let claim = |h: &Host| match h.claim_turn(T0 + 1, 60_000) {
+            Ok((next, turn)) => (Some(next), Some(turn)),
+            Err(_) => (None, None),
+        };
+        let (_, turn) = update_host(store, &crawl, name, T0 + 1, claim)
+            .await
+            .unwrap()
+            .unwrap();
+        let turn = turn.unwrap();
+        assert_eq!(counts().await.open, open, "a turn running is open");
+        update_host(store, &crawl, name, T0 + 2, |h| {
+            let back = h.hand_back(&turn, None, Some(h.seeded), 0, T0 + 2);
+            (back.map(|(next, _)| next), ())
+        })
+        .await
+        .unwrap();
+        open -= 1;
+        assert_eq!(counts().await.open, open);
+    }
+    assert_eq!(counts().await, HostCounts { hosts: 20, open: 0 });
+    assert!(counts().await.all_idle());
+
+    // AND the counts go with the crawl's hosts
+    assert_eq!(store.delete_hosts(&crawl.id).await.unwrap(), 20);
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), None);
 }

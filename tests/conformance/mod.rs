@@ -48,6 +48,8 @@ macro_rules! suite {
             release_gives_the_task_back [],
             due_tasks_are_per_host_in_due_order [],
             host_records_are_written_only_over_the_version_read [],
+            known_tasks_are_told_apart_in_one_batched_read [],
+            offers_leave_the_version_alone_and_no_write_overwrites_them [],
             concurrent_claimers_exactly_one_wins [race],
             of_two_turns_holding_one_task_only_the_first_result_lands [race],
             page_budget_is_never_exceeded [race],
@@ -55,6 +57,7 @@ macro_rules! suite {
             a_delivery_is_written_by_one_holder_at_a_time [race],
             call_counts_add_up_atomically [race],
             a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn [race],
+            host_counts_are_kept_by_the_host_writes_that_land [race],
         }
     };
 }

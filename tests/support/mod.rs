@@ -21,7 +21,21 @@ pub fn unique(prefix: &str) -> String {
 
 /// AWS clients for a moto server, with test credentials (never the developer's).
 pub async fn clients(endpoint: &str) -> Clients {
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    Clients::new(&config(endpoint).load().await)
+}
+
+/// `clients`, whose retries of a failed request come at once: the SDK's standard retries (the
+/// same three attempts) without their pauses of up to seconds, for the runs through the fault
+/// proxy, whose faults are drawn per request, not in time.
+pub async fn clients_retrying_at_once(endpoint: &str) -> Clients {
+    let retries = aws_config::retry::RetryConfig::standard()
+        .with_initial_backoff(std::time::Duration::from_millis(1))
+        .with_max_backoff(std::time::Duration::from_millis(10));
+    Clients::new(&config(endpoint).retry_config(retries).load().await)
+}
+
+fn config(endpoint: &str) -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
@@ -31,9 +45,6 @@ pub async fn clients(endpoint: &str) -> Clients {
             None,
             "trawl-tests",
         ))
-        .load()
-        .await;
-    Clients::new(&config)
 }
 
 /// A fresh table on `endpoint` (only the table of `create_stack`), wrapped in the DynamoDB store.

@@ -73,10 +73,17 @@ impl<P: Ports> Handler<P> {
                     "record {i} has no messageId or receiptHandle: cannot report it individually"
                 )));
             };
+            // The event source mapping passes SQS's count in the record's attributes.
+            let receives = record
+                .attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1);
             batch.push(Received {
                 message_id,
                 receipt,
                 body: record.body.unwrap_or_default(),
+                receives,
             });
         }
         let crawls = crawls_of(&batch);

@@ -9,7 +9,8 @@
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 use trawl_core::app::Ports;
 use trawl_core::deliver::{
     DeliverError, Deliverer, Delivery, DeliveryProgress, DeliveryReport, DeliveryRequest,
@@ -68,13 +69,14 @@ pub enum DelivererResponse {
 /// the continuation written in it.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
 
-/// The instant `margin` before `deadline` (a wall-clock time), on the monotonic clock.
-pub fn stop_at(deadline: SystemTime, margin: Duration) -> Instant {
+/// The instant `margin` before `deadline` (a wall-clock time), on the monotonic clock whose
+/// time is `now` (the deliverer's `Clock::instant`).
+pub fn stop_at(deadline: SystemTime, margin: Duration, now: Instant) -> Instant {
     let left = deadline
         .duration_since(SystemTime::now())
         .unwrap_or_default()
         .saturating_sub(margin);
-    Instant::now() + left
+    now + left
 }
 
 /// What every invocation uses, built once per cold start: the deliverer, and the queue where a
@@ -89,7 +91,11 @@ impl<P: Ports, C: DeliveryTrigger> Handler<P, C> {
         &self,
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<DelivererResponse, HandlerError> {
-        let deadline = stop_at(event.context.deadline(), DEADLINE_MARGIN);
+        let deadline = stop_at(
+            event.context.deadline(),
+            DEADLINE_MARGIN,
+            self.deliverer.clock.instant(),
+        );
         // Boxed: the delivery's future is deep, and inside the runtime's it overflows rustc's
         // layout depth.
         Box::pin(self.deliver(event.payload, now_ms(), Some(deadline))).await

@@ -78,9 +78,7 @@ impl<P: Ports> Handler<P> {
         let mut budget =
             SweepBudget::new(event.max_pages, Duration::from_millis(event.time_budget_ms));
         budget.lost_after_ms = event.lost_after_ms;
-        if let Some(deadline) = deadline {
-            budget.deadline = Some(budget.deadline.map_or(deadline, |d| d.min(deadline)));
-        }
+        budget.deadline = deadline;
         let summary = match &event.crawl_id {
             Some(id) => {
                 let crawl = sweeper
@@ -123,7 +121,7 @@ mod tests {
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{ClaimOutcome, CrawlStore};
-    use trawl_core::store::{HostStore, TaskStore};
+    use trawl_core::store::{HostCounts, HostStore, TaskStore};
     use trawl_core::sweep::{LocalDeliveryTrigger, SweepOptions};
     use trawl_domain::calls::CallCounts;
     use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -168,7 +166,8 @@ mod tests {
             data: None,
         };
         let host = Host::new(url.host_key(), &HostPolicy::default(), 0);
-        assert!(store.put_host(&id, &host).await.unwrap());
+        let counted = HostCounts::change(None, &host);
+        assert!(store.put_host(&id, &host, counted).await.unwrap());
         store.seed(&id, &[task], 0).await.unwrap();
         let crawl = store.get_crawl(&id).await.unwrap().unwrap();
         update_host(store, &crawl, &url.host_key(), 10, |h| {

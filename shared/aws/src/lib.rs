@@ -5,6 +5,7 @@ pub mod app;
 pub mod clients;
 pub mod dynamodb;
 pub mod errors;
+#[cfg(feature = "seed")]
 pub mod manifest;
 pub mod s3;
 pub mod settings;

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use trawl_core::fetch::{EnvSecrets, Secret, SecretError, SecretSource};
+use trawl_core::secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 use trawl_domain::crawl::SecretRef;
 
 /// How long a parameter's value is reused before it is read again.

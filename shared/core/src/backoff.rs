@@ -4,14 +4,6 @@
 //! longer than [`Backoff::outage`] of continuous failure ends a run. Every step retried this way
 //! is safe to repeat: seed requests are idempotent, sweeps and deliveries resume where they were.
 
-use crate::blob::BlobError;
-use crate::deliver::DeliverError;
-use crate::frontier::FrontierError;
-use crate::queue::QueueError;
-use crate::runner::RunError;
-use crate::seed::SeedError;
-use crate::store::StoreError;
-use crate::sweep::SweepError;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -121,66 +113,10 @@ where
     }
 }
 
-impl Transient for StoreError {
-    fn is_transient(&self) -> bool {
-        self.is_retryable()
-    }
-}
-
-impl Transient for QueueError {
-    fn is_transient(&self) -> bool {
-        matches!(self, QueueError::Unavailable { .. })
-    }
-}
-
-impl Transient for BlobError {
-    fn is_transient(&self) -> bool {
-        self.is_retryable()
-    }
-}
-
-impl Transient for SweepError {
-    fn is_transient(&self) -> bool {
-        self.is_retryable()
-    }
-}
-
-impl Transient for SeedError {
-    fn is_transient(&self) -> bool {
-        self.is_retryable()
-    }
-}
-
-impl Transient for DeliverError {
-    fn is_transient(&self) -> bool {
-        // A delivery asked for before completion is not an outage to wait out here.
-        self.is_retryable() && !matches!(self, DeliverError::NotCompleted { .. })
-    }
-}
-
-impl Transient for FrontierError {
-    fn is_transient(&self) -> bool {
-        match self {
-            FrontierError::Store(e) => e.is_transient(),
-            FrontierError::Queue(e) => e.is_transient(),
-        }
-    }
-}
-
-impl Transient for RunError {
-    fn is_transient(&self) -> bool {
-        match self {
-            RunError::Store(e) => e.is_transient(),
-            RunError::Queue(e) => e.is_transient(),
-            RunError::Sweep(e) => e.is_transient(),
-            RunError::NoSuchCrawl(_) | RunError::Storage(_) => false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreError;
 
     fn unavailable() -> StoreError {
         StoreError::Unavailable {

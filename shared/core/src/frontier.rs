@@ -1,18 +1,21 @@
 //! The frontier: URLs wait in the task table, hosts are scheduled. Adding URLs to a crawl (the one
 //! path shared by the seeder and link discovery) and the host records' read-decide-write.
 //!
-//! Adding URLs is idempotent (a known URL is never reset), bounded by the crawl's page budget
+//! Adding URLs is idempotent (a known URL is never reset, and is found by a batched read before
+//! anything is written: no page slot, offer or refused put for it), bounded by the crawl's page budget
 //! (never exceeded, whatever the concurrency), and wakes only idle hosts: a host with a turn
 //! running or a message out finds its new work itself, so the queue holds one message per host
 //! with work, not one per URL. A message that cannot be sent is reported; its tasks stay
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
 use crate::app::Store;
+use crate::backoff::Transient;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
-use crate::store::{HostStore, Seeded, StoreError, StoreResult};
+use crate::store::{HostCounts, HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use thiserror::Error;
+use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
@@ -30,6 +33,15 @@ pub enum FrontierError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl Transient for FrontierError {
+    fn is_transient(&self) -> bool {
+        match self {
+            FrontierError::Store(e) => e.is_transient(),
+            FrontierError::Queue(e) => e.is_transient(),
+        }
+    }
 }
 
 /// What adding a set of URLs did.
@@ -109,11 +121,25 @@ where
     S: Store,
 {
     let mut seen = HashSet::new();
-    let mut tasks: Vec<NewTask> = tasks
+    let tasks: Vec<NewTask> = tasks
         .into_iter()
         .filter(|t| seen.insert(t.url.task_id()))
         .collect();
     let mut report = SeedReport::default();
+    // Known tasks are told apart by one batched read, not by refused puts (a refused write
+    // costs what one that lands costs): they take no page slot, no offer and no put.
+    let ids: Vec<TaskId> = tasks.iter().map(|t| t.url.task_id()).collect();
+    let known = if ids.is_empty() {
+        Vec::new()
+    } else {
+        store.known(&crawl.id, &ids).await?
+    };
+    let mut tasks: Vec<NewTask> = tasks
+        .into_iter()
+        .zip(known)
+        .filter_map(|(task, known)| (!known).then_some(task))
+        .collect();
+    report.already_known = seen.len() as u64 - tasks.len() as u64;
     let reserved = match crawl.config.scope.max_pages {
         Some(max) => {
             let granted = store
@@ -145,6 +171,7 @@ where
     for outcome in &seeded {
         match outcome {
             Seeded::Created => report.accepted += 1,
+            // Created since the read (another worker found it too).
             Seeded::AlreadyKnown => report.already_known += 1,
         }
     }
@@ -157,8 +184,9 @@ where
     Ok((report, messages, held_offered))
 }
 
-/// Tells `name` of `n` URLs: one atomic add to its count (seeders of a busy host never contend),
-/// and a wake-up when it was idle. Returns the message of its turn when it was woken.
+/// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither
+/// seeders of a busy host nor its own turn claims contend with it), and a wake-up when it was
+/// idle. Returns the message of its turn when it was woken.
 async fn offer<S: HostStore>(
     store: &S,
     crawl: &Crawl,
@@ -227,6 +255,7 @@ where
             Some(host) => Some(host),
             None => store.get_host(&crawl.id, name).await?,
         };
+        let existed = stored.is_some();
         let current = match stored {
             Some(host) => host,
             None => Host::new(name, &crawl.config.politeness.host_policy(name), now),
@@ -239,7 +268,9 @@ where
             version: current.version,
             ..next
         };
-        if store.put_host(&crawl.id, &next).await? {
+        // Exact: the write lands only over the version read.
+        let counted = HostCounts::change(existed.then_some(&current), &next);
+        if store.put_host(&crawl.id, &next, counted).await? {
             let written = Host {
                 version: current.version + 1,
                 ..next
@@ -258,7 +289,7 @@ where
 /// read then).
 pub enum HostRef {
     Name(String),
-    Listed(Host),
+    Listed(Box<Host>),
 }
 
 impl From<String> for HostRef {
@@ -269,7 +300,7 @@ impl From<String> for HostRef {
 
 impl From<Host> for HostRef {
     fn from(host: Host) -> Self {
-        HostRef::Listed(host)
+        HostRef::Listed(Box::new(host))
     }
 }
 
@@ -316,7 +347,7 @@ where
         .map(|host| async move {
             let (name, known) = match host.into() {
                 HostRef::Name(name) => (name, None),
-                HostRef::Listed(host) => (host.name.clone(), Some(host)),
+                HostRef::Listed(host) => (host.name.clone(), Some(*host)),
             };
             update_host_from(store, crawl, &name, known, now, decide).await
         })
@@ -389,7 +420,8 @@ mod tests {
             seeded: 1,
             ..Host::new("h.test", &policy, 0)
         };
-        assert!(store.put_host(&crawl.id, &idle).await.unwrap());
+        let counted = HostCounts::change(None, &idle);
+        assert!(store.put_host(&crawl.id, &idle, counted).await.unwrap());
         let listed = store.get_host(&crawl.id, "h.test").await.unwrap().unwrap();
         // …whose turn a worker has claimed since.
         update_host(&store, &crawl, "h.test", 10, |h| {

@@ -6,6 +6,7 @@
 //! identifiers (`EmptyPredicate`). Their messages are condensed here, for every place that
 //! checks a pattern, a selector or an XPath.
 
+#[cfg(feature = "extract")]
 use scraper::error::SelectorErrorKind;
 
 /// What is wrong with a regular expression, on one line (`unclosed group`).
@@ -21,6 +22,7 @@ pub fn regex(e: &regex::Error) -> String {
 }
 
 /// What is wrong with a CSS selector, on one line (`dangling combinator`).
+#[cfg(feature = "extract")]
 pub fn selector(e: &SelectorErrorKind) -> String {
     match e {
         // A `Debug` name such as `DanglingCombinator(…)`, in words.
@@ -70,7 +72,7 @@ mod tests {
     #[test]
     // The patterns are invalid on purpose: their errors are what is condensed.
     #[allow(clippy::invalid_regex)]
-    fn a_bad_pattern_or_selector_is_named_on_one_line() {
+    fn a_bad_pattern_or_xpath_is_named_on_one_line() {
         // (through a closure: clippy refuses invalid literal patterns)
         let invalid = |pattern: &str| regex::Regex::new(pattern).unwrap_err();
         let unclosed = invalid("(abc");
@@ -80,7 +82,13 @@ mod tests {
         );
         assert_eq!(regex(&unclosed), "unclosed group");
         assert_eq!(regex(&invalid("a\n(b")), "unclosed group");
+        assert_eq!(xpath(&"EmptyPredicate"), "empty predicate");
+        assert_eq!(xpath(&"a\n  b"), "a; b");
+    }
 
+    #[cfg(feature = "extract")]
+    #[test]
+    fn a_bad_selector_is_named_on_one_line() {
         let selector_of = |css| selector(&scraper::Selector::parse(css).unwrap_err());
         assert_eq!(selector_of("a >"), "dangling combinator");
         assert_eq!(selector_of(""), "empty selector");
@@ -89,8 +97,6 @@ mod tests {
             "no qualified name in attribute selector"
         );
         assert_eq!(selector_of(":nope"), "unsupported pseudo class or element");
-        assert_eq!(xpath(&"EmptyPredicate"), "empty predicate");
-        assert_eq!(xpath(&"a\n  b"), "a; b");
         for css in ["a[[", "", "a >", ":nope", "a,,b", "div::", "p:nth-child(x)"] {
             let problem = selector_of(css);
             assert!(

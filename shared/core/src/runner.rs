@@ -6,7 +6,7 @@
 //! while first.
 
 use crate::app::{Ports, Store};
-use crate::backoff::{Backoff, Outage};
+use crate::backoff::{Backoff, Outage, Transient};
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
@@ -51,6 +51,17 @@ pub enum RunError {
     /// failing with no task done for the outage bound.
     #[error("storage keeps failing: {0}")]
     Storage(String),
+}
+
+impl Transient for RunError {
+    fn is_transient(&self) -> bool {
+        match self {
+            RunError::Store(e) => e.is_transient(),
+            RunError::Queue(e) => e.is_transient(),
+            RunError::Sweep(e) => e.is_transient(),
+            RunError::NoSuchCrawl(_) | RunError::Storage(_) => false,
+        }
+    }
 }
 
 /// Live counters of a run, for progress displays.

@@ -2,7 +2,11 @@
 //! then a `request` and a `response` record per page, linked by `WARC-Concurrent-To`, with sha1
 //! base32 digests. The HTTP messages are rebuilt from the fetch record (trawl keeps the status,
 //! content type, validators and body, not the raw exchange).
+//!
+//! A segment (`crate::blob::segment`) keeps each page as a `response` record standing alone; the
+//! deliverer's files (feature `deliver`) add the `warcinfo` and `request` records.
 
+#[cfg(feature = "deliver")]
 use sha1::{Digest, Sha1};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
@@ -12,6 +16,7 @@ use trawl_domain::task::Millis;
 /// delivery's bytes, and at the default level (6) compressing them was most of the delivery's
 /// CPU; on the fixture pages level 1 makes files a little larger for a fraction of the time
 /// (bench/README.md, the profile of `trawl crawl`).
+#[cfg(feature = "deliver")]
 pub(crate) const LEVEL: flate2::Compression = flate2::Compression::fast();
 
 /// The end of every record: its block is followed by two CRLFs.
@@ -41,6 +46,7 @@ pub(crate) fn rfc3339(at: Millis) -> String {
 }
 
 /// `sha1:` and the RFC 4648 base32 of the sha1 (the WARC digest convention).
+#[cfg(feature = "deliver")]
 fn sha1_label(digest: &[u8]) -> String {
     base32_label("sha1", digest)
 }
@@ -101,6 +107,7 @@ fn header(fields: &[(&str, &str)], content_type: &str, length: usize) -> String 
 }
 
 /// The `warcinfo` record that opens the file (header, block and end).
+#[cfg(feature = "deliver")]
 pub(crate) fn warcinfo(id: &str, date: Millis, filename: &str, info: &[(&str, &str)]) -> Vec<u8> {
     let mut block = String::new();
     for (name, value) in info {
@@ -124,6 +131,7 @@ pub(crate) fn warcinfo(id: &str, date: Millis, filename: &str, info: &[(&str, &s
 }
 
 /// One fetched page, as the WARC records describe it.
+#[cfg(feature = "deliver")]
 pub(crate) struct Exchange<'a> {
     /// The URL that answered (after redirects).
     pub target_uri: &'a str,
@@ -138,6 +146,7 @@ pub(crate) struct Exchange<'a> {
     pub response_id: &'a str,
 }
 
+#[cfg(feature = "deliver")]
 impl Exchange<'_> {
     /// The whole `request` record: a GET as trawl sends it.
     pub(crate) fn request_record(&self) -> Vec<u8> {
@@ -355,6 +364,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "deliver")]
     fn digests_use_sha1_base32() {
         // The sha1 of "" in base32, as wget and warcio write it.
         assert_eq!(
@@ -373,6 +383,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "deliver")]
     fn a_response_record_declares_its_exact_length() {
         let exchange = Exchange {
             target_uri: "http://example.com:8080/a?b=c",

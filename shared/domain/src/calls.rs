@@ -39,6 +39,8 @@ calls! {
     DynamoQuery => "dynamodb", "Query";
     DynamoDeleteItem => "dynamodb", "DeleteItem";
     DynamoBatchWriteItem => "dynamodb", "BatchWriteItem";
+    DynamoBatchGetItem => "dynamodb", "BatchGetItem";
+    DynamoTransactWriteItems => "dynamodb", "TransactWriteItems";
     S3PutObject => "s3", "PutObject";
     S3GetObject => "s3", "GetObject";
     S3DeleteObject => "s3", "DeleteObject";

@@ -115,6 +115,11 @@ pub struct HostRule {
     pub delay_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_host: Option<u32>,
+    /// Most pages one turn of the domain's hosts fetches (`Politeness::turn_pages`): a host
+    /// paced fast is given longer turns, so that the hand-back between two is a small share of
+    /// its time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_pages: Option<u32>,
 }
 
 impl HostRule {
@@ -148,6 +153,10 @@ impl Politeness {
             parallel: rule
                 .and_then(|r| r.per_host)
                 .unwrap_or(self.per_host)
+                .max(1),
+            turn_pages: rule
+                .and_then(|r| r.turn_pages)
+                .unwrap_or(self.turn_pages)
                 .max(1),
         }
     }
@@ -735,9 +744,46 @@ impl DeliveryLease {
     }
 }
 
+/// Whether a crawl whose config went from `old` to `new` should look again at a task it
+/// ignored with `refused` (its last error): the setting that refused it was loosened. A
+/// network-guard refusal is re-admitted when the guard's settings changed, a robots.txt one when
+/// robots.txt is no longer obeyed, an off-scope one when the scope changed (its URL is then
+/// checked against the new scope by the caller). The re-admitted fetch decides again.
+pub fn readmits(old: &CrawlConfig, new: &CrawlConfig, refused: crate::task::ErrorKind) -> bool {
+    use crate::task::ErrorKind;
+    match refused {
+        ErrorKind::Blocked => {
+            (old.fetch.allow_private_networks, &old.fetch.guard_exempt)
+                != (new.fetch.allow_private_networks, &new.fetch.guard_exempt)
+        }
+        ErrorKind::RobotsDenied => old.politeness.respect_robots && !new.politeness.respect_robots,
+        ErrorKind::OutOfScope => old.scope != new.scope,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_update_readmits_what_the_loosened_setting_refused_and_nothing_else() {
+        use crate::task::ErrorKind;
+        let old = CrawlConfig::default();
+        let mut open = old.clone();
+        open.fetch.allow_private_networks = true;
+        assert!(readmits(&old, &open, ErrorKind::Blocked));
+        assert!(!readmits(&old, &open, ErrorKind::RobotsDenied));
+        assert!(!readmits(&old, &open, ErrorKind::NotFound));
+        assert!(!readmits(&old, &old, ErrorKind::Blocked), "nothing changed");
+        let mut wider = old.clone();
+        wider.scope.allowed_domains.push("example.org".into());
+        assert!(readmits(&old, &wider, ErrorKind::OutOfScope));
+        let mut rude = old.clone();
+        rude.politeness.respect_robots = false;
+        assert!(readmits(&old, &rude, ErrorKind::RobotsDenied));
+        assert!(!readmits(&rude, &old, ErrorKind::RobotsDenied), "tightened");
+    }
 
     #[test]
     fn a_delivery_lease_refuses_only_another_holder_until_it_expires() {

@@ -20,6 +20,11 @@ use serde::{Deserialize, Serialize};
 /// be put back would cost requests every 15 minutes of the wait.
 pub const LONGEST_QUEUED_WAIT_MS: u64 = 900_000;
 
+/// Host-wide signals in a row after which a host that never answered with HTTP is given up
+/// (refused connections, a server that is not HTTP or answers garbage): with the default
+/// snooze, its third attempt comes about 30 s after the first.
+pub const NEVER_ANSWERED_BUDGET: u32 = 3;
+
 /// A host's soonest remaining work, as its turn ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextWork {
@@ -47,6 +52,8 @@ pub struct HostPolicy {
     pub error_budget: u32,
     /// Requests in flight at once within a turn.
     pub parallel: u32,
+    /// Most pages one turn fetches.
+    pub turn_pages: u32,
 }
 
 impl Default for HostPolicy {
@@ -58,6 +65,7 @@ impl Default for HostPolicy {
             snooze_max_ms: 3_600_000,
             error_budget: 8,
             parallel: 1,
+            turn_pages: 50,
         }
     }
 }
@@ -118,6 +126,14 @@ pub struct Host {
     /// a change means new work arrived meanwhile.
     #[serde(default)]
     pub seeded: u64,
+    /// Of `seeded`, the URLs other workers offered by atomic adds (`HostStore::add_seeded`),
+    /// which never move `version`: a host linked from every page would otherwise see its turn
+    /// claims lose to offers. A store keeps them beside the record (`seeded - offered` is what
+    /// writes over the version set) and a write never overwrites them; a write that leaves the
+    /// host idle must find them as read (`waits_for_offers`), or an offer made meanwhile, which
+    /// saw a busy host and woke nobody, would be left without a turn.
+    #[serde(default)]
+    pub offered: u64,
     /// Tasks the host's turns brought to an end (succeeded, ignored or gone).
     #[serde(default)]
     pub done: u64,
@@ -126,6 +142,16 @@ pub struct Host {
     pub fetches: u64,
     #[serde(default)]
     pub signals: u64,
+    /// When the host last answered a request without host-wide trouble (None: never, or not
+    /// since this field was recorded). A URL throttled again after it is singled out
+    /// ([`singled_out`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at: Option<Millis>,
+    /// Whether the host ever answered with HTTP (a 429 or a 503 included). A host that never did
+    /// is not busy but broken, or not a web server: it is given up after
+    /// [`NEVER_ANSWERED_BUDGET`] signals instead of its error budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spoke_http: bool,
     /// Optimistic-concurrency version: the store bumps it on every write and writes only over
     /// the version the writer read, so concurrent changes are re-decided, never lost.
     #[serde(default)]
@@ -169,9 +195,12 @@ impl Host {
             queued_for: None,
             wake_at: None,
             seeded: 0,
+            offered: 0,
             done: 0,
             fetches: 0,
             signals: 0,
+            answered_at: None,
+            spoke_http: false,
             version: 0,
         }
     }
@@ -260,6 +289,8 @@ impl Host {
                 host.trouble_in_a_row = 0;
                 host.snoozed_until = None;
                 host.delay_ms = policy.delay_ms;
+                host.answered_at = Some(now);
+                host.spoke_http = true;
             }
             HostSignal::Throttled { .. } | HostSignal::Unreachable | HostSignal::Timeout => {
                 host.signals += 1;
@@ -277,13 +308,20 @@ impl Host {
                     host.snoozed_until = Some(now + snooze as Millis);
                 }
                 if matches!(signal, HostSignal::Throttled { .. }) {
+                    host.spoke_http = true;
                     host.delay_ms = host
                         .delay_ms
                         .max(1)
                         .saturating_mul(2)
                         .min(policy.max_delay_ms.max(policy.delay_ms));
                 }
-                if host.trouble_in_a_row >= policy.error_budget.max(1) {
+                if !host.has_spoken_http() && host.trouble_in_a_row >= NEVER_ANSWERED_BUDGET {
+                    host.given_up = Some(format!(
+                        "host never answered with HTTP: {} attempts in a row failed (last: {})",
+                        host.trouble_in_a_row,
+                        signal.describe()
+                    ));
+                } else if host.trouble_in_a_row >= policy.error_budget.max(1) {
                     host.given_up = Some(format!(
                         "host gave {} host-wide errors in a row (last: {})",
                         host.trouble_in_a_row,
@@ -294,6 +332,12 @@ impl Host {
         }
         host.next_allowed_at = now + host.delay_ms as Millis;
         host
+    }
+
+    /// Whether the host ever answered with HTTP. Records from before `spoke_http` existed
+    /// count their answers (every fetch that was not a signal).
+    pub fn has_spoken_http(&self) -> bool {
+        self.spoke_http || self.fetches > self.signals
     }
 
     /// Hands the host back at the end of `turn`. `next_work` is its soonest remaining work (None:
@@ -358,6 +402,8 @@ impl Host {
             done: holder.done,
             fetches: holder.fetches,
             signals: holder.signals,
+            answered_at: holder.answered_at,
+            spoke_http: holder.spoke_http,
             ..self.clone()
         }
     }
@@ -397,6 +443,37 @@ impl Host {
     /// Tasks still to do, as far as the host's counts know (seeded minus ended).
     pub fn backlog(&self) -> u64 {
         self.seeded.saturating_sub(self.done)
+    }
+
+    /// `seeded` as written over the version: the URLs counted by writes of the whole record,
+    /// offers apart (they live beside the record, added atomically).
+    pub fn seeded_by_writes(&self) -> u64 {
+        self.seeded.saturating_sub(self.offered)
+    }
+
+    /// The record as stored with `offered` URLs offered beside it (a read).
+    pub fn with_offers(self, offered: u64) -> Host {
+        Host {
+            seeded: self.seeded + offered,
+            offered,
+            ..self
+        }
+    }
+
+    /// Whether writing this record must find the offers as they were read: a record written
+    /// with no turn running and no message out leaves the next offer to wake the host, so an
+    /// offer landing between the read and the write (it saw a busy host and woke nobody) must
+    /// refuse the write, to be decided again over it. Any other write leaves a turn or a
+    /// message to find the offered work.
+    pub fn waits_for_offers(&self) -> bool {
+        !self.is_open()
+    }
+
+    /// Counted as open in its crawl's [`HostCounts`]: a turn recorded (running, or expired and
+    /// not yet taken over) or a message out. A host that is not open has no work under way: its
+    /// last turn found nothing left, or left what is due later to a wake-up (see `HostCounts`).
+    pub fn is_open(&self) -> bool {
+        self.queued_for.is_some() || self.turn_until.is_some()
     }
 
     /// No turn running and no message out: the next seed must wake it.
@@ -456,6 +533,26 @@ impl Host {
     }
 }
 
+/// How recent a host's last answer must be, at a URL's earlier trouble, for that trouble to be
+/// the URL's own ([`singled_out`]).
+pub const ANSWERING_WINDOW_MS: u64 = 600_000;
+
+/// Whether a URL that draws a host-wide signal is singled out: it drew one before (in its error
+/// history) while its host was answering other requests — since, or within
+/// [`ANSWERING_WINDOW_MS`] before (the URL may be the last of its host's work, with nothing left
+/// to show the host still answers). The trouble is then the URL's: it spends a retry, and ends
+/// `ignored` within its retry budget instead of holding its host's turns until the whole host is
+/// given up. A URL's first host-wide signal never spends one, nor does trouble on a host that
+/// has not answered for longer: the host is snoozed and the URL waits, as the rule above says.
+/// However eager, this ends few URLs: the host's signals in a row still give the host up.
+pub fn singled_out(host_answered_at: Option<Millis>, errors: &[crate::task::ErrorRecord]) -> bool {
+    host_answered_at.is_some_and(|answered| {
+        errors
+            .iter()
+            .any(|e| e.kind.is_host_wide() && answered + ANSWERING_WINDOW_MS as Millis >= e.at)
+    })
+}
+
 impl HostSignal {
     /// What a failed fetch says about its host: 429 and 503 ask it to slow down (with the
     /// server's Retry-After); refused or reset connections and an unreachable robots.txt say it
@@ -489,6 +586,68 @@ impl HostSignal {
     }
 }
 
+/// Shards of a crawl's host list and host counts: host records are filed under this many keys
+/// (DynamoDB: `{crawl}#hosts#{shard}`), so that creating hosts and walking them is spread over
+/// as many partitions (each takes ~1,000 writes a second).
+pub const HOST_SHARDS: u32 = 16;
+
+/// The shard of a host of a crawl: a stable hash of its name (FNV-1a), the same in every
+/// process and release.
+pub fn host_shard(name: &str) -> u32 {
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    hash % HOST_SHARDS
+}
+
+/// A crawl's host counts: host records, and those open (`Host::is_open`).
+///
+/// The rule: a crawl with no open host and no failed task has no work left. Every task with
+/// work left is either in a turn (its host's turn recorded), or due in its host's list, whose
+/// host then has a message out (hosts are woken before their tasks are written, and a turn
+/// that ends with work left sends its next message), or a retry due later than a queue can
+/// hold a message (then a failed task, listed in the status index). So completion reads the
+/// counts and one small query of failed tasks, never every host.
+///
+/// The counts are kept by the host writes themselves: a write of a host record that changes
+/// whether it is open (or creates it) adds [`HostCounts::change`] to its shard's counts in the
+/// same atomic write (DynamoDB: one TransactWriteItems; SQLite and memory: one transaction).
+/// Only those writes count (a host woken, a host gone idle: about two per host and round, not
+/// per URL); `add_seeded` changes neither field. So the counts are never left wrong by a crash:
+/// a worker that dies between a task's write and its host's hand-back leaves its turn recorded,
+/// the host open and counted, until the sweeper re-issues the expired turn and the next turn
+/// hands the host back (the host's own `seeded`/`done` agree again then: `Host::hand_back`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCounts {
+    pub hosts: i64,
+    pub open: i64,
+}
+
+impl HostCounts {
+    /// What writing `next` over `before` (None: no record yet) adds to the counts.
+    pub fn change(before: Option<&Host>, next: &Host) -> HostCounts {
+        let open = |h: Option<&Host>| i64::from(h.is_some_and(Host::is_open));
+        HostCounts {
+            hosts: i64::from(before.is_none()),
+            open: open(Some(next)) - open(before),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == HostCounts::default()
+    }
+
+    /// No host has work under way (see the rule above).
+    pub fn all_idle(&self) -> bool {
+        self.open == 0
+    }
+
+    pub fn add(&mut self, other: HostCounts) {
+        self.hosts += other.hosts;
+        self.open += other.open;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,7 +660,54 @@ mod tests {
             snooze_max_ms: 60_000,
             error_budget: 4,
             parallel: 1,
+            turn_pages: 50,
         }
+    }
+
+    #[test]
+    fn counts_kept_by_the_writes_that_change_them_agree_with_a_recount() {
+        let (mut kept, mut stored) = (HostCounts::default(), None::<Host>);
+        let mut write = |next: Host| {
+            kept.add(HostCounts::change(stored.as_ref(), &next));
+            stored = Some(next);
+            kept
+        };
+        let host = Host::new("example.com", &policy(), 0);
+        let (woken, _) = host.note_seeded(3, 0);
+        assert_eq!(write(woken.clone()), HostCounts { hosts: 1, open: 1 });
+        let (held, turn) = woken.claim_turn(0, 30_000).unwrap();
+        write(held.clone());
+        let (again, _) = held
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(3), 0, 10)
+            .unwrap();
+        let kept = write(again.clone());
+        assert_eq!(
+            kept,
+            HostCounts { hosts: 1, open: 1 },
+            "a next turn is on its way"
+        );
+        let (held, turn) = again.claim_turn(2_000, 30_000).unwrap();
+        write(held.clone());
+        let (idle, _) = held.hand_back(&turn, None, Some(3), 0, 2_010).unwrap();
+        let kept = write(idle.clone());
+        assert!(!idle.is_open());
+        assert_eq!(kept, HostCounts { hosts: 1, open: 0 });
+        assert!(kept.all_idle());
+        // A write that changes neither field changes nothing.
+        assert!(HostCounts::change(Some(&idle), &idle.revive(&policy())).is_zero());
+    }
+
+    #[test]
+    fn a_host_shard_is_a_stable_hash_of_its_name() {
+        assert_eq!(host_shard("example.com"), host_shard("example.com"));
+        let shards: std::collections::BTreeSet<u32> = (0..200)
+            .map(|i| host_shard(&format!("h{i}.test")))
+            .collect();
+        assert_eq!(
+            shards.len(),
+            HOST_SHARDS as usize,
+            "200 hosts fill every shard"
+        );
     }
 
     #[test]
@@ -591,7 +797,8 @@ mod tests {
     #[test]
     fn a_host_past_its_error_budget_is_given_up() {
         let p = policy();
-        let mut host = Host::new("h", &p, 0);
+        // A host that answered once: its full error budget applies.
+        let mut host = Host::new("h", &p, 0).observe(&p, HostSignal::Answered, 0);
         for i in 0..4 {
             assert!(host.given_up.is_none(), "given up after {i}");
             host = host.observe(&p, HostSignal::Unreachable, i * 100_000);
@@ -601,6 +808,65 @@ mod tests {
             host.claim_turn(10_000_000, 1_000),
             Err(TurnRejection::GivenUp)
         );
+    }
+
+    #[test]
+    fn a_host_that_never_answered_with_http_is_given_up_after_three_attempts() {
+        let p = HostPolicy {
+            error_budget: 8,
+            ..policy()
+        };
+        let mut dead = Host::new("h", &p, 0);
+        for (i, signal) in [HostSignal::Unreachable, HostSignal::Timeout]
+            .into_iter()
+            .enumerate()
+        {
+            dead = dead.observe(&p, signal, i as Millis * 10_000);
+            assert!(dead.given_up.is_none(), "given up after {}", i + 1);
+        }
+        let dead = dead.observe(&p, HostSignal::Unreachable, 30_000);
+        let why = dead.given_up.as_deref().unwrap();
+        assert!(why.contains("never answered with HTTP"), "{why}");
+        // A host that throttles every request answers with HTTP: snoozed, not given up early.
+        let throttled = HostSignal::Throttled {
+            retry_after_ms: None,
+        };
+        let mut busy = Host::new("h", &p, 0);
+        for i in 0..7 {
+            busy = busy.observe(&p, throttled, i * 100_000);
+        }
+        assert!(busy.given_up.is_none(), "{busy:?}");
+        assert!(busy.observe(&p, throttled, 900_000).given_up.is_some());
+        // Nor is a host that answered before and then went down (its full budget applies).
+        let mut down = Host::new("h", &p, 0).observe(&p, HostSignal::Answered, 0);
+        for i in 1..8 {
+            down = down.observe(&p, HostSignal::Unreachable, i * 100_000);
+        }
+        assert!(down.given_up.is_none(), "{down:?}");
+    }
+
+    #[test]
+    fn a_url_is_singled_out_once_its_host_answered_others_after_its_trouble() {
+        use crate::task::{ErrorKind, ErrorRecord};
+        let at = 1_000_000;
+        let throttled = [ErrorRecord::new(ErrorKind::Throttled, "429", at)];
+        // Never throttled before, or the host has not answered for long: the host's trouble.
+        let long_before = at - ANSWERING_WINDOW_MS as Millis - 1;
+        assert!(!singled_out(Some(at + 5_000), &[]));
+        assert!(!singled_out(Some(long_before), &throttled));
+        assert!(!singled_out(None, &throttled));
+        // Throttled while the host answered other requests, since or just before: the URL's.
+        assert!(singled_out(Some(at + 5_000), &throttled));
+        assert!(singled_out(Some(at - 1_000), &throttled));
+        // Errors that are the URL's own never count as host trouble.
+        let missing = [ErrorRecord::new(ErrorKind::NotFound, "404", at)];
+        assert!(!singled_out(Some(at + 5_000), &missing));
+        // The host's answers are recorded.
+        let host = Host::new("h", &policy(), 0).observe(&policy(), HostSignal::Answered, 7);
+        assert_eq!((host.answered_at, host.has_spoken_http()), (Some(7), true));
+        // ... and kept when the turn's holder hands the host back over a newer record.
+        let stored = Host::new("h", &policy(), 0).merge_turn(&host);
+        assert_eq!((stored.answered_at, stored.spoke_http), (Some(7), true));
     }
 
     #[test]

@@ -45,8 +45,10 @@ pub const PRICES: Prices = Prices {
 /// How calls become billing units, in words (reported beside every estimate).
 pub const UNIT_MODEL: &str = "items under 1 KB; a DynamoDB PutItem = 2 WRU (a new task and its \
 entry in its host's due index), an UpdateItem = 3 WRU (a task's finish moves its due-index entry: \
-a delete and a put), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such deletes, a GetItem or \
-Query = 1 RRU (a claim inside a host turn is a GetItem, no write); host and crawl records, \
+a delete and a put), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such deletes, a \
+TransactWriteItems = 4 WRU (a host record and its shard's counts), a GetItem or Query = 1 RRU, \
+a BatchGetItem (a page's links, before they are seeded) = 10 RRU (a claim inside a host turn is \
+a GetItem, no write); host and crawl records, \
 1 WRU a write, are counted at these rates; S3 PUT, LIST and multipart calls are PUT-class, \
 GetObject GET-class, deletes free; every SQS call one standard-queue request; SQLite, files and \
 the in-process queue free.";
@@ -58,6 +60,12 @@ const PUT_WRU: f64 = 2.0;
 const UPDATE_WRU: f64 = 3.0;
 /// Write units of a DeleteItem: the item and its index entry.
 const DELETE_WRU: f64 = 2.0;
+/// Read units of a BatchGetItem: a page's links checked before they are seeded, about 20
+/// keys of half a read unit each (eventually consistent).
+const BATCH_GET_RRU: f64 = 10.0;
+/// Write units of a TransactWriteItems: a host record and its shard's host counts, each at
+/// twice a write's price (a host going idle or busy, `HostCounts`).
+const TRANSACT_WRU: f64 = 4.0;
 /// Items in one BatchWriteItem call, at most (the model assumes full batches of deletes).
 const BATCH_WRITE_ITEMS: f64 = 25.0;
 
@@ -83,7 +91,10 @@ impl Units {
                 Call::DynamoBatchWriteItem => {
                     units.dynamodb_wru += BATCH_WRITE_ITEMS * DELETE_WRU * n
                 }
+                // Two items of under 1 KB, each at twice a write's price.
+                Call::DynamoTransactWriteItems => units.dynamodb_wru += TRANSACT_WRU * n,
                 Call::DynamoGetItem | Call::DynamoQuery => units.dynamodb_rru += n,
+                Call::DynamoBatchGetItem => units.dynamodb_rru += BATCH_GET_RRU * n,
                 Call::S3PutObject
                 | Call::S3ListObjects
                 | Call::S3CreateMultipartUpload

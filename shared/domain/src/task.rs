@@ -129,6 +129,18 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Whether an error of this kind may be its host's trouble rather than the URL's
+    /// (`HostSignal::of_failure`: a 503 is recorded as a server error).
+    pub fn is_host_wide(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Throttled
+                | ErrorKind::ServerError
+                | ErrorKind::Connection
+                | ErrorKind::RobotsUnavailable
+        )
+    }
+
     /// Whether a retry could succeed.
     pub fn is_transient(self) -> bool {
         matches!(

@@ -19,6 +19,7 @@
 //! |                 |                                                   | gone, succeeded      |
 //! | `release`       | in_progress under the lease's token; nothing to   | pending              |
 //! |                 | write for a lease taken in a turn                 |                      |
+//! | `hold_back`     | the lease's (`fenced`); the error recorded        | pending              |
 //! | `reschedule`    | status in `from` (recrawl due, operator retry)    | pending              |
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
 //! | `refresh`       | as read: succeeded or gone, fetched before the    | pending              |
@@ -559,6 +560,32 @@ pub fn release(lease: &Lease, now: Millis) -> Option<Update> {
             ..Changes::default()
         },
     })
+}
+
+/// Gives a claimed task back for its host's trouble (a 429, a 503, a refused connection):
+/// `pending` at the back of its host's due list, the answer in its error history, no retry
+/// spent. Written for a lease taken in a turn too, unlike `release`: the history says why the
+/// URL is still pending, and it is what singles out a URL throttled while its host serves others
+/// (`host::singled_out`).
+pub fn hold_back(lease: &Lease, failure: &Failure, now: Millis) -> Update {
+    let mut errors = lease.errors.clone();
+    push_error(
+        &mut errors,
+        ErrorRecord::new(failure.kind, &failure.message, now),
+    );
+    Update {
+        event: Event::Release,
+        requires: fenced(lease, now),
+        changes: Changes {
+            status: Change::Set(Status::Pending),
+            errors: Change::Set(errors),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
+            updated_at: Change::Set(now),
+            ..Changes::default()
+        },
+    }
 }
 
 /// From one of `from` to `pending` (a recrawl that is due, an operator's retry) with a full

@@ -6,7 +6,8 @@
 //! - **Pace.** Starts are spaced by the host's delay (robots.txt's Crawl-delay at least), the
 //!   delay as it stands when the fetch is admitted (throttling slows it mid-turn). The pace is
 //!   kept on the turn's own monotonic time, from 0 at its start.
-//! - **Budget.** A turn starts at most `politeness.turn_pages` fetches, and each task at most
+//! - **Budget.** A turn starts at most its host's `turn_pages` fetches (the crawl's, or its
+//!   domain rule's), and each task at most
 //!   once: a due task read again before its claim shows is not started twice.
 //! - **Time.** No fetch starts that could not end in time: none within a fetch window (the
 //!   fetch timeout and 2 s) of the end of the turn's hold on its host, nor of the invocation's
@@ -92,11 +93,12 @@ impl TurnPlan {
     /// requests.
     pub fn new(host: Host, config: &CrawlConfig, turn: &Turn, robots_delay: Duration) -> Self {
         let fetch_window = fetch_window_ms(config);
+        let policy = config.politeness.host_policy(&host.name);
         Self {
-            policy: config.politeness.host_policy(&host.name),
+            pages_left: policy.turn_pages,
+            policy,
             host,
             robots_delay_ms: u64::try_from(robots_delay.as_millis()).unwrap_or(u64::MAX),
-            pages_left: config.politeness.turn_pages.max(1),
             started: HashSet::new(),
             next_start: 0,
             last_start: turn.until.saturating_sub(fetch_window as Millis),

@@ -5,7 +5,9 @@
 use lambda_runtime::Diagnostic;
 use std::fmt::Display;
 use thiserror::Error;
+#[cfg(feature = "deliver")]
 use trawl_core::deliver::DeliverError;
+#[cfg(feature = "seed")]
 use trawl_core::seed::SeedError;
 use trawl_core::store::StoreError;
 use trawl_core::sweep::SweepError;
@@ -68,6 +70,7 @@ impl From<StoreError> for HandlerError {
     }
 }
 
+#[cfg(feature = "seed")]
 impl From<SeedError> for HandlerError {
     fn from(e: SeedError) -> Self {
         match e {
@@ -87,6 +90,7 @@ impl From<SweepError> for HandlerError {
     }
 }
 
+#[cfg(feature = "deliver")]
 impl From<DeliverError> for HandlerError {
     fn from(e: DeliverError) -> Self {
         match e {
@@ -101,7 +105,8 @@ impl From<DeliverError> for HandlerError {
     }
 }
 
-#[cfg(test)]
+// The cases span the seeder's and the deliverer's errors (the crate's default features).
+#[cfg(all(test, feature = "seed", feature = "deliver"))]
 mod tests {
     use super::*;
     use trawl_domain::canonical::CrawlId;

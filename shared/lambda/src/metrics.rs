@@ -11,9 +11,12 @@
 //! what this module writes.
 
 use serde_json::{Map, Value, json};
+#[cfg(feature = "deliver")]
 use std::collections::BTreeMap;
 use std::io::Write;
+#[cfg(feature = "deliver")]
 use trawl_core::deliver::DeliveryReport;
+#[cfg(feature = "seed")]
 use trawl_core::seed::SeedResponse;
 use trawl_core::sweep::SweepReport;
 use trawl_domain::task::Millis;
@@ -318,6 +321,7 @@ pub fn sweep(report: &SweepReport, now: Millis) -> Record {
 }
 
 /// A seed invocation's metrics: URLs accepted and rejected.
+#[cfg(feature = "seed")]
 pub fn seed(response: &SeedResponse, now: Millis) -> Record {
     let mut record = Record::new("seeder", response.crawl_id.as_str(), now);
     record
@@ -335,6 +339,7 @@ pub fn seed_continued(crawl_id: &str, now: Millis) -> Record {
 
 /// A delivery's metrics: how long it took, its bytes, its tasks by status and by the kind of
 /// their last error (`error:KIND`). A delivery that already existed wrote nothing: no record.
+#[cfg(feature = "deliver")]
 pub fn delivery(report: &DeliveryReport, elapsed_ms: f64, now: Millis) -> Option<Record> {
     if report.already_delivered {
         return None;
@@ -350,6 +355,7 @@ pub fn delivery(report: &DeliveryReport, elapsed_ms: f64, now: Millis) -> Option
 }
 
 /// The record of a delivery of `crawl_id`, from its summary's (statuses, errors) counts.
+#[cfg(feature = "deliver")]
 fn delivered(
     crawl_id: &str,
     (statuses, errors): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
@@ -371,7 +377,8 @@ fn delivered(
     record
 }
 
-#[cfg(test)]
+// The samples span the seeder's and the deliverer's records (the crate's default features).
+#[cfg(all(test, feature = "seed", feature = "deliver"))]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;

@@ -13,9 +13,15 @@
 //!
 //! The mapping itself talks to the queues directly, as Lambda's pollers are not the functions'
 //! calls. A run is bounded in time; it ends once generation 0 of the crawl is delivered.
+//!
+//! The functions read the time from one clock of the run's own: the wall clock, or, with
+//! [`Plan::idle_skip`], a clock that moves on by that much whenever Lambda has nothing to hand
+//! them, so that what they wait for (a cut invocation's lease, a lost message's window, a
+//! failed page's next attempt) comes on virtual time. The queues' own timeouts stay real.
 
 use crate::splitmix64;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +34,7 @@ use trawl_aws::settings::{
 use trawl_aws::sqs::{SqsDeliveryTrigger, SqsSeedQueue};
 use trawl_aws::stack::Stack;
 use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::clock::{Clock, SkewedClock};
 use trawl_core::crawler::Crawler;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, SUCCESS_FILE, delivery_id};
 use trawl_core::fetch::Fetcher;
@@ -35,7 +42,7 @@ use trawl_core::seed::{SeedDefaults, Seeder};
 use trawl_core::sweep::{SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::task::now_ms;
+use trawl_domain::task::{Millis, now_ms};
 
 /// The schedule's input (the template's, `events/sweeper-schedule.json`).
 const SWEEP_EVENT: &str = include_str!("../../../events/sweeper-schedule.json");
@@ -58,8 +65,9 @@ pub struct Functions {
 
 impl Functions {
     /// The handlers on `stack` through `clients`, with `shards` status-index shards, keys
-    /// under `layout`, fetching with `fetcher`, counting their calls in `calls`: each App built
-    /// from its function's settings, as `main.rs` builds it from the environment.
+    /// under `layout`, fetching with `fetcher`, counting their calls in `calls`, reading the
+    /// time from `clock`: each App built from its function's settings, as `main.rs` builds it
+    /// from the environment.
     pub fn new(
         clients: &Clients,
         stack: &Stack,
@@ -67,6 +75,7 @@ impl Functions {
         shards: u32,
         fetcher: Arc<Fetcher>,
         calls: Arc<CallCounts>,
+        clock: Arc<dyn Clock>,
     ) -> Functions {
         let prefix = layout.prefix.clone();
         let seeder = SeederSettings {
@@ -109,7 +118,7 @@ impl Functions {
         Functions {
             seeder: seeder::handler::Handler {
                 seeder: Seeder::new(
-                    Arc::new(seeder.app(clients, calls.clone())),
+                    Arc::new(seeder.app(clients, calls.clone()).with_clock(clock.clone())),
                     fetcher.clone(),
                     Arc::new(S3Manifests::new(clients.s3.clone(), calls.clone())),
                     SeedDefaults::default(),
@@ -117,20 +126,32 @@ impl Functions {
                 seeds: SqsSeedQueue::new(clients.sqs.clone(), &stack.seed_queue_url, calls.clone()),
             },
             crawler: crawler::handler::Handler::new(Crawler::new(
-                Arc::new(crawler.app(clients, calls.clone())),
+                Arc::new(
+                    crawler
+                        .app(clients, calls.clone())
+                        .with_clock(clock.clone()),
+                ),
                 fetcher,
                 crawler.concurrency,
             )),
             sweeper: sweeper::handler::Handler {
                 sweeper: Sweeper::new(
-                    Arc::new(sweeper.app(clients, calls.clone())),
+                    Arc::new(
+                        sweeper
+                            .app(clients, calls.clone())
+                            .with_clock(clock.clone()),
+                    ),
                     Arc::new(delivery_queue()),
                     SweepOptions::new(),
                 ),
             },
             deliverer: deliverer::handler::Handler {
                 deliverer: Deliverer::new(
-                    Arc::new(deliverer.app(clients, calls.clone())),
+                    Arc::new(
+                        deliverer
+                            .app(clients, calls.clone())
+                            .with_clock(clock.clone()),
+                    ),
                     format!("s3://{}", stack.bucket),
                     DeliveryLimits::default(),
                 ),
@@ -190,6 +211,9 @@ pub struct Plan {
     pub visibility_timeout_s: u32,
     /// The bound of the whole run.
     pub time_limit: Duration,
+    /// How far the functions' clock moves on each time Lambda has nothing to hand them (virtual
+    /// time for their waits); zero keeps them on the wall clock.
+    pub idle_skip: Duration,
 }
 
 /// What Lambda saw in a run.
@@ -231,9 +255,9 @@ impl LambdaRun {
     }
 }
 
-/// One invocation of the sweeper by the schedule; whether it succeeded.
-async fn sweep(functions: &Functions, event: &serde_json::Value) -> bool {
-    match functions.sweeper.sweep(event.clone(), None, now_ms()).await {
+/// One invocation of the sweeper by the schedule at `now`; whether it succeeded.
+async fn sweep(functions: &Functions, event: &serde_json::Value, now: Millis) -> bool {
+    match functions.sweeper.sweep(event.clone(), None, now).await {
         Ok(_) => true,
         Err(e) => {
             tracing::info!(error = %e, "sweeper invocation failed");
@@ -268,7 +292,7 @@ enum Invocation {
 const COPY_SUFFIX: &str = "#copy";
 
 impl Lambda<'_> {
-    fn functions(&self, calls: &Arc<CallCounts>) -> Result<Functions, String> {
+    fn functions(&self, calls: &Arc<CallCounts>, clock: &SkewedClock) -> Result<Functions, String> {
         let fetcher = Fetcher::new("").map_err(|e| e.to_string())?;
         Ok(Functions::new(
             self.clients,
@@ -277,6 +301,7 @@ impl Lambda<'_> {
             self.shards,
             Arc::new(fetcher),
             calls.clone(),
+            Arc::new(clock.clone()),
         ))
     }
 
@@ -292,7 +317,8 @@ impl Lambda<'_> {
     ) -> Result<LambdaRun, String> {
         let started = Instant::now();
         let calls = Arc::new(CallCounts::default());
-        let mut functions = self.functions(&calls)?;
+        let clock = SkewedClock::default();
+        let mut functions = self.functions(&calls, &clock)?;
         let mut run = LambdaRun::default();
         let mut dice = Dice {
             seed: plan.seed,
@@ -310,7 +336,7 @@ impl Lambda<'_> {
                 .await
                 .map_err(|e| format!("set the visibility timeout: {e}"))?;
         }
-        self.seed(&functions, request, &mut run).await?;
+        self.seed(&functions, request, &clock, &mut run).await?;
         let sweep_event: serde_json::Value =
             serde_json::from_str(SWEEP_EVENT).map_err(|e| e.to_string())?;
         let mut last_sweep: Option<Instant> = None;
@@ -341,13 +367,13 @@ impl Lambda<'_> {
             let (swept, crawl, delivered) = tokio::join!(
                 async {
                     if sweep_due {
-                        Some(sweep(&functions, &sweep_event).await)
+                        Some(sweep(&functions, &sweep_event, clock.now_ms()).await)
                     } else {
                         None
                     }
                 },
                 self.crawl_round(&functions, &mut dice, plan, &mut crawled),
-                self.deliver_round(&functions, plan.delivery_time),
+                self.deliver_round(&functions, &clock, plan.delivery_time),
             );
             let (received, cold_start) = crawl?;
             let delivered = delivered?;
@@ -363,9 +389,11 @@ impl Lambda<'_> {
             }
             if cold_start {
                 // The container of a cut invocation is gone with what it had in memory.
-                functions = self.functions(&calls)?;
+                functions = self.functions(&calls, &clock)?;
             }
             if !received && delivered.is_none() {
+                // Nothing runs: the functions' time passes (virtual time), and the queues'.
+                clock.skip(Millis::try_from(plan.idle_skip.as_millis()).unwrap_or(Millis::MAX));
                 tokio::time::sleep(IDLE).await;
             }
         }
@@ -378,13 +406,14 @@ impl Lambda<'_> {
         &self,
         functions: &Functions,
         request: serde_json::Value,
+        clock: &SkewedClock,
         run: &mut LambdaRun,
     ) -> Result<(), String> {
         for attempt in 1..=SEED_ATTEMPTS {
             run.seed_invocations += 1;
             match functions
                 .seeder
-                .dispatch(request.clone(), None, now_ms())
+                .dispatch(request.clone(), None, clock.now_ms())
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -484,6 +513,7 @@ impl Lambda<'_> {
     async fn deliver_round(
         &self,
         functions: &Functions,
+        clock: &SkewedClock,
         time: Duration,
     ) -> Result<Option<bool>, String> {
         let url = &self.stack.delivery_queue_url;
@@ -491,10 +521,10 @@ impl Lambda<'_> {
             return Ok(None);
         };
         let payload = serde_json::to_value(&event).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + time;
+        let deadline = clock.instant() + time;
         match functions
             .deliverer
-            .deliver(payload, now_ms(), Some(deadline))
+            .deliver(payload, clock.now_ms(), Some(deadline))
             .await
         {
             Ok(deliverer::handler::DelivererResponse::Batch(response)) => {
@@ -580,6 +610,7 @@ pub async fn receive_batch(
         .receive_message()
         .queue_url(queue_url)
         .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
         .send()
         .await
         .map_err(|e| format!("ReceiveMessage: {e}"))?;
@@ -593,6 +624,13 @@ pub async fn receive_batch(
         record.message_id = m.message_id().map(str::to_owned);
         record.receipt_handle = m.receipt_handle().map(str::to_owned);
         record.body = m.body().map(str::to_owned);
+        // As the event source mapping passes them: the system attributes by name.
+        record.attributes = m
+            .attributes()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+            .collect();
         event.records.push(record);
     }
     Ok(Some(event))

@@ -13,8 +13,11 @@
 //! proxy, playing Lambda's event source mappings (duplicate deliveries included) and schedule.
 
 pub mod audit;
+pub mod hosts_site;
 pub mod lambda;
+pub mod links;
 pub mod local;
+pub mod meter;
 pub mod ports;
 
 use bytes::Bytes;

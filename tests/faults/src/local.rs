@@ -68,11 +68,13 @@ pub async fn crawl_to_delivery(
                 parent: None,
                 data: None,
             };
-            // A seed that failed is seeded again by the next run (`rebuild_local_queue` finds
-            // no work for a crawl without tasks, so the run would end at once: fail instead).
-            add_tasks(&store, &queue, &crawl, vec![seed], now_ms())
-                .await
-                .map_err(|e| e.to_string())?;
+            // Waited out as `trawl crawl` waits out its seeding's transient errors (seeding is
+            // idempotent); one that persists fails the run, whose next run seeds again.
+            persist("seed", &Backoff::RUN, retries, || {
+                add_tasks(&store, &queue, &crawl, vec![seed.clone()], now_ms())
+            })
+            .await
+            .map_err(|e| e.to_string())?;
         }
         persist("rebuild the queue", &Backoff::RUN, retries, || {
             rebuild_local_queue(&store, &queue, &crawl, now_ms())

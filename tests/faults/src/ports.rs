@@ -19,8 +19,8 @@ use trawl_core::blob::{
 };
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
-    Applied, CrawlRecords, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts, StoreError,
-    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
+    StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -135,6 +135,8 @@ pub struct PortFaults {
     report: Option<std::path::PathBuf>,
     /// Writes still to apply with their answer lost, by operation (`lose_answers`).
     answers_to_lose: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
+    /// Task writes after which the worker crashes, by operation (`crash_after`).
+    crashes_after: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
 }
 
 /// What happens to one call.
@@ -156,6 +158,38 @@ impl PortFaults {
             crashed: AtomicBool::new(false),
             report: None,
             answers_to_lose: Default::default(),
+            crashes_after: Default::default(),
+        }
+    }
+
+    /// The next `n` task writes of `operation` (by their event: `finish`, …) are applied, then
+    /// the worker crashes as `mode` says, before anything else it would have written (a
+    /// targeted crash point, besides the mix: a finish's host hand-back, say, never made).
+    pub fn crash_after(&self, operation: &'static str, n: u64) {
+        self.crashes_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(operation, n);
+    }
+
+    /// After an applied task write of `operation`: the targeted crash, when one is due.
+    async fn after_write(&self, operation: &'static str) {
+        let due = {
+            let mut left = self
+                .crashes_after
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match left.get_mut(operation) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if due {
+            tracing::warn!(operation, "targeted crash after the write (trawl-faults)");
+            self.crash().await;
         }
     }
 
@@ -256,6 +290,11 @@ impl PortFaults {
         }
         self.count(point);
         tracing::warn!(point = point.name(), "crash injected by trawl-faults");
+        self.crash().await;
+    }
+
+    /// Crashes as the mode says.
+    async fn crash(&self) {
         match self.mode {
             CrashMode::Abort => {
                 if let Some(path) = &self.report {
@@ -349,6 +388,11 @@ impl<S: TaskRecords> TaskRecords for FaultyStore<S> {
         self.inner.get(crawl_id, task_id).await
     }
 
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.faults.store_call("known").await?;
+        self.inner.known(crawl_id, ids).await
+    }
+
     /// A finish may crash just before its write, a claim just after it; any write may lose
     /// its answer (`PortFaults::lose_answers`, by the update's event).
     async fn apply(
@@ -366,6 +410,9 @@ impl<S: TaskRecords> TaskRecords for FaultyStore<S> {
         let claimed = matches!(update.event, Event::Claim | Event::ClaimInTurn);
         if claimed && applied.as_ref().is_ok_and(Applied::is_done) {
             self.faults.crash_point(PortFault::CrashAfterClaim).await;
+        }
+        if applied.as_ref().is_ok_and(Applied::is_done) {
+            self.faults.after_write(operation).await;
         }
         self.faults.answer(operation, applied)
     }
@@ -402,10 +449,30 @@ impl<S: HostStore> HostStore for FaultyStore<S> {
         self.inner.get_host(crawl_id, name).await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         self.faults.store_call("put_host").await?;
-        let written = self.inner.put_host(crawl_id, host).await;
+        let written = self.inner.put_host(crawl_id, host, counted).await;
         self.faults.answer("put_host", written)
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.faults.store_call("host_counts").await?;
+        self.inner.host_counts(crawl_id).await
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.faults.store_call("host_scan").await?;
+        self.inner.host_scan(crawl_id).await
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.faults.store_call("set_host_scan").await?;
+        self.inner.set_host_scan(crawl_id, at).await
     }
 
     async fn add_seeded(

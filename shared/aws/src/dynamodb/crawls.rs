@@ -3,22 +3,24 @@
 //! domain's update (`expression::crawl`), answering with the item before it (`ALL_OLD`), or, when
 //! refused, the item the condition was checked against: no second read.
 
-use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::errors::{conditional_item, map_err};
 use super::expression::Expression;
 use super::items::{self, CrawlItem, crawl_pk};
-use super::{DynamoStore, s};
-use aws_sdk_dynamodb::types::ReturnValue;
+use super::{DynamoStore, s, task_counts};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use std::collections::BTreeMap;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, CrawlRecords, StoreResult};
-use trawl_domain::calls::{Call, CallTally};
+use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 
 impl CrawlRecords for DynamoStore {
     async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        let item = CrawlItem::from_crawl(crawl).to_item()?;
+        let mut item = CrawlItem::from_crawl(crawl).to_item()?;
+        item.insert(task_counts::COUNTED.to_owned(), AttributeValue::Bool(true));
         self.calls.record(Call::DynamoPutItem);
         let result = self
             .client
@@ -30,7 +32,10 @@ impl CrawlRecords for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok((crawl.clone(), true)),
+            Ok(_) => {
+                self.start_host_counts(&crawl.id).await?;
+                Ok((crawl.clone(), true))
+            }
             Err(e) => match conditional_item(&e) {
                 Some(existing) => Ok((CrawlItem::from_item(existing)?.into_crawl(), false)),
                 None => Err(map_err("PutItem", e)),
@@ -85,45 +90,40 @@ impl CrawlRecords for DynamoStore {
     async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
         let mut expression = Expression::default();
         let condition = expression.crawl_condition(&update.requires);
-        let changes = expression.crawl_update(&update.changes)?;
-        // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`).
-        let reports = !update.changes.calls.is_empty();
-        if reports {
-            self.calls.record_reported(Call::DynamoUpdateItem);
-        } else {
-            self.calls.record(Call::DynamoUpdateItem);
-        }
-        let request = self
-            .update_crawl(id)
-            .condition_expression(condition)
-            .set_update_expression(changes)
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(OnFailure::AllOld);
-        match expression.bind(request).send().await {
-            Ok(out) => {
-                let before = CrawlItem::from_item(out.attributes.unwrap_or_default())?;
-                Ok(Applied::Done {
-                    before: before.into_crawl(),
-                })
+        // An add of calls holds this UpdateItem's own call (`CrawlRecords::apply_crawl`), and
+        // the task writes this process noted for the crawl (`task_counts`).
+        let reported = !update.changes.calls.is_empty();
+        let noted = match reported {
+            true => self.noted.take(id),
+            false => BTreeMap::new(),
+        };
+        let changes = match expression.crawl_update(&update.changes, &noted) {
+            Ok(changes) => changes,
+            Err(e) => {
+                self.noted.restore(id, noted);
+                return Err(e);
             }
-            Err(e) => match conditional_item(&e) {
-                Some(item) => Ok(Applied::Refused {
-                    current: Some(CrawlItem::from_item(item)?.into_crawl()),
-                }),
-                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
-                None => {
-                    if reports {
-                        // Not added: this call goes with the next report.
-                        self.calls
-                            .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
-                    }
-                    Err(map_err("UpdateItem", e))
-                }
-            },
+        };
+        let request = self.update_crawl(id);
+        let applied = self
+            .apply_update(
+                request,
+                expression,
+                (condition, changes),
+                reported,
+                |item| Ok(CrawlItem::from_item(item)?.into_crawl()),
+            )
+            .await;
+        // Refused, the crawl is gone (`add_calls` requires it): its notes go with it.
+        if applied.is_err() {
+            self.noted.restore(id, noted);
         }
+        applied
     }
 
     async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
+        // Notes of a crawl removed go with it.
+        self.noted.take(id);
         self.calls.record(Call::DynamoDeleteItem);
         self.client
             .delete_item()
@@ -141,5 +141,24 @@ impl CrawlRecords for DynamoStore {
 
     fn page_budget(&self) -> Option<&PageBudget> {
         Some(&self.budget)
+    }
+}
+
+impl DynamoStore {
+    /// Marks the new crawl's host counts as kept from its start (`items::host_counts_pk`). A
+    /// crash before this write leaves a crawl without counts: it is walked, as older ones are.
+    async fn start_host_counts(&self, id: &CrawlId) -> StoreResult<()> {
+        self.calls.record(Call::DynamoUpdateItem);
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(items::host_counts_pk(id, 0)))
+            .update_expression("SET #counted = :yes")
+            .expression_attribute_names("#counted", "counted")
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .send()
+            .await
+            .map_err(|e| map_err("UpdateItem", e))?;
+        Ok(())
     }
 }

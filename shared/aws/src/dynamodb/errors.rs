@@ -6,6 +6,7 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -50,6 +51,19 @@ pub(super) fn is_conditional_failure<E: ConditionalError, R>(e: &SdkError<E, R>)
     e.as_service_error()
         .and_then(ConditionalError::failed_condition)
         .is_some()
+}
+
+/// Whether a TransactWriteItems was cancelled because a condition of one of its items failed
+/// (the cancellation reasons are the exception's own fields; any other reason, a conflict with
+/// another transaction or throttling, is an error to classify).
+pub(super) fn is_refused_transaction<R>(e: &SdkError<TransactWriteItemsError, R>) -> bool {
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => cancelled
+            .cancellation_reasons()
+            .iter()
+            .any(|reason| reason.code() == Some("ConditionalCheckFailed")),
+        _ => false,
+    }
 }
 
 /// The item a failed condition was checked against (`ReturnValuesOnConditionCheckFailure`).

@@ -1,14 +1,17 @@
-//! Host records: one item each (`items::host_item`), written whole over the version read.
+//! Host records: one item each (`items::host_item`), written whole over the version read, but
+//! for its offers (`offered`), which only atomic adds change and no write of the record sets.
 
-use super::errors::{is_conditional_failure, map_err};
-use super::items::{self, host_pk};
+use super::errors::{is_conditional_failure, is_refused_transaction, map_err};
+use super::items::{self, HOST_KEYS, host_pk};
 use super::{Cursor, DynamoStore, HOST_READ_PARALLELISM, Item, n, s};
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, TransactWriteItem, Update,
+};
 use std::collections::HashMap;
-use trawl_core::store::{HostPage, HostStore, StoreError, StoreResult};
+use trawl_core::store::{HostCounts, HostPage, HostStore, StoreError, StoreResult};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::host::Host;
+use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
 use trawl_domain::task::Millis;
 
 impl HostStore for DynamoStore {
@@ -16,29 +19,79 @@ impl HostStore for DynamoStore {
         self.read_host(crawl_id, name, true).await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
-        let item = items::host_item(crawl_id, host, host.version + 1)?;
+    /// One UpdateItem setting every attribute of the record but its offers (which it leaves
+    /// as they stand), over the version read; with a change of the crawl's host counts, the
+    /// same update and the counts' in one TransactWriteItems.
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
+        let update = self.host_update(crawl_id, host)?;
+        if !counted.is_zero() {
+            return self.put_host_counted(crawl_id, host, update, counted).await;
+        }
         let request = self
             .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .expression_attribute_names("#pk", "pk");
-        let request = if host.version == 0 {
-            request.condition_expression("attribute_not_exists(#pk)")
-        } else {
-            // attribute_exists too: a record deleted meanwhile is not silently recreated.
-            request
-                .condition_expression("attribute_exists(#pk) AND #v = :v")
-                .expression_attribute_names("#v", "version")
-                .expression_attribute_values(":v", n(host.version))
-        };
-        self.calls.record(Call::DynamoPutItem);
+            .update_item()
+            .table_name(update.table_name)
+            .set_key(Some(update.key))
+            .update_expression(update.update_expression)
+            .set_condition_expression(update.condition_expression)
+            .set_expression_attribute_names(update.expression_attribute_names)
+            .set_expression_attribute_values(update.expression_attribute_values);
+        self.calls.record(Call::DynamoUpdateItem);
         match request.send().await {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_failure(&e) => Ok(false),
-            Err(e) => Err(map_err("PutItem", e)),
+            Err(e) => Err(map_err("UpdateItem", e)),
         }
+    }
+
+    /// Reads the crawl's host counts: one BatchGetItem of its shards' items. None when the first
+    /// shard's item does not say the crawl was created with counts.
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        let keys: Vec<Item> = (0..HOST_SHARDS)
+            .map(|shard| {
+                HashMap::from([("pk".to_owned(), s(items::host_counts_pk(crawl_id, shard)))])
+            })
+            .collect();
+        let mut wanted = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(true)
+            .build()
+            .map_err(|e| StoreError::Backend {
+                operation: "BatchGetItem",
+                message: e.to_string(),
+            })?;
+        let mut found: Vec<Item> = Vec::new();
+        for attempt in 0..8u32 {
+            self.calls.record(Call::DynamoBatchGetItem);
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, wanted)
+                .send()
+                .await
+                .map_err(|e| map_err("BatchGetItem", e))?;
+            found.extend(
+                out.responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default(),
+            );
+            match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                Some(rest) if !rest.keys().is_empty() => {
+                    wanted = rest;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+                _ => return items::host_counts_of(crawl_id, &found),
+            }
+        }
+        Err(StoreError::Unavailable {
+            operation: "BatchGetItem",
+            message: "unprocessed keys remain".into(),
+        })
     }
 
     async fn add_seeded(
@@ -52,13 +105,11 @@ impl HostStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(items::host_pk(crawl_id, name)))
-            .update_expression("ADD #seeded :n, #v :one")
+            .update_expression("ADD #offered :n")
             .condition_expression("attribute_exists(#pk)")
             .expression_attribute_names("#pk", "pk")
-            .expression_attribute_names("#seeded", "seeded")
-            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#offered", items::HOST_OFFERED)
             .expression_attribute_values(":n", self::n(n))
-            .expression_attribute_values(":one", self::n(1))
             .return_values(ReturnValue::AllNew);
         self.calls.record(Call::DynamoUpdateItem);
         match request.send().await {
@@ -68,87 +119,90 @@ impl HostStore for DynamoStore {
         }
     }
 
+    /// The host list's keys one after the other (`items::HOST_KEYS`), one more key than asked
+    /// for read ahead so that the last page has no cursor: a full listing costs at least one
+    /// Query per key.
     async fn list_hosts(
         &self,
         crawl_id: &CrawlId,
         cursor: Option<String>,
         limit: u32,
     ) -> StoreResult<HostPage> {
-        let gsi = items::hosts_gsi(crawl_id);
-        let index_key = |pk: String, updated: Millis| {
+        let index_key = |shard: u32, pk: String, updated: Millis| {
             HashMap::from([
                 ("pk".to_owned(), s(pk)),
-                ("gsi_pk".to_owned(), s(gsi.clone())),
+                ("gsi_pk".to_owned(), s(items::hosts_gsi(crawl_id, shard))),
                 ("updated".to_owned(), n(updated)),
             ])
         };
-        let mut start = match cursor {
-            None => None,
+        let (mut shard, mut start) = match cursor {
+            None => (0, None),
             Some(raw) => {
                 let cursor =
                     serde_json::from_str::<Cursor>(&raw).map_err(|_| StoreError::InvalidCursor)?;
-                match (cursor.shard, cursor.pk, cursor.updated) {
-                    (0, Some(pk), Some(updated)) => Some(index_key(pk, updated)),
+                match (cursor.pk, cursor.updated) {
+                    (Some(pk), Some(updated)) if cursor.shard < HOST_KEYS => {
+                        (cursor.shard, Some(index_key(cursor.shard, pk, updated)))
+                    }
                     _ => return Err(StoreError::InvalidCursor),
                 }
             }
         };
         let limit = limit.max(1) as usize;
-        // One key more than asked for tells whether there is a next page, so the last page
-        // has no cursor (as on the other stores).
-        let mut keys: Vec<Item> = Vec::new();
-        loop {
+        let mut keys: Vec<(u32, Item)> = Vec::new();
+        while shard < HOST_KEYS && keys.len() <= limit {
             let want = i32::try_from(limit + 1 - keys.len()).unwrap_or(i32::MAX);
+            let gsi = items::hosts_gsi(crawl_id, shard);
             let (page, _, next) = self
-                .query_page(gsi.clone(), None, Some(want), start, false)
+                .query_page(gsi, None, Some(want), start.take(), false)
                 .await?;
-            keys.extend(page);
+            keys.extend(page.into_iter().map(|key| (shard, key)));
             match next {
-                Some(key) if keys.len() <= limit => start = Some(key),
-                _ => break,
+                Some(key) => start = Some(key),
+                None => shard += 1,
             }
         }
         let more = keys.len() > limit;
         keys.truncate(limit);
-        let prefix = format!("{crawl_id}#host#");
         let listed = keys
             .iter()
-            .map(|key| {
+            .map(|(shard, key)| {
                 let pk = key.get("pk").and_then(|v| v.as_s().ok());
-                let name = pk.and_then(|pk| pk.strip_prefix(&prefix));
+                let name = pk.and_then(|pk| items::host_of_pk(crawl_id, pk));
                 let updated = key
                     .get("updated")
                     .and_then(|v| v.as_n().ok())
                     .and_then(|v| v.parse::<Millis>().ok());
                 match (pk, name, updated) {
                     (Some(pk), Some(name), Some(updated)) => {
-                        Ok((pk.clone(), name.to_owned(), updated))
+                        Ok((*shard, pk.clone(), name.to_owned(), updated))
                     }
                     _ => Err(StoreError::Corrupt {
-                        key: pk.cloned().unwrap_or_else(|| gsi.clone()),
+                        key: pk
+                            .cloned()
+                            .unwrap_or_else(|| items::hosts_gsi(crawl_id, *shard)),
                         reason: "a host index entry without a host key".into(),
                     }),
                 }
             })
-            .collect::<StoreResult<Vec<(String, String, Millis)>>>()?;
+            .collect::<StoreResult<Vec<(u32, String, String, Millis)>>>()?;
         // The status index projects no host fields: read each listed record by its key.
         let mut hosts = Vec::with_capacity(listed.len());
         for chunk in listed.chunks(HOST_READ_PARALLELISM) {
             let reads = chunk
                 .iter()
-                .map(|(_, name, _)| self.read_host(crawl_id, name, false));
+                .map(|(_, _, name, _)| self.read_host(crawl_id, name, false));
             for host in futures_util::future::join_all(reads).await {
                 // A record deleted since the index listed it is simply not there.
                 hosts.extend(host?);
             }
         }
-        hosts.sort_by(|a, b| a.name.cmp(&b.name));
         let cursor = listed
             .last()
             .filter(|_| more)
-            .map(|(pk, _, updated)| {
+            .map(|(shard, pk, _, updated)| {
                 serde_json::to_string(&Cursor {
-                    shard: 0,
+                    shard: *shard,
                     pk: Some(pk.clone()),
                     updated: Some(*updated),
                 })
@@ -161,11 +215,68 @@ impl HostStore for DynamoStore {
         Ok(HostPage { hosts, cursor })
     }
 
+    /// On the first shard's counts item (one strongly consistent GetItem).
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.calls.record(Call::DynamoGetItem);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(items::host_counts_pk(crawl_id, 0)))
+            .projection_expression("#scan")
+            .expression_attribute_names("#scan", "scan")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?;
+        Ok(out
+            .item
+            .and_then(|mut item| item.remove("scan"))
+            .and_then(|v| v.as_s().ok().cloned()))
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(items::host_counts_pk(crawl_id, 0)))
+            .expression_attribute_names("#scan", "scan");
+        let request = match at {
+            Some(at) => request
+                .update_expression("SET #scan = :at")
+                .expression_attribute_values(":at", s(at)),
+            None => request.update_expression("REMOVE #scan"),
+        };
+        self.calls.record(Call::DynamoUpdateItem);
+        request.send().await.map_err(|e| map_err("UpdateItem", e))?;
+        Ok(())
+    }
+
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
+        let counts = (0..HOST_SHARDS)
+            .map(|shard| s(items::host_counts_pk(crawl_id, shard)))
+            .collect::<Vec<_>>();
+        for chunk in counts.chunks(25) {
+            self.batch_delete(chunk.to_vec()).await?;
+        }
+        // The list's keys at once, each page by page.
+        let shards = (0..HOST_KEYS).map(|shard| self.delete_host_key(crawl_id, shard));
+        let mut deleted = 0u64;
+        for one in futures_util::future::join_all(shards).await {
+            deleted += one?;
+        }
+        Ok(deleted)
+    }
+}
+
+impl DynamoStore {
+    /// Deletes the host records filed under one key of the crawl's host list.
+    async fn delete_host_key(&self, crawl_id: &CrawlId, shard: u32) -> StoreResult<u64> {
         let mut deleted = 0u64;
         loop {
             // Deleting what the last page returned moves the next page forward.
-            let gsi = items::hosts_gsi(crawl_id);
+            let gsi = items::hosts_gsi(crawl_id, shard);
             let (items, _, _) = self.query_page(gsi, None, Some(25), None, false).await?;
             if items.is_empty() {
                 return Ok(deleted);
@@ -178,9 +289,105 @@ impl HostStore for DynamoStore {
             self.batch_delete(keys).await?;
         }
     }
-}
 
-impl DynamoStore {
+    /// A host write that changes the crawl's host counts: the record's conditional put and the
+    /// add to its shard's counts in one TransactWriteItems (both or neither; twice a write's
+    /// units each, paid only when a host goes open or idle, or is created).
+    /// The update that writes `host` over the version read (see `put_host`).
+    fn host_update(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<Update> {
+        let mut item = items::host_item(crawl_id, host, host.version + 1)?;
+        item.remove("pk");
+        item.remove(items::HOST_OFFERED);
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .key("pk", s(host_pk(crawl_id, &host.name)))
+            .expression_attribute_names("#pk", "pk");
+        let mut sets = Vec::with_capacity(item.len());
+        for (i, (name, value)) in item.into_iter().enumerate() {
+            sets.push(format!("#a{i} = :a{i}"));
+            update = update
+                .expression_attribute_names(format!("#a{i}"), name)
+                .expression_attribute_values(format!(":a{i}"), value);
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        let absent: Vec<&str> = items::HOST_OPTIONAL
+            .iter()
+            .copied()
+            .filter(|name| !optional_is_set(host, name))
+            .collect();
+        if !absent.is_empty() {
+            let removes: Vec<String> = (0..absent.len()).map(|i| format!("#r{i}")).collect();
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+            for (i, name) in absent.iter().enumerate() {
+                update = update.expression_attribute_names(format!("#r{i}"), *name);
+            }
+        }
+        let update = update.update_expression(expression);
+        let update = if host.version == 0 {
+            update.condition_expression("attribute_not_exists(#pk)")
+        } else if host.waits_for_offers() {
+            // Written idle: an offer made since the read (which woke nobody) refuses it.
+            update
+                .condition_expression(
+                    "attribute_exists(#pk) AND #v = :v \
+                     AND (attribute_not_exists(#offered) OR #offered = :offered)",
+                )
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", n(host.version))
+                .expression_attribute_names("#offered", items::HOST_OFFERED)
+                .expression_attribute_values(":offered", n(host.offered))
+        } else {
+            // attribute_exists too: a record deleted meanwhile is not silently recreated.
+            update
+                .condition_expression("attribute_exists(#pk) AND #v = :v")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", n(host.version))
+        };
+        update.build().map_err(|e| StoreError::Backend {
+            operation: "UpdateItem",
+            message: e.to_string(),
+        })
+    }
+
+    /// The host's update and its shard's host counts, in one transaction.
+    async fn put_host_counted(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        update: Update,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
+        let add = Update::builder()
+            .table_name(&self.table)
+            .key(
+                "pk",
+                s(items::host_counts_pk(crawl_id, host_shard(&host.name))),
+            )
+            .update_expression("ADD #hosts :hosts, #open :open")
+            .expression_attribute_names("#hosts", "hosts")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":hosts", n(counted.hosts))
+            .expression_attribute_values(":open", n(counted.open))
+            .build()
+            .map_err(|e| StoreError::Backend {
+                operation: "TransactWriteItems",
+                message: e.to_string(),
+            })?;
+        self.calls.record(Call::DynamoTransactWriteItems);
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .transact_items(TransactWriteItem::builder().update(add).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_refused_transaction(&e) => Ok(false),
+            Err(e) => Err(map_err("TransactWriteItems", e)),
+        }
+    }
+
     /// One host record by key; `consistent` for a read that a conditional write will follow.
     async fn read_host(
         &self,
@@ -199,5 +406,59 @@ impl DynamoStore {
             .await
             .map_err(|e| map_err("GetItem", e))?;
         out.item.map(items::host_from_item).transpose()
+    }
+}
+
+/// Whether the optional attribute `name` (`items::HOST_OPTIONAL`) has a value in `host`.
+fn optional_is_set(host: &Host, name: &str) -> bool {
+    match name {
+        "snoozed_until" => host.snoozed_until.is_some(),
+        "given_up" => host.given_up.is_some(),
+        "turn_until" => host.turn_until.is_some(),
+        "claimer" => host.claimer.is_some(),
+        "queued_for" => host.queued_for.is_some(),
+        "wake_at" => host.wake_at.is_some(),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_domain::host::HostPolicy;
+
+    #[test]
+    fn the_optional_attributes_are_exactly_those_a_host_may_leave_out() {
+        let bare = Host::new("h", &HostPolicy::default(), 0);
+        let full = Host {
+            snoozed_until: Some(1),
+            given_up: Some("why".into()),
+            turn_until: Some(2),
+            claimer: Some(3),
+            queued_for: Some(4),
+            wake_at: Some(5),
+            ..bare.clone()
+        };
+        let crawl = CrawlId::parse("c").unwrap();
+        let names = |h: &Host| -> std::collections::BTreeSet<String> {
+            items::host_item(&crawl, h, 1)
+                .unwrap()
+                .into_keys()
+                .collect()
+        };
+        let optional: std::collections::BTreeSet<String> =
+            names(&full).difference(&names(&bare)).cloned().collect();
+        let listed = items::HOST_OPTIONAL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(optional, listed);
+        assert!(
+            items::HOST_OPTIONAL
+                .iter()
+                .all(|n| optional_is_set(&full, n))
+        );
+        assert!(
+            !items::HOST_OPTIONAL
+                .iter()
+                .any(|n| optional_is_set(&bare, n))
+        );
     }
 }

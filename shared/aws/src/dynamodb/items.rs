@@ -5,11 +5,11 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use trawl_core::store::{StoreError, StoreResult, TaskSummary};
+use trawl_core::store::{HostCounts, StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
-use trawl_domain::host::Host;
+use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
 type Item = HashMap<String, AttributeValue>;
@@ -80,8 +80,62 @@ pub(super) fn host_pk(crawl_id: &CrawlId, name: &str) -> String {
 }
 
 /// Where a crawl's host records sit in the status index (all under one key, `updated = 0`).
-pub(super) fn hosts_gsi(crawl_id: &CrawlId) -> String {
-    format!("{crawl_id}#hosts")
+/// The item of one shard of a crawl's host counts (`HostStore::host_counts`): attributes
+/// `hosts` and `open`, added to by the host writes that change them; shard 0's also carries
+/// `counted`, written with the crawl, which says the crawl's counts were kept from its start.
+pub(super) fn host_counts_pk(crawl_id: &CrawlId, shard: u32) -> String {
+    format!("{crawl_id}#hostcounts#{shard}")
+}
+
+/// The crawl's host counts from its shards' items (absent ones count 0); None without the
+/// `counted` mark.
+pub(super) fn host_counts_of(
+    crawl_id: &CrawlId,
+    found: &[Item],
+) -> StoreResult<Option<HostCounts>> {
+    let first = host_counts_pk(crawl_id, 0);
+    let counted = found.iter().any(|item| {
+        item.get("pk").and_then(|v| v.as_s().ok()) == Some(&first) && item.contains_key("counted")
+    });
+    if !counted {
+        return Ok(None);
+    }
+    let mut counts = HostCounts::default();
+    for item in found {
+        let number = |name: &str| -> StoreResult<i64> {
+            item.get(name).map_or(Ok(0), |v| {
+                v.as_n()
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| corrupt(item, format!("{name} is not a count")))
+            })
+        };
+        counts.add(HostCounts {
+            hosts: number("hosts")?,
+            open: number("open")?,
+        });
+    }
+    Ok(Some(counts))
+}
+
+/// The status-index key of a crawl's host records of one shard (`host::host_shard`), or, for
+/// `shard == HOST_SHARDS`, the one key every host was filed under before the list was sharded
+/// (such a record moves to its shard's key at its next write). Listings read them all, in this
+/// order ([`HOST_KEYS`]).
+pub(super) fn hosts_gsi(crawl_id: &CrawlId, shard: u32) -> String {
+    if shard < HOST_SHARDS {
+        format!("{crawl_id}#hosts#{shard}")
+    } else {
+        format!("{crawl_id}#hosts")
+    }
+}
+
+/// The keys of a crawl's host list: its shards, then the unsharded key of older records.
+pub(super) const HOST_KEYS: u32 = HOST_SHARDS + 1;
+
+/// The host of a host record's key, under `crawl_id`.
+pub(super) fn host_of_pk<'a>(crawl_id: &CrawlId, pk: &'a str) -> Option<&'a str> {
+    pk.strip_prefix(crawl_id.as_str())?.strip_prefix("#host#")
 }
 
 fn corrupt(item: &Item, e: impl std::fmt::Display) -> StoreError {
@@ -275,13 +329,17 @@ pub(super) fn calls_of(item: &Item) -> StoreResult<CallTally> {
 }
 
 /// A host record as an item: the `Host` fields (through `serde_dynamo`: `None` is never a
-/// NULL), its key, and `gsi_pk = {crawl_id}#hosts` with `updated = 0`, which files every host of
-/// a crawl under one status-index key so that they are listed without a scan. The index does not
+/// NULL), its key, and `gsi_pk = {crawl_id}#hosts#{shard}` with `updated = 0`, which files the
+/// crawl's hosts under `HOST_SHARDS` status-index keys (`hosts_gsi`), so that they are listed
+/// without a scan and created at up to that many times one partition's rate. The index does not
 /// project the host's own fields: a listing reads each record by its key. `version` is the one
-/// the write stores (the writer's + 1). A few hundred bytes: one write unit.
+/// the write stores (the writer's + 1). `seeded` is the record's own count
+/// (`Host::seeded_by_writes`), its offers `offered` beside it: a write of the record sets every
+/// attribute but `offered`, which only offers add to. A few hundred bytes: one write unit.
 pub(super) fn host_item(crawl_id: &CrawlId, host: &Host, version: u64) -> StoreResult<Item> {
     let stored = Host {
         version,
+        seeded: host.seeded_by_writes(),
         ..host.clone()
     };
     let mut item = encode_item(&stored)?;
@@ -289,16 +347,37 @@ pub(super) fn host_item(crawl_id: &CrawlId, host: &Host, version: u64) -> StoreR
         "pk".into(),
         AttributeValue::S(host_pk(crawl_id, &host.name)),
     );
-    item.insert("gsi_pk".into(), AttributeValue::S(hosts_gsi(crawl_id)));
+    let shard = host_shard(&host.name);
+    item.insert(
+        "gsi_pk".into(),
+        AttributeValue::S(hosts_gsi(crawl_id, shard)),
+    );
     item.insert("updated".into(), AttributeValue::N("0".into()));
     item.insert("crawl_id".into(), AttributeValue::S(crawl_id.to_string()));
     Ok(item)
 }
 
-/// The host record of a host item (the key attributes are ignored).
+/// The host record of a host item (the key attributes are ignored): `seeded` counts its offers.
 pub(super) fn host_from_item(item: Item) -> StoreResult<Host> {
-    serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))
+    let host: Host =
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone()).map_err(|e| corrupt(&item, e))?;
+    let offered = host.offered;
+    Ok(host.with_offers(offered))
 }
+
+/// The attribute offers add to, which no write of a whole host record sets.
+pub(super) const HOST_OFFERED: &str = "offered";
+
+/// The host attributes that are absent when their value is None (`serde_dynamo` never writes a
+/// NULL): a write of the record removes those it does not set.
+pub(super) const HOST_OPTIONAL: [&str; 6] = [
+    "snoozed_until",
+    "given_up",
+    "turn_until",
+    "claimer",
+    "queued_for",
+    "wake_at",
+];
 
 /// A crawl item. Its call counts are attributes of their own (`calls_attribute`), outside serde.
 #[derive(Debug, Serialize, Deserialize)]

@@ -3,14 +3,18 @@
 //! One table, partition key `pk` only:
 //! - a task is `pk = {crawl_id}#{task_id}`;
 //! - a crawl is `pk = {crawl_id}#crawl`;
-//! - a host record is `pk = {crawl_id}#host#{name}` (a task id is 32 hex digits, so none of
-//!   them collide).
+//! - a host record is `pk = {crawl_id}#host#{name}`;
+//! - the crawl's host counts (`HostStore::host_counts`) are `pk = {crawl_id}#hostcounts#{shard}`,
+//!   one item per shard of the host list (`host::HOST_SHARDS`), added to by the host writes
+//!   that change them, in one TransactWriteItems with the host record (a task id is 32 hex
+//!   digits, so none of these keys collide).
 //!
 //! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists failed, gone and ignored
 //! tasks without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`, the shard a
 //! stable hash of the task id (spreading one crawl's hot status over partitions), written by the
 //! change into a listed status; a crawl's is `crawls#{state}`; a host record's
-//! `{crawl_id}#hosts` (with `updated = 0`), so a crawl's hosts are listed without a scan.
+//! `{crawl_id}#hosts#{shard}` (with `updated = 0`; `items::hosts_gsi`), so a crawl's hosts are
+//! listed without a scan, and created and walked over `HOST_SHARDS` partitions.
 //! Pending, in-progress and succeeded tasks are not listed (no `gsi_pk`): a URL passes through
 //! pending on every fetch and ends most succeeded, and listing them cost index writes at every
 //! step (a recrawl's finish rewrites the range key); they are all in their hosts' due lists, and
@@ -43,20 +47,23 @@ mod expression;
 mod hosts;
 mod items;
 pub mod schema;
+mod task_counts;
 mod tasks;
 
-use self::errors::{is_conditional_failure, map_err};
+use self::errors::{conditional_item, is_conditional_failure, map_err};
+use self::expression::Expression;
 use self::items::{crawl_pk, host_pk, task_pk};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, Select, WriteRequest};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select, WriteRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{StoreError, StoreResult, TaskPage, TaskQuery};
-use trawl_domain::calls::{Call, CallCounts};
+use trawl_core::store::{Applied, StoreError, StoreResult, TaskPage, TaskQuery};
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Status};
 
@@ -76,6 +83,8 @@ pub struct DynamoStore {
     calls: Arc<CallCounts>,
     /// This worker's page-budget slots (`max_pages` without a write per page).
     budget: Arc<PageBudget>,
+    /// Task writes not yet added to their crawl's counts (`task_counts`).
+    noted: Arc<task_counts::Deltas>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -111,6 +120,7 @@ impl DynamoStore {
             shards: shards.max(1),
             calls,
             budget: Arc::default(),
+            noted: Arc::default(),
         }
     }
 
@@ -137,6 +147,51 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(crawl_pk(id)))
+    }
+
+    /// Persists a decided update in one conditional UpdateItem: `request` names the record,
+    /// `expression` holds the placeholders of `condition` and `changes`. It answers with the
+    /// record before it (`ALL_OLD`, which consumes no capacity) or, when refused, the record the
+    /// condition was checked against (None: absent), read from the failed condition itself: no
+    /// second read. `decode` reads a record from an item. A write whose changes add its own
+    /// call to a crawl (`reported`) counts it as reported, and gives it back if it failed.
+    async fn apply_update<T>(
+        &self,
+        request: UpdateItemFluentBuilder,
+        expression: Expression,
+        (condition, changes): (String, Option<String>),
+        reported: bool,
+        decode: impl Fn(Item) -> StoreResult<T>,
+    ) -> StoreResult<Applied<T>> {
+        if reported {
+            self.calls.record_reported(Call::DynamoUpdateItem);
+        } else {
+            self.calls.record(Call::DynamoUpdateItem);
+        }
+        let request = request
+            .condition_expression(condition)
+            .set_update_expression(changes)
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
+        match expression.bind(request).send().await {
+            Ok(out) => Ok(Applied::Done {
+                before: decode(out.attributes.unwrap_or_default())?,
+            }),
+            Err(e) => match conditional_item(&e) {
+                Some(item) => Ok(Applied::Refused {
+                    current: Some(decode(item)?),
+                }),
+                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
+                None => {
+                    if reported {
+                        // Not added: this call goes with the next report.
+                        self.calls
+                            .restore_unreported(&CallTally::from([(Call::DynamoUpdateItem, 1)]));
+                    }
+                    Err(map_err("UpdateItem", e))
+                }
+            },
+        }
     }
 
     async fn query_page(
@@ -199,6 +254,9 @@ fn updated_at_most(
 /// due list, from the start when `pk` is None) and the position in it.
 #[derive(Serialize, Deserialize)]
 struct HostWalk {
+    /// The key of the host list the host is filed under (`items::hosts_gsi`).
+    #[serde(default)]
+    shard: u32,
     host: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pk: Option<String>,
@@ -207,26 +265,39 @@ struct HostWalk {
 }
 
 impl DynamoStore {
-    /// The crawl's first host after `after` (by name), from the hosts' status-index key.
+    /// The crawl's next host after `after` (a key of the host list and a host filed under it):
+    /// the next one under that key, or the first under the next key that has one.
     async fn host_after(
         &self,
         crawl_id: &CrawlId,
-        after: Option<&str>,
-    ) -> StoreResult<Option<String>> {
-        let gsi = items::hosts_gsi(crawl_id);
-        let start = after.map(|name| {
-            HashMap::from([
-                ("pk".to_owned(), s(host_pk(crawl_id, name))),
-                ("gsi_pk".to_owned(), s(gsi.clone())),
-                ("updated".to_owned(), n(0)),
-            ])
-        });
-        let (items, _, _) = self.query_page(gsi, None, Some(1), start, false).await?;
-        let prefix = format!("{crawl_id}#host#");
-        Ok(items.first().and_then(|item| {
-            let pk = item.get("pk")?.as_s().ok()?;
-            pk.strip_prefix(&prefix).map(str::to_owned)
-        }))
+        after: Option<(u32, &str)>,
+    ) -> StoreResult<Option<(u32, String)>> {
+        let (mut shard, mut start) = match after {
+            None => (0, None),
+            Some((shard, name)) => {
+                let key = HashMap::from([
+                    ("pk".to_owned(), s(host_pk(crawl_id, name))),
+                    ("gsi_pk".to_owned(), s(items::hosts_gsi(crawl_id, shard))),
+                    ("updated".to_owned(), n(0)),
+                ]);
+                (shard, Some(key))
+            }
+        };
+        while shard < items::HOST_KEYS {
+            let gsi = items::hosts_gsi(crawl_id, shard);
+            let (items, _, _) = self
+                .query_page(gsi, None, Some(1), start.take(), false)
+                .await?;
+            let first = items.first().and_then(|item| {
+                let pk = item.get("pk")?.as_s().ok()?;
+                items::host_of_pk(crawl_id, pk).map(str::to_owned)
+            });
+            if let Some(name) = first {
+                return Ok(Some((shard, name)));
+            }
+            shard += 1;
+        }
+        Ok(None)
     }
 
     /// One page of a host's due list, only the tasks `query` asks for (its status, updated at
@@ -287,14 +358,14 @@ impl DynamoStore {
                     ])),
                     _ => None,
                 };
-                (Some(at.host), start)
+                (Some((at.shard, at.host)), start)
             }
             None => (self.host_after(crawl_id, None).await?, None),
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
         // Bounded: each round reads a page of one host's list or moves to the next host.
-        while let Some(name) = host.clone() {
+        while let Some((shard, name)) = host.clone() {
             if tasks.len() >= limit {
                 break;
             }
@@ -307,13 +378,14 @@ impl DynamoStore {
             }
             match next {
                 Some(key) => start = Some(key),
-                None => host = self.host_after(crawl_id, Some(&name)).await?,
+                None => host = self.host_after(crawl_id, Some((shard, &name))).await?,
             }
         }
         let cursor = host
-            .map(|host| {
+            .map(|(shard, host)| {
                 let key = |name: &str| start.as_ref().and_then(|k| k.get(name));
                 serde_json::to_string(&HostWalk {
+                    shard,
                     host,
                     pk: key("pk").and_then(|v| v.as_s().ok()).cloned(),
                     due: key("due")
@@ -340,7 +412,7 @@ impl DynamoStore {
         };
         let mut total = 0u64;
         let mut host = self.host_after(crawl_id, None).await?;
-        while let Some(name) = host {
+        while let Some((shard, name)) = host {
             let mut start = None;
             loop {
                 let (_, count, next) = self.host_page(&query, &name, start, None, true).await?;
@@ -350,7 +422,7 @@ impl DynamoStore {
                     None => break,
                 }
             }
-            host = self.host_after(crawl_id, Some(&name)).await?;
+            host = self.host_after(crawl_id, Some((shard, &name))).await?;
         }
         Ok(total)
     }

@@ -1,14 +1,13 @@
 //! Task records: one item each (`items::TaskItem`); a transition is one conditional
 //! UpdateItem built by `expression` from the domain's update.
 
-use super::errors::{conditional_item, is_conditional_failure, map_err};
+use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
-use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s};
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use trawl_core::store::{
     Applied, InTurnClaims, Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery,
     TaskRecords, TaskSummary,
@@ -16,7 +15,44 @@ use trawl_core::store::{
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Status, Task};
-use trawl_domain::transition::{Insert, Update};
+use trawl_domain::transition::{Change, Insert, Update};
+
+/// Keys in one BatchGetItem call, at most (DynamoDB's limit).
+const BATCH_GET_KEYS: usize = 100;
+
+impl DynamoStore {
+    /// The task counts kept on the crawl item (`task_counts`), with this process's notes not yet
+    /// reported; None for a crawl created before them (or gone). A count below zero (a drift, healed at the next delivery) reads as 0.
+    async fn kept_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<StatusCounts>> {
+        self.calls.record(Call::DynamoGetItem);
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(items::crawl_pk(crawl_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err("GetItem", e))?
+            .item;
+        let Some(item) = item.filter(|i| i.contains_key(task_counts::COUNTED)) else {
+            return Ok(None);
+        };
+        let noted = self.noted.peek(crawl_id);
+        let count = |status: Status| {
+            let kept = item
+                .get(&task_counts::attribute(status))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0);
+            let n = kept + noted.get(&status).copied().unwrap_or(0);
+            n.max(0) as u64
+        };
+        Ok(Some(
+            Status::ALL.into_iter().map(|st| (st, count(st))).collect(),
+        ))
+    }
+}
 
 impl TaskRecords for DynamoStore {
     /// A turn's claim is one consistent read: the lease is the token as read, and the finish,
@@ -38,7 +74,12 @@ impl TaskRecords for DynamoStore {
         for chunk in unique.chunks(SEED_PARALLELISM) {
             let puts = chunk.iter().map(|insert| self.insert_one(insert));
             for (insert, outcome) in chunk.iter().zip(join_all(puts).await) {
-                created.insert(&insert.task.task_id, outcome?);
+                let outcome = outcome?;
+                if outcome == Seeded::Created {
+                    let task = &insert.task;
+                    self.noted.created(&task.crawl_id, task.status, 1);
+                }
+                created.insert(&insert.task.task_id, outcome);
             }
         }
         Ok(tasks
@@ -70,6 +111,67 @@ impl TaskRecords for DynamoStore {
             .transpose()
     }
 
+    /// BatchGetItem of the keys, 100 a call, eventually consistent, the key alone projected:
+    /// half a read unit a key, where a put of a known task would be a refused write unit.
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        let mut unique: Vec<String> = ids.iter().map(|id| items::task_pk(crawl_id, id)).collect();
+        unique.sort();
+        unique.dedup();
+        let mut found = HashSet::new();
+        for chunk in unique.chunks(BATCH_GET_KEYS) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|pk| HashMap::from([("pk".to_owned(), s(pk.clone()))]))
+                .collect();
+            for attempt in 0..8u32 {
+                if keys.is_empty() {
+                    break;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .projection_expression("#pk")
+                    .expression_attribute_names("#pk", "pk")
+                    .build()
+                    .map_err(|e| StoreError::Backend {
+                        operation: "BatchGetItem",
+                        message: e.to_string(),
+                    })?;
+                self.calls.record(Call::DynamoBatchGetItem);
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| map_err("BatchGetItem", e))?;
+                let items = out.responses.and_then(|mut r| r.remove(&self.table));
+                for item in items.unwrap_or_default() {
+                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
+                        found.insert(pk.clone());
+                    }
+                }
+                keys = out
+                    .unprocessed_keys
+                    .and_then(|mut m| m.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+            }
+            if !keys.is_empty() {
+                return Err(StoreError::Unavailable {
+                    operation: "BatchGetItem",
+                    message: "unprocessed keys remain".into(),
+                });
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(|id| found.contains(&items::task_pk(crawl_id, id)))
+            .collect())
+    }
+
     /// One conditional UpdateItem. It returns the item as it was (`ALL_OLD`, which consumes
     /// no capacity), and a refused one the item it was checked against, read from the failed
     /// condition itself.
@@ -84,28 +186,21 @@ impl TaskRecords for DynamoStore {
             return Ok(Applied::Refused { current: None });
         };
         let changes = expression.update(&update.changes, crawl_id, task_id, self.shards)?;
-        self.calls.record(Call::DynamoUpdateItem);
-        let request = self
-            .update_task(crawl_id, task_id)
-            .condition_expression(condition)
-            .update_expression(changes)
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(OnFailure::AllOld);
-        match expression.bind(request).send().await {
-            Ok(out) => {
-                let before = TaskItem::from_item(out.attributes.unwrap_or_default())?;
-                Ok(Applied::Done {
-                    before: before.into_task()?,
-                })
-            }
-            Err(e) => match conditional_item(&e) {
-                Some(item) => Ok(Applied::Refused {
-                    current: Some(TaskItem::from_item(item)?.into_task()?),
-                }),
-                None if is_conditional_failure(&e) => Ok(Applied::Refused { current: None }),
-                None => Err(map_err("UpdateItem", e)),
-            },
+        let request = self.update_task(crawl_id, task_id);
+        let applied = self
+            .apply_update(
+                request,
+                expression,
+                (condition, Some(changes)),
+                false,
+                |item| TaskItem::from_item(item)?.into_task(),
+            )
+            .await?;
+        if let (Applied::Done { before }, Change::Set(status)) = (&applied, &update.changes.status)
+        {
+            self.noted.moved(crawl_id, before.status, *status);
         }
+        Ok(applied)
     }
 
     async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
@@ -216,7 +311,13 @@ impl TaskRecords for DynamoStore {
         Ok(tasks)
     }
 
+    /// The crawl item's counts (`task_counts`: one read) for a crawl created with them, else
+    /// a count of each status: a small query per status shard, and for the statuses the status
+    /// index does not list a walk of the hosts' due lists.
     async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
+        if let Some(counts) = self.kept_counts(crawl_id).await? {
+            return Ok(counts);
+        }
         let mut counts = StatusCounts::new();
         for status in Status::ALL {
             if !items::listed(status) {

@@ -12,16 +12,19 @@
 //!   accepts (`sqs_id`).
 
 mod delivery;
+#[cfg(feature = "seed")]
 mod seed;
 
 pub use delivery::SqsDeliveryTrigger;
+#[cfg(feature = "seed")]
 pub use seed::SqsSeedQueue;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
@@ -199,6 +202,7 @@ impl WorkQueue for SqsQueue {
             .queue_url(&self.url)
             .max_number_of_messages(max.clamp(1, BATCH as u32) as i32)
             .wait_time_seconds((wait_ms / 1000).min(20) as i32)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await
             .map_err(|e| map_err("ReceiveMessage", e))?;
@@ -207,10 +211,17 @@ impl WorkQueue for SqsQueue {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|m| {
+                let receives = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
                 Some(Received {
                     message_id: m.message_id?,
                     receipt: m.receipt_handle?,
                     body: m.body.unwrap_or_default(),
+                    receives,
                 })
             })
             .collect())
@@ -252,15 +263,32 @@ impl WorkQueue for SqsQueue {
 
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {
         self.calls.record(Call::SqsChangeMessageVisibility);
-        self.client
+        let sent = self
+            .client
             .change_message_visibility()
             .queue_url(&self.url)
             .receipt_handle(receipt)
             .visibility_timeout(delay_ms.div_ceil(1000).min(MAX_VISIBILITY_S) as i32)
             .send()
-            .await
-            .map_err(|e| map_err("ChangeMessageVisibility", e))?;
-        Ok(())
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            // The message was redelivered meanwhile (its receipt superseded) or is no longer in
+            // flight: as for a delete that fails so, the turn's fenced lease already protects
+            // the work, and the copy in the queue comes back on its own.
+            Err(e)
+                if e.as_service_error().is_some_and(|e| {
+                    e.is_receipt_handle_is_invalid() || e.is_message_not_inflight()
+                }) =>
+            {
+                tracing::warn!(
+                    code = e.code(),
+                    "message visibility not changed; it will be redelivered"
+                );
+                Ok(())
+            }
+            Err(e) => Err(map_err("ChangeMessageVisibility", e)),
+        }
     }
 
     async fn depth(&self) -> QueueResult<Option<u64>> {

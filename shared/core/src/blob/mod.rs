@@ -20,6 +20,7 @@
 pub mod memory;
 pub mod segment;
 
+use crate::backoff::Transient;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -53,6 +54,12 @@ pub enum BlobError {
 impl BlobError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, BlobError::Unavailable { .. })
+    }
+}
+
+impl Transient for BlobError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 

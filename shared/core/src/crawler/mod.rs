@@ -23,7 +23,9 @@ use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
-use crate::queue::{MalformedMessage, Received, WorkMessage, send_patiently};
+use crate::queue::{
+    MalformedMessage, Received, WorkMessage, WorkQueue, resends_hand_back, send_patiently,
+};
 use crate::revisit::RevisitRules;
 use crate::store::{
     ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskRecords,
@@ -43,7 +45,7 @@ use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
-use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection};
+use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection, singled_out};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
@@ -189,7 +191,7 @@ impl FaultStreak {
     }
 }
 
-/// Work messages waiting to be sent at the end of a batch (next turns, woken hosts).
+/// Work messages waiting to be sent as a turn ends (its next turn, hosts its links woke).
 type Outbox = Mutex<Vec<WorkMessage>>;
 
 /// The host whose turn is running, and how many URLs of it the turn's pages linked to: added to
@@ -283,9 +285,10 @@ impl<P: Ports> Crawler<P> {
     }
 
     /// Processes a batch of turn messages, at most `concurrency` hosts at once. No fetch is
-    /// started once `deadline` is near: turns end early and hand their hosts back. Ends by
-    /// sending the batch's next-turn messages together and adding its calls to its crawls
-    /// (`crate::calls`).
+    /// started once `deadline` is near: turns end early and hand their hosts back. Each turn's
+    /// messages (its host's next turn, the hosts its links woke) are sent as that turn ends, not
+    /// when the batch does: a host paced fast goes on in another invocation while its slow
+    /// batch-mates still run. Ends by adding the batch's calls to its crawls (`crate::calls`).
     pub async fn process_batch(
         &self,
         batch: Vec<Received>,
@@ -305,13 +308,18 @@ impl<P: Ports> Crawler<P> {
             }
             parsed.push((received, message));
         }
-        let outbox = Mutex::new(Vec::new());
         let results = stream::iter(parsed)
-            .map(|(received, message)| self.process_message(received, message, deadline, &outbox))
+            .map(|(received, message)| async move {
+                let outbox = Mutex::new(Vec::new());
+                let result = self
+                    .process_message(received, message, deadline, &outbox)
+                    .await;
+                self.send_outbox(outbox).await;
+                result
+            })
             .buffer_unordered(self.concurrency)
             .collect::<Vec<_>>()
             .await;
-        self.send_outbox(outbox).await;
         crate::calls::report_shared(&self.store, &self.calls, &crawls).await;
         results
     }
@@ -341,9 +349,15 @@ impl<P: Ports> Crawler<P> {
                     crawl = %message.crawl_id,
                     host = %message.host
                 );
-                self.process_turn(&message, deadline, outbox)
+                let (disposition, outcomes) = self
+                    .process_turn(&message, deadline, outbox)
                     .instrument(span)
-                    .await
+                    .await;
+                (
+                    self.resend_if_worn(&message, received.receives, disposition)
+                        .await,
+                    outcomes,
+                )
             }
         };
         MessageResult {
@@ -351,6 +365,34 @@ impl<P: Ports> Crawler<P> {
             receipt: received.receipt,
             disposition,
             outcomes,
+        }
+    }
+
+    /// A turn handed back by a message the queue has delivered often already is sent anew
+    /// (and the received one deleted: `Done`), so that a host busy or early for many receives
+    /// never takes its turn to the dead-letter queue; if the send fails, it is handed back.
+    async fn resend_if_worn(
+        &self,
+        message: &WorkMessage,
+        receives: u32,
+        disposition: Disposition,
+    ) -> Disposition {
+        let Disposition::RetryAfter(delay_ms) = disposition else {
+            return disposition;
+        };
+        if !self.queue.counts_hand_backs() || !resends_hand_back(receives) {
+            return disposition;
+        }
+        let fresh = WorkMessage {
+            delay_ms,
+            ..message.clone()
+        };
+        match self.queue.send(std::slice::from_ref(&fresh)).await {
+            Ok(report) if report.sent == 1 => {
+                tracing::debug!(receives, delay_ms, "turn handed back as a new message");
+                Disposition::Done
+            }
+            Ok(_) | Err(_) => disposition,
         }
     }
 
@@ -580,8 +622,9 @@ impl<P: Ports> Crawler<P> {
                     return;
                 }
                 let span = tracing::info_span!("task", task = %task.task_id);
+                let answered_at = lock(state).plan.host().answered_at;
                 let (outcome, signal) = self
-                    .crawl_task(context, &task, outbox, held)
+                    .crawl_task(context, &task, answered_at, outbox, held)
                     .instrument(span)
                     .await;
                 let now = self.clock.now_ms();
@@ -602,11 +645,12 @@ impl<P: Ports> Crawler<P> {
     }
 
     /// Claims and crawls one due task. Returns what became of it and, when the host answered
-    /// or failed to, the signal for the host.
+    /// or failed to, the signal for the host. `answered_at`: when the host last answered.
     async fn crawl_task(
         &self,
         context: &CrawlContext,
         due: &TaskSummary,
+        answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
     ) -> (Outcome, Option<HostSignal>) {
@@ -631,7 +675,7 @@ impl<P: Ports> Crawler<P> {
             }
         };
         match self
-            .crawl_claimed(context, &task, &lease, outbox, held)
+            .crawl_claimed(context, &task, &lease, answered_at, outbox, held)
             .await
         {
             Ok(done) => {
@@ -737,7 +781,7 @@ impl<P: Ports> Crawler<P> {
         settle_host(settled, crawl, now, outbox, outcomes)
     }
 
-    /// Sends the batch's turn messages (next turns, hosts its links woke) in full batches of 10.
+    /// Sends a turn's messages (its next turn, hosts its links woke) in batches of 10.
     /// A message that cannot be sent leaves its host presumed queued: the sweeper re-issues it.
     async fn send_outbox(&self, outbox: Outbox) {
         let messages = outbox.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -763,6 +807,7 @@ impl<P: Ports> Crawler<P> {
         context: &CrawlContext,
         task: &Task,
         lease: &Lease,
+        answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
     ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
@@ -791,13 +836,15 @@ impl<P: Ports> Crawler<P> {
         match self.fetcher.fetch(request).await {
             FetchOutcome::Failed(failure) => {
                 let signal = HostSignal::of_failure(&failure);
-                if signal.spends_retry() {
+                if signal.spends_retry() || singled_out(answered_at, &task.errors) {
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
                     return Ok((outcome, Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
-                self.store.release(lease, self.clock.now_ms()).await?;
+                self.store
+                    .hold_back(lease, &failure, self.clock.now_ms())
+                    .await?;
                 Ok((Outcome::Snoozed, Some(signal)))
             }
             FetchOutcome::Redirected { status, location } => {
@@ -1177,6 +1224,7 @@ mod tests {
             message_id: format!("m{epoch}"),
             receipt: format!("r{epoch}"),
             body,
+            receives: 1,
         }
     }
 

@@ -45,9 +45,9 @@ pub use summary::{
 };
 
 use crate::app::{App, Ports};
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
+use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
@@ -58,10 +58,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
+use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::crawl::{Crawl, CrawlState, transition};
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
 pub const INDEX_FILE: &str = "index.json";
@@ -389,6 +390,13 @@ impl DeliverError {
     }
 }
 
+impl Transient for DeliverError {
+    fn is_transient(&self) -> bool {
+        // A delivery asked for before completion is not an outage to wait out here.
+        self.is_retryable() && !matches!(self, DeliverError::NotCompleted { .. })
+    }
+}
+
 /// `uri_base` and `key` joined: `s3://bucket` + key, or a directory + key.
 fn object_uri(uri_base: &str, key: &str) -> String {
     if uri_base.is_empty() {
@@ -536,15 +544,17 @@ impl Checkpoint {
     }
 }
 
-/// The time a call has, and the work it did (it stops only after `MIN_WORK_PER_CALL`).
+/// The time a call has (its deadline on the App's clock), and the work it did (it stops only
+/// after `MIN_WORK_PER_CALL`).
 struct Budget {
     deadline: Option<Instant>,
     work: u64,
 }
 
 impl Budget {
-    fn spent(&self) -> bool {
-        self.work >= MIN_WORK_PER_CALL && self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// Whether the call stops at `now` (`Clock::instant`).
+    fn spent(&self, now: Instant) -> bool {
+        self.work >= MIN_WORK_PER_CALL && self.deadline.is_some_and(|d| now >= d)
     }
 }
 
@@ -663,8 +673,9 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// Like `deliver`, but stops cleanly once `deadline` has passed (after a minimum of work),
-    /// leaving a checkpoint the next call continues from.
+    /// Like `deliver`, but stops cleanly once `deadline` has passed on the App's clock
+    /// (`Clock::instant`; after a minimum of work), leaving a checkpoint the next call continues
+    /// from.
     pub async fn deliver_until(
         &self,
         crawl_id: &CrawlId,
@@ -704,7 +715,7 @@ impl<P: Ports> Deliverer<P> {
         // write again a delivery the first one finished meanwhile.
         let holder = format!("{:016x}", fastrand::u64(..));
         let lease_ms = deadline.map_or(DELIVERY_LEASE, |at| {
-            at.saturating_duration_since(Instant::now()) + DELIVERY_LEASE_MARGIN
+            at.saturating_duration_since(self.clock.instant()) + DELIVERY_LEASE_MARGIN
         });
         let until = now.saturating_add(i64::try_from(lease_ms.as_millis()).unwrap_or(i64::MAX));
         if !self
@@ -718,6 +729,9 @@ impl<P: Ports> Deliverer<P> {
             });
         }
         let written = self.write_delivery(crawl, generation, now, deadline).await;
+        if let Ok(Delivery::Done(report)) = &written {
+            self.set_task_counts(&holder, report).await;
+        }
         // Tried again for a few seconds: a lease left behind holds every later call (a retry
         // of this one included) off the delivery until it expires, minutes later.
         let retries = AtomicU64::new(0);
@@ -730,6 +744,26 @@ impl<P: Ports> Deliverer<P> {
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
         written
+    }
+
+    /// Sets the crawl's task counts to those the delivery read, task by task: counts a store
+    /// keeps apart from the tasks (the DynamoDB adapter's) heal from any drift. Only while the
+    /// crawl is still completed at the delivered generation and the lease held; a failure is
+    /// logged (the next delivery sets them).
+    async fn set_task_counts(&self, holder: &str, report: &DeliveryReport) {
+        if report.already_delivered {
+            return;
+        }
+        let counts: BTreeMap<Status, u64> = report
+            .summary
+            .statuses
+            .iter()
+            .filter_map(|(name, &n)| Some((Status::from_name(name)?, n)))
+            .collect();
+        let update = transition::set_task_counts(holder, report.generation, counts);
+        if let Err(e) = self.store.apply_crawl(&report.crawl_id, &update).await {
+            tracing::warn!(crawl = %report.crawl_id, error = %e, "task counts not set");
+        }
     }
 
     /// The delivery's writing, by the one holder of its lease.
@@ -1114,7 +1148,7 @@ impl<P: Ports> Deliverer<P> {
                     if segment.full(&self.limits) {
                         return Ok(Stop::Full);
                     }
-                    if budget.spent() {
+                    if budget.spent(self.clock.instant()) {
                         return Ok(Stop::Paused);
                     }
                 }
@@ -1308,7 +1342,7 @@ impl<P: Ports> Deliverer<P> {
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
         for partition in first..partitions {
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
             let key = format!("{prefix}{}", FileKind::Delta.name(partition));
@@ -1355,7 +1389,7 @@ impl<P: Ports> Deliverer<P> {
             let Phase::CleanUp { start_after } = &state.phase else {
                 return Ok(true);
             };
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
             let cleaned = orphans::clean_page(

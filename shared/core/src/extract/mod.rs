@@ -10,10 +10,12 @@
 //! seeded (`Extractors::new`), and a field that fails on a page records its error on the item,
 //! which is kept (invalid) rather than dropped.
 
+#[cfg(feature = "fetch")]
 mod dry_run;
 mod path;
 mod process;
 
+#[cfg(feature = "fetch")]
 pub use dry_run::{DryRun, FailedField, dry_run, dry_run_stored};
 
 use crate::discover::{Links, extract_links, links_in_tree};

@@ -12,17 +12,17 @@ mod guard;
 mod proxy;
 mod request;
 mod robots;
-mod secrets;
 mod stats;
 
+pub use crate::discover::is_html_type;
+pub use crate::secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 pub use guard::{BlockedAddress, forbidden_class, is_forbidden};
 pub use proxy::{MAX_PROXIES, NO_PROXY, ProxyStats};
 pub use request::MAX_JARS;
 pub use request::validate as validate_request_settings;
-pub use secrets::{EnvSecrets, Secret, SecretError, SecretSource};
 pub use stats::{FetchStats, LATENCY_SAMPLES};
 
-use crate::discover::ScopeMatcher;
+use crate::discover::{ScopeMatcher, media_type};
 use bytes::{Bytes, BytesMut};
 use guard::GuardedResolver;
 use request::{Jars, RequestPlan, RuleSets};
@@ -39,8 +39,6 @@ use trawl_domain::crawl::{CrawlConfig, DEFAULT_USER_AGENT};
 use trawl_domain::retry::{Failure, parse_retry_after};
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis};
 
-/// Media types stored and parsed for links without being listed in `store_content_types`.
-const HTML_TYPES: [&str; 2] = ["text/html", "application/xhtml+xml"];
 /// Clients kept per distinct connect timeout (crawls rarely differ; this bounds odd configs).
 const MAX_CLIENTS: usize = 8;
 const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8";
@@ -121,12 +119,6 @@ impl FetchedPage {
     pub fn is_html(&self) -> bool {
         self.content_type.as_deref().is_some_and(is_html_type)
     }
-}
-
-/// Whether a `Content-Type` names HTML (the pages whose links are followed and whose items are
-/// extracted).
-pub fn is_html_type(content_type: &str) -> bool {
-    HTML_TYPES.contains(&media_type(content_type).as_str())
 }
 
 /// A downloaded body (after decompression) and its md5, computed once, as it is downloaded.
@@ -357,7 +349,7 @@ impl Fetcher {
         let limits = &req.config.fetch;
         let stored = content_type.as_deref().is_some_and(|ct| {
             let media = media_type(ct);
-            HTML_TYPES.contains(&media.as_str())
+            is_html_type(&media)
                 || limits
                     .store_content_types
                     .iter()
@@ -691,16 +683,6 @@ fn header_string(headers: &HeaderMap, name: header::HeaderName) -> Option<String
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
-}
-
-/// `text/html; charset=utf-8` → `text/html`.
-fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! guard protects the network trawl runs in, which a proxy elsewhere is not part of.
 
 use super::guard::{self, GuardedResolver, ResolveError};
-use super::secrets::{Secret, SecretSource, reference_problem};
+use crate::secrets::{Secret, SecretSource, reference_problem};
 use reqwest::{Client, StatusCode};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,7 +15,7 @@
 //! A configuration is checked by [`validate`] when the crawl is seeded; one that is not valid at
 //! fetch time anyway (a crawl stored before a check existed) fails the task, never the process.
 
-use super::secrets::{Secret, SecretSource, reference_problem};
+use crate::secrets::{Secret, SecretSource, reference_problem};
 use bytes::Bytes;
 use regex::{Regex, RegexSet};
 use reqwest::cookie::{CookieStore, Jar};

@@ -166,6 +166,7 @@ impl State {
                 message_id: front.seq.to_string(),
                 receipt: receipt.clone(),
                 body: front.body.clone(),
+                receives: front.receives,
             });
             entry.head = Head::Held {
                 receipt: receipt.clone(),
@@ -336,6 +337,11 @@ impl WorkQueue for LocalQueue {
         }
         self.changed.notify_waiters();
         Ok(())
+    }
+
+    /// Only rejected messages count toward this queue's dead letters.
+    fn counts_hand_backs(&self) -> bool {
+        false
     }
 
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {

@@ -7,7 +7,7 @@
 
 pub mod local;
 
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
@@ -89,6 +89,9 @@ pub struct Received {
     pub receipt: String,
     /// The raw body: parsed by the consumer, so one malformed body never fails a batch.
     pub body: String,
+    /// How many times the queue has delivered it, this time included (SQS's
+    /// `ApproximateReceiveCount`; 1 when the queue does not say).
+    pub receives: u32,
 }
 
 /// A message the queue gave up on: rejected by its consumer on every one of its receives.
@@ -114,6 +117,12 @@ pub enum QueueError {
     },
 }
 
+impl Transient for QueueError {
+    fn is_transient(&self) -> bool {
+        matches!(self, QueueError::Unavailable { .. })
+    }
+}
+
 pub type QueueResult<T> = Result<T, QueueError>;
 
 /// Result of a send: messages SQS refused are named (by host), never dropped silently.
@@ -121,6 +130,18 @@ pub type QueueResult<T> = Result<T, QueueError>;
 pub struct SendReport {
     pub sent: usize,
     pub failed: Vec<(String, String)>,
+}
+
+/// Receives from which a message handed back (not rejected) is sent anew rather than made
+/// visible again: below the crawl queue's `maxReceiveCount` of 5, with two receives to spare
+/// for redeliveries (a lost answer, a timed-out invocation), so that only poison messages reach
+/// the dead-letter queue and raise its alarm.
+pub const RESEND_FROM_RECEIVE: u32 = 3;
+
+/// Whether a message received `receives` times and handed back is sent anew (a fresh message,
+/// its receive count at zero) instead of made visible again.
+pub fn resends_hand_back(receives: u32) -> bool {
+    receives >= RESEND_FROM_RECEIVE
 }
 
 pub trait WorkQueue: Send + Sync {
@@ -139,6 +160,14 @@ pub trait WorkQueue: Send + Sync {
 
     /// Deletes handled messages.
     fn ack(&self, receipts: &[String]) -> impl Future<Output = QueueResult<()>> + Send;
+
+    /// Whether a message handed back with `retry_later` counts a receive toward the queue's
+    /// dead letters (SQS's redrive policy counts every receive; a queue in this process only
+    /// the receives of rejected messages). Where it does, a turn handed back again and again
+    /// (a busy or early host) is sent anew instead ([`resends_hand_back`]).
+    fn counts_hand_backs(&self) -> bool {
+        true
+    }
 
     /// Makes a received message visible again after `delay_ms` (retry with backoff).
     fn retry_later(

@@ -37,11 +37,13 @@ pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
 
 use crate::app::{App, Ports};
+use crate::backoff::Transient;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
+use crate::operate::{self, OperateError, Rewind, Selection};
 use crate::queue::{QueueError, send_patiently};
-use crate::store::{CrawlStore, StoreError, TaskRecords, TaskStore};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskStore};
 use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
 use md5::{Digest, Md5};
@@ -51,8 +53,8 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
-use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::task::{Millis, NewTask, UserData};
+use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, readmits};
+use trawl_domain::task::{ErrorKind, Millis, NewTask, Status, UserData};
 
 /// URLs handed to the frontier at once.
 pub const BATCH_SIZE: usize = 500;
@@ -175,6 +177,23 @@ impl SeedError {
     }
 }
 
+impl From<OperateError> for SeedError {
+    fn from(e: OperateError) -> Self {
+        match e {
+            OperateError::Invalid(problem) => SeedError::invalid(problem),
+            OperateError::Store(e) => SeedError::Store(e),
+            OperateError::Frontier(e) => e.into(),
+            OperateError::Queue(e) => SeedError::Queue(e),
+        }
+    }
+}
+
+impl Transient for SeedError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
+    }
+}
+
 impl From<FrontierError> for SeedError {
     fn from(e: FrontierError) -> Self {
         match e {
@@ -233,6 +252,14 @@ pub struct SeedResponse {
     /// Present when the seed is unfinished: send the same request with this cursor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// Tasks the crawl had ignored under its previous config that the updated one allows
+    /// (`update_config`), pending again (`crawl::readmits`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub readmitted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl SeedRequest {
@@ -450,6 +477,7 @@ impl<P: Ports> Seeder<P> {
         if existing.is_none() && config.scope.allowed_domains.is_empty() {
             config.scope.allowed_domains = self.seed_hosts(&request.source).await?;
         }
+        let mut readmitted = 0;
         let (crawl, created) = match existing {
             Some(mut crawl) if request.config.is_some() => {
                 if config.scope.allowed_domains.is_empty() {
@@ -468,7 +496,8 @@ impl<P: Ports> Seeder<P> {
                         )));
                     }
                     self.store.update_config(&crawl.id, &config, now).await?;
-                    crawl.config = config;
+                    let refused_by = std::mem::replace(&mut crawl.config, config);
+                    readmitted = self.readmit(&crawl, &refused_by, now).await?;
                 }
                 (crawl, false)
             }
@@ -497,6 +526,7 @@ impl<P: Ports> Seeder<P> {
                 crawl_id: request.crawl_id.to_string(),
                 created,
                 checkpoint,
+                readmitted,
                 ..SeedResponse::default()
             },
         };
@@ -595,6 +625,78 @@ impl<P: Ports> Seeder<P> {
             config.politeness.per_host = per_host;
         }
         config
+    }
+
+    /// Makes the tasks `refused_by` (the crawl's previous config) ignored that the crawl's
+    /// config now allows pending again, their hosts woken (`crawl::readmits`). Reads the ignored
+    /// tasks only when the update loosened a setting that refuses tasks.
+    async fn readmit(
+        &self,
+        crawl: &Crawl,
+        refused_by: &CrawlConfig,
+        now: Millis,
+    ) -> Result<u64, SeedError> {
+        const REFUSALS: [ErrorKind; 3] = [
+            ErrorKind::Blocked,
+            ErrorKind::RobotsDenied,
+            ErrorKind::OutOfScope,
+        ];
+        let config = &crawl.config;
+        if !REFUSALS.iter().any(|&k| readmits(refused_by, config, k)) {
+            return Ok(0);
+        }
+        let scope = ScopeMatcher::new(&config.scope)
+            .map_err(|e| SeedError::invalid(format!("scope: {e}")))?;
+        let mut ids = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .store
+                .query(&TaskQuery {
+                    crawl_id: crawl.id.clone(),
+                    status: Status::Ignored,
+                    updated_before: None,
+                    limit: 100,
+                    cursor: cursor.take(),
+                })
+                .await?;
+            for summary in &page.tasks {
+                let Some(task) = self.store.get(&crawl.id, &summary.task_id).await? else {
+                    continue;
+                };
+                let Some(refused) = task.errors.last().map(|e| e.kind) else {
+                    continue;
+                };
+                let in_scope = refused != ErrorKind::OutOfScope
+                    || CanonicalUrl::parse(&task.url)
+                        .is_ok_and(|url| scope.check(&url, task.depth).is_ok());
+                if in_scope && readmits(refused_by, config, refused) {
+                    ids.push(task.task_id);
+                }
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let selection = Selection {
+            statuses: vec![Status::Ignored],
+            tasks: Some(ids),
+            ..Selection::default()
+        };
+        let done = operate::rewind(
+            &self.store,
+            Some(&self.queue),
+            crawl,
+            &selection,
+            Rewind::Reschedule,
+            now,
+        )
+        .await?;
+        Ok(done.urls.len() as u64)
     }
 
     /// The hosts a new crawl is confined to when the request names none: the seed URLs' hosts

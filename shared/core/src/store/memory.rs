@@ -5,8 +5,8 @@
 
 use super::budget::PageBudget;
 use super::{
-    Applied, CrawlRecords, HostPage, HostStore, Seeded, StatusCounts, StoreError, StoreResult,
-    TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, Seeded, StatusCounts, StoreError,
+    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -27,6 +27,9 @@ struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
+    /// Kept by `put_host` for crawls created with them (`HostStore::host_counts`).
+    host_counts: BTreeMap<CrawlId, HostCounts>,
+    host_scans: BTreeMap<CrawlId, String>,
 }
 
 impl Tables {
@@ -85,7 +88,10 @@ impl CrawlRecords for MemoryStore {
     async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
         self.with("create_crawl", |t| {
             Ok(match t.crawls.entry(crawl.id.clone()) {
-                Entry::Vacant(slot) => (slot.insert(crawl.clone()).clone(), true),
+                Entry::Vacant(slot) => {
+                    t.host_counts.entry(crawl.id.clone()).or_default();
+                    (slot.insert(crawl.clone()).clone(), true)
+                }
                 Entry::Occupied(existing) => (existing.get().clone(), false),
             })
         })
@@ -158,6 +164,15 @@ impl TaskRecords for MemoryStore {
 
     async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
         self.with("get", |t| Ok(t.task(crawl_id, task_id).cloned()))
+    }
+
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        self.with("known", |t| {
+            Ok(ids
+                .iter()
+                .map(|id| t.task(crawl_id, id).is_some())
+                .collect())
+        })
     }
 
     async fn apply(
@@ -258,19 +273,50 @@ impl HostStore for MemoryStore {
         })
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         self.with("put_host", |t| {
             let hosts = t.hosts.entry(crawl_id.clone()).or_default();
-            let stored = hosts.get(&host.name).map_or(0, |h| h.version);
-            if stored != host.version {
+            let (stored, offered) = hosts
+                .get(&host.name)
+                .map_or((0, 0), |h| (h.version, h.offered));
+            if stored != host.version || (host.waits_for_offers() && offered != host.offered) {
                 return Ok(false);
             }
             let written = Host {
                 version: host.version + 1,
+                seeded: host.seeded_by_writes(),
+                offered: 0,
                 ..host.clone()
-            };
+            }
+            .with_offers(offered);
             hosts.insert(host.name.clone(), written);
+            if let Some(counts) = t.host_counts.get_mut(crawl_id) {
+                counts.add(counted);
+            }
             Ok(true)
+        })
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        self.with("host_counts", |t| Ok(t.host_counts.get(crawl_id).copied()))
+    }
+
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        self.with("host_scan", |t| Ok(t.host_scans.get(crawl_id).cloned()))
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        self.with("set_host_scan", |t| {
+            match at {
+                Some(at) => t.host_scans.insert(crawl_id.clone(), at.to_owned()),
+                None => t.host_scans.remove(crawl_id),
+            };
+            Ok(())
         })
     }
 
@@ -284,7 +330,7 @@ impl HostStore for MemoryStore {
             let host = t.hosts.get_mut(crawl_id).and_then(|h| h.get_mut(name));
             Ok(host.map(|host| {
                 host.seeded += n;
-                host.version += 1;
+                host.offered += n;
                 host.clone()
             }))
         })
@@ -321,6 +367,8 @@ impl HostStore for MemoryStore {
 
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_hosts", |t| {
+            t.host_counts.remove(crawl_id);
+            t.host_scans.remove(crawl_id);
             Ok(t.hosts.remove(crawl_id).map_or(0, |h| h.len() as u64))
         })
     }

@@ -28,11 +28,14 @@ mod task;
 
 pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
+use crate::backoff::Transient;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::host::{Host, NextWork};
+
+pub use trawl_domain::host::HostCounts;
 use trawl_domain::task::{FetchRecord, Lease, Millis, Status, Task};
 use trawl_domain::transition::Failed;
 
@@ -67,6 +70,12 @@ pub enum StoreError {
 impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
     }
 }
 
@@ -245,7 +254,9 @@ pub struct HostPage {
 /// Host records (`trawl_domain::host`): one per crawl and host. What a host transition does is
 /// decided in the domain; the store only persists it, with optimistic concurrency: a write
 /// succeeds only over the version the writer read, and the store bumps the version. Callers
-/// re-read and re-decide when they lose (`crate::frontier::update_host`).
+/// re-read and re-decide when they lose (`crate::frontier::update_host`). Offers
+/// (`add_seeded`) are kept beside the record (`Host::offered`): they never move the version,
+/// and a write never overwrites them.
 pub trait HostStore: Send + Sync {
     fn get_host(
         &self,
@@ -253,18 +264,32 @@ pub trait HostStore: Send + Sync {
         name: &str,
     ) -> impl Future<Output = StoreResult<Option<Host>>> + Send;
 
-    /// Writes `host` if the stored record is at `host.version` (version 0: no record yet), and
-    /// stores it at `host.version + 1`. False, changing nothing, when another write came first.
+    /// Writes `host` if the stored record is at `host.version` (version 0: no record yet) and,
+    /// when `host.waits_for_offers()`, its offers are still `host.offered`; stores it at
+    /// `host.version + 1` with the offers as they stand (its `seeded` is
+    /// `host.seeded_by_writes()` plus those), adding `counted` (`HostCounts::change` from the
+    /// record the writer read to `host`) to the crawl's host counts in the same atomic write.
+    /// False, changing nothing, when another write (or, for a record written idle, an offer)
+    /// came first.
     fn put_host(
         &self,
         crawl_id: &CrawlId,
         host: &Host,
+        counted: HostCounts,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
-    /// Adds `n` to the host's `seeded` count in one atomic write (bumping its version, so that a
-    /// read-decide-write over the old count fails and decides again) and returns the host as it
-    /// now stands; None, writing nothing, when there is no such record. Seeders of one host never
-    /// contend with each other this way.
+    /// The crawl's host counts, as `put_host` keeps them: a few reads whatever the number of
+    /// hosts. None when the crawl has no counts (created before they were kept, or gone): the
+    /// caller walks the hosts instead.
+    fn host_counts(
+        &self,
+        crawl_id: &CrawlId,
+    ) -> impl Future<Output = StoreResult<Option<HostCounts>>> + Send;
+
+    /// Offers `n` URLs to the host: adds `n` to its `offered` count (and so to `seeded`) in one
+    /// atomic write that leaves its version alone, so that neither seeders nor the host's own
+    /// turn claims contend with offers; returns the host as it now stands; None, writing
+    /// nothing, when there is no such record.
     fn add_seeded(
         &self,
         crawl_id: &CrawlId,
@@ -280,6 +305,21 @@ pub trait HostStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = StoreResult<HostPage>> + Send;
 
-    /// Deletes every host record of the crawl; returns how many.
+    /// Where the sweeper's scan of the crawl's host records stopped (a `list_hosts` cursor),
+    /// kept in the store so that the next sweep, in whatever process, goes on from there.
+    fn host_scan(
+        &self,
+        crawl_id: &CrawlId,
+    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+
+    /// Keeps (Some) or clears (None) the scan position. A crawl without host counts may not
+    /// keep it: its sweeps then start from the first host.
+    fn set_host_scan(
+        &self,
+        crawl_id: &CrawlId,
+        at: Option<&str>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Deletes every host record of the crawl, and its host counts; returns how many records.
     fn delete_hosts(&self, crawl_id: &CrawlId) -> impl Future<Output = StoreResult<u64>> + Send;
 }

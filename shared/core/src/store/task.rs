@@ -48,6 +48,17 @@ pub trait TaskRecords: Send + Sync {
         task_id: &TaskId,
     ) -> impl Future<Output = StoreResult<Option<Task>>> + Send;
 
+    /// Whether the crawl has a task for each of `ids`, in input order, in as few reads as the
+    /// store can make (DynamoDB: BatchGetItem, 100 keys a call, half a read unit a key; SQLite:
+    /// one `SELECT … IN`). Link discovery asks before it writes: a conditional put refused by
+    /// a known task costs as much as one that lands. A hint: a task created right after the
+    /// read is still refused by the put.
+    fn known(
+        &self,
+        crawl_id: &CrawlId,
+        ids: &[TaskId],
+    ) -> impl Future<Output = StoreResult<Vec<bool>>> + Send;
+
     /// Persists `update` in one conditional write: `update.changes` made to the task only if
     /// it meets `update.requires`. The task before the write, or, refused, the task as it
     /// stands (None when there is none).
@@ -209,6 +220,23 @@ pub trait TaskStore: TaskRecords {
             &lease.task_id,
             transition::release(lease, now),
             true,
+        )
+    }
+
+    /// Gives a claimed task back for its host's trouble (`transition::hold_back`): pending, the
+    /// answer recorded, no retry spent. False when the lease was lost meanwhile.
+    fn hold_back(
+        &self,
+        lease: &Lease,
+        failure: &Failure,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        apply_if(
+            self,
+            &lease.crawl_id,
+            &lease.task_id,
+            Some(transition::hold_back(lease, failure, now)),
+            false,
         )
     }
 

@@ -10,10 +10,11 @@
 //!   whose turn message was lost, and hosts whose wake-up time (a due recrawl) has come, which
 //!   reopens a completed crawl; pending and in-progress tasks are found here, as their hosts'
 //!   due work, not through the status index;
-//! - **completion**: when nothing was re-issued and the budget was not spent, one small query per
-//!   unfinished status (`has_work`; on DynamoDB pending and in-progress tasks are read from their
-//!   hosts' due lists, host after host, outside the budget: a walk that grows with the hosts,
-//!   left for the issue that replaces it with counters).
+//! - **completion**: when nothing was re-issued, the crawl's host counts
+//!   (`HostStore::host_counts`, kept by the host writes themselves) and one small query of failed
+//!   tasks: a few reads whatever the number of hosts, within or past the budget, so a crawl of a
+//!   million hosts completes without one invocation seeing them all (the rule: `HostCounts`). A
+//!   crawl created before the counts is decided by the old walk (`has_work`).
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
@@ -28,16 +29,19 @@
 //! messages sent several batches at once, so a page of 100 hosts costs a few round trips, not
 //! two per host (`make bench`'s sweeper section measures the hosts woken per second).
 //!
-//! Completion: a running crawl with no `pending`, `in_progress` or `failed` task (failed tasks
-//! are always retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one
-//! conditional write; the one sweeper whose write succeeded sends a [`CompletionNotice`] to the
-//! deliverer. The status index is eventually consistent, so a task written a moment before the
-//! check may be missed; the crawler seeds discovered links before it finishes the page that
-//! links to them, which keeps a non-terminal task visible throughout.
+//! Completion: a running crawl with no open host and no `failed` task (failed tasks are always
+//! retryable: a give-up is `ignored` or `gone`) is moved to `completed` by one conditional write;
+//! the one sweeper whose write succeeded sends a [`CompletionNotice`] to the deliverer. A host
+//! stays open from the write that wakes it (before its tasks are written) until a turn hands it
+//! back with nothing left, and the crawler seeds discovered links before it finishes the page
+//! that links to them, which keeps a crawl with work left counted as such throughout. A page
+//! due again (a recrawl) is not work of the running generation: the host wakes the crawl again.
 
 use crate::app::{App, Ports};
-use crate::backoff::{Backoff, persist};
+use crate::backoff::{Backoff, Transient, persist};
+#[cfg(feature = "fetch")]
 use crate::check::{ReferenceOutcome, check_references};
+#[cfg(feature = "fetch")]
 use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
@@ -92,6 +96,12 @@ impl SweepError {
     }
 }
 
+impl Transient for SweepError {
+    fn is_transient(&self) -> bool {
+        self.is_retryable()
+    }
+}
+
 /// Sent to the deliverer when a crawl generation completes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -143,33 +153,48 @@ impl DeliveryTrigger for LocalDeliveryTrigger {
     }
 }
 
-/// What one invocation may spend, shared by every crawl it sweeps.
+/// What one invocation may spend, shared by every crawl it sweeps. Its time is counted on the
+/// sweeper's clock (`Clock::instant`) from the start of the first sweep that spends from it, so
+/// a sweep on virtual time runs out only when that time moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SweepBudget {
     /// Status-query pages left.
     pub pages_left: u32,
-    /// No new page is started after this instant.
+    /// Time for the sweeps, from the first one's start.
+    pub time: Duration,
+    /// No new page is started after this instant either (an invocation's own deadline).
     pub deadline: Option<Instant>,
     /// How long a host's message may be overdue before it is presumed lost, for this sweep.
     /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
     pub lost_after_ms: Option<u64>,
+    /// When the first sweep spending from this budget started (on the sweeper's clock).
+    started: Option<Instant>,
 }
 
 impl SweepBudget {
     pub fn new(max_pages: u32, time_budget: Duration) -> Self {
         Self {
             pages_left: max_pages,
-            deadline: Instant::now().checked_add(time_budget),
+            time: time_budget,
+            deadline: None,
             lost_after_ms: None,
+            started: None,
         }
     }
 
-    pub fn spent(&self) -> bool {
-        self.pages_left == 0 || self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// Starts the clock of the budget at `now`, unless an earlier sweep did.
+    fn start(&mut self, now: Instant) {
+        self.started.get_or_insert(now);
     }
 
-    fn take_page(&mut self) -> bool {
-        if self.spent() {
+    /// Whether nothing more may be started at `now`: no page left, or the time is up.
+    pub fn spent(&self, now: Instant) -> bool {
+        let end = self.started.and_then(|at| at.checked_add(self.time));
+        self.pages_left == 0 || [end, self.deadline].into_iter().flatten().any(|d| now >= d)
+    }
+
+    fn take_page(&mut self, now: Instant) -> bool {
+        if self.spent(now) {
             return false;
         }
         self.pages_left -= 1;
@@ -181,9 +206,9 @@ impl SweepBudget {
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     pub page_size: u32,
-    /// Where each crawl's scan of host records stopped, shared by the sweeps of one process.
-    pub host_scans: Arc<HostScans>,
-    /// Re-tests of soft-404 reference pages (None: not made by this sweeper).
+    /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
+    /// that links the HTTP client makes them).
+    #[cfg(feature = "fetch")]
     pub references: Option<ReferenceChecks>,
 }
 
@@ -196,31 +221,10 @@ impl SweepOptions {
     }
 }
 
-/// Where each crawl's scan of host records stopped when a sweep's budget ran out, so that the
-/// next sweep of the process (a warm Lambda container, the CLI's coordinator) goes on from there
-/// instead of reading the same first hosts again. A new process starts from the first host.
-#[derive(Debug, Default)]
-pub struct HostScans(Mutex<HashMap<CrawlId, String>>);
-
-impl HostScans {
-    fn resume(&self, crawl: &CrawlId) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(crawl)
-    }
-
-    fn stopped_at(&self, crawl: &CrawlId, cursor: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(crawl.clone(), cursor);
-    }
-}
-
 /// The sweeper's re-tests of each soft-404 rule's `reference_url`: at most one per crawl per
 /// `interval` in a process (the CLI sweeps every second or so; Lambda's schedule, every few
 /// minutes, is slower than the default interval, so there every sweep re-tests).
+#[cfg(feature = "fetch")]
 #[derive(Debug, Clone)]
 pub struct ReferenceChecks {
     fetcher: Arc<Fetcher>,
@@ -228,6 +232,7 @@ pub struct ReferenceChecks {
     last: Arc<Mutex<HashMap<CrawlId, Millis>>>,
 }
 
+#[cfg(feature = "fetch")]
 impl ReferenceChecks {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
 
@@ -273,6 +278,10 @@ pub struct SweepReport {
     pub pages_read: u64,
     pub tasks_read: u64,
     pub hosts_read: u64,
+    /// Open hosts, as the crawl's host counts said when completion was considered (None: not
+    /// read, or a crawl without host counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts_open: Option<i64>,
     /// The budget ran out before every window was read: the next sweep continues.
     pub unfinished: bool,
     /// This sweep reopened the completed crawl for a recrawl round.
@@ -366,9 +375,10 @@ impl<P: Ports> Sweeper<P> {
                 .filter(|c| c.config.recrawl.is_continuous()),
         );
         fastrand::shuffle(&mut crawls);
+        budget.start(self.clock.instant());
         let mut summary = SweepSummary::default();
         for (i, crawl) in crawls.iter().enumerate() {
-            if budget.spent() {
+            if budget.spent(self.clock.instant()) {
                 summary.skipped = (crawls.len() - i) as u64;
                 break;
             }
@@ -390,6 +400,7 @@ impl<P: Ports> Sweeper<P> {
         now: Millis,
         budget: &mut SweepBudget,
     ) -> Result<SweepReport, SweepError> {
+        budget.start(self.clock.instant());
         let swept = self.sweep_and_complete(crawl, now, budget).await;
         crate::calls::report(&self.store, &self.calls, &crawl.id).await;
         swept
@@ -446,14 +457,12 @@ impl<P: Ports> Sweeper<P> {
             self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
+        #[cfg(feature = "fetch")]
         self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
-            && report.hosts_busy == 0
             && report.enqueue_failed == 0
-            && !report.unfinished
-            && !budget.spent()
-            && !self.has_work(&crawl.id, &mut report).await?
+            && !self.has_work(&crawl.id, &mut report, budget).await?
             && self.complete(crawl, now).await?
         {
             report.completed = true;
@@ -476,6 +485,7 @@ impl<P: Ports> Sweeper<P> {
 
     /// Re-tests the crawl's soft-404 reference pages when due; a rule that no longer recognises
     /// its page is an error the operator must see (its soft 404s would be kept as pages).
+    #[cfg(feature = "fetch")]
     async fn check_references(
         &self,
         crawl: &Crawl,
@@ -525,7 +535,7 @@ impl<P: Ports> Sweeper<P> {
     ) -> Result<(), SweepError> {
         let mut cursor = None;
         loop {
-            if !budget.take_page() {
+            if !budget.take_page(self.clock.instant()) {
                 report.unfinished = true;
                 return Ok(());
             }
@@ -553,7 +563,8 @@ impl<P: Ports> Sweeper<P> {
         }
     }
 
-    /// Reads the crawl's host records page by page and re-issues the turns of those whose
+    /// Reads the crawl's host records page by page, from where the last sweep stopped (the
+    /// position is kept in the store: `HostStore::host_scan`), and re-issues the turns of those whose
     /// message is presumed lost (`Host::message_lost`): a send that failed, a message that went
     /// to the dead-letter queue, an idle host that still has work, or whose pages are due again
     /// (its wake-up time: a completed crawl is reopened first, so that a running crawl owns the
@@ -569,16 +580,19 @@ impl<P: Ports> Sweeper<P> {
         report: &mut SweepReport,
         budget: &mut SweepBudget,
     ) -> Result<(), SweepError> {
-        let scans = &self.options.host_scans;
-        let mut cursor = scans.resume(&crawl.id);
-        if cursor.is_some() {
+        // Where the last sweep stopped, in whatever process it ran (a cold container too).
+        let resumed = self.store.host_scan(&crawl.id).await?;
+        if resumed.is_some() {
             report.hosts_busy += 1;
         }
+        let mut cursor = resumed.clone();
         loop {
-            if !budget.take_page() {
+            if !budget.take_page(self.clock.instant()) {
                 report.unfinished = true;
-                if let Some(at) = cursor {
-                    scans.stopped_at(&crawl.id, at);
+                if cursor.is_some() && cursor != resumed {
+                    self.store
+                        .set_host_scan(&crawl.id, cursor.as_deref())
+                        .await?;
                 }
                 return Ok(());
             }
@@ -622,6 +636,11 @@ impl<P: Ports> Sweeper<P> {
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
+                None if resumed.is_some() => {
+                    // A full round of the hosts is done: the next sweep starts from the first.
+                    self.store.set_host_scan(&crawl.id, None).await?;
+                    return Ok(());
+                }
                 None => return Ok(()),
             }
         }
@@ -663,13 +682,35 @@ impl<P: Ports> Sweeper<P> {
         Ok(())
     }
 
-    /// Whether any task of the crawl still has work to do (one small query per status).
+    /// Whether the crawl still has work to do, by the rule of `HostCounts`: a host open, or a
+    /// failed task (one small query of the status index) — a few reads whatever the number of
+    /// hosts. A crawl without host counts (created before them) is decided as it was: only by a
+    /// sweep that read every host record within its budget and found none busy, then one small
+    /// query per unfinished status (on DynamoDB pending and in-progress tasks are read from the
+    /// hosts' due lists, host after host).
     async fn has_work(
         &self,
         crawl_id: &CrawlId,
         report: &mut SweepReport,
+        budget: &SweepBudget,
     ) -> Result<bool, SweepError> {
-        for status in [Status::Pending, Status::InProgress, Status::Failed] {
+        let unfinished = match self.store.host_counts(crawl_id).await? {
+            Some(counts) => {
+                report.hosts_open = Some(counts.open);
+                if !counts.all_idle() {
+                    return Ok(true);
+                }
+                &[Status::Failed][..]
+            }
+            None if report.hosts_busy > 0
+                || report.unfinished
+                || budget.spent(self.clock.instant()) =>
+            {
+                return Ok(true);
+            }
+            None => &[Status::Pending, Status::InProgress, Status::Failed][..],
+        };
+        for &status in unfinished {
             let page = self
                 .store
                 .query(&TaskQuery {
@@ -752,6 +793,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "fetch")]
     #[test]
     fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl() {
         let fetcher = Arc::new(Fetcher::new("").unwrap());
@@ -774,12 +816,25 @@ mod tests {
     }
 
     #[test]
-    fn budgets_count_pages_and_time() {
+    fn budgets_count_pages_and_time_on_the_clock_given() {
+        let t0 = Instant::now();
         let mut b = SweepBudget::new(2, Duration::from_secs(60));
-        assert!(b.take_page() && b.take_page());
-        assert!(!b.take_page() && b.spent());
-        let late = SweepBudget::new(10, Duration::ZERO);
-        assert!(late.spent());
+        b.start(t0);
+        assert!(b.take_page(t0) && b.take_page(t0));
+        assert!(!b.take_page(t0) && b.spent(t0));
+        let mut timed = SweepBudget::new(10, Duration::from_secs(60));
+        timed.start(t0);
+        // A later sweep spends from the same start.
+        timed.start(t0 + Duration::from_secs(30));
+        assert!(!timed.spent(t0 + Duration::from_secs(59)));
+        assert!(timed.spent(t0 + Duration::from_secs(60)));
+        timed.deadline = Some(t0 + Duration::from_secs(10));
+        assert!(timed.spent(t0 + Duration::from_secs(10)));
+        // Not started, no time is spent; started, a zero budget is spent at once.
+        let mut late = SweepBudget::new(10, Duration::ZERO);
+        assert!(!late.spent(t0));
+        late.start(t0);
+        assert!(late.spent(t0));
     }
 
     #[tokio::test]

@@ -35,8 +35,9 @@
 
 use super::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use crate::calls::CallTally;
-use crate::task::Millis;
+use crate::task::{Millis, Status};
 use crate::transition::Change;
+use std::collections::BTreeMap;
 
 /// What a crawl write requires of the stored crawl (which must exist, whatever the condition).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +57,12 @@ pub enum CrawlCondition {
     /// The delivery lease is `holder`'s.
     DeliveryHeldBy {
         holder: String,
+    },
+    /// The delivery lease is `holder`'s, of the crawl completed at `generation` (no task
+    /// write can land meanwhile).
+    DeliveringCompleted {
+        holder: String,
+        generation: u64,
     },
     /// Room for `n` more page slots under `max`.
     PagesLeft {
@@ -90,6 +97,14 @@ impl CrawlCondition {
                 .delivery
                 .as_ref()
                 .is_some_and(|lease| lease.holder == *holder),
+            CrawlCondition::DeliveringCompleted { holder, generation } => {
+                crawl.state == CrawlState::Completed
+                    && crawl.generation == *generation
+                    && CrawlCondition::DeliveryHeldBy {
+                        holder: holder.clone(),
+                    }
+                    .holds(crawl)
+            }
             CrawlCondition::PagesLeft { n, max } => crawl
                 .pages_reserved
                 .checked_add(*n)
@@ -125,6 +140,9 @@ pub struct CrawlChanges {
     pub reference_misses: u64,
     /// Added to the call totals.
     pub calls: CallTally,
+    /// The task counts per status, set where a store keeps them on the crawl record (the
+    /// DynamoDB adapter: `tasks_counted`); no field of [`Crawl`].
+    pub task_counts: Option<BTreeMap<Status, u64>>,
 }
 
 impl CrawlChanges {
@@ -165,6 +183,7 @@ pub enum CrawlEvent {
     ReservePages,
     ReleasePages,
     AddCalls,
+    SetTaskCounts,
 }
 
 impl CrawlEvent {
@@ -180,6 +199,7 @@ impl CrawlEvent {
             CrawlEvent::ReservePages => "reserve_pages",
             CrawlEvent::ReleasePages => "release_pages",
             CrawlEvent::AddCalls => "add_calls",
+            CrawlEvent::SetTaskCounts => "set_task_counts",
         }
     }
 }
@@ -270,6 +290,27 @@ pub fn release_delivery(holder: &str) -> CrawlUpdate {
         },
         CrawlChanges {
             delivery: Change::Set(None),
+            ..CrawlChanges::default()
+        },
+    )
+}
+
+/// Sets the task counts to `counts`, read task by task by `holder`'s delivery of the crawl
+/// completed at `generation`: the counts a store keeps apart from the tasks heal from any drift
+/// (a process that died before reporting its task writes).
+pub fn set_task_counts(
+    holder: &str,
+    generation: u64,
+    counts: BTreeMap<Status, u64>,
+) -> CrawlUpdate {
+    update(
+        CrawlEvent::SetTaskCounts,
+        CrawlCondition::DeliveringCompleted {
+            holder: holder.to_owned(),
+            generation,
+        },
+        CrawlChanges {
+            task_counts: Some(counts),
             ..CrawlChanges::default()
         },
     )

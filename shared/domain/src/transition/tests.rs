@@ -494,6 +494,37 @@ fn release_gives_back_without_counting_a_failure() {
 }
 
 #[test]
+fn hold_back_gives_back_to_the_end_of_the_line_with_the_answer_recorded() {
+    let held = task_in(Status::InProgress);
+    let throttled = Failure::from_http_status(429, Some(1_000));
+    let after = hold_back(&lease_on(&held), &throttled, T0 + 50)
+        .apply(&held)
+        .unwrap();
+    let mut want = held.clone();
+    want.status = Status::Pending;
+    want.lease_expires_at = None;
+    want.updated_at = T0 + 50;
+    want.token += 1;
+    want.errors.push(ErrorRecord::new(
+        ErrorKind::Throttled,
+        &throttled.message,
+        T0 + 50,
+    ));
+    assert_eq!(after, want, "no retry spent");
+    assert_eq!(after.due_at(), Some(T0 + 50), "behind what was due before");
+    // A lease taken in a turn writes it too, fenced on the token read.
+    let mut due = held.clone();
+    due.status = Status::Pending;
+    due.lease_expires_at = None;
+    let in_turn = claim_in_turn(&due, LEASE_MS, T0 + 20).unwrap();
+    let update = hold_back(&in_turn, &throttled, T0 + 50);
+    assert!(update.requires.holds(Some(&due)));
+    let mut claimed_since = due.clone();
+    claimed_since.token += 1;
+    assert!(!update.requires.holds(Some(&claimed_since)));
+}
+
+#[test]
 fn a_claim_in_a_turn_writes_nothing_and_its_first_fenced_write_is_its_claim() {
     // GIVEN a task due again (a recrawl) and a task not due
     let mut due = task_in(Status::Succeeded);

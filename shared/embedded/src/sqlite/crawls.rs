@@ -165,6 +165,10 @@ impl CrawlRecords for SqliteStore {
             let created = write_crawl(conn, &crawl, true)?;
             if created {
                 add_calls(conn, id, &crawl.calls)?;
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO host_counts (crawl_id, hosts, open) VALUES (?1, 0, 0)",
+                )?
+                .execute(params![id])?;
             }
             let stored = select_crawl(conn, id)?
                 .ok_or_else(|| corrupt(id, "crawl vanished inside its own transaction"))?;

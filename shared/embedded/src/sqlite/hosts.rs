@@ -1,8 +1,9 @@
-//! Host records in the `hosts` table: the record as JSON, written only over the version read.
+//! Host records in the `hosts` table: the record as JSON, written only over the version read;
+//! its offers (`$.offered`) added in place, never overwritten by a write of the record.
 
 use super::{SqliteStore, decode, encode, number, saturating_i64};
 use rusqlite::{OptionalExtension, params};
-use trawl_core::store::{HostPage, HostStore, StoreResult};
+use trawl_core::store::{HostCounts, HostPage, HostStore, StoreResult};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::host::Host;
@@ -24,10 +25,26 @@ impl HostStore for SqliteStore {
         .await
     }
 
-    async fn put_host(&self, crawl_id: &CrawlId, host: &Host) -> StoreResult<bool> {
+    async fn put_host(
+        &self,
+        crawl_id: &CrawlId,
+        host: &Host,
+        counted: HostCounts,
+    ) -> StoreResult<bool> {
         let crawl = crawl_id.as_str().to_owned();
-        let record = encode("host", host)?;
+        // The record's own count; its offers stay as stored (`$.offered`, added atomically).
+        let record = encode(
+            "host",
+            &Host {
+                seeded: host.seeded_by_writes(),
+                offered: 0,
+                ..host.clone()
+            },
+        )?;
         let (name, version) = (host.name.clone(), saturating_i64(host.version));
+        let offers_as_read = host
+            .waits_for_offers()
+            .then_some(saturating_i64(host.offered));
         self.run("put_host", Call::SqliteWrite, move |conn| {
             // One statement either way: the version check and the write cannot interleave.
             let written = if version == 0 {
@@ -38,12 +55,40 @@ impl HostStore for SqliteStore {
                 .execute(params![crawl, name, record])?
             } else {
                 conn.prepare_cached(
-                    "UPDATE hosts SET version = ?3 + 1, record = ?4
-                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3",
+                    "UPDATE hosts
+                     SET version = ?3 + 1,
+                         record = json_set(?4, '$.offered',
+                                           coalesce(json_extract(record, '$.offered'), 0))
+                     WHERE crawl_id = ?1 AND name = ?2 AND version = ?3
+                       AND (?5 IS NULL OR coalesce(json_extract(record, '$.offered'), 0) = ?5)",
                 )?
-                .execute(params![crawl, name, version, record])?
+                .execute(params![crawl, name, version, record, offers_as_read])?
             };
+            // In the write's own transaction (the writer's group): counted with it or not at all.
+            if written == 1 && !counted.is_zero() {
+                conn.prepare_cached(
+                    "UPDATE host_counts SET hosts = hosts + ?2, open = open + ?3
+                     WHERE crawl_id = ?1",
+                )?
+                .execute(params![crawl, counted.hosts, counted.open])?;
+            }
             Ok(written == 1)
+        })
+        .await
+    }
+
+    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("host_counts", Call::SqliteRead, move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT hosts, open FROM host_counts WHERE crawl_id = ?1")?
+                .query_row(params![crawl], |row| {
+                    Ok(HostCounts {
+                        hosts: row.get(0)?,
+                        open: row.get(1)?,
+                    })
+                })
+                .optional()?)
         })
         .await
     }
@@ -59,9 +104,8 @@ impl HostStore for SqliteStore {
             let row: Option<(i64, String)> = conn
                 .prepare_cached(
                     "UPDATE hosts
-                     SET version = version + 1,
-                         record = json_set(record, '$.seeded',
-                                           coalesce(json_extract(record, '$.seeded'), 0) + ?3)
+                     SET record = json_set(record, '$.offered',
+                                           coalesce(json_extract(record, '$.offered'), 0) + ?3)
                      WHERE crawl_id = ?1 AND name = ?2
                      RETURNING version, record",
                 )?
@@ -108,9 +152,35 @@ impl HostStore for SqliteStore {
         .await
     }
 
+    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
+        let crawl = crawl_id.as_str().to_owned();
+        self.run("host_scan", Call::SqliteRead, move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT scan FROM host_counts WHERE crawl_id = ?1")?
+                .query_row(params![crawl], |row| row.get(0))
+                .optional()?
+                .flatten())
+        })
+        .await
+    }
+
+    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
+        let (crawl, at) = (crawl_id.as_str().to_owned(), at.map(str::to_owned));
+        self.run("set_host_scan", Call::SqliteWrite, move |conn| {
+            conn.prepare_cached("UPDATE host_counts SET scan = ?2 WHERE crawl_id = ?1")?
+                .execute(params![crawl, at])?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let crawl = crawl_id.as_str().to_owned();
         self.run("delete_hosts", Call::SqliteWrite, move |conn| {
+            conn.execute(
+                "DELETE FROM host_counts WHERE crawl_id = ?1",
+                params![crawl],
+            )?;
             let deleted = conn.execute("DELETE FROM hosts WHERE crawl_id = ?1", params![crawl])?;
             Ok(deleted as u64)
         })
@@ -122,8 +192,11 @@ impl HostStore for SqliteStore {
 fn host_of(crawl: &str, version: i64, record: &str) -> StoreResult<Host> {
     let key = format!("{crawl}/host");
     let host: Host = decode(&key, "record", record)?;
+    let offered = host.offered;
     Ok(Host {
         version: number(&key, "version", version)?,
+        seeded: host.seeded,
         ..host
-    })
+    }
+    .with_offers(offered))
 }

@@ -38,9 +38,9 @@ use trawl_domain::task::{Millis, Status, Task};
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
-/// version 7 their delivery leases, version 8 their completers; an older file gets what it
-/// lacks when opened.
-const SCHEMA_VERSION: i64 = 8;
+/// version 7 their delivery leases, version 8 their completers, version 9 the host counts; an
+/// older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 9;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -124,6 +124,18 @@ ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
 
 /// Who completed each crawl's generation (`CrawlStore::complete_crawl`).
 const COMPLETER_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN completed_by TEXT;";
+
+/// Each crawl's host counts (`HostStore::host_counts`), kept by `put_host` in the write's own
+/// transaction, and the sweeper's scan position (`HostStore::host_scan`); a row is made with the crawl, so a crawl of an older file has none (and is
+/// walked).
+const HOST_COUNTS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS host_counts (
+    crawl_id TEXT    PRIMARY KEY NOT NULL,
+    hosts    INTEGER NOT NULL,
+    open     INTEGER NOT NULL,
+    scan     TEXT
+) WITHOUT ROWID;
+";
 
 /// Each task's user data (`Task::data`, JSON).
 const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
@@ -416,7 +428,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=7 => {
+            0..=8 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -439,7 +451,10 @@ impl SqliteStore {
                 if version < 7 {
                     tx.execute_batch(DELIVERY_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(COMPLETER_SCHEMA).map_err(schema)?;
+                if version < 8 {
+                    tx.execute_batch(COMPLETER_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(HOST_COUNTS_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }

@@ -43,6 +43,34 @@ impl TaskRecords for SqliteStore {
         .await
     }
 
+    /// One `SELECT task_id … IN (…)` per 500 ids (under SQLite's bound on parameters).
+    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let crawl = crawl_id.as_str().to_owned();
+        let wanted: Vec<String> = ids.iter().map(|id| id.as_str().to_owned()).collect();
+        self.run("known", Call::SqliteRead, move |conn| {
+            let mut found = std::collections::HashSet::new();
+            for chunk in wanted.chunks(500) {
+                let marks = vec!["?"; chunk.len()].join(", ");
+                let sql = format!(
+                    "SELECT task_id FROM tasks WHERE crawl_id = ? AND task_id IN ({marks})"
+                );
+                let mut statement = conn.prepare_cached(&sql)?;
+                let params = std::iter::once(&crawl).chain(chunk.iter());
+                let rows = statement.query_map(rusqlite::params_from_iter(params), |row| {
+                    row.get::<_, String>(0)
+                })?;
+                for row in rows {
+                    found.insert(row?);
+                }
+            }
+            Ok(wanted.iter().map(|id| found.contains(id)).collect())
+        })
+        .await
+    }
+
     /// Reads the task, and if it meets the update's condition, writes its new state, in one
     /// transaction.
     async fn apply(

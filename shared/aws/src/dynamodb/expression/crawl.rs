@@ -5,10 +5,13 @@
 
 use super::{Expression, clauses, encode, n};
 use crate::dynamodb::items::{calls_attribute, crawls_gsi};
+use crate::dynamodb::task_counts;
 use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::BTreeMap;
 use trawl_core::store::StoreResult;
 use trawl_domain::crawl::CrawlState;
 use trawl_domain::crawl::transition::{CrawlChanges, CrawlCondition, PagesChange};
+use trawl_domain::task::Status;
 use trawl_domain::transition::Change;
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -58,6 +61,15 @@ impl Expression {
                 let holder = self.value("c_holder", s(holder.as_str()));
                 format!("{name} = {holder}")
             }
+            CrawlCondition::DeliveringCompleted { holder, generation } => {
+                let name = self.name("delivery_holder");
+                let state = self.name("state");
+                let at = self.name("generation");
+                let holder = self.value("c_holder", s(holder.as_str()));
+                let completed = self.value("c_completed", s(CrawlState::Completed.name()));
+                let generation = self.value("c_generation", n(generation));
+                format!("{name} = {holder} AND {state} = {completed} AND {at} = {generation}")
+            }
             CrawlCondition::PagesLeft { n: ask, max } => {
                 let reserved = self.name("pages_reserved");
                 // Negative when more is asked than `max`: then it never holds.
@@ -69,7 +81,13 @@ impl Expression {
     }
 
     /// `changes` as an update expression on a crawl item; None when they change nothing.
-    pub(crate) fn crawl_update(&mut self, changes: &CrawlChanges) -> StoreResult<Option<String>> {
+    /// `changes` as an update expression, with `noted` (changes of task counts this process
+    /// noted, `task_counts`) added to the counts.
+    pub(crate) fn crawl_update(
+        &mut self,
+        changes: &CrawlChanges,
+        noted: &BTreeMap<Status, i64>,
+    ) -> StoreResult<Option<String>> {
         let mut set: Vec<String> = Vec::new();
         let mut remove: Vec<String> = Vec::new();
         let mut add: Vec<String> = Vec::new();
@@ -167,6 +185,25 @@ impl Expression {
             add.push(format!(
                 "{name} {}",
                 self.value(&format!("calls{i}"), n(count))
+            ));
+        }
+        if let Some(counts) = &changes.task_counts {
+            for status in Status::ALL {
+                let name = task_counts::attribute(status);
+                let count = counts.get(&status).copied().unwrap_or(0);
+                set.push(format!(
+                    "{} = {}",
+                    self.name(&name),
+                    self.value(&name, n(count))
+                ));
+            }
+        }
+        for (&status, &delta) in noted {
+            let name = task_counts::attribute(status);
+            add.push(format!(
+                "{} {}",
+                self.name(&name),
+                self.value(&name, n(delta))
             ));
         }
         let update = clauses(set, remove, add);

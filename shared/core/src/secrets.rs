@@ -43,7 +43,7 @@ pub struct SecretError {
 
 impl SecretError {
     /// How a task whose request needed the secret fails.
-    pub(crate) fn kind(&self) -> ErrorKind {
+    pub fn kind(&self) -> ErrorKind {
         if self.transient {
             ErrorKind::Storage
         } else {
@@ -96,7 +96,7 @@ impl SecretSource for EnvSecrets {
 }
 
 /// What is wrong with a reference's name, if anything (checked when a crawl is seeded).
-pub(crate) fn reference_problem(reference: &SecretRef) -> Option<String> {
+pub fn reference_problem(reference: &SecretRef) -> Option<String> {
     match reference {
         SecretRef::Env(name) => {
             let valid = !name.is_empty()

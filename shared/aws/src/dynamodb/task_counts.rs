@@ -1,0 +1,103 @@
+//! Task counts per status, kept on the crawl item without a write of their own, so that
+//! `trawl status` reads one item whatever the size of the crawl (walking the hosts' due lists,
+//! as a count of pending or succeeded tasks must otherwise, is a query per host).
+//!
+//! Every task write that lands (a created task, a status moved) is noted in the process, per
+//! crawl ([`Deltas`]); the next report of the process's calls to that crawl (the `add_calls`
+//! update each invocation ends with, `trawl_core::calls`) adds the notes to the crawl item's
+//! `tasks_{status}` attributes in the same UpdateItem. A report that fails gives its notes back
+//! for the next one. A read adds the reading process's own notes: it sees its own writes, and
+//! lags other processes by their unreported notes (a running invocation's), no more.
+//!
+//! A process that dies between its task writes and its report takes its notes with it: the
+//! counts drift. They heal at each delivery: the deliverer reads every task of the generation
+//! and sets the counts to what it read (`CrawlChanges::task_counts`), on the condition that the
+//! crawl is still completed at that generation (no task write can land meanwhile). A crawl
+//! created before the counts (no `tasks_counted` on its item) is counted by the walk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::task::Status;
+
+/// The crawl item's mark: its task counts are kept from its creation.
+pub(super) const COUNTED: &str = "tasks_counted";
+
+/// The crawl item's attribute holding the count of `status`.
+pub(super) fn attribute(status: Status) -> String {
+    format!("tasks_{}", status.name())
+}
+
+/// Changes to the task counts noted by this process and not yet reported, per crawl.
+#[derive(Debug, Default)]
+pub(super) struct Deltas(Mutex<HashMap<CrawlId, BTreeMap<Status, i64>>>);
+
+impl Deltas {
+    /// Notes `n` tasks created with `status`.
+    pub(super) fn created(&self, crawl_id: &CrawlId, status: Status, n: i64) {
+        if n != 0 {
+            self.add(crawl_id, [(status, n)]);
+        }
+    }
+
+    /// Notes a task moved from `from` to `to`.
+    pub(super) fn moved(&self, crawl_id: &CrawlId, from: Status, to: Status) {
+        if from != to {
+            self.add(crawl_id, [(from, -1), (to, 1)]);
+        }
+    }
+
+    /// The notes of `crawl_id`, taken to be reported.
+    pub(super) fn take(&self, crawl_id: &CrawlId) -> BTreeMap<Status, i64> {
+        self.lock().remove(crawl_id).unwrap_or_default()
+    }
+
+    /// The notes of `crawl_id`, left to be reported.
+    pub(super) fn peek(&self, crawl_id: &CrawlId) -> BTreeMap<Status, i64> {
+        self.lock().get(crawl_id).cloned().unwrap_or_default()
+    }
+
+    /// Gives back notes whose report failed.
+    pub(super) fn restore(&self, crawl_id: &CrawlId, notes: BTreeMap<Status, i64>) {
+        self.add(crawl_id, notes);
+    }
+
+    fn add(&self, crawl_id: &CrawlId, changes: impl IntoIterator<Item = (Status, i64)>) {
+        let mut all = self.lock();
+        let notes = all.entry(crawl_id.clone()).or_default();
+        for (status, n) in changes {
+            *notes.entry(status).or_default() += n;
+        }
+        notes.retain(|_, n| *n != 0);
+        if notes.is_empty() {
+            all.remove(crawl_id);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CrawlId, BTreeMap<Status, i64>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_add_up_per_crawl_and_cancel_out() {
+        let deltas = Deltas::default();
+        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
+        deltas.created(&a, Status::Pending, 3);
+        deltas.moved(&a, Status::Pending, Status::Succeeded);
+        deltas.moved(&b, Status::Pending, Status::Pending);
+        assert_eq!(
+            deltas.take(&a),
+            BTreeMap::from([(Status::Pending, 2), (Status::Succeeded, 1)])
+        );
+        assert!(deltas.take(&a).is_empty());
+        assert!(deltas.take(&b).is_empty());
+        deltas.restore(&a, BTreeMap::from([(Status::Failed, 1)]));
+        deltas.moved(&a, Status::Failed, Status::Pending);
+        assert_eq!(deltas.take(&a), BTreeMap::from([(Status::Pending, 1)]));
+    }
+}
