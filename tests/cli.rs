@@ -584,7 +584,32 @@ async fn kills_leave_no_task_naming_a_missing_or_wrong_body(layout: &str) {
     } else {
         assert!(segments.is_null(), "{segments}");
     }
+    // AND warcio reads every delivered record, digests checked, and each manifest offset opens
+    // its page's own response record (segment layout)
+    let read = warcio_check(&delivery).await;
+    assert!(read["files"].as_u64().unwrap() >= 1, "{read}");
+    assert_eq!(read["responses"], 300, "{read}");
+    let offsets = if layout == "segments" { 300 } else { 0 };
+    assert_eq!(read["manifest_offsets"], offsets, "{read}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What `tests/support/warcio_check.py` counts in `delivery`, read with warcio (`make deps`
+/// installs it); it fails on any unreadable record or misplaced offset.
+async fn warcio_check(delivery: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/warcio_check.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(delivery)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "warcio: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// Asserts a failed command printed one line on stderr, naming the problem and what to do.
