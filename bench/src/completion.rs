@@ -170,6 +170,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
 async fn crawled(store: &DynamoStore, hosts: usize) -> BenchResult<Crawl> {
     let id = CrawlId::parse(&format!("completion-{hosts}")).step("crawl id")?;
     let crawl = Crawl::new(id, CrawlConfig::default(), T0);
+    let started = std::time::Instant::now();
     store.create_crawl(&crawl).await.step("create crawl")?;
     let urls: Vec<CanonicalUrl> = (0..hosts)
         .map(|i| CanonicalUrl::parse(&format!("http://h{i}.completion.invalid/")))
@@ -187,6 +188,7 @@ async fn crawled(store: &DynamoStore, hosts: usize) -> BenchResult<Crawl> {
             .collect();
         seed_tasks(store, &crawl, tasks, T0).await.step("seed")?;
     }
+    eprintln!("  {hosts} hosts seeded in {:.0?}", started.elapsed());
     let crawls = futures_util::stream::iter(&urls)
         .map(|url| crawl_host(store, &crawl, url))
         .buffer_unordered(PARALLEL)
@@ -195,6 +197,7 @@ async fn crawled(store: &DynamoStore, hosts: usize) -> BenchResult<Crawl> {
     for one in crawls {
         one?;
     }
+    eprintln!("  {hosts} hosts crawled in {:.0?}", started.elapsed());
     Ok(crawl)
 }
 
