@@ -1,8 +1,11 @@
 //! Keeping a collection fresh on one machine: `trawl crawl --crawl-id ID` from cron fetches
 //! what is due (sweeping a completed crawl first), on virtual time.
 
-use crate::cli::{linked_site, temp_dir, trawl};
+use crate::cli::{json_of, linked_site, temp_dir, trawl};
 use crate::client::{Run, config};
+use serde_json::Value;
+use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 use trawl_core::clock::SkewedClock;
 use trawl_core::runner::RunEnd;
@@ -95,5 +98,87 @@ async fn the_readmes_cron_line_runs_as_written_and_exits_when_nothing_is_due() {
     assert!(said.contains("0 page(s) fetched this run"), "{said}");
     assert!(said.contains("gen-000000"), "{said}");
     assert_eq!(site.hits(&page_path(0)), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The summary of the delivery a `--json` crawl run reports.
+fn delivered_summary(run: &Value) -> Value {
+    let delivery = run["delivery"].as_str().unwrap_or_else(|| panic!("{run}"));
+    let text = std::fs::read_to_string(Path::new(delivery).join("summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The lines of a delivery's delta files.
+fn delta_lines(run: &Value) -> Vec<Value> {
+    let delivery = Path::new(run["delivery"].as_str().unwrap_or_else(|| panic!("{run}")));
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(delivery).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("delta-") {
+            let mut text = String::new();
+            let file = std::fs::File::open(entry.path()).unwrap();
+            flate2::read::MultiGzDecoder::new(file)
+                .read_to_string(&mut text)
+                .unwrap();
+            lines.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap()),
+            );
+        }
+    }
+    lines
+}
+
+#[tokio::test]
+async fn after_a_reset_the_next_delivery_has_every_page_new_in_its_delta() {
+    // GIVEN a site of 5 pages crawled and delivered
+    let site = linked_site(PAGES).await;
+    let dir = temp_dir("reset-delta");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let start = site.url(&page_path(0));
+    let args = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--json",
+        "--data-dir",
+        data,
+    ];
+    let first = trawl(&args, &dir).await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(delivered_summary(&json_of(&first))["delta"]["new"], PAGES);
+
+    // WHEN the crawl is reset (and crawled again: the pages are the same)
+    let reset = trawl(&["reset", "--json", "--data-dir", data], &dir).await;
+
+    // THEN every page is fetched again and delivered as new, none as unchanged
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    let reset = json_of(&reset);
+    let delta = &delivered_summary(&reset)["delta"];
+    assert_eq!(
+        (&delta["new"], &delta["unchanged"]),
+        (&Value::from(PAGES), &Value::from(0)),
+        "{delta}"
+    );
+    let lines = delta_lines(&reset);
+    assert_eq!(lines.len(), PAGES);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["change"] == "new" && l["reason"] == "fetched afresh (reset)"),
+        "{lines:?}"
+    );
+    for i in 0..PAGES {
+        assert_eq!(site.hits(&page_path(i)), 2, "page {i}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
