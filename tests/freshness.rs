@@ -1,8 +1,11 @@
 //! Keeping a collection fresh on one machine: `trawl crawl --crawl-id ID` from cron fetches
-//! what is due (sweeping a completed crawl first), on virtual time.
+//! what is due (sweeping a completed crawl first), on virtual time; a reset delivers every page
+//! as new; a page missing at one check is kept, one missing at two checks in a row is gone at
+//! the second (the same on Lambda: `operator`).
 
 use crate::cli::{json_of, linked_site, temp_dir, trawl};
 use crate::client::{Run, config};
+use crate::site::Route;
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -108,13 +111,13 @@ fn delivered_summary(run: &Value) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The lines of a delivery's delta files.
-fn delta_lines(run: &Value) -> Vec<Value> {
+/// The lines of a delivery's files whose name starts with `prefix` (`delta-`, `manifest-`).
+fn delivered_lines(run: &Value, prefix: &str) -> Vec<Value> {
     let delivery = Path::new(run["delivery"].as_str().unwrap_or_else(|| panic!("{run}")));
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(delivery).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("delta-") {
+        if name.starts_with(prefix) {
             let mut text = String::new();
             let file = std::fs::File::open(entry.path()).unwrap();
             flate2::read::MultiGzDecoder::new(file)
@@ -169,7 +172,7 @@ async fn after_a_reset_the_next_delivery_has_every_page_new_in_its_delta() {
         (&Value::from(PAGES), &Value::from(0)),
         "{delta}"
     );
-    let lines = delta_lines(&reset);
+    let lines = delivered_lines(&reset, "delta-");
     assert_eq!(lines.len(), PAGES);
     assert!(
         lines
@@ -180,5 +183,93 @@ async fn after_a_reset_the_next_delivery_has_every_page_new_in_its_delta() {
     for i in 0..PAGES {
         assert_eq!(site.hits(&page_path(i)), 2, "page {i}");
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_page_missing_at_one_check_is_kept_and_one_missing_at_two_checks_is_gone_at_the_second() {
+    // GIVEN a site of 5 pages crawled with a daily recrawl
+    let site = linked_site(PAGES).await;
+    let dir = temp_dir("missing-checks");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let start = site.url(&page_path(0));
+    let args = [
+        "crawl",
+        &start,
+        "--allow-private-networks",
+        "--recrawl-every",
+        "1d",
+        "--json",
+        "--data-dir",
+        data,
+    ];
+    let first = trawl(&args, &dir).await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let recrawl = || async {
+        let out = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_of(&out)
+    };
+
+    // WHEN pages 3 and 4 answer 404 at the next generation's check
+    let (kept, back) = (page_path(3), page_path(4));
+    site.route(&kept, Route::status(404))
+        .route(&back, Route::status(404));
+    let once = recrawl().await;
+
+    // THEN both are kept, delivered unchanged with their last answer in the manifest, and
+    // were asked once (no retry seconds later)
+    let delta = &delivered_summary(&once)["delta"];
+    assert_eq!(
+        (&delta["gone"], &delta["unchanged"]),
+        (&Value::from(0), &Value::from(PAGES)),
+        "{delta}"
+    );
+    assert_eq!(once["counts"]["succeeded"], PAGES);
+    assert_eq!((site.hits(&kept), site.hits(&back)), (2, 2));
+    let manifest = delivered_lines(&once, "manifest-");
+    let line = manifest
+        .iter()
+        .find(|l| l["url"] == site.url(&kept))
+        .unwrap();
+    assert_eq!(line["status"], "succeeded", "{line}");
+    assert_eq!(line["last_error"]["message"], "HTTP 404", "{line}");
+    assert!(line["md5"].is_string(), "the content is kept: {line}");
+
+    // WHEN page 4 is back as it was and page 3 still answers 404 at the check after
+    let links = r#"<a href="/p/0.html">0</a> "#;
+    let page_4 = format!("<h1>page 4</h1>{links}{}", "text ".repeat(200));
+    site.route(&back, Route::html(page_4));
+    let twice = recrawl().await;
+
+    // THEN page 3 is gone at that second check, and page 4 was never gone
+    let delta = &delivered_summary(&twice)["delta"];
+    assert_eq!(delta["gone"], 1, "{delta}");
+    let lines = delivered_lines(&twice, "delta-");
+    let gone: Vec<&Value> = lines.iter().filter(|l| l["change"] == "gone").collect();
+    assert_eq!(gone.len(), 1, "{lines:?}");
+    assert_eq!(
+        (&gone[0]["url"], &gone[0]["reason"]),
+        (
+            &Value::from(site.url(&kept)),
+            &Value::from("http 404 twice")
+        )
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["url"] != site.url(&back) || l["change"] != "gone")
+    );
+    assert_eq!(twice["counts"]["gone"], 1);
+    assert_eq!(site.hits(&kept), 3);
     let _ = std::fs::remove_dir_all(dir);
 }
