@@ -7,13 +7,15 @@ export CARGO_TERM_COLOR ?= never
 ## Everything CI runs: formatting, lints, the SAM and CDK checks and all tests.
 test: deps fmt-check clippy validate cdk-check cargo-test
 
-## Test-only tools: moto server (the offline AWS API the integration tests start).
+## Test-only tools: moto server (the offline AWS API the integration tests start) and warcio
+## (the reference WARC reader the CLI tests check deliveries with).
 ## 5.2.5 at least: earlier 5.2 releases answer CompleteMultipartUpload with the wrong XML root
 ## element (getmoto/moto#10055), which the SDK rejects.
 MOTO_MIN := 5.2.5
 deps: infra-deps
 	@python3 -c 'import moto.server, sys, importlib.metadata as m; sys.exit(tuple(int(x) for x in m.version("moto").split(".")[:3]) < tuple(int(x) for x in "$(MOTO_MIN)".split(".")))' 2>/dev/null \
 		|| python3 -m pip install --quiet 'moto[server]>=$(MOTO_MIN)'
+	@python3 -c 'import warcio' 2>/dev/null || python3 -m pip install --quiet 'warcio>=1.7'
 
 fmt-check:
 	cargo fmt --all -- --check

@@ -448,6 +448,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
         Some(PageBody {
             body: Body::new(body),
             compress: false,
+            layout: trawl_domain::crawl::StorageLayout::Objects,
             items: None,
         }),
         WithItems(false),

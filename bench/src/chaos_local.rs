@@ -3,10 +3,12 @@
 //! port calls answered with a retryable error, 5% slowed by 1-20 ms. The first runs are
 //! SIGKILLed part-way — each once the site has served a given share of the pages, so the kill
 //! lands mid-crawl however fast the machine — the next ones abort the process at a crash point
-//! (after a claim, after a body PUT, before a finish), and every run after an interruption
+//! (after a claim, after a body's append, before a finish), and every run after an interruption
 //! continues the same data directory until one delivers. Prints the wall time, the port calls and
 //! faults by kind, the runs and how each ended, the pages fetched more than once (at most 1%),
-//! and checks the invariants on the data left behind (`trawl_faults::audit`).
+//! and checks the invariants on the data left behind (`trawl_faults::audit`: every finished
+//! page's records read back from its segment and its md5 checked). The crawl keeps its bodies
+//! in segments, the embedded default.
 
 use crate::error::{BenchResult, Context, check};
 use crate::local::{TempDir, fixture_config};
@@ -73,6 +75,8 @@ pub fn chaos_run_main(start: &str, dir: &Path, run: u64, crash: f64) -> BenchRes
         };
         let mut config = fixture_config();
         config.lease_ms = LEASE_MS;
+        // The embedded default: every kill lands between appends, flushes and finishes.
+        config.storage.layout = trawl_domain::crawl::StorageLayout::Segments;
         let crawl = CrawlId::parse(CRAWL_ID).step("crawl id")?;
         let delivered = crawl_to_delivery(dir, &crawl, start, config, faults.clone(), 4).await;
         reporter.abort();

@@ -237,8 +237,10 @@ async fn crawl_pairs(
             site.pages,
             root.display()
         );
-        without.push(local::checked_crawl(site, client, root, false).await?);
-        with.push(local::checked_crawl(site, client, root, true).await?);
+        // The embedded default layout: items in the same segment records as their page.
+        let layout = trawl_domain::crawl::StorageLayout::Segments;
+        without.push(local::checked_crawl(site, client, root, false, layout).await?);
+        with.push(local::checked_crawl(site, client, root, true, layout).await?);
     }
     Ok((without, with))
 }

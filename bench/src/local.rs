@@ -19,7 +19,7 @@ use trawl_core::queue::local::LocalQueue;
 use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::crawl::{Crawl, CrawlConfig, StorageLayout};
 use trawl_domain::task::{NewTask, Status, now_ms};
 use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
@@ -111,22 +111,33 @@ pub struct CrawlOnce {
 
 /// Entry point of the `crawl-once` child: crawls `start` into `dir` with the core `Crawler` on
 /// SQLite + files + the local queue, and prints a `CrawlOnce` JSON line.
-pub fn crawl_once_main(start: &str, dir: &Path, extract: bool) -> BenchResult<()> {
+pub fn crawl_once_main(
+    start: &str,
+    dir: &Path,
+    extract: bool,
+    layout: StorageLayout,
+) -> BenchResult<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .step("crawl runtime")?;
-    let result = runtime.block_on(crawl_embedded(start, dir, extract))?;
+    let result = runtime.block_on(crawl_embedded(start, dir, extract, layout))?;
     println!("{}", serde_json::to_string(&result).step("encode result")?);
     Ok(())
 }
 
-async fn crawl_embedded(start: &str, dir: &Path, extract: bool) -> BenchResult<CrawlOnce> {
+async fn crawl_embedded(
+    start: &str,
+    dir: &Path,
+    extract: bool,
+    layout: StorageLayout,
+) -> BenchResult<CrawlOnce> {
     let calls = Arc::new(CallCounts::default());
     let store = SqliteStore::open(dir.join("trawl.db"), calls.clone()).step("open sqlite")?;
     let blobs = FsBlobStore::new(dir.join("objects"), calls.clone());
     let queue = LocalQueue::new(Duration::from_secs(120), calls.clone());
     let mut config = fixture_config();
+    config.storage.layout = layout;
     if extract {
         config.extract = crate::extract::extractors(true).map_err(|e| check("extractors", e))?;
     }
@@ -209,9 +220,10 @@ pub async fn checked_crawl(
     client: &reqwest::Client,
     root: &Path,
     extract: bool,
+    layout: StorageLayout,
 ) -> BenchResult<CrawlOnce> {
     site.reset(client).await?;
-    let crawl = crawl_child(site, root, extract)?;
+    let crawl = crawl_child(site, root, extract, layout)?;
     let stats = site.stats(client).await?;
     let pages = site.pages as u64;
     if crawl.succeeded != pages || stats.distinct != pages || stats.max_per_page != 1 {
@@ -224,13 +236,19 @@ pub async fn checked_crawl(
 }
 
 /// Runs the `crawl-once` child and returns what it reports.
-fn crawl_child(site: &Site, root: &Path, extract: bool) -> BenchResult<CrawlOnce> {
+fn crawl_child(
+    site: &Site,
+    root: &Path,
+    extract: bool,
+    layout: StorageLayout,
+) -> BenchResult<CrawlOnce> {
     let dir = TempDir::new_in(root, "crawl")?;
     let exe = std::env::current_exe().step("locate trawl-bench")?;
     let output = Command::new(exe)
         .args(["crawl-once", "--start", &site.page_url(0), "--dir"])
         .arg(&dir.0)
         .args(extract.then_some("--extract"))
+        .args(["--layout", layout.name()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -244,14 +262,31 @@ fn crawl_child(site: &Site, root: &Path, extract: bool) -> BenchResult<CrawlOnce
     serde_json::from_slice(&output.stdout).step("crawl child output")
 }
 
-/// The real `trawl crawl`: wall time, CPU (as a reaped child) and peak RSS (polled VmHWM).
-fn crawl_cli(cli: &Path, site: &Site) -> BenchResult<(f64, f64, f64)> {
+/// The real `trawl crawl` with its bodies laid out as `layout` (and the extraction section's
+/// 10-field extractor when `extract`): wall time, CPU (as a reaped child) and peak RSS (polled
+/// VmHWM).
+fn crawl_cli(
+    cli: &Path,
+    site: &Site,
+    layout: StorageLayout,
+    extract: bool,
+) -> BenchResult<(f64, f64, f64)> {
     let dir = TempDir::new("cli")?;
+    let config = dir.0.join("extract.json");
+    if extract {
+        let extractors = crate::extract::extractors(true).map_err(|e| check("extractors", e))?;
+        let json = serde_json::json!({ "extract": extractors });
+        std::fs::write(&config, json.to_string()).step("write the extractors' config")?;
+    }
+    let data = dir.0.join("data");
     let cpu_before = machine::children_cpu_seconds()?;
     let started = Instant::now();
     let mut child = Command::new(cli)
         .args(["crawl", &site.page_url(0), "--data-dir"])
-        .arg(&dir.0)
+        .arg(&data)
+        .args(["--layout", layout.name()])
+        .args(extract.then_some("--config"))
+        .args(extract.then_some(&config))
         .args([
             "--allow-private-networks",
             "--per-host",
@@ -288,7 +323,44 @@ fn crawl_cli(cli: &Path, site: &Site) -> BenchResult<(f64, f64, f64)> {
     Ok((elapsed, machine::children_cpu_seconds()? - cpu_before, peak))
 }
 
-/// Runs section 1 `runs` times on a site of `pages`.
+/// The layouts compared, the embedded default last.
+const LAYOUTS: [StorageLayout; 2] = [StorageLayout::Objects, StorageLayout::Segments];
+
+/// The `trawl crawl` runs of each round: each layout, then segments with extraction on.
+const CLI_RUNS: [(StorageLayout, bool); 3] = [
+    (StorageLayout::Objects, false),
+    (StorageLayout::Segments, false),
+    (StorageLayout::Segments, true),
+];
+
+/// One crawl's figures over the runs.
+#[derive(Default)]
+struct Series {
+    rate: Vec<f64>,
+    cpu: Vec<f64>,
+    rss: Vec<f64>,
+    fraction: Vec<f64>,
+    /// Its pages/s over Scrapy's in the same round.
+    versus_scrapy: Vec<f64>,
+}
+
+impl Series {
+    fn add(&mut self, pages: usize, elapsed_s: f64, cpu_s: f64, rss: f64, limit: f64) {
+        let rate = pages as f64 / elapsed_s;
+        self.rate.push(rate);
+        self.fraction.push(rate / limit);
+        self.cpu.push(cpu_s / pages as f64 * 1000.0);
+        self.rss.push(rss);
+    }
+}
+
+fn cli_label(layout: StorageLayout, extract: bool) -> String {
+    let extraction = if extract { ", extraction on" } else { "" };
+    format!("`trawl crawl --layout {}`{extraction}", layout.name())
+}
+
+/// Runs section 1 `runs` times on a site of `pages`: the core crawler and `trawl crawl` with
+/// each layout, and Scrapy, in the same rounds.
 pub async fn run(
     pages: usize,
     runs: usize,
@@ -300,39 +372,57 @@ pub async fn run(
         .pool_max_idle_per_host(PER_HOST as usize)
         .build()
         .step("http client")?;
-    let (mut raw, mut rate, mut cpu, mut rss, mut fraction) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    let (mut cli_rate, mut cli_cpu, mut cli_rss) = (vec![], vec![], vec![]);
-    let (mut scrapy_rate, mut scrapy_cpu, mut versus_scrapy) = (vec![], vec![], vec![]);
-    // The same crawl with its data on tmpfs, where fsync is free: the disk's share of the cost.
+    let mut raw = vec![];
+    let mut core: Vec<Series> = LAYOUTS.iter().map(|_| Series::default()).collect();
+    // The same crawls with their data on tmpfs, where fsync is free: the disk's share.
     let in_memory = Some(PathBuf::from(TMPFS)).filter(|p| p.is_dir());
-    let (mut memory_rate, mut memory_cpu) = (vec![], vec![]);
+    let mut memory: Vec<Series> = LAYOUTS.iter().map(|_| Series::default()).collect();
+    let mut cli_series: Vec<Series> = CLI_RUNS.iter().map(|_| Series::default()).collect();
+    let mut extraction_cpu = vec![];
+    let (mut scrapy_rate, mut scrapy_cpu) = (vec![], vec![]);
     for run in 0..runs {
         eprintln!("  local crawl: run {}/{runs} ({pages} pages)", run + 1);
         let limit = raw_fetch(&site, &client).await?;
         raw.push(limit);
         // Blocking waits on child processes: nothing else runs in this process meanwhile.
-        let crawl = checked_crawl(&site, &client, &std::env::temp_dir(), false).await?;
-        let pages_per_s = pages as f64 / crawl.elapsed_s;
-        rate.push(pages_per_s);
-        fraction.push(pages_per_s / limit);
-        cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
-        rss.push(crawl.peak_rss_mib);
+        for (layout, series) in LAYOUTS.iter().zip(&mut core) {
+            let crawl =
+                checked_crawl(&site, &client, &std::env::temp_dir(), false, *layout).await?;
+            series.add(
+                pages,
+                crawl.elapsed_s,
+                crawl.cpu_s,
+                crawl.peak_rss_mib,
+                limit,
+            );
+        }
         if let Some(root) = &in_memory {
-            let crawl = checked_crawl(&site, &client, root, false).await?;
-            memory_rate.push(pages as f64 / crawl.elapsed_s);
-            memory_cpu.push(crawl.cpu_s / pages as f64 * 1000.0);
+            for (layout, series) in LAYOUTS.iter().zip(&mut memory) {
+                let crawl = checked_crawl(&site, &client, root, false, *layout).await?;
+                series.add(
+                    pages,
+                    crawl.elapsed_s,
+                    crawl.cpu_s,
+                    crawl.peak_rss_mib,
+                    limit,
+                );
+            }
         }
         if let Some(cli) = cli {
-            site.reset(&client).await?;
-            let (elapsed, cpu_s, peak) = crawl_cli(cli, &site)?;
-            let stats = site.stats(&client).await?;
-            if stats.distinct != pages as u64 {
-                return Err(check("trawl crawl", format!("site saw {stats:?}")));
+            for ((layout, extract), series) in CLI_RUNS.iter().zip(&mut cli_series) {
+                site.reset(&client).await?;
+                let (elapsed, cpu_s, peak) = crawl_cli(cli, &site, *layout, *extract)?;
+                let stats = site.stats(&client).await?;
+                if stats.distinct != pages as u64 || stats.max_per_page != 1 {
+                    return Err(check("trawl crawl", format!("site saw {stats:?}")));
+                }
+                series.add(pages, elapsed, cpu_s, peak, limit);
             }
-            cli_rate.push(pages as f64 / elapsed);
-            cli_cpu.push(cpu_s / pages as f64 * 1000.0);
-            cli_rss.push(peak);
+            if let [.., without, with] = &cli_series[..]
+                && let (Some(a), Some(b)) = (without.cpu.last(), with.cpu.last())
+            {
+                extraction_cpu.push(b / a);
+            }
         }
         if let Some(python) = scrapy {
             site.reset(&client).await?;
@@ -344,52 +434,80 @@ pub async fn run(
             let rate = pages as f64 / elapsed;
             scrapy_rate.push(rate);
             scrapy_cpu.push(cpu_s / pages as f64 * 1000.0);
-            // Each run's ratio from the two crawls of that run.
-            if let Some(cli) = cli_rate.last() {
-                versus_scrapy.push(cli / rate);
+            // Each run's ratios from the crawls of that run.
+            for series in &mut cli_series {
+                if let Some(cli) = series.rate.last() {
+                    series.versus_scrapy.push(cli / rate);
+                }
             }
         }
         site.reset(&client).await?;
     }
-    let mut figures = vec![
-        Figure::of(
-            SECTION,
-            format!("raw serving limit ({PER_HOST} in flight)"),
-            "pages/s",
-            &raw,
-        ),
-        Figure::of(SECTION, "core Crawler on SQLite+files", "pages/s", &rate),
-        Figure::of(
-            SECTION,
-            "… as a fraction of the raw limit",
-            "ratio",
-            &fraction,
-        ),
-        Figure::of(SECTION, "… CPU per page", "ms", &cpu),
-        Figure::of(SECTION, "… peak RSS", "MiB", &rss),
-    ];
-    if in_memory.is_some() {
+    let mut figures = vec![Figure::of(
+        SECTION,
+        format!("raw serving limit ({PER_HOST} in flight)"),
+        "pages/s",
+        &raw,
+    )];
+    for (layout, series) in LAYOUTS.iter().zip(&core) {
         figures.extend([
             Figure::of(
                 SECTION,
-                format!("… same, data on tmpfs ({TMPFS}, no disk sync)"),
+                format!("core Crawler on SQLite+files, {} layout", layout.name()),
                 "pages/s",
-                &memory_rate,
+                &series.rate,
             ),
-            Figure::of(SECTION, "… … CPU per page", "ms", &memory_cpu),
+            Figure::of(
+                SECTION,
+                "… as a fraction of the raw limit",
+                "ratio",
+                &series.fraction,
+            ),
+            Figure::of(SECTION, "… CPU per page", "ms", &series.cpu),
+            Figure::of(SECTION, "… peak RSS", "MiB", &series.rss),
         ]);
     }
+    if in_memory.is_some() {
+        for (layout, series) in LAYOUTS.iter().zip(&memory) {
+            figures.extend([
+                Figure::of(
+                    SECTION,
+                    format!(
+                        "… same, {} layout, data on tmpfs ({TMPFS}, no disk sync)",
+                        layout.name()
+                    ),
+                    "pages/s",
+                    &series.rate,
+                ),
+                Figure::of(SECTION, "… … CPU per page", "ms", &series.cpu),
+            ]);
+        }
+    }
     if cli.is_some() {
-        figures.extend([
+        for ((layout, extract), series) in CLI_RUNS.iter().zip(&cli_series) {
+            figures.extend([
+                Figure::of(
+                    SECTION,
+                    format!(
+                        "{} (spawn to exit, delivery included)",
+                        cli_label(*layout, *extract)
+                    ),
+                    "pages/s",
+                    &series.rate,
+                ),
+                Figure::of(SECTION, "… CPU per page", "ms", &series.cpu).at_most(0.5),
+                Figure::of(SECTION, "… peak RSS (sampled)", "MiB", &series.rss),
+            ]);
+        }
+        figures.push(
             Figure::of(
                 SECTION,
-                "`trawl crawl` (spawn to exit, delivery included)",
-                "pages/s",
-                &cli_rate,
-            ),
-            Figure::of(SECTION, "… CPU per page", "ms", &cli_cpu).at_most(0.5),
-            Figure::of(SECTION, "… peak RSS (sampled)", "MiB", &cli_rss),
-        ]);
+                "`trawl crawl --layout segments`: CPU with extraction ÷ without",
+                "ratio",
+                &extraction_cpu,
+            )
+            .at_most(1.2),
+        );
     }
     if scrapy.is_some() {
         figures.extend([
@@ -402,15 +520,17 @@ pub async fn run(
             Figure::of(SECTION, "… CPU per page", "ms", &scrapy_cpu),
         ]);
         if cli.is_some() {
-            figures.push(
-                Figure::of(
-                    SECTION,
-                    "`trawl crawl` ÷ Scrapy, pages/s",
-                    "ratio",
-                    &versus_scrapy,
-                )
-                .at_least(10.0),
-            );
+            for ((layout, extract), series) in CLI_RUNS.iter().zip(&cli_series) {
+                figures.push(
+                    Figure::of(
+                        SECTION,
+                        format!("{} ÷ Scrapy, pages/s", cli_label(*layout, *extract)),
+                        "ratio",
+                        &series.versus_scrapy,
+                    )
+                    .at_least(10.0),
+                );
+            }
         }
     }
     Ok(figures)

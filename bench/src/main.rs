@@ -109,6 +109,9 @@ enum ChildRole {
         /// Extract items with the extraction section's 10-field extractor.
         #[arg(long)]
         extract: bool,
+        /// `objects` or `segments`.
+        #[arg(long, default_value = "objects", value_parser = parse_layout)]
+        layout: trawl_domain::crawl::StorageLayout,
     },
     /// One run of the embedded chaos crawl through port faults (prints JSON when delivered).
     #[command(hide = true)]
@@ -134,6 +137,11 @@ enum ChildRole {
     },
 }
 
+fn parse_layout(raw: &str) -> Result<trawl_domain::crawl::StorageLayout, String> {
+    trawl_domain::crawl::StorageLayout::parse(raw)
+        .ok_or_else(|| "expected `objects` or `segments`".to_owned())
+}
+
 /// Pages of the site the AWS sections crawl (moto is slow: keep it small).
 const AWS_PAGES: usize = 100;
 
@@ -145,7 +153,8 @@ fn main() -> ExitCode {
             start,
             dir,
             extract,
-        }) => local::crawl_once_main(start, dir, *extract),
+            layout,
+        }) => local::crawl_once_main(start, dir, *extract, *layout),
         Some(ChildRole::ChaosRun {
             start,
             dir,

@@ -322,6 +322,9 @@ async fn task_show<P: Ports>(
         "bytes": fetch.map(|f| f.content_length),
         "md5": fetch.and_then(|f| f.md5.clone()),
         "object": fetch.and_then(|f| f.object_key.as_ref()).map(|k| format!("{}/{k}", backend.uri_base)),
+        // On the segment layout, where in that segment the page's records are.
+        "offset": fetch.and_then(|f| f.span).map(|s| s.offset),
+        "length": fetch.and_then(|f| f.span).map(|s| s.length),
         "final_url": fetch.and_then(|f| f.final_url.clone()),
         "fetched_at": fetch.map(|f| output::time(f.fetched_at)),
         // When the page is fetched again, and its place in an adaptive schedule.

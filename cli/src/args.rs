@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use trawl_domain::crawl::StorageLayout;
 
 /// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
 /// AWS (DynamoDB + S3 + SQS) with `--backend aws`.
@@ -272,6 +273,11 @@ pub struct CrawlArgs {
     /// Keep page bodies gzip-compressed at rest (read back as fetched).
     #[arg(long)]
     pub compress_bodies: bool,
+    /// How a new crawl keeps its bodies: `segments` (appended to segment files; the local
+    /// default) or `objects` (one file or S3 object each; the default on AWS). Kept for the
+    /// crawl's life.
+    #[arg(long, value_name = "LAYOUT", value_parser = parse_layout)]
+    pub layout: Option<StorageLayout>,
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
     #[arg(long)]
     pub inherit_data: bool,
@@ -450,6 +456,10 @@ fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
 
 fn parse_concurrency(raw: &str) -> Result<usize, String> {
     usize::try_from(count_up_to(raw, MAX_CONCURRENCY)?).map_err(|e| e.to_string())
+}
+
+fn parse_layout(raw: &str) -> Result<StorageLayout, String> {
+    StorageLayout::parse(raw).ok_or_else(|| "expected `objects` or `segments`".to_owned())
 }
 
 fn parse_per_host(raw: &str) -> Result<u32, String> {

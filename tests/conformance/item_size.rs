@@ -51,6 +51,7 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
     let record = FetchRecord {
         object_key: Some(format!("pages/crawl={crawl}/pk={}/attr=html/md5=0123456789abcdef0123456789abcdef", task.task_id)),
         md5: Some("0123456789abcdef0123456789abcdef".into()),
+        span: None,
         http_status: 200,
         content_type: Some("text/html; charset=utf-8".into()),
         content_length: 187_345,

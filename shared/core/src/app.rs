@@ -12,7 +12,7 @@
 //! with an error instead of reaching a resource the function was never given.
 
 use crate::blob::{
-    BlobError, BlobResult, BlobStore, BlobUpload, Body, Layout, ListPage, ObjectMeta,
+    Appended, BlobError, BlobResult, BlobStore, BlobUpload, Body, Layout, ListPage, ObjectMeta,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
@@ -120,6 +120,14 @@ impl BlobStore for Unwired {
 
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
         Err(Self::blob_error("get", key))
+    }
+
+    async fn append(&self, dir: &str, _: Bytes) -> BlobResult<Appended> {
+        Err(Self::blob_error("append", dir))
+    }
+
+    async fn get_range(&self, key: &str, _: u64, _: u64) -> BlobResult<Option<Bytes>> {
+        Err(Self::blob_error("get_range", key))
     }
 
     async fn delete(&self, key: &str) -> BlobResult<()> {

@@ -29,6 +29,7 @@ pub mod extract;
 #[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod frontier;
+mod gz;
 #[cfg(feature = "seed")]
 pub mod operate;
 pub mod problem;
@@ -41,3 +42,4 @@ pub mod secrets;
 pub mod seed;
 pub mod store;
 pub mod sweep;
+mod warc;

@@ -323,7 +323,13 @@ where
             response.enqueued = done.enqueued;
         }
         (Operation::Config { config }, None) => {
-            let problems = crate::seed::validate_config(config);
+            let mut problems = crate::seed::validate_config(config);
+            if config.storage.layout != crawl.config.storage.layout {
+                problems.push(format!(
+                    "storage.layout: the crawl keeps its bodies as {} for its life",
+                    crawl.config.storage.layout.name()
+                ));
+            }
             if !problems.is_empty() {
                 return Err(OperateError::Invalid(problems.join("; ")));
             }

@@ -609,6 +609,38 @@ pub struct Storage {
     /// Keep bodies gzip-compressed at rest (S3: `Content-Encoding: gzip`). Readers see the
     /// page's own bytes either way, and the md5 in the key is theirs. Off by default.
     pub compress_bodies: bool,
+    /// Where bodies go: one object per page, or appended to segments. Kept for the crawl's
+    /// life: a crawl stored before the choice existed has `objects`.
+    pub layout: StorageLayout,
+}
+
+/// How a crawl's page bodies are laid out in the blob store (`trawl_core::blob`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageLayout {
+    /// One object per page body, keyed by its task and md5 (and one for its items).
+    #[default]
+    Objects,
+    /// Each body appended as a WARC record (its items as a second one) to a segment file;
+    /// the fetch record locates it (segment, offset, length).
+    Segments,
+}
+
+impl StorageLayout {
+    /// The name configurations use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageLayout::Objects => "objects",
+            StorageLayout::Segments => "segments",
+        }
+    }
+
+    /// The layout a name gives.
+    pub fn parse(name: &str) -> Option<Self> {
+        [StorageLayout::Objects, StorageLayout::Segments]
+            .into_iter()
+            .find(|l| l.name() == name)
+    }
 }
 
 impl Default for CrawlConfig {

@@ -197,6 +197,10 @@ pub struct FetchRecord {
     /// Hex md5 of the body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5: Option<String>,
+    /// Where in the segment at `object_key` the page's records are (`storage.layout =
+    /// segments`); None for a body that is an object of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<Span>,
     #[serde(rename = "http")]
     pub http_status: u16,
     #[serde(rename = "ctype", default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +232,29 @@ pub struct FetchRecord {
     /// from one merely fetched again by it. None: a record from before trawl kept it.
     #[serde(rename = "first", default, skip_serializing_if = "Option::is_none")]
     pub first_at: Option<Millis>,
+}
+
+/// A byte range of a segment: the gzip members holding one page's WARC records — its response
+/// record, then (the last `items` bytes) the metadata record of its items, when it has some.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    #[serde(rename = "off")]
+    pub offset: u64,
+    #[serde(rename = "n")]
+    pub length: u64,
+    #[serde(rename = "i", default, skip_serializing_if = "is_zero_u64")]
+    pub items: u64,
+}
+
+impl Span {
+    /// WARC records in the span.
+    pub fn records(&self) -> u64 {
+        if self.items > 0 { 2 } else { 1 }
+    }
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use trawl_core::blob::{BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta};
+use trawl_core::blob::{
+    Appended, BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta,
+};
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{
     Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
@@ -512,6 +514,18 @@ impl<B: BlobStore> BlobStore for FaultyBlobs<B> {
     async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
         self.faults.blob_call("get", key).await?;
         self.inner.get(key).await
+    }
+
+    async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
+        self.faults.blob_call("append", dir).await?;
+        let appended = self.inner.append(dir, records).await?;
+        self.faults.crash_point(PortFault::CrashAfterPut).await;
+        Ok(appended)
+    }
+
+    async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {
+        self.faults.blob_call("get_range", key).await?;
+        self.inner.get_range(key, offset, length).await
     }
 
     async fn delete(&self, key: &str) -> BlobResult<()> {

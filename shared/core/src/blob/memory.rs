@@ -2,13 +2,17 @@
 //! directory store (an upload is invisible until complete).
 
 use super::{
-    BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta, from_rest, to_rest,
+    Appended, BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta,
+    from_rest, to_rest,
 };
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError};
-use trawl_domain::task::{Millis, now_ms};
+use trawl_domain::task::{Millis, Span, now_ms};
+
+/// A segment takes appends until it holds this much (each append copies it: kept small).
+const SEGMENT_BYTES: usize = 4 << 20;
 
 /// Each object with when it was written (wall clock).
 type Objects = Arc<Mutex<BTreeMap<String, (Bytes, Millis)>>>;
@@ -46,6 +50,54 @@ impl BlobStore for MemoryBlobStore {
         stored.map(|s| from_rest("get", key, s)).transpose()
     }
 
+    async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
+        let mut objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        // The open segment is the last one under `dir`, while it has room.
+        let segments: Vec<(&String, usize)> = objects
+            .range(dir.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(dir))
+            .map(|(k, (bytes, _))| (k, bytes.len()))
+            .collect();
+        let key = match segments.last() {
+            Some((key, len)) if *len < SEGMENT_BYTES => (*key).clone(),
+            _ => format!("{dir}seg-{:08}.warc.gz", segments.len()),
+        };
+        let mut segment = objects
+            .get(&key)
+            .map(|(b, _)| b.to_vec())
+            .unwrap_or_default();
+        let span = Span {
+            offset: segment.len() as u64,
+            length: records.len() as u64,
+            items: 0,
+        };
+        segment.extend_from_slice(&records);
+        objects.insert(key.clone(), (Bytes::from(segment), now_ms()));
+        Ok(Appended { key, span })
+    }
+
+    async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {
+        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((bytes, _)) = objects.get(key) else {
+            return Ok(None);
+        };
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(offset.saturating_add(length)).ok())
+            .and_then(|(from, to)| bytes.get(from..to).map(|_| from..to));
+        match range {
+            Some(range) => Ok(Some(bytes.slice(range))),
+            None => Err(BlobError::Backend {
+                operation: "get_range",
+                key: key.to_owned(),
+                message: format!(
+                    "{length} bytes at {offset} reach past its {} bytes",
+                    bytes.len()
+                ),
+            }),
+        }
+    }
+
     async fn delete(&self, key: &str) -> BlobResult<()> {
         let mut objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
         objects.remove(key);
@@ -73,7 +125,7 @@ impl BlobStore for MemoryBlobStore {
             None => Bound::Included(prefix.to_owned()),
         };
         let mut page = ListPage::default();
-        for (key, (_, modified)) in objects
+        for (key, (stored, modified)) in objects
             .range((from, Bound::Unbounded))
             .skip_while(|(k, _)| !k.starts_with(prefix) && k.as_str() < prefix)
             .take_while(|(k, _)| k.starts_with(prefix))
@@ -85,6 +137,7 @@ impl BlobStore for MemoryBlobStore {
             page.objects.push(Listed {
                 key: key.clone(),
                 modified: *modified,
+                bytes: stored.len() as u64,
             });
         }
         Ok(page)

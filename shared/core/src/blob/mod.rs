@@ -12,8 +12,13 @@
 //! `Content-Encoding: gzip`; a store without metadata (a directory, memory) recognises its own
 //! compressed bodies by the gzip header's comment (`AT_REST_MARK`), so a fetched body that
 //! happens to be gzip is never taken for one.
+//!
+//! A crawl with `storage.layout = segments` appends its bodies to segments instead
+//! (`segment`): under `{prefix}crawl={crawl_id}/segments/`, each page a few gzip members at a
+//! place its fetch record names.
 
 pub mod memory;
+pub mod segment;
 
 use crate::backoff::Transient;
 use bytes::Bytes;
@@ -24,7 +29,7 @@ use std::future::Future;
 use std::io::{Read, Write};
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::task::Millis;
+use trawl_domain::task::{Millis, Span};
 
 #[derive(Debug, Error)]
 pub enum BlobError {
@@ -211,6 +216,11 @@ impl Layout {
         format!("{}crawl={crawl_id}/", self.prefix)
     }
 
+    /// The segments of one crawl lie under this prefix (`segment`).
+    pub fn segments_prefix(&self, crawl_id: &CrawlId) -> String {
+        format!("{}segments/", self.crawl_prefix(crawl_id))
+    }
+
     /// Every delivery of one crawl lies under this prefix.
     pub fn deliveries_prefix(&self, crawl_id: &CrawlId) -> String {
         format!("{}deliveries/crawl={crawl_id}/", self.prefix)
@@ -228,6 +238,8 @@ pub struct Listed {
     pub key: String,
     /// When it was last written (S3's `LastModified`, a file's modification time).
     pub modified: Millis,
+    /// Its size.
+    pub bytes: u64,
 }
 
 /// One page of a listing, in lexicographic key order.
@@ -238,8 +250,35 @@ pub struct ListPage {
     pub next: Option<String>,
 }
 
+/// Where an append landed: the segment's key and the bytes' place in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    pub key: String,
+    pub span: Span,
+}
+
 /// An object store.
 pub trait BlobStore: Send + Sync {
+    /// Appends `records` (whole gzip members) to this process's open segment under `dir` (a
+    /// key prefix ending in `/`), durably: when it returns, the bytes survive a crash or a power
+    /// cut, so a pointer written afterwards never names lost bytes. A store batches the appends
+    /// that arrive together into one flush (group commit). Bytes whose append failed, or whose
+    /// task was never finished, stay as garbage in their segment; nothing points at them.
+    fn append(
+        &self,
+        dir: &str,
+        records: Bytes,
+    ) -> impl Future<Output = BlobResult<Appended>> + Send;
+
+    /// `length` bytes of the object at `key` from `offset`, or None when there is no such
+    /// object. Fewer bytes than asked for is an error: a span never reaches past its segment.
+    fn get_range(
+        &self,
+        key: &str,
+        offset: u64,
+        length: u64,
+    ) -> impl Future<Output = BlobResult<Option<Bytes>>> + Send;
+
     /// Writes `body` at `key` (overwriting: keys are content-addressed).
     fn put(
         &self,

@@ -925,6 +925,7 @@ impl<P: Ports> Crawler<P> {
                 let page_body = page.body.map(|body| PageBody {
                     body,
                     compress: config.storage.compress_bodies,
+                    layout: config.storage.layout,
                     items,
                 });
                 match record_page(

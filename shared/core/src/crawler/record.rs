@@ -18,15 +18,22 @@
 //! 5. A finish whose answer was lost and whose retry failed its own condition is recognised by
 //!    the task as it now stands (`transition::finished_by`: same token, same record) and ends as
 //!    a finish, with rule 2's deletes; never as a lost lease.
+//!
+//! On the segment layout (`blob::segment`) rule 1 reads: the page's records are appended, and
+//! durable, before the finish; no append when the task already points at a body of that md5.
+//! Rules 2 to 4 delete nothing there: bytes that a finish replaced, or that no finish ever
+//! pointed at, stay in their segment as garbage — never a pointer to missing bytes.
 
 use crate::backoff::{Backoff, persist};
+use crate::blob::segment::{self, Page};
 use crate::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
 use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
-use trawl_domain::task::{FetchRecord, Lease, Millis, Task};
+use trawl_domain::crawl::StorageLayout;
+use trawl_domain::task::{FetchRecord, Lease, Millis, Span, Task};
 use trawl_domain::transition::finished_by;
 
 #[derive(Debug, Error)]
@@ -52,6 +59,8 @@ pub struct PageBody {
     pub body: Body,
     /// The crawl keeps its bodies compressed at rest (`storage.compress_bodies`).
     pub compress: bool,
+    /// Objects or segments (`storage.layout`).
+    pub layout: StorageLayout,
     /// The items extracted from the body (JSON), when an extractor applies to the page.
     pub items: Option<Bytes>,
 }
@@ -78,58 +87,18 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     now: Millis,
 ) -> Result<StoredPage, RecordError> {
     let mut written: Option<(String, String)> = None;
-    if let Some(PageBody {
-        body,
-        compress,
-        items,
-    }) = body
-    {
-        let md5_hex = body.md5_hex();
-        let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
-        let unchanged = task
-            .fetch
-            .as_ref()
-            .is_some_and(|f| f.object_key.as_deref() == Some(key.as_str()));
-        if !unchanged {
-            let meta = ObjectMeta {
-                content_type: record
-                    .content_type
-                    .clone()
-                    .unwrap_or_else(|| "text/html".to_owned()),
-                source_url: url.as_str().to_owned(),
-                compress,
-            };
-            let retries = AtomicU64::new(0);
-            let put = async {
-                persist("PutObject", &Backoff::BRIEF, &retries, || {
-                    blobs.put(&key, body.clone(), &meta)
-                })
-                .await?;
-                let Some(items) = items else {
-                    return Ok(());
-                };
-                let meta = ObjectMeta {
-                    content_type: "application/json".to_owned(),
-                    compress: false,
-                    ..meta.clone()
-                };
-                let items = Body::new(items);
-                let items_key = Layout::items_key_of(&key);
-                persist("PutObject", &Backoff::BRIEF, &retries, || {
-                    blobs.put(&items_key, items.clone(), &meta)
-                })
-                .await
-            };
-            if let Err(e) = put.await {
-                record_unknown_put(store, task, &md5_hex).await;
-                return Err(e.into());
+    let mut appended = false;
+    if let Some(page) = body {
+        match page.layout {
+            StorageLayout::Objects => {
+                written = put_object(store, blobs, layout, task, url, &mut record, page).await?;
             }
-            written = Some((key.clone(), md5_hex.clone()));
+            StorageLayout::Segments => {
+                appended = append_page(blobs, layout, task, url, &mut record, page).await?;
+            }
         }
-        record.object_key = Some(key);
-        record.md5 = Some(md5_hex);
     }
-    let put = written.is_some();
+    let put = written.is_some() || appended;
     let keep = record.object_key.clone();
     let retries = AtomicU64::new(0);
     let finished = persist("finish", &Backoff::BRIEF, &retries, || {
@@ -185,6 +154,120 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     }
 }
 
+/// Rule 1 on the object layout: PUTs the body (and its items) unless the task points at it
+/// already; sets the record's key and md5. Returns the key and md5 written, if any.
+async fn put_object<S: TaskStore, B: BlobStore>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    url: &CanonicalUrl,
+    record: &mut FetchRecord,
+    PageBody {
+        body,
+        compress,
+        items,
+        ..
+    }: PageBody,
+) -> Result<Option<(String, String)>, RecordError> {
+    let md5_hex = body.md5_hex();
+    let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
+    let unchanged = task
+        .fetch
+        .as_ref()
+        .is_some_and(|f| f.object_key.as_deref() == Some(key.as_str()));
+    let mut written = None;
+    if !unchanged {
+        let meta = ObjectMeta {
+            content_type: record
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "text/html".to_owned()),
+            source_url: url.as_str().to_owned(),
+            compress,
+        };
+        let retries = AtomicU64::new(0);
+        let put = async {
+            persist("PutObject", &Backoff::BRIEF, &retries, || {
+                blobs.put(&key, body.clone(), &meta)
+            })
+            .await?;
+            let Some(items) = items else {
+                return Ok(());
+            };
+            let meta = ObjectMeta {
+                content_type: "application/json".to_owned(),
+                compress: false,
+                ..meta.clone()
+            };
+            let items = Body::new(items);
+            let items_key = Layout::items_key_of(&key);
+            persist("PutObject", &Backoff::BRIEF, &retries, || {
+                blobs.put(&items_key, items.clone(), &meta)
+            })
+            .await
+        };
+        if let Err(e) = put.await {
+            record_unknown_put(store, task, &md5_hex).await;
+            return Err(e.into());
+        }
+        written = Some((key.clone(), md5_hex.clone()));
+    }
+    record.object_key = Some(key);
+    record.md5 = Some(md5_hex);
+    Ok(written)
+}
+
+/// Rule 1 on the segment layout: appends the page's records (durably) unless the task points
+/// at a body of the same md5 already, whose place the record keeps. Sets the record's segment,
+/// span and md5; true when it appended.
+async fn append_page<B: BlobStore>(
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    url: &CanonicalUrl,
+    record: &mut FetchRecord,
+    PageBody { body, items, .. }: PageBody,
+) -> Result<bool, RecordError> {
+    let md5_hex = body.md5_hex();
+    let previous = task
+        .fetch
+        .as_ref()
+        .filter(|f| f.object_key.is_some() && f.md5.as_deref() == Some(md5_hex.as_str()));
+    let appended = match previous {
+        Some(previous) => {
+            record.object_key = previous.object_key.clone();
+            record.span = previous.span;
+            false
+        }
+        None => {
+            let encoded = segment::encode(&Page {
+                target_uri: record.final_url.as_deref().unwrap_or(url.as_str()),
+                fetched_at: record.fetched_at,
+                http_status: record.http_status,
+                content_type: record.content_type.as_deref(),
+                body: &body,
+                items: items.as_deref(),
+            })?;
+            let dir = layout.segments_prefix(&task.crawl_id);
+            let retries = AtomicU64::new(0);
+            // A failed append leaves garbage at worst: nothing to record.
+            let appended = persist("append", &Backoff::BRIEF, &retries, || {
+                blobs.append(&dir, encoded.records.clone())
+            })
+            .await?;
+            record.object_key = Some(appended.key);
+            record.span = Some(Span {
+                items: encoded.items,
+                ..appended.span
+            });
+            true
+        }
+    };
+    record.md5 = Some(md5_hex);
+    Ok(appended)
+}
+
 /// Rule 4: the md5 of an object whose PUT (or whose finish) failed goes on the task's stale
 /// list, for the next finisher to delete should the object exist.
 async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str) {
@@ -209,7 +292,10 @@ async fn delete_replaced<B: BlobStore>(
     with_items: bool,
 ) {
     let mut doomed: Vec<String> = Vec::new();
-    if let Some(old) = replaced.and_then(|r| r.object_key)
+    // A body in a segment is never deleted: its bytes stay, as garbage, with the segment's.
+    if let Some(old) = replaced
+        .filter(|r| r.span.is_none())
+        .and_then(|r| r.object_key)
         && Some(old.as_str()) != keep
     {
         doomed.push(old);
@@ -306,6 +392,7 @@ mod tests {
         let body = PageBody {
             body: page,
             compress: false,
+            layout: StorageLayout::Objects,
             items: None,
         };
         let stored = record_page(

@@ -275,6 +275,8 @@ mod tests {
             content_type: None,
             md5: Some(md5.to_owned()),
             object: None,
+            offset: None,
+            length: None,
             bytes: Some(1),
             fetched_at: Some("2027-01-15T08:00:00Z".to_owned()),
             first_fetched_at: None,

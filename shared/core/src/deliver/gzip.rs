@@ -6,20 +6,17 @@
 
 use super::DeliverError;
 use crate::blob::BlobUpload;
-use flate2::{Compress, Compression, Crc, FlushCompress, Status};
+use crate::gz::header;
+use flate2::{Compress, Compression, Crc, FlushCompress};
 use md5::{Digest, Md5};
 
 /// Compressed bytes handed to the upload at once.
 const CHUNK: usize = 256 * 1024;
-/// Room made in the output buffer before each step of the compressor.
-const STEP_ROOM: usize = 64 * 1024;
 
 pub(crate) struct GzipFile<U> {
     upload: U,
     level: Compression,
-    /// One raw-deflate compressor for every member, reset between them: a new one per member
-    /// (a `GzEncoder` per WARC record) zeroes ~300 KB of state each time, which profiled as a
-    /// tenth of a local crawl's CPU.
+    /// One raw-deflate compressor for every member, reset between them (`crate::gz`).
     deflate: Compress,
     /// The current member's checksum and length; None between members.
     member: Option<Crc>,
@@ -42,40 +39,14 @@ fn encode_error(e: impl std::fmt::Display) -> DeliverError {
     DeliverError::Encode(e.to_string())
 }
 
-/// A member's header (RFC 1952): no name, no time, the compression level's hint, OS unknown
-/// (what flate2's `GzEncoder` writes).
-fn header(level: Compression) -> [u8; 10] {
-    let extra_flags = match level.level() {
-        9.. => 2,
-        0 | 1 => 4,
-        _ => 0,
-    };
-    [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, extra_flags, 255]
-}
-
-/// Runs the compressor over all of `input` (and to the stream's end with `Finish`).
+/// Runs the compressor over `input`, as `gz::deflate_into`.
 fn deflate_into(
     deflate: &mut Compress,
-    mut input: &[u8],
+    input: &[u8],
     out: &mut Vec<u8>,
     flush: FlushCompress,
 ) -> Result<(), DeliverError> {
-    loop {
-        out.reserve(STEP_ROOM);
-        let before = deflate.total_in();
-        let status = deflate
-            .compress_vec(input, out, flush)
-            .map_err(encode_error)?;
-        let consumed = usize::try_from(deflate.total_in() - before).map_err(encode_error)?;
-        input = input.get(consumed..).unwrap_or_default();
-        let done = match flush {
-            FlushCompress::Finish => status == Status::StreamEnd,
-            _ => input.is_empty(),
-        };
-        if done {
-            return Ok(());
-        }
-    }
+    crate::gz::deflate_into(deflate, input, out, flush).map_err(encode_error)
 }
 
 impl<U: BlobUpload> GzipFile<U> {
@@ -125,6 +96,19 @@ impl<U: BlobUpload> GzipFile<U> {
             self.send().await?;
         }
         Ok(())
+    }
+
+    /// Appends whole gzip members as they are (a page's records copied from its segment):
+    /// ends the current member first.
+    pub(crate) async fn copy_members(
+        &mut self,
+        members: &[u8],
+        count: u64,
+    ) -> Result<(), DeliverError> {
+        self.end_member().await?;
+        self.out.extend_from_slice(members);
+        self.members += count;
+        self.send().await
     }
 
     /// Hands the buffered compressed bytes to the upload (the buffer is kept for the next ones).

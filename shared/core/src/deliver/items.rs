@@ -17,9 +17,10 @@
 use super::delta::{is_present, lines};
 use super::summary::{InvalidItem, ItemsDelta, ItemsSummary};
 use super::{Change, DeliverError, ManifestLine};
-use crate::blob::{BlobStore, Layout};
+use crate::blob::{BlobStore, Layout, segment};
 use crate::discover::{ScopeMatcher, is_html_type};
 use crate::extract::{Extractors, FieldError, Item, PageItems};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
@@ -89,6 +90,8 @@ struct Found {
 pub(super) struct ItemsPass<'a, B> {
     blobs: &'a B,
     layout: &'a Layout,
+    /// What the manifest's object URIs start with (`object_uri`): a segment's key follows.
+    uri_base: String,
     crawl_id: &'a CrawlId,
     extractors: Extractors,
     scope: ScopeMatcher,
@@ -100,6 +103,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
     pub fn new(
         blobs: &'a B,
         layout: &'a Layout,
+        uri_base: &str,
         crawl_id: &'a CrawlId,
         config: &CrawlConfig,
     ) -> Result<Self, DeliverError> {
@@ -111,6 +115,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         Ok(Self {
             blobs,
             layout,
+            uri_base: super::object_uri(uri_base, ""),
             crawl_id,
             extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
             scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
@@ -142,9 +147,22 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     key: key.to_owned(),
                     reason: format!("bad task id {:?}", line.task_id),
                 })?;
-            let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
-            let items_key = Layout::items_key_of(&html_key);
-            let Some(body) = super::get_with_retry(self.blobs, &items_key).await? else {
+            let (items_key, stored) = match (&line.object, line.offset, line.length) {
+                (Some(object), Some(offset), Some(length)) => {
+                    let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
+                    (
+                        key.to_owned(),
+                        self.segment_items(key, offset, length).await?,
+                    )
+                }
+                _ => {
+                    let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
+                    let items_key = Layout::items_key_of(&html_key);
+                    let stored = super::get_with_retry(self.blobs, &items_key).await?;
+                    (items_key, stored)
+                }
+            };
+            let Some(body) = stored else {
                 // Its items were not stored (they did not serialise).
                 self.summary.pages_without_items += 1;
                 continue;
@@ -157,6 +175,21 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             self.found.push(Found { page: line, items });
         }
         Ok(())
+    }
+
+    /// The items in a page's records in a segment (None: the page has none).
+    async fn segment_items(
+        &self,
+        key: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<Option<Bytes>, DeliverError> {
+        let read = || self.blobs.get_range(key, offset, length);
+        let Some(records) = super::patiently("read a page's records", &super::READ, read).await?
+        else {
+            return Ok(None);
+        };
+        Ok(segment::decode(key, &records)?.items)
     }
 
     /// The columns of `items.csv.gz`.

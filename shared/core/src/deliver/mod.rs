@@ -6,7 +6,9 @@
 //! - `manifest-NNNNN.jsonl.gz`: one line per task (`ManifestLine`), in numbered segments;
 //! - `pages-NNNNN.warc.gz`: WARC/1.1, each segment a `warcinfo` record then `request` +
 //!   `response` per stored page, each record its own gzip member; segment N holds the pages of
-//!   the tasks in manifest segment N;
+//!   the tasks in manifest segment N. A page of the segment layout is copied as its segment
+//!   keeps it (`blob::segment`: a `response` record, and its items' `metadata` record), its
+//!   body never inflated;
 //! - `delta-NNNNN.jsonl.gz`: new, changed and gone pages since the previous delivery of the run,
 //!   each with its reason (unchanged ones are counted in the summary);
 //! - `index.json`: every file above with its size, record count and md5 (`DeliveryIndex`);
@@ -31,7 +33,6 @@ mod items;
 pub mod orphans;
 mod purge;
 mod summary;
-mod warc;
 
 pub use delta::{Change, DeltaLine};
 pub use items::{
@@ -40,13 +41,14 @@ pub use items::{
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
     CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
-    PageProblem, Summary, WarcSummary,
+    PageProblem, SegmentUse, SegmentsSummary, Summary, WarcSummary,
 };
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
+use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
 use futures_util::future::try_join_all;
@@ -62,7 +64,6 @@ use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState, transition};
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
-use warc::Exchange;
 
 pub const INDEX_FILE: &str = "index.json";
 pub const SUMMARY_FILE: &str = "summary.json";
@@ -237,6 +238,12 @@ pub struct ManifestLine {
     pub md5: Option<String>,
     /// Where the body is: `s3://bucket/key`, or a file path.
     pub object: Option<String>,
+    /// On the segment layout, where in `object` (a segment) the page's records are: its gzip
+    /// members from `offset`, `length` bytes (like a CDX index's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
     pub bytes: Option<u64>,
     /// RFC 3339.
     pub fetched_at: Option<String>,
@@ -446,6 +453,8 @@ struct Loaded {
 
 enum BodyLookup {
     Found(Bytes),
+    /// A page's records in a segment, as stored: copied into the WARC as they are.
+    Records(Bytes),
     Missing,
 }
 
@@ -462,6 +471,10 @@ struct Tally {
     items: Option<ItemsSummary>,
     #[serde(default)]
     orphans_removed: u64,
+    /// Per segment: bytes the generation's pages point at (the task pass), and its size (the
+    /// clean-up's listing).
+    #[serde(default)]
+    segments: BTreeMap<String, SegmentUse>,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -1164,12 +1177,22 @@ impl<P: Ports> Deliverer<P> {
             .as_ref()
             .filter(|_| delta::is_present(task.status, true))
             .and_then(|f| f.object_key.as_deref());
-        let body = match key {
-            Some(key) => Some(match get_with_retry(&self.blobs, key).await? {
+        let span = task.fetch.as_ref().and_then(|f| f.span);
+        let body = match (key, span) {
+            (Some(key), Some(span)) => {
+                let read = || self.blobs.get_range(key, span.offset, span.length);
+                Some(
+                    match patiently("read a page's records", &READ, read).await? {
+                        Some(records) => BodyLookup::Records(records),
+                        None => BodyLookup::Missing,
+                    },
+                )
+            }
+            (Some(key), None) => Some(match get_with_retry(&self.blobs, key).await? {
                 Some(bytes) => BodyLookup::Found(bytes),
                 None => BodyLookup::Missing,
             }),
-            None => None,
+            (None, _) => None,
         };
         Ok(Some(Loaded { task, body }))
     }
@@ -1193,6 +1216,9 @@ impl<P: Ports> Deliverer<P> {
             *tally.errors.entry(kind).or_default() += 1;
         }
 
+        if let Some((key, span)) = fetch.and_then(|f| Some((f.object_key.clone()?, f.span?))) {
+            tally.segments.entry(key).or_default().live += span.length;
+        }
         let line = ManifestLine {
             url: task.url.clone(),
             task_id: task.task_id.to_string(),
@@ -1204,6 +1230,8 @@ impl<P: Ports> Deliverer<P> {
             object: fetch
                 .and_then(|f| f.object_key.as_deref())
                 .map(|key| object_uri(&self.uri_base, key)),
+            offset: fetch.and_then(|f| f.span).map(|s| s.offset),
+            length: fetch.and_then(|f| f.span).map(|s| s.length),
             bytes: fetch.map(|f| f.content_length),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
             first_fetched_at: fetch.and_then(|f| f.first_at).map(warc::rfc3339_millis),
@@ -1240,6 +1268,16 @@ impl<P: Ports> Deliverer<P> {
         let key = fetch.object_key.as_deref().unwrap_or_default();
         let bytes = match body {
             BodyLookup::Found(bytes) => bytes,
+            BodyLookup::Records(records) => {
+                // Read by reference: the stored members are the WARC's, byte for byte (their
+                // gzip checksums go with them), so the body is neither inflated nor hashed.
+                let count = fetch.span.map_or(1, |s| s.records());
+                segment.pages.copy_members(&records, count).await?;
+                segment.records += count;
+                tally.warc.pages += 1;
+                tally.page_bytes += fetch.content_length;
+                return Ok(());
+            }
             BodyLookup::Missing => {
                 self.problem(tally, task, key, "missing".to_owned());
                 return Ok(());
@@ -1371,6 +1409,9 @@ impl<P: Ports> Deliverer<P> {
             )
             .await?;
             state.tally.orphans_removed += cleaned.removed;
+            for (key, bytes) in cleaned.segments {
+                state.tally.segments.entry(key).or_default().bytes = bytes;
+            }
             let Some(next) = cleaned.next else {
                 return Ok(true);
             };
@@ -1477,6 +1518,7 @@ impl<P: Ports> Deliverer<P> {
             estimated_cost: CostEstimate::from_calls(&crawl.calls),
             items: tally.items,
             orphans_removed: tally.orphans_removed,
+            segments: SegmentsSummary::of(tally.segments),
         }
     }
 
@@ -1489,7 +1531,13 @@ impl<P: Ports> Deliverer<P> {
         prefix: &str,
         state: &mut Checkpoint,
     ) -> Result<(), DeliverError> {
-        let mut pass = items::ItemsPass::new(&self.blobs, &self.layout, &crawl.id, &crawl.config)?;
+        let mut pass = items::ItemsPass::new(
+            &self.blobs,
+            &self.layout,
+            &self.uri_base,
+            &crawl.id,
+            &crawl.config,
+        )?;
         for key in &state.manifest_keys(prefix) {
             pass.add(key, &self.read_file(key).await?).await?;
         }
@@ -1631,6 +1679,19 @@ mod tests {
                 }
             }
             self.inner.get(key).await
+        }
+
+        async fn append(&self, dir: &str, records: Bytes) -> BlobResult<crate::blob::Appended> {
+            self.inner.append(dir, records).await
+        }
+
+        async fn get_range(
+            &self,
+            key: &str,
+            offset: u64,
+            length: u64,
+        ) -> BlobResult<Option<Bytes>> {
+            self.inner.get_range(key, offset, length).await
         }
 
         async fn delete(&self, key: &str) -> BlobResult<()> {

@@ -66,6 +66,9 @@ pub(crate) struct Cleaned {
     /// Where the next page starts (None: the pass is done).
     pub next: Option<String>,
     pub removed: u64,
+    /// The segments listed on the page (`blob::segment`), with their sizes: never orphans,
+    /// their garbage is accounted instead (`Summary::segments`).
+    pub segments: Vec<(String, u64)>,
 }
 
 /// One page of the clean-up of `crawl_id`'s objects, after `start_after`.
@@ -122,9 +125,16 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     if !orphans.is_empty() {
         tracing::info!(crawl = %crawl_id, removed = orphans.len(), "orphan objects removed");
     }
+    let segments = layout.segments_prefix(crawl_id);
     Ok(Cleaned {
-        next: page.next,
         removed: orphans.len() as u64,
+        segments: page
+            .objects
+            .iter()
+            .filter(|o| o.key.starts_with(&segments))
+            .map(|o| (o.key.clone(), o.bytes))
+            .collect(),
+        next: page.next,
     })
 }
 
@@ -167,6 +177,7 @@ mod tests {
         Listed {
             key: key.to_owned(),
             modified: NOW - age,
+            bytes: 1,
         }
     }
 

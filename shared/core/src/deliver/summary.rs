@@ -45,6 +45,10 @@ pub struct Summary {
     /// clean-up (`deliver::orphans`: the rule).
     #[serde(default)]
     pub orphans_removed: u64,
+    /// On the segment layout: each segment's size and the bytes the generation's pages point
+    /// at; the rest is garbage (replaced pages, appends never finished).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SegmentsSummary>,
     /// The items extracted (a crawl with extractors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<ItemsSummary>,
@@ -207,5 +211,45 @@ mod tests {
                 "sqlite.write=1000000"
             ]
         );
+    }
+}
+
+/// One segment's bytes: its size and those the pages point at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentUse {
+    pub bytes: u64,
+    pub live: u64,
+}
+
+/// The crawl's segments as the delivery found them: garbage accounted per segment, so that a
+/// compaction can pick those whose live fraction is low.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentsSummary {
+    pub count: u64,
+    pub bytes: u64,
+    pub live_bytes: u64,
+    pub garbage_bytes: u64,
+    /// Each segment by key.
+    pub per_segment: BTreeMap<String, SegmentUse>,
+}
+
+impl SegmentsSummary {
+    /// None when the crawl has no segment.
+    pub fn of(per_segment: BTreeMap<String, SegmentUse>) -> Option<Self> {
+        if per_segment.is_empty() {
+            return None;
+        }
+        let bytes = per_segment.values().map(|s| s.bytes).sum();
+        let live_bytes = per_segment.values().map(|s| s.live).sum();
+        Some(Self {
+            count: per_segment.len() as u64,
+            bytes,
+            live_bytes,
+            garbage_bytes: per_segment
+                .values()
+                .map(|s| s.bytes.saturating_sub(s.live))
+                .sum(),
+            per_segment,
+        })
     }
 }

@@ -96,11 +96,11 @@ pub async fn dry_run_stored<S: TaskStore, B: BlobStore>(
     let Some(key) = &fetch.object_key else {
         return Ok(run_on(&extractors, &task.url, answer, None));
     };
-    let body = blobs
-        .get(key)
+    let body = crate::blob::segment::read_page(blobs, fetch)
         .await
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("the stored body of task {task_id} is missing: {key}"))?;
+        .ok_or_else(|| format!("the stored body of task {task_id} is missing: {key}"))?
+        .body;
     // Relative links resolve against where the page was fetched from, as in the crawl.
     let fetched_from = fetch.final_url.as_deref().unwrap_or(&task.url);
     let page_url = url::Url::parse(fetched_from).map_err(|e| format!("{fetched_from}: {e}"))?;

@@ -483,6 +483,8 @@ impl<P: Ports> Seeder<P> {
                 if config.scope.allowed_domains.is_empty() {
                     config.scope.allowed_domains = crawl.config.scope.allowed_domains.clone();
                 }
+                // A crawl keeps its layout for life: its bodies are where it put them.
+                config.storage.layout = crawl.config.storage.layout;
                 let differs = config_differences(&crawl.config, &config);
                 if !differs.is_empty() {
                     if !request.update_config {

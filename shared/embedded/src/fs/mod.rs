@@ -2,17 +2,20 @@
 //!
 //! Writes go to a temporary file under `{root}/.uploads/` (same file system as the objects) and
 //! are renamed into place, so a reader sees the whole old object, the whole new one, or none.
-//! `.uploads` is reserved: no key may start with it, and `list` never shows it.
+//! `.uploads` is reserved: no key may start with it, and `list` never shows it. Segments
+//! (`segments`) are files appended to in place, each batch of appends flushed once.
+
+mod segments;
 
 use bytes::Bytes;
 use std::io::ErrorKind as IoErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, mpsc};
 use tokio::fs;
 use trawl_core::blob::{
-    BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta, from_rest,
-    to_rest,
+    Appended, BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, Listed, ObjectMeta,
+    from_rest, to_rest,
 };
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::task::Millis;
@@ -25,6 +28,8 @@ const UPLOADS_DIR: &str = ".uploads";
 pub struct FsBlobStore {
     root: PathBuf,
     calls: Arc<CallCounts>,
+    /// The segment writer thread, started by the first append (`segments`).
+    segments: Arc<OnceLock<mpsc::Sender<segments::Append>>>,
 }
 
 /// Validates `key` and returns its segments: relative, `/`-separated, nothing that could escape
@@ -72,7 +77,19 @@ impl FsBlobStore {
         Self {
             root: root.into(),
             calls,
+            segments: Arc::default(),
         }
+    }
+
+    /// The segment writer, started on first use.
+    fn segment_writer(&self) -> std::io::Result<&mpsc::Sender<segments::Append>> {
+        if self.segments.get().is_none() {
+            // Two first appends at once may both start one: the loser's thread ends at once.
+            let _ = self.segments.set(segments::start()?);
+        }
+        self.segments
+            .get()
+            .ok_or_else(|| std::io::Error::other("segment writer not started"))
     }
 
     pub fn root(&self) -> &Path {
@@ -197,6 +214,39 @@ impl BlobStore for FsBlobStore {
             Err(e) if e.kind() == IoErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error("get", key, &e)),
         }
+    }
+
+    async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
+        let dir_key = dir.trim_end_matches('/');
+        let path = self.path_of(dir_key)?;
+        self.calls.record(Call::FileWrite);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let append = segments::Append {
+            dir: path,
+            dir_key: format!("{dir_key}/"),
+            records,
+            reply,
+        };
+        let stopped = || BlobError::Backend {
+            operation: "append",
+            key: dir.to_owned(),
+            message: "the segment writer stopped".to_owned(),
+        };
+        let writer = self
+            .segment_writer()
+            .map_err(|e| io_error("append", dir, &e))?;
+        writer.send(append).map_err(|_| stopped())?;
+        match answer.await {
+            Ok(appended) => appended.map_err(|e| io_error("append", dir, &e)),
+            Err(_) => Err(stopped()),
+        }
+    }
+
+    async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {
+        let path = self.path_of(key)?;
+        self.calls.record(Call::FileRead);
+        let read = move || segments::read_range(&path, offset, length);
+        Ok(blocking("get_range", key, read).await?.map(Bytes::from))
     }
 
     async fn delete(&self, key: &str) -> BlobResult<()> {
@@ -370,7 +420,11 @@ impl SortedWalk {
                     .map_or(0, |d| {
                         Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
                     });
-                self.page.objects.push(Listed { key, modified });
+                self.page.objects.push(Listed {
+                    key,
+                    modified,
+                    bytes: metadata.len(),
+                });
             }
         }
         Ok(true)
@@ -704,5 +758,97 @@ mod tests {
             None
         );
         assert_eq!(leftovers(&store), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_land_whole_in_one_segment_and_read_back_by_range() {
+        // GIVEN a store and 64 records of different sizes
+        let dir = TempDir::new("segments");
+        let store = store(&dir);
+        let records: Vec<Bytes> = (0..64u8)
+            .map(|i| Bytes::from(vec![i; 100 + usize::from(i) * 37]))
+            .collect();
+
+        // WHEN they are appended at once
+        let appends = records.iter().map(|r| {
+            let store = store.clone();
+            let r = r.clone();
+            tokio::spawn(async move { store.append("crawl=c1/segments/", r).await })
+        });
+        let mut appended = Vec::new();
+        for append in appends {
+            appended.push(append.await.unwrap().unwrap());
+        }
+
+        // THEN each reads back from its span, the spans tile one segment of this process
+        for (record, at) in records.iter().zip(&appended) {
+            assert_eq!(at.span.length, record.len() as u64);
+            let read = store
+                .get_range(&at.key, at.span.offset, at.span.length)
+                .await
+                .unwrap();
+            assert_eq!(read.as_ref(), Some(record));
+        }
+        let mut spans: Vec<_> = appended
+            .iter()
+            .map(|a| (a.span.offset, a.span.length))
+            .collect();
+        spans.sort_unstable();
+        let mut end = 0;
+        for (offset, length) in spans {
+            assert_eq!(offset, end);
+            end += length;
+        }
+        let keys: std::collections::BTreeSet<_> = appended.iter().map(|a| &a.key).collect();
+        assert_eq!(keys.len(), 1);
+        let key = appended[0].key.clone();
+        assert!(key.starts_with("crawl=c1/segments/seg-"), "{key}");
+        assert_eq!(
+            std::fs::metadata(store.root().join(&key)).unwrap().len(),
+            end
+        );
+        // AND a range past the end is an error, a missing segment None
+        assert!(store.get_range(&key, end - 10, 20).await.is_err());
+        let missing = "crawl=c1/segments/seg-missing.warc.gz";
+        assert_eq!(store.get_range(missing, 0, 1).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_new_store_never_appends_after_bytes_another_left() {
+        // GIVEN a segment whose writer died with a half-written record at its end
+        let dir = TempDir::new("segments-restart");
+        let first = store(&dir);
+        let before = first
+            .append("crawl=c1/segments/", Bytes::from_static(b"kept"))
+            .await
+            .unwrap();
+        drop(first);
+        let path = dir.0.join("objects").join(&before.key);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, b"torn").unwrap();
+
+        // WHEN the next process appends
+        let second = store(&dir);
+        let after = second
+            .append("crawl=c1/segments/", Bytes::from_static(b"next"))
+            .await
+            .unwrap();
+
+        // THEN it writes to a segment of its own, and both records read back
+        assert_ne!(after.key, before.key);
+        assert_eq!(after.span.offset, 0);
+        let read = |s: FsBlobStore, a: Appended| async move {
+            s.get_range(&a.key, a.span.offset, a.span.length)
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            read(second.clone(), before).await.as_deref(),
+            Some(&b"kept"[..])
+        );
+        assert_eq!(read(second, after).await.as_deref(), Some(&b"next"[..]));
     }
 }

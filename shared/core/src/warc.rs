@@ -2,7 +2,11 @@
 //! then a `request` and a `response` record per page, linked by `WARC-Concurrent-To`, with sha1
 //! base32 digests. The HTTP messages are rebuilt from the fetch record (trawl keeps the status,
 //! content type, validators and body, not the raw exchange).
+//!
+//! A segment (`crate::blob::segment`) keeps each page as a `response` record standing alone; the
+//! deliverer's files (feature `deliver`) add the `warcinfo` and `request` records.
 
+#[cfg(feature = "deliver")]
 use sha1::{Digest, Sha1};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
@@ -12,6 +16,7 @@ use trawl_domain::task::Millis;
 /// delivery's bytes, and at the default level (6) compressing them was most of the delivery's
 /// CPU; on the fixture pages level 1 makes files a little larger for a fraction of the time
 /// (bench/README.md, the profile of `trawl crawl`).
+#[cfg(feature = "deliver")]
 pub(crate) const LEVEL: flate2::Compression = flate2::Compression::fast();
 
 /// The end of every record: its block is followed by two CRLFs.
@@ -47,9 +52,15 @@ pub(crate) fn rfc3339_millis(at: Millis) -> String {
 }
 
 /// `sha1:` and the RFC 4648 base32 of the sha1 (the WARC digest convention).
+#[cfg(feature = "deliver")]
 fn sha1_label(digest: &[u8]) -> String {
+    base32_label("sha1", digest)
+}
+
+/// `{algorithm}:` and the RFC 4648 base32 of `digest`, padded (a sha1 needs no padding).
+fn base32_label(algorithm: &str, digest: &[u8]) -> String {
     const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-    let mut out = String::from("sha1:");
+    let mut out = format!("{algorithm}:");
     let (mut buffer, mut bits) = (0u32, 0u32);
     for &byte in digest {
         buffer = (buffer << 8) | u32::from(byte);
@@ -61,6 +72,9 @@ fn sha1_label(digest: &[u8]) -> String {
     }
     if bits > 0 {
         out.push(char::from(ALPHABET[((buffer << (5 - bits)) & 31) as usize]));
+    }
+    while !(out.len() - algorithm.len() - 1).is_multiple_of(8) {
+        out.push('=');
     }
     out
 }
@@ -99,6 +113,7 @@ fn header(fields: &[(&str, &str)], content_type: &str, length: usize) -> String 
 }
 
 /// The `warcinfo` record that opens the file (header, block and end).
+#[cfg(feature = "deliver")]
 pub(crate) fn warcinfo(id: &str, date: Millis, filename: &str, info: &[(&str, &str)]) -> Vec<u8> {
     let mut block = String::new();
     for (name, value) in info {
@@ -122,6 +137,7 @@ pub(crate) fn warcinfo(id: &str, date: Millis, filename: &str, info: &[(&str, &s
 }
 
 /// One fetched page, as the WARC records describe it.
+#[cfg(feature = "deliver")]
 pub(crate) struct Exchange<'a> {
     /// The URL that answered (after redirects).
     pub target_uri: &'a str,
@@ -136,6 +152,7 @@ pub(crate) struct Exchange<'a> {
     pub response_id: &'a str,
 }
 
+#[cfg(feature = "deliver")]
 impl Exchange<'_> {
     /// The whole `request` record: a GET as trawl sends it.
     pub(crate) fn request_record(&self) -> Vec<u8> {
@@ -185,25 +202,13 @@ impl Exchange<'_> {
     /// The `response` record up to the payload: WARC header and HTTP header. The caller writes
     /// `body` and then `RECORD_END`.
     pub(crate) fn response_head(&self, body: &[u8]) -> Vec<u8> {
-        // A 304 kept the previously stored content: the record shows that content as a 200, the
-        // way a reader of the archive needs it (the manifest keeps the real status).
-        let status = if self.http_status == 304 {
-            200
-        } else {
-            self.http_status
-        };
-        let mut http = format!("HTTP/1.1 {status} {}\r\n", reason(status));
-        if let Some(content_type) = self.content_type {
-            let _ = write!(http, "Content-Type: {}\r\n", field(content_type));
-        }
-        let _ = write!(http, "Content-Length: {}\r\n", body.len());
-        if let Some(etag) = self.etag {
-            let _ = write!(http, "ETag: {}\r\n", field(etag));
-        }
-        if let Some(last_modified) = self.last_modified {
-            let _ = write!(http, "Last-Modified: {}\r\n", field(last_modified));
-        }
-        http.push_str("\r\n");
+        let http = http_head(
+            self.http_status,
+            self.content_type,
+            body.len(),
+            self.etag,
+            self.last_modified,
+        );
         let payload_digest = sha1_label(&Sha1::digest(body));
         let mut block = Sha1::new();
         block.update(http.as_bytes());
@@ -230,11 +235,142 @@ impl Exchange<'_> {
     }
 }
 
+/// The HTTP response header a record shows for a stored body. A 304 kept the previously
+/// stored content: the record shows that content as a 200, the way a reader of the archive
+/// needs it (the manifest keeps the real status).
+fn http_head(
+    status: u16,
+    content_type: Option<&str>,
+    length: usize,
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+) -> String {
+    let status = if status == 304 { 200 } else { status };
+    let mut http = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+    if let Some(content_type) = content_type {
+        let _ = write!(http, "Content-Type: {}\r\n", field(content_type));
+    }
+    let _ = write!(http, "Content-Length: {length}\r\n");
+    if let Some(etag) = etag {
+        let _ = write!(http, "ETag: {}\r\n", field(etag));
+    }
+    if let Some(last_modified) = last_modified {
+        let _ = write!(http, "Last-Modified: {}\r\n", field(last_modified));
+    }
+    http.push_str("\r\n");
+    http
+}
+
+/// A page as a segment keeps it (`crate::blob::segment`): a `response` record standing alone
+/// (no warcinfo, no request), its payload digest the md5 trawl already has (no hashing here).
+pub(crate) struct StoredPage<'a> {
+    pub target_uri: &'a str,
+    pub fetched_at: Millis,
+    pub http_status: u16,
+    pub content_type: Option<&'a str>,
+    pub md5: [u8; 16],
+}
+
+impl StoredPage<'_> {
+    /// The `response` record up to the payload, with its record id; the caller writes `body`
+    /// and `RECORD_END`.
+    pub(crate) fn response_head(&self, id: &str, body_len: usize) -> Vec<u8> {
+        let http = http_head(self.http_status, self.content_type, body_len, None, None);
+        let date = rfc3339(self.fetched_at);
+        let digest = base32_label("md5", &self.md5);
+        let mut head = header(
+            &[
+                ("WARC-Type", "response"),
+                ("WARC-Record-ID", id),
+                ("WARC-Date", &date),
+                ("WARC-Target-URI", self.target_uri),
+                ("WARC-Payload-Digest", &digest),
+            ],
+            "application/http; msgtype=response",
+            http.len() + body_len,
+        )
+        .into_bytes();
+        head.extend_from_slice(http.as_bytes());
+        head
+    }
+
+    /// The whole `metadata` record of the items extracted from the page (JSON), referring to
+    /// its response record `refers_to`.
+    pub(crate) fn items_record(&self, refers_to: &str, items: &[u8]) -> Vec<u8> {
+        let date = rfc3339(self.fetched_at);
+        let mut record = header(
+            &[
+                ("WARC-Type", "metadata"),
+                ("WARC-Record-ID", &record_id()),
+                ("WARC-Date", &date),
+                ("WARC-Target-URI", self.target_uri),
+                ("WARC-Refers-To", refers_to),
+            ],
+            "application/json",
+            items.len(),
+        )
+        .into_bytes();
+        record.extend_from_slice(items);
+        record.extend_from_slice(RECORD_END);
+        record
+    }
+}
+
+/// One record read back: its type and its block.
+pub(crate) struct Record<'a> {
+    pub kind: &'a str,
+    pub block: &'a [u8],
+}
+
+/// The records of `data` (uncompressed WARC), in order; an error names what is wrong.
+pub(crate) fn records(mut data: &[u8]) -> Result<Vec<Record<'_>>, String> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let end = find(data, b"\r\n\r\n").ok_or("a record header without its end")?;
+        let head = std::str::from_utf8(&data[..end]).map_err(|_| "a record header not UTF-8")?;
+        let mut lines = head.split("\r\n");
+        if !lines.next().is_some_and(|v| v.starts_with("WARC/")) {
+            return Err("not a WARC record".to_owned());
+        }
+        let (mut kind, mut length) = ("", None);
+        for line in lines {
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("WARC-Type") {
+                    kind = value.trim();
+                } else if name.eq_ignore_ascii_case("Content-Length") {
+                    length = value.trim().parse::<usize>().ok();
+                }
+            }
+        }
+        let length = length.ok_or("a record without its Content-Length")?;
+        let rest = &data[end + 4..];
+        let block = rest.get(..length).ok_or("a record cut short")?;
+        let after = &rest[length..];
+        data = after
+            .strip_prefix(RECORD_END)
+            .ok_or("a record without its end")?;
+        out.push(Record { kind, block });
+    }
+    Ok(out)
+}
+
+/// The payload of a `response` record's block: what follows its HTTP header.
+pub(crate) fn http_payload(block: &[u8]) -> Result<&[u8], String> {
+    find(block, b"\r\n\r\n")
+        .map(|end| &block[end + 4..])
+        .ok_or_else(|| "a response without its HTTP header's end".to_owned())
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "deliver")]
     fn digests_use_sha1_base32() {
         // The sha1 of "" in base32, as wget and warcio write it.
         assert_eq!(
@@ -253,6 +389,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "deliver")]
     fn a_response_record_declares_its_exact_length() {
         let exchange = Exchange {
             target_uri: "http://example.com:8080/a?b=c",
