@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use trawl_core::app::App;
 use trawl_core::blob::{BlobStore, Layout};
+use trawl_core::clock::{Clock, SystemClock};
 use trawl_core::crawler::Crawler;
 use trawl_core::fetch::{Fetcher, Secret, SecretError, SecretSource};
 use trawl_core::queue::local::LocalQueue;
@@ -25,7 +26,7 @@ use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, SecretRef};
-use trawl_domain::task::{ErrorKind, Status, Task, now_ms};
+use trawl_domain::task::{ErrorKind, Status, Task};
 use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
 
@@ -90,6 +91,11 @@ pub(crate) struct Run {
 
 impl Run {
     pub(crate) fn new(secrets: &[(&str, &str)]) -> Run {
+        Run::on_clock(secrets, Arc::new(SystemClock))
+    }
+
+    /// A run whose services read the time from `clock`.
+    pub(crate) fn on_clock(secrets: &[(&str, &str)], clock: Arc<dyn Clock>) -> Run {
         let calls = Arc::new(CallCounts::default());
         let scratch = Scratch(std::env::temp_dir().join(unique("client")));
         let secrets = secrets
@@ -109,7 +115,8 @@ impl Run {
                     LocalQueue::new(Duration::from_secs(60), calls.clone()),
                     calls.clone(),
                 )
-                .with_layout(Layout::new("pages")),
+                .with_layout(Layout::new("pages"))
+                .with_clock(clock),
             ),
             Arc::clone(&fetcher),
             2,
@@ -139,7 +146,11 @@ impl Run {
             checkpoint: None,
         };
         let response = seeder
-            .seed(request, SeedBudget::default(), now_ms())
+            .seed(
+                request,
+                SeedBudget::default(),
+                self.crawler.clock().now_ms(),
+            )
             .await?;
         assert_eq!(response.rejected, 0, "{response:?}");
         Ok(())
@@ -148,7 +159,13 @@ impl Run {
     /// Crawls until the crawl completes.
     pub(crate) async fn crawl(&self, config: CrawlConfig, urls: &[String]) {
         self.seed(config, urls).await.unwrap();
-        let end = tokio::time::timeout(
+        let end = self.run().await;
+        assert!(matches!(end, RunEnd::Completed { .. }), "{end:?}");
+    }
+
+    /// Runs the crawl as `trawl crawl --crawl-id` does, until it ends.
+    pub(crate) async fn run(&self) -> RunEnd {
+        tokio::time::timeout(
             Duration::from_secs(30),
             run_crawl(
                 &self.crawler,
@@ -160,8 +177,7 @@ impl Run {
         )
         .await
         .expect("the crawl ends")
-        .unwrap();
-        assert!(matches!(end, RunEnd::Completed { .. }), "{end:?}");
+        .unwrap()
     }
 
     pub(crate) async fn task(&self, url: &str) -> Task {

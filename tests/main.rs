@@ -9,6 +9,7 @@ mod delivering;
 mod end_to_end;
 mod events;
 mod fetching;
+mod freshness;
 mod frontier;
 mod generations;
 mod items;

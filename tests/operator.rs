@@ -561,8 +561,8 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
     let functions = functions(&deployed);
     let crawl_id = unique("generations");
 
-    // WHEN the seeder is invoked with a seed request (a short retry backoff: a 404 is tried
-    // twice before its page is gone) and the functions run until the first delivery
+    // WHEN the seeder is invoked with a seed request (a page that had content is gone at the
+    // second check in a row finding it missing) and the functions run until the first delivery
     let request = serde_json::json!({
         "crawl_id": crawl_id,
         "config": {
@@ -600,25 +600,51 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
     let recrawl = serde_json::json!({"crawl_id": crawl_id, "operation": {"recrawl": {}}});
     let operated = functions
         .seeder
-        .dispatch(recrawl, None, now_ms())
+        .dispatch(recrawl.clone(), None, now_ms())
         .await
         .unwrap();
     let operated = serde_json::to_value(operated).unwrap();
     assert_eq!(operated["reopened"], true, "{operated}");
     let second = functions.until_delivered(&deployed, &crawl_id, 1).await;
 
-    // THEN the delta says 5 changed, 3 gone (each after its second 404), the rest unchanged
+    // THEN the delta says 5 changed; the removed pages, missing at one check, are kept
+    // (unchanged, asked once: no retry seconds later)
     let delta = &second["delta"];
     assert_eq!(
         (&delta["changed"], &delta["gone"], &delta["new"]),
-        (&5.into(), &3.into(), &0.into()),
+        (&5.into(), &0.into(), &0.into()),
         "{delta}"
     );
-    assert_eq!(delta["unchanged"], (PAGES - 8) as u64, "{delta}");
-    for i in 0..PAGES {
-        let expected = if removed.contains(&i) { 3 } else { 2 };
-        assert_eq!(site.hits(&format!("/p/{i}.html")), expected, "page {i}");
-    }
+    assert_eq!(delta["unchanged"], (PAGES - 5) as u64, "{delta}");
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 2));
+
+    // GIVEN page 8 back as it was
+    let (still_removed, back) = ([6, 7], 8);
+    let links =
+        r#"<a href="/p/9.html">9</a> <a href="/p/10.html">10</a> <a href="/p/0.html">0</a> "#;
+    site.route(
+        &format!("/p/{back}.html"),
+        Route::html(format!("<h1>page {back}</h1>{links}")),
+    );
+
+    // WHEN the next generation is asked for
+    functions
+        .seeder
+        .dispatch(recrawl, None, now_ms())
+        .await
+        .unwrap();
+    let third = functions.until_delivered(&deployed, &crawl_id, 2).await;
+
+    // THEN the pages missing at two checks in a row are gone at the second; page 8 never was
+    let delta = &third["delta"];
+    assert_eq!(
+        (&delta["changed"], &delta["gone"], &delta["new"]),
+        (&0.into(), &still_removed.len().into(), &0.into()),
+        "{delta}"
+    );
+    assert_eq!(delta["unchanged"], (PAGES - 2) as u64, "{delta}");
+    assert_eq!(third["statuses"]["gone"], 2, "{third}");
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 3));
 
     // WHEN the seeder is asked for a reset, and the functions run again
     let reset = serde_json::json!({"crawl_id": crawl_id, "operation": {"reset": {}}});
@@ -627,18 +653,23 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
         .dispatch(reset, None, now_ms())
         .await
         .unwrap();
-    let third = functions.until_delivered(&deployed, &crawl_id, 2).await;
+    let fourth = functions.until_delivered(&deployed, &crawl_id, 3).await;
 
     // THEN every page was fetched again (a removed page once: never fetched since the reset,
-    // its 404 makes it gone at once)
+    // its 404 makes it gone at once), and every page there is delivered as new
     for i in 0..PAGES {
-        let expected = if removed.contains(&i) { 4 } else { 3 };
-        assert_eq!(site.hits(&format!("/p/{i}.html")), expected, "page {i}");
+        assert_eq!(site.hits(&format!("/p/{i}.html")), 4, "page {i}");
     }
     assert_eq!(
-        third["statuses"]["succeeded"],
-        (PAGES - 3) as u64,
-        "{third}"
+        fourth["statuses"]["succeeded"],
+        (PAGES - 2) as u64,
+        "{fourth}"
     );
-    assert_eq!(third["statuses"]["gone"], 3, "{third}");
+    assert_eq!(fourth["statuses"]["gone"], 2, "{fourth}");
+    let delta = &fourth["delta"];
+    assert_eq!(
+        (&delta["new"], &delta["unchanged"], &delta["gone"]),
+        (&(PAGES - 2).into(), &0.into(), &0.into()),
+        "{delta}"
+    );
 }

@@ -315,9 +315,14 @@ pub struct RecrawlArgs {
     /// The adaptive schedule's longest interval (implies --adaptive).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub recrawl_max: Option<u64>,
-    /// 404/410 answers in a row after which a page that had content is gone (default 2).
+    /// Checks in a row finding a page that had content missing (404/410, soft 404) after which
+    /// it is gone (default 2); until then it is kept, unchanged.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub missing_after: Option<u32>,
+    /// How long after a check that found a page missing the next check comes (default: the
+    /// checker's shortest interval, 1 day).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub missing_recheck: Option<u64>,
 }
 
 /// A duration: a number with a unit (`ms`, `s`, `m`, `h`, `d`), in milliseconds.

@@ -258,6 +258,9 @@ fn apply_recrawl_args(args: &RecrawlArgs, recrawl: &mut RecrawlPolicy) {
     if let Some(n) = args.missing_after {
         recrawl.missing_after = n;
     }
+    if args.missing_recheck.is_some() {
+        recrawl.missing_recheck_ms = args.missing_recheck;
+    }
 }
 
 /// The request flags as `fetch` settings; credentials by variable name only.

@@ -158,7 +158,7 @@ pub async fn check<P: Ports>(
     }
     if check.missing > 0 {
         output::line(format_args!(
-            "  404s in a row: {} of {} that make it gone",
+            "  checks in a row finding it missing: {} of {} that make it gone",
             check.missing, check.missing_after
         ));
     }

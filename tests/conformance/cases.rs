@@ -43,6 +43,7 @@ fn id(url: &str) -> TaskId {
 }
 
 const DAY: Millis = 86_400_000;
+const HOUR: Millis = 3_600_000;
 
 pub fn record(md5: &str, at: Millis) -> FetchRecord {
     FetchRecord {
@@ -636,11 +637,16 @@ pub async fn permanent_failures_are_terminal<S: TaskStore>(store: &S) {
     assert_eq!(missing.task.errors[0].message, "HTTP 404");
 }
 
-pub async fn a_page_comes_due_again_and_is_gone_only_after_its_second_404<S: TaskStore>(store: &S) {
+pub async fn a_page_comes_due_again_and_is_gone_only_at_its_second_check_finding_it_missing<
+    S: TaskStore,
+>(
+    store: &S,
+) {
     let revisit = Revisit {
         schedule: Some(Schedule::fixed(DAY as u64)),
         listing: false,
         missing_after: 2,
+        missing_recheck_ms: HOUR as u64,
         recheck: Some(Schedule::CHECKER),
     };
     // GIVEN a page fetched once, due again in a day (`record`)
@@ -666,17 +672,30 @@ pub async fn a_page_comes_due_again_and_is_gone_only_after_its_second_404<S: Tas
         .fail_with(&recrawl, &not_found, &policy(), &revisit, T0 + DAY + 1)
         .await;
 
-    // THEN it is tried again soon, its content still current
-    let FailOutcome::Retrying { next_attempt_at } = outcome else {
-        panic!("{outcome:?}");
-    };
+    // THEN it stays succeeded, its content current, and is checked again an hour later (not
+    // before)
+    assert_eq!(
+        outcome,
+        FailOutcome::GaveUp {
+            status: Status::Succeeded
+        }
+    );
     let kept = task.task.fetch.clone().unwrap();
     assert_eq!((kept.md5.as_deref(), kept.missing), (Some("aa"), 1));
+    let next_check = T0 + DAY + 1 + HOUR;
+    assert_eq!(task.task.due_at(), Some(next_check));
+    assert_eq!(
+        store
+            .claim(&crawl, &task.task.task_id, LEASE_MS, next_check - 1)
+            .await
+            .unwrap(),
+        ClaimOutcome::Rejected(ClaimRejection::Done(Status::Succeeded))
+    );
 
-    // WHEN it answers 404 a second time
-    let again = task.claim(next_attempt_at).await;
+    // WHEN it answers 404 at that check too
+    let again = task.claim(next_check).await;
     let outcome = task
-        .fail_with(&again, &not_found, &policy(), &revisit, next_attempt_at + 1)
+        .fail_with(&again, &not_found, &policy(), &revisit, next_check + 1)
         .await;
 
     // THEN it is gone, the last good fetch still recorded, and re-checked a day later
@@ -688,7 +707,7 @@ pub async fn a_page_comes_due_again_and_is_gone_only_after_its_second_404<S: Tas
     );
     let gone = task.task.fetch.clone().unwrap();
     assert_eq!((gone.md5.as_deref(), gone.missing), (Some("aa"), 2));
-    let check_at = next_attempt_at + 1 + DAY;
+    let check_at = next_check + 1 + DAY;
     assert_eq!(task.task.due_at(), Some(check_at));
     task.claim(check_at).await;
 }

@@ -66,6 +66,7 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
             unchanged: 17,
         }),
         missing: 0,
+        first_at: Some(T0 - 86_400_000),
     };
     store.finish(&lease, &record, T0 + 1).await.unwrap();
 

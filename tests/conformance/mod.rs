@@ -33,7 +33,7 @@ macro_rules! suite {
             a_task_whose_turn_died_is_taken_by_the_next_turn [],
             transient_failures_back_off_then_give_up [],
             permanent_failures_are_terminal [],
-            a_page_comes_due_again_and_is_gone_only_after_its_second_404 [],
+            a_page_comes_due_again_and_is_gone_only_at_its_second_check_finding_it_missing [],
             error_history_is_bounded [],
             query_pages_through_every_shard_in_update_order [],
             counts_per_status [],

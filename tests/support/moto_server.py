@@ -9,8 +9,61 @@ import os
 import sys
 import threading
 
+import copy
+
+import moto.dynamodb.models as dynamodb_models
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
+
+
+class _TablesUncopied:
+    """moto backs up every table a transaction touches with a deep copy, to roll back: a
+    TransactWriteItems costs the size of the table (a crawl of 1,000 hosts took minutes, and
+    gigabytes). Tables are not copied here; the transaction's own items are (below)."""
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+
+dynamodb_models.copy = _TablesUncopied
+_transact_write_items = DynamoDBBackend.transact_write_items
+
+
+def _key_of(backend, op):
+    table = backend.tables.get(op.get("TableName"))
+    if table is None:
+        return None
+    if "Key" in op:
+        return op["Key"]
+    attrs = op.get("Item", {})
+    names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+    return {name: attrs[name] for name in names if name in attrs}
+
+
+def _transact_with_item_backups(self, transact_items):
+    """The same transaction, rolled back by restoring the items it touches as they were."""
+    saved = []
+    for entry in transact_items:
+        _, op = next(iter(entry.items()))
+        key = _key_of(self, op)
+        if key is not None:
+            item = self.get_item(op["TableName"], key)
+            saved.append((op["TableName"], key, item and item.to_json()["Attributes"]))
+    try:
+        return _transact_write_items(self, transact_items)
+    except Exception:
+        for table_name, key, attrs in reversed(saved):
+            if attrs is None:
+                self.delete_item(table_name, key)
+            else:
+                self.put_item(table_name, copy.deepcopy(attrs))
+        raise
+
+
+DynamoDBBackend.transact_write_items = _transact_with_item_backups
 
 
 def main() -> None:

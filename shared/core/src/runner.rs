@@ -3,7 +3,9 @@
 //! goes quiet the same `Sweeper` re-enqueues what is due and decides when the crawl is complete.
 //! An in-process queue says when it is drained (nothing deliverable, in flight or delayed): the
 //! last worker to go idle then wakes the sweeper at once; any other queue must stay quiet for a
-//! while first.
+//! while first. A run of a completed crawl that recrawls sweeps it too, so the run does what is
+//! due (the next generation, when its first recrawl is) and ends; one with nothing due ends at
+//! once.
 
 use crate::app::{Ports, Store};
 use crate::backoff::{Backoff, Outage, Transient};
@@ -328,8 +330,10 @@ impl Stall {
     }
 }
 
-/// One look at the crawl once the queue is quiet: Some(end) when it is complete, else a sweep
-/// that re-issues what is due.
+/// One look at the crawl once the queue is quiet: a sweep that re-issues what is due, then
+/// Some(end) when it is complete. A completed crawl that recrawls is swept too: its due hosts
+/// are woken and its next generation opened, so the run fetches them (`trawl crawl --crawl-id`
+/// from cron); one with nothing due, or that never recrawls, ends the run at once.
 async fn coordinate<P: Ports>(
     crawler: &Crawler<P>,
     sweeper: &Sweeper<P>,
@@ -343,14 +347,18 @@ async fn coordinate<P: Ports>(
     let completed = RunEnd::Completed {
         generation: crawl.generation,
     };
-    if crawl.state == CrawlState::Completed {
+    let finished = crawl.state == CrawlState::Completed;
+    if finished && !crawl.config.recrawl.is_continuous() {
         return Ok(Some(completed));
     }
     let mut budget = SweepBudget::new(1_000, Duration::from_secs(30));
     let report = sweeper
         .sweep_crawl(&crawl, crawler.clock().now_ms(), &mut budget)
         .await?;
-    Ok(report.completed.then_some(completed))
+    // (woken hosts the run did not reopen for: another process reopened the crawl meanwhile)
+    let woke = report.reopened || report.recrawls > 0;
+    let ended = report.completed || (finished && !woke);
+    Ok(ended.then_some(completed))
 }
 
 /// What the workers and the coordinator of one run tell each other.

@@ -45,6 +45,12 @@ pub(crate) fn rfc3339(at: Millis) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// RFC 3339 UTC with milliseconds: times that are compared, not only shown.
+pub(crate) fn rfc3339_millis(at: Millis) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at).unwrap_or(0));
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
 /// `sha1:` and the RFC 4648 base32 of the sha1 (the WARC digest convention).
 #[cfg(feature = "deliver")]
 fn sha1_label(digest: &[u8]) -> String {

@@ -462,9 +462,13 @@ pub struct RecrawlPolicy {
     /// Schedules per URL, first match wins; URLs no rule matches take the crawl's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RecrawlRule>,
-    /// 404/410 answers in a row that make a page that had content `gone` (until then its
-    /// content stays current and it is tried again after the first retry backoff).
+    /// Checks in a row finding a page that had content missing (404/410, a soft 404) that make
+    /// it `gone` (until then its content stays current, delivered unchanged).
     pub missing_after: u32,
+    /// How long after a check that found a page missing the next check comes, in milliseconds
+    /// (None: the checker's minimum interval, `checker.min_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_recheck_ms: Option<u64>,
     /// How gone pages are re-checked (DDS's checker defaults), in a crawl that recrawls.
     pub checker: Schedule,
     /// Pages that answer 200 but say they are not there (soft 404s), per URL.
@@ -479,6 +483,7 @@ impl Default for RecrawlPolicy {
             schedule: None,
             rules: Vec::new(),
             missing_after: 2,
+            missing_recheck_ms: None,
             checker: Schedule::CHECKER,
             soft_404: Vec::new(),
         }
@@ -507,6 +512,7 @@ impl RecrawlPolicy {
             },
             listing: rule.is_some_and(|r| r.listing),
             missing_after: self.missing_after.max(1),
+            missing_recheck_ms: self.missing_recheck_ms.unwrap_or(self.checker.min_ms),
             recheck: continuous.then_some(self.checker),
         }
     }

@@ -7,6 +7,8 @@
 //!   answer brought, and clears a run of 404s: an unchanged page.
 //! - A **200** records the answer; whether the page changed is a new md5, or, for a listing page,
 //!   new links on it (its ads change on every fetch, its links do not).
+//! - Every record carries when its history began (`first_at`): the previous record's, or, with
+//!   none (a first fetch, or the first after a reset), this fetch's time.
 
 use crate::revisit::Revisit;
 use crate::task::{FetchRecord, Millis};
@@ -28,7 +30,16 @@ pub fn redirected(
         fetched_at: now,
         next_fetch_at,
         pace,
+        first_at: first_at(previous, now),
         ..FetchRecord::default()
+    }
+}
+
+/// When the history of a record made at `now` after `previous` began.
+fn first_at(previous: Option<&FetchRecord>, now: Millis) -> Option<Millis> {
+    match previous {
+        Some(p) => p.first_at,
+        None => Some(now),
     }
 }
 
@@ -41,6 +52,7 @@ pub fn not_modified(
     now: Millis,
 ) -> FetchRecord {
     let (next_fetch_at, pace) = revisit.after_fetch(previous, false, now);
+    let first_at = first_at(previous, now);
     let previous = previous.cloned().unwrap_or_default();
     FetchRecord {
         etag: etag.or(previous.etag.clone()),
@@ -49,6 +61,7 @@ pub fn not_modified(
         next_fetch_at,
         pace,
         missing: 0,
+        first_at,
         ..previous
     }
 }
@@ -110,6 +123,7 @@ pub fn scheduled(
     now: Millis,
 ) -> FetchRecord {
     (record.next_fetch_at, record.pace) = revisit.after_fetch(previous, changed, now);
+    record.first_at = first_at(previous, now);
     record
 }
 
@@ -179,6 +193,36 @@ mod tests {
         assert_eq!(record.etag.as_deref(), Some("\"v2\""));
         assert_eq!(record.last_modified, previous.last_modified);
         assert_eq!((record.fetched_at, record.missing), (T0 + 5, 0));
+    }
+
+    #[test]
+    fn a_record_keeps_when_its_history_began_and_one_without_a_previous_begins_it() {
+        let first = scheduled(answered(Answer::default(), T0), None, true, &daily(), T0);
+        assert_eq!(first.first_at, Some(T0));
+        let later = T0 + 10;
+        let again = scheduled(
+            answered(Answer::default(), later),
+            Some(&first),
+            true,
+            &daily(),
+            later,
+        );
+        let unchanged = not_modified(Some(&first), None, None, &daily(), later);
+        let moved = redirected(Some(&first), 301, "http://b/", &daily(), later);
+        for record in [again, unchanged, moved] {
+            assert_eq!(record.first_at, Some(T0), "{record:?}");
+        }
+        // A record from before trawl kept the time stays without one; a reset (no previous)
+        // begins a new history.
+        let old = stored();
+        assert_eq!(
+            not_modified(Some(&old), None, None, &daily(), later).first_at,
+            None
+        );
+        assert_eq!(
+            redirected(None, 301, "http://b/", &daily(), later).first_at,
+            Some(later)
+        );
     }
 
     #[test]

@@ -4,14 +4,29 @@
 //! - A page whose URL has a schedule is due again at `fetched_at + interval` (DDS's adaptive
 //!   scheduler, `schedule.rs`); its pace lives in its fetch record. A due recrawl is a due URL
 //!   of its host: it stays `succeeded` (its content current) until its host's turn takes it.
-//! - A page that had content and answers 404/410 (or matches a soft-404 rule) is tried again
-//!   soon, its content still current, and is `gone` only after `missing_after` such answers in a
-//!   row. A gone page is re-checked on the checker schedule: one that comes back is `succeeded`.
+//! - A page that had content and answers 404/410 (or matches a soft-404 rule) is `gone` only at
+//!   the `missing_after`-th *check* in a row that finds it missing ([`Revisit::missing`]): until
+//!   then it stays `succeeded`, its content current (delivered unchanged), and is checked again
+//!   `missing_recheck_ms` later — not at a retry's backoff, so a page missing for the minutes of
+//!   a deploy is not declared gone (Django Dynamic Scraper's checker: two checks in a row, "to
+//!   make sure your items aren't deleted accidentally on a 404 response"). A page that comes
+//!   back meanwhile never was gone, and keeps its place in its schedule. A gone page is
+//!   re-checked on the checker schedule: one that comes back is `succeeded`.
 //! - A recrawl that fails past its retries keeps the page's previous content (and its place in
 //!   the schedule): a host's bad day does not drop pages from the collection.
 
 use crate::schedule::{Pace, Schedule};
 use crate::task::{FetchRecord, Millis};
+
+/// What a check that found a page missing makes of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// Gone: the page never had content (None), or this was the `missing_after`-th check in a
+    /// row; its record keeps the content for the delta's sake, re-checked on the checker schedule.
+    Gone(Option<FetchRecord>),
+    /// Missing, not yet confirmed: still `succeeded`, its content current, checked again later.
+    Unconfirmed(FetchRecord),
+}
 
 /// What a crawl's configuration decides for one URL.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,8 +35,10 @@ pub struct Revisit {
     pub schedule: Option<Schedule>,
     /// New links on the page count as a change (listing pages), besides a new md5.
     pub listing: bool,
-    /// 404/410 answers in a row that make a page that had content gone (at least 1).
+    /// 404/410 answers at checks in a row that make a page that had content gone (at least 1).
     pub missing_after: u32,
+    /// How long after a check that found the page missing, unconfirmed, the next check comes.
+    pub missing_recheck_ms: u64,
     /// How a gone page is re-checked (None: never).
     pub recheck: Option<Schedule>,
 }
@@ -32,6 +49,7 @@ impl Revisit {
         schedule: None,
         listing: false,
         missing_after: 1,
+        missing_recheck_ms: Schedule::CHECKER.min_ms,
         recheck: None,
     };
 
@@ -43,15 +61,16 @@ impl Revisit {
         changed: bool,
         now: Millis,
     ) -> (Option<Millis>, Option<Pace>) {
-        // A page coming back from gone starts its schedule afresh.
-        let previous = previous.filter(|p| p.missing == 0);
+        // A page coming back from gone starts its schedule afresh; one that was missing at a
+        // check, unconfirmed, never was gone and keeps its place.
+        let previous = previous.filter(|p| !self.confirmed(p));
         self.step(self.schedule, previous.and_then(|p| p.pace), changed, now)
     }
 
     /// The record of a page taken for gone at `now` (its previous record, `missing` answers in
     /// a row): the content stays for the delta's sake, and the page is re-checked on the
     /// checker schedule.
-    pub fn gone(&self, previous: &FetchRecord, missing: u32, now: Millis) -> FetchRecord {
+    fn gone(&self, previous: &FetchRecord, missing: u32, now: Millis) -> FetchRecord {
         // The first check after going gone starts the checker's pace; each further one that
         // finds it still gone is an "unchanged" check.
         let pace = previous
@@ -67,8 +86,12 @@ impl Revisit {
     }
 
     /// The record of a page whose recrawl failed for good at `now`: its previous content stays
-    /// current, due again as if found unchanged.
+    /// current, due again as if found unchanged (a gone page at its next check; one missing,
+    /// unconfirmed, at its next check too: this one did not happen).
     pub fn kept(&self, previous: &FetchRecord, now: Millis) -> FetchRecord {
+        if previous.missing > 0 && !self.confirmed(previous) {
+            return self.unconfirmed(previous, previous.missing, now);
+        }
         let schedule = if previous.missing > 0 {
             self.recheck
         } else {
@@ -82,9 +105,34 @@ impl Revisit {
         }
     }
 
-    /// Whether a 404/410 answer that makes `missing` in a row leaves `previous`'s page gone.
-    pub fn is_gone(&self, previous: Option<&FetchRecord>, missing: u32) -> bool {
-        previous.is_none() || missing >= self.missing_after.max(1)
+    /// What a check at `now` that found the page missing (404/410, a soft 404) makes of it,
+    /// after `previous` (None: never fetched with content).
+    pub fn missing(&self, previous: Option<&FetchRecord>, now: Millis) -> Missing {
+        let Some(previous) = previous else {
+            return Missing::Gone(None);
+        };
+        let missing = previous.missing.saturating_add(1);
+        if missing >= self.missing_after.max(1) {
+            Missing::Gone(Some(self.gone(previous, missing, now)))
+        } else {
+            Missing::Unconfirmed(self.unconfirmed(previous, missing, now))
+        }
+    }
+
+    /// Whether `record` is of a page taken for gone (missing at `missing_after` checks in a row).
+    pub fn confirmed(&self, record: &FetchRecord) -> bool {
+        record.missing >= self.missing_after.max(1)
+    }
+
+    /// `previous`'s page missing at `missing` checks in a row, not yet gone: its content and its
+    /// place in its schedule stay, and the next check comes `missing_recheck_ms` after `now`.
+    fn unconfirmed(&self, previous: &FetchRecord, missing: u32, now: Millis) -> FetchRecord {
+        let recheck = Millis::try_from(self.missing_recheck_ms).unwrap_or(Millis::MAX);
+        FetchRecord {
+            missing,
+            next_fetch_at: Some(now.saturating_add(recheck)),
+            ..previous.clone()
+        }
     }
 
     fn step(
@@ -117,6 +165,7 @@ mod tests {
             schedule: Some(Schedule::RECRAWL),
             listing: false,
             missing_after: 2,
+            missing_recheck_ms: Schedule::CHECKER.min_ms,
             recheck: Some(Schedule::CHECKER),
         }
     }
@@ -136,6 +185,26 @@ mod tests {
             pace,
             ..FetchRecord::default()
         }
+    }
+
+    #[test]
+    fn a_page_missing_at_one_check_that_comes_back_was_never_gone_and_keeps_its_pace() {
+        let r = adaptive();
+        let mut page = fetched(&r, None, true, 0);
+        for _ in 0..3 {
+            let at = page.next_fetch_at.unwrap();
+            page = fetched(&r, Some(&page), false, at);
+        }
+        let Missing::Unconfirmed(once) = r.missing(Some(&page), 1) else {
+            panic!("gone at its first 404")
+        };
+        let back = fetched(&r, Some(&once), false, 2);
+        assert_eq!(back.missing, 0);
+        assert_eq!(back.pace, fetched(&r, Some(&page), false, 2).pace);
+        // A failed check meanwhile is no check: still missing once, checked again later.
+        let kept = r.kept(&once, 3);
+        assert_eq!(kept.missing, 1);
+        assert_eq!(kept.next_fetch_at, Some(3 + r.missing_recheck_ms as Millis));
     }
 
     #[test]
@@ -159,19 +228,27 @@ mod tests {
     }
 
     #[test]
-    fn a_page_is_gone_after_its_second_404_and_rechecked_on_the_checker_schedule() {
-        let r = adaptive();
+    fn a_page_is_gone_at_its_second_check_in_a_row_and_rechecked_on_the_checker_schedule() {
+        let r = Revisit {
+            missing_recheck_ms: 30 * MIN as u64,
+            ..adaptive()
+        };
         let page = fetched(&r, None, true, 0);
-        assert!(
-            !r.is_gone(Some(&page), 1),
-            "one 404 keeps the content current"
-        );
-        assert!(r.is_gone(Some(&page), 2));
-        assert!(r.is_gone(None, 1), "nothing to keep: gone at once");
-        let gone = r.gone(&page, 2, 1_000);
+        assert_eq!(r.missing(None, 5), Missing::Gone(None), "nothing to keep");
+        // The first check that finds it missing: content current, the next check spaced.
+        let Missing::Unconfirmed(once) = r.missing(Some(&page), 1_000) else {
+            panic!("gone at its first 404")
+        };
+        assert_eq!((once.md5.clone(), once.missing), (page.md5.clone(), 1));
+        assert_eq!(once.next_fetch_at, Some(1_000 + 30 * MIN));
+        assert_eq!((once.pace, once.fetched_at), (page.pace, page.fetched_at));
+        // The second: gone, the content kept for the delta.
+        let Missing::Gone(Some(gone)) = r.missing(Some(&once), 1_000 + 30 * MIN) else {
+            panic!("not gone at its second check")
+        };
+        assert!(r.confirmed(&gone) && !r.confirmed(&once));
         assert_eq!(gone.md5, page.md5, "the content stays for the delta");
-        assert_eq!(gone.next_fetch_at, Some(1_000 + 1_440 * MIN));
-        // Still gone at each check: a day for the first 6, then ×1.3.
+        assert_eq!(gone.next_fetch_at, Some(1_000 + 30 * MIN + 1_440 * MIN));
         let mut record = gone;
         let mut days = Vec::new();
         for _ in 0..7 {
@@ -205,7 +282,9 @@ mod tests {
     fn once_never_comes_back() {
         let page = fetched(&Revisit::ONCE, None, true, 0);
         assert_eq!((page.next_fetch_at, page.pace), (None, None));
-        assert!(Revisit::ONCE.is_gone(Some(&page), 1));
-        assert_eq!(Revisit::ONCE.gone(&page, 1, 5).next_fetch_at, None);
+        let Missing::Gone(Some(gone)) = Revisit::ONCE.missing(Some(&page), 5) else {
+            panic!("a one-generation crawl's page is gone at its first 404")
+        };
+        assert_eq!(gone.next_fetch_at, None);
     }
 }

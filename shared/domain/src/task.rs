@@ -227,6 +227,11 @@ pub struct FetchRecord {
     /// 404/410 answers in a row since the content was last seen.
     #[serde(rename = "miss", default, skip_serializing_if = "is_zero")]
     pub missing: u32,
+    /// When this record's history began: the page's first fetch, or its first after a reset
+    /// forgot the record (carried by every later fetch). The delta tells a page fetched afresh
+    /// from one merely fetched again by it. None: a record from before trawl kept it.
+    #[serde(rename = "first", default, skip_serializing_if = "Option::is_none")]
+    pub first_at: Option<Millis>,
 }
 
 /// A byte range of a segment: the gzip members holding one page's WARC records — its response

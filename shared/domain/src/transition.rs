@@ -44,12 +44,14 @@
 //!   gone, through a `claim` once its page is due again (`crate::revisit`): a recrawl or a check
 //!   is a due URL of its host, the page current meanwhile.
 //! - a fetch record, once made, is replaced by the next success and never dropped but by
-//!   `reset`: a 404 on a page that had content counts towards `missing_after` (and keeps the
-//!   content until then), and a recrawl that fails past its retries keeps the page `succeeded`.
+//!   `reset`: a 404 on a page that had content is a check that counts towards `missing_after`
+//!   (the page `succeeded`, its content current until then, checked again
+//!   `missing_recheck_ms` later), and a recrawl that fails past its retries keeps the page
+//!   `succeeded`.
 
 use crate::canonical::CrawlId;
 use crate::retry::{Failure, FailureVerdict, Jitter, RetryPolicy};
-use crate::revisit::Revisit;
+use crate::revisit::{Missing, Revisit};
 use crate::task::{
     ErrorKind, ErrorRecord, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task,
     push_error,
@@ -285,7 +287,8 @@ pub enum Failed {
     /// `failed`, claimable again from `next_attempt_at`.
     Retrying { next_attempt_at: Millis },
     /// `ignored`, or `gone` for a page that does not exist; or `succeeded` again when a
-    /// recrawl failed for good (the previous content stays current).
+    /// recrawl failed for good or found the page missing, unconfirmed (the previous content
+    /// stays current).
     GaveUp { status: Status },
 }
 
@@ -446,8 +449,9 @@ pub fn finished_by(current: &Task, lease: &Lease, record: &FetchRecord) -> bool 
 /// A failed attempt: the error joins the bounded history; `policy` decides between a retry at
 /// a backoff placed by the attempt's [`Jitter`] and a give-up (`gone` for a page that does not
 /// exist, else `ignored`). What the page had is kept (`revisit`): a page with content answering
-/// 404/410 is retried at the first backoff until `missing_after` such answers in a row make it
-/// gone, and a recrawl given up is `succeeded` again with its previous content.
+/// 404/410 stays `succeeded`, its content current, and is checked again later until
+/// `missing_after` checks in a row make it gone (`Revisit::missing`), and a recrawl given up is
+/// `succeeded` again with its previous content.
 pub fn fail(
     lease: &Lease,
     failure: &Failure,
@@ -477,24 +481,11 @@ pub fn fail(
         )
     };
     let (status, next_attempt_at, failed, fetch) = if failure.kind == ErrorKind::NotFound {
-        let missing = previous.map_or(0, |p| p.missing).saturating_add(1);
-        match previous {
-            Some(page) if !revisit.is_gone(previous, missing) => {
-                let (status, at, failed) = retry(policy.backoff_at(0, jitter, None, now));
-                let page = FetchRecord {
-                    missing,
-                    ..page.clone()
-                };
-                (status, at, failed, Some(page))
-            }
-            _ => {
-                let page = previous.map(|p| revisit.gone(p, missing, now));
-                let failed = Failed::GaveUp {
-                    status: Status::Gone,
-                };
-                (Status::Gone, None, failed, page)
-            }
-        }
+        let (status, page) = match revisit.missing(previous, now) {
+            Missing::Unconfirmed(page) => (Status::Succeeded, Some(page)),
+            Missing::Gone(page) => (Status::Gone, page),
+        };
+        (status, None, Failed::GaveUp { status }, page)
     } else {
         match policy.verdict(failure, lease.retries, jitter, now) {
             FailureVerdict::Retry { next_attempt_at } => {
@@ -504,7 +495,7 @@ pub fn fail(
             FailureVerdict::GiveUp => match previous {
                 Some(page) => {
                     let page = revisit.kept(page, now);
-                    let status = if page.missing > 0 {
+                    let status = if revisit.confirmed(&page) {
                         Status::Gone
                     } else {
                         Status::Succeeded

@@ -15,7 +15,7 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use trawl_domain::task::Status;
+use trawl_domain::task::{Millis, Status};
 
 /// One line of a `delta-NNNNN.jsonl.gz`. Unchanged pages are counted in the summary, not listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,12 +84,20 @@ pub(crate) fn partitions_for(previous_tasks: u64, max_entries: u64) -> u32 {
     u32::try_from(previous_tasks.div_ceil(max_entries.max(1)).max(1)).unwrap_or(u32::MAX)
 }
 
-/// A task's state in the previous delivery.
+/// A task's state in the previous delivery: present with its md5 and when its fetch record's
+/// history began, gone, or absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Was {
-    Present(Option<Digest16>),
+    Present(Option<Digest16>, Option<Millis>),
     Gone,
     Absent,
+}
+
+/// When a manifest line's fetch record's history began (None: not said, or not a time).
+fn first_fetched(line: &ManifestLine) -> Option<Millis> {
+    let at = humantime::parse_rfc3339(line.first_fetched_at.as_deref()?).ok()?;
+    let since_epoch = at.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Millis::try_from(since_epoch.as_millis()).ok()
 }
 
 struct Entry {
@@ -162,7 +170,7 @@ impl PartitionIndex {
             };
             let status = Status::from_name(&line.status);
             let was = if status.is_some_and(|s| is_present(s, line.fetched_at.is_some())) {
-                Was::Present(line.md5.as_deref().map(digest))
+                Was::Present(line.md5.as_deref().map(digest), first_fetched(&line))
             } else if status == Some(Status::Gone) {
                 Was::Gone
             } else {
@@ -192,6 +200,7 @@ impl PartitionIndex {
         let status = Status::from_name(&line.status);
         let present = status.is_some_and(|s| is_present(s, line.fetched_at.is_some()));
         let current = line.md5.as_deref().map(digest);
+        let first = first_fetched(line);
         let delta = |change, reason: &str, previous_md5: Option<Digest16>| {
             Verdict::Line(DeltaLine {
                 change,
@@ -202,11 +211,16 @@ impl PartitionIndex {
             })
         };
         Ok(Some(match (was, present) {
-            (Was::Present(old), true) if old == current => Verdict::Unchanged,
-            (Was::Present(old), true) => delta(Change::Changed, "md5 changed", old),
+            // A record whose history began since (a reset forgot the one delivered): everything
+            // is delivered as new, whatever the content.
+            (Was::Present(_, was_first), true) if first.is_some() && first != was_first => {
+                delta(Change::New, "fetched afresh (reset)", None)
+            }
+            (Was::Present(old, _), true) if old == current => Verdict::Unchanged,
+            (Was::Present(old, _), true) => delta(Change::Changed, "md5 changed", old),
             (Was::Gone, true) => delta(Change::New, "content came back", None),
             (Was::Absent, true) => delta(Change::New, "first fetch", None),
-            (Was::Present(_), false) => delta(Change::Gone, &gone_reason(line), None),
+            (Was::Present(..), false) => delta(Change::Gone, &gone_reason(line), None),
             (Was::Gone | Was::Absent, false) => Verdict::Nothing,
         }))
     }
@@ -225,7 +239,7 @@ impl PartitionIndex {
                 continue;
             };
             if let Some(Entry {
-                was: Was::Present(_),
+                was: Was::Present(..),
                 seen: false,
             }) = self.entries.get(&task)
             {
@@ -265,6 +279,7 @@ mod tests {
             length: None,
             bytes: Some(1),
             fetched_at: Some("2027-01-15T08:00:00Z".to_owned()),
+            first_fetched_at: None,
             depth: 0,
             retries: 0,
             last_error: None,
@@ -344,6 +359,40 @@ mod tests {
         assert_eq!(vanished.len(), 1);
         assert_eq!(vanished[0].url, "http://example.com/3");
         assert_eq!(vanished[0].reason, "task removed");
+    }
+
+    #[test]
+    fn a_page_whose_record_began_since_the_previous_delivery_is_new_whatever_its_content() {
+        // GIVEN a previous delivery of three pages, one from before records kept their start
+        let began = |n: u8, at: &str| ManifestLine {
+            first_fetched_at: Some(at.to_owned()),
+            ..line(n, "succeeded", "aa")
+        };
+        let t0 = "2027-01-15T08:00:00.000Z";
+        let previous = gz(&[began(1, t0), began(2, t0), line(3, "succeeded", "aa")]);
+        let mut index = PartitionIndex::new(0, 1);
+        index.add_previous("prev", &previous).unwrap();
+
+        // WHEN 1 was fetched again, 2 and 3 were reset (a new history, the same content)
+        let changes: Vec<_> = [
+            began(1, t0),
+            began(2, "2027-01-15T08:00:00.001Z"),
+            began(3, "2027-01-16T08:00:00.000Z"),
+        ]
+        .iter()
+        .map(|l| change(index.compare("cur", l).unwrap()))
+        .collect();
+
+        // THEN the reset pages are new, the other unchanged
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            changes,
+            [
+                s("Unchanged", ""),
+                s("New", "fetched afresh (reset)"),
+                s("New", "fetched afresh (reset)"),
+            ]
+        );
     }
 
     #[test]

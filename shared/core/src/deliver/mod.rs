@@ -247,6 +247,11 @@ pub struct ManifestLine {
     pub bytes: Option<u64>,
     /// RFC 3339.
     pub fetched_at: Option<String>,
+    /// When the fetch record's history began (RFC 3339 with milliseconds): the page's first
+    /// fetch, or its first after a reset. The delta names a page whose history began since the
+    /// previous delivery `new`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_fetched_at: Option<String>,
     pub depth: u32,
     pub retries: u32,
     pub last_error: Option<ManifestError>,
@@ -1229,6 +1234,7 @@ impl<P: Ports> Deliverer<P> {
             length: fetch.and_then(|f| f.span).map(|s| s.length),
             bytes: fetch.map(|f| f.content_length),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
+            first_fetched_at: fetch.and_then(|f| f.first_at).map(warc::rfc3339_millis),
             depth: task.depth,
             retries: task.retries,
             last_error: last_error.map(|e| ManifestError {

@@ -23,6 +23,7 @@ fn adaptive() -> Revisit {
         schedule: Some(Schedule::RECRAWL),
         listing: false,
         missing_after: 2,
+        missing_recheck_ms: 600_000,
         recheck: Some(Schedule::CHECKER),
     }
 }
@@ -405,7 +406,8 @@ fn fail_keeps_only_the_latest_errors() {
 }
 
 #[test]
-fn a_page_with_content_is_gone_after_two_404s_and_a_failed_recrawl_keeps_it() {
+fn a_page_with_content_is_gone_at_its_second_check_finding_it_missing_and_a_failed_recrawl_keeps_it()
+ {
     let revisit = adaptive();
     let mut held = task_in(Status::InProgress);
     held.fetch = Some(FetchRecord {
@@ -415,26 +417,37 @@ fn a_page_with_content_is_gone_after_two_404s_and_a_failed_recrawl_keeps_it() {
     let not_found = Failure::from_http_status(404, None);
     let (update, failed) = fail(&lease_on(&held), &not_found, &policy(), &revisit, T0 + 50);
     let once = update.apply(&held).unwrap();
-    assert!(matches!(failed, Failed::Retrying { .. }), "{failed:?}");
-    assert_eq!(once.status, Status::Failed);
+    // The first check finding it missing: still succeeded, its content current, checked
+    // again at the recheck spacing (not at a retry's backoff).
+    assert_eq!(
+        failed,
+        Failed::GaveUp {
+            status: Status::Succeeded
+        }
+    );
+    assert_eq!(once.status, Status::Succeeded);
     assert_eq!(
         once.fetch.as_ref().map(|f| (f.md5.clone(), f.missing)),
         Some((Some("old".into()), 1))
     );
-    assert!(once.next_attempt_at.unwrap() <= T0 + 50 + policy().base_delay_ms as Millis);
-    assert_eq!(once.retries, held.retries, "a 404 spends no retry");
+    let recheck = revisit.missing_recheck_ms as Millis;
+    assert_eq!(once.due_at(), Some(T0 + 50 + recheck));
+    assert_eq!(once.next_attempt_at, None);
+    assert_eq!(
+        once.retries, 0,
+        "a 404 spends no retry; back in its schedule, a full budget"
+    );
+    assert_eq!(
+        claimable(Some(&once), T0 + 50 + recheck - 1),
+        Err(ClaimRejection::Done(Status::Succeeded))
+    );
 
     let mut again = once.clone();
     again.status = Status::InProgress;
     again.token += 1;
-    again.lease_expires_at = Some(T0 + 10_000);
-    let (update, failed) = fail(
-        &lease_on(&again),
-        &not_found,
-        &policy(),
-        &revisit,
-        T0 + 5_000,
-    );
+    again.lease_expires_at = Some(T0 + recheck + 10_000);
+    let at = T0 + 50 + recheck;
+    let (update, failed) = fail(&lease_on(&again), &not_found, &policy(), &revisit, at);
     let gone = update.apply(&again).unwrap();
     assert_eq!(
         failed,
@@ -446,11 +459,11 @@ fn a_page_with_content_is_gone_after_two_404s_and_a_failed_recrawl_keeps_it() {
     assert_eq!((record.md5.as_deref(), record.missing), (Some("old"), 2));
     assert_eq!(
         gone.due_at(),
-        Some(T0 + 5_000 + 1_440 * 60_000),
+        Some(at + 1_440 * 60_000),
         "rechecked in a day"
     );
     assert_eq!(
-        claimable(Some(&gone), T0 + 5_000),
+        claimable(Some(&gone), at),
         Err(ClaimRejection::Done(Status::Gone))
     );
     assert_eq!(claimable(Some(&gone), gone.due_at().unwrap()), Ok(()));
