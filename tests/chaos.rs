@@ -151,6 +151,17 @@ async fn volatile_tree(n: usize) -> Site {
 
 #[tokio::test]
 async fn a_cli_crawl_through_aws_faults_completes_with_nothing_lost_and_no_orphan() {
+    cli_crawl_through_aws_faults("objects").await;
+}
+
+/// The same on the segment layout: a page's body is in a segment object its PUT shares with
+/// the pages appended beside it; the audit reads every finished page's records back.
+#[tokio::test]
+async fn a_cli_crawl_on_segments_through_aws_faults_leaves_no_task_naming_missing_bytes() {
+    cli_crawl_through_aws_faults("segments").await;
+}
+
+async fn cli_crawl_through_aws_faults(layout: &str) {
     // GIVEN a 500-page site whose pages change on every fetch; the table and bucket on
     // single-threaded moto (conditional writes atomic, as on DynamoDB: the CLI's workers race on
     // them), the queue on the threaded one (a long poll would hold a single-threaded server);
@@ -192,6 +203,8 @@ async fn a_cli_crawl_through_aws_faults_completes_with_nothing_lost_and_no_orpha
             &crawl_id,
             "--per-host",
             "4",
+            "--layout",
+            layout,
             "--allow-private-networks",
             "--json",
         ])
@@ -233,6 +246,9 @@ async fn a_cli_crawl_through_aws_faults_completes_with_nothing_lost_and_no_orpha
         "{audit:?} after {counts:?} in {}s",
         summary["elapsed_seconds"]
     );
+    // AND the crawl kept the layout it was created with
+    let config = store.get_crawl(&crawl).await.unwrap().unwrap().config;
+    assert_eq!(config.storage.layout.name(), layout);
 }
 
 #[tokio::test]

@@ -1725,3 +1725,54 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
     }
     assert_eq!(cost.basis, priced.basis);
 }
+
+/// S3 only: the segment appends that arrive while a segment PUT is in flight share the next
+/// PUT, and each append, answered only after its PUT, reads back as its own page.
+#[tokio::test]
+async fn concurrent_segment_appends_share_a_put_on_s3() {
+    use trawl_core::blob::segment::{self, Page};
+    // GIVEN 16 pages encoded for a segment
+    let b = aws().await;
+    let blobs = &b.blobs;
+    let bodies: Vec<Body> = (0..16)
+        .map(|i| Body::new(format!("<p>page {i}</p>").into_bytes()))
+        .collect();
+    let targets: Vec<String> = (0..16).map(url).collect();
+    let encoded: Vec<Bytes> = bodies
+        .iter()
+        .zip(&targets)
+        .map(|(body, target)| {
+            let page = Page {
+                target_uri: target,
+                fetched_at: T0,
+                http_status: 200,
+                content_type: Some("text/html"),
+                body,
+                items: None,
+            };
+            segment::encode(&page).unwrap().records
+        })
+        .collect();
+    let puts_before = b.calls.get(Call::S3PutObject);
+
+    // WHEN they are appended at once
+    let dir = "trawl/crawl=c/segments/";
+    let appended =
+        futures_util::future::try_join_all(encoded.iter().map(|r| blobs.append(dir, r.clone())))
+            .await
+            .unwrap();
+
+    // THEN they went up in two PUTs: the first append's, then the 15 that waited for it
+    assert_eq!(b.calls.get(Call::S3PutObject) - puts_before, 2);
+    // AND each span reads back as its own page
+    for ((appended, body), target) in appended.iter().zip(&bodies).zip(&targets) {
+        let span = appended.span;
+        let records = blobs
+            .get_range(&appended.key, span.offset, span.length)
+            .await
+            .unwrap()
+            .unwrap();
+        let page = segment::decode(&appended.key, &records).unwrap();
+        assert_eq!(page.body, *body.bytes(), "{target}");
+    }
+}

@@ -28,7 +28,7 @@ use trawl_core::store::{ClaimOutcome, CrawlStore, TaskRecords, TaskStore};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::crawl::{Crawl, CrawlConfig, StorageLayout};
 use trawl_domain::task::{NewTask, Status, now_ms};
 use trawl_faults::meter::{Metered, WriteMeter, WriteTally};
 
@@ -105,6 +105,8 @@ impl CallProfile {
 pub struct CallsResult {
     pub fresh_seed: CallProfile,
     pub fresh: CallProfile,
+    /// The same fresh crawl on the segment layout (`storage.layout = segments`).
+    pub fresh_segments: CallProfile,
     pub recrawl_schedule: CallProfile,
     pub recrawl: CallProfile,
     pub changed_schedule: CallProfile,
@@ -371,9 +373,12 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         settle(&crawler, &results).await?;
     }
     let failing = CallProfile::take(&calls, &meter, 1);
+    // Last: it resets the site the recrawls above count on.
+    let fresh_segments = fresh_on_segments(moto, site, client).await?;
     Ok(CallsResult {
         fresh_seed,
         fresh,
+        fresh_segments,
         recrawl_schedule,
         recrawl,
         changed_schedule,
@@ -382,6 +387,57 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         failing_attempts: attempts,
         contention: BTreeMap::new(),
     })
+}
+
+/// The fresh crawl again, on the segment layout: the bodies go to segment objects, a PUT shared
+/// by the appends that wait while another is in flight (`trawl_aws::s3`).
+async fn fresh_on_segments(
+    moto: &Moto,
+    site: &Site,
+    client: &reqwest::Client,
+) -> BenchResult<CallProfile> {
+    let pages = site.pages as u64;
+    let mut config = fixture_config();
+    config.storage.layout = StorageLayout::Segments;
+    let Harness {
+        crawler,
+        crawl,
+        calls,
+        meter,
+        probe,
+        ..
+    } = new_crawler(
+        stack(&moto.endpoint, "bench-segments").await?,
+        "fresh-segments",
+        config,
+    )
+    .await?;
+    let start = NewTask {
+        url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
+        depth: 0,
+        parent: None,
+        data: None,
+    };
+    add_tasks(
+        crawler.store(),
+        crawler.queue(),
+        &crawl,
+        vec![start],
+        now_ms(),
+    )
+    .await
+    .step("seed")?;
+    CallProfile::take(&calls, &meter, 0);
+    site.reset(client).await?;
+    drain(&crawler, &probe, &crawl).await?;
+    let succeeded = status_of(&probe, &crawl, Status::Succeeded).await?;
+    if succeeded != pages {
+        return Err(check(
+            "fresh crawl on segments",
+            format!("{succeeded} of {pages} pages succeeded"),
+        ));
+    }
+    Ok(CallProfile::take(&calls, &meter, pages))
 }
 
 /// 16 workers on one single-threaded moto: (a) crawling the site, one host, whose first turn
@@ -589,6 +645,18 @@ pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsRes
             "fresh URL: all crawler calls",
             "calls/URL",
             fresh.function_calls() as f64 / fresh.urls as f64,
+        ),
+        Figure::single(
+            SECTION,
+            "fresh URL: S3 PUTs, objects layout",
+            "PUTs/URL",
+            fresh.per_url(Call::S3PutObject),
+        ),
+        Figure::single(
+            SECTION,
+            "fresh URL: S3 PUTs, segments layout (a PUT shared by concurrent appends)",
+            "PUTs/URL",
+            result.fresh_segments.per_url(Call::S3PutObject),
         ),
         Figure::single(
             SECTION,

@@ -1,7 +1,8 @@
-//! Section 5: cost per million pages on AWS, fresh, unchanged recrawl and changed recrawl, from
-//! what section 2 measured on moto — calls per URL and the DynamoDB write units its metered
-//! store priced from the items themselves (`trawl_aws::dynamodb::capacity`) — and the Lambda
-//! worker's CPU per page (section 3), priced by `trawl_domain::price` (as `summary.json`).
+//! Section 5: cost per million pages on AWS, fresh (objects and segments layouts), unchanged
+//! recrawl and changed recrawl, from what section 2 measured on moto — calls per URL and the
+//! DynamoDB write units its metered store priced from the items themselves
+//! (`trawl_aws::dynamodb::capacity`) — and the Lambda worker's CPU per page (section 3), priced
+//! by `trawl_domain::price` (as `summary.json`).
 //!
 //! Reads are taken as 1 RRU per GetItem or Query (items under 4 KB, strongly consistent).
 //! Excluded: S3 storage, CloudWatch Logs, data transfer, the seeder, sweeper and deliverer's own
@@ -79,6 +80,11 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
             name: "fresh",
             parts: [&calls.fresh_seed, &calls.fresh],
         },
+        // The same fresh crawl with its bodies in segments (issue 29's goal: <= $3/M).
+        Scenario {
+            name: "fresh, segments layout",
+            parts: [&calls.fresh_seed, &calls.fresh_segments],
+        },
         Scenario {
             name: "unchanged recrawl",
             parts: [&calls.recrawl_schedule, &calls.recrawl],
@@ -153,6 +159,7 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
         );
         figures.push(match scenario.name {
             "fresh" => total.at_most(9.0),
+            "fresh, segments layout" => total.at_most(3.0),
             "unchanged recrawl" => total.at_most(3.0),
             _ => total,
         });

@@ -16,16 +16,26 @@ use trawl_core::blob::{
     ObjectMeta, compress, decompress,
 };
 use trawl_domain::calls::{Call, CallCounts};
-use trawl_domain::task::Span;
 
 /// Multipart part size: S3's minimum is 5 MiB for every part but the last.
 const PART_SIZE: usize = 8 * 1024 * 1024;
 
-#[derive(Debug, Clone)]
+mod segments;
+
+#[derive(Clone)]
 pub struct S3BlobStore {
     client: Client,
     bucket: String,
     calls: Arc<CallCounts>,
+    commits: Arc<segments::Commits>,
+}
+
+impl std::fmt::Debug for S3BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3BlobStore")
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Maps an SDK error by its type (`crate::errors`).
@@ -57,6 +67,7 @@ impl S3BlobStore {
             client,
             bucket: bucket.into(),
             calls,
+            commits: Arc::default(),
         }
     }
 }
@@ -121,33 +132,10 @@ impl BlobStore for S3BlobStore {
         Ok(Some(body))
     }
 
-    /// Each append is a segment of its own, one PUT (the turn's appends gathered into one PUT,
-    /// or parts of a multipart upload, are not written yet): the layout's reads and
-    /// deliveries work on S3, its savings do not.
+    /// Group-committed (`segments`): the appends waiting while a PUT is in flight share the
+    /// next one.
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
-        // Named by its md5: a retried append writes the same object again.
-        let md5: [u8; 16] = Md5::digest(&records).into();
-        let key = format!("{dir}seg-{}.warc.gz", hex::encode(md5));
-        let length = records.len() as u64;
-        self.calls.record(Call::S3PutObject);
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .content_md5(base64::engine::general_purpose::STANDARD.encode(md5))
-            .content_type("application/warc")
-            .body(ByteStream::from(records))
-            .send()
-            .await
-            .map_err(|e| map_err("PutObject", &key, e))?;
-        Ok(Appended {
-            key,
-            span: Span {
-                offset: 0,
-                length,
-                items: 0,
-            },
-        })
+        self.append_grouped(dir, records).await
     }
 
     async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {

@@ -31,7 +31,7 @@ use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Span};
 
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum BlobError {
     /// Throttled, timed out or unreachable: retrying later may succeed.
     #[error("{operation} {key}: unavailable: {message}")]

@@ -51,7 +51,7 @@ use crate::store::{
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
@@ -229,7 +229,7 @@ impl SweepOptions {
 pub struct ReferenceChecks {
     fetcher: Arc<Fetcher>,
     interval_ms: Millis,
-    last: Arc<Mutex<HashMap<CrawlId, Millis>>>,
+    last: Arc<Mutex<std::collections::HashMap<CrawlId, Millis>>>,
 }
 
 #[cfg(feature = "fetch")]
