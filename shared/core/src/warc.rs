@@ -46,6 +46,7 @@ pub(crate) fn rfc3339(at: Millis) -> String {
 }
 
 /// RFC 3339 UTC with milliseconds: times that are compared, not only shown.
+#[cfg(feature = "deliver")]
 pub(crate) fn rfc3339_millis(at: Millis) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at).unwrap_or(0));
     humantime::format_rfc3339_millis(at).to_string()

@@ -116,16 +116,7 @@ impl BlobStore for S3BlobStore {
             Err(e) => return Err(map_err("GetObject", key, e)),
         };
         let compressed = out.content_encoding() == Some(GZIP);
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| BlobError::Unavailable {
-                operation: "GetObject",
-                key: key.to_owned(),
-                message: e.to_string(),
-            })?
-            .into_bytes();
+        let body = collect_body(key, out.body).await?;
         if compressed {
             return decompress("GetObject", key, &body).map(Some);
         }
@@ -156,16 +147,7 @@ impl BlobStore for S3BlobStore {
             }
             Err(e) => return Err(map_err("GetObject", key, e)),
         };
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| BlobError::Unavailable {
-                operation: "GetObject",
-                key: key.to_owned(),
-                message: e.to_string(),
-            })?
-            .into_bytes();
+        let body = collect_body(key, out.body).await?;
         if body.len() as u64 != length {
             return Err(BlobError::Backend {
                 operation: "GetObject",
@@ -382,4 +364,16 @@ impl BlobUpload for S3Upload {
             .map_err(|e| map_err("AbortMultipartUpload", &self.key, e))?;
         Ok(())
     }
+}
+
+/// A GetObject's body, read whole; a stream cut short is a retryable error.
+async fn collect_body(key: &str, body: aws_sdk_s3::primitives::ByteStream) -> BlobResult<Bytes> {
+    body.collect()
+        .await
+        .map(|data| data.into_bytes())
+        .map_err(|e| BlobError::Unavailable {
+            operation: "GetObject",
+            key: key.to_owned(),
+            message: e.to_string(),
+        })
 }
