@@ -139,7 +139,7 @@ async fn hand_back<S: TaskStore + HostStore>(
     let next = store.due_tasks(&crawl.id, &name, 1).await.unwrap();
     let next_work = next.first().and_then(TaskSummary::next_work);
     update_host(store, crawl, &name, at, |h| {
-        match h.hand_back(&turn, next_work, Some(h.seeded), 0, at) {
+        match h.hand_back(&turn, next_work, Some(h.seeded), 0, 0, at) {
             Some((next, _)) => (Some(next), ()),
             None => (None, ()),
         }

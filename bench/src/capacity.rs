@@ -252,7 +252,7 @@ async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> 
                     &replay.crawl,
                     &names[host],
                     at,
-                    |h| match h.hand_back(&turn, None, Some(seeded), 0, at) {
+                    |h| match h.hand_back(&turn, None, Some(seeded), 0, 0, at) {
                         Some((next, _)) => (Some(next), ()),
                         None => (None, ()),
                     },

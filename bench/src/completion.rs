@@ -236,7 +236,7 @@ async fn crawl_host(store: &DynamoStore, crawl: &Crawl, url: &CanonicalUrl) -> B
     let next_work = due.first().and_then(TaskSummary::next_work);
     update_host(store, crawl, &name, at, |h| {
         (
-            h.hand_back(&turn, next_work, Some(h.seeded), 0, at)
+            h.hand_back(&turn, next_work, Some(h.seeded), 0, 0, at)
                 .map(|(next, _)| next),
             (),
         )

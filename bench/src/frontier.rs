@@ -246,7 +246,7 @@ pub fn host_turns_with(
             log.push(Event::HandBack { at: t, host: i });
         }
         let next_work = (left[i] > 0).then_some(NextWork::Task(t));
-        let Some((back, _)) = host.hand_back(&turn, next_work, Some(host.seeded), 0, t) else {
+        let Some((back, _)) = host.hand_back(&turn, next_work, Some(host.seeded), 0, 0, t) else {
             continue;
         };
         let rate = 1.0 / policy.delay_ms.max(1) as f64;

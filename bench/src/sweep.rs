@@ -214,6 +214,7 @@ async fn weekly_recrawl(store: &MemoryStore, work: &Workload) -> BenchResult<Rec
                     Some(NextWork::Revisit(due)),
                     Some(held.seeded),
                     0,
+                    0,
                     fetched,
                 )
             });

@@ -1569,7 +1569,7 @@ pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStor
     // WHEN the zombie hands the host back, THEN nothing is written: the newer turn stands
     let hand_back = |turn: Turn, now: Millis| {
         update_host(store, &crawl, "z.example", now, move |h| {
-            match h.hand_back(&turn, Some(NextWork::Task(now)), Some(h.seeded), 0, now) {
+            match h.hand_back(&turn, Some(NextWork::Task(now)), Some(h.seeded), 0, 0, now) {
                 Some((next, visible_at)) => (Some(next), visible_at),
                 None => (None, None),
             }
@@ -1675,6 +1675,7 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
             Some(NextWork::Task(T0 + 10)),
             Some(at_claim.seeded),
             2,
+            0,
             T0 + 10,
         )
         .unwrap();
@@ -1694,7 +1695,7 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
     let at_claim = read(store, &crawl.id).await;
     store.add_seeded(&crawl.id, "o.example", 1).await.unwrap();
     let (idle, _) = at_claim
-        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, 0, T0 + 30)
         .unwrap();
     assert!(idle.waits_for_offers());
 
@@ -1706,7 +1707,7 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
     assert_eq!(store.host_counts(&crawl.id).await.unwrap(), counts);
     let now = read(store, &crawl.id).await;
     let (again, visible_at) = now
-        .hand_back(&turn, None, Some(at_claim.seeded), 0, T0 + 30)
+        .hand_back(&turn, None, Some(at_claim.seeded), 0, 0, T0 + 30)
         .unwrap();
     assert_eq!(visible_at, Some(T0 + 30));
     let change = HostCounts::change(Some(&now), &again);
@@ -1786,7 +1787,7 @@ pub async fn host_counts_are_kept_by_the_host_writes_that_land<S: HostStore + Cr
         let turn = turn.unwrap();
         assert_eq!(counts().await.open, open, "a turn running is open");
         update_host(store, &crawl, name, T0 + 2, |h| {
-            let back = h.hand_back(&turn, None, Some(h.seeded), 0, T0 + 2);
+            let back = h.hand_back(&turn, None, Some(h.seeded), 0, 0, T0 + 2);
             (back.map(|(next, _)| next), ())
         })
         .await

@@ -233,7 +233,7 @@ mod tests {
         };
         store.finish(&lease, &record, now + 2).await.unwrap();
         update_host(store, &crawl, &host, now + 2, |h| {
-            let back = h.hand_back(&turn, None, Some(h.seeded), 0, now + 2);
+            let back = h.hand_back(&turn, None, Some(h.seeded), 0, 0, now + 2);
             (back.map(|(next, _)| next), ())
         })
         .await

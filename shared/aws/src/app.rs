@@ -5,7 +5,7 @@
 //! its App from `CliSettings` (read from the environment or a stack's outputs).
 
 use crate::clients::{Clients, load_config};
-use crate::dynamodb::DynamoStore;
+use crate::dynamodb::{DUE_LIST_SETTLE_MS, DynamoStore};
 use crate::s3::S3BlobStore;
 use crate::settings::{
     CliSettings, CrawlerSettings, DelivererSettings, FromEnv, SeederSettings, SettingsError,
@@ -69,7 +69,7 @@ fn without_blobs(
 ) -> App<NoBlobs> {
     let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
     let queue = SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone());
-    App::new(store, Unwired, queue, calls)
+    App::new(store, Unwired, queue, calls).with_seeds_settle(DUE_LIST_SETTLE_MS)
 }
 
 /// The table's store, the bucket's blobs (under `prefix`) and `queue`.
@@ -82,7 +82,9 @@ fn with_blobs<Q: WorkQueue + 'static>(
 ) -> App<(DynamoStore, S3BlobStore, Q)> {
     let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
     let blobs = S3BlobStore::new(clients.s3.clone(), bucket, calls.clone());
-    App::new(store, blobs, queue, calls).with_layout(Layout::new(prefix))
+    App::new(store, blobs, queue, calls)
+        .with_layout(Layout::new(prefix))
+        .with_seeds_settle(DUE_LIST_SETTLE_MS)
 }
 
 impl Wiring for SeederSettings {

@@ -44,6 +44,10 @@ where
     type Queue = Q;
 }
 
+/// `App::seeds_settle_ms` by default: a store that lists a task as soon as it is written
+/// (SQLite, memory) needs only the seeder's own writes after the count to land.
+pub const SEEDS_SETTLE_MS: u64 = 1_000;
+
 /// The ports one binary is built with, built once and shared by its services.
 pub struct App<P: Ports> {
     pub store: P::Store,
@@ -55,6 +59,9 @@ pub struct App<P: Ports> {
     pub calls: Arc<CallCounts>,
     /// The time the services decide by (a virtual one in tests).
     pub clock: Arc<dyn Clock>,
+    /// How long after a host's URLs are counted their tasks may still be unlisted in its due
+    /// list (`Host::seeded_at`): the seeder's writes after the count, and the store's index lag.
+    pub seeds_settle_ms: u64,
 }
 
 impl<S, B, Q> App<(S, B, Q)>
@@ -73,6 +80,7 @@ where
             layout: Layout::default(),
             calls,
             clock: Arc::new(SystemClock),
+            seeds_settle_ms: SEEDS_SETTLE_MS,
         }
     }
 }
@@ -86,6 +94,12 @@ impl<P: Ports> App<P> {
     /// The same App reading the time from `clock` (a virtual one in tests).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same App over a store whose due lists may lag its writes by up to `settle_ms`.
+    pub fn with_seeds_settle(mut self, settle_ms: u64) -> Self {
+        self.seeds_settle_ms = settle_ms;
         self
     }
 }

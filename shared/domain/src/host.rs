@@ -137,6 +137,18 @@ pub struct Host {
     /// Tasks the host's turns brought to an end (succeeded, ignored or gone).
     #[serde(default)]
     pub done: u64,
+    /// When URLs were last counted to the host, as far as its writes know: a seed that woke it,
+    /// offers a claim found (made since the record's last write: `seen_offers`), seeds counted
+    /// during a turn. A count is written before its tasks, and an index may list a task a
+    /// moment after it is written: until `settle` after this time, a turn that finds no due task
+    /// does not idle the host (`hand_back`), or the tasks of that count would wait unseen under
+    /// an idle host, and its crawl complete without them. One more turn looks once they settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeded_at: Option<Millis>,
+    /// `offered` as the record's last write saw it: a claim that finds more knows offers landed
+    /// since (when exactly, it cannot tell: `seeded_at` becomes the claim's time).
+    #[serde(default)]
+    pub seen_offers: u64,
     /// Pages fetched (any answer) and host-wide signals received, over the host's life.
     #[serde(default)]
     pub fetches: u64,
@@ -197,6 +209,8 @@ impl Host {
             seeded: 0,
             offered: 0,
             done: 0,
+            seeded_at: None,
+            seen_offers: 0,
             fetches: 0,
             signals: 0,
             answered_at: None,
@@ -233,7 +247,7 @@ impl Host {
             turn_until: Some(turn.until),
             claimer: None,
             snoozed_until: None,
-            ..self.clone()
+            ..self.noting_offers(now)
         };
         Ok((host, turn))
     }
@@ -266,6 +280,28 @@ impl Host {
     /// Whether `turn` is still the host's current one (a zombie's is not).
     pub fn holds(&self, turn: &Turn) -> bool {
         self.token == turn.token && self.turn_until.is_some()
+    }
+
+    /// The record about to be written at `now`, with the offers made since its last write noted
+    /// as seeds counted now.
+    fn noting_offers(&self, now: Millis) -> Host {
+        Host {
+            seeded_at: if self.offered != self.seen_offers {
+                Some(now)
+            } else {
+                self.seeded_at
+            },
+            seen_offers: self.offered,
+            ..self.clone()
+        }
+    }
+
+    /// When the URLs last counted to the host will have settled (their tasks written and
+    /// listed), if that is after `now`: until then, finding no due task does not mean none is.
+    pub fn settling(&self, now: Millis, settle_ms: u64) -> Option<Millis> {
+        self.seeded_at
+            .map(|at| at.saturating_add(settle_ms as Millis))
+            .filter(|&settled| settled > now)
     }
 
     /// Whether the record is `turn`'s own hand-back: no claim since (every claim bumps the
@@ -343,32 +379,41 @@ impl Host {
     /// Hands the host back at the end of `turn`. `next_work` is its soonest remaining work (None:
     /// none known), `seeded_at_claim` the `seeded` count the turn started from (None: not known,
     /// a claim recognised on retry; one more turn looks),
-    /// `seeded_by_turn` the URLs of this host the turn's own pages linked to (counted here).
+    /// `seeded_by_turn` the URLs of this host the turn's own pages linked to (counted here),
+    /// `settle_ms` how long after a count its tasks may still be unlisted (`seeded_at`).
     /// Returns the host and, when a next turn is needed, when its message should become visible
     /// (the host's own due time at the earliest); the message carries the new `epoch`. With no
-    /// work left and nothing seeded meanwhile, the host goes idle. `None` when `turn` is not the
-    /// current one (a zombie's hand-back changes nothing).
+    /// work left and no seed counted meanwhile or settling, the host goes idle. `None` when
+    /// `turn` is not the current one (a zombie's hand-back changes nothing).
     pub fn hand_back(
         &self,
         turn: &Turn,
         next_work: Option<NextWork>,
         seeded_at_claim: Option<u64>,
         seeded_by_turn: u64,
+        settle_ms: u64,
         now: Millis,
     ) -> Option<(Host, Option<Millis>)> {
         if !self.holds(turn) {
             return None;
         }
+        let seeded_meanwhile = seeded_at_claim != Some(self.seeded) || seeded_by_turn > 0;
         let mut host = Host {
             turn_until: None,
             claimer: None,
             seeded: self.seeded + seeded_by_turn,
+            seeded_at: if seeded_meanwhile {
+                Some(now)
+            } else {
+                self.seeded_at
+            },
+            seen_offers: self.offered,
             ..self.clone()
         };
         let (next_work, later) = match next_work {
             // Seeds that arrived during the turn (the holder's own links included) may not have
             // been visible to it yet: one more turn looks.
-            _ if seeded_at_claim != Some(self.seeded) || seeded_by_turn > 0 => (Some(now), None),
+            _ if seeded_meanwhile => (Some(now), None),
             // Work due later than a message can wait: idle, woken by the sweeper when it is due.
             Some(NextWork::Task(at)) if at > now + LONGEST_QUEUED_WAIT_MS as Millis => {
                 (None, Some(at))
@@ -378,6 +423,12 @@ impl Host {
             Some(NextWork::Revisit(at)) if at <= now => (Some(now), None),
             Some(NextWork::Revisit(at)) => (None, Some(at)),
             None => (None, None),
+        };
+        // Left without a message while seeds counted lately may still be unlisted: one more turn
+        // looks once they settled.
+        let (next_work, later) = match host.settling(now, settle_ms) {
+            Some(settled) if next_work.is_none() => (Some(settled), None),
+            _ => (next_work, later),
         };
         let visible_at = next_work.map(|at| at.max(host.due_at()).max(now));
         match visible_at {
@@ -488,6 +539,8 @@ impl Host {
     pub fn note_seeded(&self, n: u64, now: Millis) -> (Host, Option<Millis>) {
         let mut host = Host {
             seeded: self.seeded + n,
+            seeded_at: Some(now),
+            seen_offers: self.offered,
             ..self.clone()
         };
         if !self.is_idle(now) {
@@ -519,6 +572,27 @@ impl Host {
     /// a new epoch supersedes any message still out, and an expired turn is cleared (its holder
     /// is fenced by the next claim's token). Returns the host and when the message becomes
     /// visible.
+    /// A given-up host's turn left none of its due tasks: idle, its counts agreeing again
+    /// (`drained`), unless seeds counted lately may still be unlisted (`settling`): then one
+    /// more turn once they settled. Returns the host and when its message becomes visible.
+    pub fn drained_unless_settling(&self, now: Millis, settle_ms: u64) -> (Host, Option<Millis>) {
+        let noted = self.noting_offers(now);
+        match noted.settling(now, settle_ms) {
+            Some(settled) => {
+                let (host, visible_at) = noted.requeue(now);
+                let visible_at = visible_at.max(settled);
+                (
+                    Host {
+                        queued_for: Some(visible_at),
+                        ..host
+                    },
+                    Some(visible_at),
+                )
+            }
+            None => (noted.drained(), None),
+        }
+    }
+
     pub fn requeue(&self, now: Millis) -> (Host, Millis) {
         let turn_until = self.turn_until.filter(|&until| until > now);
         let visible_at = self.due_at().max(turn_until.unwrap_or(now)).max(now);
@@ -678,7 +752,7 @@ mod tests {
         let (held, turn) = woken.claim_turn(0, 30_000).unwrap();
         write(held.clone());
         let (again, _) = held
-            .hand_back(&turn, Some(NextWork::Task(5)), Some(3), 0, 10)
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(3), 0, 0, 10)
             .unwrap();
         let kept = write(again.clone());
         assert_eq!(
@@ -688,7 +762,7 @@ mod tests {
         );
         let (held, turn) = again.claim_turn(2_000, 30_000).unwrap();
         write(held.clone());
-        let (idle, _) = held.hand_back(&turn, None, Some(3), 0, 2_010).unwrap();
+        let (idle, _) = held.hand_back(&turn, None, Some(3), 0, 0, 2_010).unwrap();
         let kept = write(idle.clone());
         assert!(!idle.is_open());
         assert_eq!(kept, HostCounts { hosts: 1, open: 0 });
@@ -721,7 +795,9 @@ mod tests {
         let (taken, newer) = held.claim_turn_by(8, 30_000, 30_000).unwrap();
         assert_eq!((taken.turn_of(7), taken.turn_of(8)), (None, Some(newer)));
         // Handed back, the turn is nobody's.
-        let (back, _) = taken.hand_back(&newer, None, Some(0), 0, 30_000).unwrap();
+        let (back, _) = taken
+            .hand_back(&newer, None, Some(0), 0, 0, 30_000)
+            .unwrap();
         assert_eq!((back.claimer, back.turn_of(8)), (None, None));
     }
 
@@ -738,8 +814,14 @@ mod tests {
         let (taken, newer) = held.claim_turn(30_000, 30_000).unwrap();
         assert_eq!(newer.token, 2);
         // The zombie can no longer end (or act on) the turn.
-        assert!(taken.hand_back(&turn, None, Some(0), 0, 30_000).is_none());
-        let (back, next) = taken.hand_back(&newer, None, Some(0), 0, 30_000).unwrap();
+        assert!(
+            taken
+                .hand_back(&turn, None, Some(0), 0, 0, 30_000)
+                .is_none()
+        );
+        let (back, next) = taken
+            .hand_back(&newer, None, Some(0), 0, 0, 30_000)
+            .unwrap();
         assert_eq!((back.turn_until, back.queued_for, next), (None, None, None));
     }
 
@@ -884,7 +966,7 @@ mod tests {
         let (held, turn) = more.claim_turn(200, 30_000).unwrap();
         let paced = held.observe(&p, HostSignal::Answered, 300);
         let (back, next) = paced
-            .hand_back(&turn, Some(NextWork::Task(250)), Some(5), 0, 400)
+            .hand_back(&turn, Some(NextWork::Task(250)), Some(5), 0, 0, 400)
             .unwrap();
         assert_eq!(next, Some(1_300), "not before next_allowed_at");
         assert_eq!((back.epoch, back.queued_for), (2, Some(1_300)));
@@ -895,13 +977,70 @@ mod tests {
         let p = policy();
         let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
         let (held, turn) = host.claim_turn(0, 30_000).unwrap();
-        let (idle, next) = held.hand_back(&turn, None, Some(1), 0, 10).unwrap();
+        let (idle, next) = held.hand_back(&turn, None, Some(1), 0, 0, 10).unwrap();
         assert_eq!((idle.queued_for, next), (None, None));
         // Seeds during the turn (seeded moved from 1 to 2): another turn, at once.
         let (during, none) = held.note_seeded(1, 5);
         assert_eq!(none, None, "a running turn finds new work itself");
-        let (busy, next) = during.hand_back(&turn, None, Some(1), 0, 10).unwrap();
+        let (busy, next) = during.hand_back(&turn, None, Some(1), 0, 0, 10).unwrap();
         assert_eq!((next, busy.epoch), (Some(10), during.epoch + 1));
+    }
+
+    #[test]
+    fn a_turn_without_work_leaves_the_host_open_while_counted_seeds_settle() {
+        let p = policy();
+        // A seed counted at 0 woke the host; its task may not be listed yet.
+        let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
+        assert_eq!(host.seeded_at, Some(0));
+        let (held, turn) = host.claim_turn(10, 30_000).unwrap();
+        let (open, next) = held.hand_back(&turn, None, Some(1), 0, 1_000, 20).unwrap();
+        assert_eq!((next, open.queued_for), (Some(1_000), Some(1_000)));
+        assert_eq!(open.done, 0, "the counts are not made to agree yet");
+        // Due later but not now: still one more turn once the count settled.
+        let (held, turn) = host.claim_turn(10, 30_000).unwrap();
+        let revisit = Some(NextWork::Revisit(9_000_000));
+        let (open, next) = held
+            .hand_back(&turn, revisit, Some(1), 0, 1_000, 20)
+            .unwrap();
+        assert_eq!((next, open.wake_at), (Some(1_000), None));
+        // Once settled, a turn that finds nothing idles the host.
+        let (held, turn) = open.claim_turn(1_000, 30_000).unwrap();
+        let (idle, next) = held
+            .hand_back(&turn, None, Some(1), 0, 1_000, 1_010)
+            .unwrap();
+        assert_eq!((next, idle.queued_for, idle.done), (None, None, 1));
+    }
+
+    #[test]
+    fn offers_made_since_the_last_write_are_noted_at_the_claim() {
+        let p = policy();
+        let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
+        // Offered while its message was out (atomic adds beside the record, at an unknown time).
+        let offered = host.clone().with_offers(2);
+        let (held, turn) = offered.claim_turn(50_000, 30_000).unwrap();
+        assert_eq!((held.seeded_at, held.seen_offers), (Some(50_000), 2));
+        let (open, next) = held
+            .hand_back(&turn, None, Some(3), 0, 1_000, 50_010)
+            .unwrap();
+        assert_eq!((next, open.seen_offers), (Some(51_000), 2));
+        // With no offer since, a claim keeps the time it had.
+        let (again, _) = open.claim_turn(51_000, 30_000).unwrap();
+        assert_eq!(again.seeded_at, Some(50_000));
+    }
+
+    #[test]
+    fn a_given_up_host_is_drained_only_once_its_seeds_settled() {
+        let p = policy();
+        let (host, _) = Host::new("h", &p, 0).note_seeded(1, 0);
+        let gone = Host {
+            given_up: Some("down".into()),
+            ..host
+        };
+        let (open, visible_at) = gone.drained_unless_settling(100, 1_000);
+        assert_eq!((visible_at, open.queued_for), (Some(1_000), Some(1_000)));
+        assert_eq!(open.epoch, gone.epoch + 1);
+        let (idle, visible_at) = gone.drained_unless_settling(1_000, 1_000);
+        assert_eq!((visible_at, idle.queued_for, idle.done), (None, None, 1));
     }
 
     #[test]
@@ -910,7 +1049,7 @@ mod tests {
         let policy = HostPolicy::default();
         let (claimed, turn) = Host::new("h", &policy, 0).claim_turn(0, 1_000).unwrap();
         let (stored, visible_at) = claimed
-            .hand_back(&turn, Some(NextWork::Task(5)), Some(0), 0, 10)
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(0), 0, 0, 10)
             .unwrap();
         // WHEN its holder retries on the stored record
         // THEN it is recognised as this turn's hand-back, still to send its message at the
@@ -920,7 +1059,7 @@ mod tests {
             (stored.queued_for, stored.epoch),
             (visible_at, claimed.epoch + 1)
         );
-        assert_eq!(stored.hand_back(&turn, None, Some(0), 0, 20), None);
+        assert_eq!(stored.hand_back(&turn, None, Some(0), 0, 0, 20), None);
         // AND once another turn was claimed, or while one runs, it is not
         assert!(!claimed.handed_back_by(&turn));
         let (next, _) = stored.claim_turn(20, 1_000).unwrap();
@@ -933,6 +1072,7 @@ mod tests {
                 },
                 None,
                 Some(0),
+                0,
                 0,
                 30,
             )
@@ -963,7 +1103,7 @@ mod tests {
             token: held.token,
             until: 36_000,
         };
-        let (idle, _) = held.hand_back(&turn, None, Some(1), 0, 7_000).unwrap();
+        let (idle, _) = held.hand_back(&turn, None, Some(1), 0, 0, 7_000).unwrap();
         assert_eq!((idle.queued_for, idle.backlog()), (None, 0));
         assert!(!idle.message_lost(7_000, 5_000, false));
         assert!(idle.message_lost(7_000, 5_000, true));
@@ -994,7 +1134,7 @@ mod tests {
             NextWork::Task(day),
         ] {
             let (idle, message) = held
-                .hand_back(&turn, Some(next), Some(0), 0, 1_000)
+                .hand_back(&turn, Some(next), Some(0), 0, 0, 1_000)
                 .unwrap();
             let (NextWork::Revisit(at) | NextWork::Task(at)) = next;
             assert_eq!(
@@ -1021,12 +1161,12 @@ mod tests {
         }
         // Pages due again already (more than one turn's worth): the next turn at once.
         let (more, message) = held
-            .hand_back(&turn, Some(NextWork::Revisit(500)), Some(0), 0, 1_000)
+            .hand_back(&turn, Some(NextWork::Revisit(500)), Some(0), 0, 0, 1_000)
             .unwrap();
         assert_eq!((message, more.wake_at), (Some(1_000), None));
         // A retry a few minutes away waits as a delayed message.
         let (queued, message) = held
-            .hand_back(&turn, Some(NextWork::Task(120_000)), Some(0), 0, 1_000)
+            .hand_back(&turn, Some(NextWork::Task(120_000)), Some(0), 0, 0, 1_000)
             .unwrap();
         assert_eq!((message, queued.wake_at), (Some(120_000), None));
     }

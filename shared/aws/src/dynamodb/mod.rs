@@ -69,6 +69,11 @@ use trawl_domain::task::{Millis, Status};
 
 pub use self::schema::{HOST_INDEX, STATUS_INDEX, create_table};
 
+/// How long after a host's URLs are counted their tasks may still be missing from its due
+/// list (`App::seeds_settle_ms`): the seeder writes its tasks after the counts, and a global
+/// secondary index is eventually consistent (typically under a second behind its table).
+pub const DUE_LIST_SETTLE_MS: u64 = 5_000;
+
 /// Conditional puts in flight at once while seeding.
 const SEED_PARALLELISM: usize = 16;
 /// Host records read at once while listing hosts.

@@ -508,6 +508,7 @@ impl<P: Ports> Crawler<P> {
                     next_work,
                     seeded_at_claim,
                     seeded_by_turn,
+                    self.seeds_settle_ms,
                     now,
                 ) {
                     Some((next, visible_at)) => (Some(next), visible_at),
@@ -774,7 +775,8 @@ impl<P: Ports> Crawler<P> {
                 let (next, visible_at) = h.requeue(now);
                 (Some(next), Some(visible_at))
             } else {
-                (Some(h.drained()), None)
+                let (next, visible_at) = h.drained_unless_settling(now, self.seeds_settle_ms);
+                (Some(next), visible_at)
             }
         })
         .await;
@@ -1312,6 +1314,85 @@ mod tests {
             "{:?}",
             real.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_turn_between_a_seeds_count_and_its_task_leaves_the_host_open_until_they_settle() {
+        // GIVEN a host woken by a seed's count (written before its task, as the frontier does)
+        // whose task is not written yet when the turn reads its due list
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let (port, arrivals) = paced_site(clock.clone()).await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.politeness.respect_robots = false;
+        config.scope.follow_links = false;
+        let crawl = Crawl::new(CrawlId::parse("settle").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/late")).unwrap();
+        let name = url.host_key();
+        let woken = update_host(&store, &crawl, &name, t0, |h| {
+            let (next, visible_at) = h.note_seeded(1, t0);
+            (Some(next), visible_at)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()))
+            .with_seeds_settle(5_000);
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+
+        // WHEN its turn runs and finds no due task
+        clock.advance(100);
+        let first = crawler
+            .process_batch(vec![delivered(&crawl.id, &name, woken.0.epoch)], None)
+            .await;
+        assert!(first[0].outcomes.is_empty(), "{:?}", first[0].outcomes);
+
+        // THEN the host is not idled: its next turn waits for the count to settle, and the
+        // crawl's host counts still hold it open (so the crawl cannot complete)
+        let host = crawler.store().get_host(&crawl.id, &name).await.unwrap();
+        let host = host.unwrap();
+        assert_eq!(host.queued_for, Some(t0 + 5_000), "{host:?}");
+        let counts = crawler.store().host_counts(&crawl.id).await.unwrap();
+        assert_eq!(counts.map(|c| c.open), Some(1));
+
+        // WHEN the task lands, and the next turn comes once it settled
+        let task = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        crawler
+            .store()
+            .seed(&crawl.id, &[task], t0 + 200)
+            .await
+            .unwrap();
+        clock.advance(4_900);
+        let second = crawler
+            .process_batch(vec![delivered(&crawl.id, &name, host.epoch)], None)
+            .await;
+
+        // THEN the page is fetched, and only then does the host go idle
+        assert!(
+            matches!(second[0].outcomes[..], [Outcome::Succeeded { .. }]),
+            "{:?}",
+            second[0].outcomes
+        );
+        assert_eq!(lock(&arrivals).len(), 1);
+        let done = crawler
+            .store()
+            .get(&crawl.id, &url.task_id())
+            .await
+            .unwrap();
+        assert_eq!(done.map(|t| t.status), Some(Status::Succeeded));
+        let idle = crawler.store().get_host(&crawl.id, &name).await.unwrap();
+        assert_eq!(idle.and_then(|h| h.queued_for), None);
     }
 
     #[tokio::test]
