@@ -134,15 +134,17 @@ pub struct Host {
     /// saw a busy host and woke nobody, would be left without a turn.
     #[serde(default)]
     pub offered: u64,
-    /// Tasks the host's turns brought to an end (succeeded, ignored or gone).
+    /// Tasks the host's turns brought to an end (succeeded, ignored or gone), each once: a
+    /// recrawl's end is not counted again, so `seeded - done` is the work not yet seen to an end.
     #[serde(default)]
     pub done: u64,
     /// When URLs were last counted to the host, as far as its writes know: a seed that woke it,
     /// offers a claim found (made since the record's last write: `seen_offers`), seeds counted
     /// during a turn. A count is written before its tasks, and an index may list a task a
     /// moment after it is written: until `settle` after this time, a turn that finds no due task
-    /// does not idle the host (`hand_back`), or the tasks of that count would wait unseen under
-    /// an idle host, and its crawl complete without them. One more turn looks once they settled.
+    /// while the counts say some URL was not seen to an end does not idle the host
+    /// (`settling`), or the tasks of that count would wait unseen under an idle host, and its
+    /// crawl complete without them. One more turn looks once they settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seeded_at: Option<Millis>,
     /// `offered` as the record's last write saw it: a claim that finds more knows offers landed
@@ -297,11 +299,12 @@ impl Host {
     }
 
     /// When the URLs last counted to the host will have settled (their tasks written and
-    /// listed), if that is after `now`: until then, finding no due task does not mean none is.
+    /// listed), if that is after `now` and some of them were not seen to an end (`backlog`):
+    /// until then, finding no due task does not mean none is.
     pub fn settling(&self, now: Millis, settle_ms: u64) -> Option<Millis> {
         self.seeded_at
             .map(|at| at.saturating_add(settle_ms as Millis))
-            .filter(|&settled| settled > now)
+            .filter(|&settled| settled > now && self.backlog() > 0)
     }
 
     /// Whether the record is `turn`'s own hand-back: no claim since (every claim bumps the
@@ -1003,6 +1006,11 @@ mod tests {
             .hand_back(&turn, revisit, Some(1), 0, 1_000, 20)
             .unwrap();
         assert_eq!((next, open.wake_at), (Some(1_000), None));
+        // A turn that saw every counted URL to an end idles the host at once.
+        let (held, turn) = host.claim_turn(10, 30_000).unwrap();
+        let ended = Host { done: 1, ..held };
+        let (idle, next) = ended.hand_back(&turn, None, Some(1), 0, 1_000, 20).unwrap();
+        assert_eq!((next, idle.queued_for), (None, None));
         // Once settled, a turn that finds nothing idles the host.
         let (held, turn) = open.claim_turn(1_000, 30_000).unwrap();
         let (idle, next) = held

@@ -56,6 +56,9 @@ pub fn next_work(due: impl IntoIterator<Item = (Millis, Option<NextWork>)>) -> O
 pub enum TaskEnd {
     /// Brought to an end (succeeded, unchanged, redirected or given up): the host's `done`.
     Ended,
+    /// A page fetched before brought to an end again (a recrawl): the host counted its end
+    /// already, so `done` stays a count of the URLs seeded (`Host::backlog`).
+    EndedAgain,
     /// Still to do (a retry, a snoozed host's URL) or not this turn's (skipped).
     Open,
     /// Storage failed: the turn stops.
@@ -183,7 +186,7 @@ impl TurnPlan {
         match end {
             TaskEnd::Ended => self.host.done += 1,
             TaskEnd::Failed => self.stopped = true,
-            TaskEnd::Open => {}
+            TaskEnd::EndedAgain | TaskEnd::Open => {}
         }
         if let Some(signal) = signal {
             self.host = self.host.observe(&self.policy, signal, now);

@@ -111,9 +111,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// What the outcome means to the turn's plan.
-    fn end(self) -> TaskEnd {
+    /// What the outcome of `task` means to the turn's plan.
+    fn end(self, task: &TaskSummary) -> TaskEnd {
         match self {
+            Outcome::Succeeded { .. }
+            | Outcome::Unchanged
+            | Outcome::Redirected
+            | Outcome::GaveUp
+                if task.fetched_before() =>
+            {
+                TaskEnd::EndedAgain
+            }
             Outcome::Succeeded { .. }
             | Outcome::Unchanged
             | Outcome::Redirected
@@ -631,7 +639,7 @@ impl<P: Ports> Crawler<P> {
                 let now = self.clock.now_ms();
                 let mut turn_state = lock(state);
                 turn_state.outcomes.push(outcome);
-                turn_state.plan.finished(outcome.end(), signal, now);
+                turn_state.plan.finished(outcome.end(&task), signal, now);
             })
             .buffer_unordered(parallel)
             .collect::<Vec<()>>()

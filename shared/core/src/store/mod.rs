@@ -216,6 +216,12 @@ impl TaskSummary {
         })
     }
 
+    /// Whether the page was fetched before (a recrawl): due again once succeeded or gone, or
+    /// holding the time of its next fetch while a retry or a lease of it is under way.
+    pub fn fetched_before(&self) -> bool {
+        matches!(self.status, Status::Succeeded | Status::Gone) || self.next_fetch_at.is_some()
+    }
+
     /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
     pub fn due_at(&self) -> Option<Millis> {
         trawl_domain::task::due_at(

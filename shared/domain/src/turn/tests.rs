@@ -119,6 +119,7 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     let end = prop_oneof![
         Just(TaskEnd::Ended),
+        Just(TaskEnd::EndedAgain),
         Just(TaskEnd::Open),
         Just(TaskEnd::Failed)
     ];
