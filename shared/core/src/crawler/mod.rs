@@ -481,9 +481,16 @@ impl<P: Ports> Crawler<P> {
             .run_turn(&context, host, &turn, deadline, outbox, &held)
             .await;
         let seeded_by_turn = held.offered.into_inner();
-        if holder.given_up.is_some() {
-            outcomes.extend(self.end_tasks_of_given_up(&context, &holder).await);
-        }
+        let holder = if holder.given_up.is_some() {
+            let (ended_tasks, ended) = self.end_tasks_of_given_up(&context, &holder).await;
+            outcomes.extend(ended_tasks);
+            Host {
+                done: holder.done + ended,
+                ..holder
+            }
+        } else {
+            holder
+        };
         // When the host's next turn is due: its soonest task (new links included). A few are
         // read: a store may list a task in progress at the place it was claimed from, ahead of
         // the work that is due before its lease ends.
@@ -705,7 +712,13 @@ impl<P: Ports> Crawler<P> {
 
     /// Ends the due tasks of a given-up host (`ignored`, with the host's reason), a bounded
     /// number per turn; the host's next turn ends the rest.
-    async fn end_tasks_of_given_up(&self, context: &CrawlContext, host: &Host) -> Vec<Outcome> {
+    /// Returns what became of them, and how many were brought to their first end (the host's
+    /// `done`).
+    async fn end_tasks_of_given_up(
+        &self,
+        context: &CrawlContext,
+        host: &Host,
+    ) -> (Vec<Outcome>, u64) {
         let crawl = &context.crawl;
         let reason = host.given_up.clone().unwrap_or_default();
         let due = match self
@@ -716,11 +729,12 @@ impl<P: Ports> Crawler<P> {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the given-up host's tasks");
-                return vec![Outcome::Error];
+                return (vec![Outcome::Error], 0);
             }
         };
         let failure = Failure::new(ErrorKind::HostGivenUp, reason);
         let mut outcomes = Vec::with_capacity(due.len());
+        let mut ended = 0;
         let now = self.clock.now_ms();
         let due_now = due
             .into_iter()
@@ -748,9 +762,10 @@ impl<P: Ports> Crawler<P> {
                     Outcome::Error
                 }
             };
+            ended += u64::from(outcome.end(&task) == TaskEnd::Ended);
             outcomes.push(outcome);
         }
-        outcomes
+        (outcomes, ended)
     }
 
     /// A turn of a given-up host: its due tasks end `ignored`; the host goes idle once none is
@@ -768,7 +783,7 @@ impl<P: Ports> Crawler<P> {
                 vec![Outcome::Error],
             );
         };
-        let outcomes = self.end_tasks_of_given_up(context, &host).await;
+        let (outcomes, ended) = self.end_tasks_of_given_up(context, &host).await;
         let now = self.clock.now_ms();
         // Pages due later (recrawls) are not left: the sweeper wakes the host when they are due.
         let left = match self.store.due_tasks(&crawl.id, name, 1).await {
@@ -779,11 +794,15 @@ impl<P: Ports> Crawler<P> {
             Err(_) => true,
         };
         let settled = update_host(&self.store, crawl, name, now, |h| {
+            let counted = Host {
+                done: h.done + ended,
+                ..h.clone()
+            };
             if left {
-                let (next, visible_at) = h.requeue(now);
+                let (next, visible_at) = counted.requeue(now);
                 (Some(next), Some(visible_at))
             } else {
-                let (next, visible_at) = h.drained_unless_settling(now, self.seeds_settle_ms);
+                let (next, visible_at) = counted.drained_unless_settling(now, self.seeds_settle_ms);
                 (Some(next), visible_at)
             }
         })
