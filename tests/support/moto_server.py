@@ -10,6 +10,7 @@ import sys
 import threading
 
 import copy
+import inspect
 
 import moto.dynamodb.models as dynamodb_models
 from moto.dynamodb.models import DynamoDBBackend
@@ -64,6 +65,144 @@ def _transact_with_item_backups(self, transact_items):
 
 
 DynamoDBBackend.transact_write_items = _transact_with_item_backups
+
+
+# moto answers every Query by sorting every item of the table, then filtering it: a crawl of
+# thousands of hosts on moto is quadratic (1,000 hosts took minutes). For a table keyed by its
+# hash key alone (trawl's), the items of one key are found here by a lookup instead: the table's
+# own items for a base-table Query, and a map kept by every write for each index's hash key.
+# moto's own query then runs over those candidates (its conditions, sort, paging unchanged).
+_lock = threading.RLock()
+_candidates = threading.local()
+_all_items = Table.all_items
+
+
+def _all_items_or_candidates(self):
+    items = getattr(_candidates, "items", None)
+    return _all_items(self) if items is None else items
+
+
+def _index_attrs(table):
+    """Each index's hash attribute (indexes keyed by one), for a table keyed by a hash key alone."""
+    if table.range_key_attr:
+        return {}
+    attrs = {}
+    for index in table.all_indexes():
+        hashes = [k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH"]
+        if len(hashes) == 1:
+            attrs[index.name] = hashes[0]
+    return attrs
+
+
+def _maps(table):
+    """The table's maps: index name -> hash value -> keys of its items (built at first use)."""
+    maps = getattr(table, "_trawl_maps", None)
+    if maps is None:
+        maps = {name: {} for name in _index_attrs(table)}
+        table._trawl_maps = maps
+        for item in _all_items(table):
+            _file(table, item, _index_values(table, item), add=True)
+    return maps
+
+
+def _index_values(table, item):
+    """The item's value of each index's hash attribute, copied: an update changes it in place."""
+    if item is None:
+        return {}
+    values = {}
+    for name, attr in _index_attrs(table).items():
+        value = item.attrs.get(attr)
+        values[name] = None if value is None else dynamodb_models.DynamoType(value.to_json())
+    return values
+
+
+def _file(table, item_key, values, add):
+    key = item_key.hash_key if hasattr(item_key, "hash_key") else item_key
+    for name, value in values.items():
+        if value is None:
+            continue
+        bucket = table._trawl_maps.setdefault(name, {}).setdefault(value, set())
+        if add:
+            bucket.add(key)
+        else:
+            bucket.discard(key)
+
+
+def _refile(table, hash_value, before, write):
+    """Runs `write`, then files the item at `hash_value` under its index values after it."""
+    with _lock:
+        _maps(table)
+        result = write()
+        after = table.items.get(hash_value)
+        _file(table, hash_value, before, add=False)
+        _file(table, hash_value, _index_values(table, after), add=True)
+        return result
+
+
+_table_put_item = Table.put_item
+_table_delete_item = Table.delete_item
+_backend_update_item = DynamoDBBackend.update_item
+_table_query = Table.query
+
+
+def _put_item(self, item_attrs, *args, **kwargs):
+    if self.range_key_attr or self.hash_key_attr not in item_attrs:
+        return _table_put_item(self, item_attrs, *args, **kwargs)
+    hash_value = dynamodb_models.DynamoType(item_attrs[self.hash_key_attr])
+    before = _index_values(self, self.items.get(hash_value))
+    return _refile(
+        self, hash_value, before, lambda: _table_put_item(self, item_attrs, *args, **kwargs)
+    )
+
+
+def _delete_item(self, hash_key, range_key):
+    if self.range_key_attr:
+        return _table_delete_item(self, hash_key, range_key)
+    before = _index_values(self, self.items.get(hash_key))
+    return _refile(self, hash_key, before, lambda: _table_delete_item(self, hash_key, range_key))
+
+
+def _update_item(self, table_name, key, *args, **kwargs):
+    table = self.get_table(table_name)
+    if table.range_key_attr or table.hash_key_attr not in key:
+        return _backend_update_item(self, table_name, key, *args, **kwargs)
+    hash_value = dynamodb_models.DynamoType(key[table.hash_key_attr])
+    before = _index_values(table, table.items.get(hash_value))
+    return _refile(
+        table, hash_value, before, lambda: _backend_update_item(self, table_name, key, *args, **kwargs)
+    )
+
+
+_query_parameters = inspect.signature(_table_query)
+
+
+def _query(self, hash_key, *args, **kwargs):
+    arguments = _query_parameters.bind(self, hash_key, *args, **kwargs).arguments
+    index_name = arguments.get("index_name")
+    conditions = arguments.get("hash_key_conditions") or []
+    with _lock:
+        if self.range_key_attr:
+            items = None
+        elif index_name is None:
+            item = self.items.get(hash_key) if hash_key is not None else None
+            items = [] if item is None else [item]
+        elif len(conditions) == 1 and _index_attrs(self).get(index_name) == conditions[0][0]:
+            keys = _maps(self).get(index_name, {}).get(conditions[0][1], ())
+            items = [self.items[k] for k in keys if k in self.items]
+        else:
+            items = None
+        _candidates.items = items
+        try:
+            return _table_query(self, hash_key, *args, **kwargs)
+        finally:
+            _candidates.items = None
+
+
+Table.all_items = _all_items_or_candidates
+Table.put_item = _put_item
+Table.delete_item = _delete_item
+DynamoDBBackend.update_item = _update_item
+Table.query = _query
 
 
 def main() -> None:
