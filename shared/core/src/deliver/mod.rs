@@ -1671,11 +1671,7 @@ mod tests {
             if key.contains("/attr=html/") {
                 let read = self.reads.fetch_add(1, Ordering::SeqCst);
                 if read < self.failures {
-                    return Err(BlobError::Unavailable {
-                        operation: "GetObject",
-                        key: key.to_owned(),
-                        message: "streaming error".into(),
-                    });
+                    return Err(BlobError::unavailable("GetObject", key, "streaming error"));
                 }
             }
             self.inner.get(key).await
