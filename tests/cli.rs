@@ -1107,6 +1107,15 @@ pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_or_the_output() {
+    request_flags_on("segments").await;
+}
+
+#[tokio::test]
+async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_with_objects() {
+    request_flags_on("objects").await;
+}
+
+async fn request_flags_on(layout: &str) {
     // GIVEN a login page that wants a header and a language and sets a session cookie; a
     // members' page that wants the cookie and a Bearer token; an intranet host that wants Basic
     // credentials; a PDF; and a page that refuses every request
@@ -1160,6 +1169,8 @@ async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_or_the_outp
             "--keep-cookies",
             "--store-content-type",
             "application/pdf",
+            "--layout",
+            layout,
             "--bearer-env",
             &format!("{}=TRAWL_TEST_TOKEN", site.addr()),
             "--basic-env",
@@ -1252,7 +1263,49 @@ async fn request_flags_reach_the_site_and_no_secret_reaches_the_disk_or_the_outp
         bytes.windows(16).any(|w| w == b"TRAWL_TEST_TOKEN")
     });
     assert!(names_stored);
+    // AND the delivered WARC's request records show the headers sent, credentials redacted
+    let delivery = Path::new(summary["delivery"].as_str().unwrap());
+    let members = request_record(delivery, &site.url("/members.html"));
+    for line in [
+        "GET /members.html HTTP/1.1\r\n",
+        "x-client: trawl-cli\r\n",
+        "accept-language: de-CH\r\n",
+        "authorization: [redacted]\r\n",
+        "cookie: session=[redacted]\r\n",
+    ] {
+        assert!(members.contains(line), "{line:?} not in {members}");
+    }
+    let private = request_record(delivery, &intranet.url("/private.html"));
+    assert!(
+        private.contains("authorization: [redacted]\r\n"),
+        "{private}"
+    );
+    for file in files_under(delivery) {
+        let bytes = readable(&file);
+        assert!(
+            !bytes.windows(11).any(|w| w == b"session=abc"),
+            "a cookie's value in {}",
+            file.display()
+        );
+    }
+    assert!(warcio_check(delivery).await["records"].as_u64().unwrap() > 8);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The `request` record of `url` in the WARC files of `delivery`, as text.
+fn request_record(delivery: &Path, url: &str) -> String {
+    let target = format!("WARC-Target-URI: {url}\r\n");
+    files_under(delivery)
+        .iter()
+        .filter(|f| f.to_string_lossy().ends_with(".warc.gz"))
+        .flat_map(|f| {
+            let text = String::from_utf8_lossy(&readable(f)).into_owned();
+            text.split("WARC/1.1\r\n")
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .find(|record| record.contains("WARC-Type: request\r\n") && record.contains(&target))
+        .unwrap_or_else(|| panic!("no request record of {url}"))
 }
 
 #[tokio::test]

@@ -1271,9 +1271,20 @@ impl<P: Ports> Deliverer<P> {
             BodyLookup::Records(records) => {
                 // Read by reference: the stored members are the WARC's, byte for byte (their
                 // gzip checksums go with them), so the body is neither inflated nor hashed.
+                let request = warc::Request {
+                    target_uri: fetch.final_url.as_deref().unwrap_or(&task.url),
+                    fetched_at: fetch.fetched_at,
+                    user_agent: &crawl.config.user_agent,
+                    sent: fetch.sent.as_ref(),
+                    warcinfo_id: &segment.warcinfo_id,
+                    id: &warc::record_id(),
+                    response_id: None,
+                };
+                segment.pages.write(&request.record()).await?;
+                segment.pages.end_member().await?;
                 let count = fetch.span.map_or(1, |s| s.records());
                 segment.pages.copy_members(&records, count).await?;
-                segment.records += count;
+                segment.records += count + 1;
                 tally.warc.pages += 1;
                 tally.page_bytes += fetch.content_length;
                 return Ok(());
@@ -1300,6 +1311,7 @@ impl<P: Ports> Deliverer<P> {
             etag: fetch.etag.as_deref(),
             last_modified: fetch.last_modified.as_deref(),
             user_agent: &crawl.config.user_agent,
+            sent: fetch.sent.as_ref(),
             warcinfo_id: &segment.warcinfo_id,
             request_id: &request_id,
             response_id: &response_id,
