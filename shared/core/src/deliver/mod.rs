@@ -435,6 +435,8 @@ pub struct Deliverer<P: Ports> {
     /// Prepended to object keys in the manifest: `s3://bucket`, or the blob store's directory.
     uri_base: String,
     limits: DeliveryLimits,
+    /// The caller writes the store alone, no crawl running ([`Deliverer::sole_writer`]).
+    sole_writer: bool,
 }
 
 impl<P: Ports> std::ops::Deref for Deliverer<P> {
@@ -657,7 +659,18 @@ impl<P: Ports> Deliverer<P> {
             app,
             uri_base: uri_base.into(),
             limits,
+            sole_writer: false,
         }
+    }
+
+    /// A deliverer whose caller is the only writer of the store and runs no crawl meanwhile
+    /// (the CLI on its locked data directory, once its crawl run has ended). No finish can then
+    /// be on its way, so the orphan clean-up spares no young object (`orphans`, rule 2): a
+    /// body that a killed run wrote and never recorded is removed by the next delivery, however
+    /// soon it follows the kill.
+    pub fn sole_writer(mut self) -> Self {
+        self.sole_writer = true;
+        self
     }
 
     /// Delivers `generation` of the crawl (its current one when None) to the end, or returns the
@@ -1410,12 +1423,17 @@ impl<P: Ports> Deliverer<P> {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
+            let min_age_ms = if self.sole_writer {
+                0
+            } else {
+                crawl.config.lease_ms
+            };
             let cleaned = orphans::clean_page(
                 &self.store,
                 &self.blobs,
                 &self.layout,
                 &crawl.id,
-                crawl.config.lease_ms,
+                min_age_ms,
                 start_after.as_deref(),
                 now,
             )
