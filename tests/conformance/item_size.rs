@@ -85,6 +85,9 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
     // THEN it fits one write unit
     println!("typical succeeded task item: {bytes} bytes");
     assert!(bytes < 1024, "{bytes} bytes: {item:?}");
+    // AND it reads back whole, the request it sent included
+    let read = store.get(&crawl, &task.task_id).await.unwrap().unwrap();
+    assert_eq!(read.fetch.as_ref(), Some(&record));
 }
 
 #[tokio::test]
