@@ -1439,9 +1439,10 @@ async fn the_delivery_removes_orphans_older_than_the_lease<P: Ports>(b: Backend<
     let lease = CrawlConfig::default().lease_ms as Millis;
     let now = now_ms();
 
-    // GIVEN two completed crawls with the same orphans, just written
+    // GIVEN three completed crawls with the same orphans, just written
     let (young, _, _) = crawl_with_orphans(&b, now).await;
     let (old, kept, orphans) = crawl_with_orphans(&b, now).await;
+    let (alone, kept_alone, _) = crawl_with_orphans(&b, now).await;
     let all_young: BTreeSet<String> = b.objects(&young).await.into_iter().collect();
 
     // WHEN one is delivered within a lease of the writes, the other two leases later
@@ -1471,6 +1472,22 @@ async fn the_delivery_removes_orphans_older_than_the_lease<P: Ports>(b: Backend<
     let written = b.file(&later, deliver::SUMMARY_FILE).await;
     let written: deliver::Summary = serde_json::from_slice(&written).unwrap();
     assert_eq!(written.orphans_removed, orphans);
+
+    // WHEN the third is delivered within the lease by the store's sole writer (the CLI on its
+    // locked data directory, no crawl running): no finish can be on its way
+    let sole = b
+        .deliverer()
+        .sole_writer()
+        .deliver(&alone, None, now + 1_000)
+        .await
+        .unwrap();
+
+    // THEN every orphan is removed at once, the rest kept
+    assert_eq!(sole.summary.orphans_removed, orphans);
+    assert_eq!(
+        b.objects(&alone).await.into_iter().collect::<BTreeSet<_>>(),
+        kept_alone
+    );
 }
 
 macro_rules! on_both_backends {

@@ -9,7 +9,7 @@ use trawl_core::fetch::{FetchOutcome, FetchRequest, FetchedPage, Fetcher, NotMod
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::{CrawlConfig, Scope};
 use trawl_domain::retry::Failure;
-use trawl_domain::task::{ErrorKind, FetchRecord, now_ms};
+use trawl_domain::task::{ErrorKind, FetchRecord, Sent, now_ms};
 
 /// Guard on, with only the test site's own address exempted; short limits.
 fn config(site: &Site) -> CrawlConfig {
@@ -410,6 +410,11 @@ async fn conditional_get_turns_an_unchanged_page_into_not_modified() {
             redirects: 0,
             etag: Some("\"v1\"".into()),
             last_modified: None,
+            // The request sent its validator (kept for the WARC's request record).
+            sent: Some(Sent {
+                method: None,
+                headers: vec![("if-none-match".into(), "\"v1\"".into())],
+            }),
         })
     );
     // A stale validator gets the full page again.

@@ -7,6 +7,7 @@ mod conformance;
 mod crawling;
 mod delivering;
 mod end_to_end;
+mod errors;
 mod events;
 mod fetching;
 mod freshness;

@@ -397,7 +397,8 @@ async fn retry<P: Ports>(
 
 /// Writes (or finds) the delivery of the crawl's current generation; returns where it is.
 /// A local backend's store is a data directory locked to this process, so a delivery lease
-/// found in it is a dead process's, taken over at once.
+/// found in it is a dead process's, taken over at once, and no finish is on its way while this
+/// runs (no crawl runs beside it): the orphan clean-up spares no young body.
 pub async fn deliver<P: Ports>(
     backend: &Backend<P>,
     crawl_id: &CrawlId,
@@ -412,11 +413,14 @@ pub async fn deliver<P: Ports>(
         )
         .await?;
     }
-    let deliverer = Deliverer::new(
+    let mut deliverer = Deliverer::new(
         backend.app.clone(),
         backend.uri_base.clone(),
         DeliveryLimits::default(),
     );
+    if backend.local {
+        deliverer = deliverer.sole_writer();
+    }
     // A delivery resumes where it stopped: a transient error is waited out, not the end.
     let report = persist("deliver", &Backoff::RUN, &retries, || {
         deliverer.deliver(crawl_id, None, now_ms())

@@ -14,7 +14,7 @@ use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::capacity::{Image, item_size};
 use trawl_domain::schedule::Pace;
-use trawl_domain::task::{FetchRecord, Status};
+use trawl_domain::task::{FetchRecord, Sent, Status};
 
 /// The item stored under `url`'s task, as the model reads it.
 async fn stored(
@@ -67,6 +67,14 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
         }),
         missing: 0,
         first_at: Some(T0 - 86_400_000),
+        // A recrawl's conditional request (what the WARC's request record shows).
+        sent: Some(Sent {
+            method: None,
+            headers: vec![
+                ("if-none-match".into(), "W/\"5f3a-1c2b3d4e5f6a7b8c\"".into()),
+                ("if-modified-since".into(), "Sat, 21 Nov 2026 08:15:00 GMT".into()),
+            ],
+        }),
     };
     store.finish(&lease, &record, T0 + 1).await.unwrap();
 
@@ -77,6 +85,9 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
     // THEN it fits one write unit
     println!("typical succeeded task item: {bytes} bytes");
     assert!(bytes < 1024, "{bytes} bytes: {item:?}");
+    // AND it reads back whole, the request it sent included
+    let read = store.get(&crawl, &task.task_id).await.unwrap().unwrap();
+    assert_eq!(read.fetch.as_ref(), Some(&record));
 }
 
 #[tokio::test]

@@ -112,18 +112,11 @@ impl Unwired {
     const REASON: &'static str = "not wired in this binary";
 
     fn blob_error(operation: &'static str, key: &str) -> BlobError {
-        BlobError::Backend {
-            operation,
-            key: key.to_owned(),
-            message: Self::REASON.to_owned(),
-        }
+        BlobError::backend(operation, key, Self::REASON)
     }
 
     fn queue_error(operation: &'static str) -> QueueError {
-        QueueError::Backend {
-            operation,
-            message: Self::REASON.to_owned(),
-        }
+        QueueError::backend(operation, Self::REASON)
     }
 }
 

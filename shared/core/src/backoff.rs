@@ -119,10 +119,7 @@ mod tests {
     use crate::store::StoreError;
 
     fn unavailable() -> StoreError {
-        StoreError::Unavailable {
-            operation: "Query",
-            message: "ThrottlingException".into(),
-        }
+        StoreError::unavailable("Query", "ThrottlingException")
     }
 
     #[test]
@@ -142,10 +139,7 @@ mod tests {
             max: Duration::from_millis(1),
             outage: Duration::from_millis(30),
         };
-        let denied = StoreError::Backend {
-            operation: "Query",
-            message: "AccessDeniedException".into(),
-        };
+        let denied = StoreError::backend("Query", "AccessDeniedException");
         let t0 = Instant::now();
         assert_eq!(Outage::default().after(&policy, &denied, t0), None);
         let mut outage = Outage::default();

@@ -278,10 +278,10 @@ where
             return Ok(Some((written, answer)));
         }
     }
-    Err(StoreError::Unavailable {
-        operation: "put_host",
-        message: format!("host record {name} kept changing under {HOST_WRITE_ATTEMPTS} writes"),
-    })
+    Err(StoreError::unavailable(
+        "put_host",
+        format!("host record {name} kept changing under {HOST_WRITE_ATTEMPTS} writes"),
+    ))
 }
 
 /// A host `reissue_turns` is given: by name (its record is read), or its record as the caller

@@ -16,6 +16,7 @@ pub mod app;
 pub mod backoff;
 pub mod blob;
 pub mod calls;
+pub mod cause;
 #[cfg(feature = "fetch")]
 pub mod check;
 pub mod clock;

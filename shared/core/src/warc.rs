@@ -1,16 +1,22 @@
 //! WARC/1.1 records (ISO 28500), as Heritrix and Common Crawl write them: a `warcinfo` record,
 //! then a `request` and a `response` record per page, linked by `WARC-Concurrent-To`, with sha1
 //! base32 digests. The HTTP messages are rebuilt from the fetch record (trawl keeps the status,
-//! content type, validators and body, not the raw exchange).
+//! content type, validators and body, not the raw exchange). The request shows what was sent:
+//! the crawl's User-Agent and Accept, and the method and headers the fetch record kept
+//! (`FetchRecord::sent`: custom headers, Accept-Language, cookies' names, conditional headers,
+//! credentials as `[redacted]`); a credential's value is never kept, so never written.
 //!
 //! A segment (`crate::blob::segment`) keeps each page as a `response` record standing alone; the
-//! deliverer's files (feature `deliver`) add the `warcinfo` and `request` records.
+//! deliverer's files (feature `deliver`) add the `warcinfo` and `request` records (a segment
+//! page's request names no `WARC-Concurrent-To`: its response record's id stays in the segment).
 
 #[cfg(feature = "deliver")]
 use sha1::{Digest, Sha1};
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 use trawl_domain::task::Millis;
+#[cfg(feature = "deliver")]
+use trawl_domain::task::{ACCEPT, Sent};
 
 /// Compression of WARC records: zlib's fastest level. The records carry nearly all of a
 /// delivery's bytes, and at the default level (6) compressing them was most of the delivery's
@@ -148,15 +154,29 @@ pub(crate) struct Exchange<'a> {
     pub etag: Option<&'a str>,
     pub last_modified: Option<&'a str>,
     pub user_agent: &'a str,
+    pub sent: Option<&'a Sent>,
     pub warcinfo_id: &'a str,
     pub request_id: &'a str,
     pub response_id: &'a str,
 }
 
+/// A page's request, as its `request` record shows it.
 #[cfg(feature = "deliver")]
-impl Exchange<'_> {
-    /// The whole `request` record: a GET as trawl sends it.
-    pub(crate) fn request_record(&self) -> Vec<u8> {
+pub(crate) struct Request<'a> {
+    pub target_uri: &'a str,
+    pub fetched_at: Millis,
+    pub user_agent: &'a str,
+    pub sent: Option<&'a Sent>,
+    pub warcinfo_id: &'a str,
+    pub id: &'a str,
+    /// The response record it goes with, when its id is known.
+    pub response_id: Option<&'a str>,
+}
+
+#[cfg(feature = "deliver")]
+impl Request<'_> {
+    /// The whole `request` record: the request as trawl sent it.
+    pub(crate) fn record(&self) -> Vec<u8> {
         let (target, host) = match url::Url::parse(self.target_uri) {
             Ok(url) => {
                 let mut target = url.path().to_owned();
@@ -173,31 +193,53 @@ impl Exchange<'_> {
             }
             Err(_) => (self.target_uri.to_owned(), String::new()),
         };
-        let block = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: */*\r\n\r\n",
+        let method = self.sent.and_then(|s| s.method.as_deref()).unwrap_or("GET");
+        let mut block = format!(
+            "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: {ACCEPT}\r\n",
+            field(method),
             field(&target),
             field(&host),
             field(self.user_agent)
         );
+        for (name, value) in self.sent.map(|s| s.headers.as_slice()).unwrap_or_default() {
+            let _ = write!(block, "{}: {}\r\n", field(name), field(value));
+        }
+        block.push_str("\r\n");
         let date = rfc3339(self.fetched_at);
         let digest = sha1_label(&Sha1::digest(block.as_bytes()));
-        let mut record = header(
-            &[
-                ("WARC-Type", "request"),
-                ("WARC-Record-ID", self.request_id),
-                ("WARC-Date", &date),
-                ("WARC-Target-URI", self.target_uri),
-                ("WARC-Warcinfo-ID", self.warcinfo_id),
-                ("WARC-Concurrent-To", self.response_id),
-                ("WARC-Block-Digest", &digest),
-            ],
-            "application/http; msgtype=request",
-            block.len(),
-        )
-        .into_bytes();
+        let mut fields = vec![
+            ("WARC-Type", "request"),
+            ("WARC-Record-ID", self.id),
+            ("WARC-Date", &date),
+            ("WARC-Target-URI", self.target_uri),
+            ("WARC-Warcinfo-ID", self.warcinfo_id),
+        ];
+        if let Some(response_id) = self.response_id {
+            fields.push(("WARC-Concurrent-To", response_id));
+        }
+        fields.push(("WARC-Block-Digest", &digest));
+        let mut record =
+            header(&fields, "application/http; msgtype=request", block.len()).into_bytes();
         record.extend_from_slice(block.as_bytes());
         record.extend_from_slice(RECORD_END);
         record
+    }
+}
+
+#[cfg(feature = "deliver")]
+impl Exchange<'_> {
+    /// The whole `request` record, linked to the response record.
+    pub(crate) fn request_record(&self) -> Vec<u8> {
+        Request {
+            target_uri: self.target_uri,
+            fetched_at: self.fetched_at,
+            user_agent: self.user_agent,
+            sent: self.sent,
+            warcinfo_id: self.warcinfo_id,
+            id: self.request_id,
+            response_id: Some(self.response_id),
+        }
+        .record()
     }
 
     /// The `response` record up to the payload: WARC header and HTTP header. The caller writes
@@ -400,6 +442,13 @@ mod tests {
             etag: None,
             last_modified: None,
             user_agent: "trawl",
+            sent: Some(&Sent {
+                method: Some("POST".into()),
+                headers: vec![
+                    ("x-client".into(), "a\r\nX-Injected: 2".into()),
+                    ("authorization".into(), "[redacted]".into()),
+                ],
+            }),
             warcinfo_id: "<urn:uuid:i>",
             request_id: "<urn:uuid:q>",
             response_id: "<urn:uuid:r>",
@@ -417,7 +466,11 @@ mod tests {
         assert!(warc.contains("WARC-Date: 2027-01-15T08:00:00Z"), "{warc}");
         assert!(http.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/html  X-Injected: 1\r\n"));
         let request = String::from_utf8(exchange.request_record()).unwrap();
-        assert!(request.contains("GET /a?b=c HTTP/1.1\r\nHost: example.com:8080\r\n"));
+        assert!(request.contains("POST /a?b=c HTTP/1.1\r\nHost: example.com:8080\r\n"));
+        assert!(request.contains(&format!("User-Agent: trawl\r\nAccept: {ACCEPT}\r\n")));
+        assert!(
+            request.contains("x-client: a  X-Injected: 2\r\nauthorization: [redacted]\r\n\r\n")
+        );
         assert!(request.contains("WARC-Concurrent-To: <urn:uuid:r>"));
     }
 }

@@ -232,6 +232,36 @@ pub struct FetchRecord {
     /// from one merely fetched again by it. None: a record from before trawl kept it.
     #[serde(rename = "first", default, skip_serializing_if = "Option::is_none")]
     pub first_at: Option<Millis>,
+    /// What the request that brought the stored content sent beyond every request of its crawl
+    /// (None: a GET with the crawl's User-Agent and Accept only, or a record from before trawl
+    /// kept it). The delivered WARC's `request` record shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Sent>,
+}
+
+/// A request as sent, beyond its URL, User-Agent and Accept (which every request of a crawl
+/// carries, and the WARC rebuilds): its method when not GET and its other headers in order,
+/// credential values replaced by [`REDACTED`] (Authorization, Proxy-Authorization, every
+/// cookie's value: the names stay).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sent {
+    #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(rename = "h", default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+}
+
+/// The Accept header of every page request.
+pub const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8";
+
+/// What a credential's value is recorded as.
+pub const REDACTED: &str = "[redacted]";
+
+impl Sent {
+    /// None when there is nothing beyond a plain GET to keep.
+    pub fn kept(self) -> Option<Sent> {
+        (self.method.is_some() || !self.headers.is_empty()).then_some(self)
+    }
 }
 
 /// A byte range of a segment: the gzip members holding one page's WARC records — its response

@@ -116,17 +116,11 @@ mod tests {
     }
 
     fn unavailable() -> StoreError {
-        StoreError::Unavailable {
-            operation: "PutItem",
-            message: "throttled".into(),
-        }
+        StoreError::unavailable("PutItem", "throttled")
     }
 
     fn denied() -> StoreError {
-        StoreError::Backend {
-            operation: "PutItem",
-            message: "AccessDenied".into(),
-        }
+        StoreError::backend("PutItem", "AccessDenied")
     }
 
     #[test]

@@ -215,10 +215,10 @@ impl PortFaults {
         match to_lose.get_mut(operation) {
             Some(n) if *n > 0 && written.is_ok() => {
                 *n -= 1;
-                Err(StoreError::Unavailable {
+                Err(StoreError::unavailable(
                     operation,
-                    message: "answer lost (trawl-faults)".to_owned(),
-                })
+                    "answer lost (trawl-faults)",
+                ))
             }
             _ => written,
         }
@@ -312,17 +312,13 @@ impl PortFaults {
     async fn store_call(&self, operation: &'static str) -> StoreResult<()> {
         self.before()
             .await
-            .map_err(|message| StoreError::Unavailable { operation, message })
+            .map_err(|message| StoreError::unavailable(operation, message))
     }
 
     async fn blob_call(&self, operation: &'static str, key: &str) -> BlobResult<()> {
         self.before()
             .await
-            .map_err(|message| BlobError::Unavailable {
-                operation,
-                key: key.to_owned(),
-                message,
-            })
+            .map_err(|message| BlobError::unavailable(operation, key, message))
     }
 }
 

@@ -80,9 +80,10 @@ where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let message = describe(&e);
-    if is_retryable(&e) {
-        StoreError::Unavailable { operation, message }
+    let error = if is_retryable(&e) {
+        StoreError::unavailable(operation, message)
     } else {
-        StoreError::Backend { operation, message }
-    }
+        StoreError::backend(operation, message)
+    };
+    error.caused_by(e)
 }

@@ -22,10 +22,8 @@ fn n(v: impl ToString) -> AttributeValue {
 }
 
 fn encode<T: Serialize>(value: &T) -> StoreResult<AttributeValue> {
-    serde_dynamo::aws_sdk_dynamodb_1::to_attribute_value(value).map_err(|e| StoreError::Backend {
-        operation: "encode",
-        message: e.to_string(),
-    })
+    serde_dynamo::aws_sdk_dynamodb_1::to_attribute_value(value)
+        .map_err(|e| StoreError::backend("encode", e.to_string()).caused_by(e))
 }
 
 /// An update expression of its SET, REMOVE and ADD parts (empty when all are).

@@ -61,10 +61,7 @@ impl HostStore for DynamoStore {
             .set_keys(Some(keys))
             .consistent_read(true)
             .build()
-            .map_err(|e| StoreError::Backend {
-                operation: "BatchGetItem",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
         let mut found: Vec<Item> = Vec::new();
         for attempt in 0..8u32 {
             self.calls.record(Call::DynamoBatchGetItem);
@@ -88,10 +85,10 @@ impl HostStore for DynamoStore {
                 _ => return items::host_counts_of(crawl_id, &found),
             }
         }
-        Err(StoreError::Unavailable {
-            operation: "BatchGetItem",
-            message: "unprocessed keys remain".into(),
-        })
+        Err(StoreError::unavailable(
+            "BatchGetItem",
+            "unprocessed keys remain",
+        ))
     }
 
     async fn add_seeded(
@@ -208,10 +205,7 @@ impl HostStore for DynamoStore {
                 })
             })
             .transpose()
-            .map_err(|e| StoreError::Backend {
-                operation: "Query",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::backend("Query", e.to_string()).caused_by(e))?;
         Ok(HostPage { hosts, cursor })
     }
 
@@ -343,10 +337,9 @@ impl DynamoStore {
                 .expression_attribute_names("#v", "version")
                 .expression_attribute_values(":v", n(host.version))
         };
-        update.build().map_err(|e| StoreError::Backend {
-            operation: "UpdateItem",
-            message: e.to_string(),
-        })
+        update
+            .build()
+            .map_err(|e| StoreError::backend("UpdateItem", e.to_string()).caused_by(e))
     }
 
     /// The host's update and its shard's host counts, in one transaction.
@@ -369,10 +362,7 @@ impl DynamoStore {
             .expression_attribute_values(":hosts", n(counted.hosts))
             .expression_attribute_values(":open", n(counted.open))
             .build()
-            .map_err(|e| StoreError::Backend {
-                operation: "TransactWriteItems",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::backend("TransactWriteItems", e.to_string()).caused_by(e))?;
         self.calls.record(Call::DynamoTransactWriteItems);
         let result = self
             .client

@@ -151,10 +151,8 @@ fn corrupt(item: &Item, e: impl std::fmt::Display) -> StoreError {
 }
 
 fn encode_item<T: Serialize>(value: &T) -> StoreResult<Item> {
-    serde_dynamo::aws_sdk_dynamodb_1::to_item(value).map_err(|e| StoreError::Backend {
-        operation: "encode",
-        message: e.to_string(),
-    })
+    serde_dynamo::aws_sdk_dynamodb_1::to_item(value)
+        .map_err(|e| StoreError::backend("encode", e.to_string()).caused_by(e))
 }
 
 /// A task item.

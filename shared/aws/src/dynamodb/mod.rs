@@ -399,10 +399,7 @@ impl DynamoStore {
                 })
             })
             .transpose()
-            .map_err(|e| StoreError::Backend {
-                operation: "Query",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::backend("Query", e.to_string()).caused_by(e))?;
         Ok(TaskPage { tasks, cursor })
     }
 
@@ -542,10 +539,7 @@ impl DynamoStore {
                     .key("pk", pk)
                     .build()
                     .map(|d| WriteRequest::builder().delete_request(d).build())
-                    .map_err(|e| StoreError::Backend {
-                        operation: "BatchWriteItem",
-                        message: e.to_string(),
-                    })
+                    .map_err(|e| StoreError::backend("BatchWriteItem", e.to_string()).caused_by(e))
             })
             .collect::<StoreResult<Vec<_>>>()?;
         for attempt in 0..8u32 {
@@ -568,9 +562,9 @@ impl DynamoStore {
                 tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
             }
         }
-        Err(StoreError::Unavailable {
-            operation: "BatchWriteItem",
-            message: "unprocessed items remain".into(),
-        })
+        Err(StoreError::unavailable(
+            "BatchWriteItem",
+            "unprocessed items remain",
+        ))
     }
 }

@@ -69,11 +69,8 @@ pub const TABLE: TableDef = TableDef {
     ],
 };
 
-fn build_err(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend {
-        operation: "CreateTable",
-        message: e.to_string(),
-    }
+fn build_err(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::backend("CreateTable", e.to_string()).caused_by(e)
 }
 
 /// Creates the table (on-demand) with its status and host indexes, and waits until it is active.
@@ -147,8 +144,8 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    Err(StoreError::Unavailable {
-        operation: "CreateTable",
-        message: format!("{table} not active after 10 s"),
-    })
+    Err(StoreError::unavailable(
+        "CreateTable",
+        format!("{table} not active after 10 s"),
+    ))
 }

@@ -132,10 +132,7 @@ impl TaskRecords for DynamoStore {
                     .projection_expression("#pk")
                     .expression_attribute_names("#pk", "pk")
                     .build()
-                    .map_err(|e| StoreError::Backend {
-                        operation: "BatchGetItem",
-                        message: e.to_string(),
-                    })?;
+                    .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
                 self.calls.record(Call::DynamoBatchGetItem);
                 let out = self
                     .client
@@ -160,10 +157,10 @@ impl TaskRecords for DynamoStore {
                 }
             }
             if !keys.is_empty() {
-                return Err(StoreError::Unavailable {
-                    operation: "BatchGetItem",
-                    message: "unprocessed keys remain".into(),
-                });
+                return Err(StoreError::unavailable(
+                    "BatchGetItem",
+                    "unprocessed keys remain",
+                ));
             }
         }
         Ok(ids
@@ -262,10 +259,7 @@ impl TaskRecords for DynamoStore {
         let cursor = (cursor.shard < self.shards)
             .then(|| serde_json::to_string(&cursor))
             .transpose()
-            .map_err(|e| StoreError::Backend {
-                operation: "Query",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::backend("Query", e.to_string()).caused_by(e))?;
         Ok(TaskPage { tasks, cursor })
     }
 

@@ -38,26 +38,24 @@ impl std::fmt::Debug for S3BlobStore {
     }
 }
 
-/// Maps an SDK error by its type (`crate::errors`).
+/// Maps an SDK error by its type (`crate::errors`), keeping it as the source.
 fn map_err<E>(operation: &'static str, key: &str, e: SdkError<E, HttpResponse>) -> BlobError
 where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
-    let retryable = crate::errors::is_retryable(&e);
-    let message = crate::errors::describe(&e);
-    let key = key.to_owned();
-    if retryable {
-        BlobError::Unavailable {
-            operation,
-            key,
-            message,
-        }
+    classify(operation, key, &e).caused_by(e)
+}
+
+/// The error an SDK error maps to, without its source (the caller gives it one).
+fn classify<E>(operation: &'static str, key: &str, e: &SdkError<E, HttpResponse>) -> BlobError
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+{
+    let message = crate::errors::describe(e);
+    if crate::errors::is_retryable(e) {
+        BlobError::unavailable(operation, key, message)
     } else {
-        BlobError::Backend {
-            operation,
-            key,
-            message,
-        }
+        BlobError::backend(operation, key, message)
     }
 }
 
@@ -149,11 +147,11 @@ impl BlobStore for S3BlobStore {
         };
         let body = collect_body(key, out.body).await?;
         if body.len() as u64 != length {
-            return Err(BlobError::Backend {
-                operation: "GetObject",
-                key: key.to_owned(),
-                message: format!("{} bytes at {offset}, {length} asked for", body.len()),
-            });
+            return Err(BlobError::backend(
+                "GetObject",
+                key,
+                format!("{} bytes at {offset}, {length} asked for", body.len()),
+            ));
         }
         Ok(Some(body))
     }
@@ -266,10 +264,8 @@ impl S3Upload {
             .send()
             .await
             .map_err(|e| map_err("CreateMultipartUpload", &self.key, e))?;
-        let id = out.upload_id.ok_or_else(|| BlobError::Backend {
-            operation: "CreateMultipartUpload",
-            key: self.key.clone(),
-            message: "no upload id".into(),
+        let id = out.upload_id.ok_or_else(|| {
+            BlobError::backend("CreateMultipartUpload", &self.key, "no upload id")
         })?;
         self.upload_id = Some(id.clone());
         Ok(id)
@@ -371,9 +367,5 @@ async fn collect_body(key: &str, body: aws_sdk_s3::primitives::ByteStream) -> Bl
     body.collect()
         .await
         .map(|data| data.into_bytes())
-        .map_err(|e| BlobError::Unavailable {
-            operation: "GetObject",
-            key: key.to_owned(),
-            message: e.to_string(),
-        })
+        .map_err(|e| BlobError::unavailable("GetObject", key, e.to_string()).caused_by(e))
 }

@@ -9,13 +9,13 @@
 //! share PUTs, however many there are. A turn whose pages come one at a time still PUTs each on
 //! its own; a PUT per turn needs the turn to seal its segment before its finishes (issue 29).
 
-use super::{S3BlobStore, map_err};
+use super::{S3BlobStore, classify};
 use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 use md5::{Digest, Md5};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 use trawl_core::blob::{Appended, BlobError, BlobResult};
 use trawl_domain::calls::Call;
@@ -65,10 +65,8 @@ impl S3BlobStore {
             }
         }
         // The holder was dropped mid-PUT: the outcome is unknown, and a retry appends anew.
-        answer.await.map_err(|_| BlobError::Unavailable {
-            operation: "PutObject",
-            key: dir.to_owned(),
-            message: "the segment's PUT was abandoned".to_owned(),
+        answer.await.map_err(|_| {
+            BlobError::unavailable("PutObject", dir, "the segment's PUT was abandoned")
         })?
     }
 
@@ -113,14 +111,15 @@ impl S3BlobStore {
             .body(ByteStream::from(bytes))
             .send()
             .await
-            .map_err(|e| map_err("PutObject", &key, e));
+            .map_err(Arc::new);
         for (waiting, span) in group.into_iter().zip(spans) {
             let answer = match &put {
                 Ok(_) => Ok(Appended {
                     key: key.clone(),
                     span,
                 }),
-                Err(e) => Err(e.clone()),
+                // One failed PUT answers every append in it: each keeps the SDK's error, shared.
+                Err(e) => Err(classify("PutObject", &key, e).caused_by(Arc::clone(e))),
             };
             // An append whose caller gave up needs no answer.
             let _ = waiting.reply.send(answer);

@@ -1,5 +1,6 @@
 //! Completion notices on the SQS delivery queue (a standard queue).
 
+use super::build_err;
 use std::sync::Arc;
 use trawl_core::queue::QueueError;
 use trawl_core::sweep::{CompletionNotice, DeliveryTrigger};
@@ -29,16 +30,12 @@ impl SqsDeliveryTrigger {
 
 impl DeliveryTrigger for SqsDeliveryTrigger {
     async fn trigger(&self, notice: &CompletionNotice) -> Result<(), QueueError> {
-        let backend = |message: String| QueueError::Backend {
-            operation: "SendMessageBatch",
-            message,
-        };
-        let body = serde_json::to_string(notice).map_err(|e| backend(e.to_string()))?;
+        let body = serde_json::to_string(notice).map_err(|e| build_err("SendMessageBatch", e))?;
         let entry = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
             .id("0")
             .message_body(body)
             .build()
-            .map_err(|e| backend(e.to_string()))?;
+            .map_err(|e| build_err("SendMessageBatch", e))?;
         self.calls.record(Call::SqsSendMessageBatch);
         let out = self
             .client
@@ -50,10 +47,10 @@ impl DeliveryTrigger for SqsDeliveryTrigger {
             .map_err(|e| super::map_err("SendMessageBatch", e))?;
         match out.failed().first() {
             None => Ok(()),
-            Some(f) => Err(QueueError::Unavailable {
-                operation: "SendMessageBatch",
-                message: format!("{}: {}", f.code(), f.message().unwrap_or_default()),
-            }),
+            Some(f) => Err(QueueError::unavailable(
+                "SendMessageBatch",
+                format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+            )),
         }
     }
 }

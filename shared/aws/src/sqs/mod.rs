@@ -91,18 +91,19 @@ where
 {
     let retryable = crate::errors::is_retryable(&e);
     let message = crate::errors::describe(&e);
-    if retryable {
-        QueueError::Unavailable { operation, message }
+    let error = if retryable {
+        QueueError::unavailable(operation, message)
     } else {
-        QueueError::Backend { operation, message }
-    }
+        QueueError::backend(operation, message)
+    };
+    error.caused_by(e)
 }
 
-fn build_err(operation: &'static str, e: impl std::fmt::Display) -> QueueError {
-    QueueError::Backend {
-        operation,
-        message: e.to_string(),
-    }
+fn build_err(
+    operation: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> QueueError {
+    QueueError::backend(operation, e.to_string()).caused_by(e)
 }
 
 impl SqsQueue {

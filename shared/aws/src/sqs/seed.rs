@@ -55,14 +55,14 @@ impl SeedQueue for SqsSeedQueue {
             .map_err(|e| map_err(OPERATION, e))?;
         match out.failed().first() {
             None => Ok(()),
-            Some(failed) => Err(QueueError::Unavailable {
-                operation: OPERATION,
-                message: format!(
+            Some(failed) => Err(QueueError::unavailable(
+                OPERATION,
+                format!(
                     "{}: {}",
                     failed.code(),
                     failed.message().unwrap_or_default()
                 ),
-            }),
+            )),
         }
     }
 }

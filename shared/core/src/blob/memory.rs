@@ -87,14 +87,14 @@ impl BlobStore for MemoryBlobStore {
             .and_then(|(from, to)| bytes.get(from..to).map(|_| from..to));
         match range {
             Some(range) => Ok(Some(bytes.slice(range))),
-            None => Err(BlobError::Backend {
-                operation: "get_range",
-                key: key.to_owned(),
-                message: format!(
+            None => Err(BlobError::backend(
+                "get_range",
+                key,
+                format!(
                     "{length} bytes at {offset} reach past its {} bytes",
                     bytes.len()
                 ),
-            }),
+            )),
         }
     }
 

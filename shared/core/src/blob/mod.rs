@@ -21,6 +21,7 @@ pub mod memory;
 pub mod segment;
 
 use crate::backoff::Transient;
+use crate::cause::Cause;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -31,7 +32,7 @@ use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Span};
 
-#[derive(Debug, Clone, Error)]
+#[derive(Debug, Error)]
 pub enum BlobError {
     /// Throttled, timed out or unreachable: retrying later may succeed.
     #[error("{operation} {key}: unavailable: {message}")]
@@ -39,12 +40,16 @@ pub enum BlobError {
         operation: &'static str,
         key: String,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
     #[error("{operation} {key}: {message}")]
     Backend {
         operation: &'static str,
         key: String,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
     /// A key that would escape the store (local directory) or is otherwise unusable.
     #[error("invalid key {0:?}")]
@@ -52,6 +57,35 @@ pub enum BlobError {
 }
 
 impl BlobError {
+    /// A failure on `key` that may pass if retried later.
+    pub fn unavailable(operation: &'static str, key: &str, message: impl Into<String>) -> Self {
+        BlobError::Unavailable {
+            operation,
+            key: key.to_owned(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure on `key` that will not pass by retrying.
+    pub fn backend(operation: &'static str, key: &str, message: impl Into<String>) -> Self {
+        BlobError::Backend {
+            operation,
+            key: key.to_owned(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, keeping `cause` as its source (an invalid key has none).
+    pub fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+        if let BlobError::Unavailable { source, .. } | BlobError::Backend { source, .. } = &mut self
+        {
+            *source = Some(cause.into());
+        }
+        self
+    }
+
     pub fn is_retryable(&self) -> bool {
         matches!(self, BlobError::Unavailable { .. })
     }
@@ -117,11 +151,8 @@ pub const AT_REST_MARK: &str = "trawl: body gzip-compressed at rest";
 
 /// `body` gzip-compressed for storage, marked as trawl's own.
 pub fn compress(operation: &'static str, key: &str, body: &[u8]) -> BlobResult<Bytes> {
-    let failed = |e: std::io::Error| BlobError::Backend {
-        operation,
-        key: key.to_owned(),
-        message: format!("gzip: {e}"),
-    };
+    let failed =
+        |e: std::io::Error| BlobError::backend(operation, key, format!("gzip: {e}")).caused_by(e);
     let mut gz = flate2::GzBuilder::new()
         .comment(AT_REST_MARK)
         .write(Vec::with_capacity(body.len() / 4), Compression::default());
@@ -132,13 +163,9 @@ pub fn compress(operation: &'static str, key: &str, body: &[u8]) -> BlobResult<B
 /// The body a store keeps compressed, decompressed.
 pub fn decompress(operation: &'static str, key: &str, stored: &[u8]) -> BlobResult<Bytes> {
     let mut body = Vec::with_capacity(stored.len() * 4);
-    GzDecoder::new(stored)
-        .read_to_end(&mut body)
-        .map_err(|e| BlobError::Backend {
-            operation,
-            key: key.to_owned(),
-            message: format!("stored gzip body unreadable: {e}"),
-        })?;
+    GzDecoder::new(stored).read_to_end(&mut body).map_err(|e| {
+        BlobError::backend(operation, key, format!("stored gzip body unreadable: {e}")).caused_by(e)
+    })?;
     Ok(Bytes::from(body))
 }
 

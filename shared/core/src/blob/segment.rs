@@ -54,10 +54,8 @@ pub fn encode(page: &Page<'_>) -> BlobResult<Encoded> {
     let body = page.body.bytes();
     let id = warc::record_id();
     let head = stored.response_head(&id, body.len());
-    let failed = |e: std::io::Error| BlobError::Backend {
-        operation: "encode",
-        key: page.target_uri.to_owned(),
-        message: format!("gzip: {e}"),
+    let failed = |e: std::io::Error| {
+        BlobError::backend("encode", page.target_uri, format!("gzip: {e}")).caused_by(e)
     };
     let mut out = Vec::with_capacity(body.len() / 3 + 512);
     crate::gz::fast_member(&[&head, body, warc::RECORD_END], &mut out).map_err(failed)?;
@@ -80,15 +78,11 @@ pub struct Decoded {
 
 /// The page in `stored` (a span read from the segment at `key`).
 pub fn decode(key: &str, stored: &[u8]) -> BlobResult<Decoded> {
-    let corrupt = |message: String| BlobError::Backend {
-        operation: "decode",
-        key: key.to_owned(),
-        message,
-    };
+    let corrupt = |message: String| BlobError::backend("decode", key, message);
     let mut data = Vec::with_capacity(stored.len() * 4);
     MultiGzDecoder::new(stored)
         .read_to_end(&mut data)
-        .map_err(|e| corrupt(format!("span not gzip: {e}")))?;
+        .map_err(|e| corrupt(format!("span not gzip: {e}")).caused_by(e))?;
     let records = warc::records(&data).map_err(corrupt)?;
     let mut body = None;
     let mut items = None;

@@ -894,13 +894,16 @@ impl<P: Ports> Crawler<P> {
             }
             FetchOutcome::NotModified(not_modified) => {
                 // The stored content stands: refresh the validators, no PUT.
-                let record = fetched::not_modified(
-                    previous,
-                    not_modified.etag,
-                    not_modified.last_modified,
-                    &revisit,
-                    now,
-                );
+                let record = FetchRecord {
+                    sent: not_modified.sent,
+                    ..fetched::not_modified(
+                        previous,
+                        not_modified.etag,
+                        not_modified.last_modified,
+                        &revisit,
+                        now,
+                    )
+                };
                 self.record_bodiless(context, task, lease, &url, record, Outcome::Unchanged)
                     .await
             }
@@ -948,7 +951,10 @@ impl<P: Ports> Crawler<P> {
                     new_links = self.discover(context, task, links, outbox, held).await?;
                 }
                 let changed = fetched::changed(&revisit, unchanged, new_links);
-                let record = fetched::scheduled(record, previous, changed, &revisit, now);
+                let record = FetchRecord {
+                    sent: page.sent,
+                    ..fetched::scheduled(record, previous, changed, &revisit, now)
+                };
                 let bytes = record.content_length;
                 let items = reading.items.and_then(items_json);
                 let page_body = page.body.map(|body| PageBody {

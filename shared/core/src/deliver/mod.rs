@@ -435,6 +435,8 @@ pub struct Deliverer<P: Ports> {
     /// Prepended to object keys in the manifest: `s3://bucket`, or the blob store's directory.
     uri_base: String,
     limits: DeliveryLimits,
+    /// The caller writes the store alone, no crawl running ([`Deliverer::sole_writer`]).
+    sole_writer: bool,
 }
 
 impl<P: Ports> std::ops::Deref for Deliverer<P> {
@@ -657,7 +659,18 @@ impl<P: Ports> Deliverer<P> {
             app,
             uri_base: uri_base.into(),
             limits,
+            sole_writer: false,
         }
+    }
+
+    /// A deliverer whose caller is the only writer of the store and runs no crawl meanwhile
+    /// (the CLI on its locked data directory, once its crawl run has ended). No finish can then
+    /// be on its way, so the orphan clean-up spares no young object (`orphans`, rule 2): a
+    /// body that a killed run wrote and never recorded is removed by the next delivery, however
+    /// soon it follows the kill.
+    pub fn sole_writer(mut self) -> Self {
+        self.sole_writer = true;
+        self
     }
 
     /// Delivers `generation` of the crawl (its current one when None) to the end, or returns the
@@ -1271,9 +1284,20 @@ impl<P: Ports> Deliverer<P> {
             BodyLookup::Records(records) => {
                 // Read by reference: the stored members are the WARC's, byte for byte (their
                 // gzip checksums go with them), so the body is neither inflated nor hashed.
+                let request = warc::Request {
+                    target_uri: fetch.final_url.as_deref().unwrap_or(&task.url),
+                    fetched_at: fetch.fetched_at,
+                    user_agent: &crawl.config.user_agent,
+                    sent: fetch.sent.as_ref(),
+                    warcinfo_id: &segment.warcinfo_id,
+                    id: &warc::record_id(),
+                    response_id: None,
+                };
+                segment.pages.write(&request.record()).await?;
+                segment.pages.end_member().await?;
                 let count = fetch.span.map_or(1, |s| s.records());
                 segment.pages.copy_members(&records, count).await?;
-                segment.records += count;
+                segment.records += count + 1;
                 tally.warc.pages += 1;
                 tally.page_bytes += fetch.content_length;
                 return Ok(());
@@ -1300,6 +1324,7 @@ impl<P: Ports> Deliverer<P> {
             etag: fetch.etag.as_deref(),
             last_modified: fetch.last_modified.as_deref(),
             user_agent: &crawl.config.user_agent,
+            sent: fetch.sent.as_ref(),
             warcinfo_id: &segment.warcinfo_id,
             request_id: &request_id,
             response_id: &response_id,
@@ -1398,12 +1423,17 @@ impl<P: Ports> Deliverer<P> {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
+            let min_age_ms = if self.sole_writer {
+                0
+            } else {
+                crawl.config.lease_ms
+            };
             let cleaned = orphans::clean_page(
                 &self.store,
                 &self.blobs,
                 &self.layout,
                 &crawl.id,
-                crawl.config.lease_ms,
+                min_age_ms,
                 start_after.as_deref(),
                 now,
             )
@@ -1671,11 +1701,7 @@ mod tests {
             if key.contains("/attr=html/") {
                 let read = self.reads.fetch_add(1, Ordering::SeqCst);
                 if read < self.failures {
-                    return Err(BlobError::Unavailable {
-                        operation: "GetObject",
-                        key: key.to_owned(),
-                        message: "streaming error".into(),
-                    });
+                    return Err(BlobError::unavailable("GetObject", key, "streaming error"));
                 }
             }
             self.inner.get(key).await

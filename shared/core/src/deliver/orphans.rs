@@ -17,6 +17,10 @@
 //!    while it holds the task's lease and finishes within it, so a younger object may be about
 //!    to be pointed at (its writer's finish on its way); an older one's writer has finished,
 //!    been fenced out, or died. Writing the same key again (the same content) makes it young.
+//!    A delivery whose caller is the store's only writer, with no crawl running
+//!    (`Deliverer::sole_writer`: the CLI on its locked data directory), has no finish on its
+//!    way: every object written before it is old enough. So a local crawl killed between a PUT
+//!    and its finish, then resumed to completion, is left with no orphan.
 //!
 //! The task is read after its objects are listed, so a pointer set meanwhile is seen. Keys that
 //! do not follow the layout are never touched. Cost: one listing call per `PAGE` objects, one
@@ -47,15 +51,15 @@ pub fn task_of(crawl_prefix: &str, key: &str) -> Option<TaskId> {
 }
 
 /// Whether `object` (of a task whose state is `task`) is an orphan to delete at `now`: rules 1
-/// and 2 above.
-pub fn is_orphan(object: &Listed, task: Option<&Task>, lease_ms: u64, now: Millis) -> bool {
+/// and 2 above, an object younger than `min_age_ms` (the crawl's lease) being spared.
+pub fn is_orphan(object: &Listed, task: Option<&Task>, min_age_ms: u64, now: Millis) -> bool {
     let pointed = task
         .and_then(|t| t.fetch.as_ref())
         .and_then(|f| f.object_key.as_deref())
         .is_some_and(|key| key == object.key || Layout::items_key_of(key) == object.key);
     let old = object
         .modified
-        .saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX))
+        .saturating_add(i64::try_from(min_age_ms).unwrap_or(i64::MAX))
         < now;
     !pointed && old
 }
@@ -71,13 +75,14 @@ pub(crate) struct Cleaned {
     pub segments: Vec<(String, u64)>,
 }
 
-/// One page of the clean-up of `crawl_id`'s objects, after `start_after`.
+/// One page of the clean-up of `crawl_id`'s objects, after `start_after`: an object younger
+/// than `min_age_ms` is spared (rule 2).
 pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,
     crawl_id: &CrawlId,
-    lease_ms: u64,
+    min_age_ms: u64,
     start_after: Option<&str>,
     now: Millis,
 ) -> Result<Cleaned, DeliverError> {
@@ -109,7 +114,7 @@ pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
             orphans.extend(
                 objects
                     .iter()
-                    .filter(|o| is_orphan(o, task.as_ref(), lease_ms, now))
+                    .filter(|o| is_orphan(o, task.as_ref(), min_age_ms, now))
                     .map(|o| o.key.as_str()),
             );
         }

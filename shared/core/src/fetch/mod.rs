@@ -37,11 +37,10 @@ use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, UrlError};
 use trawl_domain::crawl::{CrawlConfig, DEFAULT_USER_AGENT};
 use trawl_domain::retry::{Failure, parse_retry_after};
-use trawl_domain::task::{ErrorKind, FetchRecord, Millis};
+use trawl_domain::task::{ACCEPT, ErrorKind, FetchRecord, Millis, Sent};
 
 /// Clients kept per distinct connect timeout (crawls rarely differ; this bounds odd configs).
 const MAX_CLIENTS: usize = 8;
-const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8";
 
 /// The HTTP client could not be built (TLS backend initialisation).
 #[derive(Debug, Error)]
@@ -112,6 +111,8 @@ pub struct FetchedPage {
     /// The body, when its type is stored (HTML or one of `store_content_types`); other types are
     /// recorded without being downloaded.
     pub body: Option<Body>,
+    /// What the request that got this answer sent (None: nothing beyond a plain GET).
+    pub sent: Option<Sent>,
 }
 
 impl FetchedPage {
@@ -131,6 +132,15 @@ pub struct NotModified {
     pub redirects: u8,
     pub etag: Option<String>,
     pub last_modified: Option<String>,
+    /// What the conditional request sent.
+    pub sent: Option<Sent>,
+}
+
+/// The last hop of a redirect chain: its URL, the hops before it, what its request sent.
+struct FinalHop {
+    url: CanonicalUrl,
+    redirects: u8,
+    sent: Option<Sent>,
 }
 
 /// Fetches pages; build one per process and share it.
@@ -258,12 +268,19 @@ impl Fetcher {
                 .previous
                 .filter(|_| url.as_str() == conditional_url && plan.method == Method::GET);
             let jar = self.jars.of(req.crawl_id, &url, &limits.cookies);
-            let response = self
+            let (response, sent) = self
                 .send(&url, req.config, &plan, previous, jar.as_deref(), deadline)
                 .await?;
             let status = response.status();
             let next = match Hop::of(&response, &url) {
-                Hop::Final => break self.finish(response, url, redirects, req, deadline).await,
+                Hop::Final => {
+                    let hop = FinalHop {
+                        url,
+                        redirects,
+                        sent: sent.kept(),
+                    };
+                    break self.finish(response, hop, req, deadline).await;
+                }
                 Hop::Redirect(next) => next.map_err(|e| {
                     with_status(
                         Failure::new(
@@ -317,11 +334,15 @@ impl Fetcher {
     async fn finish(
         &self,
         response: Response,
-        final_url: CanonicalUrl,
-        redirects: u8,
+        hop: FinalHop,
         req: &FetchRequest<'_>,
         deadline: Instant,
     ) -> Result<FetchOutcome, Failure> {
+        let FinalHop {
+            url: final_url,
+            redirects,
+            sent,
+        } = hop;
         let status = response.status();
         let headers = response.headers();
         let etag = header_string(headers, header::ETAG);
@@ -332,6 +353,7 @@ impl Fetcher {
                 redirects,
                 etag,
                 last_modified,
+                sent,
             }));
         }
         if !status.is_success() {
@@ -364,6 +386,7 @@ impl Fetcher {
             etag,
             last_modified,
             body: None,
+            sent,
         };
         if !stored {
             return Ok(FetchOutcome::Fetched(page));
@@ -397,7 +420,7 @@ impl Fetcher {
 
     /// Sends one request (no redirect following), directly or through the crawl's proxies,
     /// after checking the target against the network guard; keeps the cookies it sets in `jar`
-    /// (the crawl's, when it keeps one).
+    /// (the crawl's, when it keeps one). Answers what the request sent too.
     async fn send(
         &self,
         url: &CanonicalUrl,
@@ -406,19 +429,20 @@ impl Fetcher {
         previous: Option<&FetchRecord>,
         jar: Option<&Jar>,
         deadline: Instant,
-    ) -> Result<Response, Failure> {
+    ) -> Result<(Response, Sent), Failure> {
         self.check_guard(url, config)?;
         let guarded = !config.fetch.allow_private_networks;
         let connect_ms = config.fetch.connect_timeout_ms;
-        let response = if config.fetch.proxies.is_empty() {
+        let (response, sent) = if config.fetch.proxies.is_empty() {
             let client = self.client(guarded, connect_ms)?;
             let request = self
                 .prepare(&client, url, config, plan, previous, jar)
                 .await?;
-            match tokio::time::timeout_at(deadline, request.send()).await {
+            let sent = request::sent(&request);
+            match tokio::time::timeout_at(deadline, client.execute(request)).await {
                 Err(_) => return Err(timed_out()),
                 Ok(Err(e)) => return Err(classify(&e)),
-                Ok(Ok(response)) => response,
+                Ok(Ok(response)) => (response, sent),
             }
         } else {
             self.send_through_proxies(url, config, plan, previous, jar, deadline)
@@ -428,7 +452,7 @@ impl Fetcher {
             let mut set = response.headers().get_all(header::SET_COOKIE).iter();
             jar.set_cookies(&mut set, url.as_url());
         }
-        Ok(response)
+        Ok((response, sent))
     }
 
     /// Sends through the first healthy proxy in the crawl's rotation order; a proxy that fails
@@ -441,7 +465,7 @@ impl Fetcher {
         previous: Option<&FetchRecord>,
         jar: Option<&Jar>,
         deadline: Instant,
-    ) -> Result<Response, Failure> {
+    ) -> Result<(Response, Sent), Failure> {
         let fetch = &config.fetch;
         let guarded = !fetch.allow_private_networks;
         if guarded {
@@ -466,7 +490,8 @@ impl Fetcher {
                 .await?;
             let mode = proxy::Mode::of(&entry.url, url);
             self.proxies.record_request(&entry.url);
-            let fault = match tokio::time::timeout_at(deadline, request.send()).await {
+            let sent = request::sent(&request);
+            let fault = match tokio::time::timeout_at(deadline, client.execute(request)).await {
                 Err(_) => return Err(timed_out()),
                 Ok(Err(e)) => {
                     let mut failure = classify(&e);
@@ -480,7 +505,7 @@ impl Fetcher {
                     let status = response.status();
                     if !proxy::status_is_proxys(status, mode) {
                         self.proxies.record_success(&entry.url);
-                        return Ok(response);
+                        return Ok((response, sent));
                     }
                     format!("HTTP {} from the proxy", status.as_u16())
                 }
@@ -494,7 +519,8 @@ impl Fetcher {
     }
 
     /// The request to `url` on `client`, with everything the crawl sends: User-Agent, the
-    /// plan's method, headers and body, credentials, cookies and conditional headers.
+    /// plan's method, headers and body, credentials, cookies and conditional headers. Built
+    /// here, so that what it sends is known before it is sent.
     async fn prepare(
         &self,
         client: &Client,
@@ -503,7 +529,7 @@ impl Fetcher {
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
         jar: Option<&Jar>,
-    ) -> Result<reqwest::RequestBuilder, Failure> {
+    ) -> Result<reqwest::Request, Failure> {
         let request = client
             .request(plan.method.clone(), url.as_str())
             .header(header::USER_AGENT, self.user_agent(config))
@@ -521,7 +547,7 @@ impl Fetcher {
                 request = request.header(header::IF_MODIFIED_SINCE, lm);
             }
         }
-        Ok(request)
+        request.build().map_err(|e| classify(&e))
     }
 
     fn user_agent<'a>(&'a self, config: &'a CrawlConfig) -> &'a str {

@@ -28,7 +28,7 @@ use trawl_domain::crawl::{
     Cookies, FetchLimits, HostAuth, HttpMethod, JarScope, RequestBody, SecretRef, UrlRule,
 };
 use trawl_domain::retry::Failure;
-use trawl_domain::task::ErrorKind;
+use trawl_domain::task::{ErrorKind, REDACTED, Sent};
 
 /// Most URL rules a crawl may have (each fetch matches its URL against all of them).
 pub const MAX_URL_RULES: usize = 100;
@@ -179,6 +179,42 @@ impl RuleSets {
 
 fn rule_pattern(rule: &UrlRule) -> Result<String, String> {
     crate::revisit::url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())
+}
+
+/// What `request` sends beyond its URL, User-Agent and Accept, credentials redacted: the
+/// values of Authorization, Proxy-Authorization and of every header marked sensitive, and
+/// each cookie's value (its name is kept).
+pub(crate) fn sent(request: &reqwest::Request) -> Sent {
+    let method = (request.method() != Method::GET).then(|| request.method().as_str().to_owned());
+    let headers = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| **name != header::USER_AGENT && **name != header::ACCEPT)
+        .map(|(name, value)| (name.as_str().to_owned(), redacted(name, value)))
+        .collect();
+    Sent { method, headers }
+}
+
+fn redacted(name: &HeaderName, value: &HeaderValue) -> String {
+    let text = String::from_utf8_lossy(value.as_bytes());
+    if *name == header::COOKIE {
+        return text
+            .split(';')
+            .filter_map(|pair| {
+                let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
+                (!name.is_empty()).then(|| format!("{name}={REDACTED}"))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    let credential = value.is_sensitive()
+        || *name == header::AUTHORIZATION
+        || *name == header::PROXY_AUTHORIZATION;
+    if credential {
+        REDACTED.to_owned()
+    } else {
+        text.into_owned()
+    }
 }
 
 /// Adds the credentials configured for `url`'s host, looked up now.

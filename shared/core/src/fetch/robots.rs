@@ -160,7 +160,7 @@ impl Fetcher {
                 .send(&robots_url, config, &plan, None, None, deadline)
                 .await
             {
-                Ok(r) => r,
+                Ok((response, _sent)) => response,
                 // The origin itself is forbidden, or the crawl's request settings for it cannot
                 // be followed (credentials missing): the page fetch fails for that reason, not
                 // as "robots.txt unavailable", which would be retried.

@@ -8,6 +8,7 @@
 pub mod local;
 
 use crate::backoff::{Backoff, Transient, persist};
+use crate::cause::Cause;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
@@ -109,12 +110,44 @@ pub enum QueueError {
     Unavailable {
         operation: &'static str,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
     #[error("{operation}: {message}")]
     Backend {
         operation: &'static str,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
+}
+
+impl QueueError {
+    /// A failure that may pass if retried later.
+    pub fn unavailable(operation: &'static str, message: impl Into<String>) -> Self {
+        QueueError::Unavailable {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure that will not pass by retrying.
+    pub fn backend(operation: &'static str, message: impl Into<String>) -> Self {
+        QueueError::Backend {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, keeping `cause` as its source.
+    pub fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+        let (QueueError::Unavailable { source, .. } | QueueError::Backend { source, .. }) =
+            &mut self;
+        *source = Some(cause.into());
+        self
+    }
 }
 
 impl Transient for QueueError {

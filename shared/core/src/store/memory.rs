@@ -61,9 +61,8 @@ impl MemoryStore {
         operation: &'static str,
         work: impl FnOnce(&mut Tables) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let mut tables = self.tables.lock().map_err(|_| StoreError::Backend {
-            operation,
-            message: "store lock poisoned by a panicked call".to_owned(),
+        let mut tables = self.tables.lock().map_err(|_| {
+            StoreError::backend(operation, "store lock poisoned by a panicked call")
         })?;
         work(&mut tables)
     }

@@ -29,6 +29,7 @@ mod task;
 pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
 use crate::backoff::Transient;
+use crate::cause::Cause;
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
@@ -49,12 +50,16 @@ pub enum StoreError {
     Unavailable {
         operation: &'static str,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
     /// Any other backend error (bad request, missing table, access denied …).
     #[error("{operation}: {message}")]
     Backend {
         operation: &'static str,
         message: String,
+        #[source]
+        source: Option<Cause>,
     },
     /// A stored item that does not decode.
     #[error("corrupt item {key}: {reason}")]
@@ -68,6 +73,35 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A failure that may pass if retried later.
+    pub fn unavailable(operation: &'static str, message: impl Into<String>) -> Self {
+        StoreError::Unavailable {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure that will not pass by retrying.
+    pub fn backend(operation: &'static str, message: impl Into<String>) -> Self {
+        StoreError::Backend {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, keeping `cause` as its source (a variant without one is returned as is:
+    /// its message says all there is).
+    pub fn caused_by(mut self, cause: impl Into<Cause>) -> Self {
+        if let StoreError::Unavailable { source, .. } | StoreError::Backend { source, .. } =
+            &mut self
+        {
+            *source = Some(cause.into());
+        }
+        self
+    }
+
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
     }

@@ -312,10 +312,10 @@ async fn claim_with<S: TaskRecords + ?Sized>(
         }
         Applied::Refused { current } => match transition::claimable(current.as_ref(), now) {
             Err(why) => Ok(ClaimOutcome::Rejected(why)),
-            Ok(()) => Err(StoreError::Backend {
-                operation: update.event.name(),
-                message: format!("claim of {task_id} refused although the task is claimable"),
-            }),
+            Ok(()) => Err(StoreError::backend(
+                update.event.name(),
+                format!("claim of {task_id} refused although the task is claimable"),
+            )),
         },
     }
 }

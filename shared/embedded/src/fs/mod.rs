@@ -52,12 +52,8 @@ fn segments(key: &str) -> BlobResult<Vec<&str>> {
     Ok(parts)
 }
 
-fn io_error(operation: &'static str, key: &str, e: &std::io::Error) -> BlobError {
-    BlobError::Backend {
-        operation,
-        key: key.to_owned(),
-        message: e.to_string(),
-    }
+fn io_error(operation: &'static str, key: &str, e: std::io::Error) -> BlobError {
+    BlobError::backend(operation, key, e.to_string()).caused_by(e)
 }
 
 /// A file name no other writer in this or another process is using.
@@ -188,12 +184,10 @@ async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> BlobResult<T> {
     match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map_err(|e| io_error(operation, key, &e)),
-        Err(e) => Err(BlobError::Backend {
-            operation,
-            key: key.to_owned(),
-            message: format!("blocking task failed: {e}"),
-        }),
+        Ok(result) => result.map_err(|e| io_error(operation, key, e)),
+        Err(e) => Err(
+            BlobError::backend(operation, key, format!("blocking task failed: {e}")).caused_by(e),
+        ),
     }
 }
 
@@ -212,7 +206,7 @@ impl BlobStore for FsBlobStore {
         match fs::read(&path).await {
             Ok(stored) => from_rest("get", key, Bytes::from(stored)).map(Some),
             Err(e) if e.kind() == IoErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_error("get", key, &e)),
+            Err(e) => Err(io_error("get", key, e)),
         }
     }
 
@@ -227,17 +221,13 @@ impl BlobStore for FsBlobStore {
             records,
             reply,
         };
-        let stopped = || BlobError::Backend {
-            operation: "append",
-            key: dir.to_owned(),
-            message: "the segment writer stopped".to_owned(),
-        };
+        let stopped = || BlobError::backend("append", dir, "the segment writer stopped");
         let writer = self
             .segment_writer()
-            .map_err(|e| io_error("append", dir, &e))?;
+            .map_err(|e| io_error("append", dir, e))?;
         writer.send(append).map_err(|_| stopped())?;
         match answer.await {
-            Ok(appended) => appended.map_err(|e| io_error("append", dir, &e)),
+            Ok(appended) => appended.map_err(|e| io_error("append", dir, e)),
             Err(_) => Err(stopped()),
         }
     }
@@ -255,7 +245,7 @@ impl BlobStore for FsBlobStore {
         match fs::remove_file(&path).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == IoErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error("delete", key, &e)),
+            Err(e) => Err(io_error("delete", key, e)),
         }
     }
 
@@ -281,12 +271,12 @@ impl BlobStore for FsBlobStore {
                 {
                     continue;
                 }
-                Err(e) => return Err(io_error("list", prefix, &e)),
+                Err(e) => return Err(io_error("list", prefix, e)),
             };
             while let Some(entry) = entries
                 .next_entry()
                 .await
-                .map_err(|e| io_error("list", prefix, &e))?
+                .map_err(|e| io_error("list", prefix, e))?
             {
                 let Ok(name) = entry.file_name().into_string() else {
                     continue; // not a key this store wrote
@@ -302,7 +292,7 @@ impl BlobStore for FsBlobStore {
                 let file_type = entry
                     .file_type()
                     .await
-                    .map_err(|e| io_error("list", prefix, &e))?;
+                    .map_err(|e| io_error("list", prefix, e))?;
                 if file_type.is_dir() {
                     // Only descend where keys under the prefix can be.
                     if key.starts_with(prefix) || prefix.starts_with(&format!("{key}/")) {
@@ -450,11 +440,9 @@ struct FsUpload {
 impl FsUpload {
     /// The file, unless an earlier write lost it.
     fn take_file(&mut self) -> BlobResult<std::fs::File> {
-        self.file.take().ok_or_else(|| BlobError::Backend {
-            operation: "upload",
-            key: self.key.clone(),
-            message: "an earlier write failed".to_owned(),
-        })
+        self.file
+            .take()
+            .ok_or_else(|| BlobError::backend("upload", &self.key, "an earlier write failed"))
     }
 
     /// Writes the buffer to the file, in one task of the blocking pool.
@@ -499,7 +487,7 @@ impl BlobUpload for FsUpload {
         match fs::remove_file(&self.temp).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == IoErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error("abort", &self.key, &e)),
+            Err(e) => Err(io_error("abort", &self.key, e)),
         }
     }
 }
@@ -596,6 +584,26 @@ mod tests {
         // AND nothing was written beside the store
         let siblings: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
         assert!(siblings.len() <= 1, "{siblings:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_keeps_the_file_systems_error_as_its_source() {
+        // GIVEN a store holding an object under `crawl=c1/`
+        let dir = TempDir::new("cause");
+        let store = store(&dir);
+        store.put(KEY, Body::new(&b"x"[..]), &meta()).await.unwrap();
+
+        // WHEN a directory is read as an object
+        let failed = store.get("crawl=c1").await.unwrap_err();
+
+        // THEN the message names the key, and the source is the I/O error itself
+        assert!(matches!(failed, BlobError::Backend { .. }), "{failed:?}");
+        assert!(failed.to_string().starts_with("get crawl=c1: "), "{failed}");
+        let source = std::error::Error::source(&failed).expect("a source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(io.kind(), IoErrorKind::IsADirectory);
     }
 
     #[tokio::test]

@@ -212,12 +212,13 @@ fn schema_of(conn: &Connection) -> rusqlite::Result<Schema> {
 
 fn sql_error(operation: &'static str, e: rusqlite::Error) -> StoreError {
     let message = e.to_string();
-    match e.sqlite_error_code() {
+    let error = match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            StoreError::Unavailable { operation, message }
+            StoreError::unavailable(operation, message)
         }
-        _ => StoreError::Backend { operation, message },
-    }
+        _ => StoreError::backend(operation, message),
+    };
+    error.caused_by(e)
 }
 
 /// What SQLite's `quick_check` finds wrong with the database, on one line (None: nothing). A
@@ -297,10 +298,9 @@ fn inspect(path: &Path) -> Result<FileState, OpenError> {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileState::Missing),
         Err(e) => {
-            return Err(OpenError::Store(StoreError::Backend {
-                operation: "open",
-                message: format!("cannot read {}: {e}", shown()),
-            }));
+            return Err(OpenError::Store(
+                StoreError::backend("open", format!("cannot read {}: {e}", shown())).caused_by(e),
+            ));
         }
     };
     let mut header = Vec::with_capacity(SQLITE_HEADER_BYTES);
@@ -316,10 +316,9 @@ fn inspect(path: &Path) -> Result<FileState, OpenError> {
             "not a trawl database (cut short: {n} bytes, less than a SQLite header)"
         ))),
         Ok(_) => Ok(FileState::Sqlite),
-        Err(e) => Err(OpenError::Store(StoreError::Backend {
-            operation: "open",
-            message: format!("cannot read {}: {e}", shown()),
-        })),
+        Err(e) => Err(OpenError::Store(
+            StoreError::backend("open", format!("cannot read {}: {e}", shown())).caused_by(e),
+        )),
     }
 }
 
@@ -396,10 +395,10 @@ impl SqliteStore {
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(open)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(OpenError::Store(StoreError::Backend {
-                operation: "open",
-                message: format!("cannot use WAL journal (got {mode})"),
-            }));
+            return Err(OpenError::Store(StoreError::backend(
+                "open",
+                format!("cannot use WAL journal (got {mode})"),
+            )));
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open)?;
@@ -460,22 +459,20 @@ impl SqliteStore {
             }
             SCHEMA_VERSION => {}
             other => {
-                return Err(SchemaError::Store(StoreError::Backend {
-                    operation: "schema",
-                    message: format!(
-                        "database schema version {other}, this trawl knows {SCHEMA_VERSION}"
-                    ),
-                }));
+                return Err(SchemaError::Store(StoreError::backend(
+                    "schema",
+                    format!("database schema version {other}, this trawl knows {SCHEMA_VERSION}"),
+                )));
             }
         }
         tx.commit().map_err(schema)?;
         // Room for every statement the store prepares, so that none is parsed twice.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let writer = writer::Writer::start(conn).map_err(|e| {
-            SchemaError::Store(StoreError::Backend {
-                operation: "open",
-                message: format!("cannot start the database thread: {e}"),
-            })
+            SchemaError::Store(
+                StoreError::backend("open", format!("cannot start the database thread: {e}"))
+                    .caused_by(e),
+            )
         })?;
         Ok(Self {
             writer,
@@ -526,10 +523,8 @@ fn saturating_i64(n: u64) -> i64 {
 }
 
 fn encode<T: Serialize>(what: &'static str, value: &T) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Backend {
-        operation: what,
-        message: format!("cannot encode: {e}"),
-    })
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::backend(what, format!("cannot encode: {e}")).caused_by(e))
 }
 
 fn corrupt(key: &str, reason: impl Into<String>) -> StoreError {
@@ -866,6 +861,30 @@ mod tests {
 
         // THEN exactly one holds the lease: the write lock made read-decide-write atomic
         assert_eq!(winners, 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_keeps_sqlites_error_as_its_source() {
+        // GIVEN a store whose tasks table another connection dropped
+        let dir = TempDir::new("cause");
+        let store = SqliteStore::open(dir.db(), Arc::new(CallCounts::default())).unwrap();
+        let task = seeded_task(&store).await;
+        Connection::open(dir.db())
+            .unwrap()
+            .execute_batch("DROP TABLE tasks")
+            .unwrap();
+
+        // WHEN a task is read
+        let failed = store.get(&crawl_id(), &task).await.unwrap_err();
+
+        // THEN the one-line message stays, and the source is SQLite's own error
+        assert!(matches!(failed, StoreError::Backend { .. }), "{failed:?}");
+        assert_eq!(failed.to_string(), "get: no such table: tasks");
+        let source = std::error::Error::source(&failed).expect("a source");
+        assert!(
+            source.downcast_ref::<rusqlite::Error>().is_some(),
+            "{source:?}"
+        );
     }
 
     #[tokio::test]

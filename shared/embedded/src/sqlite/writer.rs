@@ -11,7 +11,7 @@
 
 use super::{DbError, DbResult, sql_error};
 use rusqlite::{Connection, ErrorCode};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 use trawl_core::store::{StoreError, StoreResult};
 
@@ -53,10 +53,7 @@ impl Writer {
             result: None,
             reply,
         });
-        let gone = || StoreError::Backend {
-            operation,
-            message: "the database thread has stopped".to_owned(),
-        };
+        let gone = || StoreError::backend(operation, "the database thread has stopped");
         self.jobs.send(job).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
@@ -66,25 +63,32 @@ impl Writer {
 struct GroupFailure {
     message: String,
     retryable: bool,
+    /// SQLite's error, shared by every job of the group.
+    cause: Option<Arc<rusqlite::Error>>,
 }
 
 impl GroupFailure {
-    fn of(e: &rusqlite::Error) -> Self {
+    fn of(e: rusqlite::Error) -> Self {
         Self {
             message: e.to_string(),
             retryable: matches!(
                 e.sqlite_error_code(),
                 Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
             ),
+            cause: Some(Arc::new(e)),
         }
     }
 
     fn error(&self, operation: &'static str) -> StoreError {
         let message = self.message.clone();
-        if self.retryable {
-            StoreError::Unavailable { operation, message }
+        let error = if self.retryable {
+            StoreError::unavailable(operation, message)
         } else {
-            StoreError::Backend { operation, message }
+            StoreError::backend(operation, message)
+        };
+        match &self.cause {
+            Some(cause) => error.caused_by(Arc::clone(cause)),
+            None => error,
         }
     }
 }
@@ -138,10 +142,7 @@ where
             (None, Some(Ok(value))) => Ok(value),
             (None, Some(Err(DbError::Sql(e)))) => Err(sql_error(operation, e)),
             (None, Some(Err(DbError::Store(e)))) => Err(e),
-            (None, None) => Err(StoreError::Backend {
-                operation,
-                message: "never ran".to_owned(),
-            }),
+            (None, None) => Err(StoreError::backend(operation, "never ran")),
         };
         // The caller may be gone (its future dropped): then nobody is waiting.
         let _ = self.reply.send(answer);
@@ -169,15 +170,11 @@ fn serve(mut conn: Connection, queue: mpsc::Receiver<Box<dyn Job>>) {
 fn run_group(conn: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), GroupFailure> {
     let writes = group.iter().any(|job| job.writes());
     let begin = if writes { "BEGIN IMMEDIATE" } else { "BEGIN" };
-    conn.execute_batch(begin)
-        .map_err(|e| GroupFailure::of(&e))?;
+    conn.execute_batch(begin).map_err(GroupFailure::of)?;
     let ran = group
         .iter_mut()
         .try_for_each(|job| run_job(conn, job.as_mut()));
-    let ended = ran.and_then(|()| {
-        conn.execute_batch("COMMIT")
-            .map_err(|e| GroupFailure::of(&e))
-    });
+    let ended = ran.and_then(|()| conn.execute_batch("COMMIT").map_err(GroupFailure::of));
     if ended.is_err() && !conn.is_autocommit() {
         // Best effort: SQLite may have undone it already.
         let _ = conn.execute_batch("ROLLBACK");
@@ -191,7 +188,7 @@ fn run_job(conn: &Connection, job: &mut dyn Job) -> Result<(), GroupFailure> {
         conn.prepare_cached(sql)
             .and_then(|mut s| s.execute([]))
             .map(drop)
-            .map_err(|e| GroupFailure::of(&e))
+            .map_err(GroupFailure::of)
     };
     if !job.writes() {
         job.run(conn);
@@ -207,6 +204,7 @@ fn run_job(conn: &Connection, job: &mut dyn Job) -> Result<(), GroupFailure> {
         return Err(GroupFailure {
             message: "the transaction was rolled back after a failed statement".to_owned(),
             retryable: false,
+            cause: None,
         });
     }
     statement("ROLLBACK TO job")?;
