@@ -580,3 +580,89 @@ async fn a_redirect_target_also_linked_is_fetched_once_on_aws() {
 async fn a_redirect_target_also_linked_is_fetched_once_embedded() {
     a_redirect_target_also_linked_is_fetched_once(on_embedded).await;
 }
+
+/// Two hosts under `max_host_tasks` (the rules' override is a unit test of the domain: both
+/// sites here are 127.0.0.1, which a domain rule cannot tell apart).
+async fn a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
+    // GIVEN a crawl limiting each host to 3 URLs; the first host's first page links to four
+    // more of its pages
+    let (a, b) = (Site::start().await, Site::start().await);
+    let links: String = (5..9)
+        .map(|i| format!("<a href=\"/{i}\">{i}</a>"))
+        .collect();
+    a.route("/0", Route::html(links));
+    for i in 1..9 {
+        a.route(&format!("/{i}"), Route::html("<p>a</p>"));
+    }
+    for i in 0..9 {
+        b.route(&format!("/{i}"), Route::html("<p>b</p>"));
+    }
+    let mut config = config(&[&a, &b]);
+    config.scope.follow_links = true;
+    config.politeness.max_host_tasks = Some(3);
+    let run = Run::start(start().await, config).await;
+    let seed = |urls: Vec<String>| {
+        let tasks = urls
+            .iter()
+            .map(|u| NewTask {
+                url: CanonicalUrl::parse(u).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(
+            run.crawler.store(),
+            run.crawler.queue(),
+            &run.crawl,
+            tasks,
+            now_ms(),
+        )
+    };
+
+    // WHEN 5 URLs of the first host and 7 of the second are seeded
+    let mut urls: Vec<String> = (0..5).map(|i| a.url(&format!("/{i}"))).collect();
+    urls.extend((0..7).map(|i| b.url(&format!("/{i}"))));
+    let report = seed(urls).await.unwrap();
+
+    // THEN each host takes up to its limit, in the order given, and the rest is deferred
+    assert_eq!((report.accepted, report.deferred), (6, 6), "{report:?}");
+    let exists = async |url: String| {
+        let id = CanonicalUrl::parse(&url).unwrap().task_id();
+        run.crawler
+            .store()
+            .get(&run.crawl.id, &id)
+            .await
+            .unwrap()
+            .is_some()
+    };
+    for i in 0..9 {
+        assert_eq!(exists(a.url(&format!("/{i}"))).await, i < 3, "a/{i}");
+        assert_eq!(exists(b.url(&format!("/{i}"))).await, i < 3, "b/{i}");
+    }
+
+    // WHEN more are seeded to a full host, and its pages' links are followed
+    let again = seed(vec![a.url("/3"), b.url("/8")]).await.unwrap();
+    run.drain().await;
+
+    // THEN nothing more was added to either: the links to the full host were deferred too
+    assert_eq!((again.accepted, again.deferred), (0, 2), "{again:?}");
+    for i in 3..9 {
+        assert!(!exists(a.url(&format!("/{i}"))).await, "a/{i}");
+    }
+    assert_eq!(run.host(&a).await.seeded, 3);
+    assert_eq!(run.host(&b).await.seeded, 3);
+    assert_eq!(a.hits("/0"), 1);
+}
+
+#[tokio::test]
+async fn a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred_on_aws() {
+    a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred(on_aws).await;
+}
+
+#[tokio::test]
+async fn a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred_embedded() {
+    a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred(on_embedded).await;
+}

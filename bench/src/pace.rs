@@ -60,6 +60,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         // flight, as a rule for a fast host would give.
         per_host: Some(4),
         turn_pages: Some(FAST_TURN_PAGES),
+        max_host_tasks: None,
     }];
     // A slow host's turn ends within the window (its hold on the host, less a fetch window).
     config.lease_ms = 30_000;

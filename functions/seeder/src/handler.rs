@@ -174,6 +174,7 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
                     accepted = response.accepted,
                     already_known = response.already_known,
                     over_budget = response.over_budget,
+                    deferred = response.deferred,
                     rejected = response.rejected,
                     enqueue_failed = response.enqueue_failed,
                     unfinished = response.cursor.is_some(),

@@ -23,6 +23,8 @@ use trawl_domain::task::{Millis, NewTask};
 
 /// Read-decide-write rounds on one host record before giving up as contended.
 const HOST_WRITE_ATTEMPTS: usize = 8;
+/// Host records read at once to apply the hosts' task limits (`max_host_tasks`).
+const HOST_READ_PARALLELISM: usize = 16;
 /// Host records re-issued at once (`reissue_turns`): as many as the DynamoDB adapter reads at
 /// once while listing hosts.
 const REISSUE_PARALLELISM: usize = 16;
@@ -53,6 +55,9 @@ pub struct SeedReport {
     pub already_known: u64,
     /// URLs past the crawl's `max_pages` budget (not added).
     pub over_budget: u64,
+    /// URLs past their host's `max_host_tasks` (not added; a later fetch of a page linking to
+    /// them finds them again, should the limit allow them then).
+    pub deferred: u64,
     /// URLs that were not valid, with the reason.
     pub rejected: Vec<UrlError>,
     /// Hosts whose turn message could not be sent (the sweeper will re-issue it).
@@ -64,6 +69,7 @@ impl SeedReport {
         self.accepted += other.accepted;
         self.already_known += other.already_known;
         self.over_budget += other.over_budget;
+        self.deferred += other.deferred;
         self.rejected.extend(other.rejected);
         self.enqueue_failed.extend(other.enqueue_failed);
     }
@@ -140,6 +146,11 @@ where
         .filter_map(|(task, known)| (!known).then_some(task))
         .collect();
     report.already_known = seen.len() as u64 - tasks.len() as u64;
+    if crawl.config.politeness.caps_hosts() {
+        let before = tasks.len();
+        tasks = within_host_limits(store, crawl, tasks).await?;
+        report.deferred = (before - tasks.len()) as u64;
+    }
     let reserved = match crawl.config.scope.max_pages {
         Some(max) => {
             let granted = store
@@ -182,6 +193,44 @@ where
             .await?;
     }
     Ok((report, messages, held_offered))
+}
+
+/// `tasks` (new ones) without those past their host's `max_host_tasks`: a read of each host's
+/// record (its `seeded` count), made only for a crawl that limits its hosts.
+async fn within_host_limits<S: HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    tasks: Vec<NewTask>,
+) -> StoreResult<Vec<NewTask>> {
+    let mut wanted: BTreeMap<String, u64> = BTreeMap::new();
+    for task in &tasks {
+        *wanted.entry(task.url.host_key()).or_default() += 1;
+    }
+    let politeness = &crawl.config.politeness;
+    let mut room: BTreeMap<String, u64> = futures_util::stream::iter(wanted)
+        .map(|(name, n)| async move {
+            let seeded = store
+                .get_host(&crawl.id, &name)
+                .await?
+                .map_or(0, |host| host.seeded);
+            let room = politeness.host_room(&name, seeded, n);
+            Ok::<_, StoreError>((name, room))
+        })
+        .buffer_unordered(HOST_READ_PARALLELISM)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<StoreResult<_>>()?;
+    Ok(tasks
+        .into_iter()
+        .filter(|task| match room.get_mut(&task.url.host_key()) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        })
+        .collect())
 }
 
 /// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither

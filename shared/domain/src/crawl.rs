@@ -85,6 +85,12 @@ pub struct Politeness {
     pub error_budget: u32,
     /// Most pages one turn of a host fetches before handing the host back.
     pub turn_pages: u32,
+    /// Most URLs one host may hold in the crawl (None: no limit). URLs found past it are not
+    /// added (counted as deferred): one link pattern (share links, calendars, session ids)
+    /// cannot grow a host's backlog without end. A soft limit: concurrent seeders, and the
+    /// links of the host's own running turn, may pass it by a batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_host_tasks: Option<u64>,
     /// Per-domain overrides, first match wins: a big site may be given a faster pace.
     pub rules: Vec<HostRule>,
 }
@@ -101,6 +107,7 @@ impl Default for Politeness {
             snooze_max_ms: 3_600_000,
             error_budget: 8,
             turn_pages: 50,
+            max_host_tasks: None,
             rules: Vec::new(),
         }
     }
@@ -120,6 +127,9 @@ pub struct HostRule {
     /// its time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_pages: Option<u32>,
+    /// Most URLs one host of the domain may hold (`Politeness::max_host_tasks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_host_tasks: Option<u64>,
 }
 
 impl HostRule {
@@ -139,6 +149,21 @@ impl HostRule {
 }
 
 impl Politeness {
+    /// Whether any host of the crawl has a task limit (`max_host_tasks`).
+    pub fn caps_hosts(&self) -> bool {
+        self.max_host_tasks.is_some() || self.rules.iter().any(|r| r.max_host_tasks.is_some())
+    }
+
+    /// Of `n` new URLs for `host`, which holds `seeded` already, how many may be added: all
+    /// of them below its limit (`max_host_tasks`, the first matching rule's first), none at it.
+    pub fn host_room(&self, host: &str, seeded: u64, n: u64) -> u64 {
+        let rule = self.rules.iter().find(|r| r.matches(host));
+        match rule.and_then(|r| r.max_host_tasks).or(self.max_host_tasks) {
+            Some(max) => n.min(max.saturating_sub(seeded)),
+            None => n,
+        }
+    }
+
     /// How `host` is paced and when it is given up: the crawl's settings, overridden by the
     /// first rule matching it.
     pub fn host_policy(&self, host: &str) -> crate::host::HostPolicy {
@@ -771,6 +796,26 @@ pub fn readmits(old: &CrawlConfig, new: &CrawlConfig, refused: crate::task::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hosts_room_is_what_its_limit_leaves_a_rule_first() {
+        let mut politeness = Politeness::default();
+        assert!(!politeness.caps_hosts());
+        assert_eq!(politeness.host_room("a.example", 1_000_000, 7), 7);
+        politeness.max_host_tasks = Some(10);
+        politeness.rules = vec![HostRule {
+            domain: "big.example".into(),
+            delay_ms: None,
+            per_host: None,
+            turn_pages: None,
+            max_host_tasks: Some(100),
+        }];
+        assert!(politeness.caps_hosts());
+        assert_eq!(politeness.host_room("a.example", 8, 7), 2);
+        assert_eq!(politeness.host_room("a.example", 12, 7), 0);
+        assert_eq!(politeness.host_room("www.big.example:8080", 12, 7), 7);
+        assert_eq!(politeness.host_room("big.example", 98, 7), 2);
+    }
 
     #[test]
     fn an_update_readmits_what_the_loosened_setting_refused_and_nothing_else() {

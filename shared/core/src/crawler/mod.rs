@@ -1129,6 +1129,7 @@ impl<P: Ports> Crawler<P> {
             new = report.accepted,
             known = report.already_known,
             over_budget = report.over_budget,
+            deferred = report.deferred,
             "links"
         );
         Ok(report.accepted)

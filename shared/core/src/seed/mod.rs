@@ -239,6 +239,9 @@ pub struct SeedResponse {
     pub already_known: u64,
     /// URLs past the crawl's `max_pages` budget.
     pub over_budget: u64,
+    /// URLs past their host's `max_host_tasks`.
+    #[serde(default)]
+    pub deferred: u64,
     /// URLs (or lines, or sitemaps) not seeded; the first ones are listed in `rejections`.
     pub rejected: u64,
     pub rejections: Vec<Rejection>,
@@ -911,6 +914,7 @@ impl<P: Ports> Sink<'_, P> {
         r.accepted += report.accepted;
         r.already_known += report.already_known;
         r.over_budget += report.over_budget;
+        r.deferred += report.deferred;
         r.enqueue_failed += report.enqueue_failed.len() as u64;
         for e in report.rejected {
             self.reject(&e.url, e.reason.to_string());
