@@ -12,7 +12,7 @@ use crate::backoff::{Backoff, Outage, Transient};
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery};
+use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery};
 use crate::sweep::{
     LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
 };
@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CrawlId, bounded, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
+use trawl_domain::host::Host;
 use trawl_domain::task::{Millis, Status};
 
 /// How long a worker waits on an empty queue (SQS long polling: an empty queue costs one
@@ -35,6 +36,8 @@ const RECEIVE_WAIT_MS: u64 = 1_000;
 const COORDINATOR_TICK: Duration = Duration::from_millis(200);
 /// How long a queue that cannot say it is drained must stay quiet before the sweeper runs.
 const QUIET: Duration = Duration::from_millis(500);
+/// Host records read per page while rebuilding the local queue.
+const HOST_PAGE: u32 = 500;
 /// Delay before a rejected (malformed) message is offered again (until the queue dead-letters
 /// it).
 const REJECT_DELAY_MS: u64 = 30_000;
@@ -167,6 +170,18 @@ pub async fn rebuild_local_queue<S: Store, Q: WorkQueue>(
             if cursor.is_none() {
                 break;
             }
+        }
+    }
+    // Hosts the dead process left open with nothing unfinished (its last turn's message, or
+    // a turn that was handing its host back): restarted too, or the crawl would wait for the
+    // sweeper's lost-message window before it could complete.
+    let mut cursor = None;
+    loop {
+        let page = store.list_hosts(&crawl.id, cursor, HOST_PAGE).await?;
+        hosts.extend(page.hosts.into_iter().filter(Host::is_open).map(|h| h.name));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
         }
     }
     hosts.remove("");
@@ -447,6 +462,44 @@ mod tests {
     use crate::queue::local::{LocalQueue, MAX_RECEIVES};
     use crate::store::memory::MemoryStore;
     use trawl_domain::calls::CallCounts;
+
+    #[tokio::test]
+    async fn a_restart_sends_the_turn_of_a_host_left_open_with_nothing_unfinished() {
+        // GIVEN a crawl whose one host the dead process left with its message out, every task
+        // of it ended (the message died with the process's in-memory queue)
+        let store = MemoryStore::new();
+        let crawl = Crawl::new(
+            CrawlId::parse("restart").unwrap(),
+            Default::default(),
+            1_000,
+        );
+        store.create_crawl(&crawl).await.unwrap();
+        let woken = crate::frontier::update_host(&store, &crawl, "a.example", 1_000, |h| {
+            let (next, visible_at) = h.note_seeded(0, 1_000);
+            (Some(next), visible_at)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(woken.0.is_open());
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(60), calls);
+
+        // WHEN the next process rebuilds its queue
+        let sent = rebuild_local_queue(&store, &queue, &crawl, 2_000)
+            .await
+            .unwrap();
+
+        // THEN the host's turn is sent again at once (a new epoch), not left to the sweeper's
+        // lost-message window
+        assert_eq!(sent, 1);
+        let received = queue.receive(10, 0).await.unwrap();
+        let message: WorkMessage = serde_json::from_str(&received[0].body).unwrap();
+        assert_eq!(
+            (message.host.as_str(), message.epoch),
+            ("a.example", woken.0.epoch + 1)
+        );
+    }
 
     #[tokio::test]
     async fn a_malformed_turn_rejected_at_its_last_receive_is_dead_lettered_and_counted() {
