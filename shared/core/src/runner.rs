@@ -12,7 +12,7 @@ use crate::backoff::{Backoff, Outage, Transient};
 use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
-use crate::store::{ClaimOutcome, CrawlStore, HostStore, StoreError, TaskQuery};
+use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery};
 use crate::sweep::{
     LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
 };
