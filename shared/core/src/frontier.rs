@@ -9,16 +9,18 @@
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
 use crate::app::Store;
-use crate::backoff::Transient;
+use crate::backoff::{Backoff, Transient, persist};
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{HostCounts, HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
+use trawl_domain::request::RequestId;
 use trawl_domain::task::{Millis, NewTask};
 
 /// Read-decide-write rounds on one host record before giving up as contended.
@@ -186,7 +188,9 @@ where
 
 /// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither
 /// seeders of a busy host nor its own turn claims contend with it), and a wake-up when it was
-/// idle. Returns the message of its turn when it was woken.
+/// idle. Returns the message of its turn when it was woken. The add is a request
+/// (`trawl_domain::request`), tried again with its id while the store is unavailable: an offer
+/// that landed while its answer was lost is counted once.
 async fn offer<S: HostStore>(
     store: &S,
     crawl: &Crawl,
@@ -194,7 +198,16 @@ async fn offer<S: HostStore>(
     n: u64,
     now: Millis,
 ) -> StoreResult<Option<WorkMessage>> {
-    let to_add = match store.add_seeded(&crawl.id, name, n).await? {
+    let request = RequestId(fastrand::u64(..));
+    let retries = AtomicU64::new(0);
+    let offered = persist(
+        "offer URLs to their host",
+        &Backoff::BRIEF,
+        &retries,
+        || store.add_seeded(&crawl.id, name, n, request),
+    )
+    .await?;
+    let to_add = match offered {
         Some(host) if !host.is_idle(now) => return Ok(None),
         // Counted; wake it unless someone else did meanwhile.
         Some(_) => 0,
