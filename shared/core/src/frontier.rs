@@ -19,7 +19,7 @@ use thiserror::Error;
 use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
-use trawl_domain::host::Host;
+use trawl_domain::host::{Host, Turn};
 use trawl_domain::request::RequestId;
 use trawl_domain::task::{Millis, NewTask};
 
@@ -247,6 +247,33 @@ where
     S: HostStore,
 {
     update_host_from(store, crawl, name, None, now, decide).await
+}
+
+/// Renews `turn`'s hold on its host until `now + hold_ms` (`Host::renew`: a heartbeat of its
+/// live holder), deciding first over `known`, the record as the holder last wrote it (a stale
+/// one is read again). Returns the record as written, or None when the turn is no longer the
+/// host's (taken over, or re-issued after its hold ran out): its holder stops.
+pub async fn renew_turn<S: HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    known: &Host,
+    turn: &Turn,
+    now: Millis,
+    hold_ms: u64,
+) -> StoreResult<Option<Host>> {
+    let renewed = update_host_from(
+        store,
+        crawl,
+        &known.name,
+        Some(known.clone()),
+        now,
+        |h| match h.renew(turn, now, hold_ms) {
+            Some(next) => (Some(next), true),
+            None => (None, false),
+        },
+    )
+    .await?;
+    Ok(renewed.and_then(|(host, renewed)| renewed.then_some(host)))
 }
 
 /// `update_host` deciding first over `known`, the record as the caller just read it (a listing:
