@@ -669,11 +669,18 @@ impl<P: Ports> Crawler<P> {
     /// Waits until `at` (the clock's monotonic time), renewing the turn's hold on its host
     /// whenever the plan says it is due (`TurnPlan::renew_at`), so that the hold covers the
     /// fetch that starts then. False when the hold was lost (the turn was taken over, or the
-    /// renewal failed): the plan is stopped and nothing more starts.
+    /// renewal failed): the plan is stopped and nothing more starts. A stopped turn renews
+    /// nothing: it starts no fetch.
     async fn wait_holding(&self, at: Instant, hold: &Hold<'_>, state: &Mutex<TurnState>) -> bool {
         loop {
             let now = self.clock.now_ms();
-            let renew_at = lock(state).plan.renew_at();
+            let (renew_at, stopped) = {
+                let plan = &lock(state).plan;
+                (plan.renew_at(), plan.stopped())
+            };
+            if stopped {
+                return false;
+            }
             if now >= renew_at {
                 if !self.renew(hold, state).await {
                     lock(state).plan.stop();
