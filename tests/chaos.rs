@@ -573,3 +573,72 @@ async fn a_completion_whose_answer_was_lost_still_sends_its_delivery_notice() {
     assert!(!again.completed);
     assert!(trigger.take().is_empty());
 }
+
+/// The three adds that a lost answer and its retry could count twice (`trawl_domain::request`):
+/// a page reservation, a report of calls, an offer to a host. Each write of them is applied,
+/// then answers an error, as a write whose response was lost; the operation tries it again.
+async fn a_lost_answer_then_a_retry_counts_once<S: trawl_core::app::Store>(inner: S) {
+    // GIVEN a crawl limited to 10 pages, one URL of a host seeded, on a store that loses the
+    // answer of the next write of each add
+    let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
+    let store = FaultyStore {
+        inner,
+        faults: faults.clone(),
+    };
+    let mut config = trawl_domain::crawl::CrawlConfig::default();
+    config.scope.max_pages = Some(10);
+    let crawl = Crawl::new(CrawlId::parse(&unique("lost")).unwrap(), config, now_ms());
+    store.create_crawl(&crawl).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let queue = LocalQueue::new(Duration::from_secs(60), calls);
+    let task = |path: &str| NewTask {
+        url: CanonicalUrl::parse(&format!("http://lost.example{path}")).unwrap(),
+        depth: 0,
+        parent: None,
+        data: None,
+    };
+    add_tasks(&store, &queue, &crawl, vec![task("/a")], now_ms())
+        .await
+        .unwrap();
+    let before = store.get_crawl(&crawl.id).await.unwrap().unwrap();
+    for operation in ["reserve_pages", "add_seeded", "add_calls"] {
+        faults.lose_answers(operation, 1);
+    }
+
+    // WHEN a second URL of the host is added (a page slot reserved, the host offered it) and
+    // calls are reported, each write's answer lost once
+    let report = add_tasks(&store, &queue, &crawl, vec![task("/b")], now_ms())
+        .await
+        .unwrap();
+    let share = trawl_domain::calls::CallTally::from([(trawl_domain::calls::Call::S3PutObject, 2)]);
+    let totals = store.add_calls(&crawl.id, &share).await.unwrap();
+
+    // THEN each counted once: one slot more, one URL more offered, the calls once
+    assert_eq!(report.accepted, 1, "{report:?}");
+    let after = store.get_crawl(&crawl.id).await.unwrap().unwrap();
+    assert_eq!(after.pages_reserved, before.pages_reserved + 1);
+    let host = store.get_host(&crawl.id, "lost.example").await.unwrap();
+    assert_eq!(host.map(|h| (h.seeded, h.offered)), Some((2, 1)));
+    let put = trawl_domain::calls::Call::S3PutObject;
+    assert_eq!((totals[&put], after.calls[&put]), (2, 2));
+}
+
+#[tokio::test]
+async fn a_lost_answer_then_a_retry_counts_once_in_memory() {
+    a_lost_answer_then_a_retry_counts_once(trawl_core::store::memory::MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_then_a_retry_counts_once_on_sqlite() {
+    let calls = Arc::new(CallCounts::default());
+    a_lost_answer_then_a_retry_counts_once(SqliteStore::in_memory(calls).unwrap()).await;
+}
+
+/// On moto, through the real SDK: DynamoDB's idempotent transactions (moto honours their
+/// token as DynamoDB does once `tests/support/moto_server.py` patched it).
+#[tokio::test]
+async fn a_lost_answer_then_a_retry_counts_once_on_dynamodb() {
+    let moto = moto::shared();
+    let (store, _) = crate::support::dynamo_store(&moto.endpoint, 4).await;
+    a_lost_answer_then_a_retry_counts_once(store).await;
+}

@@ -1,8 +1,10 @@
 //! The host-level frontier on both backends — DynamoDB + S3 + SQS (moto) and SQLite + files +
 //! the in-process queue — against loopback sites: a failing URL holds none of its host's other
 //! URLs back, a throttled host is snoozed for every worker without spending its URLs' retries, a
-//! dead host is given up within its error budget so that the crawl completes, and a page that
-//! several links reach under different query orders, or a redirect and a link, is fetched once.
+//! dead host is given up within its error budget so that the crawl completes, a page that
+//! several links reach under different query orders, or a redirect and a link, is fetched once;
+//! and on a virtual clock (the in-memory store too), a turn's holder that dies costs its host 30 s
+//! at most while a live turn longer than that keeps its host.
 
 use crate::site::{Route, Site};
 use crate::support::{aws_stack, moto, unique};
@@ -10,12 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::app::{App, Ports};
 use trawl_core::blob::Layout;
+use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
-use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::LocalQueue;
+use trawl_core::queue::{Received, WorkMessage, WorkQueue};
+use trawl_core::store::memory::MemoryStore;
 use trawl_core::store::{CrawlStore, HostStore, TaskRecords};
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
@@ -579,6 +583,222 @@ async fn a_redirect_target_also_linked_is_fetched_once_on_aws() {
 #[tokio::test]
 async fn a_redirect_target_also_linked_is_fetched_once_embedded() {
     a_redirect_target_also_linked_is_fetched_once(on_embedded).await;
+}
+
+/// Two workers (crawler values) on one App and a virtual clock, and a crawl of five pages of
+/// one host paced 10 s apart: a turn of 40 s, longer than the 30 s hold a turn has on its host.
+struct Rivals<P: Ports> {
+    first: Crawler<P>,
+    second: Crawler<P>,
+    crawl: Crawl,
+    clock: ManualClock,
+    site: Site,
+}
+
+impl<P: Ports> Rivals<P> {
+    async fn start(app: App<P>) -> Self {
+        let site = Site::start().await;
+        let urls: Vec<String> = (0..5)
+            .map(|i| {
+                site.route(&format!("/p{i}"), Route::html(format!("<p>{i}</p>")));
+                site.url(&format!("/p{i}"))
+            })
+            .collect();
+        let mut config = config(&[&site]);
+        config.politeness.delay_ms = 10_000;
+        let clock = ManualClock::at(now_ms());
+        let app = Arc::new(
+            app.with_clock(Arc::new(clock.clone()))
+                .with_layout(Layout::new("pages")),
+        );
+        let worker = || Crawler::new(app.clone(), Arc::new(Fetcher::new("").unwrap()), 4);
+        let (first, second) = (worker(), worker());
+        let crawl = Crawl::new(CrawlId::parse(&unique("hold")).unwrap(), config, now_ms());
+        first.store().create_crawl(&crawl).await.unwrap();
+        let run = Self {
+            first,
+            second,
+            crawl,
+            clock,
+            site,
+        };
+        let tasks = urls
+            .iter()
+            .map(|u| NewTask {
+                url: CanonicalUrl::parse(u).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        let now = run.clock.now_ms();
+        add_tasks(run.first.store(), run.first.queue(), &run.crawl, tasks, now)
+            .await
+            .unwrap();
+        run
+    }
+
+    async fn host(&self) -> Host {
+        let name = CanonicalUrl::parse(&self.site.url("/")).unwrap().host_key();
+        let host = self.first.store().get_host(&self.crawl.id, &name).await;
+        host.unwrap().expect("a host record")
+    }
+
+    /// The host's turn message handed to `worker` again (redelivered, or re-issued).
+    async fn turn_again(&self, worker: &Crawler<P>) -> trawl_core::crawler::MessageResult {
+        let host = self.host().await;
+        let message = WorkMessage::new(self.crawl.id.clone(), host.name, host.epoch, 0);
+        let received = Received {
+            message_id: unique("again"),
+            receipt: unique("again"),
+            body: serde_json::to_string(&message).unwrap(),
+            receives: 2,
+        };
+        let mut results = worker.process_batch(vec![received], None).await;
+        results.remove(0)
+    }
+}
+
+/// An App on the in-memory store and blobs, and the in-process queue.
+async fn on_memory() -> App<impl Ports> {
+    let calls = Arc::new(CallCounts::default());
+    let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+    App::new(MemoryStore::new(), MemoryBlobStore::new(), queue, calls)
+}
+
+async fn a_dead_holders_host_is_taken_over_within_30_s<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
+    // GIVEN a worker whose turn on the host dies (its future dropped, as a killed process or a
+    // timed-out invocation) after its second page, mid-turn
+    let run = Rivals::start(start().await).await;
+    let batch = run.first.queue().receive(10, 1_000).await.unwrap();
+    let mut turn = Box::pin(run.first.process_batch(batch, None));
+    let died = loop {
+        // Checked between any two steps of the turn, however fast the store.
+        tokio::select! {
+            biased;
+            _ = &mut turn => panic!("the turn ended before it could be killed"),
+            _ = tokio::task::yield_now() => {
+                if run.site.total_hits() >= 2 {
+                    break run.clock.now_ms();
+                }
+            }
+        }
+    };
+    drop(turn);
+    let fetched = run.site.total_hits();
+
+    // WHEN another worker is handed the host's turn
+    let early = run.turn_again(&run.second).await;
+
+    // THEN it finds the host held for at most 30 s more, and takes it once that time has passed,
+    // fetching the rest
+    let Disposition::RetryAfter(wait) = early.disposition else {
+        panic!("the dead turn's hold is over at once: {early:?}");
+    };
+    let held = run.host().await.turn_until.expect("a turn held");
+    assert!(held - died <= 30_000, "held {} ms after death", held - died);
+    assert!(wait <= 30_000, "{wait} ms");
+    run.clock.advance(wait as i64);
+    let taken = run.turn_again(&run.second).await;
+    assert_eq!(taken.disposition, Disposition::Done, "{taken:?}");
+    let succeeded = taken
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+        .count();
+    assert!(succeeded as u64 >= 5 - fetched, "{taken:?}");
+    assert_eq!(run.host().await.token, 2);
+}
+
+#[tokio::test]
+async fn a_dead_holders_host_is_taken_over_within_30_s_in_memory() {
+    a_dead_holders_host_is_taken_over_within_30_s(on_memory).await;
+}
+
+#[tokio::test]
+async fn a_dead_holders_host_is_taken_over_within_30_s_embedded() {
+    a_dead_holders_host_is_taken_over_within_30_s(on_embedded).await;
+}
+
+#[tokio::test]
+async fn a_dead_holders_host_is_taken_over_within_30_s_on_aws() {
+    a_dead_holders_host_is_taken_over_within_30_s(on_aws).await;
+}
+
+async fn a_live_turn_longer_than_its_hold_keeps_its_host<P: Ports>(
+    start: impl AsyncFnOnce() -> App<P>,
+) {
+    // GIVEN a worker running the host's 40 s turn
+    let run = Rivals::start(start().await).await;
+    let batch = run.first.queue().receive(10, 1_000).await.unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let turn = async {
+        let results = run.first.process_batch(batch, None).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        results
+    };
+
+    // WHEN another worker is handed the host's turn again and again meanwhile
+    let rival = async {
+        let mut refused = 0;
+        // From the moment the turn holds the host.
+        while run.host().await.turn_until.is_none() {
+            tokio::task::yield_now().await;
+        }
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            // The hold is live whenever the turn is recorded…
+            let now = run.clock.now_ms();
+            let host = run.host().await;
+            if let (Some(until), 1) = (host.turn_until, host.token) {
+                assert!(until > now, "the hold ran out at {until}, seen at {now}");
+            }
+            // …and the rival gets nothing of the host (once the turn has handed it back, the
+            // rival may take it: there is nothing left to fetch then).
+            let result = run.turn_again(&run.second).await;
+            assert!(
+                !result
+                    .outcomes
+                    .iter()
+                    .any(|o| matches!(o, Outcome::Succeeded { .. })),
+                "the rival took the host at {}: {result:?}",
+                run.clock.now_ms()
+            );
+            refused += u32::from(matches!(result.disposition, Disposition::RetryAfter(_)));
+            // Between any two steps of the turn, however fast the store.
+            tokio::task::yield_now().await;
+        }
+        refused
+    };
+    let start = run.clock.now_ms();
+    let (results, refused) = tokio::join!(turn, rival);
+
+    // THEN the turn kept its host, renewing its hold, and fetched every page itself
+    assert!(refused > 0);
+    assert!(run.clock.now_ms() - start >= 40_000);
+    let succeeded = results[0]
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Succeeded { .. }))
+        .count();
+    assert_eq!(succeeded, 5, "{results:?}");
+    assert_eq!(run.site.total_hits(), 5);
+}
+
+#[tokio::test]
+async fn a_live_turn_longer_than_its_hold_keeps_its_host_in_memory() {
+    a_live_turn_longer_than_its_hold_keeps_its_host(on_memory).await;
+}
+
+#[tokio::test]
+async fn a_live_turn_longer_than_its_hold_keeps_its_host_embedded() {
+    a_live_turn_longer_than_its_hold_keeps_its_host(on_embedded).await;
+}
+
+#[tokio::test]
+async fn a_live_turn_longer_than_its_hold_keeps_its_host_on_aws() {
+    a_live_turn_longer_than_its_hold_keeps_its_host(on_aws).await;
 }
 
 /// Two hosts under `max_host_tasks` (the rules' override is a unit test of the domain: both

@@ -44,10 +44,12 @@ async fn links_found_by_many_containers_never_refuse_a_turn_of_the_most_linked_h
     assert_eq!(run.pages, 24);
     assert_eq!(run.refused_on_most_linked, 0, "{:?}", run.writes);
     // AND a page costs its seed, its finish and its share of link discovery, turns and call
-    // reports: within 8 units at this size, where 4 host records, turns of 2 or 3 pages and
+    // reports: within 9 units at this size, where 4 host records, turns of 2 or 3 pages and
     // each host going open or idle (a transaction with its shard's host counts, 4 units more
     // than a host write) weigh more than in the bench's larger runs (measured against the
-    // target of 6 there); known links are read, not put again
+    // target of 6 there); known links are read, not put again. Offers to hosts and call
+    // reports are idempotent transactions (`trawl_domain::request`), twice a write's units:
+    // about 0.8 of a page's units here (7.5 before they were)
     let per_url = run.units_per_url();
-    assert!(per_url <= 8.0, "{per_url:.2} WRU/URL: {:?}", run.writes);
+    assert!(per_url <= 9.0, "{per_url:.2} WRU/URL: {:?}", run.writes);
 }

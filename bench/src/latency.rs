@@ -13,11 +13,12 @@ use trawl_core::store::{
     Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
     StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::Call;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
+use trawl_domain::request::RequestId;
 use trawl_domain::task::Task;
 use trawl_domain::transition::{Insert, Update};
 
@@ -78,8 +79,8 @@ impl<S: CrawlRecords> CrawlRecords for Latent<S> {
         fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()>;
     }
 
-    fn own_call(&self) -> Option<Call> {
-        self.inner.own_call()
+    fn own_calls(&self) -> CallTally {
+        self.inner.own_calls()
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {
@@ -177,9 +178,10 @@ impl<S: HostStore> HostStore for Latent<S> {
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
         self.wait(1).await;
-        self.inner.add_seeded(crawl_id, name, n).await
+        self.inner.add_seeded(crawl_id, name, n, request).await
     }
 
     async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {

@@ -111,7 +111,8 @@ async fn concurrent_workers_never_exceed_the_budget<S: CrawlStore>(workers: &[S]
 async fn dynamodb_reserves_pages_in_chunks() {
     let workers = dynamo_workers(&moto::shared().endpoint, 1).await;
     let (store, calls) = &workers[0];
-    pages_are_reserved_in_chunks(store, calls, Call::DynamoUpdateItem).await;
+    // A reservation is a request: a one-item TransactWriteItems (`trawl_domain::request`).
+    pages_are_reserved_in_chunks(store, calls, Call::DynamoTransactWriteItems).await;
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 
 use crate::support::unique;
 use futures_util::future::join_all;
+use std::hash::{BuildHasher, RandomState};
 use trawl_core::frontier::update_host;
 use trawl_core::store::{
     Applied, ClaimOutcome, ClaimRejection, CrawlStore, FailOutcome, FinishOutcome, HostStore,
@@ -13,9 +14,10 @@ use trawl_core::store::{
 };
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_domain::crawl::transition as crawl_rules;
+use trawl_domain::crawl::transition::{self as crawl_rules, CrawlUpdate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::host::{Host, HostCounts, HostPolicy, NextWork, Turn};
+use trawl_domain::request::RequestId;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::Schedule;
@@ -1023,10 +1025,10 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
         crawl_rules::reopen(T0 + 6),
         crawl_rules::reopen(T0 + 7),
         crawl_rules::complete(0, "s1", T0 + 8),
-        crawl_rules::reserve_pages(3, 5),
-        crawl_rules::reserve_pages(3, 5),
+        crawl_rules::reserve_pages(3, 5, request()),
+        crawl_rules::reserve_pages(3, 5, request()),
         crawl_rules::release_pages(1),
-        crawl_rules::add_calls(&CallTally::from([(Call::S3PutObject, 2)])),
+        crawl_rules::add_calls(&CallTally::from([(Call::S3PutObject, 2)]), request()),
         crawl_rules::set_checkpoint(None),
     ];
     for update in &updates {
@@ -1035,12 +1037,17 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
         let applied = store.apply_crawl(&id, update).await.unwrap();
 
         // THEN the store applied it exactly when the domain's condition held, answering with
-        // the crawl it found, and the WHOLE stored crawl is what the domain made of it
-        let found = match &applied {
-            Applied::Done { before } => Some(before),
-            Applied::Refused { current } => current.as_ref(),
-        };
-        assert_eq!(found, Some(&before), "{:?}", update.event);
+        // the crawl it found (or, for a request a store cannot tell the first try of, the
+        // crawl it made), and the WHOLE stored crawl is what the domain made of it
+        match &applied {
+            Applied::Done { before: found } => assert_eq!(found, &before, "{:?}", update.event),
+            Applied::Refused { current } => {
+                assert_eq!(current.as_ref(), Some(&before), "{:?}", update.event);
+            }
+            Applied::Landed { current } => {
+                assert_eq!(Some(current), expected.as_ref(), "{:?}", update.event);
+            }
+        }
         assert_eq!(applied.is_done(), expected.is_some(), "{:?}", update.event);
         let stored = store.get_crawl(&id).await.unwrap().unwrap();
         assert_eq!(stored, expected.unwrap_or(before), "{:?}", update.event);
@@ -1049,7 +1056,12 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
     // AND a crawl that does not exist is refused every write, and none is created
     let missing = crawl_id();
     for update in &updates {
-        let applied = store.apply_crawl(&missing, update).await.unwrap();
+        // A request names one write of one record: another crawl's is another request.
+        let update = CrawlUpdate {
+            request: update.request.map(|_| request()),
+            ..update.clone()
+        };
+        let applied = store.apply_crawl(&missing, &update).await.unwrap();
         assert_eq!(
             applied,
             Applied::Refused { current: None },
@@ -1058,6 +1070,72 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
         );
     }
     assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
+}
+
+/// A request id of its own (`trawl_domain::request`): moto keeps tokens for ten minutes, across
+/// tests.
+fn request() -> RequestId {
+    RequestId(RandomState::new().hash_one(unique("request")))
+}
+
+pub async fn an_add_is_applied_once_however_often_its_request_is_tried<
+    S: CrawlStore + HostStore,
+>(
+    store: &S,
+) {
+    // GIVEN a crawl and a host record
+    let id = crawl_id();
+    store
+        .create_crawl(&Crawl::new(id.clone(), CrawlConfig::default(), T0))
+        .await
+        .unwrap();
+    let host = Host::new("r.example", &HostPolicy::default(), T0);
+    let counted = HostCounts::change(None, &host);
+    assert!(store.put_host(&id, &host, counted).await.unwrap());
+
+    // WHEN each add of the crawl is tried again with its request, as after a lost answer
+    let reserve = crawl_rules::reserve_pages(3, 10, request());
+    let calls = crawl_rules::add_calls(&CallTally::from([(Call::S3PutObject, 2)]), request());
+    for update in [&reserve, &calls] {
+        assert!(store.apply_crawl(&id, update).await.unwrap().is_done());
+        let after = store.get_crawl(&id).await.unwrap().unwrap();
+        let again = store.apply_crawl(&id, update).await.unwrap();
+
+        // THEN the repeat lands without changing anything, answering the crawl as it stands
+        assert_eq!(
+            again,
+            Applied::Landed {
+                current: after.clone()
+            },
+            "{:?}",
+            update.event
+        );
+        assert_eq!(store.get_crawl(&id).await.unwrap().unwrap(), after);
+    }
+    let crawl = store.get_crawl(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (crawl.pages_reserved, crawl.calls[&Call::S3PutObject]),
+        (3, 2)
+    );
+    // AND another request of the same add is another add, refused when its condition fails
+    let more = crawl_rules::reserve_pages(3, 10, request());
+    assert!(store.apply_crawl(&id, &more).await.unwrap().is_done());
+    let refused = store
+        .apply_crawl(&id, &crawl_rules::reserve_pages(5, 10, request()))
+        .await
+        .unwrap();
+    assert!(matches!(refused, Applied::Refused { current: Some(c) } if c.pages_reserved == 6));
+
+    // WHEN an offer to the host is tried again with its request
+    let offer = request();
+    let first = store.add_seeded(&id, "r.example", 2, offer).await.unwrap();
+    let again = store.add_seeded(&id, "r.example", 2, offer).await.unwrap();
+
+    // THEN it is counted once, and the repeat answers the host as it stands
+    assert_eq!(first.map(|h| h.offered), Some(2));
+    assert_eq!(again.map(|h| (h.offered, h.seeded)), Some((2, 2)));
+    let other = store.add_seeded(&id, "r.example", 1, request()).await;
+    assert_eq!(other.unwrap().map(|h| h.offered), Some(3));
 }
 
 pub async fn page_budget_is_never_exceeded<S: CrawlStore>(store: &S) {
@@ -1096,8 +1174,9 @@ pub async fn call_counts_add_up_atomically<S: CrawlStore>(store: &S) {
     let share = CallTally::from([(Call::S3PutObject, 1), (Call::SqsSendMessageBatch, 2)]);
     let adds = join_all((0..8).map(|_| store.add_calls(&id, &share))).await;
 
-    // THEN none is lost: the crawl holds the sum, plus each add's own write when the backend
-    // counts its calls (one call of one kind per add)
+    // THEN none is lost: the crawl holds the sum, plus each add's own calls when the backend
+    // counts its calls (one call of each of its kinds per add: a write, and on DynamoDB the
+    // read of the totals)
     for totals in &adds {
         assert!(totals.as_ref().unwrap()[&Call::S3PutObject] <= 8);
     }
@@ -1108,7 +1187,10 @@ pub async fn call_counts_add_up_atomically<S: CrawlStore>(store: &S) {
         .iter()
         .filter(|(call, _)| !share.contains_key(call))
         .collect();
-    assert!(own.is_empty() || matches!(own[..], [(_, 8)]), "{own:?}");
+    assert!(
+        own.len() <= 2 && own.iter().all(|(_, n)| **n == 8),
+        "{own:?}"
+    );
     // AND the last add returned the totals as they now stand, which listing shows too
     let listed = store.list_crawls(None).await.unwrap();
     assert_eq!(listed.iter().find(|c| c.id == id).unwrap().calls, calls);
@@ -1643,7 +1725,7 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
     );
     assert_eq!(
         store
-            .add_seeded(&crawl.id, "none.example", 1)
+            .add_seeded(&crawl.id, "none.example", 1, request())
             .await
             .unwrap(),
         None
@@ -1656,7 +1738,7 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
 
     // WHEN other workers offer it 3 URLs
     let offered = store
-        .add_seeded(&crawl.id, "o.example", 3)
+        .add_seeded(&crawl.id, "o.example", 3, request())
         .await
         .unwrap()
         .unwrap();
@@ -1693,7 +1775,10 @@ pub async fn offers_leave_the_version_alone_and_no_write_overwrites_them<S: Host
     let change = HostCounts::change(Some(&stored), &claimed);
     assert!(store.put_host(&crawl.id, &claimed, change).await.unwrap());
     let at_claim = read(store, &crawl.id).await;
-    store.add_seeded(&crawl.id, "o.example", 1).await.unwrap();
+    store
+        .add_seeded(&crawl.id, "o.example", 1, request())
+        .await
+        .unwrap();
     let (idle, _) = at_claim
         .hand_back(&turn, None, Some(at_claim.seeded), 0, 0, T0 + 30)
         .unwrap();

@@ -39,6 +39,7 @@ macro_rules! suite {
             counts_per_status [],
             crawl_lifecycle [],
             every_crawl_write_leaves_the_crawl_the_domain_says [],
+            an_add_is_applied_once_however_often_its_request_is_tried [],
             a_crawl_keeps_the_checkpoint_it_is_given [],
             reference_misses_add_up [],
             request_settings_are_stored_as_given [],

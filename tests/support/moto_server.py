@@ -11,10 +11,14 @@ import threading
 
 import copy
 import inspect
+import json
+import time
 
 import moto.dynamodb.models as dynamodb_models
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.exceptions import DynamodbException
+from moto.dynamodb.responses import DynamoHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
@@ -65,6 +69,36 @@ def _transact_with_item_backups(self, transact_items):
 
 
 DynamoDBBackend.transact_write_items = _transact_with_item_backups
+
+_handler_transact_write_items = DynamoHandler.transact_write_items
+_tokens = {}
+_TOKEN_WINDOW_S = 600
+
+
+def _transact_idempotent(self):
+    """DynamoDB's ClientRequestToken, which moto ignores: a TransactWriteItems repeated with the
+    token of one that succeeded less than ten minutes before succeeds again without writing; the
+    same token with other items is refused (IdempotentParameterMismatchException), as AWS
+    documents. trawl's additive writes rely on it (trawl_domain::request)."""
+    token = self.body.get("ClientRequestToken")
+    if token is None:
+        return _handler_transact_write_items(self)
+    items = json.dumps(self.body.get("TransactItems"), sort_keys=True)
+    now = time.monotonic()
+    seen = _tokens.get(token)
+    if seen is not None and now - seen[1] < _TOKEN_WINDOW_S:
+        if seen[0] != items:
+            raise DynamodbException(
+                "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
+                "the token was used with other parameters",
+            )
+        return seen[2]
+    response = _handler_transact_write_items(self)
+    _tokens[token] = (items, now, response)
+    return response
+
+
+DynamoHandler.transact_write_items = _transact_idempotent
 
 
 # moto answers every Query by sorting every item of the table, then filtering it: a crawl of

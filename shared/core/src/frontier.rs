@@ -9,16 +9,18 @@
 //! `pending` and the sweeper re-issues the host's turn, so nothing is lost.
 
 use crate::app::Store;
-use crate::backoff::Transient;
+use crate::backoff::{Backoff, Transient, persist};
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{HostCounts, HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
-use trawl_domain::host::Host;
+use trawl_domain::host::{Host, Turn};
+use trawl_domain::request::RequestId;
 use trawl_domain::task::{Millis, NewTask};
 
 /// Read-decide-write rounds on one host record before giving up as contended.
@@ -235,7 +237,9 @@ async fn within_host_limits<S: HostStore>(
 
 /// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither
 /// seeders of a busy host nor its own turn claims contend with it), and a wake-up when it was
-/// idle. Returns the message of its turn when it was woken.
+/// idle. Returns the message of its turn when it was woken. The add is a request
+/// (`trawl_domain::request`), tried again with its id while the store is unavailable: an offer
+/// that landed while its answer was lost is counted once.
 async fn offer<S: HostStore>(
     store: &S,
     crawl: &Crawl,
@@ -243,7 +247,16 @@ async fn offer<S: HostStore>(
     n: u64,
     now: Millis,
 ) -> StoreResult<Option<WorkMessage>> {
-    let to_add = match store.add_seeded(&crawl.id, name, n).await? {
+    let request = RequestId(fastrand::u64(..));
+    let retries = AtomicU64::new(0);
+    let offered = persist(
+        "offer URLs to their host",
+        &Backoff::BRIEF,
+        &retries,
+        || store.add_seeded(&crawl.id, name, n, request),
+    )
+    .await?;
+    let to_add = match offered {
         Some(host) if !host.is_idle(now) => return Ok(None),
         // Counted; wake it unless someone else did meanwhile.
         Some(_) => 0,
@@ -283,6 +296,33 @@ where
     S: HostStore,
 {
     update_host_from(store, crawl, name, None, now, decide).await
+}
+
+/// Renews `turn`'s hold on its host until `now + hold_ms` (`Host::renew`: a heartbeat of its
+/// live holder), deciding first over `known`, the record as the holder last wrote it (a stale
+/// one is read again). Returns the record as written, or None when the turn is no longer the
+/// host's (taken over, or re-issued after its hold ran out): its holder stops.
+pub async fn renew_turn<S: HostStore>(
+    store: &S,
+    crawl: &Crawl,
+    known: &Host,
+    turn: &Turn,
+    now: Millis,
+    hold_ms: u64,
+) -> StoreResult<Option<Host>> {
+    let renewed = update_host_from(
+        store,
+        crawl,
+        &known.name,
+        Some(known.clone()),
+        now,
+        |h| match h.renew(turn, now, hold_ms) {
+            Some(next) => (Some(next), true),
+            None => (None, false),
+        },
+    )
+    .await?;
+    Ok(renewed.and_then(|(host, renewed)| renewed.then_some(host)))
 }
 
 /// `update_host` deciding first over `known`, the record as the caller just read it (a listing:

@@ -279,6 +279,16 @@ impl Host {
         })
     }
 
+    /// `turn`'s hold renewed until `now + hold_ms` by its live holder (`turn::TurnPlan::renew_at`
+    /// says when). None when `turn` is no longer the host's current one (taken over, or re-issued
+    /// after its hold ran out): its holder must stop.
+    pub fn renew(&self, turn: &Turn, now: Millis, hold_ms: u64) -> Option<Host> {
+        self.holds(turn).then(|| Host {
+            turn_until: Some(now.saturating_add(hold_ms as Millis)),
+            ..self.clone()
+        })
+    }
+
     /// Whether `turn` is still the host's current one (a zombie's is not).
     pub fn holds(&self, turn: &Turn) -> bool {
         self.token == turn.token && self.turn_until.is_some()
@@ -826,6 +836,31 @@ mod tests {
             .hand_back(&newer, None, Some(0), 0, 0, 30_000)
             .unwrap();
         assert_eq!((back.turn_until, back.queued_for, next), (None, None, None));
+    }
+
+    #[test]
+    fn a_live_holder_renews_its_hold_and_one_taken_over_or_requeued_cannot() {
+        let host = Host::new("example.com", &policy(), 0);
+        let (held, turn) = host.claim_turn(0, 30_000).unwrap();
+        // Renewed at 15 s: another worker finds the host busy past the first hold's end.
+        let renewed = held.renew(&turn, 15_000, 30_000).unwrap();
+        assert_eq!(renewed.token, turn.token);
+        assert_eq!(
+            renewed.claim_turn(30_000, 30_000),
+            Err(TurnRejection::Busy { until: 45_000 })
+        );
+        // Its hand-back is still its own.
+        assert!(
+            renewed
+                .hand_back(&turn, None, Some(0), 0, 0, 40_000)
+                .is_some()
+        );
+        // Taken over once the hold ran out (the holder died): the old holder cannot renew.
+        let (taken, _) = renewed.claim_turn(45_000, 30_000).unwrap();
+        assert_eq!(taken.renew(&turn, 46_000, 30_000), None);
+        // Its turn re-issued after the hold ran out, unclaimed yet: neither can it.
+        let (requeued, _) = held.requeue(31_000);
+        assert_eq!(requeued.renew(&turn, 31_000, 30_000), None);
     }
 
     #[test]

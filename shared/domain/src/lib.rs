@@ -10,6 +10,7 @@ pub mod extract;
 pub mod fetched;
 pub mod host;
 pub mod price;
+pub mod request;
 pub mod retry;
 pub mod revisit;
 pub mod schedule;

@@ -10,8 +10,15 @@
 //!   domain rule's), and each task at most
 //!   once: a due task read again before its claim shows is not started twice.
 //! - **Time.** No fetch starts that could not end in time: none within a fetch window (the
-//!   fetch timeout and 2 s) of the end of the turn's hold on its host, nor of the invocation's
-//!   deadline.
+//!   fetch timeout and 2 s) of the end of the turn's time ([`turn_ms`] from its claim), nor of
+//!   the invocation's deadline.
+//! - **Hold.** The turn holds its host for [`hold_ms`] (30 s) from its claim, renewed while it
+//!   runs ([`TurnPlan::renew_at`]): when half the hold is left, and before a fetch starts that
+//!   the hold would not cover to its end (so no other worker fetches the host while this one
+//!   does). A holder that dies (a killed process, a crashed or timed-out invocation) costs its
+//!   host the rest of its hold at most; one that finds its turn taken over stops. A renewal is
+//!   one write of the host record, fenced like the turn's other writes (its token): with the
+//!   default fetch timeout, one per 8 s of a turn, none for a turn shorter than that.
 //! - **Stop.** A storage error stops the turn; so does host-wide trouble that snoozes the host
 //!   or gives it up. Fetches in flight end; none starts after.
 //! - **Hand-back.** The host goes back with its soonest due task as its next work.
@@ -29,12 +36,25 @@ pub fn fetch_window_ms(config: &CrawlConfig) -> u64 {
     config.fetch.timeout_ms.saturating_add(2_000)
 }
 
-/// How long a turn holds its host: the crawl's lease, and at least two fetch windows, so that a
-/// turn always has time for a fetch.
+/// How long a turn may go on starting fetches: the crawl's lease, and at least two fetch
+/// windows, so that a turn always has time for a fetch.
 pub fn turn_ms(config: &CrawlConfig) -> u64 {
     config
         .lease_ms
         .max(fetch_window_ms(config).saturating_mul(2))
+}
+
+/// How long a turn's hold on its host lasts from its claim or its last renewal: what a holder
+/// that died costs its host at most.
+pub const TURN_HOLD_MS: u64 = 30_000;
+
+/// The least time between two renewals of a hold.
+const MIN_RENEWAL_GAP_MS: u64 = 5_000;
+
+/// The hold a turn claims and renews: [`TURN_HOLD_MS`], longer only when a fetch could outlast
+/// it (a fetch window and the least gap between renewals).
+pub fn hold_ms(config: &CrawlConfig) -> u64 {
+    TURN_HOLD_MS.max(fetch_window_ms(config).saturating_add(MIN_RENEWAL_GAP_MS))
 }
 
 /// Whether a task read from the host's due list may be claimed at `now` (`claimable_from`:
@@ -85,18 +105,28 @@ pub struct TurnPlan {
     started: HashSet<TaskId>,
     /// The turn's monotonic time (ms from its start) before which no further fetch starts.
     next_start: u64,
-    /// No fetch starts after this (the turn's hold minus a fetch window).
+    /// No fetch starts after this (the turn's end minus a fetch window).
     last_start: Millis,
     fetch_window: Duration,
+    /// When the turn's hold on its host ends (its claim's or its last renewal's).
+    held_until: Millis,
+    hold_ms: u64,
     stopped: bool,
 }
 
 impl TurnPlan {
-    /// The plan of `turn` on `host`, which robots.txt asks to wait `robots_delay` between
-    /// requests.
-    pub fn new(host: Host, config: &CrawlConfig, turn: &Turn, robots_delay: Duration) -> Self {
+    /// The plan of `turn` on `host`, claimed at `claimed_at`, which robots.txt asks to wait
+    /// `robots_delay` between requests.
+    pub fn new(
+        host: Host,
+        config: &CrawlConfig,
+        turn: &Turn,
+        claimed_at: Millis,
+        robots_delay: Duration,
+    ) -> Self {
         let fetch_window = fetch_window_ms(config);
         let policy = config.politeness.host_policy(&host.name);
+        let ends = claimed_at.saturating_add(turn_ms(config) as Millis);
         Self {
             pages_left: policy.turn_pages,
             policy,
@@ -104,10 +134,30 @@ impl TurnPlan {
             robots_delay_ms: u64::try_from(robots_delay.as_millis()).unwrap_or(u64::MAX),
             started: HashSet::new(),
             next_start: 0,
-            last_start: turn.until.saturating_sub(fetch_window as Millis),
+            last_start: ends.saturating_sub(fetch_window as Millis),
             fetch_window: Duration::from_millis(fetch_window),
+            held_until: turn.until,
+            hold_ms: hold_ms(config),
             stopped: false,
         }
+    }
+
+    /// When the turn's hold on its host must be renewed (`Host::renew`): once half of it is
+    /// left, or less than a fetch window (a fetch started later could outlast it). Before a
+    /// fetch starts and while the turn waits, the holder renews from this time on.
+    pub fn renew_at(&self) -> Millis {
+        let keep = (self.hold_ms / 2).max(self.fetch_window.as_millis() as u64);
+        self.held_until.saturating_sub(keep as Millis)
+    }
+
+    /// The hold renewed at `now`: it lasts until `now` and the hold.
+    pub fn renewed(&mut self, now: Millis) {
+        self.held_until = now.saturating_add(self.hold_ms as Millis);
+    }
+
+    /// How long the turn's hold lasts from a renewal.
+    pub fn hold_ms(&self) -> u64 {
+        self.hold_ms
     }
 
     /// The host as the turn now sees it (what it hands back).

@@ -18,12 +18,13 @@ use trawl_core::store::{
     Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
     StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::Call;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
+use trawl_domain::request::RequestId;
 use trawl_domain::task::Task;
 use trawl_domain::transition::{Event, Insert, Update};
 
@@ -232,7 +233,11 @@ impl<S: HostStore> Metered<S> {
         let before = self.host(crawl_id, name).await?;
         let out = write.await?;
         let after = self.host(crawl_id, name).await?;
-        self.record(operation, before.as_ref(), after.as_ref());
+        // Its only user, `add_seeded`, is a request: a one-item TransactWriteItems, twice the
+        // units of the write.
+        for _ in 0..2 {
+            self.record(operation, before.as_ref(), after.as_ref());
+        }
         Ok(out)
     }
 }
@@ -262,12 +267,22 @@ impl<S: CrawlRecords> CrawlRecords for Metered<S> {
                 let after = update.changes.apply(before);
                 (Some(crawl_image(before)?), Some(crawl_image(&after)?))
             }
+            // DynamoDB does not say which try applied a request: sized from the crawl as it
+            // stands (an add changes its size by a few bytes at most).
+            Applied::Landed { current } => {
+                let after = update.changes.apply(current);
+                (Some(crawl_image(current)?), Some(crawl_image(&after)?))
+            }
             Applied::Refused { current } => {
                 let image = current.as_ref().map(crawl_image).transpose()?;
                 (image.clone(), image)
             }
         };
-        self.record(update.event.name(), before.as_ref(), after.as_ref());
+        // A request is a one-item TransactWriteItems: twice the units of the write.
+        let writes = if update.request.is_some() { 2 } else { 1 };
+        for _ in 0..writes {
+            self.record(update.event.name(), before.as_ref(), after.as_ref());
+        }
         Ok(applied)
     }
 
@@ -275,8 +290,8 @@ impl<S: CrawlRecords> CrawlRecords for Metered<S> {
         self.inner.remove_crawl(id).await
     }
 
-    fn own_call(&self) -> Option<Call> {
-        self.inner.own_call()
+    fn own_calls(&self) -> CallTally {
+        self.inner.own_calls()
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {
@@ -343,6 +358,11 @@ impl<S: TaskRecords> TaskRecords for Metered<S> {
                     .transpose()?;
                 (image.clone(), image)
             }
+            // A repeat of a write that landed: nothing written again.
+            Applied::Landed { current } => {
+                let image = task_image(current, None, self.shards)?;
+                (Some(image.clone()), Some(image))
+            }
         };
         self.record(update.event.name(), before.as_ref(), after.as_ref());
         Ok(applied)
@@ -402,8 +422,9 @@ impl<S: HostStore> HostStore for Metered<S> {
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
-        let write = self.inner.add_seeded(crawl_id, name, n);
+        let write = self.inner.add_seeded(crawl_id, name, n, request);
         self.on_host("add_seeded", crawl_id, name, write).await
     }
 

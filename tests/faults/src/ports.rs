@@ -22,11 +22,12 @@ use trawl_core::store::{
     Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
     StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use trawl_domain::calls::Call;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
+use trawl_domain::request::RequestId;
 use trawl_domain::task::Task;
 use trawl_domain::transition::{Event, Insert, Update};
 
@@ -193,10 +194,8 @@ impl PortFaults {
         }
     }
 
-    /// The next `n` writes of `operation` (`put_host`, a crawl write by its event's name:
-    /// `complete_crawl`) are applied, then answer a retryable error: their answer was lost (a
-    /// targeted fault, besides the mix).
-    /// The next `n` writes of `operation` (`put_host`, `complete_crawl`, a task transition by
+    /// The next `n` writes of `operation` (`put_host`, `add_seeded`, a crawl write by its
+    /// event's name: `complete_crawl`, `reserve_pages`, `add_calls`; a task transition by
     /// its event: `finish`, …) are applied, then answer a retryable error: their answer was
     /// lost (a targeted fault, besides the mix).
     pub fn lose_answers(&self, operation: &'static str, n: u64) {
@@ -362,8 +361,8 @@ impl<S: CrawlRecords> CrawlRecords for FaultyStore<S> {
         self.inner.remove_crawl(id).await
     }
 
-    fn own_call(&self) -> Option<Call> {
-        self.inner.own_call()
+    fn own_calls(&self) -> CallTally {
+        self.inner.own_calls()
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {
@@ -476,9 +475,11 @@ impl<S: HostStore> HostStore for FaultyStore<S> {
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
         self.faults.store_call("add_seeded").await?;
-        self.inner.add_seeded(crawl_id, name, n).await
+        let written = self.inner.add_seeded(crawl_id, name, n, request).await;
+        self.faults.answer("add_seeded", written)
     }
 
     async fn list_hosts(

@@ -1,9 +1,10 @@
 //! Host records: one item each (`items::host_item`), written whole over the version read, but
 //! for its offers (`offered`), which only atomic adds change and no write of the record sets.
 
-use super::errors::{is_conditional_failure, is_refused_transaction, map_err};
+use super::errors::{conditional_item, is_conditional_failure, is_refused_transaction, map_err};
 use super::items::{self, HOST_KEYS, host_pk};
 use super::{Cursor, DynamoStore, HOST_READ_PARALLELISM, Item, n, s};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValue, TransactWriteItem, Update,
 };
@@ -12,6 +13,7 @@ use trawl_core::store::{HostCounts, HostPage, HostStore, StoreError, StoreResult
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
+use trawl_domain::request::RequestId;
 use trawl_domain::task::Millis;
 
 impl HostStore for DynamoStore {
@@ -91,27 +93,43 @@ impl HostStore for DynamoStore {
         ))
     }
 
+    /// One UpdateItem (1 write unit) that adds `n` and keeps the request's id beside the count
+    /// (`last_offer`), on condition that the id is not the last one applied: a retry of a
+    /// request whose answer was lost finds its own id and changes nothing (the record as it
+    /// stands is the answer). Exact against its own retries; an offer of another request landing
+    /// between a lost answer and its retry lets the retry add again, an over-count that no task
+    /// waits on: the host's next turn that finds no work makes its counts agree
+    /// (`Host::hand_back`), after one more look once the count settled.
     async fn add_seeded(
         &self,
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
-        let request = self
+        let send = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(items::host_pk(crawl_id, name)))
-            .update_expression("ADD #offered :n")
-            .condition_expression("attribute_exists(#pk)")
+            .update_expression("ADD #offered :n SET #last = :request")
+            .condition_expression(
+                "attribute_exists(#pk) AND (attribute_not_exists(#last) OR #last <> :request)",
+            )
             .expression_attribute_names("#pk", "pk")
             .expression_attribute_names("#offered", items::HOST_OFFERED)
+            .expression_attribute_names("#last", items::HOST_LAST_OFFER)
             .expression_attribute_values(":n", self::n(n))
-            .return_values(ReturnValue::AllNew);
+            .expression_attribute_values(":request", s(request.token()))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(OnFailure::AllOld);
         self.calls.record(Call::DynamoUpdateItem);
-        match request.send().await {
+        match send.send().await {
             Ok(out) => out.attributes.map(items::host_from_item).transpose(),
-            Err(e) if is_conditional_failure(&e) => Ok(None),
+            // No record (None), or this request's add already applied (the record as it is).
+            Err(e) if is_conditional_failure(&e) => {
+                conditional_item(&e).map(items::host_from_item).transpose()
+            }
             Err(e) => Err(map_err("UpdateItem", e)),
         }
     }

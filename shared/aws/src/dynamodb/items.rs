@@ -365,6 +365,8 @@ pub(super) fn host_from_item(item: Item) -> StoreResult<Host> {
 
 /// The attribute offers add to, which no write of a whole host record sets.
 pub(super) const HOST_OFFERED: &str = "offered";
+/// The id of the last offer applied to a host (`add_seeded`), beside its count.
+pub(super) const HOST_LAST_OFFER: &str = "last_offer";
 
 /// The host attributes that are absent when their value is None (`serde_dynamo` never writes a
 /// NULL): a write of the record removes those it does not set.

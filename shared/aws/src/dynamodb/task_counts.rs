@@ -9,6 +9,11 @@
 //! for the next one. A read adds the reading process's own notes: it sees its own writes, and
 //! lags other processes by their unreported notes (a running invocation's), no more.
 //!
+//! A report is a request (`trawl_domain::request`), tried again with its id when its answer is
+//! lost: its notes are bound to it ([`Deltas::take_for`]) so that every try sends the same
+//! write, which DynamoDB then applies once. Notes of a request given up (its tries all failed,
+//! its outcome unknown) are not given back: counted once at most.
+//!
 //! A process that dies between its task writes and its report takes its notes with it: the
 //! counts drift. They heal at each delivery: the deliverer reads every task of the generation
 //! and sets the counts to what it read (`CrawlChanges::task_counts`), on the condition that the
@@ -17,7 +22,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use trawl_domain::canonical::CrawlId;
+use trawl_domain::request::{REQUEST_WINDOW_MS, RequestId};
 use trawl_domain::task::Status;
 
 /// The crawl item's mark: its task counts are kept from its creation.
@@ -28,9 +35,16 @@ pub(super) fn attribute(status: Status) -> String {
     format!("tasks_{}", status.name())
 }
 
-/// Changes to the task counts noted by this process and not yet reported, per crawl.
+/// Changes of task counts, per status.
+type Notes = BTreeMap<Status, i64>;
+
+/// Changes to the task counts noted by this process and not yet reported, per crawl; and those
+/// taken by a report, per request, with when it was first tried.
 #[derive(Debug, Default)]
-pub(super) struct Deltas(Mutex<HashMap<CrawlId, BTreeMap<Status, i64>>>);
+pub(super) struct Deltas(
+    Mutex<HashMap<CrawlId, Notes>>,
+    Mutex<HashMap<RequestId, (Instant, Notes)>>,
+);
 
 impl Deltas {
     /// Notes `n` tasks created with `status`.
@@ -50,6 +64,21 @@ impl Deltas {
     /// The notes of `crawl_id`, taken to be reported.
     pub(super) fn take(&self, crawl_id: &CrawlId) -> BTreeMap<Status, i64> {
         self.lock().remove(crawl_id).unwrap_or_default()
+    }
+
+    /// The notes a try of `request` (a report to `crawl_id`) sends: those its first try took,
+    /// the same on every try — its answer may be lost above the store too, so a request's
+    /// notes are kept for its window whatever the answer, then dropped.
+    pub(super) fn take_for(&self, crawl_id: &CrawlId, request: RequestId) -> BTreeMap<Status, i64> {
+        let mut bound = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, notes)) = bound.get(&request) {
+            return notes.clone();
+        }
+        let window = Duration::from_millis(REQUEST_WINDOW_MS);
+        bound.retain(|_, (at, _)| at.elapsed() < window);
+        let notes = self.take(crawl_id);
+        bound.insert(request, (Instant::now(), notes.clone()));
+        notes
     }
 
     /// The notes of `crawl_id`, left to be reported.

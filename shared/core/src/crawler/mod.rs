@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
-use crate::frontier::{FrontierError, seed_in_turn, turn_message, update_host};
+use crate::frontier::{FrontierError, renew_turn, seed_in_turn, turn_message, update_host};
 use crate::queue::{
     MalformedMessage, Received, WorkMessage, WorkQueue, resends_hand_back, send_patiently,
 };
@@ -49,7 +49,7 @@ use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection, singled_out};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
-use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, next_work, turn_ms};
+use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
 /// How long a crawl's config is cached in a worker before it is read again.
 const CRAWL_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -222,6 +222,14 @@ struct CrawlContext {
 struct TurnState {
     plan: TurnPlan,
     outcomes: Vec<Outcome>,
+}
+
+/// What renewing a running turn's hold on its host needs: the turn, and the host record as the
+/// turn last wrote it (its lock taken by one renewal at a time).
+struct Hold<'a> {
+    crawl: &'a Crawl,
+    turn: &'a Turn,
+    written: &'a tokio::sync::Mutex<Host>,
 }
 
 /// Per-process crawler state: the App's ports, the HTTP client, and a small crawl-config cache.
@@ -445,7 +453,7 @@ impl<P: Ports> Crawler<P> {
                 if h.epoch != message.epoch {
                     return (None, Err(None));
                 }
-                match h.claim_turn_by(claimer, now, turn_ms(config)) {
+                match h.claim_turn_by(claimer, now, hold_ms(config)) {
                     Ok((next, turn)) => (Some(next), Ok((turn, Some(h.seeded)))),
                     Err(why) => (None, Err(Some(why))),
                 }
@@ -478,7 +486,7 @@ impl<P: Ports> Crawler<P> {
             offered: Default::default(),
         };
         let (holder, mut outcomes) = self
-            .run_turn(&context, host, &turn, deadline, outbox, &held)
+            .run_turn(&context, host, &turn, now, deadline, outbox, &held)
             .await;
         let seeded_by_turn = held.offered.into_inner();
         let holder = if holder.given_up.is_some() {
@@ -542,12 +550,15 @@ impl<P: Ports> Crawler<P> {
 
     /// Fetches the host's due tasks as its plan says (`trawl_domain::turn`), `parallel` at a
     /// time, until none is due, the turn's page budget or time is spent, or the host is snoozed
-    /// or given up. Returns the host as the turn leaves it and what became of its tasks.
+    /// or given up; renews the turn's hold on the host as the plan says, and stops when it was
+    /// taken over. Returns the host as the turn leaves it and what became of its tasks.
+    #[allow(clippy::too_many_arguments)]
     async fn run_turn(
         &self,
         context: &CrawlContext,
         host: Host,
         turn: &Turn,
+        claimed_at: Millis,
         deadline: Option<Instant>,
         outbox: &Outbox,
         held: &Held,
@@ -574,8 +585,16 @@ impl<P: Ports> Crawler<P> {
         .unwrap_or(Duration::ZERO);
         // The pace is kept on the clock's monotonic time, from the turn's start.
         let started = self.clock.instant();
+        // The host record as this turn last wrote it: what a renewal of its hold writes over.
+        let written = tokio::sync::Mutex::new(host.clone());
+        let hold = Hold {
+            crawl,
+            turn,
+            written: &written,
+        };
+        let hold = &hold;
         let owned = Mutex::new(TurnState {
-            plan: TurnPlan::new(host, config, turn, robots_delay),
+            plan: TurnPlan::new(host, config, turn, claimed_at, robots_delay),
             outcomes: Vec::new(),
         });
         // Shared by the turn's concurrent fetches.
@@ -630,9 +649,12 @@ impl<P: Ports> Crawler<P> {
                 let start = lock(state)
                     .plan
                     .start_at(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
-                self.clock
-                    .sleep_until(started + Duration::from_millis(start))
-                    .await;
+                if !self
+                    .wait_holding(started + Duration::from_millis(start), hold, state)
+                    .await
+                {
+                    return;
+                }
                 let time_left = deadline.map(|d| d.saturating_duration_since(self.clock.instant()));
                 if !lock(state).plan.may_start(self.clock.now_ms(), time_left) {
                     return;
@@ -658,6 +680,68 @@ impl<P: Ports> Crawler<P> {
         let TurnState { plan, outcomes } =
             owned.into_inner().unwrap_or_else(PoisonError::into_inner);
         (plan.into_host(), outcomes)
+    }
+
+    /// Waits until `at` (the clock's monotonic time), renewing the turn's hold on its host
+    /// whenever the plan says it is due (`TurnPlan::renew_at`), so that the hold covers the
+    /// fetch that starts then. False when the hold was lost (the turn was taken over, or the
+    /// renewal failed): the plan is stopped and nothing more starts. A stopped turn renews
+    /// nothing: it starts no fetch.
+    async fn wait_holding(&self, at: Instant, hold: &Hold<'_>, state: &Mutex<TurnState>) -> bool {
+        loop {
+            let now = self.clock.now_ms();
+            let (renew_at, stopped) = {
+                let plan = &lock(state).plan;
+                (plan.renew_at(), plan.stopped())
+            };
+            if stopped {
+                return false;
+            }
+            if now >= renew_at {
+                if !self.renew(hold, state).await {
+                    lock(state).plan.stop();
+                    return false;
+                }
+                continue;
+            }
+            let here = self.clock.instant();
+            if here >= at {
+                return true;
+            }
+            let renewal = here + Duration::from_millis(u64::try_from(renew_at - now).unwrap_or(0));
+            self.clock.sleep_until(at.min(renewal)).await;
+        }
+    }
+
+    /// Renews the turn's hold on its host (`Host::renew`; one write of the host record, over the
+    /// version the turn last wrote), unless a concurrent fetch of the turn did meanwhile. False
+    /// when the turn is no longer the host's, or the write failed.
+    async fn renew(&self, hold: &Hold<'_>, state: &Mutex<TurnState>) -> bool {
+        let mut written = hold.written.lock().await;
+        let now = self.clock.now_ms();
+        let (renew_at, hold_ms) = {
+            let plan = &lock(state).plan;
+            (plan.renew_at(), plan.hold_ms())
+        };
+        if now < renew_at {
+            return true;
+        }
+        match renew_turn(&self.store, hold.crawl, &written, hold.turn, now, hold_ms).await {
+            Ok(Some(host)) => {
+                tracing::debug!(until = host.turn_until, "turn's hold renewed");
+                lock(state).plan.renewed(now);
+                *written = host;
+                true
+            }
+            Ok(None) => {
+                tracing::warn!("the host's turn was taken over: this turn stops");
+                false
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot renew the turn's hold on its host: the turn stops");
+                false
+            }
+        }
     }
 
     /// Claims and crawls one due task. Returns what became of it and, when the host answered

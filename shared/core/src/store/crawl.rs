@@ -7,14 +7,21 @@
 //! operation's answer is derived from that alone (no second read): a reservation's grant, the
 //! call totals after an add. Each operation is one `apply_crawl`, but a reservation that meets
 //! less room than it asked for, which asks again for what is left (at most a few times).
+//!
+//! The adds (page slots, call totals) are requests (`trawl_domain::request`): each draws its id
+//! once and is tried again here, with that id, while the store is unavailable (`Backoff::BRIEF`),
+//! so that one whose write landed while its answer was lost is taken or counted once.
 
 use super::budget::{PageBudget, Taken};
 use super::{Applied, StoreError, StoreResult};
+use crate::backoff::{Backoff, persist};
 use std::future::Future;
-use trawl_domain::calls::{Call, CallTally};
+use std::sync::atomic::AtomicU64;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::transition::{self, CrawlUpdate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::request::RequestId;
 use trawl_domain::task::Millis;
 
 /// How often a reservation asks again after finding less room than it asked for. Bounded:
@@ -40,9 +47,10 @@ pub trait CrawlRecords: Send + Sync {
     /// Persists `update` in one conditional write: `Done` with the crawl before it, or `Refused`
     /// with the crawl as it stands (None: there is no such crawl, and none is created).
     ///
-    /// An update that adds calls (`CrawlChanges::calls`) holds this write's own call
-    /// ([`own_call`](Self::own_call)): a store that counts its calls counts that one as reported,
-    /// and gives it back to the next report when the write fails (not when the crawl is gone).
+    /// An update that adds calls (`CrawlChanges::calls`) holds this write's own calls
+    /// ([`own_calls`](Self::own_calls)): a store that counts its calls counts those as
+    /// reported, and gives them back to the next report when the write fails (not when the
+    /// crawl is gone).
     fn apply_crawl(
         &self,
         id: &CrawlId,
@@ -51,8 +59,9 @@ pub trait CrawlRecords: Send + Sync {
 
     fn remove_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// The call one `apply_crawl` is counted as, when this store counts its calls.
-    fn own_call(&self) -> Option<Call>;
+    /// The calls one `apply_crawl` that adds calls is counted as, when this store counts its
+    /// calls (empty when it does not).
+    fn own_calls(&self) -> CallTally;
 
     /// This worker's page slots (`budget`), for a store shared by many workers: then page
     /// slots are taken from the crawl record in chunks. None: each reservation writes.
@@ -155,7 +164,7 @@ pub trait CrawlStore: CrawlRecords {
     fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns
-    /// the totals after it. The write's own call is part of the add (`CrawlRecords::own_call`),
+    /// the totals after it. The write's own calls are part of the add (`CrawlRecords::own_calls`),
     /// so reporting costs nothing unaccounted. `NoSuchCrawl` when the crawl does not exist (the
     /// write never creates one).
     ///
@@ -163,8 +172,10 @@ pub trait CrawlStore: CrawlRecords {
     /// and crawl: a Lambda batch holds up to 10 messages, so at least 0.1 write per URL, more
     /// when batches run short. Per crawl, not per URL: the seeder once per invocation, the
     /// sweeper once per crawl it sweeps (twice when it completes one), the deliverer twice per
-    /// delivery. On DynamoDB the write is one UpdateItem of the crawl item (1-2 WRU: the item
-    /// holds the config; nothing the status index projects changes).
+    /// delivery. It is a request (tried again with its id when its answer is lost, added once):
+    /// on DynamoDB one TransactWriteItems of the crawl item (2-4 WRU, twice an UpdateItem's
+    /// 1-2: the item holds the config; nothing the status index projects changes), then a
+    /// strongly consistent GetItem of the totals (1 RCU).
     fn add_calls(
         &self,
         id: &CrawlId,
@@ -261,19 +272,20 @@ impl<R: CrawlRecords> CrawlStore for R {
             return Ok(());
         }
         match self.apply_crawl(id, &transition::release_pages(n)).await? {
-            Applied::Done { .. } => Ok(()),
+            Applied::Done { .. } | Applied::Landed { .. } => Ok(()),
             Applied::Refused { .. } => Err(StoreError::NoSuchCrawl(id.clone())),
         }
     }
 
     async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
         let mut share = share.clone();
-        if let Some(call) = self.own_call() {
-            *share.entry(call).or_default() += 1;
+        for (call, n) in self.own_calls() {
+            *share.entry(call).or_default() += n;
         }
-        let update = transition::add_calls(&share);
-        match self.apply_crawl(id, &update).await? {
+        let update = transition::add_calls(&share, RequestId(fastrand::u64(..)));
+        match apply_request(self, id, &update, "add the calls").await? {
             Applied::Done { before } => Ok(update.changes.apply(&before).calls),
+            Applied::Landed { current } => Ok(current.calls),
             // The crawl is gone: its calls, this one included, go with it.
             Applied::Refused { .. } => Err(StoreError::NoSuchCrawl(id.clone())),
         }
@@ -301,14 +313,18 @@ async fn take_pages<R: CrawlRecords + ?Sized>(
         if ask == 0 {
             break;
         }
-        match records
-            .apply_crawl(id, &transition::reserve_pages(ask, max))
-            .await?
-        {
+        let update = transition::reserve_pages(ask, max, RequestId(fastrand::u64(..)));
+        match apply_request(records, id, &update, "reserve page slots").await? {
             Applied::Done { before } => {
                 return Ok(Taken {
                     granted: ask,
                     reserved: before.pages_reserved.saturating_add(ask),
+                });
+            }
+            Applied::Landed { current } => {
+                return Ok(Taken {
+                    granted: ask,
+                    reserved: current.pages_reserved,
                 });
             }
             Applied::Refused {
@@ -324,4 +340,20 @@ async fn take_pages<R: CrawlRecords + ?Sized>(
         granted: 0,
         reserved,
     })
+}
+
+/// Persists `update`, a request, trying it again with the same id while the store is
+/// unavailable: a try whose write landed while its answer was lost is answered `Landed` by the
+/// next one, never applied twice.
+async fn apply_request<R: CrawlRecords + ?Sized>(
+    records: &R,
+    id: &CrawlId,
+    update: &CrawlUpdate,
+    what: &str,
+) -> StoreResult<Applied<Crawl>> {
+    let retries = AtomicU64::new(0);
+    persist(what, &Backoff::BRIEF, &retries, || {
+        records.apply_crawl(id, update)
+    })
+    .await
 }

@@ -8,14 +8,15 @@ use super::{
     Applied, CrawlRecords, HostCounts, HostPage, HostStore, Seeded, StatusCounts, StoreError,
     StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
-use trawl_domain::calls::Call;
+use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
+use trawl_domain::request::{REQUEST_WINDOW_MS, RequestId};
 use trawl_domain::task::{Millis, Task};
 use trawl_domain::transition::{Insert, Update};
 
@@ -30,6 +31,37 @@ struct Tables {
     /// Kept by `put_host` for crawls created with them (`HostStore::host_counts`).
     host_counts: BTreeMap<CrawlId, HostCounts>,
     host_scans: BTreeMap<CrawlId, String>,
+    requests: Requests,
+}
+
+/// The requests applied (`trawl_domain::request`), kept for the request window after they were.
+#[derive(Debug, Default)]
+struct Requests {
+    applied: HashSet<(CrawlId, RequestId)>,
+    /// In the order applied, to forget the oldest first.
+    order: VecDeque<(Millis, CrawlId, RequestId)>,
+}
+
+impl Requests {
+    fn applied(&self, crawl_id: &CrawlId, request: Option<RequestId>) -> bool {
+        request.is_some_and(|r| self.applied.contains(&(crawl_id.clone(), r)))
+    }
+
+    fn record(&mut self, crawl_id: &CrawlId, request: Option<RequestId>) {
+        let Some(request) = request else { return };
+        let now = trawl_domain::task::now_ms();
+        let window = REQUEST_WINDOW_MS as Millis;
+        while let Some((at, ..)) = self.order.front() {
+            if at.saturating_add(window) >= now {
+                break;
+            }
+            if let Some((_, crawl, old)) = self.order.pop_front() {
+                self.applied.remove(&(crawl, old));
+            }
+        }
+        self.applied.insert((crawl_id.clone(), request));
+        self.order.push_back((now, crawl_id.clone(), request));
+    }
 }
 
 impl Tables {
@@ -115,10 +147,18 @@ impl CrawlRecords for MemoryStore {
             let Some(stored) = t.crawls.get_mut(id) else {
                 return Ok(Applied::Refused { current: None });
             };
+            if t.requests.applied(id, update.request) {
+                return Ok(Applied::Landed {
+                    current: stored.clone(),
+                });
+            }
             Ok(match update.apply(stored) {
-                Some(next) => Applied::Done {
-                    before: std::mem::replace(stored, next),
-                },
+                Some(next) => {
+                    t.requests.record(id, update.request);
+                    Applied::Done {
+                        before: std::mem::replace(stored, next),
+                    }
+                }
                 None => Applied::Refused {
                     current: Some(stored.clone()),
                 },
@@ -133,8 +173,8 @@ impl CrawlRecords for MemoryStore {
         })
     }
 
-    fn own_call(&self) -> Option<Call> {
-        None
+    fn own_calls(&self) -> CallTally {
+        CallTally::new()
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {
@@ -324,12 +364,16 @@ impl HostStore for MemoryStore {
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
         self.with("add_seeded", |t| {
             let host = t.hosts.get_mut(crawl_id).and_then(|h| h.get_mut(name));
             Ok(host.map(|host| {
-                host.seeded += n;
-                host.offered += n;
+                if !t.requests.applied(crawl_id, Some(request)) {
+                    t.requests.record(crawl_id, Some(request));
+                    host.seeded += n;
+                    host.offered += n;
+                }
                 host.clone()
             }))
         })

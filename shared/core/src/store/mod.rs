@@ -35,6 +35,7 @@ use std::future::Future;
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::host::{Host, NextWork};
+use trawl_domain::request::RequestId;
 
 pub use trawl_domain::host::HostCounts;
 use trawl_domain::task::{FetchRecord, Lease, Millis, Status, Task};
@@ -120,13 +121,25 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// when there is none). The operations decide their outcome from it: no second read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied<T> {
-    Done { before: T },
-    Refused { current: Option<T> },
+    Done {
+        before: T,
+    },
+    Refused {
+        current: Option<T>,
+    },
+    /// An update carrying a request (`trawl_domain::request`) is applied, by an earlier try of
+    /// the request whose answer was lost, or by this write where the store cannot tell which
+    /// (DynamoDB's idempotent transactions answer alike): nothing was changed twice. `current`
+    /// is the record as it stands.
+    Landed {
+        current: T,
+    },
 }
 
 impl<T> Applied<T> {
+    /// Whether the update is applied (by this write or, for a request, an earlier try).
     pub fn is_done(&self) -> bool {
-        matches!(self, Applied::Done { .. })
+        matches!(self, Applied::Done { .. } | Applied::Landed { .. })
     }
 }
 
@@ -329,12 +342,14 @@ pub trait HostStore: Send + Sync {
     /// Offers `n` URLs to the host: adds `n` to its `offered` count (and so to `seeded`) in one
     /// atomic write that leaves its version alone, so that neither seeders nor the host's own
     /// turn claims contend with offers; returns the host as it now stands; None, writing
-    /// nothing, when there is no such record.
+    /// nothing, when there is no such record. Added once per `request` (`trawl_domain::request`):
+    /// a try of a request applied before adds nothing and answers the host as it stands.
     fn add_seeded(
         &self,
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> impl Future<Output = StoreResult<Option<Host>>> + Send;
 
     /// A crawl's hosts by name, a page at a time: reads host records only.

@@ -179,6 +179,11 @@ pub trait TaskStore: TaskRecords {
                     Applied::Refused { current } => FinishOutcome::Rejected {
                         current: current.map(Box::new),
                     },
+                    // A repeat of a finish that landed: what it replaced went to the lost try.
+                    Applied::Landed { .. } => FinishOutcome::Finished {
+                        replaced: None,
+                        stale: Vec::new(),
+                    },
                 },
             )
         }
@@ -310,6 +315,10 @@ async fn claim_with<S: TaskRecords + ?Sized>(
                 task: Box::new(task),
             })
         }
+        Applied::Landed { current: task } => Ok(ClaimOutcome::Claimed {
+            lease: transition::lease_of(&task),
+            task: Box::new(task),
+        }),
         Applied::Refused { current } => match transition::claimable(current.as_ref(), now) {
             Err(why) => Ok(ClaimOutcome::Rejected(why)),
             Ok(()) => Err(StoreError::backend(

@@ -24,6 +24,10 @@
 //! | `release_pages`        | exists                                           | pages reserved - n          |
 //! | `add_calls`            | exists                                           | call totals + share         |
 //!
+//! `reserve_pages` and `add_calls` add to counters and may be tried again after their answer was
+//! lost: each carries its caller's [`RequestId`] (`CrawlUpdate::request`), and a store applies a
+//! request at most once (`crate::request`).
+//!
 //! Invariants (`transition/tests.rs` checks them over random sequences):
 //! - the state moves running → completed only by `complete` and back only by `reopen`, and a
 //!   generation completes at most once: of its completers exactly one sees its change (again on
@@ -35,6 +39,7 @@
 
 use super::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use crate::calls::CallTally;
+use crate::request::RequestId;
 use crate::task::{Millis, Status};
 use crate::transition::Change;
 use std::collections::BTreeMap;
@@ -210,6 +215,8 @@ pub struct CrawlUpdate {
     pub event: CrawlEvent,
     pub requires: CrawlCondition,
     pub changes: CrawlChanges,
+    /// An add's request (`crate::request`): applied at most once, however often it is tried.
+    pub request: Option<RequestId>,
 }
 
 impl CrawlUpdate {
@@ -226,6 +233,7 @@ fn update(event: CrawlEvent, requires: CrawlCondition, changes: CrawlChanges) ->
         event,
         requires,
         changes,
+        request: None,
     }
 }
 
@@ -354,16 +362,20 @@ pub fn add_reference_misses(n: u64) -> CrawlUpdate {
 }
 
 /// Takes `n` page slots, if that leaves the crawl within `max`; all or none, so that the sum
-/// taken never exceeds `max` whatever the concurrency (a refused taker asks again for less).
-pub fn reserve_pages(n: u64, max: u64) -> CrawlUpdate {
-    update(
-        CrawlEvent::ReservePages,
-        CrawlCondition::PagesLeft { n, max },
-        CrawlChanges {
-            pages_reserved: PagesChange::Take(n),
-            ..CrawlChanges::default()
-        },
-    )
+/// taken never exceeds `max` whatever the concurrency (a refused taker asks again for less, as
+/// a new request). Taken once per `request`, however often it is tried.
+pub fn reserve_pages(n: u64, max: u64, request: RequestId) -> CrawlUpdate {
+    CrawlUpdate {
+        request: Some(request),
+        ..update(
+            CrawlEvent::ReservePages,
+            CrawlCondition::PagesLeft { n, max },
+            CrawlChanges {
+                pages_reserved: PagesChange::Take(n),
+                ..CrawlChanges::default()
+            },
+        )
+    }
 }
 
 /// Gives back `n` slots reserved but not used.
@@ -378,16 +390,19 @@ pub fn release_pages(n: u64) -> CrawlUpdate {
     )
 }
 
-/// Adds `share` to the call totals.
-pub fn add_calls(share: &CallTally) -> CrawlUpdate {
-    update(
-        CrawlEvent::AddCalls,
-        CrawlCondition::Exists,
-        CrawlChanges {
-            calls: share.clone(),
-            ..CrawlChanges::default()
-        },
-    )
+/// Adds `share` to the call totals, once per `request`, however often it is tried.
+pub fn add_calls(share: &CallTally, request: RequestId) -> CrawlUpdate {
+    CrawlUpdate {
+        request: Some(request),
+        ..update(
+            CrawlEvent::AddCalls,
+            CrawlCondition::Exists,
+            CrawlChanges {
+                calls: share.clone(),
+                ..CrawlChanges::default()
+            },
+        )
+    }
 }
 
 #[cfg(test)]

@@ -25,16 +25,40 @@ fn id(i: u8) -> TaskId {
 fn plan(config: &CrawlConfig, robots: Duration) -> TurnPlan {
     let policy = config.politeness.host_policy("example.com");
     let host = Host::new("example.com", &policy, T0);
-    let (host, turn) = host.claim_turn(T0, turn_ms(config)).unwrap();
-    TurnPlan::new(host, config, &turn, robots)
+    let (host, turn) = host.claim_turn(T0, hold_ms(config)).unwrap();
+    TurnPlan::new(host, config, &turn, T0, robots)
 }
 
 #[test]
-fn a_turn_holds_its_host_for_its_lease_and_at_least_two_fetch_windows() {
+fn a_turn_runs_for_its_lease_and_at_least_two_fetch_windows() {
     let mut config = config();
     assert_eq!(turn_ms(&config), 60_000);
     config.fetch.timeout_ms = 40_000;
     assert_eq!(turn_ms(&config), 84_000);
+}
+
+#[test]
+fn a_turn_holds_its_host_30_s_at_a_time_longer_only_for_a_fetch_that_could_outlast_that() {
+    let mut config = config();
+    assert_eq!(hold_ms(&config), 30_000);
+    config.fetch.timeout_ms = 20_000;
+    assert_eq!(hold_ms(&config), 30_000);
+    config.fetch.timeout_ms = 40_000;
+    assert_eq!(hold_ms(&config), 47_000);
+}
+
+#[test]
+fn the_hold_is_renewed_at_half_or_before_a_fetch_it_would_not_cover() {
+    // A fetch window of 3 s: renewed when half the hold is left.
+    let mut short = plan(&config(), Duration::ZERO);
+    assert_eq!(short.renew_at(), T0 + 15_000);
+    short.renewed(T0 + 15_000);
+    assert_eq!(short.renew_at(), T0 + 30_000);
+    // A fetch window of 22 s (the default timeout): renewed while it still covers a fetch.
+    let mut config = config();
+    config.fetch.timeout_ms = 20_000;
+    let long = plan(&config, Duration::ZERO);
+    assert_eq!(long.renew_at(), T0 + 8_000);
 }
 
 #[test]

@@ -2,7 +2,10 @@
 //! per call kind). A write (`apply_crawl`) reads the crawl, checks the update's condition and
 //! writes the crawl it makes, in one transaction (`trawl_domain::crawl::transition` decides).
 
-use super::{DbResult, SqliteStore, corrupt, crawl_id_of, decode, encode, number, saturating_i64};
+use super::{
+    DbResult, SqliteStore, corrupt, crawl_id_of, decode, encode, number, record_request,
+    request_applied, saturating_i64,
+};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, CrawlRecords, StoreResult};
@@ -226,6 +229,11 @@ impl CrawlRecords for SqliteStore {
                 let Some(before) = select_crawl(conn, &id)? else {
                     return Ok(Applied::Refused { current: None });
                 };
+                if let Some(request) = update.request
+                    && request_applied(conn, &id, request)?
+                {
+                    return Ok(Applied::Landed { current: before });
+                }
                 let Some(after) = update.apply(&before) else {
                     return Ok(Applied::Refused {
                         current: Some(before),
@@ -233,6 +241,9 @@ impl CrawlRecords for SqliteStore {
                 };
                 write_crawl(conn, &after, false)?;
                 add_calls(conn, &id, &update.changes.calls)?;
+                if let Some(request) = update.request {
+                    record_request(conn, &id, request)?;
+                }
                 Ok(Applied::Done { before })
             })
             .await;
@@ -254,8 +265,8 @@ impl CrawlRecords for SqliteStore {
         .await
     }
 
-    fn own_call(&self) -> Option<Call> {
-        Some(Call::SqliteWrite)
+    fn own_calls(&self) -> CallTally {
+        CallTally::from([(Call::SqliteWrite, 1)])
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {

@@ -1,12 +1,13 @@
 //! Host records in the `hosts` table: the record as JSON, written only over the version read;
 //! its offers (`$.offered`) added in place, never overwritten by a write of the record.
 
-use super::{SqliteStore, decode, encode, number, saturating_i64};
+use super::{SqliteStore, decode, encode, number, record_request, request_applied, saturating_i64};
 use rusqlite::{OptionalExtension, params};
 use trawl_core::store::{HostCounts, HostPage, HostStore, StoreResult};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::host::Host;
+use trawl_domain::request::RequestId;
 
 impl HostStore for SqliteStore {
     async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
@@ -98,9 +99,15 @@ impl HostStore for SqliteStore {
         crawl_id: &CrawlId,
         name: &str,
         n: u64,
+        request: RequestId,
     ) -> StoreResult<Option<Host>> {
         let (crawl, name) = (crawl_id.as_str().to_owned(), name.to_owned());
         self.run("add_seeded", Call::SqliteWrite, move |conn| {
+            // A repeat of an applied request adds nothing (`trawl_domain::request`).
+            let n = match request_applied(conn, &crawl, request)? {
+                true => 0,
+                false => saturating_i64(n),
+            };
             let row: Option<(i64, String)> = conn
                 .prepare_cached(
                     "UPDATE hosts
@@ -109,10 +116,13 @@ impl HostStore for SqliteStore {
                      WHERE crawl_id = ?1 AND name = ?2
                      RETURNING version, record",
                 )?
-                .query_row(params![crawl, name, saturating_i64(n)], |row| {
+                .query_row(params![crawl, name, n], |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })
                 .optional()?;
+            if row.is_some() && n > 0 {
+                record_request(conn, &crawl, request)?;
+            }
             Ok(row
                 .map(|(version, record)| host_of(&crawl, version, &record))
                 .transpose()?)

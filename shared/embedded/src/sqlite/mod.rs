@@ -33,6 +33,7 @@ use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
+use trawl_domain::request::{REQUEST_WINDOW_MS, RequestId};
 use trawl_domain::task::{Millis, Status, Task};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
@@ -139,6 +140,20 @@ CREATE TABLE IF NOT EXISTS host_counts (
 
 /// Each task's user data (`Task::data`, JSON).
 const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
+
+/// The requests this store applied (`trawl_domain::request`), kept for the request window: a
+/// table of the store's one connection (`TEMP`), not of the file — a request is tried again
+/// only by the process that made it, within seconds, so no other process, and no later run,
+/// needs to know it.
+const REQUESTS_SCHEMA: &str = "
+CREATE TEMP TABLE IF NOT EXISTS requests (
+    crawl_id TEXT    NOT NULL,
+    id       INTEGER NOT NULL,
+    at       INTEGER NOT NULL,
+    PRIMARY KEY (crawl_id, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS temp.requests_by_at ON requests (at);
+";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
      token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data";
@@ -466,6 +481,7 @@ impl SqliteStore {
             }
         }
         tx.commit().map_err(schema)?;
+        conn.execute_batch(REQUESTS_SCHEMA).map_err(schema)?;
         // Room for every statement the store prepares, so that none is parsed twice.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let writer = writer::Writer::start(conn).map_err(|e| {
@@ -492,6 +508,30 @@ impl SqliteStore {
             .run(operation, call == Call::SqliteWrite, work)
             .await
     }
+}
+
+/// Whether `request` was applied to a record of `crawl` (inside the write's transaction).
+fn request_applied(conn: &Connection, crawl: &str, request: RequestId) -> DbResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM requests WHERE crawl_id = ?1 AND id = ?2")?
+        .query_row(params![crawl, request_key(request)], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Notes `request` applied, in the write's own transaction, and forgets those past the window.
+fn record_request(conn: &Connection, crawl: &str, request: RequestId) -> DbResult<()> {
+    let now = trawl_domain::task::now_ms();
+    conn.prepare_cached("DELETE FROM requests WHERE at < ?1")?
+        .execute(params![now.saturating_sub(REQUEST_WINDOW_MS as Millis)])?;
+    conn.prepare_cached("INSERT OR IGNORE INTO requests (crawl_id, id, at) VALUES (?1, ?2, ?3)")?
+        .execute(params![crawl, request_key(request), now])?;
+    Ok(())
+}
+
+/// A request id as SQLite's signed integer (the same bits).
+fn request_key(request: RequestId) -> i64 {
+    i64::from_ne_bytes(request.0.to_ne_bytes())
 }
 
 /// Fills the host and due time of tasks written before version 3.

@@ -78,23 +78,29 @@ fn the_delivery_lease_is_one_holders_until_it_expires_or_is_released() {
 #[test]
 fn page_slots_are_taken_all_or_none_within_the_budget() {
     let crawl = running();
-    let taken = reserve_pages(7, 10).apply(&crawl).unwrap();
+    let taken = reserve_pages(7, 10, RequestId(1)).apply(&crawl).unwrap();
     assert_eq!(taken.pages_reserved, 7);
-    assert_eq!(reserve_pages(4, 10).apply(&taken), None);
+    assert_eq!(reserve_pages(4, 10, RequestId(1)).apply(&taken), None);
     assert_eq!(
-        reserve_pages(3, 10).apply(&taken).unwrap().pages_reserved,
+        reserve_pages(3, 10, RequestId(1))
+            .apply(&taken)
+            .unwrap()
+            .pages_reserved,
         10
     );
     assert_eq!(release_pages(2).apply(&taken).unwrap().pages_reserved, 5);
     assert_eq!(release_pages(9).apply(&taken).unwrap().pages_reserved, 0);
-    assert_eq!(reserve_pages(u64::MAX, u64::MAX).apply(&taken), None);
+    assert_eq!(
+        reserve_pages(u64::MAX, u64::MAX, RequestId(1)).apply(&taken),
+        None
+    );
 }
 
 #[test]
 fn counters_add_and_settings_replace() {
     let share = CallTally::from([(Call::S3PutObject, 2)]);
-    let crawl = add_calls(&share).apply(&running()).unwrap();
-    let crawl = add_calls(&share).apply(&crawl).unwrap();
+    let crawl = add_calls(&share, RequestId(1)).apply(&running()).unwrap();
+    let crawl = add_calls(&share, RequestId(1)).apply(&crawl).unwrap();
     assert_eq!(crawl.calls[&Call::S3PutObject], 4);
     let crawl = add_reference_misses(3).apply(&crawl).unwrap();
     assert_eq!(crawl.reference_misses, 3);
@@ -198,10 +204,10 @@ proptest! {
                     claim_delivery(&format!("h{holder}"), now + lease_ms, now)
                 }
                 Event::ReleaseDelivery { holder } => release_delivery(&format!("h{holder}")),
-                Event::ReservePages { n } => reserve_pages(*n, max),
+                Event::ReservePages { n } => reserve_pages(*n, max, RequestId(1)),
                 // A taker gives back only slots it took.
                 Event::ReleasePages { n } => release_pages((*n).min(held)),
-                Event::AddCalls { n } => add_calls(&CallTally::from([(Call::DynamoUpdateItem, *n)])),
+                Event::AddCalls { n } => add_calls(&CallTally::from([(Call::DynamoUpdateItem, *n)]), RequestId(1)),
                 Event::AddReferenceMisses { n } => add_reference_misses(*n),
                 Event::SetCheckpoint { value } => set_checkpoint(value.map(|v| v.to_string()).as_deref()),
             };
