@@ -10,7 +10,12 @@
 //!
 //! How long a store remembers: at least [`REQUEST_WINDOW_MS`] after a request's first try — the
 //! window DynamoDB keeps a TransactWriteItems' `ClientRequestToken` (its adapter sends the id as
-//! that token; SQLite and the in-memory store keep the ids they applied for as long). A caller
+//! that token for page slots and call reports; SQLite and the in-memory store keep the ids they
+//! applied for as long). One exception, for cost: on DynamoDB an offer to a host, the most
+//! frequent of these writes, keeps only its host's last offer's id beside the count (one
+//! UpdateItem, not a transaction and a read): its own retry changes nothing, but another offer
+//! landing between a lost answer and the retry lets the retry add again. Such an over-count of
+//! a host's URLs holds no task back; its next turn that finds nothing makes the counts agree. A caller
 //! tries a request again only within seconds (`Backoff::BRIEF` in `trawl-core`), far inside
 //! the window; past its retries, the outcome is unknown, and the next write is a new request.
 
