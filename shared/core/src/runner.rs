@@ -249,6 +249,8 @@ pub async fn run_crawl<P: Ports>(
         let mut stall = Stall::default();
         let end = loop {
             if stop.load(Ordering::Relaxed) {
+                // Turns stop too: pages in flight finish, no other starts.
+                crawler.stop_turns();
                 break Ok(RunEnd::Stopped);
             }
             if done.load(Ordering::Relaxed) {

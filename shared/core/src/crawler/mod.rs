@@ -242,6 +242,27 @@ pub struct Crawler<P: Ports> {
     crawls: RwLock<HashMap<CrawlId, Arc<CrawlContext>>>,
     seen: seen::SeenLinks,
     faults: FaultStreak,
+    halt: Arc<Halt>,
+}
+
+/// A request to stop every turn of a crawler soon (`Crawler::stop_turns`): no fetch starts after
+/// it, and a turn waiting for its host's pace stops waiting; fetches in flight finish and each
+/// turn hands its host back as it stands.
+#[derive(Debug, Default)]
+pub struct Halt {
+    asked: std::sync::atomic::AtomicBool,
+    woken: tokio::sync::Notify,
+}
+
+impl Halt {
+    pub fn stop(&self) {
+        self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.woken.notify_waiters();
+    }
+
+    pub fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl<P: Ports> std::ops::Deref for Crawler<P> {
@@ -263,7 +284,18 @@ impl<P: Ports> Crawler<P> {
             crawls: RwLock::default(),
             seen: seen::SeenLinks::default(),
             faults: FaultStreak::default(),
+            halt: Arc::default(),
         }
+    }
+
+    /// Stops every running turn soon (Ctrl-C): see [`Halt`].
+    pub fn stop_turns(&self) {
+        self.halt.stop();
+    }
+
+    /// The crawler's stop request, for a caller that must ask from elsewhere.
+    pub fn halt(&self) -> Arc<Halt> {
+        self.halt.clone()
     }
 
     /// The last error of a run of permanent storage errors with no task done in between, once
@@ -689,6 +721,13 @@ impl<P: Ports> Crawler<P> {
     /// nothing: it starts no fetch.
     async fn wait_holding(&self, at: Instant, hold: &Hold<'_>, state: &Mutex<TurnState>) -> bool {
         loop {
+            // Registered before the check, so that a stop asked in between still wakes it.
+            let halted = self.halt.woken.notified();
+            tokio::pin!(halted);
+            halted.as_mut().enable();
+            if self.halt.asked() {
+                lock(state).plan.stop();
+            }
             let now = self.clock.now_ms();
             let (renew_at, stopped) = {
                 let plan = &lock(state).plan;
@@ -709,7 +748,10 @@ impl<P: Ports> Crawler<P> {
                 return true;
             }
             let renewal = here + Duration::from_millis(u64::try_from(renew_at - now).unwrap_or(0));
-            self.clock.sleep_until(at.min(renewal)).await;
+            tokio::select! {
+                () = self.clock.sleep_until(at.min(renewal)) => {}
+                () = &mut halted => {}
+            }
         }
     }
 
@@ -1351,6 +1393,14 @@ mod tests {
     /// A loopback site answering every request with a small HTML page; returns its port and
     /// the times (on `clock`) its requests arrived.
     async fn paced_site(clock: ManualClock) -> (u16, Arc<Mutex<Vec<Millis>>>) {
+        site_calling(clock, || {}).await
+    }
+
+    /// `paced_site`, calling `on_request` as each request arrives (before it is answered).
+    async fn site_calling(
+        clock: ManualClock,
+        on_request: impl Fn() + Send + 'static,
+    ) -> (u16, Arc<Mutex<Vec<Millis>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -1359,6 +1409,7 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
                 lock(&seen).push(clock.now_ms());
+                on_request();
                 let mut request = [0u8; 4096];
                 let _ = socket.read(&mut request).await;
                 let body = "<p>ok</p>";
@@ -1432,6 +1483,65 @@ mod tests {
             "{:?}",
             real.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_a_paced_turn_once_its_fetch_in_flight_is_done() {
+        // GIVEN a host paced at one request a minute with six due pages, on a virtual clock,
+        // whose site asks the crawler to stop as the first request arrives (Ctrl-C)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let halt: Arc<std::sync::OnceLock<Arc<Halt>>> = Arc::default();
+        let asked = halt.clone();
+        let (port, arrivals) = site_calling(clock.clone(), move || {
+            if let Some(halt) = asked.get() {
+                halt.stop();
+            }
+        })
+        .await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.politeness.respect_robots = false;
+        config.politeness.delay_ms = 60_000;
+        config.scope.follow_links = false;
+        let crawl = Crawl::new(CrawlId::parse("halted").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let tasks = (0..6)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(&store, &queue, &crawl, tasks, t0).await.unwrap();
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+        halt.get_or_init(|| crawler.halt());
+
+        // WHEN the host's turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN the fetch in flight finished and no other started: the turn handed its host back
+        // with its other five pages pending, for the next run
+        assert_eq!(lock(&arrivals).len(), 1);
+        assert!(
+            matches!(results[0].outcomes[..], [Outcome::Succeeded { .. }]),
+            "{:?}",
+            results[0].outcomes
+        );
+        let name = format!("127.0.0.1:{port}");
+        let host = crawler.store().get_host(&crawl.id, &name).await.unwrap();
+        let host = host.unwrap();
+        assert_eq!((host.turn_until, host.done, host.seeded), (None, 1, 6));
+        assert!(host.queued_for.is_some(), "{host:?}");
+        let pending = crawler.store().counts(&crawl.id).await.unwrap();
+        assert_eq!(pending.get(&Status::Pending), Some(&5));
     }
 
     #[tokio::test]
