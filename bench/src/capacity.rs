@@ -12,6 +12,14 @@
 //!   printed, and any key over 1,000 WCU/s (a partition's limit) is flagged;
 //!   Seeds come shuffled across hosts: seeding one big host alone at that rate would put all of
 //!   it on the host's due-index key;
+//! - **following links** (`links`; default 300,000 URLs over 30,000 hosts, `--quick` 30,000
+//!   over 3,000): a link graph (`graph`: Zipf(1) popularity, so a handful of hosts are linked
+//!   from most pages; template links on every page of a host) crawled from 100 home pages by the
+//!   same 1,653 workers fetching 1,653 pages/s between them, every page's links through `frontier::seed_in_turn` (the known-links
+//!   read, offers to other hosts, new hosts created as links name them); per-key peaks as above,
+//!   with the host records' offers, the host-list shards, the host counts and the crawl item's
+//!   call reports. Then a burst of host creation at 10,000 new hosts/s, and the rate the hottest
+//!   key allows;
 //! - **model only** (10⁸ URLs over 10⁶ hosts; `--quick` 10⁷ over 10⁵): the same schedule
 //!   without a store, for the makespan of the long tail, and the peak per key scaled from the
 //!   store-backed run's units per URL per key kind.
@@ -317,7 +325,7 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
     };
     eprintln!("  capacity: following links, {urls} URLs over {hosts} hosts");
     let graph = graph::LinkGraph::new(urls, hosts);
-    let run = links::crawl(&graph, workers()).await?;
+    let run = links::crawl(&graph, workers(), TARGET_RATE).await?;
     let label = format!("links ({} URLs / {hosts} hosts)", graph.urls());
     for (name, unit, value) in [
         ("pages fetched", "URLs", run.fetched as f64),
@@ -330,6 +338,11 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
             "host creation, busiest 10 s",
             "hosts/s",
             run.sustained_creation,
+        ),
+        (
+            "host turns (a call report per 10)",
+            "turns",
+            run.turns as f64,
         ),
         ("turn claims refused", "turns", run.refused_turns as f64),
     ] {

@@ -1,5 +1,7 @@
 //! The capacity simulator following links: a crawl of a [`LinkGraph`] from a few home pages,
 //! on the in-memory store metered as DynamoDB, in virtual time, through the functions' paths:
+//! - the fleet fetches at most the target rate (1,653 pages/s) between its workers: the
+//!   figures are per-key peaks at that rate, whatever the turns' lengths;
 //! - a turn message (from a seed, an offer or a hand-back) waits for one of `workers` workers,
 //!   which claims the host's turn (`update_host` with the crawler's epoch check and
 //!   `Host::claim_turn`);
@@ -23,6 +25,7 @@ use super::{Peaks, Replay, SHARDS, TURN_MS, url};
 use crate::error::{BenchResult, Context};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::PoisonError;
 use trawl_core::frontier::{seed_in_turn, seed_tasks, update_host};
 use trawl_core::queue::WorkMessage;
 use trawl_core::store::memory::MemoryStore;
@@ -84,6 +87,10 @@ pub struct LinkRun {
     pub peak_creation: u64,
     pub sustained_creation: f64,
     pub makespan_ms: Millis,
+    /// Host turns run (a crawl item write per `BATCH` of them).
+    pub turns: u64,
+    /// Write units of one call report on the crawl item.
+    pub report_units: f64,
     pub refused_turns: u64,
 }
 
@@ -100,6 +107,9 @@ struct Sim<'g> {
     order: u64,
     waiting: VecDeque<(usize, u64)>,
     free: usize,
+    /// The fleet's fetch rate (per ms), and when its next fetch may start.
+    rate_per_ms: f64,
+    next_slot: f64,
     running: HashMap<usize, Running>,
     turns_ended: u64,
     fetched_per_second: BTreeMap<Millis, u64>,
@@ -233,8 +243,18 @@ impl Sim<'_> {
     }
 
     async fn fetch(&mut self, host: usize, at: Millis) -> BenchResult<()> {
-        let Some(page) = self.pending[host].pop_front() else {
+        if self.pending[host].is_empty() {
             self.at(at, Step::HandBack { host });
+            return Ok(());
+        }
+        // The fleet fetches at most `rate` pages a second: a fetch waits for its slot.
+        let slot = self.next_slot.max(at as f64);
+        if slot.ceil() as Millis > at {
+            self.at(slot.ceil() as Millis, Step::Fetch { host });
+            return Ok(());
+        }
+        self.next_slot = slot + 1.0 / self.rate_per_ms;
+        let Some(page) = self.pending[host].pop_front() else {
             return Ok(());
         };
         let (store, crawl) = (&self.replay.store, &self.replay.crawl);
@@ -396,8 +416,9 @@ fn busiest_window(per_second: &BTreeMap<Millis, u64>) -> f64 {
     best as f64 / WINDOW_S as f64
 }
 
-/// Crawls `graph` from the home pages of its `SEEDS` most popular hosts with `workers`.
-pub async fn crawl(graph: &LinkGraph, workers: usize) -> BenchResult<LinkRun> {
+/// Crawls `graph` from the home pages of its `SEEDS` most popular hosts with `workers` (turns
+/// at once) fetching `rate` pages a second at most between them.
+pub async fn crawl(graph: &LinkGraph, workers: usize, rate: f64) -> BenchResult<LinkRun> {
     let hosts = graph.sizes.len();
     let names = host_names(hosts)?;
     let index = names.iter().cloned().zip(0..).collect();
@@ -413,6 +434,8 @@ pub async fn crawl(graph: &LinkGraph, workers: usize) -> BenchResult<LinkRun> {
         order: 0,
         waiting: VecDeque::new(),
         free: workers.max(1),
+        rate_per_ms: rate / 1_000.0,
+        next_slot: 0.0,
         running: HashMap::new(),
         turns_ended: 0,
         fetched_per_second: BTreeMap::new(),
@@ -421,6 +444,14 @@ pub async fn crawl(graph: &LinkGraph, workers: usize) -> BenchResult<LinkRun> {
         makespan_ms: 0,
     };
     sim.run().await?;
+    let report_units = {
+        let meter = sim.replay.store.meter();
+        let meter = meter.lock().unwrap_or_else(PoisonError::into_inner);
+        meter
+            .by_operation()
+            .get("add_calls")
+            .map_or(0.0, |t| t.total() as f64 / t.writes.max(1) as f64)
+    };
     Ok(LinkRun {
         fetched: sim.fetched_per_second.values().sum(),
         hosts_created: sim.created_per_second.values().sum(),
@@ -429,6 +460,8 @@ pub async fn crawl(graph: &LinkGraph, workers: usize) -> BenchResult<LinkRun> {
         peak_creation: sim.created_per_second.values().copied().max().unwrap_or(0),
         sustained_creation: busiest_window(&sim.created_per_second),
         makespan_ms: sim.makespan_ms,
+        turns: sim.turns_ended,
+        report_units,
         refused_turns: sim.refused_turns,
         peaks: sim.replay.peaks,
     })
@@ -477,7 +510,7 @@ mod tests {
     #[tokio::test]
     async fn a_crawl_following_links_reaches_every_page_and_host_and_writes_each_kind_of_key() {
         let graph = LinkGraph::new(2_000, 100);
-        let run = crawl(&graph, 20).await.unwrap();
+        let run = crawl(&graph, 20, 30.0).await.unwrap();
         // Seeded with the 100 home pages, every page is reached by following links.
         assert_eq!(run.fetched, graph.urls());
         assert_eq!(run.hosts_created, 100);
