@@ -344,6 +344,7 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
             "turns",
             run.turns as f64,
         ),
+        ("WCU of a call report (crawl item)", "WCU", run.report_units),
         ("turn claims refused", "turns", run.refused_turns as f64),
     ] {
         figures.push(Figure::single(
