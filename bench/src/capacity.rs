@@ -12,8 +12,8 @@
 //!   printed, and any key over 1,000 WCU/s (a partition's limit) is flagged;
 //!   Seeds come shuffled across hosts: seeding one big host alone at that rate would put all of
 //!   it on the host's due-index key;
-//! - **following links** (`links`; default 300,000 URLs over 30,000 hosts, `--quick` 30,000
-//!   over 3,000): a link graph (`graph`: Zipf(1) popularity, so a handful of hosts are linked
+//! - **following links** (`links`; default 500,000 URLs over 50,000 hosts, `--quick` 50,000
+//!   over 5,000): a link graph (`graph`: Zipf(1) popularity, so a handful of hosts are linked
 //!   from most pages; template links on every page of a host) crawled from 100 home pages by the
 //!   same 1,653 workers fetching 1,653 pages/s between them, every page's links through `frontier::seed_in_turn` (the known-links
 //!   read, offers to other hosts, new hosts created as links name them); per-key peaks as above,
@@ -319,9 +319,9 @@ fn peak_figures(figures: &mut Vec<Figure>, phase: &str, peaks: &Peaks) {
 /// The crawl following links (`links`), and the host-creation burst.
 async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()> {
     let (urls, hosts, burst_seconds) = if quick {
-        (30_000, 3_000, 2)
+        (50_000, 5_000, 2)
     } else {
-        (300_000, 30_000, 5)
+        (500_000, 50_000, 5)
     };
     eprintln!("  capacity: following links, {urls} URLs over {hosts} hosts");
     let graph = graph::LinkGraph::new(urls, hosts);

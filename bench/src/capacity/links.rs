@@ -249,8 +249,8 @@ impl Sim<'_> {
         }
         // The fleet fetches at most `rate` pages a second: a fetch waits for its slot.
         let slot = self.next_slot.max(at as f64);
-        if slot.ceil() as Millis > at {
-            self.at(slot.ceil() as Millis, Step::Fetch { host });
+        if slot >= (at + 1) as f64 {
+            self.at(slot.floor() as Millis, Step::Fetch { host });
             return Ok(());
         }
         self.next_slot = slot + 1.0 / self.rate_per_ms;
@@ -510,7 +510,7 @@ mod tests {
     #[tokio::test]
     async fn a_crawl_following_links_reaches_every_page_and_host_and_writes_each_kind_of_key() {
         let graph = LinkGraph::new(2_000, 100);
-        let run = crawl(&graph, 20, 30.0).await.unwrap();
+        let run = crawl(&graph, 50, 30.0).await.unwrap();
         // Seeded with the 100 home pages, every page is reached by following links.
         assert_eq!(run.fetched, graph.urls());
         assert_eq!(run.hosts_created, 100);
