@@ -345,7 +345,11 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
             run.turns as f64,
         ),
         ("WCU of a call report (crawl item)", "WCU", run.report_units),
-        ("turn claims refused", "turns", run.refused_turns as f64),
+        (
+            "turn messages back to the queue (host busy or not due)",
+            "messages",
+            run.early_messages as f64,
+        ),
     ] {
         figures.push(Figure::single(
             SECTION,

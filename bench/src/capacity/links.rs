@@ -33,7 +33,7 @@ use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, HostRule};
-use trawl_domain::host::{Host, HostSignal, NextWork, Turn};
+use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection};
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
 use trawl_faults::meter::Metered;
 
@@ -91,7 +91,8 @@ pub struct LinkRun {
     pub turns: u64,
     /// Write units of one call report on the crawl item.
     pub report_units: f64,
-    pub refused_turns: u64,
+    /// Turn messages that found their host busy or not yet due (back to the queue).
+    pub early_messages: u64,
 }
 
 struct Sim<'g> {
@@ -114,7 +115,7 @@ struct Sim<'g> {
     turns_ended: u64,
     fetched_per_second: BTreeMap<Millis, u64>,
     created_per_second: BTreeMap<Millis, u64>,
-    refused_turns: u64,
+    early_messages: u64,
     makespan_ms: Millis,
 }
 
@@ -204,7 +205,6 @@ impl Sim<'_> {
         })
         .await
         .step("claim turn")?;
-        use trawl_domain::host::TurnRejection;
         match claimed {
             Some((holder, Ok((turn, seeded)))) => {
                 self.free -= 1;
@@ -234,7 +234,7 @@ impl Sim<'_> {
                 _,
                 Err(Some(TurnRejection::Busy { until } | TurnRejection::NotYet { at: until })),
             )) => {
-                self.refused_turns += 1;
+                self.early_messages += 1;
                 self.at(until.max(at + 1), Step::Message { host, epoch });
             }
             Some((_, Err(Some(TurnRejection::GivenUp)))) => {}
@@ -440,7 +440,7 @@ pub async fn crawl(graph: &LinkGraph, workers: usize, rate: f64) -> BenchResult<
         turns_ended: 0,
         fetched_per_second: BTreeMap::new(),
         created_per_second: BTreeMap::new(),
-        refused_turns: 0,
+        early_messages: 0,
         makespan_ms: 0,
     };
     sim.run().await?;
@@ -462,7 +462,7 @@ pub async fn crawl(graph: &LinkGraph, workers: usize, rate: f64) -> BenchResult<
         makespan_ms: sim.makespan_ms,
         turns: sim.turns_ended,
         report_units,
-        refused_turns: sim.refused_turns,
+        early_messages: sim.early_messages,
         peaks: sim.replay.peaks,
     })
 }
