@@ -12,6 +12,14 @@
 //!   printed, and any key over 1,000 WCU/s (a partition's limit) is flagged;
 //!   Seeds come shuffled across hosts: seeding one big host alone at that rate would put all of
 //!   it on the host's due-index key;
+//! - **following links** (`links`; default 500,000 URLs over 50,000 hosts, `--quick` 50,000
+//!   over 5,000): a link graph (`graph`: Zipf(1) popularity, so a handful of hosts are linked
+//!   from most pages; template links on every page of a host) crawled from 100 home pages by the
+//!   same 1,653 workers fetching 1,653 pages/s between them, every page's links through `frontier::seed_in_turn` (the known-links
+//!   read, offers to other hosts, new hosts created as links name them); per-key peaks as above,
+//!   with the host records' offers, the host-list shards, the host counts and the crawl item's
+//!   call reports. Then a burst of host creation at 10,000 new hosts/s, and the rate the hottest
+//!   key allows;
 //! - **model only** (10⁸ URLs over 10⁶ hosts; `--quick` 10⁷ over 10⁵): the same schedule
 //!   without a store, for the makespan of the long tail, and the peak per key scaled from the
 //!   store-backed run's units per URL per key kind.
@@ -33,6 +41,9 @@ use trawl_domain::host::Turn;
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
 use trawl_faults::meter::{KeyUnits, Metered, TABLE_KEYS};
 
+mod graph;
+mod links;
+
 const SECTION: &str = "capacity";
 /// A billion URLs in 7 days.
 pub const TARGET_RATE: f64 = 1_653.0;
@@ -53,10 +64,12 @@ fn kind(place: &str, key: &str) -> String {
             "crawl record"
         } else if key.contains("#host#") {
             "host record"
+        } else if key.contains("#hostcounts#") {
+            "host counts"
         } else {
             "task"
         }
-    } else if key.ends_with("#hosts") {
+    } else if key.ends_with("#hosts") || key.contains("#hosts#") {
         "hosts list"
     } else if key.starts_with("crawls#") {
         "crawl list"
@@ -303,6 +316,76 @@ fn peak_figures(figures: &mut Vec<Figure>, phase: &str, peaks: &Peaks) {
     );
 }
 
+/// The crawl following links (`links`), and the host-creation burst.
+async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()> {
+    let (urls, hosts, burst_seconds) = if quick {
+        (50_000, 5_000, 2)
+    } else {
+        (500_000, 50_000, 5)
+    };
+    eprintln!("  capacity: following links, {urls} URLs over {hosts} hosts");
+    let graph = graph::LinkGraph::new(urls, hosts);
+    let run = links::crawl(&graph, workers(), TARGET_RATE).await?;
+    let label = format!("links ({} URLs / {hosts} hosts)", graph.urls());
+    for (name, unit, value) in [
+        ("pages fetched", "URLs", run.fetched as f64),
+        ("peak fetches", "URLs/s", run.peak_rate),
+        ("fetches, busiest 10 s", "URLs/s", run.sustained_rate),
+        ("makespan", "min", run.makespan_ms as f64 / 60_000.0),
+        ("host records created", "hosts", run.hosts_created as f64),
+        ("peak host creation", "hosts/s", run.peak_creation as f64),
+        (
+            "host creation, busiest 10 s",
+            "hosts/s",
+            run.sustained_creation,
+        ),
+        (
+            "host turns (a call report per 10)",
+            "turns",
+            run.turns as f64,
+        ),
+        ("WCU of a call report (crawl item)", "WCU", run.report_units),
+        (
+            "turn messages back to the queue (host busy or not due)",
+            "messages",
+            run.early_messages as f64,
+        ),
+    ] {
+        figures.push(Figure::single(
+            SECTION,
+            format!("{label}: {name}"),
+            unit,
+            value,
+        ));
+    }
+    peak_figures(figures, "links: crawling", &run.peaks);
+
+    eprintln!(
+        "  capacity: host creation, {burst_seconds} s at {} hosts/s",
+        links::BURST_RATE
+    );
+    let burst = links::host_burst(burst_seconds).await?;
+    let rate = links::BURST_RATE;
+    peak_figures(figures, &format!("host creation at {rate} hosts/s"), &burst);
+    // Every key's load grows with the creation rate: the hottest key says where it stops.
+    let hottest = burst
+        .kinds
+        .values()
+        .map(|(peak, _, _)| *peak)
+        .max()
+        .unwrap_or(0);
+    figures.push(
+        Figure::single(
+            SECTION,
+            "host creation the store sustains (hottest key at its partition's limit)",
+            "hosts/s",
+            rate as f64 * PARTITION_WCU as f64 / hottest.max(1) as f64,
+        )
+        .at_least(rate as f64),
+    );
+    Ok(())
+}
+
 pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let (urls, hosts) = if quick {
         (100_000, 1_000)
@@ -334,6 +417,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     ];
     peak_figures(&mut figures, "seeding at 1,653 URLs/s", &run.seed);
     peak_figures(&mut figures, "crawling", &run.crawl);
+    link_figures(&mut figures, quick).await?;
 
     // The model at scale: the schedule alone; per-key peaks scaled from the store-backed run.
     let (big_urls, big_hosts) = if quick {
@@ -388,6 +472,11 @@ mod tests {
         assert_eq!(kind(TABLE_KEYS, "c#crawl"), "table: crawl record");
         assert_eq!(kind(TABLE_KEYS, "c#host#h1.sim"), "table: host record");
         assert_eq!(kind(TABLE_KEYS, "c#0123abcd"), "table: task");
+        assert_eq!(kind(TABLE_KEYS, "c#hostcounts#3"), "table: host counts");
+        assert_eq!(
+            kind("status-index", "c#hosts#15"),
+            "status-index: hosts list"
+        );
         assert_eq!(kind("status-index", "c#1#3"), "status-index: status shard");
         assert_eq!(kind("status-index", "c#hosts"), "status-index: hosts list");
         assert_eq!(kind("host-index", "c#h1.sim"), "host-index: host");
