@@ -372,6 +372,7 @@ fn config() -> CrawlConfig {
             delay_ms: Some(100),
             per_host: None,
             turn_pages: Some(500),
+            max_host_tasks: None,
         })
         .collect();
     config
