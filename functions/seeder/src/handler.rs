@@ -47,7 +47,9 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<SeederResponse, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
-        self.dispatch(event.payload, deadline, now_ms()).await
+        // Boxed: the seed's future is large, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.dispatch(event.payload, deadline, now_ms())).await
     }
 
     /// A seed-queue batch or a direct request (told apart by the batch's `Records`).
