@@ -47,8 +47,7 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<SeederResponse, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
-        // Boxed: the seed's future is large, and inside the runtime's it overflows rustc's
-        // layout depth.
+        // Boxed too: the runtime's future holds this one, past rustc's layout depth inline.
         Box::pin(self.dispatch(event.payload, deadline, now_ms())).await
     }
 
@@ -168,7 +167,9 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
             deadline,
             ..SeedBudget::default()
         };
-        match self.seeder.seed(request, budget, now).await {
+        // Boxed: the seed's future is large; inline, it overflows rustc's layout depth inside
+        // the runtime's future, and a debug build's stack.
+        match Box::pin(self.seeder.seed(request, budget, now)).await {
             Ok(response) => {
                 tracing::info!(
                     crawl_id,

@@ -133,7 +133,7 @@ pub async fn audit<S: TaskStore + CrawlStore, B: BlobStore>(
             .iter()
             .filter(|o| !pointed.contains(&o.key) && !o.key.starts_with(&segments));
         for object in unpointed {
-            if is_orphan(object, None, lease_ms, cleaned_at) {
+            if is_orphan(object, None, Some(lease_ms), cleaned_at) {
                 audit.orphans += 1;
             } else {
                 audit.recent_unpointed += 1;

@@ -1423,11 +1423,8 @@ impl<P: Ports> Deliverer<P> {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
-            let min_age_ms = if self.sole_writer {
-                0
-            } else {
-                crawl.config.lease_ms
-            };
+            // The store's sole writer has no finish on its way: no object is too young.
+            let min_age_ms = (!self.sole_writer).then_some(crawl.config.lease_ms);
             let cleaned = orphans::clean_page(
                 &self.store,
                 &self.blobs,

@@ -19,7 +19,7 @@
 //!    been fenced out, or died. Writing the same key again (the same content) makes it young.
 //!    A delivery whose caller is the store's only writer, with no crawl running
 //!    (`Deliverer::sole_writer`: the CLI on its locked data directory), has no finish on its
-//!    way: every object written before it is old enough. So a local crawl killed between a PUT
+//!    way: no object is too young. So a local crawl killed between a PUT
 //!    and its finish, then resumed to completion, is left with no orphan.
 //!
 //! The task is read after its objects are listed, so a pointer set meanwhile is seen. Keys that
@@ -51,16 +51,24 @@ pub fn task_of(crawl_prefix: &str, key: &str) -> Option<TaskId> {
 }
 
 /// Whether `object` (of a task whose state is `task`) is an orphan to delete at `now`: rules 1
-/// and 2 above, an object younger than `min_age_ms` (the crawl's lease) being spared.
-pub fn is_orphan(object: &Listed, task: Option<&Task>, min_age_ms: u64, now: Millis) -> bool {
+/// and 2 above, an object younger than `min_age_ms` (the crawl's lease) being spared; with no
+/// age (None: the store's sole writer), none is.
+pub fn is_orphan(
+    object: &Listed,
+    task: Option<&Task>,
+    min_age_ms: Option<u64>,
+    now: Millis,
+) -> bool {
     let pointed = task
         .and_then(|t| t.fetch.as_ref())
         .and_then(|f| f.object_key.as_deref())
         .is_some_and(|key| key == object.key || Layout::items_key_of(key) == object.key);
-    let old = object
-        .modified
-        .saturating_add(i64::try_from(min_age_ms).unwrap_or(i64::MAX))
-        < now;
+    let old = min_age_ms.is_none_or(|age| {
+        object
+            .modified
+            .saturating_add(i64::try_from(age).unwrap_or(i64::MAX))
+            < now
+    });
     !pointed && old
 }
 
@@ -76,13 +84,13 @@ pub(crate) struct Cleaned {
 }
 
 /// One page of the clean-up of `crawl_id`'s objects, after `start_after`: an object younger
-/// than `min_age_ms` is spared (rule 2).
+/// than `min_age_ms` is spared (rule 2; None: none is).
 pub(crate) async fn clean_page<S: TaskStore, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,
     crawl_id: &CrawlId,
-    min_age_ms: u64,
+    min_age_ms: Option<u64>,
     start_after: Option<&str>,
     now: Millis,
 ) -> Result<Cleaned, DeliverError> {
@@ -233,7 +241,7 @@ mod tests {
         for (case, key, task, age, orphan) in cases {
             assert_eq!(task_of(prefix, key), Some(task_id.clone()), "{case}");
             assert_eq!(
-                is_orphan(&listed(key, age), task, LEASE, NOW),
+                is_orphan(&listed(key, age), task, Some(LEASE), NOW),
                 orphan,
                 "{case}"
             );
