@@ -16,7 +16,7 @@ use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::clock::{Clock, ManualClock};
 use trawl_core::crawler::{Crawler, Disposition, Outcome};
 use trawl_core::fetch::Fetcher;
-use trawl_core::frontier::add_tasks;
+use trawl_core::frontier::{SeedReport, add_tasks};
 use trawl_core::queue::local::LocalQueue;
 use trawl_core::queue::{Received, WorkMessage, WorkQueue};
 use trawl_core::store::memory::MemoryStore;
@@ -66,7 +66,8 @@ impl<P: Ports> Run<P> {
         Self { crawler, crawl }
     }
 
-    async fn seed(&self, urls: &[String]) {
+    /// Seeds `urls` through the frontier; returns what it did (every turn message sent).
+    async fn seed(&self, urls: &[String]) -> SeedReport {
         let tasks = urls
             .iter()
             .map(|u| NewTask {
@@ -86,6 +87,7 @@ impl<P: Ports> Run<P> {
         .await
         .unwrap();
         assert!(report.enqueue_failed.is_empty());
+        report
     }
 
     /// One receive (waiting up to `wait_ms`) → process → settle round, as Lambda settles it.
@@ -823,29 +825,11 @@ async fn a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred<P: Ports>(
     config.scope.follow_links = true;
     config.politeness.max_host_tasks = Some(3);
     let run = Run::start(start().await, config).await;
-    let seed = |urls: Vec<String>| {
-        let tasks = urls
-            .iter()
-            .map(|u| NewTask {
-                url: CanonicalUrl::parse(u).unwrap(),
-                depth: 0,
-                parent: None,
-                data: None,
-            })
-            .collect();
-        add_tasks(
-            run.crawler.store(),
-            run.crawler.queue(),
-            &run.crawl,
-            tasks,
-            now_ms(),
-        )
-    };
 
     // WHEN 5 URLs of the first host and 7 of the second are seeded
     let mut urls: Vec<String> = (0..5).map(|i| a.url(&format!("/{i}"))).collect();
     urls.extend((0..7).map(|i| b.url(&format!("/{i}"))));
-    let report = seed(urls).await.unwrap();
+    let report = run.seed(&urls).await;
 
     // THEN each host takes up to its limit, in the order given, and the rest is deferred
     assert_eq!((report.accepted, report.deferred), (6, 6), "{report:?}");
@@ -864,7 +848,7 @@ async fn a_host_holds_at_most_its_task_limit_and_the_rest_is_deferred<P: Ports>(
     }
 
     // WHEN more are seeded to a full host, and its pages' links are followed
-    let again = seed(vec![a.url("/3"), b.url("/8")]).await.unwrap();
+    let again = run.seed(&[a.url("/3"), b.url("/8")]).await;
     run.drain().await;
 
     // THEN nothing more was added to either: the links to the full host were deferred too
