@@ -309,10 +309,7 @@ async fn a_large_sweep_spreads_over_invocations() {
     let sweeper = Sweeper::new(
         Arc::new(App::new(store, Unwired, queue, calls.clone())),
         trigger.clone(),
-        SweepOptions {
-            page_size: 10,
-            ..SweepOptions::new()
-        },
+        SweepOptions { page_size: 10 },
     );
     let queue = &sweeper.queue;
     // WHEN invocations of four pages each sweep it

@@ -162,6 +162,12 @@ fn batch_metrics(
         let record = &mut records[index];
         let handed_back = !matches!(result.disposition, Disposition::Done);
         record.add(Metric::MessagesHandedBack, f64::from(u8::from(handed_back)));
+        if result.reference_misses > 0 {
+            record.add(
+                Metric::Soft404ReferenceMisses,
+                result.reference_misses as f64,
+            );
+        }
         for outcome in &result.outcomes {
             let (pages, bytes) = match outcome {
                 Outcome::Succeeded { bytes, .. } => (1.0, *bytes as f64),
@@ -308,26 +314,31 @@ mod tests {
     #[test]
     fn a_batch_s_metrics_count_pages_bytes_outcomes_and_messages_handed_back_per_crawl() {
         // GIVEN a batch of two crawls' turns: one stored 2 pages (one unchanged) and snoozed a
-        // task, one came back to retry later; and a malformed message of no crawl
+        // task and found its soft-404 reference page no longer recognised, one came back to retry
+        // later; and a malformed message of no crawl
         let result = |id: &str, disposition, outcomes: Vec<Outcome>| MessageResult {
             message_id: id.into(),
             receipt: String::new(),
             disposition,
             outcomes,
+            reference_misses: 0,
         };
         let results = [
-            result(
-                "m1",
-                Disposition::Done,
-                vec![
-                    Outcome::Succeeded {
-                        bytes: 100,
-                        put: true,
-                    },
-                    Outcome::Unchanged,
-                    Outcome::Snoozed,
-                ],
-            ),
+            MessageResult {
+                reference_misses: 1,
+                ..result(
+                    "m1",
+                    Disposition::Done,
+                    vec![
+                        Outcome::Succeeded {
+                            bytes: 100,
+                            put: true,
+                        },
+                        Outcome::Unchanged,
+                        Outcome::Snoozed,
+                    ],
+                )
+            },
             result("m2", Disposition::RetryAfter(1_000), vec![Outcome::Error]),
             result(
                 "m3",
@@ -376,6 +387,7 @@ mod tests {
         assert_eq!(a["HostSnoozes"], 1.0);
         assert_eq!(a["MessagesHandedBack"], 0.0);
         assert_eq!(a["BatchDuration"], 250.0);
+        assert_eq!(a["Soft404ReferenceMisses"], 1.0);
         let outcomes: Vec<(&str, f64)> = lines[0][1..]
             .iter()
             .map(|l| {
@@ -390,6 +402,7 @@ mod tests {
             [("succeeded", 1.0), ("unchanged", 1.0), ("snoozed", 1.0)]
         );
         assert_eq!(lines[1][0]["MessagesHandedBack"], 1.0);
+        assert!(lines[1][0].get("Soft404ReferenceMisses").is_none());
         assert_eq!(lines[1][1]["Outcome"], "error");
     }
 

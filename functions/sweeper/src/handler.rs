@@ -51,8 +51,8 @@ pub fn parse_event(value: serde_json::Value) -> Result<SweepEvent, HandlerError>
     Ok(event)
 }
 
-/// What every invocation uses, built once per cold start: the sweeper, whose options (where its
-/// scans of host records stopped, its re-tests of soft-404 reference pages) its sweeps share.
+/// What every invocation uses, built once per cold start: the sweeper, whose state (where its
+/// scans of host records stopped) its sweeps share.
 pub struct Handler<P: Ports> {
     pub sweeper: Sweeper<P>,
 }

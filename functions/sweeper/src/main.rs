@@ -6,8 +6,7 @@ use sweeper::handler::Handler;
 use trawl_aws::app::Root;
 use trawl_aws::settings::SweeperSettings;
 use trawl_aws::sqs::SqsDeliveryTrigger;
-use trawl_core::fetch::Fetcher;
-use trawl_core::sweep::{ReferenceChecks, SweepOptions, Sweeper};
+use trawl_core::sweep::{SweepOptions, Sweeper};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -18,15 +17,8 @@ async fn main() -> Result<(), Error> {
         &root.settings.delivery_queue_url,
         root.calls(),
     );
-    let options = SweepOptions {
-        references: Some(ReferenceChecks::new(
-            Arc::new(Fetcher::new("")?),
-            ReferenceChecks::DEFAULT_INTERVAL,
-        )),
-        ..SweepOptions::new()
-    };
     let handler = Handler {
-        sweeper: Sweeper::new(root.app.clone(), Arc::new(trigger), options),
+        sweeper: Sweeper::new(root.app.clone(), Arc::new(trigger), SweepOptions::new()),
     };
     run(service_fn(|event| handler.handle(event))).await
 }

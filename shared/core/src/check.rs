@@ -2,12 +2,17 @@
 //! what the crawl's rules make of it — its schedule, a soft 404, a page gone — by running the
 //! same transitions on a copy of its task. Nothing is written.
 //!
-//! Also the sweeper's re-test of each soft-404 rule's reference page (`check_references`).
+//! Also the re-test of each soft-404 rule's reference page (`ReferenceChecks`), made by the
+//! crawler in a turn of the page's host: the process that fetches pages is the one that links an
+//! HTTP client, and the host's turn is what paces requests to it.
 
 use crate::discover::ScopeMatcher;
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::revisit::{RevisitRules, soft_404_match};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, Soft404Rule};
 use trawl_domain::retry::Failure;
@@ -175,34 +180,89 @@ pub struct ReferenceCheck {
     pub outcome: ReferenceOutcome,
 }
 
-/// Fetches the reference page of every soft-404 rule that names one, and says whether the rule
-/// still recognises it.
-pub async fn check_references(
-    fetcher: &Fetcher,
-    crawl_id: &CrawlId,
-    config: &CrawlConfig,
-    now: Millis,
-) -> Vec<ReferenceCheck> {
-    let mut checks = Vec::new();
-    for (rule, soft_404) in config.recrawl.soft_404.iter().enumerate() {
-        let Some(url) = soft_404.reference_url.as_deref() else {
-            continue;
-        };
-        let outcome = match CanonicalUrl::parse(url) {
-            Ok(canonical) => {
-                reference_outcome(fetcher, crawl_id, config, soft_404, &canonical, now).await
-            }
-            Err(e) => ReferenceOutcome::Unreachable {
-                error: e.to_string(),
-            },
-        };
-        checks.push(ReferenceCheck {
-            rule,
-            url: url.to_owned(),
-            outcome,
-        });
+/// A process's re-tests of soft-404 reference pages: each rule's page is fetched again in a
+/// turn of its own host, at most once per `interval` per crawl and host in the process (a warm
+/// Lambda container, or the CLI's run). A rule that no longer recognises its page is an error the
+/// operator must see: its soft 404s would be kept as pages.
+#[derive(Debug)]
+pub struct ReferenceChecks {
+    interval_ms: Millis,
+    last: Mutex<HashMap<(CrawlId, String), Millis>>,
+}
+
+impl Default for ReferenceChecks {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_INTERVAL)
     }
-    checks
+}
+
+impl ReferenceChecks {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
+
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval_ms: Millis::try_from(interval.as_millis()).unwrap_or(Millis::MAX),
+            last: Mutex::default(),
+        }
+    }
+
+    /// Re-tests, when due at `now`, the reference pages of `config`'s rules that live on `host`
+    /// (a host key); none when nothing is due.
+    pub async fn run(
+        &self,
+        fetcher: &Fetcher,
+        crawl_id: &CrawlId,
+        config: &CrawlConfig,
+        host: &str,
+        now: Millis,
+    ) -> Vec<ReferenceCheck> {
+        let on_host = |rule: &Soft404Rule| {
+            rule.reference_url
+                .as_deref()
+                .is_some_and(|url| trawl_domain::canonical::host_key_of(url) == host)
+        };
+        if !config.recrawl.soft_404.iter().any(on_host) || !self.take_due(crawl_id, host, now) {
+            return Vec::new();
+        }
+        let mut checks = Vec::new();
+        for (rule, soft_404) in config.recrawl.soft_404.iter().enumerate() {
+            let Some(url) = soft_404
+                .reference_url
+                .as_deref()
+                .filter(|_| on_host(soft_404))
+            else {
+                continue;
+            };
+            let outcome = match CanonicalUrl::parse(url) {
+                Ok(canonical) => {
+                    reference_outcome(fetcher, crawl_id, config, soft_404, &canonical, now).await
+                }
+                Err(e) => ReferenceOutcome::Unreachable {
+                    error: e.to_string(),
+                },
+            };
+            checks.push(ReferenceCheck {
+                rule,
+                url: url.to_owned(),
+                outcome,
+            });
+        }
+        checks
+    }
+
+    /// Whether `crawl`'s references on `host` are due a re-test at `now` (and, if so, marks
+    /// them done).
+    fn take_due(&self, crawl: &CrawlId, host: &str, now: Millis) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (crawl.clone(), host.to_owned());
+        match last.get(&key) {
+            Some(&at) if now.saturating_sub(at) < self.interval_ms => false,
+            _ => {
+                last.insert(key, now);
+                true
+            }
+        }
+    }
 }
 
 async fn reference_outcome(
@@ -257,5 +317,30 @@ async fn reference_outcome(
         FetchOutcome::Redirected { status, location } => ReferenceOutcome::NotRecognised {
             answer: format!("HTTP {status} to {location}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl_and_host() {
+        let checks = ReferenceChecks::new(Duration::from_secs(60));
+        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
+        assert!(checks.take_due(&a, "x.test", 1_000));
+        assert!(
+            !checks.take_due(&a, "x.test", 60_999),
+            "within the interval"
+        );
+        assert!(
+            checks.take_due(&a, "y.test", 2_000),
+            "another host has its own"
+        );
+        assert!(
+            checks.take_due(&b, "x.test", 2_000),
+            "another crawl has its own"
+        );
+        assert!(checks.take_due(&a, "x.test", 61_000));
     }
 }

@@ -35,6 +35,7 @@ mod gz;
 pub mod operate;
 pub mod problem;
 pub mod queue;
+#[cfg(feature = "html")]
 pub mod revisit;
 #[cfg(feature = "crawl")]
 pub mod runner;

@@ -13,9 +13,7 @@ use crate::crawler::{Crawler, Disposition, Outcome};
 use crate::frontier::{Reissue, reissue_turns};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::{ClaimOutcome, CrawlStore, StoreError, TaskQuery};
-use crate::sweep::{
-    LocalDeliveryTrigger, ReferenceChecks, SweepBudget, SweepError, SweepOptions, Sweeper,
-};
+use crate::sweep::{LocalDeliveryTrigger, SweepBudget, SweepError, SweepOptions, Sweeper};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -237,13 +235,7 @@ pub async fn run_crawl<P: Ports>(
         let sweeper = Sweeper::new(
             crawler.app().clone(),
             Arc::new(LocalDeliveryTrigger::default()),
-            SweepOptions {
-                references: Some(ReferenceChecks::new(
-                    crawler.fetcher().clone(),
-                    ReferenceChecks::DEFAULT_INTERVAL,
-                )),
-                ..SweepOptions::new()
-            },
+            SweepOptions::new(),
         );
         let mut outage = Outage::default();
         let mut stall = Stall::default();

@@ -56,7 +56,7 @@ pub enum Metric {
     SweeperEnqueueFailures,
     /// Sweeper: status-index pages, tasks and host records read.
     SweeperReads,
-    /// Sweeper: soft-404 reference pages their rule no longer recognises (a rule to update).
+    /// Crawler: soft-404 reference pages their rule no longer recognises (a rule to update).
     Soft404ReferenceMisses,
     /// Seeder: URLs that became new tasks.
     SeedsAccepted,
@@ -298,8 +298,7 @@ impl Record {
     }
 }
 
-/// A sweep's metrics for one crawl: what it put back to work, what it read, and the soft-404
-/// reference pages it found no longer recognised.
+/// A sweep's metrics for one crawl: what it put back to work and what it read.
 pub fn sweep(report: &SweepReport, now: Millis) -> Record {
     let mut record = Record::new("sweeper", report.crawl_id.as_str(), now);
     record
@@ -312,10 +311,6 @@ pub fn sweep(report: &SweepReport, now: Millis) -> Record {
         .add(
             Metric::SweeperReads,
             (report.pages_read + report.tasks_read + report.hosts_read) as f64,
-        )
-        .add(
-            Metric::Soft404ReferenceMisses,
-            report.reference_misses as f64,
         );
     record
 }
@@ -395,6 +390,7 @@ mod tests {
             .add(Metric::HostSnoozes, 1.0)
             .add(Metric::MessagesHandedBack, 1.0)
             .add(Metric::BatchDuration, 2_350.0)
+            .add(Metric::Soft404ReferenceMisses, 1.0)
             .add_samples(Metric::FetchLatency, &[120.0, 85.5, 310.0])
             .add_kind(OUTCOME, Metric::FetchOutcomes, "200", 9.0)
             .add_kind(OUTCOME, Metric::FetchOutcomes, "error:timeout", 1.0)
@@ -407,8 +403,6 @@ mod tests {
             pages_read: 2,
             tasks_read: 8,
             hosts_read: 2,
-            references_checked: 2,
-            reference_misses: 1,
             ..SweepReport::default()
         };
         let sweeper = sweep(&swept, T0);

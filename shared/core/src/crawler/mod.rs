@@ -18,6 +18,7 @@ pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
+use crate::check::{ReferenceChecks, ReferenceOutcome};
 use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
@@ -35,6 +36,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
@@ -85,6 +87,8 @@ pub struct MessageResult {
     pub disposition: Disposition,
     /// What happened, task by task, for logs and progress.
     pub outcomes: Vec<Outcome>,
+    /// Soft-404 reference pages re-tested in the turn that their rule no longer recognises.
+    pub reference_misses: u64,
 }
 
 /// What a turn did to one task (or, for `Malformed` and `Error`, to its message).
@@ -243,6 +247,7 @@ pub struct Crawler<P: Ports> {
     seen: seen::SeenLinks,
     faults: FaultStreak,
     halt: Arc<Halt>,
+    references: ReferenceChecks,
 }
 
 /// A request to stop every turn of a crawler soon (`Crawler::stop_turns`): no fetch starts after
@@ -285,6 +290,7 @@ impl<P: Ports> Crawler<P> {
             seen: seen::SeenLinks::default(),
             faults: FaultStreak::default(),
             halt: Arc::default(),
+            references: ReferenceChecks::default(),
         }
     }
 
@@ -379,6 +385,7 @@ impl<P: Ports> Crawler<P> {
         deadline: Option<Instant>,
         outbox: &Outbox,
     ) -> MessageResult {
+        let misses = AtomicU64::new(0);
         let (disposition, outcomes) = match message {
             Err(why) => {
                 // Logged once here; each receive until the dead-letter queue logs it again.
@@ -398,7 +405,7 @@ impl<P: Ports> Crawler<P> {
                     host = %message.host
                 );
                 let (disposition, outcomes) = self
-                    .process_turn(&message, deadline, outbox)
+                    .process_turn(&message, deadline, outbox, &misses)
                     .instrument(span)
                     .await;
                 (
@@ -413,6 +420,7 @@ impl<P: Ports> Crawler<P> {
             receipt: received.receipt,
             disposition,
             outcomes,
+            reference_misses: misses.into_inner(),
         }
     }
 
@@ -444,12 +452,14 @@ impl<P: Ports> Crawler<P> {
         }
     }
 
-    /// One host's turn.
+    /// One host's turn. The soft-404 reference pages it re-tests and finds no longer recognised
+    /// are counted in `reference_misses`.
     async fn process_turn(
         &self,
         message: &WorkMessage,
         deadline: Option<Instant>,
         outbox: &Outbox,
+        reference_misses: &AtomicU64,
     ) -> (Disposition, Vec<Outcome>) {
         let retry_later = || {
             (
@@ -513,6 +523,8 @@ impl<P: Ports> Crawler<P> {
             }
         };
         tracing::debug!(token = turn.token, until = turn.until, "turn claimed");
+        let misses = self.check_references(crawl, &message.host, now).await;
+        reference_misses.store(misses, Ordering::Relaxed);
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
@@ -578,6 +590,45 @@ impl<P: Ports> Crawler<P> {
         let retries = std::sync::atomic::AtomicU64::new(0);
         let handed = persist("hand the host back", &Backoff::BRIEF, &retries, hand_back).await;
         settle_host(handed, crawl, now, outbox, outcomes)
+    }
+
+    /// Re-tests the crawl's soft-404 reference pages on `host` when due (see `ReferenceChecks`):
+    /// a rule that no longer recognises its page is logged as an error and counted on the crawl.
+    /// Returns the misses.
+    async fn check_references(&self, crawl: &Crawl, host: &str, now: Millis) -> u64 {
+        let checks = self
+            .references
+            .run(&self.fetcher, &crawl.id, &crawl.config, host, now)
+            .await;
+        let mut misses = 0;
+        for check in &checks {
+            match &check.outcome {
+                ReferenceOutcome::NotRecognised { answer } => {
+                    tracing::error!(
+                        rule = check.rule,
+                        url = check.url,
+                        answer,
+                        "soft-404 rule no longer recognises its reference page: update recrawl.soft_404"
+                    );
+                    misses += 1;
+                }
+                ReferenceOutcome::Unreachable { error } => {
+                    tracing::warn!(
+                        rule = check.rule,
+                        url = check.url,
+                        error,
+                        "soft-404 reference page not reachable; re-tested later"
+                    );
+                }
+                ReferenceOutcome::Recognised | ReferenceOutcome::Missing => {}
+            }
+        }
+        if misses > 0
+            && let Err(e) = self.store.add_reference_misses(&crawl.id, misses).await
+        {
+            tracing::warn!(error = %e, "cannot count the reference misses on the crawl");
+        }
+        misses
     }
 
     /// Fetches the host's due tasks as its plan says (`trawl_domain::turn`), `parallel` at a

@@ -39,10 +39,6 @@
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
-#[cfg(feature = "fetch")]
-use crate::check::{ReferenceOutcome, check_references};
-#[cfg(feature = "fetch")]
-use crate::fetch::Fetcher;
 use crate::frontier::{Reissue, hosts_of, reissue_turns};
 use crate::queue::{QueueError, SendReport, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{
@@ -206,53 +202,12 @@ impl SweepBudget {
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
     pub page_size: u32,
-    /// Re-tests of soft-404 reference pages (None: not made by this sweeper; only a sweeper
-    /// that links the HTTP client makes them).
-    #[cfg(feature = "fetch")]
-    pub references: Option<ReferenceChecks>,
 }
 
 impl SweepOptions {
     pub fn new() -> Self {
         Self {
             page_size: PAGE_SIZE,
-            ..Self::default()
-        }
-    }
-}
-
-/// The sweeper's re-tests of each soft-404 rule's `reference_url`: at most one per crawl per
-/// `interval` in a process (the CLI sweeps every second or so; Lambda's schedule, every few
-/// minutes, is slower than the default interval, so there every sweep re-tests).
-#[cfg(feature = "fetch")]
-#[derive(Debug, Clone)]
-pub struct ReferenceChecks {
-    fetcher: Arc<Fetcher>,
-    interval_ms: Millis,
-    last: Arc<Mutex<std::collections::HashMap<CrawlId, Millis>>>,
-}
-
-#[cfg(feature = "fetch")]
-impl ReferenceChecks {
-    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(4 * 60);
-
-    pub fn new(fetcher: Arc<Fetcher>, interval: Duration) -> Self {
-        Self {
-            fetcher,
-            interval_ms: Millis::try_from(interval.as_millis()).unwrap_or(Millis::MAX),
-            last: Arc::default(),
-        }
-    }
-
-    /// Whether `crawl`'s references are due a re-test at `now` (and, if so, marks them done).
-    fn take_due(&self, crawl: &CrawlId, now: Millis) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        match last.get(crawl) {
-            Some(&at) if now.saturating_sub(at) < self.interval_ms => false,
-            _ => {
-                last.insert(crawl.clone(), now);
-                true
-            }
         }
     }
 }
@@ -288,12 +243,6 @@ pub struct SweepReport {
     pub reopened: bool,
     /// This sweep completed the crawl (and sent the notice below).
     pub completed: bool,
-    /// Soft-404 reference pages re-tested, and those their rule no longer recognises (each
-    /// logged as an error and added to the crawl's `reference_misses`).
-    #[serde(default)]
-    pub references_checked: u64,
-    #[serde(default)]
-    pub reference_misses: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<CompletionNotice>,
     /// The notice could not be sent (deliver this generation on demand).
@@ -457,8 +406,6 @@ impl<P: Ports> Sweeper<P> {
             self.scan_hosts(crawl, now, lost_after, &mut state, &mut report, budget)
                 .await?;
         }
-        #[cfg(feature = "fetch")]
-        self.check_references(crawl, now, &mut report).await?;
         if crawl.state == CrawlState::Running
             && report.requeued() == 0
             && report.enqueue_failed == 0
@@ -481,47 +428,6 @@ impl<P: Ports> Sweeper<P> {
             report.notice = Some(notice);
         }
         Ok(report)
-    }
-
-    /// Re-tests the crawl's soft-404 reference pages when due; a rule that no longer recognises
-    /// its page is an error the operator must see (its soft 404s would be kept as pages).
-    #[cfg(feature = "fetch")]
-    async fn check_references(
-        &self,
-        crawl: &Crawl,
-        now: Millis,
-        report: &mut SweepReport,
-    ) -> Result<(), SweepError> {
-        let Some(references) = &self.options.references else {
-            return Ok(());
-        };
-        let named = crawl.config.recrawl.soft_404.iter();
-        if !named.clone().any(|r| r.reference_url.is_some()) || !references.take_due(&crawl.id, now)
-        {
-            return Ok(());
-        }
-        let checks = check_references(&references.fetcher, &crawl.id, &crawl.config, now).await;
-        for check in &checks {
-            match &check.outcome {
-                ReferenceOutcome::NotRecognised { answer } => {
-                    tracing::error!(crawl_id = %crawl.id, rule = check.rule, url = check.url, answer,
-                        "soft-404 rule no longer recognises its reference page: update recrawl.soft_404");
-                    report.reference_misses += 1;
-                }
-                ReferenceOutcome::Unreachable { error } => {
-                    tracing::warn!(crawl_id = %crawl.id, rule = check.rule, url = check.url, error,
-                        "soft-404 reference page not reachable; re-tested later");
-                }
-                ReferenceOutcome::Recognised | ReferenceOutcome::Missing => {}
-            }
-        }
-        report.references_checked = checks.len() as u64;
-        if report.reference_misses > 0 {
-            self.store
-                .add_reference_misses(&crawl.id, report.reference_misses)
-                .await?;
-        }
-        Ok(())
     }
 
     /// Reads one due window page by page, re-enqueueing what is due.
@@ -791,18 +697,6 @@ mod tests {
             next_fetch_at: None,
             enqueued_at: None,
         }
-    }
-
-    #[cfg(feature = "fetch")]
-    #[test]
-    fn reference_pages_are_re_tested_at_most_once_per_interval_per_crawl() {
-        let fetcher = Arc::new(Fetcher::new("").unwrap());
-        let checks = ReferenceChecks::new(fetcher, Duration::from_secs(60));
-        let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
-        assert!(checks.take_due(&a, 1_000));
-        assert!(!checks.take_due(&a, 60_999), "within the interval");
-        assert!(checks.take_due(&b, 2_000), "another crawl has its own");
-        assert!(checks.take_due(&a, 61_000));
     }
 
     #[test]
