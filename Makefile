@@ -20,15 +20,21 @@ deps: infra-deps
 fmt-check:
 	cargo fmt --all -- --check
 
+## The CLI's AWS backend is a feature, off by default (the local build skips the AWS SDK); the
+## checks, the tests (which run `trawl --backend aws` against moto) and the bench build it.
+CLI_AWS := --features trawl/aws
+
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p trawl --all-targets $(CLI_AWS) -- -D warnings
 
 ## The CLI tests run the `trawl` binary itself, which `cargo test` does not build. Built with the
-## test build's selection (the workspace, all targets), so that both resolve the same features:
-## `cargo build -p trawl` alone would build the AWS SDK, hyper, reqwest and serde a second time.
+## test build's selection (the workspace, all targets, the same features), so that both resolve
+## the same dependency features: `cargo build -p trawl` alone would build hyper, reqwest and serde
+## a second time.
 cargo-test:
-	cargo build --workspace --all-targets
-	cargo test --workspace --all-targets
+	cargo build --workspace --all-targets $(CLI_AWS)
+	cargo test --workspace --all-targets $(CLI_AWS)
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
 delivery-2m:
@@ -41,7 +47,7 @@ BENCH_PROFILE := lambda-release
 FUNCTIONS := seeder crawler sweeper deliverer
 bench: deps
 	for f in $(FUNCTIONS); do cargo build --profile $(BENCH_PROFILE) -p $$f || exit 1; done
-	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench
+	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench $(CLI_AWS)
 	target/$(BENCH_PROFILE)/trawl-bench $(BENCH_ARGS)
 
 ## The chaos runs (bench/README.md, section 12): the embedded backend through port faults and
@@ -49,7 +55,7 @@ bench: deps
 ## errors, 5% lost responses) with 3 SIGKILLs; the same through the four Lambda handlers with
 ## duplicate deliveries. BENCH_ARGS=--quick for smaller crawls.
 chaos: deps
-	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench
+	cargo build --profile $(BENCH_PROFILE) -p trawl -p trawl-bench $(CLI_AWS)
 	target/$(BENCH_PROFILE)/trawl-bench --only chaos $(BENCH_ARGS)
 
 include infra/Makefile.inc

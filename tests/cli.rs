@@ -13,7 +13,7 @@ pub(crate) fn trawl_bin() -> PathBuf {
     let bin = exe.parent().and_then(Path::parent).unwrap().join("trawl");
     assert!(
         bin.exists(),
-        "{} is missing: build it with `cargo build -p trawl`",
+        "{} is missing: build it with `cargo build -p trawl --features aws`",
         bin.display()
     );
     bin

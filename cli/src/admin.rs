@@ -1,8 +1,10 @@
 //! The commands, generic over the backend: the same code serves local and AWS crawls.
 
+#[cfg(feature = "aws")]
+use crate::args::SetupArgs;
 use crate::args::{
     Command, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand, PurgeArgs,
-    RetryArgs, SetupArgs, TasksCommand, TasksListArgs, TasksShowArgs,
+    RetryArgs, TasksCommand, TasksListArgs, TasksShowArgs,
 };
 use crate::backend::Backend;
 use crate::error::CliError;
@@ -90,6 +92,9 @@ pub async fn dispatch<P: Ports>(
         Command::Config(command) => generations::config(&backend, &command, json).await,
         Command::Check(args) => generations::check(&backend, &args, json).await,
         Command::Extract(args) => crate::extract::run_stored(&backend, &args, json).await,
+        #[cfg(not(feature = "aws"))]
+        Command::Submit(_) => Err(CliError::NoAwsBackend),
+        #[cfg(feature = "aws")]
         Command::Submit(args) => match plan {
             Some(plan) => crate::submit::run(backend.seed_queue.as_ref(), &args, plan, json).await,
             None => Err(CliError::Usage(
@@ -463,6 +468,7 @@ async fn purge_crawl<P: Ports>(
 
 /// Creates the table, bucket and queues on the AWS endpoint of the environment, and prints the
 /// variables that point trawl at them.
+#[cfg(feature = "aws")]
 pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
     let clients = trawl_aws::clients::Clients::new(&trawl_aws::clients::load_config().await);
     let stack = trawl_aws::stack::create_stack(&clients, &args.name)
@@ -490,12 +496,14 @@ pub async fn setup(args: &SetupArgs, json: bool) -> Result<(), CliError> {
 }
 
 /// Tasks `trawl migrate` moves per call of the store (a bounded batch, then the next).
+#[cfg(feature = "aws")]
 const MIGRATE_BATCH: u64 = 1_000;
 
 /// `trawl migrate`: each crawl's (or the named one's) tasks written before the sparse status
 /// index, moved to their hosts' due lists batch after batch, until none is left under an old
 /// key. A batch that moves nothing without reaching the end (the index lags the moves) stops
 /// the run: run it again later.
+#[cfg(feature = "aws")]
 pub async fn migrate(
     store: &trawl_aws::dynamodb::DynamoStore,
     selector: &CrawlSelector,

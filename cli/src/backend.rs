@@ -5,11 +5,14 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use trawl_aws::app::{AwsPorts, Wiring};
-use trawl_aws::clients::Clients;
-use trawl_aws::settings::{CliSettings, FromEnv};
-use trawl_aws::sqs::SqsSeedQueue;
-use trawl_aws::stack::StackError;
+#[cfg(feature = "aws")]
+use trawl_aws::{
+    app::{AwsPorts, Wiring},
+    clients::Clients,
+    settings::{CliSettings, FromEnv},
+    sqs::SqsSeedQueue,
+    stack::StackError,
+};
 use trawl_core::app::{App, Ports};
 use trawl_core::queue::local::LocalQueue;
 use trawl_domain::calls::CallCounts;
@@ -29,6 +32,7 @@ pub struct Backend<P: Ports> {
     /// Whether the queue lives in this process (so it is rebuilt from the table on start).
     pub local: bool,
     /// The deployed seeder's queue (`trawl submit`), when the stack has one.
+    #[cfg(feature = "aws")]
     pub seed_queue: Option<SqsSeedQueue>,
     /// Held for the process's life: one process per local data directory.
     _lock: Option<File>,
@@ -43,6 +47,7 @@ impl<P: Ports> std::ops::Deref for Backend<P> {
 }
 
 pub type LocalBackend = Backend<(SqliteStore, FsBlobStore, LocalQueue)>;
+#[cfg(feature = "aws")]
 pub type AwsBackend = Backend<AwsPorts>;
 
 /// What a command may do to the local data directory.
@@ -86,6 +91,7 @@ pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliEr
         app: Arc::new(App::new(store, blobs, queue, calls)),
         uri_base: root.display().to_string(),
         local: true,
+        #[cfg(feature = "aws")]
         seed_queue: None,
         _lock: lock,
     })
@@ -107,6 +113,7 @@ fn lock_data_dir(data_dir: &Path, shown: &str) -> Result<File, CliError> {
 
 /// DynamoDB + S3 + SQS named by the environment (moto or a real account), or by the outputs of
 /// the CloudFormation stack `stack` where the environment names nothing.
+#[cfg(feature = "aws")]
 pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
     let config = trawl_aws::clients::load_config().await;
     let settings = aws_settings(&config, stack).await?;
@@ -125,6 +132,7 @@ pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
 
 /// The settings of `--backend aws`: each variable from the environment, else from the stack's
 /// outputs.
+#[cfg(feature = "aws")]
 async fn aws_settings(
     config: &trawl_aws::clients::SdkConfig,
     stack: Option<&str>,

@@ -437,11 +437,13 @@ impl Plan {
         Ok(self)
     }
 
+    #[cfg(feature = "aws")]
     pub fn crawl_id(&self) -> &CrawlId {
         &self.crawl_id
     }
 
     /// The crawl's configuration.
+    #[cfg(feature = "aws")]
     pub fn config(&self) -> &CrawlConfig {
         &self.config
     }

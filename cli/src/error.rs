@@ -36,10 +36,18 @@ pub enum CliError {
          starts a new crawl)"
     )]
     NotADatabase { path: String, reason: String },
+    #[cfg(feature = "aws")]
     #[error(
         "{0}; for --backend aws set TRAWL_TABLE, TRAWL_BUCKET and TRAWL_QUEUE_URL (see `trawl setup`)"
     )]
     Settings(#[from] trawl_aws::settings::SettingsError),
+    /// `--backend aws` asked of a build without the AWS backend (the `aws` feature).
+    #[cfg(not(feature = "aws"))]
+    #[error(
+        "this trawl was built without the AWS backend: build it with `--features aws` \
+         (cargo install --path cli --features aws, or cargo run -p trawl --features aws)"
+    )]
+    NoAwsBackend,
     #[error("no crawl {0:?}: see `trawl status` for the crawls there are")]
     NoSuchCrawl(String),
     #[error("{0}; {hint}", hint = store_hint(.0))]
@@ -75,6 +83,8 @@ impl CliError {
         match self {
             CliError::Interrupted => 130,
             CliError::Usage(_) => 2,
+            #[cfg(not(feature = "aws"))]
+            CliError::NoAwsBackend => 2,
             CliError::NothingFetched { .. } => 3,
             _ => 1,
         }

@@ -16,6 +16,7 @@ mod generations;
 mod given_up;
 mod output;
 mod progress;
+#[cfg(feature = "aws")]
 mod submit;
 mod watch;
 
@@ -110,34 +111,29 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     let global = cli.global;
-    if let Command::Setup(args) = &cli.command {
-        if global.backend != BackendKind::Aws {
-            return Err(CliError::Usage(
-                "`trawl setup` creates AWS resources: add --backend aws".into(),
-            ));
-        }
-        return admin::setup(args, global.json).await;
+    if global.backend == BackendKind::Local
+        && let Some(usage) = aws_only(&cli.command)
+    {
+        return Err(CliError::Usage(usage.into()));
     }
-    if let Command::Migrate(selector) = &cli.command {
-        if global.backend != BackendKind::Aws {
-            return Err(CliError::Usage(
-                "`trawl migrate` upgrades a DynamoDB table: add --backend aws".into(),
-            ));
+    #[cfg(not(feature = "aws"))]
+    if global.backend == BackendKind::Aws {
+        return Err(CliError::NoAwsBackend);
+    }
+    #[cfg(feature = "aws")]
+    match &cli.command {
+        Command::Setup(args) => return admin::setup(args, global.json).await,
+        Command::Migrate(selector) => {
+            let aws = backend::aws(global.stack.as_deref()).await?;
+            return admin::migrate(&aws.store, selector, global.json).await;
         }
-        let aws = backend::aws(global.stack.as_deref()).await?;
-        return admin::migrate(&aws.store, selector, global.json).await;
+        _ => {}
     }
     // The extractors' dry run of a URL needs no backend: it reads a file and fetches a page.
     if let Command::Extract(args) = &cli.command
         && args.task.is_none()
     {
         return extract::run(args, global.json).await;
-    }
-    if matches!(cli.command, Command::Submit(_)) && global.backend != BackendKind::Aws {
-        return Err(CliError::Usage(
-            "`trawl submit` hands a crawl to the deployed functions: add --backend aws and              --stack NAME (`trawl crawl` crawls in this process)"
-                .into(),
-        ));
     }
     // A crawl's seeds and configuration are checked before any backend is opened (or a data
     // directory created).
@@ -151,10 +147,26 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let local = backend::local(&global.data_dir, local_access(&cli.command))?;
             admin::dispatch(local, cli.command, plan, global.json).await
         }
+        #[cfg(feature = "aws")]
         BackendKind::Aws => {
             let aws = backend::aws(global.stack.as_deref()).await?;
             admin::dispatch(aws, cli.command, plan, global.json).await
         }
+        #[cfg(not(feature = "aws"))]
+        BackendKind::Aws => Err(CliError::NoAwsBackend),
+    }
+}
+
+/// Why a command that only the AWS backend runs cannot run on the local one.
+fn aws_only(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Setup(_) => Some("`trawl setup` creates AWS resources: add --backend aws"),
+        Command::Migrate(_) => Some("`trawl migrate` upgrades a DynamoDB table: add --backend aws"),
+        Command::Submit(_) => Some(
+            "`trawl submit` hands a crawl to the deployed functions: add --backend aws and \
+             --stack NAME (`trawl crawl` crawls in this process)",
+        ),
+        _ => None,
     }
 }
 
