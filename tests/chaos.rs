@@ -445,6 +445,7 @@ async fn a_crawl_through_the_lambda_handlers_under_aws_faults_and_duplicate_deli
         // after which the sweeper re-issues a turn whose message was never sent pass in a
         // few idle rounds instead of in real time.
         idle_skip: Duration::from_secs(5),
+        cold_sweeps: false,
     };
 
     // WHEN the seeder is invoked and the functions run until the crawl is delivered

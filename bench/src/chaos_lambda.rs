@@ -55,6 +55,7 @@ const PLAN: Plan = Plan {
     time_limit: Duration::from_secs(3_600),
     // Real time: the figures are of a run as Lambda would make it.
     idle_skip: Duration::ZERO,
+    cold_sweeps: false,
 };
 /// A short lease (a cut invocation's tasks are taken over within seconds), and a fetch timeout
 /// that keeps a host's turn as short (a turn lasts at least two fetch timeouts).

@@ -15,6 +15,7 @@ mod error;
 mod extract;
 mod freshness;
 mod frontier;
+mod handlers;
 mod hosts;
 mod lambda;
 mod latency;
@@ -70,6 +71,9 @@ enum Section {
     Sweep,
     /// Completion and status at 500 and 5,000 hosts (moto).
     Completion,
+    /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
+    /// asked for).
+    Handlers,
     Frontier,
     Capacity,
     /// Link discovery with many crawler containers (moto).
@@ -135,6 +139,16 @@ enum ChildRole {
         #[arg(long)]
         out: PathBuf,
     },
+    /// One crawl of many hosts through the Lambda handlers (writes its measures to --out).
+    #[command(hide = true)]
+    HandlersRun {
+        #[arg(long)]
+        hosts: usize,
+        #[arg(long)]
+        recrawl: bool,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn parse_layout(raw: &str) -> Result<trawl_domain::crawl::StorageLayout, String> {
@@ -162,6 +176,11 @@ fn main() -> ExitCode {
             crash,
         }) => chaos_local::chaos_run_main(start, dir, *run, *crash),
         Some(ChildRole::ChaosLambda { pages, out }) => chaos_lambda::chaos_lambda_main(*pages, out),
+        Some(ChildRole::HandlersRun {
+            hosts,
+            recrawl,
+            out,
+        }) => handlers::handlers_main(*hosts, *recrawl, out),
         None => bench(&args),
     };
     match outcome {
@@ -328,6 +347,14 @@ async fn measure(args: &Args) -> Report {
         match completion::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "completion at many hosts", e),
+        }
+    }
+    // An hour or more at full size: only when asked for (`--only handlers`).
+    if args.only.contains(&Section::Handlers) {
+        eprintln!("many hosts through the handlers …");
+        match handlers::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "many hosts through the handlers", e),
         }
     }
     if wanted(Section::Hosts) {

@@ -214,6 +214,9 @@ pub struct Plan {
     /// How far the functions' clock moves on each time Lambda has nothing to hand them (virtual
     /// time for their waits); zero keeps them on the wall clock.
     pub idle_skip: Duration,
+    /// Every sweep in a cold container (nothing of an earlier sweep in memory), as when the
+    /// schedule's invocations are minutes apart.
+    pub cold_sweeps: bool,
 }
 
 /// What Lambda saw in a run.
@@ -239,6 +242,15 @@ pub struct LambdaRun {
     pub failed_sweeps: u64,
     pub deliverer_invocations: u64,
     pub failed_deliveries: u64,
+    /// The most DynamoDB reads (status-index pages, tasks, host records) one sweep of the crawl
+    /// made, sweeps whose budget ran out before they saw everything, and the reads of the sweep
+    /// that completed the crawl.
+    #[serde(default)]
+    pub sweep_reads_max: u64,
+    #[serde(default)]
+    pub sweeps_unfinished: u64,
+    #[serde(default)]
+    pub completing_sweep_reads: Option<u64>,
     pub wall: Duration,
 }
 
@@ -255,10 +267,26 @@ impl LambdaRun {
     }
 }
 
-/// One invocation of the sweeper by the schedule at `now`; whether it succeeded.
-async fn sweep(functions: &Functions, event: &serde_json::Value, now: Millis) -> bool {
-    match functions.sweeper.sweep(event.clone(), None, now).await {
-        Ok(_) => true,
+/// One invocation of the sweeper by the schedule at `now`, its reads noted in `run`; whether it
+/// succeeded.
+async fn sweep(
+    sweeper: &sweeper::handler::Handler<NoBlobs>,
+    event: &serde_json::Value,
+    now: Millis,
+    run: &mut LambdaRun,
+) -> bool {
+    match sweeper.sweep(event.clone(), None, now).await {
+        Ok(summary) => {
+            for report in &summary.crawls {
+                let reads = report.pages_read + report.tasks_read + report.hosts_read;
+                run.sweep_reads_max = run.sweep_reads_max.max(reads);
+                run.sweeps_unfinished += u64::from(report.unfinished);
+                if report.completed {
+                    run.completing_sweep_reads = Some(reads);
+                }
+            }
+            true
+        }
         Err(e) => {
             tracing::info!(error = %e, "sweeper invocation failed");
             false
@@ -364,10 +392,16 @@ impl Lambda<'_> {
                 last_sweep = Some(Instant::now());
             }
             let mut crawled = LambdaRun::default();
+            let mut sweeps = LambdaRun::default();
+            let cold = match sweep_due && plan.cold_sweeps {
+                true => Some(self.functions(&calls, &clock)?.sweeper),
+                false => None,
+            };
+            let sweeper = cold.as_ref().unwrap_or(&functions.sweeper);
             let (swept, crawl, delivered) = tokio::join!(
                 async {
                     if sweep_due {
-                        Some(sweep(&functions, &sweep_event, clock.now_ms()).await)
+                        Some(sweep(sweeper, &sweep_event, clock.now_ms(), &mut sweeps).await)
                     } else {
                         None
                     }
@@ -378,6 +412,10 @@ impl Lambda<'_> {
             let (received, cold_start) = crawl?;
             let delivered = delivered?;
             run.add(&crawled);
+            run.sweep_reads_max = run.sweep_reads_max.max(sweeps.sweep_reads_max);
+            run.sweeps_unfinished += sweeps.sweeps_unfinished;
+            run.completing_sweep_reads =
+                run.completing_sweep_reads.or(sweeps.completing_sweep_reads);
             if let Some(ok) = swept {
                 run.sweeps += 1;
                 run.failed_sweeps += u64::from(!ok);
