@@ -21,8 +21,12 @@ const UNPRICED: usize = 12;
 /// The detail page changed before the second generation.
 const CHANGED: usize = 5;
 
+/// The detail page removed before the third generation (gone at its first 404).
+const REMOVED: usize = 9;
+
 const CONFIG: &str = r#"{
   "items": {"csv": true},
+  "recrawl": {"missing_after": 1},
   "extract": [
     {"name": "listing", "match": "/list/",
      "base": {"css": "ul.items > li"},
@@ -301,6 +305,33 @@ fn check_second_delivery(site: &Site, delivery: &Path) {
     );
 }
 
+/// Removes detail page `REMOVED` (404), still listed.
+fn remove_detail_page(site: &Site) {
+    site.route(&format!("/item/{REMOVED}.html"), Route::status(404));
+}
+
+/// The third delivery, after `remove_detail_page`: the item of the gone detail page is `gone`
+/// in the items delta (not changed, not invalid), though its listing still links to it.
+fn check_third_delivery(site: &Site, delivery: &Path) {
+    let key = site.url(&format!("/item/{REMOVED}.html"));
+    let delta = gunzip_lines(&delivery.join("items-delta.jsonl.gz"));
+    assert_eq!(
+        delta,
+        [json!({"change": "gone", "key": key, "reason": "detail page gone"})]
+    );
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    assert_eq!(items.len(), LISTINGS * PER_PAGE - 1);
+    assert!(items.iter().all(|i| i["key"] != key.as_str()));
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(counted["detail_pages_gone"], 1, "{counted}");
+    assert_eq!(counted["invalid"], 2, "{counted}");
+    assert_eq!(
+        (&counted["delta"]["gone"], &counted["delta"]["changed"]),
+        (&json!(1), &json!(0)),
+        "{counted}"
+    );
+}
+
 #[tokio::test]
 async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delta() {
     // GIVEN 3 paginated listings of 10 items, each linking to its detail page, one listing item
@@ -397,6 +428,17 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
     let second = json_of(&recrawl);
 
     check_second_delivery(&site, delivery_of(&second));
+
+    // GIVEN a detail page removed, its listing unchanged
+    remove_detail_page(&site);
+
+    // WHEN the next generation runs (one 404 makes a page gone in this crawl)
+    let third = json_of(&succeeded(
+        trawl(&["recrawl", "--json", "--data-dir", data], &dir).await,
+    ));
+
+    // THEN its item is gone in the items delta
+    check_third_delivery(&site, delivery_of(&third));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -510,6 +552,22 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
     // THEN its items delta holds that item alone
     let second = download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
     check_second_delivery(&site, &second);
+
+    // WHEN a detail page is removed and the next generation is run by the handlers
+    remove_detail_page(&site);
+    succeeded(
+        deployed
+            .run(
+                &["recrawl", "--crawl-id", &crawl_id, "--detach", "--json"],
+                &env,
+            )
+            .await,
+    );
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 2).await;
+
+    // THEN its item is gone in the items delta
+    let third = download(&deployed, &env, &crawl_id, &dir.join("gen2")).await;
+    check_third_delivery(&site, &third);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -154,7 +154,15 @@ pub async fn check<P: Ports>(
         .map_or("not in the crawl".to_owned(), |s| s.to_string());
     output::line(format_args!("{}: {}", check.url, check.answer));
     if let Some(found) = &check.soft_404 {
-        output::line(format_args!("  soft 404: {found}"));
+        output::line(format_args!(
+            "  soft 404: recrawl.soft_404[{}] matched, its marker {}{}",
+            found.rule,
+            found.marker,
+            found
+                .text
+                .as_ref()
+                .map_or(String::new(), |t| format!(" saying {t:?}"))
+        ));
     }
     if check.missing > 0 {
         output::line(format_args!(

@@ -35,6 +35,7 @@ mod gz;
 pub mod operate;
 pub mod problem;
 pub mod queue;
+#[cfg(feature = "extract")]
 pub mod revisit;
 #[cfg(feature = "crawl")]
 pub mod runner;

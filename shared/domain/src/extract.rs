@@ -150,6 +150,38 @@ pub enum Processor {
     Required,
 }
 
+/// Where a listing item's detail page stands in a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailPage {
+    /// Present, with items.
+    Items,
+    /// `gone`: found missing (404, 410, a soft 404) at `recrawl.missing_after` checks in a row.
+    Gone,
+    /// Neither: not fetched (yet), no items on it, not HTML, or the item names no URL.
+    Absent,
+}
+
+/// What becomes of a listing item in a delivery, by its detail page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedItem {
+    /// Delivered with the detail page's fields merged in.
+    Merged,
+    /// Delivered invalid: its detail page has no items to merge.
+    Invalid,
+    /// Not delivered (`gone` in the items delta): its detail page is gone, whatever the
+    /// listing still shows — the item the detail page described is no more.
+    Gone,
+}
+
+/// The rule for a listing item whose extractor names a detail page.
+pub fn listed_item(detail: DetailPage) -> ListedItem {
+    match detail {
+        DetailPage::Items => ListedItem::Merged,
+        DetailPage::Gone => ListedItem::Gone,
+        DetailPage::Absent => ListedItem::Invalid,
+    }
+}
+
 /// How a crawl's items are delivered besides `items.jsonl.gz` (the configuration's `items`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::extract::{self as rules, ListedItem};
 use trawl_domain::task::Status;
 
 /// The file of the items, and of their delta.
@@ -78,7 +79,14 @@ pub struct ItemDeltaLine {
     pub key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item: Option<ItemLine>,
+    /// Why an item is gone: `detail page gone`, or `not found` (no page of the delivery has it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
+
+/// Why an item of the previous delivery is gone.
+const GONE_DETAIL: &str = "detail page gone";
+const GONE_UNSEEN: &str = "not found";
 
 /// A page's items, with where they came from.
 struct Found {
@@ -96,6 +104,8 @@ pub(super) struct ItemsPass<'a, B> {
     extractors: Extractors,
     scope: ScopeMatcher,
     found: Vec<Found>,
+    /// The URLs (task's and final) of the pages `gone` in this delivery.
+    gone: HashSet<String>,
     summary: ItemsSummary,
 }
 
@@ -120,6 +130,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
             scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
             found: Vec::new(),
+            gone: HashSet::new(),
             summary: ItemsSummary::default(),
         })
     }
@@ -129,6 +140,11 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         for line in lines::<ManifestLine>(key, manifest) {
             let line = line?;
             let status = Status::ALL.iter().find(|s| s.name() == line.status);
+            if status == Some(&Status::Gone) {
+                self.gone.extend(line.final_url.iter().cloned());
+                self.gone.insert(line.url);
+                continue;
+            }
             let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
             let (Some(md5), true) = (line.md5.as_deref(), present) else {
                 continue;
@@ -197,25 +213,30 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         CsvColumns::new(&self.extractors)
     }
 
-    /// The delivered items, joined, and their counts.
-    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary) {
-        let items = join(
+    /// The delivered items, joined, their counts, and the keys of the listing items left out
+    /// because their detail pages are gone.
+    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary, HashSet<String>) {
+        let (items, gone) = join(
             &self.extractors,
             &self.scope,
             &self.found,
+            &self.gone,
             &mut self.summary,
         );
-        (items, self.summary)
+        (items, self.summary, gone)
     }
 }
 
-/// The delivered items: listing items with their detail fields merged, in manifest order.
+/// The delivered items: listing items with their detail fields merged, in manifest order
+/// (`trawl_domain::extract::listed_item` decides by the detail page); and the keys of those
+/// left out, their detail pages being `gone` (the URLs in `gone`).
 fn join(
     extractors: &Extractors,
     scope: &ScopeMatcher,
     found: &[Found],
+    gone: &HashSet<String>,
     summary: &mut ItemsSummary,
-) -> Vec<ItemLine> {
+) -> (Vec<ItemLine>, HashSet<String>) {
     let detail_names: HashSet<&str> = extractors.detail_extractors().collect();
     // Detail pages by their task URL and their final URL.
     let mut details: HashMap<String, usize> = HashMap::new();
@@ -229,6 +250,7 @@ fn join(
     }
     let mut linked: HashSet<usize> = HashSet::new();
     let mut out = Vec::new();
+    let mut left_out = HashSet::new();
     for f in found {
         if detail_names.contains(f.items.extractor.as_str()) {
             continue;
@@ -246,17 +268,26 @@ fn join(
                     .and_then(|v| v.as_str())
                     .and_then(|u| CanonicalUrl::parse(u).ok())
                     .map(|u| scope.normalise(u).as_str().to_owned());
-                let detail = url.as_ref().and_then(|u| details.get(u).map(|&i| (u, i)));
-                match detail {
-                    Some((url, i)) => {
+                let detail = url.as_ref().and_then(|u| details.get(u).copied());
+                let state = match (detail, &url) {
+                    (Some(_), _) => rules::DetailPage::Items,
+                    (None, Some(url)) if gone.contains(url) => rules::DetailPage::Gone,
+                    (None, _) => rules::DetailPage::Absent,
+                };
+                if let Some(url) = url {
+                    line.key = url;
+                }
+                match (rules::listed_item(state), detail) {
+                    (ListedItem::Merged, Some(i)) => {
                         linked.insert(i);
-                        line.key = url.clone();
                         merge(&mut line, &found[i]);
                     }
-                    None => {
-                        if let Some(url) = url {
-                            line.key = url;
-                        }
+                    (ListedItem::Gone, _) => {
+                        summary.detail_pages_gone += 1;
+                        left_out.insert(line.key);
+                        continue;
+                    }
+                    _ => {
                         line.errors.push(FieldError {
                             field: link.url_field.clone(),
                             error: "its detail page has no items in this delivery".into(),
@@ -274,7 +305,7 @@ fn join(
         .enumerate()
         .filter(|(i, f)| detail_names.contains(f.items.extractor.as_str()) && !linked.contains(i))
         .count() as u64;
-    out
+    (out, left_out)
 }
 
 fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
@@ -341,11 +372,13 @@ fn count(summary: &mut ItemsSummary, line: &ItemLine) {
 }
 
 /// The delta of `current` against the previous delivery's items (`previous`, gzipped JSON
-/// lines; None: no previous delivery, or one without items): its lines and counts.
+/// lines; None: no previous delivery, or one without items): its lines and counts. An item
+/// gone says why: its key in `detail_gone` (its detail page is gone), or not found.
 pub(super) fn delta(
     key: &str,
     previous: Option<&[u8]>,
     current: &[ItemLine],
+    detail_gone: &HashSet<String>,
     counts: &mut ItemsDelta,
 ) -> Result<Vec<ItemDeltaLine>, DeliverError> {
     let mut before: HashMap<String, ItemLine> = HashMap::new();
@@ -373,15 +406,26 @@ pub(super) fn delta(
             change,
             key: item.key.clone(),
             item: Some(item.clone()),
+            reason: None,
         });
     }
     let mut gone: Vec<String> = before.into_keys().collect();
     gone.sort();
     counts.gone += gone.len() as u64;
-    out.extend(gone.into_iter().map(|key| ItemDeltaLine {
-        change: Change::Gone,
-        key,
-        item: None,
+    out.extend(gone.into_iter().map(|key| {
+        ItemDeltaLine {
+            change: Change::Gone,
+            reason: Some(
+                if detail_gone.contains(&key) {
+                    GONE_DETAIL
+                } else {
+                    GONE_UNSEEN
+                }
+                .to_owned(),
+            ),
+            key,
+            item: None,
+        }
     }));
     Ok(out)
 }

@@ -66,6 +66,10 @@ pub struct ItemsSummary {
     pub pages_without_items: u64,
     /// Detail pages with items that no listing item links to (their items are not delivered).
     pub detail_pages_unlinked: u64,
+    /// Listing items not delivered because their detail pages are `gone` (`gone` in the items
+    /// delta when the previous delivery had them).
+    #[serde(default)]
+    pub detail_pages_gone: u64,
     pub delta: ItemsDelta,
 }
 

@@ -358,6 +358,35 @@ impl CompiledExtractor {
     }
 }
 
+/// Whether `expr` is an XPath 1.0 expression (why not, when it is not).
+pub fn check_xpath(expr: &str) -> Result<(), String> {
+    build_xpath(expr).map(|_| ())
+}
+
+/// The XPath `expr` on the page `html`, when its value is true as XPath's `boolean()` has it: the
+/// string values of the nodes it selects (joined by spaces), or its own value as a string. None
+/// when it is false (an empty node-set or string, 0, NaN, `false()`) or does not evaluate.
+pub fn xpath_truth(html: &[u8], expr: &str) -> Option<String> {
+    let xpath = build_xpath(expr).ok()?;
+    let doc = parse(html);
+    let package = Package::new();
+    let xml = XmlView::build(&doc, package.as_document());
+    let root = *xml.to_xml.get(&doc.tree.root().id())?;
+    match xpath.evaluate(&Context::new(), root).ok()? {
+        XValue::Nodeset(nodes) => (nodes.size() > 0).then(|| {
+            let values: Vec<String> = nodes
+                .document_order()
+                .iter()
+                .map(|n| n.string_value())
+                .collect();
+            values.join(" ")
+        }),
+        XValue::String(s) => (!s.is_empty()).then_some(s),
+        XValue::Number(n) => (n != 0.0 && !n.is_nan()).then(|| n.to_string()),
+        XValue::Boolean(b) => b.then(|| "true".to_owned()),
+    }
+}
+
 /// A page parsed for extraction (html5ever, through `scraper`; bytes that are no UTF-8 are
 /// replaced).
 pub fn parse(html: &[u8]) -> Html {
