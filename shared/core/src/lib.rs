@@ -36,6 +36,8 @@ pub mod operate;
 pub mod problem;
 pub mod queue;
 #[cfg(feature = "extract")]
+pub mod reextract;
+#[cfg(feature = "extract")]
 pub mod revisit;
 #[cfg(feature = "crawl")]
 pub mod runner;

@@ -3,8 +3,10 @@
 //! run's previous delivery; `items.csv.gz` too when the crawl asks for it (`items.csv`).
 //!
 //! The items are read from the `attr=items` objects the crawler stored beside the HTML bodies
-//! of this delivery's manifest (no page is parsed again; a body whose type is no longer HTML
-//! has none). A listing item whose extractor names a
+//! of this delivery's manifest, or from the page's records in a segment (no page is parsed
+//! again; a body whose type is no longer HTML has none); `crate::reextract` renews them. Each
+//! page's items carry the version of the extractor definitions that made them, and the summary
+//! says whether all came from the crawl's current ones. A listing item whose extractor names a
 //! detail page (`detail.url_field`) gets the fields of the first item found on that page
 //! merged in (fields the listing has no value for), and is keyed by the detail page's URL;
 //! detail pages' items are never delivered on their own. Other items are keyed by their page's
@@ -163,34 +165,42 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     key: key.to_owned(),
                     reason: format!("bad task id {:?}", line.task_id),
                 })?;
-            let (items_key, stored) = match (&line.object, line.offset, line.length) {
+            // Beside the body: in the object layout the items object (which `reextract`
+            // rewrites), in segments the page's metadata record — or, once `reextract` made
+            // them anew, the items object it wrote beside the segment.
+            let beside = Layout::items_key_of(&self.layout.html_key(self.crawl_id, &task_id, md5));
+            let mut items = match (&line.object, line.offset, line.length) {
                 (Some(object), Some(offset), Some(length)) => {
                     let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
-                    (
-                        key.to_owned(),
-                        self.segment_items(key, offset, length).await?,
-                    )
+                    let stored = self.segment_items(key, offset, length).await?;
+                    stored.map(|b| parse_items(key, &b)).transpose()?
                 }
-                _ => {
-                    let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
-                    let items_key = Layout::items_key_of(&html_key);
-                    let stored = super::get_with_retry(self.blobs, &items_key).await?;
-                    (items_key, stored)
-                }
+                _ => None,
             };
-            let Some(body) = stored else {
-                // Its items were not stored (they did not serialise).
+            if !items.as_ref().is_some_and(|i| self.is_current(i))
+                && let Some(body) = super::get_with_retry(self.blobs, &beside).await?
+            {
+                items = Some(parse_items(&beside, &body)?);
+            }
+            let Some(items) = items else {
+                // Its items were not stored (they did not serialise, or no extractor applied
+                // when it was fetched and none was run on it since).
                 self.summary.pages_without_items += 1;
                 continue;
             };
-            let items: PageItems =
-                serde_json::from_slice(&body).map_err(|e| DeliverError::CorruptDelivery {
-                    key: items_key.clone(),
-                    reason: e.to_string(),
-                })?;
+            if self.is_current(&items) {
+                self.summary.pages_current += 1;
+            } else {
+                self.summary.pages_older += 1;
+            }
             self.found.push(Found { page: line, items });
         }
         Ok(())
+    }
+
+    /// Whether `items` were made by the crawl's current extractor definitions.
+    fn is_current(&self, items: &PageItems) -> bool {
+        items.version.as_deref() == Some(self.extractors.version())
     }
 
     /// The items in a page's records in a segment (None: the page has none).
@@ -216,6 +226,8 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
     /// The delivered items, joined, their counts, and the keys of the listing items left out
     /// because their detail pages are gone.
     pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary, HashSet<String>) {
+        self.summary.extractors_version = self.extractors.version().to_owned();
+        self.summary.from_current_extractors = self.summary.pages_older == 0;
         let (items, gone) = join(
             &self.extractors,
             &self.scope,
@@ -306,6 +318,13 @@ fn join(
         .filter(|(i, f)| detail_names.contains(f.items.extractor.as_str()) && !linked.contains(i))
         .count() as u64;
     (out, left_out)
+}
+
+fn parse_items(key: &str, body: &[u8]) -> Result<PageItems, DeliverError> {
+    serde_json::from_slice(body).map_err(|e| DeliverError::CorruptDelivery {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
