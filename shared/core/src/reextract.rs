@@ -17,14 +17,18 @@ use crate::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta, segment};
 use crate::discover::is_html_type;
 use crate::extract::Extractors;
 use crate::store::{StoreError, TaskQuery, TaskRecords};
+use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::time::Instant;
+use trawl_domain::canonical::TaskId;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::task::Status;
 
 /// Tasks read from the index at once.
 const PAGE: u32 = 100;
+/// Pages read, extracted and written at once (their reads and writes overlap).
+const PARALLEL: usize = 16;
 /// Pages a call does before it may stop for its deadline (so that every call moves on).
 const MIN_WORK_PER_CALL: u64 = 10;
 /// The statuses of tasks whose stored body a delivery holds, in the order they are read.
@@ -104,12 +108,20 @@ pub async fn reextract<P: Ports>(
                 cursor: at.cursor.clone(),
             })
             .await?;
-        for summary in page.tasks.get(at.skip..).unwrap_or_default() {
-            if let Some(task) = app.store.get(&crawl.id, &summary.task_id).await? {
-                page_items(app, &extractors, &task, &mut done).await?;
+        for chunk in page
+            .tasks
+            .get(at.skip..)
+            .unwrap_or_default()
+            .chunks(PARALLEL)
+        {
+            let each = chunk
+                .iter()
+                .map(|t| page_items(app, &extractors, crawl, &t.task_id));
+            for counted in try_join_all(each).await? {
+                done.add(&counted);
             }
-            at.skip += 1;
-            work += 1;
+            at.skip += chunk.len();
+            work += chunk.len() as u64;
             let spent = deadline.is_some_and(|d| app.clock.instant() >= d);
             if work >= MIN_WORK_PER_CALL && spent {
                 done.cursor = Some(at);
@@ -125,34 +137,49 @@ pub async fn reextract<P: Ports>(
     Ok(done)
 }
 
-/// Makes the items of `task`'s stored page anew and writes them beside its body.
+impl Reextracted {
+    fn add(&mut self, other: &Reextracted) {
+        self.pages += other.pages;
+        self.items += other.items;
+        self.invalid += other.invalid;
+        self.skipped += other.skipped;
+        self.missing += other.missing;
+    }
+}
+
+/// Makes the items of the stored page of `crawl`'s task `task_id` anew and writes them beside
+/// its body; what it did, counted.
 async fn page_items<P: Ports>(
     app: &App<P>,
     extractors: &Extractors,
-    task: &trawl_domain::task::Task,
-    done: &mut Reextracted,
-) -> Result<(), ReextractError> {
+    crawl: &Crawl,
+    task_id: &TaskId,
+) -> Result<Reextracted, ReextractError> {
+    let mut done = Reextracted::default();
+    let Some(task) = app.store.get(&crawl.id, task_id).await? else {
+        return Ok(done);
+    };
     let Some(fetch) = task.fetch.as_ref().filter(|f| f.object_key.is_some()) else {
-        return Ok(());
+        return Ok(done);
     };
     let (Some(md5), Some(extractor)) = (fetch.md5.as_deref(), extractors.for_url(&task.url)) else {
         done.skipped += 1;
-        return Ok(());
+        return Ok(done);
     };
     if !fetch.content_type.as_deref().is_some_and(is_html_type) {
         done.skipped += 1;
-        return Ok(());
+        return Ok(done);
     }
     let Some(stored) = segment::read_page(&app.blobs, fetch).await? else {
         tracing::warn!(url = %task.url, "reextract: the stored body is missing");
         done.missing += 1;
-        return Ok(());
+        return Ok(done);
     };
     // Relative links resolve against where the page was fetched from, as in the crawl.
     let fetched_from = fetch.final_url.as_deref().unwrap_or(&task.url);
     let Ok(page_url) = url::Url::parse(fetched_from) else {
         done.skipped += 1;
-        return Ok(());
+        return Ok(done);
     };
     let items = extractor.extract(&stored.body, &page_url);
     done.pages += 1;
@@ -172,5 +199,5 @@ async fn page_items<P: Ports>(
         compress: false,
     };
     app.blobs.put(&key, Body::new(json), &meta).await?;
-    Ok(())
+    Ok(done)
 }

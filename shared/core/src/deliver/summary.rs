@@ -67,7 +67,8 @@ pub struct ItemsSummary {
     /// The version of the crawl's extractor definitions (`trawl_domain::extract::
     /// definitions_version`), and whether every page's items were made by them: pages whose
     /// items came from them, and from older ones (a page fetched unchanged since the
-    /// definitions changed keeps its items; `trawl reextract` renews them without a fetch).
+    /// definitions changed keeps its items; so do items stored before they carried a version;
+    /// `trawl reextract` renews them without a fetch).
     #[serde(default)]
     pub extractors_version: String,
     #[serde(default)]
