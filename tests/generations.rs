@@ -260,3 +260,94 @@ async fn tasks_show_tells_when_a_page_is_fetched_again_and_its_schedule_factor()
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn trawl_check_names_the_soft_404_marker_that_matched_css_or_xpath() {
+    // GIVEN a crawl whose soft-404 rules mark gone pages by a CSS selector and by an XPath
+    let site = crate::site::Site::start().await;
+    site.route("/ok.html", Route::html("<h1>Hello</h1>"));
+    site.route(
+        "/withdrawn.html",
+        Route::html(r#"<h1>Offer</h1><div id="status" data-state="Withdrawn">x</div>"#),
+    );
+    site.route("/missing.html", Route::html("<h1>Page not found</h1>"));
+    let dir = temp_dir("check-markers");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let config = dir.join("config.json");
+    let rules = serde_json::json!({"recrawl": {"soft_404": [
+        {"selector": "h1", "text": "not found"},
+        {"xpath": "//div[@id='status']/@data-state", "text": "withdrawn"},
+    ]}});
+    std::fs::write(&config, rules.to_string()).unwrap();
+    let crawl = trawl(
+        &[
+            "crawl",
+            &site.url("/ok.html"),
+            "--allow-private-networks",
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        crawl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crawl.stderr)
+    );
+
+    let check = |path: &'static str, json: bool| {
+        let (url, dir) = (site.url(path), dir.clone());
+        async move {
+            let mut args = vec![
+                "check",
+                url.as_str(),
+                "--allow-private-networks",
+                "--data-dir",
+                data,
+            ];
+            if json {
+                args.push("--json");
+            }
+            let out = trawl(&args, &dir).await;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+
+    // WHEN the checker looks at a page the XPath rule marks
+    let shown = check("/withdrawn.html", false).await;
+    // THEN it says which rule and marker matched
+    assert!(
+        shown.contains(
+            r#"soft 404: recrawl.soft_404[1] matched, its marker xpath "//div[@id='status']/@data-state" saying "withdrawn""#
+        ),
+        "{shown}"
+    );
+    let json: Value = serde_json::from_str(&check("/withdrawn.html", true).await).unwrap();
+    assert_eq!(json["soft_404"]["rule"], 1, "{json}");
+    assert_eq!(
+        json["soft_404"]["marker"],
+        r#"xpath "//div[@id='status']/@data-state""#
+    );
+
+    // WHEN it looks at a page the CSS rule marks, and at one neither marks
+    let json: Value = serde_json::from_str(&check("/missing.html", true).await).unwrap();
+    // THEN the first is the CSS rule's, the second no soft 404
+    assert_eq!(
+        (&json["soft_404"]["rule"], &json["soft_404"]["marker"]),
+        (&Value::from(0), &Value::from(r#"css "h1""#)),
+        "{json}"
+    );
+    let shown = check("/ok.html", false).await;
+    assert!(!shown.contains("soft 404"), "{shown}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -21,8 +21,12 @@ const UNPRICED: usize = 12;
 /// The detail page changed before the second generation.
 const CHANGED: usize = 5;
 
+/// The detail page removed before the third generation (gone at its first 404).
+const REMOVED: usize = 9;
+
 const CONFIG: &str = r#"{
   "items": {"csv": true},
+  "recrawl": {"missing_after": 1},
   "extract": [
     {"name": "listing", "match": "/list/",
      "base": {"css": "ul.items > li"},
@@ -301,6 +305,74 @@ fn check_second_delivery(site: &Site, delivery: &Path) {
     );
 }
 
+/// Removes detail page `REMOVED` (404), still listed.
+fn remove_detail_page(site: &Site) {
+    site.route(&format!("/item/{REMOVED}.html"), Route::status(404));
+}
+
+/// The third delivery, after `remove_detail_page`: the item of the gone detail page is `gone`
+/// in the items delta (not changed, not invalid), though its listing still links to it.
+fn check_third_delivery(site: &Site, delivery: &Path) {
+    let key = site.url(&format!("/item/{REMOVED}.html"));
+    let delta = gunzip_lines(&delivery.join("items-delta.jsonl.gz"));
+    assert_eq!(
+        delta,
+        [json!({"change": "gone", "key": key, "reason": "detail page gone"})]
+    );
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    assert_eq!(items.len(), LISTINGS * PER_PAGE - 1);
+    assert!(items.iter().all(|i| i["key"] != key.as_str()));
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(counted["detail_pages_gone"], 1, "{counted}");
+    assert_eq!(counted["invalid"], 2, "{counted}");
+    assert_eq!(
+        (&counted["delta"]["gone"], &counted["delta"]["changed"]),
+        (&json!(1), &json!(0)),
+        "{counted}"
+    );
+}
+
+/// `CONFIG` with a field added to the article extractor: each detail page's heading.
+fn config_with_heading() -> String {
+    let mut config: Value = serde_json::from_str(CONFIG).unwrap();
+    config["extract"][1]["fields"]["heading"] = json!({"css": "h1"});
+    config.to_string()
+}
+
+/// A delivery made after the extractors changed, of pages fetched unchanged: it says its items
+/// came from older extractors, and they lack the new field.
+fn check_older_items_delivery(delivery: &Path) {
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(counted["from_current_extractors"], false, "{counted}");
+    assert!(counted["pages_older"].as_u64().unwrap() > 0, "{counted}");
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    assert!(items.iter().all(|i| i["fields"].get("heading").is_none()));
+}
+
+/// The delivery after `reextract`: every item carries the new field, from the current
+/// extractors, and the items delta says each changed (its fields differ).
+fn check_reextracted_delivery(site: &Site, delivery: &Path) {
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    assert_eq!(items.len(), LISTINGS * PER_PAGE - 1);
+    for item in &items {
+        let key = item["key"].as_str().unwrap();
+        let n: usize = key
+            .trim_start_matches(&site.url("/item/"))
+            .trim_end_matches(".html")
+            .parse()
+            .unwrap();
+        assert_eq!(item["fields"]["heading"], format!("Item {n}"), "{item}");
+    }
+    let counted = &summary_of(delivery)["items"];
+    assert_eq!(counted["from_current_extractors"], true, "{counted}");
+    assert_eq!(counted["pages_older"], 0, "{counted}");
+    assert_eq!(
+        counted["delta"]["changed"],
+        LISTINGS * PER_PAGE - 1,
+        "{counted}"
+    );
+}
+
 #[tokio::test]
 async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delta() {
     // GIVEN 3 paginated listings of 10 items, each linking to its detail page, one listing item
@@ -397,6 +469,69 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
     let second = json_of(&recrawl);
 
     check_second_delivery(&site, delivery_of(&second));
+
+    // GIVEN a detail page removed, its listing unchanged
+    remove_detail_page(&site);
+
+    // WHEN the next generation runs (one 404 makes a page gone in this crawl)
+    let third = json_of(&succeeded(
+        trawl(&["recrawl", "--json", "--data-dir", data], &dir).await,
+    ));
+
+    // THEN its item is gone in the items delta
+    check_third_delivery(&site, delivery_of(&third));
+
+    // GIVEN a field added to the article extractor (`config set` takes the whole configuration)
+    let shown = succeeded(trawl(&["config", "show", "--data-dir", data], &dir).await);
+    let mut config: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let wanted: Value = serde_json::from_str(&config_with_heading()).unwrap();
+    config["extract"] = wanted["extract"].clone();
+    let with_heading = dir.join("config-heading.json");
+    std::fs::write(&with_heading, config.to_string()).unwrap();
+    let set = ["config", "set", "--file", with_heading.to_str().unwrap()];
+    succeeded(trawl(&[&set[..], &["--data-dir", data]].concat(), &dir).await);
+
+    // WHEN the next generation fetches the pages again, unchanged
+    let recrawl = succeeded(trawl(&["recrawl", "--data-dir", data], &dir).await);
+
+    // THEN its delivery, and the command, say the items came from older extractors
+    let said = String::from_utf8_lossy(&recrawl.stdout);
+    assert!(
+        said.contains("came from older extractors") && said.contains("trawl reextract"),
+        "{said}"
+    );
+    let newest = |run: &str| {
+        let line = run
+            .lines()
+            .find(|l| l.starts_with("delivered to "))
+            .unwrap();
+        Path::new(line.trim_start_matches("delivered to ")).to_path_buf()
+    };
+    check_older_items_delivery(&newest(&said));
+
+    // WHEN the items are made anew from the stored pages
+    let hits = site.total_hits();
+    let reextract = json_of(&succeeded(
+        trawl(&["reextract", "--json", "--data-dir", data], &dir).await,
+    ));
+
+    // THEN no page was requested, and the delivery's items carry the field
+    assert_eq!(site.total_hits(), hits, "no request to the site");
+    assert_eq!(reextract["pages"], 0, "{reextract}");
+    assert_eq!(
+        reextract["items_from_current_extractors"], true,
+        "{reextract}"
+    );
+    check_reextracted_delivery(&site, delivery_of(&reextract));
+
+    // AND the next generation, its pages fetched unchanged, keeps them (on segments, the
+    // items written beside a segment's records outlive the deliveries' orphan clean-up)
+    let again = json_of(&succeeded(
+        trawl(&["recrawl", "--json", "--data-dir", data], &dir).await,
+    ));
+    assert_eq!(again["items_from_current_extractors"], true, "{again}");
+    let kept = gunzip_lines(&delivery_of(&again).join("items.jsonl.gz"));
+    assert!(kept.iter().all(|i| i["fields"]["heading"].is_string()));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -510,6 +645,75 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
     // THEN its items delta holds that item alone
     let second = download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
     check_second_delivery(&site, &second);
+
+    // WHEN a detail page is removed and the next generation is run by the handlers
+    remove_detail_page(&site);
+    succeeded(
+        deployed
+            .run(
+                &["recrawl", "--crawl-id", &crawl_id, "--detach", "--json"],
+                &env,
+            )
+            .await,
+    );
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 2).await;
+
+    // THEN its item is gone in the items delta
+    let third = download(&deployed, &env, &crawl_id, &dir.join("gen2")).await;
+    check_third_delivery(&site, &third);
+
+    // WHEN a field is added to the article extractor (the seeder's `config` operation), and
+    // the seeder's `reextract` operation runs, each call stopping at once past its deadline
+    // and asked again with its cursor
+    let config: Value = serde_json::from_str(&config_with_heading()).unwrap();
+    let mut stored: Value = serde_json::to_value(
+        trawl_core::store::CrawlStore::get_crawl(
+            &functions.seeder.seeder.store,
+            &trawl_domain::canonical::CrawlId::parse(&crawl_id).unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .config,
+    )
+    .unwrap();
+    stored["extract"] = config["extract"].clone();
+    let set = json!({"crawl_id": crawl_id, "operation": {"config": {"config": stored}}});
+    functions
+        .seeder
+        .dispatch(set, None, trawl_domain::task::now_ms())
+        .await
+        .unwrap();
+    let hits = site.total_hits();
+    let mut cursor = Value::Null;
+    let mut calls = 0;
+    let reopened = loop {
+        let mut op = json!({"crawl_id": crawl_id, "operation": {"reextract": {}}});
+        if !cursor.is_null() {
+            op["operation"]["reextract"]["cursor"] = cursor.clone();
+        }
+        let past = Some(tokio::time::Instant::now());
+        let answer = functions
+            .seeder
+            .dispatch(op, past, trawl_domain::task::now_ms())
+            .await
+            .unwrap();
+        let answer = serde_json::to_value(answer).unwrap();
+        calls += 1;
+        cursor = answer["reextracted"]["cursor"].clone();
+        if cursor.is_null() {
+            break answer["reopened"].clone();
+        }
+        assert!(calls < 20, "{answer}");
+    };
+    assert!(calls > 1, "bounded: {calls} call(s)");
+    assert_eq!(reopened, true);
+    run_functions_until_delivered(&deployed, &functions, &crawl_id, 3).await;
+
+    // THEN no page was requested, and the delivery's items carry the field
+    assert_eq!(site.total_hits(), hits, "no request to the site");
+    let fourth = download(&deployed, &env, &crawl_id, &dir.join("gen3")).await;
+    check_reextracted_delivery(&site, &fourth);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -13,7 +13,9 @@ use crate::output;
 use serde_json::json;
 use trawl_core::app::Ports;
 use trawl_core::backoff::{Backoff, persist};
-use trawl_core::deliver::{Deliverer, DeliveryLimits, purge, release_dead_delivery};
+use trawl_core::deliver::{
+    Deliverer, DeliveryLimits, DeliveryReport, purge, release_dead_delivery,
+};
 use trawl_core::operate::{self, Operation, Rewind, Selection};
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
@@ -60,7 +62,7 @@ pub async fn dispatch<P: Ports>(
         Command::Retry(args) => retry(&backend, &args, json).await,
         Command::Deliver(selector) => {
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
-            let location = deliver(&backend, &crawl.id).await?;
+            let location = deliver(&backend, &crawl.id).await?.location;
             if json {
                 output::json(&json!({"crawl_id": crawl.id.as_str(), "delivery": location}));
             } else {
@@ -86,6 +88,7 @@ pub async fn dispatch<P: Ports>(
             let what = "to fetch again";
             generations::rewind(backend, &args.rewind, operation, what, json).await
         }
+        Command::Reextract(args) => generations::reextract(backend, &args, json).await,
         Command::Reset(args) => {
             generations::rewind(backend, &args, Operation::Reset {}, "reset", json).await
         }
@@ -400,14 +403,14 @@ async fn retry<P: Ports>(
     Ok(())
 }
 
-/// Writes (or finds) the delivery of the crawl's current generation; returns where it is.
+/// Writes (or finds) the delivery of the crawl's current generation; returns its report.
 /// A local backend's store is a data directory locked to this process, so a delivery lease
 /// found in it is a dead process's, taken over at once, and no finish is on its way while this
 /// runs (no crawl runs beside it): the orphan clean-up spares no young body.
 pub async fn deliver<P: Ports>(
     backend: &Backend<P>,
     crawl_id: &CrawlId,
-) -> Result<String, CliError> {
+) -> Result<DeliveryReport, CliError> {
     let retries = std::sync::atomic::AtomicU64::new(0);
     if backend.local {
         persist(
@@ -431,7 +434,7 @@ pub async fn deliver<P: Ports>(
         deliverer.deliver(crawl_id, None, now_ms())
     })
     .await?;
-    Ok(report.location)
+    Ok(report)
 }
 
 async fn purge_crawl<P: Ports>(

@@ -79,6 +79,9 @@ pub enum Command {
     /// Forget every fetch of the crawl, so that everything is fetched again in full and
     /// delivered as new (DeltaFetch's reset).
     Reset(RewindArgs),
+    /// Run the crawl's current extractors over every page it stored, without fetching any,
+    /// then (unless --detach) deliver its next generation with those items and their delta.
+    Reextract(RewindArgs),
     /// Show or change a crawl's stored configuration.
     #[command(subcommand)]
     Config(ConfigCommand),

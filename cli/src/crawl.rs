@@ -17,6 +17,7 @@ use std::time::Instant;
 use trawl_core::app::{Ports, Store};
 use trawl_core::backoff::{Backoff, persist};
 use trawl_core::crawler::Crawler;
+use trawl_core::deliver::{DeliveryReport, ItemsSummary};
 use trawl_core::fetch::{EnvSecrets, Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::MAX_RECEIVES;
@@ -542,7 +543,7 @@ pub async fn run<P: Ports>(
         given_up: &given_up,
         stats: &stats,
         elapsed: started.elapsed().as_secs_f64(),
-        delivery: delivery.as_deref(),
+        delivery: delivery.as_ref(),
     };
     if json {
         outcome.print_json();
@@ -650,8 +651,8 @@ struct Outcome<'a> {
     given_up: &'a GivenUp,
     stats: &'a RunStats,
     elapsed: f64,
-    /// Where the delivery is (None: stopped before the crawl completed).
-    delivery: Option<&'a str>,
+    /// The delivery (None: stopped before the crawl completed).
+    delivery: Option<&'a DeliveryReport>,
 }
 
 impl Outcome<'_> {
@@ -696,7 +697,8 @@ impl Outcome<'_> {
             "pages_per_second": (self.rate() * 10.0).round() / 10.0,
             "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
             "dead_lettered": self.dead_lettered(),
-            "delivery": self.delivery,
+            "delivery": self.delivery.map(|d| d.location.as_str()),
+            "items_from_current_extractors": self.items().map(|i| i.from_current_extractors),
             "given_up": self.given_up.to_json(self.crawl_id),
         }));
     }
@@ -719,9 +721,26 @@ impl Outcome<'_> {
             ));
         }
         match self.delivery {
-            Some(location) => output::line(format_args!("delivered to {location}")),
+            Some(delivery) => output::line(format_args!("delivered to {}", delivery.location)),
             None => output::line("stopped: run the same command again to resume"),
         }
+        match self.items() {
+            Some(items) if items.from_current_extractors => output::line(format_args!(
+                "its items came from the current extractors (version {})",
+                items.extractors_version
+            )),
+            Some(items) => output::line(format_args!(
+                "the items of {} page(s) came from older extractors than the current ones \
+                 (version {}): `trawl reextract --crawl-id {}` makes them anew without fetching",
+                items.pages_older, items.extractors_version, self.crawl_id
+            )),
+            None => {}
+        }
+    }
+
+    /// The delivery's items summary (a crawl with extractors).
+    fn items(&self) -> Option<&ItemsSummary> {
+        self.delivery.and_then(|d| d.summary.items.as_ref())
     }
 }
 

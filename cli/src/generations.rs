@@ -68,6 +68,64 @@ pub async fn rewind<P: Ports>(
     crate::crawl::run(backend, resume, None, json).await
 }
 
+/// `trawl reextract`: the crawl's current extractors over its stored pages (no fetch), then
+/// (unless detached) the crawl run, which delivers its next generation with their items.
+pub async fn reextract<P: Ports>(
+    backend: Backend<P>,
+    args: &RewindArgs,
+    json: bool,
+) -> Result<(), CliError> {
+    let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
+    let request = OperationRequest {
+        crawl_id: crawl.id.clone(),
+        operation: Operation::Reextract { cursor: None },
+    };
+    let done = operate::operate(&backend.app, None, &request, None, now_ms())
+        .await
+        .map_err(usage)?;
+    let made = done.reextracted.unwrap_or_default();
+    if json && args.detach {
+        output::json(&json!({
+            "crawl_id": crawl.id.as_str(),
+            "reextracted": made,
+            "reopened": done.reopened,
+        }));
+    } else if !json {
+        output::note(format_args!(
+            "crawl {}: items made anew from {} stored page(s), no page fetched: {} item(s), {} \
+             invalid (extractors version {}); {} page(s) no extractor applies to or not HTML, \
+             {} without their stored body{}",
+            crawl.id,
+            made.pages,
+            made.items,
+            made.invalid,
+            made.version,
+            made.skipped,
+            made.missing,
+            if done.reopened {
+                " (its next generation starts)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if args.detach {
+        if !json && backend.local {
+            output::line(format_args!(
+                "run `trawl crawl --crawl-id {}` to deliver them",
+                crawl.id
+            ));
+        }
+        return Ok(());
+    }
+    let resume = CrawlArgs {
+        crawl_id: Some(crawl.id.to_string()),
+        concurrency: args.concurrency,
+        ..CrawlArgs::default()
+    };
+    crate::crawl::run(backend, resume, None, json).await
+}
+
 /// An operation's refusal (a bad pattern or URL) as a usage error; the rest as they come.
 fn usage(e: OperateError) -> CliError {
     match e {
@@ -94,7 +152,7 @@ pub async fn config<P: Ports>(
                     config: Box::new(crate::crawl::read_config(file)?),
                 },
             };
-            let done = operate::operate(&backend.store, None::<&P::Queue>, &request, now_ms())
+            let done = operate::operate(&backend.app, None, &request, None, now_ms())
                 .await
                 .map_err(usage)?;
             if json {
@@ -154,7 +212,15 @@ pub async fn check<P: Ports>(
         .map_or("not in the crawl".to_owned(), |s| s.to_string());
     output::line(format_args!("{}: {}", check.url, check.answer));
     if let Some(found) = &check.soft_404 {
-        output::line(format_args!("  soft 404: {found}"));
+        output::line(format_args!(
+            "  soft 404: recrawl.soft_404[{}] matched, its marker {}{}",
+            found.rule,
+            found.marker,
+            found
+                .text
+                .as_ref()
+                .map_or(String::new(), |t| format!(" saying {t:?}"))
+        ));
     }
     if check.missing > 0 {
         output::line(format_args!(

@@ -188,7 +188,9 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,
         // They crawl afterwards, unless detached: the crawl's own access.
-        Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) => LocalAccess::Write,
+        Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) | Command::Reextract(_) => {
+            LocalAccess::Write
+        }
         Command::Config(ConfigCommand::Set { .. }) => LocalAccess::Write,
     }
 }

@@ -57,7 +57,7 @@ ATTRIBUTE_TYPES = {"pk": "S", "gsi_pk": "S", "updated": "N", "hk": "S", "due": "
 ALLOWED_ACTIONS = {
     "seeder": {
         "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query",
-        "sqs:SendMessage", "s3:GetObject",
+        "sqs:SendMessage", "s3:GetObject", "s3:PutObject",
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
     },
     "crawler": {

@@ -6,7 +6,8 @@
 //!   idempotent, so nothing is seeded twice.
 //! - a direct invocation with one seed request: answered with the counts, and the cursor when
 //!   unfinished (the caller continues with it); or with an operator's operation (an `operation`
-//!   field: recrawl, refetch, reset, config — `trawl_core::operate`), answered with what it did.
+//!   field: recrawl, refetch, reset, config, reextract — `trawl_core::operate`), answered with
+//!   what it did (an unfinished `reextract`, stopped at the deadline, with its cursor).
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
@@ -59,7 +60,8 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
         now: Millis,
     ) -> Result<SeederResponse, HandlerError> {
         if payload.get("operation").is_some() {
-            return Ok(SeederResponse::Operated(self.operate(payload, now).await?));
+            let operated = self.operate(payload, deadline, now).await?;
+            return Ok(SeederResponse::Operated(operated));
         }
         if payload.get("Records").is_none() {
             let response = self.seed(payload, deadline, now).await?;
@@ -119,20 +121,28 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
         }
     }
 
-    /// Runs an operator's operation on a crawl (its moved tasks' hosts get their turns).
+    /// Runs an operator's operation on a crawl (its moved tasks' hosts get their turns); a
+    /// `reextract` stops at `deadline`, answering its cursor to ask again with.
     pub async fn operate(
         &self,
         event: serde_json::Value,
+        deadline: Option<Instant>,
         now: Millis,
     ) -> Result<OperationResponse, HandlerError> {
         let request: OperationRequest = serde_json::from_value(event)
             .map_err(|e| HandlerError::invalid(format!("malformed operation request: {e}")))?;
-        match operate(&self.seeder.store, Some(&self.seeder.queue), &request, now).await {
+        let queue = Some(&self.seeder.queue);
+        match operate(&self.seeder, queue, &request, deadline, now).await {
             Ok(response) => {
                 tracing::info!(
                     crawl_id = response.crawl_id,
                     tasks = response.tasks,
                     reopened = response.reopened,
+                    reextracted = response.reextracted.as_ref().map_or(0, |r| r.pages),
+                    unfinished = response
+                        .reextracted
+                        .as_ref()
+                        .is_some_and(|r| r.cursor.is_some()),
                     "operated"
                 );
                 Ok(response)
@@ -342,6 +352,7 @@ mod tests {
             .await
             .unwrap();
         let bad = operate(r#"{"crawl_id": "nope", "operation": {"reset": {}}}"#).await;
+        let reextract = operate(include_str!("../../../events/seeder-reextract.json")).await;
 
         // THEN the fetched page is pending again, the configuration replaced, and an unknown
         // crawl is a bad request
@@ -358,6 +369,11 @@ mod tests {
         let stored = store.get_crawl(&id).await.unwrap().unwrap();
         assert_eq!(stored.config.recrawl.rules.len(), 2);
         assert!(matches!(bad, Err(HandlerError::InvalidEvent(_))), "{bad:?}");
+        // (a re-extraction needs extractors: the items tests run it on moto)
+        assert!(
+            matches!(&reextract, Err(HandlerError::InvalidEvent(e)) if e.contains("no extractors")),
+            "{reextract:?}"
+        );
     }
 
     async fn run(handler: &TestHandler, event: &str) -> Result<SeedResponse, HandlerError> {

@@ -378,6 +378,8 @@ export class TrawlStack extends Stack {
       // that triggers it; the loop ends with the source (each continuation starts further on).
       recursiveLoop: lambda.RecursiveLoop.ALLOW,
       environment: {
+        TRAWL_BUCKET: bucket.bucketName,
+        TRAWL_PREFIX: prefix.valueAsString,
         TRAWL_QUEUE_URL: crawlQueue.queueUrl,
         TRAWL_SEED_QUEUE_URL: seedQueue.queueUrl,
         TRAWL_USER_AGENT: userAgent.valueAsString,
@@ -440,6 +442,13 @@ export class TrawlStack extends Stack {
       'sqs:ReceiveMessage',
       'sqs:DeleteMessage',
       'sqs:GetQueueAttributes',
+    );
+    // The `reextract` operation: stored pages read, their items written beside them.
+    seeder.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:PutObject'],
+        resources: [bucket.arnForObjects('*')],
+      }),
     );
     seeder.role.addToPrincipalPolicy(
       new iam.PolicyStatement({

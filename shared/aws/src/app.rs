@@ -1,5 +1,5 @@
 //! The composition root on AWS: each reader's settings (`settings`) build its App from one set
-//! of clients, with exactly the ports its variables name — the seeder and the sweeper have no
+//! of clients, with exactly the ports its variables name — the sweeper has no
 //! bucket and the deliverer no crawl queue, so those are `Unwired`. A Lambda function's `main`
 //! builds a [`Root`] once per cold start and its handler from it; `trawl --backend aws` builds
 //! its App from `CliSettings` (read from the environment or a stack's outputs).
@@ -20,7 +20,7 @@ use trawl_domain::calls::CallCounts;
 
 /// Every port: the crawler's and the CLI's.
 pub type AwsPorts = (DynamoStore, S3BlobStore, SqsQueue);
-/// No bucket: the seeder's and the sweeper's.
+/// No bucket: the sweeper's.
 pub type NoBlobs = (DynamoStore, Unwired, SqsQueue);
 /// No crawl queue: the deliverer's.
 pub type NoQueue = (DynamoStore, S3BlobStore, Unwired);
@@ -88,10 +88,12 @@ fn with_blobs<Q: WorkQueue + 'static>(
 }
 
 impl Wiring for SeederSettings {
-    type Ports = NoBlobs;
+    type Ports = AwsPorts;
 
-    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
-        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
+    fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
+        let bucket = (self.bucket.as_str(), self.prefix.as_str());
+        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }
 

@@ -97,11 +97,14 @@ impl Env<'_> {
 }
 
 /// The seeder: writes crawls and tasks, sends their messages, fetches sitemaps. Manifests are
-/// read from the bucket each request names, so it needs no bucket of its own.
+/// read from the bucket each request names; the crawls' bucket is where its `reextract`
+/// operation reads stored pages and writes their items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeederSettings {
     pub table: String,
     pub shards: u32,
+    pub bucket: String,
+    pub prefix: String,
     pub queue_url: String,
     /// The seed queue that triggers it, where an unfinished seed sends its continuation.
     pub seed_queue_url: String,
@@ -113,6 +116,8 @@ impl FromEnv for SeederSettings {
     const VARIABLES: &'static [&'static str] = &[
         ENV_TABLE,
         ENV_SHARDS,
+        ENV_BUCKET,
+        ENV_PREFIX,
         ENV_QUEUE_URL,
         ENV_SEED_QUEUE_URL,
         ENV_USER_AGENT,
@@ -123,6 +128,8 @@ impl FromEnv for SeederSettings {
         Ok(Self {
             table: env.required(ENV_TABLE)?,
             shards: env.shards()?,
+            bucket: env.required(ENV_BUCKET)?,
+            prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
             queue_url: env.required(ENV_QUEUE_URL)?,
             seed_queue_url: env.required(ENV_SEED_QUEUE_URL)?,
             default_user_agent: env.optional(ENV_USER_AGENT),
@@ -340,6 +347,7 @@ mod tests {
         );
         let bad = SeederSettings::from_lookup(lookup(&[
             (ENV_TABLE, "t"),
+            (ENV_BUCKET, "b"),
             (ENV_QUEUE_URL, "q"),
             (ENV_SEED_QUEUE_URL, "s"),
             (ENV_PER_HOST, "65"),

@@ -8,7 +8,7 @@
 
 use crate::discover::ScopeMatcher;
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
-use crate::revisit::{RevisitRules, soft_404_match};
+use crate::revisit::{RevisitRules, Soft404Found, soft_404_match};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -25,9 +25,10 @@ pub struct Check {
     pub url: String,
     /// What the server answered.
     pub answer: String,
-    /// The soft-404 rule that recognised the page as gone, and what it found.
+    /// The soft-404 rule that recognised the page as gone: its place, its marker (CSS or
+    /// XPath) and the text it found.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub soft_404: Option<String>,
+    pub soft_404: Option<Soft404Found>,
     /// The task's status before (None: the crawl does not know the URL) and after.
     pub status_before: Option<Status>,
     pub status_after: Status,
@@ -123,7 +124,7 @@ pub async fn check(
                 Some(found) => {
                     let failure = Failure {
                         http_status: Some(page.status),
-                        ..Failure::new(ErrorKind::NotFound, found.clone())
+                        ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
                     soft_404 = Some(found);
                     (answer, false, fail(&failure))
@@ -235,7 +236,8 @@ impl ReferenceChecks {
             };
             let outcome = match CanonicalUrl::parse(url) {
                 Ok(canonical) => {
-                    reference_outcome(fetcher, crawl_id, config, soft_404, &canonical, now).await
+                    reference_outcome(fetcher, crawl_id, config, (rule, soft_404), &canonical, now)
+                        .await
                 }
                 Err(e) => ReferenceOutcome::Unreachable {
                     error: e.to_string(),
@@ -269,7 +271,7 @@ async fn reference_outcome(
     fetcher: &Fetcher,
     crawl_id: &CrawlId,
     config: &CrawlConfig,
-    rule: &Soft404Rule,
+    (index, rule): (usize, &Soft404Rule),
     url: &CanonicalUrl,
     now: Millis,
 ) -> ReferenceOutcome {
@@ -303,7 +305,7 @@ async fn reference_outcome(
                 .body
                 .as_ref()
                 .filter(|_| page.is_html())
-                .and_then(|b| soft_404_match(rule, b.bytes()));
+                .and_then(|b| soft_404_match(index, rule, b.bytes()));
             match recognised {
                 Some(_) => ReferenceOutcome::Recognised,
                 None => ReferenceOutcome::NotRecognised {

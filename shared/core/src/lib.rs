@@ -35,7 +35,9 @@ mod gz;
 pub mod operate;
 pub mod problem;
 pub mod queue;
-#[cfg(feature = "html")]
+#[cfg(feature = "extract")]
+pub mod reextract;
+#[cfg(feature = "extract")]
 pub mod revisit;
 #[cfg(feature = "crawl")]
 pub mod runner;

@@ -2,17 +2,21 @@
 //! refetch, an operator's retry, a reset that forgets every fetch. Each selects tasks, moves
 //! them back to `pending` through the state machine (`transition::reschedule`, or
 //! `transition::reset`), reopens a completed crawl first (so that a running crawl owns the
-//! work) and gives their hosts a turn. The same operations, and a configuration change, are the
-//! seeder's operation requests ([`OperationRequest`]): the CLI and the Lambda share them.
+//! work) and gives their hosts a turn. The same operations, a configuration change and a
+//! re-extraction from stored bodies (`crate::reextract`, which opens the next generation once
+//! done, so that it is delivered) are the seeder's operation requests ([`OperationRequest`]):
+//! the CLI and the Lambda share them.
 
-use crate::app::Store;
+use crate::app::{App, Ports, Store};
 use crate::discover::ScopeMatcher;
 use crate::frontier::{FrontierError, Reissue, hosts_of, reissue_turns, revive_hosts};
 use crate::queue::{QueueError, WorkQueue};
+use crate::reextract::{ReextractCursor, ReextractError, Reextracted, reextract};
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
 use trawl_domain::task::{Millis, Status};
@@ -31,6 +35,8 @@ pub enum OperateError {
     Frontier(#[from] FrontierError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error(transparent)]
+    Reextract(#[from] ReextractError),
 }
 
 /// What becomes of a selected task.
@@ -227,6 +233,13 @@ pub enum Operation {
     Reset {},
     /// The crawl's configuration replaced (checked as a seed request's is).
     Config { config: Box<CrawlConfig> },
+    /// The crawl's current extractors run over its stored pages, no page fetched; once done,
+    /// the next generation opens (a completed crawl), so that it is delivered with them. An
+    /// unfinished call answers its `cursor`, to ask again with.
+    Reextract {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cursor: Option<ReextractCursor>,
+    },
 }
 
 /// What an operation did.
@@ -241,6 +254,9 @@ pub struct OperationResponse {
     /// The configuration's sections that changed (`config`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed: Vec<String>,
+    /// What `reextract` did, and its cursor when unfinished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reextracted: Option<Reextracted>,
 }
 
 impl Operation {
@@ -290,23 +306,22 @@ impl Operation {
                 (selection, Rewind::Reschedule)
             }
             Operation::Reset {} => (Selection::settled(), Rewind::Reset),
-            Operation::Config { .. } => return Ok(None),
+            Operation::Config { .. } | Operation::Reextract { .. } => return Ok(None),
         }))
     }
 }
 
-/// Runs `request` at `now`; `queue` gives the moved tasks' hosts their turns (None: a local
-/// crawl, whose run rebuilds its queue from the store).
-pub async fn operate<S, Q>(
-    store: &S,
-    queue: Option<&Q>,
+/// Runs `request` at `now` on `app`'s ports; `queue` gives the moved tasks' hosts their turns
+/// (None: a local crawl, whose run rebuilds its queue from the store). A `reextract` stops once
+/// `deadline` (on the App's clock) has passed.
+pub async fn operate<P: Ports>(
+    app: &App<P>,
+    queue: Option<&P::Queue>,
     request: &OperationRequest,
+    deadline: Option<Instant>,
     now: Millis,
-) -> Result<OperationResponse, OperateError>
-where
-    S: Store,
-    Q: WorkQueue,
-{
+) -> Result<OperationResponse, OperateError> {
+    let store = &app.store;
     let crawl = store
         .get_crawl(&request.crawl_id)
         .await?
@@ -336,6 +351,19 @@ where
             response.changed = crate::seed::config_differences(&crawl.config, config);
             store.update_config(&crawl.id, config, now).await?;
         }
+        (Operation::Reextract { cursor }, None) => {
+            if crawl.config.extract.is_empty() {
+                return Err(OperateError::Invalid(format!(
+                    "crawl {} has no extractors (`extract` in its configuration)",
+                    crawl.id
+                )));
+            }
+            let done = reextract(app, &crawl, cursor.clone(), deadline).await?;
+            if done.cursor.is_none() && crawl.state == CrawlState::Completed {
+                response.reopened = store.reopen_crawl(&crawl.id, now).await?;
+            }
+            response.reextracted = Some(done);
+        }
         (_, None) => {}
     }
     Ok(response)
@@ -352,6 +380,7 @@ mod tests {
             include_str!("../../../events/seeder-refetch.json"),
             include_str!("../../../events/seeder-reset.json"),
             include_str!("../../../events/seeder-config.json"),
+            include_str!("../../../events/seeder-reextract.json"),
         ] {
             let request: OperationRequest = serde_json::from_str(sample).unwrap();
             assert_eq!(request.crawl_id.as_str(), "example-com");

@@ -1,13 +1,17 @@
 //! A crawl's recrawl policy compiled once per crawl: which schedule a URL follows
-//! (`trawl_domain::revisit::Revisit`), and whether a page that answered 200 is a soft 404.
+//! (`trawl_domain::revisit::Revisit`), and whether a page that answered 200 is a soft 404 (a
+//! rule's marker, a CSS selector run by lol_html as the page streams, or an XPath run on the
+//! page parsed by the extraction engine, `crate::extract::xpath_truth`).
 
 use lol_html::html_content::{Element, TextChunk};
 use lol_html::{ElementContentHandlers, HandlerResult, HtmlRewriter, Selector, Settings};
 use regex::Regex;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::{RecrawlPolicy, RecrawlRule, Soft404Rule};
+use trawl_domain::extract::Expr;
 use trawl_domain::revisit::Revisit;
 
 /// Most recrawl rules and soft-404 rules a crawl may have (each is tried on every fetch).
@@ -50,9 +54,19 @@ impl RevisitRules {
                         })
                     })
                     .transpose()?;
-                rule.selector
-                    .parse::<Selector>()
-                    .map_err(|e| format!("{at}: invalid selector {:?}: {e}", rule.selector))?;
+                match rule.marker() {
+                    None => {
+                        return Err(format!(
+                            "{at}: give one of `selector` (CSS) and `xpath`, not both"
+                        ));
+                    }
+                    Some(Expr::Css(css)) => {
+                        css.parse::<Selector>()
+                            .map_err(|e| format!("{at}: invalid selector {css:?}: {e}"))?;
+                    }
+                    Some(Expr::Xpath(xpath)) => crate::extract::check_xpath(&xpath)
+                        .map_err(|e| format!("{at}: invalid XPath {xpath:?}: {e}"))?,
+                }
                 if let Some(reference) = &rule.reference_url {
                     CanonicalUrl::parse(reference)
                         .map_err(|e| format!("{at}.reference_url: {e}"))?;
@@ -77,18 +91,19 @@ impl RevisitRules {
         self.policy.revisit(rule)
     }
 
-    /// The soft-404 rules that apply to `url`.
-    pub fn soft_404_rules(&self, url: &str) -> impl Iterator<Item = &Soft404Rule> {
+    /// The soft-404 rules that apply to `url`, with their places in `recrawl.soft_404`.
+    pub fn soft_404_rules(&self, url: &str) -> impl Iterator<Item = (usize, &Soft404Rule)> {
         self.soft_404
             .iter()
-            .filter(move |(pattern, _)| pattern.as_ref().is_none_or(|p| p.is_match(url)))
-            .map(|(_, rule)| rule)
+            .enumerate()
+            .filter(move |(_, (pattern, _))| pattern.as_ref().is_none_or(|p| p.is_match(url)))
+            .map(|(i, (_, rule))| (i, rule))
     }
 
     /// Whether the page `html` of `url` is a soft 404: what the first matching rule found.
-    pub fn soft_404(&self, url: &str, html: &[u8]) -> Option<String> {
+    pub fn soft_404(&self, url: &str, html: &[u8]) -> Option<Soft404Found> {
         self.soft_404_rules(url)
-            .find_map(|rule| soft_404_match(rule, html))
+            .find_map(|(i, rule)| soft_404_match(i, rule, html))
     }
 }
 
@@ -124,10 +139,58 @@ pub(crate) fn glob_regex(glob: &str) -> String {
     out
 }
 
-/// What `rule` found in `html`, if it recognises the page as gone (a selector that does not
-/// parse, which `RevisitRules::new` refuses, recognises nothing).
-pub fn soft_404_match(rule: &Soft404Rule, html: &[u8]) -> Option<String> {
-    let selector = rule.selector.parse::<Selector>().ok()?;
+/// Which soft-404 rule recognised a page as gone, by which marker, and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Soft404Found {
+    /// The rule's index in `recrawl.soft_404`.
+    pub rule: usize,
+    /// Its marker: `css "h1.title"` or `xpath "//h1[@class='title']"`.
+    pub marker: String,
+    /// The text the rule asks for, found in what the marker selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl std::fmt::Display for Soft404Found {
+    /// What the page's error says: `soft 404 (recrawl.soft_404[0], css "h1"): says "gone"`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "soft 404 (recrawl.soft_404[{}], {})",
+            self.rule, self.marker
+        )?;
+        match &self.text {
+            Some(text) => write!(f, ": says {text:?}"),
+            None => write!(f, ": matched"),
+        }
+    }
+}
+
+/// Whether `rule` (the `index`-th) recognises the page `html` as gone: its marker is found
+/// (and, when the rule gives a text, what it selected contains it, whatever the case). A marker
+/// that does not compile, which `RevisitRules::new` refuses, recognises nothing.
+pub fn soft_404_match(index: usize, rule: &Soft404Rule, html: &[u8]) -> Option<Soft404Found> {
+    let marker = rule.marker()?;
+    let found = match &marker {
+        Expr::Css(css) => css_text(css, html)?,
+        Expr::Xpath(xpath) => crate::extract::xpath_truth(html, xpath)?,
+    };
+    if let Some(text) = &rule.text
+        && !found.to_lowercase().contains(&text.to_lowercase())
+    {
+        return None;
+    }
+    let kind = if marker.is_xpath() { "xpath" } else { "css" };
+    Some(Soft404Found {
+        rule: index,
+        marker: format!("{kind} {:?}", marker.text()),
+        text: rule.text.clone(),
+    })
+}
+
+/// The text of the elements matching `css` in `html` (None: no element matches), streamed.
+fn css_text(css: &str, html: &[u8]) -> Option<String> {
+    let selector = css.parse::<Selector>().ok()?;
     let matched = RefCell::new(false);
     let found = RefCell::new(String::new());
     let on_element = |_: &mut Element<'_, '_>| -> HandlerResult {
@@ -154,18 +217,8 @@ pub fn soft_404_match(rule: &Soft404Rule, html: &[u8]) -> Option<String> {
     );
     // A parser error (only the memory limit, on absurd markup) decides on what was read.
     let _ = rewriter.write(html).and_then(|()| rewriter.end());
-    if !*matched.borrow() {
-        return None;
-    }
-    match &rule.text {
-        None => Some(format!("soft 404: {:?} matched", rule.selector)),
-        Some(text) => {
-            let found = found.borrow().to_lowercase();
-            found
-                .contains(&text.to_lowercase())
-                .then(|| format!("soft 404: {:?} says {text:?}", rule.selector))
-        }
-    }
+    let text = found.borrow().clone();
+    matched.borrow().then_some(text)
 }
 
 #[cfg(test)]
@@ -222,14 +275,74 @@ mod tests {
     }
 
     #[test]
+    fn an_xpath_marker_is_true_as_xpath_says_and_the_match_names_its_rule() {
+        let policy: RecrawlPolicy = serde_json::from_value(serde_json::json!({
+            "soft_404": [
+                {"match": "/article/", "selector": "h1.title", "text": "not found"},
+                {"xpath": "//div[@id='status']/@data-state", "text": "REMOVED"},
+                {"match": "/count/", "xpath": "count(//li) = 0"},
+                {"match": "/empty/", "xpath": "string(//p[@class='gone'])"}
+            ]
+        }))
+        .unwrap();
+        let rules = RevisitRules::new(&policy).unwrap();
+        let removed = br#"<html><div id=status data-state="removed">x</div></html>"#;
+        let found = rules.soft_404("http://a.test/article/1", removed).unwrap();
+        // (the CSS rule applies to the URL first, and its selector is not there)
+        assert_eq!(found.rule, 1);
+        assert_eq!(found.marker, r#"xpath "//div[@id='status']/@data-state""#);
+        assert_eq!(
+            found.to_string(),
+            r#"soft 404 (recrawl.soft_404[1], xpath "//div[@id='status']/@data-state"): says "REMOVED""#
+        );
+        let live = br#"<html><div id=status data-state="live">x</div></html>"#;
+        assert_eq!(rules.soft_404("http://a.test/article/1", live), None);
+        // A boolean: true only without list items.
+        let found = rules
+            .soft_404("http://a.test/count/1", b"<ul></ul>")
+            .unwrap();
+        assert_eq!((found.rule, found.text), (2, None));
+        assert_eq!(
+            rules.soft_404("http://a.test/count/1", b"<ul><li>a</li></ul>"),
+            None
+        );
+        // A string: true when not empty.
+        let gone = b"<p class=gone>This item was withdrawn</p>";
+        assert_eq!(
+            rules.soft_404("http://a.test/empty/1", gone).unwrap().rule,
+            3
+        );
+        assert_eq!(
+            rules.soft_404("http://a.test/empty/1", b"<p>here</p>"),
+            None
+        );
+        // The CSS rule still wins on its pages.
+        let css = b"<h1 class=title>Not Found</h1>";
+        let found = rules.soft_404("http://a.test/article/2", css).unwrap();
+        assert_eq!(
+            (found.rule, found.marker.as_str()),
+            (0, r#"css "h1.title""#)
+        );
+    }
+
+    #[test]
     fn bad_rules_are_refused_with_their_place() {
         let mut bad = policy();
         bad.rules[1].glob = None;
         let e = RevisitRules::new(&bad).unwrap_err();
         assert!(e.contains("recrawl.rules[1]"), "{e}");
         let mut bad = policy();
-        bad.soft_404[0].selector = "h1[".into();
+        bad.soft_404[0].selector = Some("h1[".into());
         let e = RevisitRules::new(&bad).unwrap_err();
         assert!(e.contains("recrawl.soft_404[0]"), "{e}");
+        let mut bad = policy();
+        bad.soft_404[0].xpath = Some("//h1".into());
+        let e = RevisitRules::new(&bad).unwrap_err();
+        assert!(e.contains("recrawl.soft_404[0]: give one of"), "{e}");
+        let mut bad = policy();
+        bad.soft_404[0].selector = None;
+        bad.soft_404[0].xpath = Some("//h1[".into());
+        let e = RevisitRules::new(&bad).unwrap_err();
+        assert!(e.contains("recrawl.soft_404[0]: invalid XPath"), "{e}");
     }
 }

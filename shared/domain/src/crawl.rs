@@ -5,7 +5,7 @@ pub mod transition;
 
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
-use crate::extract::{Extractor, ItemsOutput};
+use crate::extract::{Expr, Extractor, ItemsOutput};
 use crate::retry::RetryPolicy;
 use crate::revisit::Revisit;
 use crate::schedule::Schedule;
@@ -583,23 +583,40 @@ impl RecrawlRule {
     }
 }
 
-/// A soft-404 check: a page of the matching URLs that answers 200 yet has an element matching
-/// `selector` (whose text contains `text`, when given) is taken for gone, as a 404 would be
-/// (Django Dynamic Scraper's `404_OR_X_PATH` checker, with CSS selectors).
+/// A soft-404 check: a page of the matching URLs that answers 200 yet has its marker — an
+/// element matching the CSS `selector`, or an XPath expression whose value is true — (whose
+/// text contains `text`, when given) is taken for gone, as a 404 would be (Django Dynamic
+/// Scraper's `404_OR_X_PATH` checker).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Soft404Rule {
     /// A regular expression the URL must match (none: every URL).
     #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
-    /// A CSS selector.
-    pub selector: String,
+    /// A CSS selector (give this or `xpath`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// An XPath 1.0 expression (give this or `selector`): true as XPath's `boolean()` has it —
+    /// a non-empty node-set, a non-empty string, a number other than 0, `true()`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xpath: Option<String>,
     /// Text the matched element must contain (case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// A page known to be gone: every sweep checks that the rule still recognises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_url: Option<String>,
+}
+
+impl Soft404Rule {
+    /// The rule's marker: its CSS selector or its XPath (None: neither, or both).
+    pub fn marker(&self) -> Option<Expr> {
+        match (&self.selector, &self.xpath) {
+            (Some(css), None) => Some(Expr::Css(css.clone())),
+            (None, Some(xpath)) => Some(Expr::Xpath(xpath.clone())),
+            _ => None,
+        }
+    }
 }
 
 /// Default User-Agent; deployments should set their own with a contact URL.

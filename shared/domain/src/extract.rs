@@ -9,8 +9,21 @@
 //! item (DDS's "from detail page"). The definitions are pure data; `trawl_core::extract`
 //! compiles and runs them.
 
+use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// The version of a crawl's extractor definitions: the md5 (hex, first 16 digits) of their JSON.
+/// Stored items carry the version they were made with; a delivery compares it with the crawl's
+/// current one to say whether its items came from the current extractors. Any change of a
+/// definition (its order, a pattern, a field, a processor) is a new version; the JSON is the
+/// same for equal definitions (fields are a map in name order).
+pub fn definitions_version(extractors: &[Extractor]) -> String {
+    let json = serde_json::to_vec(extractors).unwrap_or_default();
+    let mut version = hex::encode(Md5::digest(&json));
+    version.truncate(16);
+    version
+}
 
 /// One extractor: a URL pattern, a base element and fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,6 +163,38 @@ pub enum Processor {
     Required,
 }
 
+/// Where a listing item's detail page stands in a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailPage {
+    /// Present, with items.
+    Items,
+    /// `gone`: found missing (404, 410, a soft 404) at `recrawl.missing_after` checks in a row.
+    Gone,
+    /// Neither: not fetched (yet), no items on it, not HTML, or the item names no URL.
+    Absent,
+}
+
+/// What becomes of a listing item in a delivery, by its detail page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedItem {
+    /// Delivered with the detail page's fields merged in.
+    Merged,
+    /// Delivered invalid: its detail page has no items to merge.
+    Invalid,
+    /// Not delivered (`gone` in the items delta): its detail page is gone, whatever the
+    /// listing still shows — the item the detail page described is no more.
+    Gone,
+}
+
+/// The rule for a listing item whose extractor names a detail page.
+pub fn listed_item(detail: DetailPage) -> ListedItem {
+    match detail {
+        DetailPage::Items => ListedItem::Merged,
+        DetailPage::Gone => ListedItem::Gone,
+        DetailPage::Absent => ListedItem::Invalid,
+    }
+}
+
 /// How a crawl's items are delivered besides `items.jsonl.gz` (the configuration's `items`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -162,5 +207,28 @@ pub struct ItemsOutput {
 impl ItemsOutput {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extractor(field: &str) -> Extractor {
+        serde_json::from_value(serde_json::json!({
+            "name": "article", "fields": {field: {"css": "h1"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_changed_definition_is_a_new_version_and_an_equal_one_the_same() {
+        let one = definitions_version(&[extractor("title")]);
+        assert_eq!(one.len(), 16);
+        assert_eq!(one, definitions_version(&[extractor("title")]));
+        assert_ne!(one, definitions_version(&[extractor("heading")]));
+        assert_ne!(one, definitions_version(&[]));
+        assert_eq!(listed_item(DetailPage::Gone), ListedItem::Gone);
+        assert_eq!(listed_item(DetailPage::Absent), ListedItem::Invalid);
     }
 }

@@ -57,7 +57,7 @@ const DUPLICATE_DELAY_S: i32 = 2;
 
 /// The four handlers, wired as their `main.rs` wire them, on one stack.
 pub struct Functions {
-    pub seeder: seeder::handler::Handler<NoBlobs, SqsSeedQueue>,
+    pub seeder: seeder::handler::Handler<AwsPorts, SqsSeedQueue>,
     pub crawler: crawler::handler::Handler<AwsPorts>,
     pub sweeper: sweeper::handler::Handler<NoBlobs>,
     pub deliverer: deliverer::handler::Handler<NoQueue, SqsDeliveryTrigger>,
@@ -81,6 +81,8 @@ impl Functions {
         let seeder = SeederSettings {
             table: stack.table.clone(),
             shards,
+            bucket: stack.bucket.clone(),
+            prefix: prefix.clone(),
             queue_url: stack.queue_url.clone(),
             seed_queue_url: stack.seed_queue_url.clone(),
             default_user_agent: None,

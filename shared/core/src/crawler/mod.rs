@@ -1090,7 +1090,7 @@ impl<P: Ports> Crawler<P> {
                 {
                     let failure = Failure {
                         http_status: Some(page.status),
-                        ..Failure::new(ErrorKind::NotFound, found)
+                        ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
                     return Ok((outcome, Some(HostSignal::Answered)));

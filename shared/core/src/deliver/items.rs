@@ -3,8 +3,10 @@
 //! run's previous delivery; `items.csv.gz` too when the crawl asks for it (`items.csv`).
 //!
 //! The items are read from the `attr=items` objects the crawler stored beside the HTML bodies
-//! of this delivery's manifest (no page is parsed again; a body whose type is no longer HTML
-//! has none). A listing item whose extractor names a
+//! of this delivery's manifest, or from the page's records in a segment (no page is parsed
+//! again; a body whose type is no longer HTML has none); `crate::reextract` renews them. Each
+//! page's items carry the version of the extractor definitions that made them, and the summary
+//! says whether all came from the crawl's current ones. A listing item whose extractor names a
 //! detail page (`detail.url_field`) gets the fields of the first item found on that page
 //! merged in (fields the listing has no value for), and is keyed by the detail page's URL;
 //! detail pages' items are never delivered on their own. Other items are keyed by their page's
@@ -25,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::extract::{self as rules, ListedItem};
 use trawl_domain::task::Status;
 
 /// The file of the items, and of their delta.
@@ -78,7 +81,14 @@ pub struct ItemDeltaLine {
     pub key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item: Option<ItemLine>,
+    /// Why an item is gone: `detail page gone`, or `not found` (no page of the delivery has it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
+
+/// Why an item of the previous delivery is gone.
+const GONE_DETAIL: &str = "detail page gone";
+const GONE_UNSEEN: &str = "not found";
 
 /// A page's items, with where they came from.
 struct Found {
@@ -96,6 +106,8 @@ pub(super) struct ItemsPass<'a, B> {
     extractors: Extractors,
     scope: ScopeMatcher,
     found: Vec<Found>,
+    /// The URLs (task's and final) of the pages `gone` in this delivery.
+    gone: HashSet<String>,
     summary: ItemsSummary,
 }
 
@@ -120,6 +132,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
             scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
             found: Vec::new(),
+            gone: HashSet::new(),
             summary: ItemsSummary::default(),
         })
     }
@@ -129,6 +142,11 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         for line in lines::<ManifestLine>(key, manifest) {
             let line = line?;
             let status = Status::ALL.iter().find(|s| s.name() == line.status);
+            if status == Some(&Status::Gone) {
+                self.gone.extend(line.final_url.iter().cloned());
+                self.gone.insert(line.url);
+                continue;
+            }
             let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
             let (Some(md5), true) = (line.md5.as_deref(), present) else {
                 continue;
@@ -147,34 +165,42 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     key: key.to_owned(),
                     reason: format!("bad task id {:?}", line.task_id),
                 })?;
-            let (items_key, stored) = match (&line.object, line.offset, line.length) {
+            // Beside the body: in the object layout the items object (which `reextract`
+            // rewrites), in segments the page's metadata record — or, once `reextract` made
+            // them anew, the items object it wrote beside the segment.
+            let beside = Layout::items_key_of(&self.layout.html_key(self.crawl_id, &task_id, md5));
+            let mut items = match (&line.object, line.offset, line.length) {
                 (Some(object), Some(offset), Some(length)) => {
                     let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
-                    (
-                        key.to_owned(),
-                        self.segment_items(key, offset, length).await?,
-                    )
+                    let stored = self.segment_items(key, offset, length).await?;
+                    stored.map(|b| parse_items(key, &b)).transpose()?
                 }
-                _ => {
-                    let html_key = self.layout.html_key(self.crawl_id, &task_id, md5);
-                    let items_key = Layout::items_key_of(&html_key);
-                    let stored = super::get_with_retry(self.blobs, &items_key).await?;
-                    (items_key, stored)
-                }
+                _ => None,
             };
-            let Some(body) = stored else {
-                // Its items were not stored (they did not serialise).
+            if !items.as_ref().is_some_and(|i| self.is_current(i))
+                && let Some(body) = super::get_with_retry(self.blobs, &beside).await?
+            {
+                items = Some(parse_items(&beside, &body)?);
+            }
+            let Some(items) = items else {
+                // Its items were not stored (they did not serialise, or no extractor applied
+                // when it was fetched and none was run on it since).
                 self.summary.pages_without_items += 1;
                 continue;
             };
-            let items: PageItems =
-                serde_json::from_slice(&body).map_err(|e| DeliverError::CorruptDelivery {
-                    key: items_key.clone(),
-                    reason: e.to_string(),
-                })?;
+            if self.is_current(&items) {
+                self.summary.pages_current += 1;
+            } else {
+                self.summary.pages_older += 1;
+            }
             self.found.push(Found { page: line, items });
         }
         Ok(())
+    }
+
+    /// Whether `items` were made by the crawl's current extractor definitions.
+    fn is_current(&self, items: &PageItems) -> bool {
+        items.version.as_deref() == Some(self.extractors.version())
     }
 
     /// The items in a page's records in a segment (None: the page has none).
@@ -197,25 +223,32 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         CsvColumns::new(&self.extractors)
     }
 
-    /// The delivered items, joined, and their counts.
-    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary) {
-        let items = join(
+    /// The delivered items, joined, their counts, and the keys of the listing items left out
+    /// because their detail pages are gone.
+    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary, HashSet<String>) {
+        self.summary.extractors_version = self.extractors.version().to_owned();
+        self.summary.from_current_extractors = self.summary.pages_older == 0;
+        let (items, gone) = join(
             &self.extractors,
             &self.scope,
             &self.found,
+            &self.gone,
             &mut self.summary,
         );
-        (items, self.summary)
+        (items, self.summary, gone)
     }
 }
 
-/// The delivered items: listing items with their detail fields merged, in manifest order.
+/// The delivered items: listing items with their detail fields merged, in manifest order
+/// (`trawl_domain::extract::listed_item` decides by the detail page); and the keys of those
+/// left out, their detail pages being `gone` (the URLs in `gone`).
 fn join(
     extractors: &Extractors,
     scope: &ScopeMatcher,
     found: &[Found],
+    gone: &HashSet<String>,
     summary: &mut ItemsSummary,
-) -> Vec<ItemLine> {
+) -> (Vec<ItemLine>, HashSet<String>) {
     let detail_names: HashSet<&str> = extractors.detail_extractors().collect();
     // Detail pages by their task URL and their final URL.
     let mut details: HashMap<String, usize> = HashMap::new();
@@ -229,6 +262,7 @@ fn join(
     }
     let mut linked: HashSet<usize> = HashSet::new();
     let mut out = Vec::new();
+    let mut left_out = HashSet::new();
     for f in found {
         if detail_names.contains(f.items.extractor.as_str()) {
             continue;
@@ -246,17 +280,26 @@ fn join(
                     .and_then(|v| v.as_str())
                     .and_then(|u| CanonicalUrl::parse(u).ok())
                     .map(|u| scope.normalise(u).as_str().to_owned());
-                let detail = url.as_ref().and_then(|u| details.get(u).map(|&i| (u, i)));
-                match detail {
-                    Some((url, i)) => {
+                let detail = url.as_ref().and_then(|u| details.get(u).copied());
+                let state = match (detail, &url) {
+                    (Some(_), _) => rules::DetailPage::Items,
+                    (None, Some(url)) if gone.contains(url) => rules::DetailPage::Gone,
+                    (None, _) => rules::DetailPage::Absent,
+                };
+                if let Some(url) = url {
+                    line.key = url;
+                }
+                match (rules::listed_item(state), detail) {
+                    (ListedItem::Merged, Some(i)) => {
                         linked.insert(i);
-                        line.key = url.clone();
                         merge(&mut line, &found[i]);
                     }
-                    None => {
-                        if let Some(url) = url {
-                            line.key = url;
-                        }
+                    (ListedItem::Gone, _) => {
+                        summary.detail_pages_gone += 1;
+                        left_out.insert(line.key);
+                        continue;
+                    }
+                    _ => {
                         line.errors.push(FieldError {
                             field: link.url_field.clone(),
                             error: "its detail page has no items in this delivery".into(),
@@ -274,7 +317,14 @@ fn join(
         .enumerate()
         .filter(|(i, f)| detail_names.contains(f.items.extractor.as_str()) && !linked.contains(i))
         .count() as u64;
-    out
+    (out, left_out)
+}
+
+fn parse_items(key: &str, body: &[u8]) -> Result<PageItems, DeliverError> {
+    serde_json::from_slice(body).map_err(|e| DeliverError::CorruptDelivery {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
@@ -341,11 +391,13 @@ fn count(summary: &mut ItemsSummary, line: &ItemLine) {
 }
 
 /// The delta of `current` against the previous delivery's items (`previous`, gzipped JSON
-/// lines; None: no previous delivery, or one without items): its lines and counts.
+/// lines; None: no previous delivery, or one without items): its lines and counts. An item
+/// gone says why: its key in `detail_gone` (its detail page is gone), or not found.
 pub(super) fn delta(
     key: &str,
     previous: Option<&[u8]>,
     current: &[ItemLine],
+    detail_gone: &HashSet<String>,
     counts: &mut ItemsDelta,
 ) -> Result<Vec<ItemDeltaLine>, DeliverError> {
     let mut before: HashMap<String, ItemLine> = HashMap::new();
@@ -373,15 +425,26 @@ pub(super) fn delta(
             change,
             key: item.key.clone(),
             item: Some(item.clone()),
+            reason: None,
         });
     }
     let mut gone: Vec<String> = before.into_keys().collect();
     gone.sort();
     counts.gone += gone.len() as u64;
-    out.extend(gone.into_iter().map(|key| ItemDeltaLine {
-        change: Change::Gone,
-        key,
-        item: None,
+    out.extend(gone.into_iter().map(|key| {
+        ItemDeltaLine {
+            change: Change::Gone,
+            reason: Some(
+                if detail_gone.contains(&key) {
+                    GONE_DETAIL
+                } else {
+                    GONE_UNSEEN
+                }
+                .to_owned(),
+            ),
+            key,
+            item: None,
+        }
     }));
     Ok(out)
 }

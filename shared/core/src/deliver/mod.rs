@@ -1569,7 +1569,7 @@ impl<P: Ports> Deliverer<P> {
             pass.add(key, &self.read_file(key).await?).await?;
         }
         let csv_columns = crawl.config.items.csv.then(|| pass.csv_columns());
-        let (lines, mut summary) = pass.finish();
+        let (lines, mut summary, detail_gone) = pass.finish();
         let previous_key = state.previous.as_ref().map(|p| {
             (
                 p.delivery_id.clone(),
@@ -1584,7 +1584,13 @@ impl<P: Ports> Deliverer<P> {
             previous = Some(bytes);
         }
         let key = previous_key.map(|(_, key)| key).unwrap_or_default();
-        let changes = items::delta(&key, previous.as_deref(), &lines, &mut summary.delta)?;
+        let changes = items::delta(
+            &key,
+            previous.as_deref(),
+            &lines,
+            &detail_gone,
+            &mut summary.delta,
+        )?;
         let written = [
             self.write_lines(prefix, FileKind::Items, &lines).await?,
             self.write_lines(prefix, FileKind::ItemsDelta, &changes)

@@ -9,7 +9,8 @@
 //! The rule: an object `{prefix}crawl={crawl}/pk={task}/attr={html|items}/md5={md5}` is deleted
 //! when both hold:
 //! 1. its task does not point at it: the task is gone, has no object, or its object has another
-//!    key (an items object belongs to the body of the same md5). An md5 the task lists as stale
+//!    key (an items object belongs to the task's body of the same md5, in either layout: on
+//!    segments, `reextract` writes one beside the segment's records). An md5 the task lists as stale
 //!    is not pointed at either: the stale list waits for the task's next finish, which a
 //!    terminal task may never see; deleting the object first is harmless (the finisher's delete
 //!    of a missing key is no error);
@@ -59,10 +60,15 @@ pub fn is_orphan(
     min_age_ms: Option<u64>,
     now: Millis,
 ) -> bool {
-    let pointed = task
-        .and_then(|t| t.fetch.as_ref())
-        .and_then(|f| f.object_key.as_deref())
-        .is_some_and(|key| key == object.key || Layout::items_key_of(key) == object.key);
+    let fetch = task.and_then(|t| t.fetch.as_ref());
+    let body = fetch.and_then(|f| f.object_key.as_deref());
+    let items_of_body = object.key.contains("/attr=items/")
+        && fetch
+            .and_then(|f| f.md5.as_deref())
+            .is_some_and(|md5| Layout::md5_of_key(&object.key) == Some(md5));
+    let pointed = body
+        .is_some_and(|key| key == object.key || Layout::items_key_of(key) == object.key)
+        || items_of_body;
     let old = min_age_ms.is_none_or(|age| {
         object
             .modified
@@ -203,8 +209,26 @@ mod tests {
         let key = |attr: &str, md5: &str| format!("{prefix}pk={task_id}/attr={attr}/md5={md5}");
         let (body, items, other) = (key("html", "aa"), key("items", "aa"), key("html", "bb"));
         let pointing = task_with(Some(&body));
+        let mut in_segment = task_with(Some(&format!("{prefix}segments/s-1")));
+        if let Some(fetch) = in_segment.fetch.as_mut() {
+            fetch.md5 = Some("aa".to_owned());
+        }
         let old = LEASE as Millis + 1;
-        let cases: [(&str, &str, Option<&Task>, Millis, bool); 8] = [
+        let cases: [(&str, &str, Option<&Task>, Millis, bool); 10] = [
+            (
+                "items beside a segment's page",
+                &items,
+                Some(&in_segment),
+                old,
+                false,
+            ),
+            (
+                "items of another md5 beside a segment's page",
+                &key("items", "bb"),
+                Some(&in_segment),
+                old,
+                true,
+            ),
             ("the body pointed at", &body, Some(&pointing), old, false),
             ("its items", &items, Some(&pointing), old, false),
             (

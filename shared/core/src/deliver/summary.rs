@@ -64,8 +64,25 @@ pub struct ItemsSummary {
     pub by_extractor: BTreeMap<String, ExtractorItems>,
     /// Pages an extractor applies to that have no items (not HTML).
     pub pages_without_items: u64,
+    /// The version of the crawl's extractor definitions (`trawl_domain::extract::
+    /// definitions_version`), and whether every page's items were made by them: pages whose
+    /// items came from them, and from older ones (a page fetched unchanged since the
+    /// definitions changed keeps its items; so do items stored before they carried a version;
+    /// `trawl reextract` renews them without a fetch).
+    #[serde(default)]
+    pub extractors_version: String,
+    #[serde(default)]
+    pub from_current_extractors: bool,
+    #[serde(default)]
+    pub pages_current: u64,
+    #[serde(default)]
+    pub pages_older: u64,
     /// Detail pages with items that no listing item links to (their items are not delivered).
     pub detail_pages_unlinked: u64,
+    /// Listing items not delivered because their detail pages are `gone` (`gone` in the items
+    /// delta when the previous delivery had them).
+    #[serde(default)]
+    pub detail_pages_gone: u64,
     pub delta: ItemsDelta,
 }
 

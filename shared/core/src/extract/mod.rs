@@ -104,12 +104,17 @@ pub struct FieldError {
 pub struct PageItems {
     pub extractor: String,
     pub items: Vec<Item>,
+    /// The version of the crawl's extractor definitions they were made with
+    /// (`trawl_domain::extract::definitions_version`; None: items stored before versions were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A crawl's extractors, compiled.
 #[derive(Debug, Clone, Default)]
 pub struct Extractors {
     compiled: Vec<CompiledExtractor>,
+    version: String,
 }
 
 /// One extractor with its URL pattern, selectors and regular expressions compiled. XPath
@@ -117,6 +122,8 @@ pub struct Extractors {
 #[derive(Debug, Clone)]
 pub struct CompiledExtractor {
     pub def: Extractor,
+    /// The version of the definitions it is one of, given to the items it makes.
+    version: String,
     url: Option<Regex>,
     base: Option<Compiled>,
     fields: Vec<CompiledField>,
@@ -147,6 +154,7 @@ impl Extractors {
         if defs.len() > MAX_EXTRACTORS {
             return Err(ExtractConfigError::TooMany);
         }
+        let version = trawl_domain::extract::definitions_version(defs);
         let mut compiled: Vec<CompiledExtractor> = Vec::with_capacity(defs.len());
         for (i, def) in defs.iter().enumerate() {
             let at = format!("extract[{i}]");
@@ -165,7 +173,7 @@ impl Extractors {
                     name: def.name.clone(),
                 });
             }
-            compiled.push(CompiledExtractor::new(def, &at)?);
+            compiled.push(CompiledExtractor::new(def, &at, &version)?);
         }
         for (i, def) in defs.iter().enumerate() {
             let Some(detail) = &def.detail else { continue };
@@ -183,7 +191,12 @@ impl Extractors {
                 });
             }
         }
-        Ok(Self { compiled })
+        Ok(Self { compiled, version })
+    }
+
+    /// The version of the definitions (`trawl_domain::extract::definitions_version`).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     pub fn is_empty(&self) -> bool {
@@ -248,7 +261,7 @@ fn build_xpath(expr: &str) -> Result<XPath, String> {
 }
 
 impl CompiledExtractor {
-    fn new(def: &Extractor, at: &str) -> Result<Self, ExtractConfigError> {
+    fn new(def: &Extractor, at: &str, version: &str) -> Result<Self, ExtractConfigError> {
         let url = match (&def.pattern, &def.glob) {
             (None, None) => None,
             (Some(regex), None) => Some(regex.clone()),
@@ -280,6 +293,7 @@ impl CompiledExtractor {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             def: def.clone(),
+            version: version.to_owned(),
             url,
             base,
             fields,
@@ -354,7 +368,37 @@ impl CompiledExtractor {
         PageItems {
             extractor: self.def.name.clone(),
             items,
+            version: Some(self.version.clone()),
         }
+    }
+}
+
+/// Whether `expr` is an XPath 1.0 expression (why not, when it is not).
+pub fn check_xpath(expr: &str) -> Result<(), String> {
+    build_xpath(expr).map(|_| ())
+}
+
+/// The XPath `expr` on the page `html`, when its value is true as XPath's `boolean()` has it: the
+/// string values of the nodes it selects (joined by spaces), or its own value as a string. None
+/// when it is false (an empty node-set or string, 0, NaN, `false()`) or does not evaluate.
+pub fn xpath_truth(html: &[u8], expr: &str) -> Option<String> {
+    let xpath = build_xpath(expr).ok()?;
+    let doc = parse(html);
+    let package = Package::new();
+    let xml = XmlView::build(&doc, package.as_document());
+    let root = *xml.to_xml.get(&doc.tree.root().id())?;
+    match xpath.evaluate(&Context::new(), root).ok()? {
+        XValue::Nodeset(nodes) => (nodes.size() > 0).then(|| {
+            let values: Vec<String> = nodes
+                .document_order()
+                .iter()
+                .map(|n| n.string_value())
+                .collect();
+            values.join(" ")
+        }),
+        XValue::String(s) => (!s.is_empty()).then_some(s),
+        XValue::Number(n) => (n != 0.0 && !n.is_nan()).then(|| n.to_string()),
+        XValue::Boolean(b) => b.then(|| "true".to_owned()),
     }
 }
 

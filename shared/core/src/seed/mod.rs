@@ -43,6 +43,7 @@ use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
 use crate::operate::{self, OperateError, Rewind, Selection};
 use crate::queue::{QueueError, send_patiently};
+use crate::reextract::ReextractError;
 use crate::store::{CrawlStore, StoreError, TaskQuery, TaskRecords, TaskStore};
 use crate::sweep::MIN_LOST_AFTER_MS;
 use cursor::{Cursor, Position};
@@ -184,6 +185,14 @@ impl From<OperateError> for SeedError {
             OperateError::Store(e) => SeedError::Store(e),
             OperateError::Frontier(e) => e.into(),
             OperateError::Queue(e) => SeedError::Queue(e),
+            // Seeding rewinds tasks, and never re-extracts: listed for the match's sake.
+            OperateError::Reextract(ReextractError::Store(e)) => SeedError::Store(e),
+            OperateError::Reextract(e @ ReextractError::Extractors(_)) => {
+                SeedError::invalid(e.to_string())
+            }
+            OperateError::Reextract(e @ ReextractError::Blob(_)) => {
+                SeedError::Read(std::io::Error::other(e))
+            }
         }
     }
 }
