@@ -138,8 +138,13 @@ async fn measure(hosts: usize, recrawl: bool) -> BenchResult<Measured> {
         .map_err(|e| check("create the queues", e.to_string()))?;
     let stack = split_stack(tables, queued);
     let direct = clients(&moto.endpoint).await;
+    // The functions' clients: the table and bucket on one server, the queues on the other.
+    let functions = trawl_aws::clients::Clients {
+        sqs: queue_clients.sqs.clone(),
+        ..clients(&moto.endpoint).await
+    };
     let lambda = Lambda {
-        clients: &direct,
+        clients: &functions,
         mapping: &queue_clients.sqs,
         stack: &stack,
         layout: Layout::default(),
