@@ -14,6 +14,7 @@ use trawl_core::clock::SkewedClock;
 use trawl_core::runner::RunEnd;
 use trawl_core::store::CrawlStore;
 use trawl_domain::crawl::CrawlState;
+use trawl_domain::estimate::Estimator;
 
 const README: &str = include_str!("../README.md");
 const DAY: i64 = 86_400_000;
@@ -272,4 +273,47 @@ async fn a_page_missing_at_one_check_is_kept_and_one_missing_at_two_checks_is_go
     assert_eq!(twice["counts"]["gone"], 1);
     assert_eq!(site.hits(&kept), 3);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn an_estimator_crawl_gets_a_water_level_and_lengthens_the_interval_of_an_unchanged_page() {
+    // GIVEN 5 linked pages crawled under the change-rate estimator at 5 fetches a day
+    let site = linked_site(PAGES).await;
+    let clock = SkewedClock::default();
+    let run = Run::on_clock(&[], Arc::new(clock.clone()));
+    let mut config = config(&[&site], serde_json::json!({}));
+    config.recrawl.estimator = Some(Estimator {
+        budget_per_day: PAGES as u64,
+        ..Estimator::default()
+    });
+    run.crawl(config, &[site.url(&page_path(0))]).await;
+    // (without a water level yet, every page is due again after the initial day)
+    let first = run.task(&site.url(&page_path(1))).await.fetch.unwrap();
+    assert_eq!(first.next_fetch_at, Some(first.fetched_at + DAY));
+
+    // WHEN the cron command runs once they are due
+    clock.skip(DAY + 1);
+    let end = run.run().await;
+
+    // THEN its sweeps set the crawl's water level, and every page was fetched again
+    assert_eq!(end, RunEnd::Completed { generation: 1 });
+    let crawl = run.crawler.store().get_crawl(&run.crawl_id).await.unwrap();
+    let level = crawl.unwrap().level.expect("a water level");
+    assert!(
+        level.at > first.fetched_at,
+        "recomputed when the pages were due"
+    );
+    for i in 0..PAGES {
+        assert_eq!(site.hits(&page_path(i)), 2, "page {i}");
+    }
+    // AND a page found unchanged after a day has one check behind it, which at the crawl's
+    // level earns it longer than the day the budget gives a page on average (a turn takes the
+    // level up with the crawl record, which this process's crawler holds for a minute of real
+    // time: its next turn, as any later process's)
+    let again = run.task(&site.url(&page_path(1))).await.fetch.unwrap();
+    let history = again.pace.and_then(|p| p.history).unwrap();
+    assert_eq!((history.checks, history.changes), (1, 0));
+    let settings = Estimator::default();
+    let interval = settings.interval_ms(history.rate(settings.initial_ms), Some(level.ms));
+    assert!(interval > DAY as u64, "{interval}");
 }

@@ -1,16 +1,28 @@
 //! Section 6: freshness on a virtual clock, through the real crawler. A simulated site of pages
-//! with known change rates (1% change about hourly, 10% about daily — Poisson changes — the rest
-//! never) is served on loopback, one port per host; the real `Crawler` (in-memory store and
-//! blobs, a `ManualClock`) fetches it, the real `Sweeper` wakes its hosts when their recrawls are
-//! due, and a virtual-time work queue hands out the turn messages. Time moves only by `TICK`
-//! steps of the virtual clock (the sweeper runs once per tick, like DDS's periodic task): no
-//! sleeping. Schedules compared: fixed daily, fixed hourly, the document's adaptive defaults and
-//! an adaptive setting for a collection that mostly does not change.
+//! with known change rates is served on loopback, one port per host; the real `Crawler`
+//! (in-memory store and blobs, a `ManualClock`) fetches it, the real `Sweeper` wakes its hosts
+//! when their recrawls are due (and sets the estimator's water level), the real `Seeder` reads
+//! the hosts' sitemaps twice a day, and a virtual-time work queue hands out the turn messages.
+//! Time moves only by `TICK` steps of the virtual clock (the sweeper runs once per tick, like
+//! DDS's periodic task): no sleeping.
 //!
-//! The site measures what the crawler saw: every page request is a fetch, and a fetch that gets
-//! a newer version than the last one served detects each change since, its staleness being the
-//! time from the change to that fetch. Changes still undetected when the simulation ends are
-//! not counted.
+//! The pages' change rates are heavy-tailed: 60% never change, the others are Poisson with a
+//! mean time between changes drawn log-uniformly from 1 hour to 60 days (so about 4% of the
+//! pages change about hourly). Half the hosts' sitemaps give each page's true `<lastmod>`, the
+//! other half say every page was modified at the moment the sitemap is read (a lying sitemap).
+//!
+//! The site measures what the crawler saw: every page request is a fetch; a fetch that gets a
+//! newer version than the last one served detects each change since, its staleness being the
+//! time from the change to that fetch; a change still undetected at the end counts with its
+//! staleness so far. A page is fresh while the crawler's copy is its current version: the
+//! fraction of page-time fresh is summed over the pages of a class.
+//!
+//! Schedules compared: fixed daily, the document's adaptive defaults, an adaptive setting tuned
+//! for a collection that mostly does not change, and the change-rate estimator given fixed
+//! daily's budget (one fetch per page per day). Why the first full-size run never finished: the
+//! in-memory store answered every turn's due query by reading and sorting all the crawl's tasks
+//! (parsing each one's URL for its host); it now keeps a due index per host, as SQLite and
+//! DynamoDB do.
 
 use crate::error::{BenchResult, Context, check};
 use crate::report::Figure;
@@ -23,6 +35,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -34,12 +47,17 @@ use trawl_core::crawler::{Crawler, Disposition};
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
 use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use trawl_core::seed::{
+    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedRequest, SeedSource,
+    Seeder,
+};
 use trawl_core::store::CrawlStore;
 use trawl_core::store::memory::MemoryStore;
 use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, RecrawlPolicy};
+use trawl_domain::estimate::Estimator;
 use trawl_domain::schedule::Schedule;
 use trawl_domain::task::{Millis, NewTask};
 
@@ -50,39 +68,33 @@ const DAY: Millis = 24 * HOUR;
 /// The virtual clock's step: the sweeper runs and due turns are taken once per tick (as DDS's
 /// periodic task does), so a page is fetched up to one tick after it is due.
 const TICK: Millis = 5 * MINUTE;
+/// How often the hosts' sitemaps are read (a seed of their sitemaps).
+const SITEMAP_EVERY: Millis = 12 * HOUR;
 /// Where the virtual clock starts (far from the wall clock, as a check that nothing reads it).
 const T0: Millis = 1_000_000_000_000;
 /// Turn batches one tick may process before the run is declared stuck.
 const MAX_BATCHES_PER_TICK: usize = 100_000;
+/// Share of the pages that never change.
+const NEVER: f64 = 0.6;
+/// The range of the changing pages' mean time between changes (log-uniform).
+const FASTEST: Millis = HOUR;
+const SLOWEST: Millis = 60 * DAY;
 
-/// How often a class of pages changes (mean interval between changes; None: never).
-#[derive(Clone, Copy)]
-struct Class {
-    name: &'static str,
-    mean_change_ms: Option<Millis>,
-}
-
-const CLASSES: [Class; 3] = [
-    Class {
-        name: "hourly changers",
-        mean_change_ms: Some(HOUR),
-    },
-    Class {
-        name: "daily changers",
-        mean_change_ms: Some(DAY),
-    },
-    Class {
-        name: "never changed",
-        mean_change_ms: None,
-    },
+/// The change classes reported, by mean time between changes.
+const CLASSES: [&str; 4] = [
+    "hourly (< 6 h)",
+    "daily (6 h - 3 d)",
+    "slow (> 3 d)",
+    "never",
 ];
+const NEVER_CLASS: usize = 3;
 
-/// The class of page `i`: the first page of every hundred changes hourly, the next ten daily.
-fn class_of(i: usize) -> usize {
-    match i % 100 {
-        0 => 0,
-        1..=10 => 1,
-        _ => 2,
+fn class_of(mean: Option<Millis>) -> usize {
+    match mean {
+        None => NEVER_CLASS,
+        Some(m) if m < 6 * HOUR => 0,
+        Some(m) if m <= 3 * DAY => 1,
+        Some(_) => 2,
     }
 }
 
@@ -107,9 +119,14 @@ struct Page {
 #[derive(Default)]
 struct Seen {
     /// Page requests per class.
-    fetches: [u64; 3],
-    /// Per class: the staleness of every detected change, in ms.
-    staleness: [Vec<Millis>; 3],
+    fetches: [u64; 4],
+    /// Sitemap requests.
+    sitemaps: u64,
+    /// Per class: the staleness of every change, in ms.
+    staleness: [Vec<Millis>; 4],
+    /// Per class: page-time stale, and page-time, in ms.
+    stale_ms: [Millis; 4],
+    page_ms: [Millis; 4],
 }
 
 struct SiteState {
@@ -120,6 +137,7 @@ struct SiteState {
 /// The simulated site, answering from the virtual clock.
 struct SimSite {
     clock: ManualClock,
+    hosts: usize,
     state: Mutex<SiteState>,
 }
 
@@ -141,21 +159,32 @@ fn changes(rng: &mut fastrand::Rng, mean: Option<Millis>, horizon: Millis) -> Ve
     }
 }
 
+/// A page's mean time between changes: none (60%), or log-uniform from 1 h to 60 days.
+fn mean_change(rng: &mut fastrand::Rng) -> Option<Millis> {
+    if rng.f64() < NEVER {
+        return None;
+    }
+    let span = (SLOWEST as f64 / FASTEST as f64).ln();
+    Some((FASTEST as f64 * (rng.f64() * span).exp()) as Millis)
+}
+
 impl SimSite {
-    fn new(clock: ManualClock, pages: usize, horizon: Millis, seed: u64) -> Self {
+    fn new(clock: ManualClock, size: Size, seed: u64) -> Self {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let pages = (0..pages)
-            .map(|i| {
-                let class = class_of(i);
+        let horizon = size.days * DAY;
+        let pages = (0..size.pages)
+            .map(|_| {
+                let mean = mean_change(&mut rng);
                 Page {
-                    class,
-                    changes: changes(&mut rng, CLASSES[class].mean_change_ms, horizon),
+                    class: class_of(mean),
+                    changes: changes(&mut rng, mean, horizon),
                     served: 0,
                 }
             })
             .collect();
         Self {
             clock,
+            hosts: size.hosts,
             state: Mutex::new(SiteState {
                 pages,
                 seen: Seen::default(),
@@ -163,22 +192,38 @@ impl SimSite {
         }
     }
 
-    /// `/p/{i}`: the page's current version, with an ETag (304 to a matching If-None-Match).
-    fn respond(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SiteState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `/p/{i}`: the page's current version, with an ETag (304 to a matching If-None-Match);
+    /// `/sitemap.xml`: the host's pages, with honest `<lastmod>`s on even hosts.
+    fn respond(&self, host: usize, port: u16, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        if req.uri().path() == "/sitemap.xml" {
+            return reply(StatusCode::OK, None, self.sitemap(host, port));
+        }
         let page = req
             .uri()
             .path()
             .strip_prefix("/p/")
             .and_then(|n| n.parse::<usize>().ok());
         let now = self.clock.now_ms();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.lock();
         let SiteState { pages, seen } = &mut *state;
         let Some((i, page)) = page.and_then(|i| pages.get_mut(i).map(|p| (i, p))) else {
             return reply(StatusCode::NOT_FOUND, None, Bytes::new());
         };
         seen.fetches[page.class] += 1;
         let version = page.changes.partition_point(|&c| c <= now);
-        for &change in &page.changes[page.served.min(version)..version] {
+        if let Some(&first) = page
+            .changes
+            .get(page.served..version)
+            .and_then(<[_]>::first)
+        {
+            // Stale from its first change not yet served until now.
+            seen.stale_ms[page.class] += now - first;
+        }
+        for &change in page.changes.get(page.served..version).unwrap_or_default() {
             seen.staleness[page.class].push(now - change);
         }
         page.served = page.served.max(version);
@@ -197,10 +242,78 @@ impl SimSite {
         reply(StatusCode::OK, Some(&etag), Bytes::from(body))
     }
 
-    fn take_seen(&self) -> Seen {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::take(&mut state.seen)
+    /// The sitemap of host `host` (served on `port`): honest on even hosts, every page
+    /// "modified now" on odd ones.
+    fn sitemap(&self, host: usize, port: u16) -> Bytes {
+        let now = self.clock.now_ms();
+        let mut state = self.lock();
+        state.seen.sitemaps += 1;
+        let honest = host.is_multiple_of(2);
+        let mut xml = String::from(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+             <urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+        );
+        for (i, page) in state
+            .pages
+            .iter()
+            .enumerate()
+            .skip(host)
+            .step_by(self.hosts)
+        {
+            let modified = if honest {
+                let version = page.changes.partition_point(|&c| c <= now);
+                version.checked_sub(1).map_or(T0 - DAY, |v| page.changes[v])
+            } else {
+                now
+            };
+            let _ = writeln!(
+                xml,
+                "<url><loc>http://127.0.0.1:{port}/p/{i}</loc><lastmod>{}</lastmod></url>",
+                w3c(modified)
+            );
+        }
+        xml.push_str("</urlset>\n");
+        Bytes::from(xml)
     }
+
+    /// What the site saw, the changes still unseen at `end` counted as stale until then.
+    fn take_seen(&self, end: Millis) -> Seen {
+        let mut state = self.lock();
+        let SiteState { pages, seen } = &mut *state;
+        for page in pages.iter() {
+            seen.page_ms[page.class] += end - T0;
+            let unseen = page.changes.get(page.served..).unwrap_or_default();
+            if let Some(&first) = unseen.first() {
+                seen.stale_ms[page.class] += end - first;
+            }
+            for &change in unseen {
+                seen.staleness[page.class].push(end - change);
+            }
+        }
+        std::mem::take(seen)
+    }
+}
+
+/// A W3C datetime (`YYYY-MM-DDThh:mm:ssZ`) of `ms` since the epoch.
+fn w3c(ms: Millis) -> String {
+    let secs = ms.div_euclid(1_000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
 
 fn reply(status: StatusCode, etag: Option<&str>, body: Bytes) -> Response<Full<Bytes>> {
@@ -222,9 +335,10 @@ fn reply(status: StatusCode, etag: Option<&str>, body: Bytes) -> Response<Full<B
 async fn serve(site: Arc<SimSite>, hosts: usize) -> BenchResult<(Vec<u16>, Vec<JoinHandle<()>>)> {
     let mut ports = Vec::with_capacity(hosts);
     let mut servers = Vec::with_capacity(hosts);
-    for _ in 0..hosts {
+    for host in 0..hosts {
         let listener = TcpListener::bind("127.0.0.1:0").await.step("bind site")?;
-        ports.push(listener.local_addr().step("site address")?.port());
+        let port = listener.local_addr().step("site address")?.port();
+        ports.push(port);
         let site = Arc::clone(&site);
         servers.push(tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -232,7 +346,7 @@ async fn serve(site: Arc<SimSite>, hosts: usize) -> BenchResult<(Vec<u16>, Vec<J
                 let site = Arc::clone(&site);
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
-                        let response = site.respond(&req);
+                        let response = site.respond(host, port, &req);
                         async move { Ok::<_, Infallible>(response) }
                     });
                     let _ = http1::Builder::new()
@@ -332,6 +446,25 @@ impl WorkQueue for VirtualQueue {
     }
 }
 
+/// The seeder reads sitemaps only: S3 manifests are not part of the simulation.
+struct NoManifests;
+
+impl ManifestSource for NoManifests {
+    async fn open(
+        &self,
+        bucket: &str,
+        key: &str,
+        _: u64,
+        _: Option<&str>,
+    ) -> Result<OpenManifest, ManifestError> {
+        Err(ManifestError::Unreadable {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            message: "no manifests in the freshness simulation".into(),
+        })
+    }
+}
+
 /// What one schedule achieved.
 struct Outcome {
     seen: Seen,
@@ -339,20 +472,22 @@ struct Outcome {
 }
 
 /// Crawls the simulated site for `size.days` under `recrawl`: seeds every page at `T0`, then
-/// tick by tick runs the sweeper and every turn due.
+/// tick by tick runs the sweeper and every turn due, and reads the sitemaps every
+/// `SITEMAP_EVERY`.
 async fn simulate(recrawl: RecrawlPolicy, size: Size, seed: u64) -> BenchResult<Outcome> {
-    let horizon = size.days * DAY;
     let clock = ManualClock::at(T0);
-    let site = Arc::new(SimSite::new(clock.clone(), size.pages, horizon, seed));
+    let site = Arc::new(SimSite::new(clock.clone(), size, seed));
     let (ports, servers) = serve(Arc::clone(&site), size.hosts).await?;
     let outcome = crawl_site(recrawl, size, &clock, &ports).await;
     for server in servers {
         server.abort();
     }
     let mut outcome = outcome?;
-    outcome.seen = site.take_seen();
+    outcome.seen = site.take_seen(clock.now_ms());
     Ok(outcome)
 }
+
+type SimPorts = (MemoryStore, MemoryBlobStore, VirtualQueue);
 
 async fn crawl_site(
     recrawl: RecrawlPolicy,
@@ -362,6 +497,8 @@ async fn crawl_site(
 ) -> BenchResult<Outcome> {
     let mut config = CrawlConfig::default();
     config.scope.follow_links = false;
+    config.scope.sitemaps_from_robots = false;
+    config.scope.allowed_domains = vec!["127.0.0.1".to_owned()];
     config.fetch.guard_exempt = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     config.politeness.respect_robots = false;
     config.politeness.delay_ms = 0;
@@ -369,21 +506,25 @@ async fn crawl_site(
     config.recrawl = recrawl;
     let crawl = Crawl::new(CrawlId::parse("freshness").step("crawl id")?, config, T0);
     let calls = Arc::new(CallCounts::default());
-    let crawler = Crawler::new(
-        Arc::new(
-            App::new(
-                MemoryStore::new(),
-                MemoryBlobStore::new(),
-                VirtualQueue {
-                    clock: clock.clone(),
-                    state: Mutex::default(),
-                },
-                Arc::clone(&calls),
-            )
-            .with_clock(Arc::new(clock.clone())),
-        ),
-        Arc::new(Fetcher::new("trawl-bench").step("fetcher")?),
-        size.hosts,
+    let app = Arc::new(
+        App::new(
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+            VirtualQueue {
+                clock: clock.clone(),
+                state: Mutex::default(),
+            },
+            Arc::clone(&calls),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    let fetcher = Arc::new(Fetcher::new("trawl-bench").step("fetcher")?);
+    let crawler = Crawler::new(Arc::clone(&app), Arc::clone(&fetcher), size.hosts);
+    let seeder = Seeder::new(
+        Arc::clone(&app),
+        fetcher,
+        Arc::new(NoManifests),
+        SeedDefaults::default(),
     );
     let store = crawler.store();
     store.create_crawl(&crawl).await.step("create crawl")?;
@@ -402,12 +543,32 @@ async fn crawl_site(
     add_tasks(store, crawler.queue(), &crawl, tasks, T0)
         .await
         .step("seed")?;
+    let sitemaps: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}/sitemap.xml"))
+        .collect();
     let trigger = Arc::new(LocalDeliveryTrigger::default());
-    let sweeper = Sweeper::new(crawler.app().clone(), trigger.clone(), SweepOptions::new());
+    let sweeper = Sweeper::new(Arc::clone(&app), trigger.clone(), SweepOptions::new());
     let mut sweeps_waking = 0;
     let end = T0 + size.days * DAY;
+    let mut next_sitemaps = T0 + SITEMAP_EVERY;
     while clock.now_ms() < end {
         let now = clock.now_ms();
+        if now >= next_sitemaps {
+            next_sitemaps += SITEMAP_EVERY;
+            let request = SeedRequest {
+                crawl_id: crawl.id.clone(),
+                config: None,
+                source: SeedSource::Sitemaps(sitemaps.clone()),
+                cursor: None,
+                update_config: false,
+                checkpoint: None,
+            };
+            seeder
+                .seed(request, SeedBudget::default(), now)
+                .await
+                .step("read the sitemaps")?;
+        }
         let current = store
             .get_crawl(&crawl.id)
             .await
@@ -431,9 +592,7 @@ async fn crawl_site(
 }
 
 /// Processes every turn message visible now, and those the turns send for now.
-async fn run_due_turns(
-    crawler: &Crawler<(MemoryStore, MemoryBlobStore, VirtualQueue)>,
-) -> BenchResult<()> {
+async fn run_due_turns(crawler: &Crawler<SimPorts>) -> BenchResult<()> {
     let queue = crawler.queue();
     for _ in 0..MAX_BATCHES_PER_TICK {
         let batch = queue.receive(10, 0).await.step("receive")?;
@@ -490,42 +649,71 @@ fn fixed(interval: Millis) -> RecrawlPolicy {
     }
 }
 
-/// The schedules compared, by name.
-fn schedules() -> [(&'static str, RecrawlPolicy); 4] {
+/// The change-rate estimator with `budget_per_day` fetches a day, its other settings the
+/// defaults (15 min to 7 days, a day until the crawl has a water level).
+fn estimator(budget_per_day: u64) -> RecrawlPolicy {
+    RecrawlPolicy {
+        estimator: Some(Estimator {
+            budget_per_day,
+            ..Estimator::default()
+        }),
+        ..RecrawlPolicy::default()
+    }
+}
+
+/// The schedules compared, by name: the estimator at fixed daily's budget.
+fn schedules(size: Size) -> [(&'static str, RecrawlPolicy); 4] {
     [
         ("fixed daily", fixed(DAY)),
-        ("fixed hourly", fixed(HOUR)),
         (
-            "adaptive, the document's defaults",
+            "DDS defaults (15 min, 7 d, 10, 20, 1.3)",
             adaptive(Schedule::RECRAWL),
         ),
-        ("adaptive (1 h - 7 d, 24, 1, 1.5)", adaptive(TUNED)),
+        ("DDS tuned (1 h, 7 d, 24, 1, 1.5)", adaptive(TUNED)),
+        (
+            "estimator, fixed daily's budget",
+            estimator(size.pages as u64),
+        ),
     ]
 }
 
-/// The simulation's size: 2,000 pages on 10 hosts for 30 days (fixed hourly alone is 1.44
-/// million fetches through the crawler); with `--quick`, 500 pages on 5 hosts for 7 days.
+/// The simulation's size: 10,000 pages on 20 hosts for 30 days; with `--quick`, 1,000 pages
+/// on 4 hosts for 7 days.
 pub fn size(quick: bool) -> Size {
     if quick {
         Size {
-            pages: 500,
-            hosts: 5,
+            pages: 1_000,
+            hosts: 4,
             days: 7,
         }
     } else {
         Size {
-            pages: 2_000,
-            hosts: 10,
+            pages: 10_000,
+            hosts: 20,
             days: 30,
         }
     }
 }
 
+/// One schedule's line of the table.
+struct Row {
+    name: &'static str,
+    fetches: u64,
+    /// Per changing class, and over all changing pages: mean and p95 staleness, in hours.
+    staleness: Vec<(f64, f64)>,
+    /// Per class and over all: the fraction of page-time fresh.
+    fresh: Vec<f64>,
+}
+
 pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let size = size(quick);
     let mut figures = Vec::new();
-    let label = format!("{} pages, {} days", size.pages, size.days);
-    for (name, recrawl) in schedules() {
+    let label = format!(
+        "{} pages, {} hosts, {} days",
+        size.pages, size.hosts, size.days
+    );
+    let mut rows = Vec::new();
+    for (name, recrawl) in schedules(size) {
         eprintln!("  freshness: {name}");
         let started = std::time::Instant::now();
         let mut outcome = simulate(recrawl, size, 11).await?;
@@ -533,28 +721,75 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         let fetches: u64 = seen.fetches.iter().sum();
         figures.push(Figure::single(
             SECTION,
-            format!("{name}: fetches ({label})"),
+            format!("{name}: page fetches ({label})"),
             "fetches",
             fetches as f64,
         ));
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: sitemap reads"),
+            "reads",
+            seen.sitemaps as f64,
+        ));
+        let mut row = Row {
+            name,
+            fetches,
+            staleness: Vec::new(),
+            fresh: Vec::new(),
+        };
+        let mut changing: Vec<Millis> = Vec::new();
         for (c, class) in CLASSES.iter().enumerate() {
-            if class.mean_change_ms.is_none() {
-                continue;
-            }
-            let (mean, p95) = mean_and_p95(&mut seen.staleness[c]);
+            let fresh = 1.0 - seen.stale_ms[c] as f64 / seen.page_ms[c].max(1) as f64;
+            row.fresh.push(fresh);
             figures.push(Figure::single(
                 SECTION,
-                format!("{name}: {} staleness mean", class.name),
+                format!("{name}: {class}: page-time fresh"),
+                "%",
+                100.0 * fresh,
+            ));
+            figures.push(Figure::single(
+                SECTION,
+                format!("{name}: {class}: fetches"),
+                "fetches",
+                seen.fetches[c] as f64,
+            ));
+            if c == NEVER_CLASS {
+                continue;
+            }
+            changing.extend_from_slice(&seen.staleness[c]);
+            let (mean, p95) = mean_and_p95(&mut seen.staleness[c]);
+            row.staleness.push((mean / HOUR as f64, p95 / HOUR as f64));
+            figures.push(Figure::single(
+                SECTION,
+                format!("{name}: {class}: staleness mean"),
                 "h",
                 mean / HOUR as f64,
             ));
             figures.push(Figure::single(
                 SECTION,
-                format!("{name}: {} staleness p95", class.name),
+                format!("{name}: {class}: staleness p95"),
                 "h",
                 p95 / HOUR as f64,
             ));
         }
+        let (mean, p95) = mean_and_p95(&mut changing);
+        row.staleness.push((mean / HOUR as f64, p95 / HOUR as f64));
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: every changing page: staleness mean"),
+            "h",
+            mean / HOUR as f64,
+        ));
+        let all_fresh = 1.0
+            - seen.stale_ms.iter().sum::<Millis>() as f64
+                / seen.page_ms.iter().sum::<Millis>().max(1) as f64;
+        row.fresh.push(all_fresh);
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: every page: page-time fresh"),
+            "%",
+            100.0 * all_fresh,
+        ));
         figures.push(Figure::single(
             SECTION,
             format!("{name}: sweeps that woke hosts"),
@@ -567,36 +802,74 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
             "s",
             started.elapsed().as_secs_f64(),
         ));
+        rows.push(row);
     }
+    eprintln!("{}", table(&label, &rows));
     Ok(figures)
+}
+
+/// The comparison as a Markdown table (the README's).
+fn table(label: &str, rows: &[Row]) -> String {
+    let mut out = format!(
+        "| {label} | fetches | hourly: mean / p95 staleness | daily | slow | every changing page | page-time fresh: changing / all |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n"
+    );
+    for row in rows {
+        let _ = write!(out, "| {} | {} |", row.name, row.fetches);
+        for (mean, p95) in &row.staleness {
+            let _ = write!(out, " {mean:.2} h / {p95:.1} h |");
+        }
+        let changing = row.fresh[..NEVER_CLASS].iter().sum::<f64>() / NEVER_CLASS as f64;
+        let all = row.fresh.last().copied().unwrap_or(f64::NAN);
+        let _ = writeln!(out, " {:.1}% / {:.1}% |", 100.0 * changing, 100.0 * all);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn w3c_dates_are_civil_dates() {
+        assert_eq!(w3c(0), "1970-01-01T00:00:00Z");
+        assert_eq!(w3c(T0), "2001-09-09T01:46:40Z");
+        assert_eq!(w3c(951_782_400_000 + 3_661_000), "2000-02-29T01:01:01Z");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_crawler_detects_changes_and_the_tuned_schedule_beats_daily() {
+    async fn the_crawler_detects_changes_and_the_estimator_keeps_its_budget() {
         // GIVEN a small site over 3 days
         let size = Size {
             pages: 200,
             hosts: 2,
             days: 3,
         };
-        // WHEN it is crawled daily and with the tuned adaptive schedule
+        // WHEN it is crawled daily and by the estimator at the same budget
         let mut daily = simulate(fixed(DAY), size, 3).await.unwrap().seen;
-        let mut tuned = simulate(adaptive(TUNED), size, 3).await.unwrap().seen;
-        // THEN fixed daily fetches every page once a day (seeded at T0: days 0, 1, 2)
-        assert_eq!(daily.fetches.iter().sum::<u64>(), 600);
-        // AND both detect changes, none later than the daily interval (and a tick) under daily
+        let estimated = simulate(estimator(200), size, 3).await.unwrap().seen;
+        // THEN fixed daily fetches every page once a day (seeded at T0: days 0, 1, 2), plus
+        // the pages its sitemaps made due
+        let scheduled = 600;
+        let fetched = daily.fetches.iter().sum::<u64>();
+        assert!(fetched >= scheduled, "{fetched}");
+        assert_eq!(
+            daily.sitemaps,
+            2 * 5,
+            "two hosts, every 12 h from 12 h to 60 h"
+        );
+        // AND changes are detected, none later than the daily interval (and a tick)
         for class in 0..2 {
             assert!(!daily.staleness[class].is_empty(), "class {class}");
-            assert!(daily.staleness[class].iter().all(|&s| s <= DAY + TICK));
         }
         let (daily_mean, _) = mean_and_p95(&mut daily.staleness[0]);
-        let (tuned_mean, _) = mean_and_p95(&mut tuned.staleness[0]);
-        assert!(tuned_mean < daily_mean, "{tuned_mean} vs {daily_mean}");
+        assert!(daily_mean < 24.0 * HOUR as f64, "{daily_mean}");
+        // AND the estimator stays near its budget: 200 a day, the lying sitemap's twice per page
+        let spent = estimated.fetches.iter().sum::<u64>();
+        assert!(spent <= fetched, "{spent} vs {fetched}");
         // AND a page that never changes is never counted stale
-        assert!(daily.staleness[2].is_empty() && tuned.staleness[2].is_empty());
+        assert!(
+            daily.staleness[NEVER_CLASS].is_empty() && estimated.staleness[NEVER_CLASS].is_empty()
+        );
     }
 }

@@ -314,6 +314,7 @@ async fn task_show<P: Ports>(
             ))
         })?;
     let fetch = task.fetch.as_ref();
+    let history = fetch.and_then(|f| f.pace).and_then(|p| p.history);
     let value = json!({
         "crawl_id": task.crawl_id.as_str(),
         "task_id": task.task_id.as_str(),
@@ -339,6 +340,9 @@ async fn task_show<P: Ports>(
         "next_fetch_at": fetch.and_then(|f| f.next_fetch_at).map(output::time),
         "schedule_factor": fetch.and_then(|f| f.pace).map(|p| p.factor),
         "unchanged_fetches": fetch.and_then(|f| f.pace).map(|p| p.unchanged),
+        // The change-rate estimator's evidence, for a page it schedules.
+        "checks": history.map(|h| h.checks),
+        "changes_seen": history.map(|h| h.changes),
         "data": task.data,
     });
     if json {

@@ -318,6 +318,11 @@ pub struct RecrawlArgs {
     /// The adaptive schedule's longest interval (implies --adaptive).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub recrawl_max: Option<u64>,
+    /// Fetch pages again as the change-rate estimator decides, spending N fetches a day on the
+    /// crawl's pages: each page's change rate is estimated from its fetches, and the budget
+    /// goes where it keeps the most pages fresh (over --adaptive).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub budget_per_day: Option<u64>,
     /// Checks in a row finding a page that had content missing (404/410, soft 404) after which
     /// it is gone (default 2); until then it is kept, unchanged.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]

@@ -32,6 +32,7 @@ use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
     ProxyRotation, RecrawlPolicy, SecretRef, StorageLayout,
 };
+use trawl_domain::estimate::Estimator;
 use trawl_domain::task::{Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
@@ -255,6 +256,12 @@ fn apply_recrawl_args(args: &RecrawlArgs, recrawl: &mut RecrawlPolicy) {
         schedule.min_ms = args.recrawl_min.unwrap_or(schedule.min_ms);
         schedule.max_ms = args.recrawl_max.unwrap_or(schedule.max_ms);
         recrawl.schedule = Some(schedule);
+    }
+    if let Some(budget_per_day) = args.budget_per_day {
+        recrawl.estimator = Some(Estimator {
+            budget_per_day,
+            ..recrawl.estimator.unwrap_or_default()
+        });
     }
     if let Some(n) = args.missing_after {
         recrawl.missing_after = n;

@@ -16,11 +16,12 @@ use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::transition::{self as crawl_rules, CrawlUpdate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::estimate::{ChangeHistory, Level};
 use trawl_domain::host::{Host, HostCounts, HostPolicy, NextWork, Turn};
 use trawl_domain::request::RequestId;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
-use trawl_domain::schedule::Schedule;
+use trawl_domain::schedule::{Pace, Schedule};
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Update};
 
@@ -646,6 +647,7 @@ pub async fn a_page_comes_due_again_and_is_gone_only_at_its_second_check_finding
 ) {
     let revisit = Revisit {
         schedule: Some(Schedule::fixed(DAY as u64)),
+        estimator: None,
         listing: false,
         missing_after: 2,
         missing_recheck_ms: HOUR as u64,
@@ -712,6 +714,31 @@ pub async fn a_page_comes_due_again_and_is_gone_only_at_its_second_check_finding
     let check_at = next_check + 1 + DAY;
     assert_eq!(task.task.due_at(), Some(check_at));
     task.claim(check_at).await;
+}
+
+pub async fn an_estimated_pages_change_history_is_kept_with_its_fetch<S: TaskStore>(store: &S) {
+    // GIVEN a page the change-rate estimator schedules, fetched with a history behind it
+    let crawl = crawl_id();
+    let url = "http://history.test/p";
+    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
+    let (_, lease) = claim(store, &crawl, url, T0).await;
+    let history = ChangeHistory {
+        checks: 31,
+        changes: 12,
+        unchanged_ms: 1_700_000_000,
+        changed_ms: 400_000_000,
+        prompted: 3,
+        prompted_changed: 1,
+    };
+    let fetched = FetchRecord {
+        pace: Some(Pace::estimated(history)),
+        ..record("a1", T0 + 1)
+    };
+    // WHEN it is finished
+    store.finish(&lease, &fetched, T0 + 1).await.unwrap();
+    // THEN the record reads back whole, the history with it
+    let stored = store.get(&crawl, &id(url)).await.unwrap().unwrap();
+    assert_eq!(stored.fetch, Some(fetched));
 }
 
 pub async fn error_history_is_bounded<S: TaskStore>(store: &S) {
@@ -901,6 +928,35 @@ pub async fn a_crawl_keeps_the_checkpoint_it_is_given<S: CrawlStore>(store: &S) 
     assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
 }
 
+pub async fn a_crawl_keeps_the_water_level_its_sweeper_sets<S: CrawlStore>(store: &S) {
+    // GIVEN a crawl, without a level
+    let id = crawl_id();
+    let crawl = Crawl::new(id.clone(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    let level = |c: Option<Crawl>| c.unwrap().level;
+    assert_eq!(level(store.get_crawl(&id).await.unwrap()), None);
+    // WHEN a level is set, then replaced, THEN each is what the crawl reads
+    for value in [
+        Level {
+            ms: 3_600_000,
+            at: T0,
+        },
+        Level { ms: 7, at: T0 + 1 },
+    ] {
+        assert!(store.set_level(&id, value).await.unwrap());
+        assert_eq!(level(store.get_crawl(&id).await.unwrap()), Some(value));
+    }
+    // AND a crawl that does not exist gets none
+    let missing = crawl_id();
+    assert!(
+        !store
+            .set_level(&missing, Level { ms: 1, at: T0 })
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.get_crawl(&missing).await.unwrap(), None);
+}
+
 pub async fn reference_misses_add_up<S: CrawlStore>(store: &S) {
     // GIVEN a crawl without reference misses
     let id = crawl_id();
@@ -1030,6 +1086,11 @@ pub async fn every_crawl_write_leaves_the_crawl_the_domain_says<S: CrawlStore>(s
         crawl_rules::release_pages(1),
         crawl_rules::add_calls(&CallTally::from([(Call::S3PutObject, 2)]), request()),
         crawl_rules::set_checkpoint(None),
+        crawl_rules::set_level(Level {
+            ms: 4_200_000,
+            at: T0 + 9,
+        }),
+        crawl_rules::set_level(Level { ms: 1, at: T0 + 10 }),
     ];
     for update in &updates {
         let before = store.get_crawl(&id).await.unwrap().unwrap();

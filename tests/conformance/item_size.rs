@@ -64,6 +64,7 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
         pace: Some(Pace {
             factor: 7.692_307_692_307_692,
             unchanged: 17,
+            history: None,
         }),
         missing: 0,
         first_at: Some(T0 - 86_400_000),

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::{RecrawlPolicy, RecrawlRule, Soft404Rule};
+use trawl_domain::estimate::Level;
 use trawl_domain::extract::Expr;
 use trawl_domain::revisit::Revisit;
 
@@ -23,6 +24,8 @@ pub struct RevisitRules {
     policy: RecrawlPolicy,
     rules: Vec<Regex>,
     soft_404: Vec<(Option<Regex>, Soft404Rule)>,
+    /// The crawl's water level, for the pages the estimator schedules.
+    level: Option<Level>,
 }
 
 impl RevisitRules {
@@ -32,6 +35,17 @@ impl RevisitRules {
             return Err(format!(
                 "recrawl: at most {MAX_RULES} rules and {MAX_RULES} soft-404 rules"
             ));
+        }
+        for estimator in policy.estimators() {
+            if estimator.min_ms < 1_000 || estimator.max_ms < estimator.min_ms {
+                return Err("recrawl.estimator: 1000 <= min_ms <= max_ms".to_owned());
+            }
+            if estimator.initial_ms == 0 {
+                return Err("recrawl.estimator: initial_ms must be positive".to_owned());
+            }
+        }
+        if policy.estimator_budget() == Some(0) {
+            return Err("recrawl.estimator: give a budget_per_day (fetches per day)".to_owned());
         }
         let rules = policy
             .rules
@@ -78,7 +92,13 @@ impl RevisitRules {
             policy: policy.clone(),
             rules,
             soft_404,
+            level: None,
         })
+    }
+
+    /// The rules at the crawl's water level (`Crawl::level`).
+    pub fn at_level(self, level: Option<Level>) -> Self {
+        Self { level, ..self }
     }
 
     /// What the crawl decides for `url`: the first rule that matches it, or the crawl's own.
@@ -88,7 +108,7 @@ impl RevisitRules {
             .iter()
             .position(|pattern| pattern.is_match(url))
             .and_then(|i| self.policy.rules.get(i));
-        self.policy.revisit(rule)
+        self.policy.revisit(rule, self.level.as_ref())
     }
 
     /// The soft-404 rules that apply to `url`, with their places in `recrawl.soft_404`.

@@ -5,9 +5,10 @@ pub mod transition;
 
 use crate::calls::CallTally;
 use crate::canonical::CrawlId;
+use crate::estimate::{Estimator, Level};
 use crate::extract::{Expr, Extractor, ItemsOutput};
 use crate::retry::RetryPolicy;
-use crate::revisit::Revisit;
+use crate::revisit::{Estimated, Revisit};
 use crate::schedule::Schedule;
 use crate::task::Millis;
 use serde::{Deserialize, Serialize};
@@ -484,6 +485,10 @@ pub struct RecrawlPolicy {
     /// `interval_ms` wins when both are given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// The change-rate estimator under a fetch budget (`crate::estimate`), e.g.
+    /// `{"budget_per_day": 10000}`; `interval_ms` wins over it, it wins over `schedule`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimator: Option<Estimator>,
     /// Schedules per URL, first match wins; URLs no rule matches take the crawl's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RecrawlRule>,
@@ -506,6 +511,7 @@ impl Default for RecrawlPolicy {
         Self {
             interval_ms: None,
             schedule: None,
+            estimator: None,
             rules: Vec::new(),
             missing_after: 2,
             missing_recheck_ms: None,
@@ -516,25 +522,60 @@ impl Default for RecrawlPolicy {
 }
 
 impl RecrawlPolicy {
-    /// The crawl's own schedule (for URLs no rule matches).
+    /// The crawl's own schedule (for URLs no rule matches), unless the estimator schedules them.
     pub fn crawl_schedule(&self) -> Option<Schedule> {
         self.interval_ms.map(Schedule::fixed).or(self.schedule)
+    }
+
+    /// The crawl's own estimator (for URLs no rule matches): unless a fixed interval is given.
+    pub fn crawl_estimator(&self) -> Option<Estimator> {
+        self.estimator.filter(|_| self.interval_ms.is_none())
     }
 
     /// Whether any page of the crawl is ever fetched again: then the crawl runs on, generation
     /// after generation, and gone pages are re-checked.
     pub fn is_continuous(&self) -> bool {
-        self.crawl_schedule().is_some() || self.rules.iter().any(|r| r.schedule().is_some())
+        self.crawl_schedule().is_some()
+            || self.estimator.is_some()
+            || self
+                .rules
+                .iter()
+                .any(|r| r.schedule().is_some() || r.estimator().is_some())
     }
 
-    /// What the crawl decides for a URL matched by `rule` (None: no rule matched).
-    pub fn revisit(&self, rule: Option<&RecrawlRule>) -> Revisit {
+    /// Every estimator setting of the crawl (its own and its rules').
+    pub fn estimators(&self) -> impl Iterator<Item = Estimator> + '_ {
+        self.crawl_estimator()
+            .into_iter()
+            .chain(self.rules.iter().filter_map(RecrawlRule::estimator))
+    }
+
+    /// The fetches per day the estimator's pages share: the sum of the budgets its settings
+    /// name (None: no page is estimated).
+    pub fn estimator_budget(&self) -> Option<u64> {
+        self.estimators()
+            .map(|e| e.budget_per_day)
+            .reduce(u64::saturating_add)
+    }
+
+    /// What the crawl decides for a URL matched by `rule` (None: no rule matched), at the
+    /// crawl's water level `level` (`Crawl::level`).
+    pub fn revisit(&self, rule: Option<&RecrawlRule>, level: Option<&Level>) -> Revisit {
         let continuous = self.is_continuous();
+        let estimator = match rule {
+            Some(rule) => rule.estimator(),
+            None => self.crawl_estimator(),
+        };
         Revisit {
             schedule: match rule {
                 Some(rule) => rule.schedule(),
                 None => self.crawl_schedule(),
-            },
+            }
+            .filter(|_| estimator.is_none()),
+            estimator: estimator.map(|settings| Estimated {
+                settings,
+                level_ms: level.map(|l| l.ms),
+            }),
             listing: rule.is_some_and(|r| r.listing),
             missing_after: self.missing_after.max(1),
             missing_recheck_ms: self.missing_recheck_ms.unwrap_or(self.checker.min_ms),
@@ -560,6 +601,9 @@ pub struct RecrawlRule {
     /// An adaptive schedule (`{}`: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// The change-rate estimator, its budget added to the crawl's (`RecrawlPolicy::estimator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimator: Option<Estimator>,
     /// Never fetched again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub never: bool,
@@ -569,9 +613,15 @@ pub struct RecrawlRule {
 }
 
 impl RecrawlRule {
+    /// The rule's estimator: unless the rule says never or names a fixed interval.
+    pub fn estimator(&self) -> Option<Estimator> {
+        self.estimator
+            .filter(|_| !self.never && self.interval_ms.is_none())
+    }
+
     /// The rule's schedule: never, fixed, or adaptive (the defaults when it names none).
     pub fn schedule(&self) -> Option<Schedule> {
-        if self.never {
+        if self.never || self.estimator().is_some() {
             return None;
         }
         Some(
@@ -754,6 +804,9 @@ pub struct Crawl {
     /// Who writes the crawl's delivery, until when (`transition::claim_delivery`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryLease>,
+    /// The change-rate estimator's water level (`crate::estimate`), set by the sweeper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<Level>,
 }
 
 impl Crawl {
@@ -771,6 +824,7 @@ impl Crawl {
             reference_misses: 0,
             completed_by: None,
             delivery: None,
+            level: None,
         }
     }
 }

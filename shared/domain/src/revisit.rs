@@ -2,7 +2,8 @@
 //! decides for one URL (a [`Revisit`]), and the pure decisions made on each of its fetches.
 //!
 //! - A page whose URL has a schedule is due again at `fetched_at + interval` (DDS's adaptive
-//!   scheduler, `schedule.rs`); its pace lives in its fetch record. A due recrawl is a due URL
+//!   scheduler, `schedule.rs`, or the change-rate estimator under the crawl's fetch budget,
+//!   `estimate.rs`); its pace lives in its fetch record. A due recrawl is a due URL
 //!   of its host: it stays `succeeded` (its content current) until its host's turn takes it.
 //! - A page that had content and answers 404/410 (or matches a soft-404 rule) is `gone` only at
 //!   the `missing_after`-th *check* in a row that finds it missing ([`Revisit::missing`]): until
@@ -15,6 +16,7 @@
 //! - A recrawl that fails past its retries keeps the page's previous content (and its place in
 //!   the schedule): a host's bad day does not drop pages from the collection.
 
+use crate::estimate::{ChangeHistory, Estimator, prompted};
 use crate::schedule::{Pace, Schedule};
 use crate::task::{FetchRecord, Millis};
 
@@ -33,6 +35,8 @@ pub enum Missing {
 pub struct Revisit {
     /// None: fetched once, never again (unless an operator asks).
     pub schedule: Option<Schedule>,
+    /// The change-rate estimator, which then schedules the page instead of `schedule`.
+    pub estimator: Option<Estimated>,
     /// New links on the page count as a change (listing pages), besides a new md5.
     pub listing: bool,
     /// 404/410 answers at checks in a row that make a page that had content gone (at least 1).
@@ -47,6 +51,7 @@ impl Revisit {
     /// A one-generation crawl's: fetched once, gone on its first 404.
     pub const ONCE: Revisit = Revisit {
         schedule: None,
+        estimator: None,
         listing: false,
         missing_after: 1,
         missing_recheck_ms: Schedule::CHECKER.min_ms,
@@ -64,6 +69,9 @@ impl Revisit {
         // A page coming back from gone starts its schedule afresh; one that was missing at a
         // check, unconfirmed, never was gone and keeps its place.
         let previous = previous.filter(|p| !self.confirmed(p));
+        if let Some(estimated) = &self.estimator {
+            return estimated.after_fetch(previous, changed, now);
+        }
         self.step(self.schedule, previous.and_then(|p| p.pace), changed, now)
     }
 
@@ -91,6 +99,16 @@ impl Revisit {
     pub fn kept(&self, previous: &FetchRecord, now: Millis) -> FetchRecord {
         if previous.missing > 0 && !self.confirmed(previous) {
             return self.unconfirmed(previous, previous.missing, now);
+        }
+        if let Some(estimated) = self.estimator.filter(|_| previous.missing == 0) {
+            // No check happened: the history stays as it was.
+            let history = previous.pace.and_then(|p| p.history).unwrap_or_default();
+            let (next_fetch_at, pace) = estimated.next(history, now);
+            return FetchRecord {
+                next_fetch_at,
+                pace,
+                ..previous.clone()
+            };
         }
         let schedule = if previous.missing > 0 {
             self.recheck
@@ -154,6 +172,46 @@ impl Revisit {
     }
 }
 
+/// The change-rate estimator as a URL follows it: its settings and the crawl's water level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimated {
+    pub settings: Estimator,
+    /// The crawl's water level (`crate::estimate`); None until the sweeper has computed one.
+    pub level_ms: Option<u64>,
+}
+
+impl Estimated {
+    /// When a page fetched at `now` after `previous` (None: its first fetch) is due again, and
+    /// its pace: the fetch is a check of the interval since the previous one.
+    fn after_fetch(
+        &self,
+        previous: Option<&FetchRecord>,
+        changed: bool,
+        now: Millis,
+    ) -> (Option<Millis>, Option<Pace>) {
+        let history = previous.map_or_else(ChangeHistory::default, |p| {
+            let history = p.pace.and_then(|pace| pace.history).unwrap_or_default();
+            if prompted(p.fetched_at, p.next_fetch_at, now) {
+                return history.prompted(changed);
+            }
+            let interval = u64::try_from(now.saturating_sub(p.fetched_at)).unwrap_or(0);
+            history.observe(interval, changed)
+        });
+        self.next(history, now)
+    }
+
+    /// When a page with `history` is due after `now`.
+    fn next(&self, history: ChangeHistory, now: Millis) -> (Option<Millis>, Option<Pace>) {
+        let rate = history.rate(self.settings.initial_ms);
+        let interval = self.settings.interval_ms(rate, self.level_ms);
+        let interval = Millis::try_from(interval).unwrap_or(Millis::MAX);
+        (
+            Some(now.saturating_add(interval)),
+            Some(Pace::estimated(history)),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +221,7 @@ mod tests {
     fn adaptive() -> Revisit {
         Revisit {
             schedule: Some(Schedule::RECRAWL),
+            estimator: None,
             listing: false,
             missing_after: 2,
             missing_recheck_ms: Schedule::CHECKER.min_ms,
@@ -286,5 +345,59 @@ mod tests {
             panic!("a one-generation crawl's page is gone at its first 404")
         };
         assert_eq!(gone.next_fetch_at, None);
+    }
+
+    fn estimated(level_ms: Option<u64>) -> Revisit {
+        Revisit {
+            schedule: None,
+            estimator: Some(Estimated {
+                settings: Estimator {
+                    budget_per_day: 100,
+                    ..Estimator::default()
+                },
+                level_ms,
+            }),
+            ..adaptive()
+        }
+    }
+
+    #[test]
+    fn an_estimated_page_counts_its_checks_and_a_failed_one_is_no_check() {
+        let r = estimated(Some(60 * MIN as u64));
+        let first = fetched(&r, None, true, 0);
+        let history = |record: &FetchRecord| record.pace.and_then(|p| p.history).unwrap();
+        assert_eq!(
+            history(&first),
+            ChangeHistory::default(),
+            "nothing checked yet"
+        );
+        let at = first.next_fetch_at.unwrap();
+        let unchanged = fetched(&r, Some(&first), false, at);
+        let due = unchanged.next_fetch_at.unwrap();
+        let changed = fetched(&r, Some(&unchanged), true, due);
+        let seen = history(&changed);
+        assert_eq!((seen.checks, seen.changes), (2, 1));
+        assert_eq!(seen.unchanged_ms, at as u64);
+        assert_eq!(seen.changed_ms, (due - at) as u64);
+        // A change seen brings the next fetch nearer than no change would have.
+        let quiet = fetched(&r, Some(&unchanged), false, due);
+        assert!(changed.next_fetch_at < quiet.next_fetch_at);
+        // A fetch long before its time (a sitemap's lastmod made it due) is no check.
+        let early = fetched(&r, Some(&unchanged), true, at + 10 * MIN);
+        let prompted = history(&early);
+        assert_eq!(
+            (
+                prompted.checks,
+                prompted.prompted,
+                prompted.prompted_changed
+            ),
+            (1, 1, 1)
+        );
+        // A recrawl that failed for good checked nothing.
+        let kept = r.kept(&changed, due + 20 * MIN);
+        assert_eq!(history(&kept), seen);
+        // Without a level yet, a page is fetched at the initial interval.
+        let unlevelled = fetched(&estimated(None), Some(&first), true, at);
+        assert_eq!(unlevelled.next_fetch_at, Some(at + 1_440 * MIN));
     }
 }

@@ -7,6 +7,7 @@
 //! kept within the range that can still move the interval (from 1 to `max / min`), so a page that
 //! sat at `max` for months reacts to its first change at once.
 
+use crate::estimate::ChangeHistory;
 use crate::task::Millis;
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +63,7 @@ impl Schedule {
         Pace {
             factor: self.initial_factor,
             unchanged: 0,
+            history: None,
         }
     }
 
@@ -90,6 +92,7 @@ impl Schedule {
         Pace {
             factor: factor.clamp(1.0, ceiling),
             unchanged,
+            history: None,
         }
     }
 
@@ -109,15 +112,30 @@ impl Default for Schedule {
     }
 }
 
-/// A page's place in its schedule (kept in its fetch record, in a few bytes).
+/// A page's place in its schedule (kept in its fetch record, in a few bytes): DDS's factor and
+/// count, or, for a page the change-rate estimator schedules, its history (`crate::estimate`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Pace {
-    /// The next-action factor.
+    /// The next-action factor (1 for an estimated page).
     #[serde(rename = "f")]
     pub factor: f64,
-    /// Unchanged fetches in a row (ZERO_ACTIONS so far).
+    /// Unchanged fetches in a row (ZERO_ACTIONS so far; 0 for an estimated page).
     #[serde(rename = "u")]
     pub unchanged: u32,
+    /// What the page's fetches have shown of its changes, when the estimator schedules it.
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<ChangeHistory>,
+}
+
+impl Pace {
+    /// The pace of a page the estimator schedules.
+    pub fn estimated(history: ChangeHistory) -> Self {
+        Pace {
+            factor: 1.0,
+            unchanged: 0,
+            history: Some(history),
+        }
+    }
 }
 
 // The factor is always finite: it starts from a configured number (JSON has no NaN) and is

@@ -601,11 +601,19 @@ pub fn reschedule(from: &[Status], now: Millis) -> Update {
 /// recrawl is (`reschedule`'s changes: pending, a full retry budget, the fetch record kept for a
 /// conditional GET). None when nothing is to be done: never fetched (its first fetch is still to
 /// come), fetched since `lastmod`, or not done (in progress, pending, failed: a fetch is on its
-/// way). Conditioned on the token, so that the fetch compared is the one read.
+/// way), or a page whose `<lastmod>` was found lying (`ChangeHistory::trusts_lastmod`, kept for
+/// the pages the change-rate estimator schedules). Conditioned on the token, so that the fetch
+/// compared is the one read.
 pub fn refresh(task: &Task, lastmod: Millis, now: Millis) -> Option<Update> {
     let done = matches!(task.status, Status::Succeeded | Status::Gone);
     let fetched_before = task.fetch.as_ref().is_some_and(|f| f.fetched_at < lastmod);
-    if !(done && fetched_before) {
+    let believed = task
+        .fetch
+        .as_ref()
+        .and_then(|f| f.pace)
+        .and_then(|p| p.history)
+        .is_none_or(|h| h.trusts_lastmod());
+    if !(done && fetched_before && believed) {
         return None;
     }
     let Update { changes, .. } = reschedule(&[task.status], now);

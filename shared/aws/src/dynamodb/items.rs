@@ -9,6 +9,7 @@ use trawl_core::store::{HostCounts, StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
+use trawl_domain::estimate::Level;
 use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
@@ -406,6 +407,11 @@ pub(super) struct CrawlItem {
     delivery_holder: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     delivery_until: Option<Millis>,
+    /// The estimator's water level (`Level`), as two attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    level_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    level_at: Option<Millis>,
 }
 
 impl CrawlItem {
@@ -426,6 +432,8 @@ impl CrawlItem {
             completed_by: c.completed_by.clone(),
             delivery_holder: c.delivery.as_ref().map(|l| l.holder.clone()),
             delivery_until: c.delivery.as_ref().map(|l| l.until),
+            level_ms: c.level.map(|l| l.ms),
+            level_at: c.level.map(|l| l.at),
         }
     }
 
@@ -459,6 +467,10 @@ impl CrawlItem {
             completed_by: self.completed_by,
             delivery: match (self.delivery_holder, self.delivery_until) {
                 (Some(holder), Some(until)) => Some(DeliveryLease { holder, until }),
+                _ => None,
+            },
+            level: match (self.level_ms, self.level_at) {
+                (Some(ms), Some(at)) => Some(Level { ms, at }),
                 _ => None,
             },
         }

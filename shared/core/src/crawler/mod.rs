@@ -1336,11 +1336,12 @@ impl<P: Ports> Crawler<P> {
             }
         };
         // The seeder validates recrawl rules too.
-        let revisit =
-            RevisitRules::new(&crawl.config.recrawl).map_err(|reason| StoreError::Corrupt {
+        let revisit = RevisitRules::new(&crawl.config.recrawl)
+            .map_err(|reason| StoreError::Corrupt {
                 key: crawl_id.to_string(),
                 reason,
-            })?;
+            })?
+            .at_level(crawl.level);
         // And extractors.
         let extractors =
             Extractors::new(&crawl.config.extract).map_err(|e| StoreError::Corrupt {

@@ -21,6 +21,7 @@ use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::transition::{self, CrawlUpdate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
+use trawl_domain::estimate::Level;
 use trawl_domain::request::RequestId;
 use trawl_domain::task::Millis;
 
@@ -119,6 +120,14 @@ pub trait CrawlStore: CrawlRecords {
         &self,
         id: &CrawlId,
         n: u64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Replaces the crawl's water level (`Crawl::level`, `trawl_domain::estimate`). False when
+    /// there is no such crawl.
+    fn set_level(
+        &self,
+        id: &CrawlId,
+        level: Level,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Takes the writing of the crawl's delivery for `holder` until `until`, unless another
@@ -227,6 +236,13 @@ impl<R: CrawlRecords> CrawlStore for R {
     async fn add_reference_misses(&self, id: &CrawlId, n: u64) -> StoreResult<bool> {
         let update = transition::add_reference_misses(n);
         Ok(self.apply_crawl(id, &update).await?.is_done())
+    }
+
+    async fn set_level(&self, id: &CrawlId, level: Level) -> StoreResult<bool> {
+        Ok(self
+            .apply_crawl(id, &transition::set_level(level))
+            .await?
+            .is_done())
     }
 
     async fn claim_delivery(

@@ -9,7 +9,7 @@ use super::{
     StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -27,6 +27,10 @@ const CURSOR_TAG: &str = "memory1";
 struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
+    /// The hosts' due index (`due_tasks`), as SQLite's and DynamoDB's: (host, due, task) of
+    /// every task with a due time, kept by every task write, so that a turn's query reads its
+    /// host's pages, not the crawl's.
+    due: BTreeMap<CrawlId, BTreeMap<String, BTreeSet<(Millis, TaskId)>>>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
     /// Kept by `put_host` for crawls created with them (`HostStore::host_counts`).
     host_counts: BTreeMap<CrawlId, HostCounts>,
@@ -67,6 +71,22 @@ impl Requests {
 impl Tables {
     fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> Option<&Task> {
         self.tasks.get(crawl_id)?.get(task_id)
+    }
+
+    /// Keeps the due index for a task written over `before` (None: a new task).
+    fn index(&mut self, before: Option<&Task>, after: &Task) {
+        let key = |t: &Task| t.due_at().map(|due| (t.host(), due, t.task_id.clone()));
+        let (old, new) = (before.and_then(key), key(after));
+        if old == new {
+            return;
+        }
+        let hosts = self.due.entry(after.crawl_id.clone()).or_default();
+        if let Some((host, due, id)) = old {
+            hosts.entry(host).or_default().remove(&(due, id));
+        }
+        if let Some((host, due, id)) = new {
+            hosts.entry(host).or_default().insert((due, id));
+        }
     }
 
     fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
@@ -192,6 +212,7 @@ impl TaskRecords for MemoryStore {
                     match crawl.entry(insert.task.task_id.clone()) {
                         Entry::Vacant(slot) => {
                             slot.insert(insert.task.clone());
+                            t.index(None, &insert.task);
                             Seeded::Created
                         }
                         Entry::Occupied(_) => Seeded::AlreadyKnown,
@@ -224,9 +245,12 @@ impl TaskRecords for MemoryStore {
             let stored = t.tasks.get_mut(crawl_id).and_then(|c| c.get_mut(task_id));
             Ok(match stored {
                 Some(stored) => match update.apply(stored) {
-                    Some(next) => Applied::Done {
-                        before: std::mem::replace(stored, next),
-                    },
+                    Some(next) => {
+                        let before = std::mem::replace(stored, next);
+                        let after = stored.clone();
+                        t.index(Some(&before), &after);
+                        Applied::Done { before }
+                    }
                     None => Applied::Refused {
                         current: Some(stored.clone()),
                     },
@@ -282,22 +306,21 @@ impl TaskRecords for MemoryStore {
         limit: u32,
     ) -> StoreResult<Vec<TaskSummary>> {
         self.with("due_tasks", |t| {
-            let mut due: Vec<(Millis, &Task)> = t
-                .tasks_of(crawl_id)
-                .filter_map(|task| Some((task.due_at()?, task)))
-                .filter(|(_, task)| task.host() == host)
-                .collect();
-            due.sort_by(|a, b| (a.0, &a.1.task_id).cmp(&(b.0, &b.1.task_id)));
+            let Some(due) = t.due.get(crawl_id).and_then(|hosts| hosts.get(host)) else {
+                return Ok(Vec::new());
+            };
             Ok(due
-                .into_iter()
+                .iter()
+                .filter_map(|(_, id)| t.task(crawl_id, id))
                 .take(limit as usize)
-                .map(|(_, task)| TaskSummary::from(task))
+                .map(TaskSummary::from)
                 .collect())
         })
     }
 
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_tasks", |t| {
+            t.due.remove(crawl_id);
             Ok(t.tasks
                 .remove(crawl_id)
                 .map_or(0, |tasks| tasks.len() as u64))

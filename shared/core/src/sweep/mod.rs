@@ -59,6 +59,8 @@ use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::task::{Millis, Status};
 
+mod level;
+
 /// Tasks read per status query.
 pub const PAGE_SIZE: u32 = 100;
 /// The least time a pending task must sit untouched before its message is presumed lost.
@@ -243,6 +245,9 @@ pub struct SweepReport {
     pub reopened: bool,
     /// This sweep completed the crawl (and sent the notice below).
     pub completed: bool,
+    /// The change-rate estimator's water level this sweep set (`level`), in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<CompletionNotice>,
     /// The notice could not be sent (deliver this generation on demand).
@@ -391,6 +396,11 @@ impl<P: Ports> Sweeper<P> {
             .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
         if queue_drained {
             lost_after = lost_after.min(DRAINED_LOST_AFTER_MS);
+        }
+        // A level not set now is computed by the next sweep: the pages keep the last one.
+        match self.level(crawl, now).await {
+            Ok(level) => report.level_ms = level.map(|l| l.ms),
+            Err(e) => tracing::warn!(crawl_id = %crawl.id, error = %e, "water level not updated"),
         }
         let mut state = crawl.state;
         if state == CrawlState::Running {

@@ -20,6 +20,7 @@
 //! | `update_config`        | exists                                           | config, updated             |
 //! | `set_checkpoint`       | exists                                           | checkpoint                  |
 //! | `add_reference_misses` | exists                                           | reference misses + n        |
+//! | `set_level`            | exists                                           | the estimator's water level |
 //! | `reserve_pages`        | `pages_reserved + n <= max`                      | pages reserved + n          |
 //! | `release_pages`        | exists                                           | pages reserved - n          |
 //! | `add_calls`            | exists                                           | call totals + share         |
@@ -39,6 +40,7 @@
 
 use super::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use crate::calls::CallTally;
+use crate::estimate::Level;
 use crate::request::RequestId;
 use crate::task::{Millis, Status};
 use crate::transition::Change;
@@ -139,6 +141,7 @@ pub struct CrawlChanges {
     pub delivery: Change<Option<DeliveryLease>>,
     pub config: Change<CrawlConfig>,
     pub checkpoint: Change<Option<String>>,
+    pub level: Change<Option<Level>>,
     pub updated_at: Change<Millis>,
     pub pages_reserved: PagesChange,
     /// Added to the reference misses.
@@ -160,6 +163,7 @@ impl CrawlChanges {
         self.delivery.apply(&mut next.delivery);
         self.config.apply(&mut next.config);
         self.checkpoint.apply(&mut next.checkpoint);
+        self.level.apply(&mut next.level);
         self.updated_at.apply(&mut next.updated_at);
         next.pages_reserved = match self.pages_reserved {
             PagesChange::Keep => next.pages_reserved,
@@ -184,6 +188,7 @@ pub enum CrawlEvent {
     ReleaseDelivery,
     UpdateConfig,
     SetCheckpoint,
+    SetLevel,
     AddReferenceMisses,
     ReservePages,
     ReleasePages,
@@ -200,6 +205,7 @@ impl CrawlEvent {
             CrawlEvent::ReleaseDelivery => "release_delivery",
             CrawlEvent::UpdateConfig => "update_config",
             CrawlEvent::SetCheckpoint => "set_checkpoint",
+            CrawlEvent::SetLevel => "set_level",
             CrawlEvent::AddReferenceMisses => "add_reference_misses",
             CrawlEvent::ReservePages => "reserve_pages",
             CrawlEvent::ReleasePages => "release_pages",
@@ -344,6 +350,19 @@ pub fn set_checkpoint(checkpoint: Option<&str>) -> CrawlUpdate {
         CrawlCondition::Exists,
         CrawlChanges {
             checkpoint: Change::Set(checkpoint.map(str::to_owned)),
+            ..CrawlChanges::default()
+        },
+    )
+}
+
+/// Replaces the estimator's water level (`crate::estimate`): the last sweeper to compute it
+/// wins, and any of their figures serves until the next.
+pub fn set_level(level: Level) -> CrawlUpdate {
+    update(
+        CrawlEvent::SetLevel,
+        CrawlCondition::Exists,
+        CrawlChanges {
+            level: Change::Set(Some(level)),
             ..CrawlChanges::default()
         },
     )

@@ -21,6 +21,7 @@ fn policy() -> RetryPolicy {
 fn adaptive() -> Revisit {
     Revisit {
         schedule: Some(Schedule::RECRAWL),
+        estimator: None,
         listing: false,
         missing_after: 2,
         missing_recheck_ms: 600_000,
@@ -653,6 +654,13 @@ fn a_sitemap_lastmod_after_the_last_fetch_makes_a_done_page_due_now() {
     let mut claimed = done.clone();
     claimed.token += 1;
     assert_eq!(update.apply(&claimed), None);
+    // An estimated page whose lastmod lied at two fetches: its sitemap is no longer believed
+    let mut lied = done.clone();
+    let history = crate::estimate::ChangeHistory::default()
+        .prompted(false)
+        .prompted(false);
+    lied.fetch.as_mut().unwrap().pace = Some(crate::schedule::Pace::estimated(history));
+    assert_eq!(refresh(&lied, T0 + 1, T0 + 50), None);
 }
 
 #[test]
@@ -828,17 +836,32 @@ proptest! {
     fn random_event_sequences_keep_the_state_machine(
         events in proptest::collection::vec((0i64..150_000, event()), 1..60),
         max_retry in 0u32..5,
-        recrawled in any::<bool>(),
+        recrawled in 0u8..3,
     ) {
-        // Short schedules, so that succeeded and gone pages come due within the sequence.
-        let revisit = if recrawled {
-            Revisit {
+        // Short schedules, so that succeeded and gone pages come due within the sequence: a
+        // fixed one, or the change-rate estimator's (its intervals from 10 s to 5 min).
+        let revisit = match recrawled {
+            0 => Revisit::ONCE,
+            1 => Revisit {
                 schedule: Some(Schedule::fixed(100_000)),
                 recheck: Some(Schedule::fixed(300_000)),
                 ..adaptive()
-            }
-        } else {
-            Revisit::ONCE
+            },
+            _ => Revisit {
+                schedule: None,
+                estimator: Some(crate::revisit::Estimated {
+                    settings: crate::estimate::Estimator {
+                        budget_per_day: 1_000,
+                        min_ms: 10_000,
+                        max_ms: 300_000,
+                        initial_ms: 100_000,
+                        ..crate::estimate::Estimator::default()
+                    },
+                    level_ms: Some(20_000),
+                }),
+                recheck: Some(Schedule::fixed(300_000)),
+                ..adaptive()
+            },
         };
         let policy = RetryPolicy { max_retry, base_delay_ms: 1_000, max_delay_ms: 60_000 };
         let mut task = pending();

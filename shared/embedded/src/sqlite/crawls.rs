@@ -13,9 +13,10 @@ use trawl_domain::calls::{Call, CallTally};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
+use trawl_domain::estimate::Level;
 
 const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, \
-     checkpoint, reference_misses, completed_by, delivery_holder, delivery_until";
+     checkpoint, reference_misses, completed_by, delivery_holder, delivery_until, level_ms, level_at";
 
 /// A `crawls` row as SQLite returns it.
 struct CrawlRow {
@@ -31,6 +32,8 @@ struct CrawlRow {
     completed_by: Option<String>,
     delivery_holder: Option<String>,
     delivery_until: Option<i64>,
+    level_ms: Option<i64>,
+    level_at: Option<i64>,
 }
 
 impl CrawlRow {
@@ -48,6 +51,8 @@ impl CrawlRow {
             completed_by: row.get(9)?,
             delivery_holder: row.get(10)?,
             delivery_until: row.get(11)?,
+            level_ms: row.get(12)?,
+            level_at: row.get(13)?,
         })
     }
 
@@ -76,6 +81,13 @@ impl CrawlRow {
                 (Some(holder), Some(until)) => Some(DeliveryLease { holder, until }),
                 _ => None,
             },
+            level: match (self.level_ms, self.level_at) {
+                (Some(ms), Some(at)) => Some(Level {
+                    ms: number(key, "level_ms", ms)?,
+                    at,
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -94,12 +106,12 @@ fn write_crawl(conn: &Connection, crawl: &Crawl, insert: bool) -> DbResult<bool>
     let sql = if insert {
         format!(
             "INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         )
     } else {
         "UPDATE crawls SET config = ?2, state = ?3, created = ?4, updated = ?5, generation = ?6,
              pages_reserved = ?7, checkpoint = ?8, reference_misses = ?9, completed_by = ?10,
-             delivery_holder = ?11, delivery_until = ?12
+             delivery_holder = ?11, delivery_until = ?12, level_ms = ?13, level_at = ?14
          WHERE id = ?1"
             .to_owned()
     };
@@ -117,6 +129,8 @@ fn write_crawl(conn: &Connection, crawl: &Crawl, insert: bool) -> DbResult<bool>
         crawl.completed_by,
         delivery.map(|l| l.holder.as_str()),
         delivery.map(|l| l.until),
+        crawl.level.map(|l| saturating_i64(l.ms)),
+        crawl.level.map(|l| l.at),
     ])?;
     Ok(written == 1)
 }

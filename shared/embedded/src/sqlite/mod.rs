@@ -39,9 +39,9 @@ use trawl_domain::task::{Millis, Status, Task};
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
-/// version 7 their delivery leases, version 8 their completers, version 9 the host counts; an
-/// older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 9;
+/// version 7 their delivery leases, version 8 their completers, version 9 the host counts,
+/// version 10 the crawls' water levels; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 10;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -125,6 +125,12 @@ ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
 
 /// Who completed each crawl's generation (`CrawlStore::complete_crawl`).
 const COMPLETER_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN completed_by TEXT;";
+
+/// The change-rate estimator's water level per crawl (`Crawl::level`).
+const LEVEL_SCHEMA: &str = "
+ALTER TABLE crawls ADD COLUMN level_ms INTEGER;
+ALTER TABLE crawls ADD COLUMN level_at INTEGER;
+";
 
 /// Each crawl's host counts (`HostStore::host_counts`), kept by `put_host` in the write's own
 /// transaction, and the sweeper's scan position (`HostStore::host_scan`); a row is made with the crawl, so a crawl of an older file has none (and is
@@ -442,7 +448,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=8 => {
+            0..=9 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -469,6 +475,7 @@ impl SqliteStore {
                     tx.execute_batch(COMPLETER_SCHEMA).map_err(schema)?;
                 }
                 tx.execute_batch(HOST_COUNTS_SCHEMA).map_err(schema)?;
+                tx.execute_batch(LEVEL_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }

@@ -151,6 +151,25 @@ impl Expression {
             &changes.checkpoint,
             string,
         );
+        match &changes.level {
+            Change::Keep => {}
+            Change::Set(Some(level)) => {
+                set.push(format!(
+                    "{} = {}",
+                    self.name("level_ms"),
+                    self.value("level_ms", n(level.ms))
+                ));
+                set.push(format!(
+                    "{} = {}",
+                    self.name("level_at"),
+                    self.value("level_at", n(level.at))
+                ));
+            }
+            Change::Set(None) => {
+                remove.push(self.name("level_ms"));
+                remove.push(self.name("level_at"));
+            }
+        }
         if let Change::Set(updated) = changes.updated_at {
             set.push(format!(
                 "{} = {}",

@@ -146,6 +146,9 @@ enum Event {
     SetCheckpoint {
         value: Option<u8>,
     },
+    SetLevel {
+        ms: u64,
+    },
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -162,6 +165,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0u64..5).prop_map(|n| Event::AddCalls { n }),
         1 => (0u64..3).prop_map(|n| Event::AddReferenceMisses { n }),
         1 => proptest::option::of(0u8..3).prop_map(|value| Event::SetCheckpoint { value }),
+        1 => (1u64..10_000).prop_map(|ms| Event::SetLevel { ms }),
     ]
 }
 
@@ -210,6 +214,7 @@ proptest! {
                 Event::AddCalls { n } => add_calls(&CallTally::from([(Call::DynamoUpdateItem, *n)]), RequestId(1)),
                 Event::AddReferenceMisses { n } => add_reference_misses(*n),
                 Event::SetCheckpoint { value } => set_checkpoint(value.map(|v| v.to_string()).as_deref()),
+                Event::SetLevel { ms } => set_level(Level { ms: *ms, at: now }),
             };
             let Some(after) = update.apply(&crawl) else {
                 continue;
@@ -257,6 +262,11 @@ proptest! {
                 prop_assert!(crawl.calls.get(call).is_some_and(|m| m >= n));
             }
             prop_assert!(crawl.reference_misses >= before.reference_misses);
+            // The water level is the sweeper's alone: no other write moves it.
+            match &event {
+                Event::SetLevel { ms } => prop_assert_eq!(crawl.level, Some(Level { ms: *ms, at: now })),
+                _ => prop_assert_eq!(crawl.level, before.level),
+            }
             prop_assert!(crawl.updated_at >= before.updated_at);
             prop_assert_eq!((&crawl.id, crawl.created_at), (&before.id, before.created_at));
         }

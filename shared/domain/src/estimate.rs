@@ -1,0 +1,389 @@
+//! When a page is fetched again, beyond Django Dynamic Scraper: each page's change rate is
+//! estimated from its own fetch history, and a crawl-wide fetch budget (fetches per day) is
+//! spread over the pages to keep the collection as fresh as the budget allows (Cho &
+//! Garcia-Molina, "Estimating frequency of change" and "Effective page refresh policies").
+//!
+//! **Evidence.** Every scheduled fetch after the first is a check of the interval since the
+//! previous fetch: a 304 or the same md5 is "no change seen", a new md5 (new links on a listing
+//! page, a new redirect target) is "changed" — at least once, maybe more: a check sees whether,
+//! not how often. A fetch made well before its time ([`prompted`]: a sitemap's `<lastmod>` made
+//! the page due, or an operator did) is no sample of the page's changes — it came because of a
+//! change, or a claim of one — and is kept apart: it tells whether the page's `<lastmod>` can be
+//! believed ([`ChangeHistory::trusts_lastmod`]). A page whose sitemap said "modified" at two
+//! such fetches and was right at fewer than half is no longer refreshed by its `<lastmod>`
+//! (`transition::refresh`): a lying sitemap costs a page two fetches, not one per reading. A
+//! page whose changes an honest sitemap reports is caught by its refreshes, its scheduled
+//! checks find it unchanged, and the budget goes to the pages no sitemap speaks for.
+//!
+//! **What a page keeps** ([`ChangeHistory`], in its fetch record's pace, a few bytes): checks,
+//! checks that found a change, the summed intervals of each kind, and the prompted fetches and
+//! those that found a change. Counts and sums, never lists: past [`MEMORY`] checks every figure
+//! of the checks is halved, so an old habit fades.
+//!
+//! **The estimate** ([`ChangeHistory::rate`]): Cho & Garcia-Molina's estimator for Poisson
+//! changes seen only as "changed or not" at each check, `r̂ = −ln((n − X + ½)/(n + ½)) / I` for
+//! `X` changes in `n` checks `I` apart, in its irregular-interval form: with `T` the time
+//! checked, `Tu` the part of it in checks that saw no change and `Tc/X` the mean interval of the
+//! checks that did, `r̂ = ln((T + Ī/2)/(Tu + Ī/2)) / (Tc/X)`, `Ī = T/n` (the same figure when
+//! intervals are equal). A prior of half a change in one check of `initial_ms` is added to the
+//! counts, so that a page never seen to change has a rate of about one change over the time it
+//! has been watched (its interval grows with that time), never zero at its second fetch.
+//!
+//! **The allocation** ([`Objective`]). A page changing at rate `λ` (Poisson) and fetched every
+//! `I = 1/f` has each change found `I/2` after it on average, so it adds `λI/2` of staleness per
+//! unit of time; it is fresh a share `F(λ, f) = (f/λ)(1 − e^(−λ/f))` of the time. Under
+//! `Σ f = budget`, the allocation that minimises the summed staleness (the default,
+//! `staleness`) equalises `∂(λ/2f)/∂f` over the pages: `I = √(2μ/λ)` for one crawl-wide
+//! multiplier `μ` (the **water level**, in ms) — attention grows as the square root of the rate,
+//! less than proportionally, and a page that never changes would get none. The allocation that
+//! maximises `Σ F` (Cho & Garcia-Molina's, `freshness`) equalises `∂F/∂f = g(x)/λ`, with
+//! `x = λ/f` and `g(x) = 1 − (1 + x)e^(−x)` rising from 0 to 1: each page takes the `x` with
+//! `g(x) = μλ`. As `g(x) ≈ x²/2` for small `x`, the two agree for pages checked more often than
+//! they change; they part for pages changing faster: a page whose mean time between changes is
+//! below `μ` (`μλ ≥ 1`) cannot be kept fresh at the budget and freshness gives it up, while
+//! staleness keeps finding its many changes sooner. Every interval is then held within
+//! `[min_ms, max_ms]`: `max_ms` is the floor of attention a page never seen to change (or given
+//! up) still gets, and until the crawl has a water level a page is fetched every `initial_ms`.
+//!
+//! **The water level scales.** A page's interval needs only its own history and `μ`. `μ` is set
+//! per crawl ([`level_ms`]) from aggregate figures, at most every [`LEVEL_EVERY_MS`], by the
+//! sweeper: the rates of a bounded sample of pages, each weighted by the pages it stands for
+//! ([`Demand`]), so that the sample's fetches per day sum to the budget. The sample is up to
+//! [`LEVEL_HOSTS`] hosts (standing for all the crawl's hosts), and of each the
+//! [`LEVEL_PAGES_PER_HOST`] pages due soonest (its due index): a host with more is represented
+//! by the pages due within a window `W`, and a page due every `I` is among them with
+//! probability `min(1, W/I)` (its phase in its interval being uniform), so it counts for
+//! `max(1, I/W)` pages ([`due_weight`], Horvitz–Thompson). The cost is bounded whatever the
+//! crawl's size (20 hosts × 1,000 pages at most), and the rates are grouped into log-spaced bins
+//! first, so solving is a few thousand evaluations.
+
+use crate::task::Millis;
+use serde::{Deserialize, Serialize};
+
+const MINUTE: u64 = 60_000;
+const DAY: u64 = 1_440 * MINUTE;
+
+/// Checks a history remembers at full weight: past it, every figure is halved.
+pub const MEMORY: u32 = 32;
+/// How often a crawl's water level is recomputed.
+pub const LEVEL_EVERY_MS: Millis = 3_600_000;
+/// Hosts sampled to recompute it, and pages of each (`due_weight`).
+pub const LEVEL_HOSTS: u32 = 20;
+pub const LEVEL_PAGES_PER_HOST: u32 = 1_000;
+/// Changes the prior adds (in one check of `initial_ms`).
+const PRIOR_CHANGES: f64 = 0.5;
+
+/// The estimator's settings (per crawl, or per URL rule): the pages it schedules share one
+/// budget, the sum of the budgets their settings name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Estimator {
+    /// Fetches per day for these pages, recrawls and checks alike.
+    pub budget_per_day: u64,
+    /// The shortest interval between two fetches of a page.
+    pub min_ms: u64,
+    /// The longest: the attention a page never seen to change still gets.
+    pub max_ms: u64,
+    /// A page's interval until the crawl has a water level, and the prior's check.
+    pub initial_ms: u64,
+    /// What the budget is spent to minimise.
+    pub objective: Objective,
+}
+
+/// What a crawl's fetch budget is spent on (`Estimator::objective`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// The summed time between each change and the fetch that finds it.
+    #[default]
+    Staleness,
+    /// The page-time not fresh (Cho & Garcia-Molina's freshness): pages changing faster than
+    /// the budget can follow are given up.
+    Freshness,
+}
+
+impl Objective {
+    /// The unbounded interval (ms) at water level `level` for a page changing at `rate` per
+    /// ms: infinite for a page never changing (or given up).
+    pub fn interval_ms(self, rate: f64, level: f64) -> f64 {
+        match self {
+            Objective::Staleness if rate > 0.0 => (2.0 * level / rate).sqrt(),
+            Objective::Staleness => f64::INFINITY,
+            Objective::Freshness => interval_ms(rate, level),
+        }
+    }
+}
+
+impl Default for Estimator {
+    fn default() -> Self {
+        Self {
+            budget_per_day: 0,
+            min_ms: 15 * MINUTE,
+            max_ms: 7 * DAY,
+            initial_ms: DAY,
+            objective: Objective::Staleness,
+        }
+    }
+}
+
+impl Estimator {
+    fn bound(&self, ms: f64) -> u64 {
+        let min = self.min_ms.max(1);
+        let max = self.max_ms.max(min);
+        if ms.is_nan() {
+            return max;
+        }
+        (ms.round().min(max as f64) as u64).clamp(min, max)
+    }
+
+    /// The interval to a page's next fetch at its estimated `rate` (changes per ms) and the
+    /// crawl's water level (None: not computed yet, `initial_ms`).
+    pub fn interval_ms(&self, rate: f64, level_ms: Option<u64>) -> u64 {
+        match level_ms {
+            None => self.bound(self.initial_ms as f64),
+            Some(level) => self.bound(self.objective.interval_ms(rate, level as f64)),
+        }
+    }
+}
+
+/// The interval (ms) that equalises `∂F/∂f` at water level `level` for a page changing at `rate`
+/// per ms (the freshness objective), unbounded: infinite for a page given up
+/// (`level × rate ≥ 1`) or never changing.
+pub fn interval_ms(rate: f64, level: f64) -> f64 {
+    let y = level * rate;
+    // NaN (from a NaN rate or level) is given up too.
+    let chased = rate > 0.0 && y < 1.0;
+    if !chased {
+        return f64::INFINITY;
+    }
+    if y <= 0.0 {
+        return 0.0;
+    }
+    inverse_gain(y) / rate
+}
+
+/// `g(x) = 1 − (1 + x)e^(−x)`: the marginal freshness of a fetch, times the rate.
+fn gain(x: f64) -> f64 {
+    -(-x).exp_m1() - x * (-x).exp()
+}
+
+/// The `x` with `g(x) = y`, for `0 < y < 1` (bisection on ln x; `g` rises from 0 to 1).
+fn inverse_gain(y: f64) -> f64 {
+    // g(x) ≈ x²/2 for small x: the bracket starts around it.
+    let guess = (2.0 * y).sqrt();
+    let (mut lo, mut hi) = ((guess / 4.0).ln(), (guess * 4.0).max(1.0).ln());
+    while gain(hi.exp()) < y && hi < 8.0 {
+        hi += 1.0;
+    }
+    for _ in 0..48 {
+        let mid = 0.5 * (lo + hi);
+        if gain(mid.exp()) < y {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (0.5 * (lo + hi)).exp()
+}
+
+/// What a page's fetches have shown of its changes: counts and sums (in its fetch record).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeHistory {
+    /// Checks: fetches after a previous one.
+    #[serde(rename = "n")]
+    pub checks: u32,
+    /// Checks that found the page changed.
+    #[serde(rename = "x")]
+    pub changes: u32,
+    /// The summed intervals of the checks that found no change, in ms.
+    #[serde(rename = "tu")]
+    pub unchanged_ms: u64,
+    /// The summed intervals of the checks that found a change, in ms.
+    #[serde(rename = "tc")]
+    pub changed_ms: u64,
+    /// Fetches made well before their time (`prompted`), and those that found a change.
+    #[serde(rename = "pn", default, skip_serializing_if = "is_zero")]
+    pub prompted: u32,
+    #[serde(rename = "px", default, skip_serializing_if = "is_zero")]
+    pub prompted_changed: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Whether a fetch at `now` of a page last fetched at `fetched_at` and due at `due` came well
+/// before its time (before three quarters of its interval): made due by a sitemap's
+/// `<lastmod>` or an operator, not by its schedule.
+pub fn prompted(fetched_at: Millis, due: Option<Millis>, now: Millis) -> bool {
+    due.is_some_and(|due| now < due.saturating_sub(due.saturating_sub(fetched_at) / 4))
+}
+
+impl ChangeHistory {
+    /// The history after a check `interval_ms` after the previous fetch, `changed` or not.
+    pub fn observe(self, interval_ms: u64, changed: bool) -> Self {
+        let mut next = if self.checks >= MEMORY {
+            ChangeHistory {
+                checks: self.checks / 2,
+                changes: self.changes / 2,
+                unchanged_ms: self.unchanged_ms / 2,
+                changed_ms: self.changed_ms / 2,
+                ..self
+            }
+        } else {
+            self
+        };
+        next.checks += 1;
+        if changed {
+            next.changes += 1;
+            next.changed_ms = next.changed_ms.saturating_add(interval_ms);
+        } else {
+            next.unchanged_ms = next.unchanged_ms.saturating_add(interval_ms);
+        }
+        next
+    }
+
+    /// The history after a prompted fetch (`prompted`) that did or did not find a change.
+    pub fn prompted(self, changed: bool) -> Self {
+        let halve = self.prompted >= MEMORY;
+        let keep = |n: u32| if halve { n / 2 } else { n };
+        ChangeHistory {
+            prompted: keep(self.prompted) + 1,
+            prompted_changed: keep(self.prompted_changed) + u32::from(changed),
+            ..self
+        }
+    }
+
+    /// Whether the page's `<lastmod>` is believed: unless it made the page due at least twice
+    /// and was right (a change found) less than half of the time.
+    pub fn trusts_lastmod(&self) -> bool {
+        self.prompted < 2 || 2 * self.prompted_changed >= self.prompted
+    }
+
+    /// The estimated change rate, in changes per ms (always positive and finite), with the
+    /// prior of half a change in one check of `prior_ms`.
+    pub fn rate(&self, prior_ms: u64) -> f64 {
+        let prior = prior_ms.max(1) as f64;
+        let changes = f64::from(self.changes) + PRIOR_CHANGES;
+        let changed = self.changed_ms as f64 + PRIOR_CHANGES * prior;
+        let unchanged = self.unchanged_ms as f64 + (1.0 - PRIOR_CHANGES) * prior;
+        let checks = f64::from(self.checks) + 1.0;
+        let total = changed + unchanged;
+        let half_check = 0.5 * total / checks;
+        ((total + half_check) / (unchanged + half_check)).ln() / (changed / changes)
+    }
+}
+
+/// The rates of a sample of pages, each standing for `weight` pages, grouped into bins an
+/// eighth of an octave wide (per settings): what the water level is solved over.
+#[derive(Debug, Clone, Default)]
+pub struct Demand {
+    bins: std::collections::BTreeMap<(i32, Estimator), f64>,
+}
+
+// Settings as a map key: `Estimator` has only integers.
+impl Ord for Estimator {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let key = |e: &Estimator| {
+            (
+                e.budget_per_day,
+                e.min_ms,
+                e.max_ms,
+                e.initial_ms,
+                e.objective,
+            )
+        };
+        key(self).cmp(&key(other))
+    }
+}
+
+impl PartialOrd for Estimator {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+const BINS_PER_OCTAVE: f64 = 8.0;
+
+impl Demand {
+    /// Adds `weight` pages changing at `rate` per ms, scheduled with `settings`.
+    pub fn add(&mut self, rate: f64, settings: Estimator, weight: f64) {
+        let counted = rate > 0.0 && rate.is_finite() && weight > 0.0;
+        if !counted {
+            return;
+        }
+        let bin = (rate.log2() * BINS_PER_OCTAVE).round() as i32;
+        *self.bins.entry((bin, settings)).or_default() += weight;
+    }
+
+    /// Pages added.
+    pub fn pages(&self) -> f64 {
+        self.bins.values().sum()
+    }
+
+    /// Fetches per day the pages make at water level `level` (ms).
+    pub fn fetches_per_day(&self, level: f64) -> f64 {
+        self.bins
+            .iter()
+            .map(|(&(bin, settings), &weight)| {
+                let rate = (f64::from(bin) / BINS_PER_OCTAVE).exp2();
+                let interval = settings.bound(settings.objective.interval_ms(rate, level));
+                weight * DAY as f64 / interval as f64
+            })
+            .sum()
+    }
+}
+
+/// The pages a sampled page due every `interval_ms` stands for, when its host's sample was its
+/// pages due within `window_ms` of now (None: every page of the host): `max(1, I/W)`.
+pub fn due_weight(interval_ms: Option<u64>, window_ms: Option<u64>) -> f64 {
+    match (interval_ms, window_ms) {
+        (Some(interval), Some(window)) => (interval as f64 / window.max(1) as f64).max(1.0),
+        _ => 1.0,
+    }
+}
+
+/// The water level at which `demand`'s pages make `budget_per_day` fetches a day: the lowest
+/// whole ms at which they keep within it (1 when even that does), or, when the budget cannot pay
+/// for every page at its longest interval, a level that leaves them all there.
+pub fn level_ms(demand: &Demand, budget_per_day: f64) -> u64 {
+    // μ from 1 ms to about 30 years, bisected on its logarithm.
+    let (mut lo, mut hi) = (0.0_f64, 40.0_f64);
+    if demand.fetches_per_day(1.0) <= budget_per_day {
+        return 1;
+    }
+    if demand.fetches_per_day(hi.exp()) >= budget_per_day {
+        return hi.exp() as u64;
+    }
+    for _ in 0..40 {
+        let mid = 0.5 * (lo + hi);
+        if demand.fetches_per_day(mid.exp()) > budget_per_day {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    // The whole ms at or above the level found: never more than the budget.
+    let level = hi.exp().ceil() as u64;
+    if level > 1 && demand.fetches_per_day((level - 1) as f64) <= budget_per_day {
+        return level - 1;
+    }
+    level
+}
+
+/// The water level a crawl keeps (`Crawl::level`), and when it was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Level {
+    pub ms: u64,
+    pub at: Millis,
+}
+
+impl Level {
+    /// Whether a crawl's level (None: never computed) is due for recomputing at `now`.
+    pub fn due(level: Option<&Level>, now: Millis) -> bool {
+        level.is_none_or(|l| now >= l.at.saturating_add(LEVEL_EVERY_MS))
+    }
+}
+
+#[cfg(test)]
+mod tests;
