@@ -1645,6 +1645,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_fetch_budget_stops_a_turn_fetching_three_at_once_at_its_last_fetch() {
+        // GIVEN a host with six due pages fetched three at a time, and a crawler that may start
+        // two more page fetches (`trawl crawl --max-fetches 2`)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let (port, arrivals) = paced_site(clock.clone()).await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.politeness.respect_robots = false;
+        config.politeness.delay_ms = 0;
+        config.politeness.per_host = 3;
+        config.scope.follow_links = false;
+        let crawl = Crawl::new(CrawlId::parse("budget").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let tasks = (0..6)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(&store, &queue, &crawl, tasks, t0).await.unwrap();
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+        crawler.halt().limit_fetches(2);
+        assert!(!crawler.halt().fetches_spent());
+
+        // WHEN the host's turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN exactly two requests were made, the last one asked for the stop, and the host
+        // was handed back with its other four pages pending for the next run
+        assert_eq!(lock(&arrivals).len(), 2);
+        assert_eq!(results[0].outcomes.len(), 2, "{:?}", results[0].outcomes);
+        assert!(crawler.halt().asked() && crawler.halt().fetches_spent());
+        let pending = crawler.store().counts(&crawl.id).await.unwrap();
+        assert_eq!(pending.get(&Status::Pending), Some(&4));
+    }
+
+    #[tokio::test]
     async fn a_turn_between_a_seeds_count_and_its_task_leaves_the_host_open_until_they_settle() {
         // GIVEN a host woken by a seed's count (written before its task, as the frontier does)
         // whose task is not written yet when the turn reads its due list
