@@ -52,7 +52,7 @@ pub(crate) async fn linked_site(n: usize) -> Site {
 }
 
 /// `linked_site` with each page's route made by `page` from the plain one.
-async fn linked_site_of(n: usize, page: impl Fn(Route) -> Route) -> Site {
+pub(crate) async fn linked_site_of(n: usize, page: impl Fn(Route) -> Route) -> Site {
     let site = Site::start().await;
     site.route(
         "/robots.txt",
@@ -75,7 +75,7 @@ async fn linked_site_of(n: usize, page: impl Fn(Route) -> Route) -> Site {
     site
 }
 
-fn paths(n: usize) -> Vec<String> {
+pub(crate) fn paths(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("/p/{i}.html")).collect()
 }
 

@@ -19,6 +19,7 @@ mod migration;
 mod operator;
 mod proxy;
 mod refusals;
+mod run_limits;
 mod seeding;
 mod site;
 mod ssm;

@@ -38,6 +38,8 @@ pub struct Route {
     etag: Option<String>,
     /// What a request must carry to get this answer; 403 otherwise.
     requires: Vec<Requirement>,
+    /// How long the site takes before it answers (a slow site).
+    delay: std::time::Duration,
 }
 
 /// Something a route demands of a request.
@@ -89,6 +91,7 @@ impl Route {
             volatile: false,
             etag: None,
             requires: Vec::new(),
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -153,6 +156,11 @@ impl Route {
         }
     }
 
+    /// Answered `delay` after the request arrived (its hit is counted on arrival).
+    pub fn delayed(self, delay: std::time::Duration) -> Self {
+        Self { delay, ..self }
+    }
+
     /// Different bytes on every request (the hit count appended), as a page with a clock.
     pub fn volatile(self) -> Self {
         Self {
@@ -182,7 +190,8 @@ struct State {
 }
 
 impl State {
-    fn respond(&self, req: &Parts, body: Bytes) -> Response<Body> {
+    /// The answer to a request, and how long to wait before sending it.
+    fn respond(&self, req: &Parts, body: Bytes) -> (std::time::Duration, Response<Body>) {
         let path = req.uri.path().to_owned();
         let hit = {
             let mut hits = self.hits.lock().unwrap();
@@ -244,7 +253,7 @@ impl State {
                 value.parse().unwrap(),
             );
         }
-        response
+        (route.delay, response)
     }
 }
 
@@ -336,7 +345,9 @@ async fn serve(listener: TcpListener, state: Arc<State>) {
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    Ok::<_, Infallible>(state.respond(&parts, body))
+                    let (delay, response) = state.respond(&parts, body);
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, Infallible>(response)
                 }
             });
             // Clients hanging up mid-response is part of the tests; nothing to report.

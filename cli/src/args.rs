@@ -300,6 +300,14 @@ pub struct CrawlArgs {
     /// whose options differ from the stored ones is refused, and says where they differ).
     #[arg(long)]
     pub update_config: bool,
+    /// End this run once N page fetches have started (robots.txt not counted) and the fetches
+    /// in flight are done; the same command goes on from there. Not stored with the crawl.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_fetches: Option<u64>,
+    /// End this run once it has crawled this long (`90s`, `10m`, `2h`), finishing the fetches
+    /// in flight; the same command goes on from there. Not stored with the crawl.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_time: Option<std::time::Duration>,
 }
 
 /// When pages are fetched again (the crawl's `recrawl` settings; URL rules in --config).

@@ -21,7 +21,9 @@ use trawl_core::deliver::{DeliveryReport, ItemsSummary};
 use trawl_core::fetch::{EnvSecrets, Fetcher, cookie_file};
 use trawl_core::queue::WorkQueue;
 use trawl_core::queue::local::MAX_RECEIVES;
-use trawl_core::runner::{RunEnd, RunStats, rebuild_local_queue, run_crawl};
+use trawl_core::runner::{
+    RunEnd, RunLimits, RunStats, StopReason, rebuild_local_queue, run_crawl_within,
+};
 use trawl_core::seed::{
     ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
     SeedSource, Seeder, seed_entry, validate_config,
@@ -445,6 +447,18 @@ impl Plan {
         Ok(self)
     }
 
+    /// The plan of a crawl handed to the deployed functions, which run no bounded run: the
+    /// per-run limits are refused rather than ignored.
+    pub fn submitted(self, args: &CrawlArgs) -> Result<Self, CliError> {
+        if args.max_fetches.is_some() || args.max_time.is_some() {
+            return Err(CliError::Usage(
+                "--max-fetches and --max-time limit a run of `trawl crawl`; the deployed                  functions crawl until done (drop them, or crawl here with `trawl crawl`)"
+                    .into(),
+            ));
+        }
+        Ok(self)
+    }
+
     #[cfg(feature = "aws")]
     pub fn crawl_id(&self) -> &CrawlId {
         &self.crawl_id
@@ -530,11 +544,23 @@ pub async fn run<P: Ports>(
     }
 
     let crawler = Crawler::new(backend.app.clone(), fetcher, args.concurrency);
-    let end =
-        crawl_until_done(&crawler, &crawl_id, args.concurrency, &stats, started, json).await?;
+    let limits = RunLimits {
+        max_fetches: args.max_fetches,
+        max_time: args.max_time,
+    };
+    let end = crawl_until_done(
+        &crawler,
+        &crawl_id,
+        args.concurrency,
+        limits,
+        &stats,
+        started,
+        json,
+    )
+    .await?;
     let delivery = match end {
         RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
-        RunEnd::Stopped => None,
+        RunEnd::Stopped(_) => None,
     };
     let counts = persist("count the tasks", &Backoff::RUN, retries, || {
         crawler.store().counts(&crawl_id)
@@ -551,6 +577,10 @@ pub async fn run<P: Ports>(
         stats: &stats,
         elapsed: started.elapsed().as_secs_f64(),
         delivery: delivery.as_ref(),
+        stopped: match end {
+            RunEnd::Completed { .. } => None,
+            RunEnd::Stopped(reason) => Some(reason),
+        },
     };
     if json {
         outcome.print_json();
@@ -559,7 +589,9 @@ pub async fn run<P: Ports>(
     }
     match end {
         RunEnd::Completed { .. } => given_up.check_fetched(&crawl_id, &counts),
-        RunEnd::Stopped => Err(CliError::Interrupted),
+        // A limit reached is the run asked for: exit 0, the output says it stopped.
+        RunEnd::Stopped(StopReason::MaxFetches(_) | StopReason::MaxTime(_)) => Ok(()),
+        RunEnd::Stopped(StopReason::Asked) => Err(CliError::Interrupted),
     }
 }
 
@@ -630,11 +662,13 @@ async fn open_crawl<S: Store, Q: WorkQueue>(
     Ok(crawl)
 }
 
-/// Runs the in-process workers until the crawl completes or Ctrl-C stops it, showing progress.
+/// Runs the in-process workers until the crawl completes, Ctrl-C stops it or one of `limits` is
+/// reached, showing progress.
 async fn crawl_until_done<P: Ports>(
     crawler: &Crawler<P>,
     crawl_id: &CrawlId,
     workers: usize,
+    limits: RunLimits,
     stats: &RunStats,
     started: Instant,
     json: bool,
@@ -643,7 +677,7 @@ async fn crawl_until_done<P: Ports>(
     let signals = tokio::spawn(watch_ctrl_c(stop.clone(), json));
     let progress = Progress::start(json);
     let end = tokio::select! {
-        end = run_crawl(crawler, crawl_id, workers, stats, &stop) => end,
+        end = run_crawl_within(crawler, crawl_id, workers, stats, &stop, limits) => end,
         never = progress.tick_loop(stats, crawler.store(), crawl_id, started) => match never {},
     };
     signals.abort();
@@ -660,6 +694,8 @@ struct Outcome<'a> {
     elapsed: f64,
     /// The delivery (None: stopped before the crawl completed).
     delivery: Option<&'a DeliveryReport>,
+    /// Why the run stopped before the crawl completed (None: it completed).
+    stopped: Option<StopReason>,
 }
 
 impl Outcome<'_> {
@@ -705,6 +741,7 @@ impl Outcome<'_> {
             "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
             "dead_lettered": self.dead_lettered(),
             "delivery": self.delivery.map(|d| d.location.as_str()),
+            "stopped": self.stopped.map(stopped_json),
             "items_from_current_extractors": self.items().map(|i| i.from_current_extractors),
             "given_up": self.given_up.to_json(self.crawl_id),
         }));
@@ -727,9 +764,16 @@ impl Outcome<'_> {
                 "{dead} malformed work message(s) given up after {MAX_RECEIVES} receives (each logged at error level with its body)"
             ));
         }
-        match self.delivery {
-            Some(delivery) => output::line(format_args!("delivered to {}", delivery.location)),
-            None => output::line("stopped: run the same command again to resume"),
+        match (self.delivery, self.stopped) {
+            (Some(delivery), _) => output::line(format_args!("delivered to {}", delivery.location)),
+            (None, Some(StopReason::MaxFetches(n))) => output::line(format_args!(
+                "stopped: --max-fetches {n} reached; run the same command to go on"
+            )),
+            (None, Some(StopReason::MaxTime(d))) => output::line(format_args!(
+                "stopped: --max-time {} reached; run the same command to go on",
+                humantime::format_duration(d)
+            )),
+            (None, _) => output::line("stopped: run the same command again to resume"),
         }
         match self.items() {
             Some(items) if items.from_current_extractors => output::line(format_args!(
@@ -748,6 +792,17 @@ impl Outcome<'_> {
     /// The delivery's items summary (a crawl with extractors).
     fn items(&self) -> Option<&ItemsSummary> {
         self.delivery.and_then(|d| d.summary.items.as_ref())
+    }
+}
+
+/// The `stopped` field of `trawl crawl --json`: why the run ended before the crawl completed.
+fn stopped_json(reason: StopReason) -> serde_json::Value {
+    match reason {
+        StopReason::Asked => json!({"reason": "interrupted"}),
+        StopReason::MaxFetches(n) => json!({"reason": "max_fetches", "max_fetches": n}),
+        StopReason::MaxTime(d) => {
+            json!({"reason": "max_time", "max_time_seconds": d.as_secs_f64()})
+        }
     }
 }
 

@@ -139,7 +139,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     // directory created).
     let plan = match &cli.command {
         Command::Crawl(args) => Some(crawl::Plan::of(args)?.runs_here()?),
-        Command::Submit(args) => Some(crawl::Plan::of(args)?),
+        Command::Submit(args) => Some(crawl::Plan::of(args)?.submitted(args)?),
         _ => None,
     };
     match global.backend {

@@ -125,8 +125,46 @@ impl RunStats {
 pub enum RunEnd {
     /// The crawl has nothing left to do; this generation is ready for delivery.
     Completed { generation: u64 },
-    /// Stopped on request: in-flight tasks were finished, the rest is left for the next run.
-    Stopped,
+    /// Stopped on request or at a limit: in-flight tasks were finished, the rest is left for
+    /// the next run.
+    Stopped(StopReason),
+}
+
+/// Why a run stopped before the crawl completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The caller's stop flag (Ctrl-C), or a worker's failure (the run's error then).
+    Asked,
+    /// `RunLimits::max_fetches` page fetches started.
+    MaxFetches(u64),
+    /// `RunLimits::max_time` passed.
+    MaxTime(Duration),
+}
+
+/// Limits of one run (`trawl crawl --max-fetches / --max-time`, Scrapy's `CLOSESPIDER_*`): the
+/// run stops as on Ctrl-C once one is reached, and the next run goes on. They belong to the
+/// run, not to the crawl: nothing of them is stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Page fetches the run may start (one request each; robots.txt and the reference
+    /// re-tests of soft-404 checks are not counted).
+    pub max_fetches: Option<u64>,
+    /// How long the run may crawl, on the crawler's clock from the start of `run_crawl`.
+    pub max_time: Option<Duration>,
+}
+
+impl RunLimits {
+    /// The limit reached `elapsed` into the run, if any.
+    fn reached<P: Ports>(&self, crawler: &Crawler<P>, elapsed: Duration) -> Option<StopReason> {
+        if let Some(n) = self.max_fetches
+            && crawler.halt().fetches_spent()
+        {
+            return Some(StopReason::MaxFetches(n));
+        }
+        self.max_time
+            .filter(|max| elapsed >= *max)
+            .map(StopReason::MaxTime)
+    }
 }
 
 /// Puts the turn of every host with unfinished work (back) on a queue that lives in this
@@ -195,8 +233,32 @@ pub async fn run_crawl<P: Ports>(
     stats: &RunStats,
     stop: &AtomicBool,
 ) -> Result<RunEnd, RunError> {
+    run_crawl_within(
+        crawler,
+        crawl_id,
+        workers,
+        stats,
+        stop,
+        RunLimits::default(),
+    )
+    .await
+}
+
+/// [`run_crawl`], stopping as well once one of `limits` is reached.
+pub async fn run_crawl_within<P: Ports>(
+    crawler: &Crawler<P>,
+    crawl_id: &CrawlId,
+    workers: usize,
+    stats: &RunStats,
+    stop: &AtomicBool,
+    limits: RunLimits,
+) -> Result<RunEnd, RunError> {
     // Every tick, pause and quiet spell is measured and waited on the crawler's clock.
     let clock = crawler.clock();
+    let started = clock.instant();
+    if let Some(n) = limits.max_fetches {
+        crawler.halt().limit_fetches(n);
+    }
     let signals = Signals::default();
     let (done, busy) = (&signals.done, &signals.busy);
     let last_work = std::sync::Mutex::new(clock.instant());
@@ -240,18 +302,28 @@ pub async fn run_crawl<P: Ports>(
         let mut outage = Outage::default();
         let mut stall = Stall::default();
         let end = loop {
-            if stop.load(Ordering::Relaxed) {
+            let reason = if stop.load(Ordering::Relaxed) {
+                Some(StopReason::Asked)
+            } else {
+                limits.reached(crawler, clock.instant().saturating_duration_since(started))
+            };
+            if let Some(reason) = reason {
                 // Turns stop too: pages in flight finish, no other starts.
                 crawler.stop_turns();
-                break Ok(RunEnd::Stopped);
+                break Ok(RunEnd::Stopped(reason));
             }
             if done.load(Ordering::Relaxed) {
                 // A worker failed for good; its error is the run's.
-                break Ok(RunEnd::Stopped);
+                break Ok(RunEnd::Stopped(StopReason::Asked));
             }
+            // (woken at --max-time too, not up to a tick after it)
+            let tick = limits.max_time.map_or(COORDINATOR_TICK, |max| {
+                let left = (started + max).saturating_duration_since(clock.instant());
+                COORDINATOR_TICK.min(left)
+            });
             tokio::select! {
                 () = signals.idle.notified() => {}
-                () = clock.sleep(COORDINATOR_TICK) => {}
+                () = clock.sleep(tick) => {}
             }
             if let Some(fault) = crawler.persistent_fault() {
                 break Err(RunError::Storage(fault));

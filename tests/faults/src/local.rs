@@ -93,7 +93,7 @@ pub async fn crawl_to_delivery(
             .map_err(|e| e.to_string())?
         {
             RunEnd::Completed { .. } => {}
-            RunEnd::Stopped => return Err("the run stopped before completion".to_owned()),
+            RunEnd::Stopped(_) => return Err("the run stopped before completion".to_owned()),
         }
     }
     let uri_base = dir.join(OBJECTS_DIR).display().to_string();

@@ -252,11 +252,24 @@ pub struct Crawler<P: Ports> {
 
 /// A request to stop every turn of a crawler soon (`Crawler::stop_turns`): no fetch starts after
 /// it, and a turn waiting for its host's pace stops waiting; fetches in flight finish and each
-/// turn hands its host back as it stands.
-#[derive(Debug, Default)]
+/// turn hands its host back as it stands. A fetch budget (`trawl crawl --max-fetches`) asks for
+/// the same stop once its last page fetch has started.
+#[derive(Debug)]
 pub struct Halt {
     asked: std::sync::atomic::AtomicBool,
     woken: tokio::sync::Notify,
+    /// Page fetches that may still start (`u64::MAX`: no budget).
+    fetches_left: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Halt {
+    fn default() -> Self {
+        Self {
+            asked: Default::default(),
+            woken: Default::default(),
+            fetches_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl Halt {
@@ -267,6 +280,37 @@ impl Halt {
 
     pub fn asked(&self) -> bool {
         self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Lets at most `n` more page fetches start; a budget of 0 stops at once.
+    pub fn limit_fetches(&self, n: u64) {
+        self.fetches_left
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            self.stop();
+        }
+    }
+
+    /// Takes one page fetch from the budget, just before it starts: false when none is left.
+    /// Taking the last one asks for the stop, so that the run ends once the fetches in flight
+    /// are done rather than at the next fetch refused.
+    fn take_fetch(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let taken = self
+            .fetches_left
+            .fetch_update(SeqCst, SeqCst, |left| match left {
+                u64::MAX => Some(left),
+                left => left.checked_sub(1),
+            });
+        if matches!(taken, Ok(1) | Err(_)) {
+            self.stop();
+        }
+        taken.is_ok()
+    }
+
+    /// Whether a fetch budget was given and every fetch of it has started.
+    pub fn fetches_spent(&self) -> bool {
+        self.fetches_left.load(std::sync::atomic::Ordering::SeqCst) == 0
     }
 }
 
@@ -740,6 +784,11 @@ impl<P: Ports> Crawler<P> {
                 }
                 let time_left = deadline.map(|d| d.saturating_duration_since(self.clock.instant()));
                 if !lock(state).plan.may_start(self.clock.now_ms(), time_left) {
+                    return;
+                }
+                // The last check before the request: a spent budget starts nothing more.
+                if !self.halt.take_fetch() {
+                    lock(state).plan.stop();
                     return;
                 }
                 let span = tracing::info_span!("task", task = %task.task_id);
@@ -1594,6 +1643,52 @@ mod tests {
         assert!(host.queued_for.is_some(), "{host:?}");
         let pending = crawler.store().counts(&crawl.id).await.unwrap();
         assert_eq!(pending.get(&Status::Pending), Some(&5));
+    }
+
+    #[tokio::test]
+    async fn a_fetch_budget_stops_a_turn_fetching_three_at_once_at_its_last_fetch() {
+        // GIVEN a host with six due pages fetched three at a time, and a crawler that may start
+        // two more page fetches (`trawl crawl --max-fetches 2`)
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let (port, arrivals) = paced_site(clock.clone()).await;
+        let mut config = CrawlConfig::default();
+        config.fetch.guard_exempt = vec![format!("127.0.0.1:{port}")];
+        config.politeness.respect_robots = false;
+        config.politeness.delay_ms = 0;
+        config.politeness.per_host = 3;
+        config.scope.follow_links = false;
+        let crawl = Crawl::new(CrawlId::parse("budget").unwrap(), config, t0);
+        let store = MemoryStore::new();
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let tasks = (0..6)
+            .map(|i| NewTask {
+                url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect();
+        add_tasks(&store, &queue, &crawl, tasks, t0).await.unwrap();
+        let app = App::new(store, MemoryBlobStore::new(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+        crawler.halt().limit_fetches(2);
+        assert!(!crawler.halt().fetches_spent());
+
+        // WHEN the host's turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN exactly two requests were made, the last one asked for the stop, and the host
+        // was handed back with its other four pages pending for the next run
+        assert_eq!(lock(&arrivals).len(), 2);
+        assert_eq!(results[0].outcomes.len(), 2, "{:?}", results[0].outcomes);
+        assert!(crawler.halt().asked() && crawler.halt().fetches_spent());
+        let pending = crawler.store().counts(&crawl.id).await.unwrap();
+        assert_eq!(pending.get(&Status::Pending), Some(&4));
     }
 
     #[tokio::test]
