@@ -768,7 +768,7 @@ def _extra_grant(sam, cdk):
         if r["Type"] == POLICY_TYPE and {"Ref": "SeederRole"} in r["Properties"]["Roles"]
     )
     policy["Properties"]["PolicyDocument"]["Statement"].append(
-        {"Effect": "Allow", "Action": "s3:PutObject", "Resource": {"Fn::Sub": "${Bucket.Arn}/*"}}
+        {"Effect": "Allow", "Action": "s3:DeleteObject", "Resource": {"Fn::Sub": "${Bucket.Arn}/*"}}
     )
 
 
