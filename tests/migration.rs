@@ -1,7 +1,8 @@
 //! A DynamoDB table written before the sparse status index, read by today's code (moto): its
 //! succeeded and pending tasks are listed in the status index and missing from their hosts' due
 //! lists, where queries, counts and host turns now look. `trawl migrate` moves them, in bounded
-//! batches, and moves nothing the second time.
+//! batches, and moves nothing the second time. And a crawl whose hosts were filed under 16 host
+//! shards, read by today's 32.
 
 use crate::cli::{json_of, trawl_bin};
 use crate::support::{clients, moto, unique};
@@ -10,11 +11,14 @@ use std::sync::Arc;
 use tokio::process::Command;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::stack::create_stack;
-use trawl_core::frontier::seed_tasks;
-use trawl_core::store::{ClaimOutcome, CrawlStore, TaskQuery, TaskRecords, TaskStore};
+use trawl_core::frontier::{seed_tasks, update_host};
+use trawl_core::store::{
+    ClaimOutcome, CrawlStore, HostCounts, HostStore, TaskQuery, TaskRecords, TaskStore,
+};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::host::{Host, host_shard};
 use trawl_domain::task::{FetchRecord, Millis, NewTask, Status};
 
 const T0: Millis = 1_700_000_000_000;
@@ -199,5 +203,139 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
     assert_eq!(
         (report["moved"].as_u64(), report["done"].as_bool()),
         (Some(0), Some(true))
+    );
+}
+
+/// Files a host record, and its count, the way a crawl created under 16 host shards did:
+/// under the shard its name had then (today's shard, or that less 16).
+async fn file_under_16_shards(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    crawl: &CrawlId,
+    name: &str,
+) -> bool {
+    let now = host_shard(name);
+    if now < 16 {
+        return false;
+    }
+    let then = now - 16;
+    client
+        .update_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(format!("{crawl}#host#{name}")))
+        .update_expression("SET gsi_pk = :g")
+        .expression_attribute_values(":g", AttributeValue::S(format!("{crawl}#hosts#{then}")))
+        .send()
+        .await
+        .unwrap();
+    for (shard, n) in [(now, "-1"), (then, "1")] {
+        client
+            .update_item()
+            .table_name(table)
+            .key(
+                "pk",
+                AttributeValue::S(format!("{crawl}#hostcounts#{shard}")),
+            )
+            .update_expression("ADD hosts :n, #open :n")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":n", AttributeValue::N(n.into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    true
+}
+
+#[tokio::test]
+async fn hosts_filed_under_16_shards_are_listed_counted_and_moved_at_their_next_write() {
+    // GIVEN a crawl of 40 hosts, each woken by a seed, whose records and counts are filed the
+    // way a crawl created under 16 host shards filed them
+    let endpoint = &moto::shared().endpoint;
+    let clients = clients(endpoint).await;
+    let stack = create_stack(&clients, &unique("shards")).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, SHARDS, calls);
+    let crawl = Crawl::new(
+        CrawlId::parse("sixteen").unwrap(),
+        CrawlConfig::default(),
+        T0,
+    );
+    store.create_crawl(&crawl).await.unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("h{i}.old.test")).collect();
+    for name in &names {
+        update_host(&store, &crawl, name, T0, |h| {
+            (Some(h.note_seeded(1, T0).0), ())
+        })
+        .await
+        .unwrap();
+    }
+    let mut moved = Vec::new();
+    for name in &names {
+        if file_under_16_shards(&clients.dynamodb, &stack.table, &crawl.id, name).await {
+            moved.push(name.clone());
+        }
+    }
+    assert!(
+        moved.len() >= 5,
+        "some hosts sit under a shard of 16: {moved:?}"
+    );
+
+    // THEN today's code lists each host once and counts every one
+    let listed = || async {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = store.list_hosts(&crawl.id, cursor, 7).await.unwrap();
+            all.extend(page.hosts.into_iter().map(|h| h.name));
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break all,
+            }
+        }
+    };
+    let mut all = listed().await;
+    all.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(all, expected);
+    let open = HostCounts {
+        hosts: 40,
+        open: 40,
+    };
+    assert_eq!(store.host_counts(&crawl.id).await.unwrap(), Some(open));
+
+    // WHEN a host filed the old way goes idle (a write of its record and its count)
+    let name = &moved[0];
+    let stored = store.get_host(&crawl.id, name).await.unwrap().unwrap();
+    let idle = Host {
+        queued_for: None,
+        done: stored.seeded,
+        ..stored.clone()
+    };
+    let change = HostCounts::change(Some(&stored), &idle);
+    assert!(store.put_host(&crawl.id, &idle, change).await.unwrap());
+
+    // THEN it is filed under today's shard, still listed once, and the counts stay right
+    let item = clients
+        .dynamodb
+        .get_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S(format!("{}#host#{name}", crawl.id)))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let filed = format!("{}#hosts#{}", crawl.id, host_shard(name));
+    assert_eq!(item["gsi_pk"], AttributeValue::S(filed));
+    let mut all = listed().await;
+    all.sort();
+    assert_eq!(all, expected);
+    assert_eq!(
+        store.host_counts(&crawl.id).await.unwrap(),
+        Some(HostCounts {
+            hosts: 40,
+            open: 39
+        })
     );
 }
