@@ -355,21 +355,25 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     let batches = drain_batches(&crawler).await.len() as u64;
 
     // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
-    // update) and one PUT; each batch one more write, adding its calls to the crawl (an
-    // idempotent transaction, then a read of the totals); each batch here is one turn of the
-    // host, which costs a read and a write of the host record to claim it and the same to hand
-    // it back, whatever its number of pages (a host record's write is an update: it leaves the
-    // offers beside it as they stand); the last hand-back, which leaves the host idle, is
-    // written with the host counts (a transaction)
-    assert_eq!(calls.get(Call::DynamoUpdateItem), 2 + 2 * batches - 1);
+    // update) and one PUT; each batch one more write, adding its calls to the crawl (an update
+    // of one of its report lanes, applied once per request, no read); each batch here is one
+    // turn of the host, which costs a read and a write of the host record to claim it and the
+    // same to hand it back, whatever its number of pages (a host record's write is an update:
+    // it leaves the offers beside it as they stand); the last hand-back, which leaves the host
+    // idle, is written with the host counts (a transaction)
+    assert_eq!(calls.get(Call::DynamoUpdateItem), 1 + 3 * batches);
     assert_eq!(calls.get(Call::S3PutObject), 2);
-    assert_eq!(calls.get(Call::DynamoTransactWriteItems), 1 + batches);
+    assert_eq!(calls.get(Call::DynamoTransactWriteItems), 1);
     assert_eq!(calls.get(Call::DynamoPutItem), 0);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
-        1 + 2 * batches + 2 + batches,
-        "the crawl's config, once per worker, the host record twice a turn, each task once, \
-         the totals after each batch's report"
+        2 * batches + 2,
+        "the host record twice a turn, each task once"
+    );
+    assert_eq!(
+        calls.get(Call::DynamoBatchGetItem),
+        1,
+        "the crawl's config, once per worker (with its report lanes' calls)"
     );
 
     // WHEN both are recrawled (content unchanged: one by md5, one by 304)

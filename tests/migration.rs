@@ -2,7 +2,7 @@
 //! succeeded and pending tasks are listed in the status index and missing from their hosts' due
 //! lists, where queries, counts and host turns now look. `trawl migrate` moves them, in bounded
 //! batches, and moves nothing the second time. And a crawl whose hosts were filed under 16 host
-//! shards, read by today's 32.
+//! shards, read by today's 32; and one created before the report lanes.
 
 use crate::cli::{json_of, trawl_bin};
 use crate::support::{clients, moto, unique};
@@ -12,13 +12,16 @@ use tokio::process::Command;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::stack::create_stack;
 use trawl_core::frontier::{seed_tasks, update_host};
+use trawl_core::store::CrawlRecords;
 use trawl_core::store::{
     ClaimOutcome, CrawlStore, HostCounts, HostStore, TaskQuery, TaskRecords, TaskStore,
 };
-use trawl_domain::calls::CallCounts;
+use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::crawl::transition::add_calls;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::{Host, host_shard};
+use trawl_domain::request::RequestId;
 use trawl_domain::task::{FetchRecord, Millis, NewTask, Status};
 
 const T0: Millis = 1_700_000_000_000;
@@ -338,4 +341,47 @@ async fn hosts_filed_under_16_shards_are_listed_counted_and_moved_at_their_next_
             open: 39
         })
     );
+}
+
+#[tokio::test]
+async fn a_crawl_created_before_the_report_lanes_takes_its_reports_on_its_item() {
+    // GIVEN a crawl whose report lanes do not exist (created before them)
+    let endpoint = &moto::shared().endpoint;
+    let clients = clients(endpoint).await;
+    let stack = create_stack(&clients, &unique("lanes")).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(clients.dynamodb.clone(), &stack.table, SHARDS, calls);
+    let crawl = Crawl::new(CrawlId::parse("lanes").unwrap(), CrawlConfig::default(), T0);
+    store.create_crawl(&crawl).await.unwrap();
+    for lane in 0..trawl_domain::report::REPORT_LANES {
+        clients
+            .dynamodb
+            .delete_item()
+            .table_name(&stack.table)
+            .key("pk", AttributeValue::S(format!("lanes#calls#{lane}")))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // WHEN a report is made, tried again, and another made
+    let put = Call::S3PutObject;
+    let report = |n: u64, r: u64| add_calls(&CallTally::from([(put, n)]), RequestId(r));
+    let first = report(2, 1);
+    for update in [&first, &first, &report(3, 2)] {
+        assert!(store.report_calls(&crawl.id, update).await.unwrap());
+    }
+
+    // THEN the crawl item holds them, each once, and no lane was created
+    let stored = store.get_crawl(&crawl.id).await.unwrap().unwrap();
+    assert_eq!(stored.calls[&put], 5);
+    let lane = clients
+        .dynamodb
+        .get_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S("lanes#calls#0".into()))
+        .send()
+        .await
+        .unwrap();
+    assert!(lane.item.is_none());
 }

@@ -541,7 +541,11 @@ async fn status_reads_the_task_counts_in_one_request_and_a_delivery_sets_them_ri
     // THEN the counts, read in one request, are what the delivery read task by task
     calls.reset();
     let counts = store.counts(&id).await.unwrap();
-    assert_eq!(calls.get(Call::DynamoGetItem), 1);
+    assert_eq!(
+        calls.get(Call::DynamoBatchGetItem),
+        1,
+        "the crawl and its report lanes"
+    );
     assert_eq!(calls.snapshot().iter().map(|(_, n)| n).sum::<u64>(), 1);
     let statuses: BTreeMap<String, u64> =
         serde_json::from_value(summary["statuses"].clone()).unwrap();

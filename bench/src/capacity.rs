@@ -17,8 +17,8 @@
 //!   from most pages; template links on every page of a host) crawled from 100 home pages by the
 //!   same 1,653 workers fetching 1,653 pages/s between them, every page's links through `frontier::seed_in_turn` (the known-links
 //!   read, offers to other hosts, new hosts created as links name them); per-key peaks as above,
-//!   with the host records' offers, the host-list shards, the host counts and the crawl item's
-//!   call reports. Then a burst of host creation at 10,000 new hosts/s, and the rate the hottest
+//!   with the host records' offers, the host-list shards, the host counts and the crawl's
+//!   report lanes (call reports). Then a burst of host creation at 10,000 new hosts/s, and the rate the hottest
 //!   key allows;
 //! - **model only** (10⁸ URLs over 10⁶ hosts; `--quick` 10⁷ over 10⁵): the same schedule
 //!   without a store, for the makespan of the long tail, and the peak per key scaled from the
@@ -66,6 +66,8 @@ fn kind(place: &str, key: &str) -> String {
             "host record"
         } else if key.contains("#hostcounts#") {
             "host counts"
+        } else if key.contains("#calls#") {
+            "report lane"
         } else {
             "task"
         }
@@ -344,7 +346,11 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
             "turns",
             run.turns as f64,
         ),
-        ("WCU of a call report (crawl item)", "WCU", run.report_units),
+        (
+            "WCU of a call report (a report lane)",
+            "WCU",
+            run.report_units,
+        ),
         (
             "turn messages back to the queue (host busy or not due)",
             "messages",
@@ -473,6 +479,7 @@ mod tests {
         assert_eq!(kind(TABLE_KEYS, "c#host#h1.sim"), "table: host record");
         assert_eq!(kind(TABLE_KEYS, "c#0123abcd"), "table: task");
         assert_eq!(kind(TABLE_KEYS, "c#hostcounts#3"), "table: host counts");
+        assert_eq!(kind(TABLE_KEYS, "c#calls#31"), "table: report lane");
         assert_eq!(
             kind("status-index", "c#hosts#15"),
             "status-index: hosts list"

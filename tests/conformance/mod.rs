@@ -41,6 +41,7 @@ macro_rules! suite {
             crawl_lifecycle [],
             every_crawl_write_leaves_the_crawl_the_domain_says [],
             an_add_is_applied_once_however_often_its_request_is_tried [],
+            a_call_report_tried_again_after_another_landed_counts_once [],
             a_crawl_keeps_the_checkpoint_it_is_given [],
             a_crawl_keeps_the_water_level_its_sweeper_sets [],
             reference_misses_add_up [],
@@ -152,4 +153,48 @@ mod dynamodb {
     }
 
     suite!(dynamodb);
+
+    /// Two processes on one report lane (`trawl_domain::report`), each with its own entry, on
+    /// single-threaded moto (conditional writes atomic as on DynamoDB).
+    #[tokio::test]
+    async fn two_processes_reporting_on_one_lane_are_each_counted_once_however_retried() {
+        use trawl_core::store::{CrawlRecords, CrawlStore};
+        use trawl_domain::calls::{Call, CallTally};
+        use trawl_domain::crawl::transition::add_calls;
+        use trawl_domain::crawl::{Crawl, CrawlConfig};
+        use trawl_domain::request::RequestId;
+
+        // GIVEN a crawl, and two processes whose reports go to the same lane (5 and 37: 32
+        // lanes)
+        let store = store(Kind::Race).await;
+        let (one, two) = (store.clone().reporting_as(5), store.reporting_as(37));
+        let id = trawl_domain::canonical::CrawlId::parse(&support::unique("lane")).unwrap();
+        let crawl = Crawl::new(id.clone(), CrawlConfig::default(), 0);
+        one.create_crawl(&crawl).await.unwrap();
+        let put = Call::S3PutObject;
+        let report = |n: u64, r: u64| add_calls(&CallTally::from([(put, n)]), RequestId(r));
+
+        // WHEN A of the first lands, B of the second lands, then each is tried again, A first
+        let (a, b) = (report(2, 0xa), report(5, 0xb));
+        assert!(one.report_calls(&id, &a).await.unwrap());
+        assert!(two.report_calls(&id, &b).await.unwrap());
+        assert!(one.report_calls(&id, &a).await.unwrap());
+        assert!(two.report_calls(&id, &b).await.unwrap());
+
+        // THEN both are counted, each once, and either process reads the totals
+        for process in [&one, &two] {
+            let crawl = process.get_crawl(&id).await.unwrap().unwrap();
+            assert_eq!(crawl.calls[&put], 7);
+        }
+
+        // WHEN A of the first is tried again by a process that knows nothing of it (its entry
+        // is the first's alone), THEN it is another report
+        assert!(two.report_calls(&id, &a).await.unwrap());
+        assert_eq!(one.get_crawl(&id).await.unwrap().unwrap().calls[&put], 9);
+
+        // WHEN the crawl is removed, THEN its lanes go with it: a report finds no crawl
+        one.delete_crawl(&id).await.unwrap();
+        assert!(!two.report_calls(&id, &report(1, 0xc)).await.unwrap());
+        assert!(one.read_crawl(&id).await.unwrap().is_none());
+    }
 }

@@ -12,7 +12,8 @@
 //!   the held host's counted for its hand-back. A turn remembers the links it sent (the
 //!   crawler's memory of links seeded, here as a container that is cold at every turn);
 //! - the turn hands its host back (`Host::merge_turn`, `Host::hand_back`, with DynamoDB's
-//!   settle time), and every `BATCH` turns a crawler batch reports its calls on the crawl item.
+//!   settle time), and every `BATCH` turns a crawler batch reports its calls (on one of the
+//!   crawl's report lanes).
 //!
 //! Which pages a host has left to fetch is kept beside the store (the memory store's due list
 //! is a scan): the store's answers (`known`) decide what is new, so both agree.
@@ -87,9 +88,9 @@ pub struct LinkRun {
     pub peak_creation: u64,
     pub sustained_creation: f64,
     pub makespan_ms: Millis,
-    /// Host turns run (a crawl item write per `BATCH` of them).
+    /// Host turns run (a call report per `BATCH` of them).
     pub turns: u64,
-    /// Write units of one call report on the crawl item.
+    /// Write units of one call report (on a report lane).
     pub report_units: f64,
     /// Turn messages that found their host busy or not yet due (back to the queue).
     pub early_messages: u64,

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod fetched;
 pub mod host;
 pub mod price;
+pub mod report;
 pub mod request;
 pub mod retry;
 pub mod revisit;

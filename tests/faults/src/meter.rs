@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use trawl_aws::dynamodb::capacity::{
-    crawl_image, host_counts_image, host_image, task_image, write_units,
+    crawl_image, host_counts_image, host_image, report_image, task_image, write_units,
 };
 use trawl_aws::dynamodb::schema::TABLE;
 use trawl_core::store::budget::PageBudget;
@@ -288,6 +288,14 @@ impl<S: CrawlRecords> CrawlRecords for Metered<S> {
 
     async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         self.inner.remove_crawl(id).await
+    }
+
+    /// One UpdateItem of a report lane (`report_image`), whatever the inner store does.
+    async fn report_calls(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<bool> {
+        let applied = self.inner.report_calls(id, update).await?;
+        let image = report_image(id, update);
+        self.record(update.event.name(), Some(&image), Some(&image));
+        Ok(applied)
     }
 
     fn own_calls(&self) -> CallTally {

@@ -4,6 +4,7 @@
 //! write from these images; the conformance tests check them against the items DynamoDB holds.
 
 use super::items::{CrawlItem, TaskItem, host_counts_pk, host_item, keeps_place};
+use super::reports;
 use super::schema::TABLE;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use trawl_core::store::StoreResult;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::capacity::{Attr, Image, WriteUnits};
 use trawl_domain::crawl::Crawl;
+use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::host::{Host, host_shard};
 use trawl_domain::task::Task;
 
@@ -72,4 +74,14 @@ pub fn crawl_image(crawl: &Crawl) -> StoreResult<Image> {
 /// Write units of writing `before` → `after` on this table.
 pub fn write_units(before: Option<&Image>, after: Option<&Image>) -> WriteUnits {
     TABLE.write_units(before, after)
+}
+
+/// The item of the report lane a call report (`transition::add_calls`) is written to, as it
+/// stands after the report: its calls and task-count notes, and the entries of the few
+/// processes that share a lane (`reports`; one per 32 processes reporting to the crawl, so 4
+/// entries stand for a fleet of ~130), each of its slot's last requests. A process's lane is
+/// drawn at random: here, the request's.
+pub fn report_image(crawl_id: &CrawlId, update: &CrawlUpdate) -> Image {
+    let request = update.request.map_or(0, |r| r.0);
+    reports::lane_image(crawl_id, request, &update.changes.calls)
 }

@@ -1,9 +1,10 @@
 //! Crawl records on DynamoDB: one item per crawl (`items::CrawlItem`), listed by state through
 //! the status index (`crawls#{state}`). A write is one conditional UpdateItem built from the
 //! domain's update (`expression::crawl`), answering with the item before it (`ALL_OLD`), or, when
-//! refused, the item the condition was checked against: no second read. An add that is a request
-//! (`trawl_domain::request`) is a TransactWriteItems with the request as its token, then a read
-//! (`DynamoStore::apply_request`).
+//! refused, the item the condition was checked against: no second read. A call report goes to
+//! the crawl's report lanes (`reports`), whose calls `read_crawl` counts in. Another add that is
+//! a request (`trawl_domain::request`: page slots) is a TransactWriteItems with the request as
+//! its token, then a read (`DynamoStore::apply_request`).
 
 use super::errors::{conditional_item, is_refused_transaction, map_err};
 use super::expression::Expression;
@@ -39,6 +40,7 @@ impl CrawlRecords for DynamoStore {
         match result {
             Ok(_) => {
                 self.start_host_counts(&crawl.id).await?;
+                self.start_report_lanes(&crawl.id).await?;
                 Ok((crawl.clone(), true))
             }
             Err(e) => match conditional_item(&e) {
@@ -48,8 +50,9 @@ impl CrawlRecords for DynamoStore {
         }
     }
 
+    /// The crawl item and its report lanes: one BatchGetItem.
     async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        self.get_crawl_item(id, false).await
+        self.read_crawl_with_lanes(id).await
     }
 
     async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
@@ -93,7 +96,12 @@ impl CrawlRecords for DynamoStore {
             true => self.noted.take(id),
             false => BTreeMap::new(),
         };
-        let changes = match expression.crawl_update(&update.changes, &noted) {
+        // Counts set are set less what the lanes hold, so that item and lanes add up to them.
+        let lanes = match update.changes.task_counts {
+            Some(_) => self.lane_notes(id).await?,
+            None => BTreeMap::new(),
+        };
+        let changes = match expression.crawl_update(&update.changes, &noted, &lanes) {
             Ok(changes) => changes,
             Err(e) => {
                 self.noted.restore(id, noted);
@@ -120,6 +128,7 @@ impl CrawlRecords for DynamoStore {
     async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
         // Notes of a crawl removed go with it.
         self.noted.take(id);
+        self.delete_report_lanes(id).await?;
         self.calls.record(Call::DynamoDeleteItem);
         self.client
             .delete_item()
@@ -131,12 +140,17 @@ impl CrawlRecords for DynamoStore {
         Ok(())
     }
 
-    /// An add of calls is a request: one TransactWriteItems and a read (`apply_request`).
+    /// A call report: one UpdateItem of the process's report lane (`reports`).
+    async fn report_calls(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<bool> {
+        match update.request {
+            Some(request) => self.report_on_lane(id, update, request).await,
+            None => Ok(self.apply_crawl(id, update).await?.is_done()),
+        }
+    }
+
+    /// A call report is one UpdateItem (`report_calls`).
     fn own_calls(&self) -> CallTally {
-        CallTally::from([
-            (Call::DynamoTransactWriteItems, 1),
-            (Call::DynamoGetItem, 1),
-        ])
+        CallTally::from([(Call::DynamoUpdateItem, 1)])
     }
 
     fn page_budget(&self) -> Option<&PageBudget> {
@@ -153,7 +167,7 @@ impl DynamoStore {
     ///
     /// Cost: twice the units of the UpdateItem it replaces (a transactional write), and one
     /// strongly consistent GetItem (1 read unit; the crawl item is under 4 KB).
-    async fn apply_request(
+    pub(super) async fn apply_request(
         &self,
         id: &CrawlId,
         update: &CrawlUpdate,
@@ -167,7 +181,7 @@ impl DynamoStore {
             true => self.noted.take_for(id, request),
             false => BTreeMap::new(),
         };
-        let changes = expression.crawl_update(&update.changes, &noted)?;
+        let changes = expression.crawl_update(&update.changes, &noted, &BTreeMap::new())?;
         let (names, values) = expression.placeholders();
         let write = Update::builder()
             .table_name(&self.table)

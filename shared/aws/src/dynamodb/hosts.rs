@@ -5,9 +5,7 @@ use super::errors::{conditional_item, is_conditional_failure, is_refused_transac
 use super::items::{self, HOST_KEYS, host_pk};
 use super::{Cursor, DynamoStore, HOST_READ_PARALLELISM, Item, n, s};
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValue, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem, Update};
 use std::collections::HashMap;
 use trawl_core::store::{HostCounts, HostPage, HostStore, StoreError, StoreResult};
 use trawl_domain::calls::Call;
@@ -54,43 +52,11 @@ impl HostStore for DynamoStore {
     /// Reads the crawl's host counts: one BatchGetItem of its shards' items. None when the first
     /// shard's item does not say the crawl was created with counts.
     async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
-        let keys: Vec<Item> = (0..HOST_SHARDS)
-            .map(|shard| {
-                HashMap::from([("pk".to_owned(), s(items::host_counts_pk(crawl_id, shard)))])
-            })
+        let keys = (0..HOST_SHARDS)
+            .map(|shard| items::host_counts_pk(crawl_id, shard))
             .collect();
-        let mut wanted = KeysAndAttributes::builder()
-            .set_keys(Some(keys))
-            .consistent_read(true)
-            .build()
-            .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
-        let mut found: Vec<Item> = Vec::new();
-        for attempt in 0..8u32 {
-            self.calls.record(Call::DynamoBatchGetItem);
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, wanted)
-                .send()
-                .await
-                .map_err(|e| map_err("BatchGetItem", e))?;
-            found.extend(
-                out.responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default(),
-            );
-            match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
-                Some(rest) if !rest.keys().is_empty() => {
-                    wanted = rest;
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-                _ => return items::host_counts_of(crawl_id, &found),
-            }
-        }
-        Err(StoreError::unavailable(
-            "BatchGetItem",
-            "unprocessed keys remain",
-        ))
+        let found = self.batch_get(keys, true).await?;
+        items::host_counts_of(crawl_id, &found)
     }
 
     /// One UpdateItem (1 write unit) that adds `n` and keeps the request's id beside the count

@@ -46,6 +46,7 @@ mod errors;
 mod expression;
 mod hosts;
 mod items;
+mod reports;
 pub mod schema;
 mod task_counts;
 mod tasks;
@@ -57,7 +58,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, Select, WriteRequest};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, KeysAndAttributes, PutRequest, ReturnValue, Select, WriteRequest,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +93,8 @@ pub struct DynamoStore {
     budget: Arc<PageBudget>,
     /// Task writes not yet added to their crawl's counts (`task_counts`).
     noted: Arc<task_counts::Deltas>,
+    /// This process's call reports (`reports`).
+    reporting: Arc<reports::Reporting>,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -126,7 +131,15 @@ impl DynamoStore {
             calls,
             budget: Arc::default(),
             noted: Arc::default(),
+            reporting: Arc::new(reports::Reporting::new(fastrand::u32(..))),
         }
+    }
+
+    /// This store as the process `reporter` (`trawl_domain::report`; drawn at random by
+    /// `new`): tests that need two processes on one report lane name them.
+    pub fn reporting_as(mut self, reporter: u32) -> Self {
+        self.reporting = Arc::new(reports::Reporting::new(reporter));
+        self
     }
 
     /// Status-index shards per status (a task's shard is a stable hash of its id).
@@ -532,7 +545,7 @@ impl DynamoStore {
 impl DynamoStore {
     /// Deletes up to 25 items by key, retrying unprocessed ones (bounded).
     async fn batch_delete(&self, keys: Vec<AttributeValue>) -> StoreResult<()> {
-        let mut requests = keys
+        let requests = keys
             .into_iter()
             .map(|pk| {
                 DeleteRequest::builder()
@@ -542,6 +555,29 @@ impl DynamoStore {
                     .map_err(|e| StoreError::backend("BatchWriteItem", e.to_string()).caused_by(e))
             })
             .collect::<StoreResult<Vec<_>>>()?;
+        self.batch_write(requests).await
+    }
+
+    /// Puts items, 25 a request, retrying unprocessed ones (bounded).
+    async fn batch_put(&self, items: Vec<Item>) -> StoreResult<()> {
+        let requests = items
+            .into_iter()
+            .map(|item| {
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map(|p| WriteRequest::builder().put_request(p).build())
+                    .map_err(|e| StoreError::backend("BatchWriteItem", e.to_string()).caused_by(e))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        for chunk in requests.chunks(25) {
+            self.batch_write(chunk.to_vec()).await?;
+        }
+        Ok(())
+    }
+
+    /// One BatchWriteItem of up to 25 requests, retrying unprocessed ones (bounded).
+    async fn batch_write(&self, mut requests: Vec<WriteRequest>) -> StoreResult<()> {
         for attempt in 0..8u32 {
             if requests.is_empty() {
                 return Ok(());
@@ -565,6 +601,47 @@ impl DynamoStore {
         Err(StoreError::unavailable(
             "BatchWriteItem",
             "unprocessed items remain",
+        ))
+    }
+
+    /// The items of up to 100 keys (absent ones are not returned), in one BatchGetItem,
+    /// retrying unprocessed keys (bounded).
+    async fn batch_get(&self, keys: Vec<String>, consistent: bool) -> StoreResult<Vec<Item>> {
+        let keys: Vec<Item> = keys
+            .into_iter()
+            .map(|pk| HashMap::from([("pk".to_owned(), s(pk))]))
+            .collect();
+        let mut wanted = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(consistent)
+            .build()
+            .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
+        let mut found: Vec<Item> = Vec::new();
+        for attempt in 0..8u32 {
+            self.calls.record(Call::DynamoBatchGetItem);
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, wanted)
+                .send()
+                .await
+                .map_err(|e| map_err("BatchGetItem", e))?;
+            found.extend(
+                out.responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default(),
+            );
+            match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                Some(rest) if !rest.keys().is_empty() => {
+                    wanted = rest;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+                _ => return Ok(found),
+            }
+        }
+        Err(StoreError::unavailable(
+            "BatchGetItem",
+            "unprocessed keys remain",
         ))
     }
 }

@@ -21,23 +21,15 @@ use trawl_domain::transition::{Change, Insert, Update};
 const BATCH_GET_KEYS: usize = 100;
 
 impl DynamoStore {
-    /// The task counts kept on the crawl item (`task_counts`), with this process's notes not yet
-    /// reported; None for a crawl created before them (or gone). A count below zero (a drift, healed at the next delivery) reads as 0.
+    /// The task counts kept on the crawl item and its report lanes (`task_counts`, `reports`:
+    /// one BatchGetItem), with this process's notes not yet reported; None for a crawl created before them (or gone). A count below zero (a drift, healed at the next delivery) reads as 0.
     async fn kept_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<StatusCounts>> {
-        self.calls.record(Call::DynamoGetItem);
-        let item = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(items::crawl_pk(crawl_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| map_err("GetItem", e))?
-            .item;
-        let Some(item) = item.filter(|i| i.contains_key(task_counts::COUNTED)) else {
+        let Some((item, lanes)) = self.crawl_with_lanes(crawl_id).await? else {
             return Ok(None);
         };
+        if !item.contains_key(task_counts::COUNTED) {
+            return Ok(None);
+        }
         let noted = self.noted.peek(crawl_id);
         let count = |status: Status| {
             let kept = item
@@ -45,7 +37,9 @@ impl DynamoStore {
                 .and_then(|v| v.as_n().ok())
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0);
-            let n = kept + noted.get(&status).copied().unwrap_or(0);
+            let n = kept
+                + lanes.tasks.get(&status).copied().unwrap_or(0)
+                + noted.get(&status).copied().unwrap_or(0);
             n.max(0) as u64
         };
         Ok(Some(

@@ -866,9 +866,14 @@ impl<P: Ports> Deliverer<P> {
             &to_json(&index)?,
         )
         .await?;
-        // The crawl's calls so far, this delivery's included (on a failed report: as read above).
-        if let Some(totals) = crate::calls::report(&self.store, &self.calls, crawl_id).await {
-            crawl.calls = totals;
+        // The crawl's calls so far, this delivery's included (on a failed report or read: as
+        // read above).
+        if crate::calls::report(&self.store, &self.calls, crawl_id).await {
+            match self.store.get_crawl(crawl_id).await {
+                Ok(Some(read)) => crawl.calls = read.calls,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "call totals not read for the summary"),
+            }
         }
         let files = index
             .files

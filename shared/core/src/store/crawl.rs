@@ -60,8 +60,21 @@ pub trait CrawlRecords: Send + Sync {
 
     fn remove_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// The calls one `apply_crawl` that adds calls is counted as, when this store counts its
-    /// calls (empty when it does not).
+    /// Persists a call report (`transition::add_calls`, a request, its own calls included):
+    /// true once it is applied (by this try, or an earlier one whose answer was lost), false
+    /// when there is no such crawl. A store whose reports have a place of their own writes
+    /// them there (DynamoDB: the crawl's report lanes, `trawl_domain::report`), and its
+    /// `read_crawl` counts them in the crawl's `calls`; by default, `apply_crawl`.
+    fn report_calls(
+        &self,
+        id: &CrawlId,
+        update: &CrawlUpdate,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        async move { Ok(self.apply_crawl(id, update).await?.is_done()) }
+    }
+
+    /// The calls one `report_calls` is counted as, when this store counts its calls (empty
+    /// when it does not).
     fn own_calls(&self) -> CallTally;
 
     /// This worker's page slots (`budget`), for a store shared by many workers: then page
@@ -172,24 +185,23 @@ pub trait CrawlStore: CrawlRecords {
     /// go back to the worker's chunk, and only the first reservation of a chunk writes.
     fn release_pages(&self, id: &CrawlId, n: u64) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write, and returns
-    /// the totals after it. The write's own calls are part of the add (`CrawlRecords::own_calls`),
-    /// so reporting costs nothing unaccounted. `NoSuchCrawl` when the crawl does not exist (the
-    /// write never creates one).
+    /// Adds `share` to the crawl's call totals (`Crawl::calls`) in one atomic write
+    /// (`CrawlRecords::report_calls`). The write's own calls are part of the add
+    /// (`CrawlRecords::own_calls`), so reporting costs nothing unaccounted. `NoSuchCrawl` when
+    /// the crawl does not exist (the write never creates one).
     ///
     /// Cost: one write per report (`crate::calls::report`). The crawler reports once per batch
     /// and crawl: a Lambda batch holds up to 10 messages, so at least 0.1 write per URL, more
     /// when batches run short. Per crawl, not per URL: the seeder once per invocation, the
     /// sweeper once per crawl it sweeps (twice when it completes one), the deliverer twice per
     /// delivery. It is a request (tried again with its id when its answer is lost, added once):
-    /// on DynamoDB one TransactWriteItems of the crawl item (2-4 WRU, twice an UpdateItem's
-    /// 1-2: the item holds the config; nothing the status index projects changes), then a
-    /// strongly consistent GetItem of the totals (1 RCU).
+    /// on DynamoDB one UpdateItem of one of the crawl's 32 report lanes (1 WRU: a lane holds
+    /// counts and a few entries; `trawl_domain::report`), no read.
     fn add_calls(
         &self,
         id: &CrawlId,
         share: &CallTally,
-    ) -> impl Future<Output = StoreResult<CallTally>> + Send;
+    ) -> impl Future<Output = StoreResult<()>> + Send;
 
     fn delete_crawl(&self, id: &CrawlId) -> impl Future<Output = StoreResult<()>> + Send;
 }
@@ -293,17 +305,21 @@ impl<R: CrawlRecords> CrawlStore for R {
         }
     }
 
-    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<CallTally> {
+    async fn add_calls(&self, id: &CrawlId, share: &CallTally) -> StoreResult<()> {
         let mut share = share.clone();
         for (call, n) in self.own_calls() {
             *share.entry(call).or_default() += n;
         }
         let update = transition::add_calls(&share, RequestId(fastrand::u64(..)));
-        match apply_request(self, id, &update, "add the calls").await? {
-            Applied::Done { before } => Ok(update.changes.apply(&before).calls),
-            Applied::Landed { current } => Ok(current.calls),
+        let retries = AtomicU64::new(0);
+        let applied = persist("add the calls", &Backoff::BRIEF, &retries, || {
+            self.report_calls(id, &update)
+        })
+        .await?;
+        match applied {
+            true => Ok(()),
             // The crawl is gone: its calls, this one included, go with it.
-            Applied::Refused { .. } => Err(StoreError::NoSuchCrawl(id.clone())),
+            false => Err(StoreError::NoSuchCrawl(id.clone())),
         }
     }
 

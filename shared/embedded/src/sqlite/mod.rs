@@ -1064,7 +1064,7 @@ mod tests {
         let store = SqliteStore::open(dir.db(), Arc::clone(&calls)).unwrap();
         let id = CrawlId::parse("c").unwrap();
         let share = CallTally::from([(Call::S3PutObject, 2)]);
-        let totals = store.add_calls(&id, &share).await.unwrap();
+        store.add_calls(&id, &share).await.unwrap();
 
         // THEN the file is at the current version and the crawl has the calls (the add's own
         // write included)
@@ -1074,7 +1074,6 @@ mod tests {
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         let expected = CallTally::from([(Call::S3PutObject, 2), (Call::SqliteWrite, 1)]);
-        assert_eq!(totals, expected);
         let crawl = store.get_crawl(&id).await.unwrap().unwrap();
         assert_eq!((crawl.calls, crawl.checkpoint), (expected, None));
         assert!(store.set_checkpoint(&id, Some("since")).await.unwrap());

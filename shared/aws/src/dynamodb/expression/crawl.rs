@@ -81,13 +81,55 @@ impl Expression {
     }
 
     /// `changes` as an update expression on a crawl item; None when they change nothing.
-    /// `changes` as an update expression, with `noted` (changes of task counts this process
-    /// noted, `task_counts`) added to the counts.
+    /// `noted` (changes of task counts this process noted, `task_counts`) is added to the
+    /// counts; counts set are set less what the crawl's report lanes hold (`lanes`), so that
+    /// the item's and the lanes' add up to them.
     pub(crate) fn crawl_update(
         &mut self,
         changes: &CrawlChanges,
         noted: &BTreeMap<Status, i64>,
+        lanes: &BTreeMap<Status, i64>,
     ) -> StoreResult<Option<String>> {
+        let (set, remove, add) = self.crawl_parts(changes, noted, lanes)?;
+        let update = clauses(set, remove, add);
+        Ok((!update.is_empty()).then_some(update))
+    }
+
+    /// A call report on a report lane (`reports`): the condition and the update. It adds the
+    /// report's counts (`changes`, `noted`), sets the reporter's entry (`entry`: attribute and
+    /// value) and removes entries seen stale; on condition that the lane exists and the entry
+    /// stored does not hold the request (`needle`).
+    pub(crate) fn report(
+        &mut self,
+        changes: &CrawlChanges,
+        noted: &BTreeMap<Status, i64>,
+        (attribute, entry): (&str, String),
+        needle: String,
+        stale: &[String],
+    ) -> StoreResult<(String, String)> {
+        let (mut set, mut remove, add) = self.crawl_parts(changes, noted, &BTreeMap::new())?;
+        // Entry names hold ':', which no placeholder may: numbered ones stand for them.
+        self.names.insert("#entry".to_owned(), attribute.to_owned());
+        let value = self.value("entry", s(entry));
+        set.push(format!("#entry = {value}"));
+        for (i, name) in stale.iter().enumerate() {
+            let placeholder = format!("#stale{i}");
+            self.names.insert(placeholder.clone(), name.clone());
+            remove.push(placeholder);
+        }
+        let needle = self.value("needle", s(needle));
+        let condition = format!(
+            "attribute_exists(pk) AND (attribute_not_exists(#entry) OR NOT contains(#entry, {needle}))"
+        );
+        Ok((condition, clauses(set, remove, add)))
+    }
+
+    fn crawl_parts(
+        &mut self,
+        changes: &CrawlChanges,
+        noted: &BTreeMap<Status, i64>,
+        lanes: &BTreeMap<Status, i64>,
+    ) -> StoreResult<(Vec<String>, Vec<String>, Vec<String>)> {
         let mut set: Vec<String> = Vec::new();
         let mut remove: Vec<String> = Vec::new();
         let mut add: Vec<String> = Vec::new();
@@ -209,7 +251,9 @@ impl Expression {
         if let Some(counts) = &changes.task_counts {
             for status in Status::ALL {
                 let name = task_counts::attribute(status);
-                let count = counts.get(&status).copied().unwrap_or(0);
+                let count = i64::try_from(counts.get(&status).copied().unwrap_or(0))
+                    .unwrap_or(i64::MAX)
+                    .saturating_sub(lanes.get(&status).copied().unwrap_or(0));
                 set.push(format!(
                     "{} = {}",
                     self.name(&name),
@@ -225,7 +269,6 @@ impl Expression {
                 self.value(&name, n(delta))
             ));
         }
-        let update = clauses(set, remove, add);
-        Ok((!update.is_empty()).then_some(update))
+        Ok((set, remove, add))
     }
 }
