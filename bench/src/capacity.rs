@@ -392,6 +392,13 @@ async fn link_figures(figures: &mut Vec<Figure>, quick: bool) -> BenchResult<()>
     Ok(())
 }
 
+/// The link-following crawl and the host-creation burst alone (`--only capacity-links`).
+pub async fn run_links(quick: bool) -> BenchResult<Vec<Figure>> {
+    let mut figures = Vec::new();
+    link_figures(&mut figures, quick).await?;
+    Ok(figures)
+}
+
 pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let (urls, hosts) = if quick {
         (100_000, 1_000)

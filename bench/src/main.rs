@@ -76,6 +76,9 @@ enum Section {
     Handlers,
     Frontier,
     Capacity,
+    /// Only the capacity simulator's link-following crawl and host-creation burst (part of
+    /// `capacity`).
+    CapacityLinks,
     /// Link discovery with many crawler containers (moto).
     Links,
     /// A fast host beside slow ones in one batch.
@@ -376,6 +379,12 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Capacity) {
         eprintln!("capacity simulation …");
         match capacity::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "capacity simulation", e),
+        }
+    } else if args.only.contains(&Section::CapacityLinks) {
+        eprintln!("capacity simulation, following links …");
+        match capacity::run_links(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "capacity simulation", e),
         }

@@ -10,8 +10,11 @@
 //!
 //! How long a store remembers: at least [`REQUEST_WINDOW_MS`] after a request's first try — the
 //! window DynamoDB keeps a TransactWriteItems' `ClientRequestToken` (its adapter sends the id as
-//! that token for page slots and call reports; SQLite and the in-memory store keep the ids they
-//! applied for as long). One exception, for cost: on DynamoDB an offer to a host, the most
+//! that token for page slots; SQLite and the in-memory store keep the ids they applied for as
+//! long). Call reports on DynamoDB are one UpdateItem of a report lane that keeps each
+//! process's recent request ids (`crate::report`: exact whoever reports meanwhile; a retry is
+//! recognised while fewer than 4 later reports of its process have landed). One exception, for
+//! cost: on DynamoDB an offer to a host, the most
 //! frequent of these writes, keeps only its host's last offer's id beside the count (one
 //! UpdateItem, not a transaction and a read): its own retry changes nothing, but another offer
 //! landing between a lost answer and the retry lets the retry add again. Such an over-count of

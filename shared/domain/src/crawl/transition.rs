@@ -27,7 +27,9 @@
 //!
 //! `reserve_pages` and `add_calls` add to counters and may be tried again after their answer was
 //! lost: each carries its caller's [`RequestId`] (`CrawlUpdate::request`), and a store applies a
-//! request at most once (`crate::request`).
+//! request at most once (`crate::request`). A store may write `add_calls` apart from the crawl
+//! record (`CrawlRecords::report_calls`; DynamoDB: the crawl's report lanes, `crate::report`),
+//! its calls then read back with the crawl.
 //!
 //! Invariants (`transition/tests.rs` checks them over random sequences):
 //! - the state moves running → completed only by `complete` and back only by `reopen`, and a
