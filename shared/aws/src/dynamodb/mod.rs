@@ -6,8 +6,9 @@
 //! - a host record is `pk = {crawl_id}#host#{name}`;
 //! - the crawl's host counts (`HostStore::host_counts`) are `pk = {crawl_id}#hostcounts#{shard}`,
 //!   one item per shard of the host list (`host::HOST_SHARDS`), added to by the host writes
-//!   that change them, in one TransactWriteItems with the host record (a task id is 32 hex
-//!   digits, so none of these keys collide).
+//!   that change them, in one TransactWriteItems with the host record;
+//! - the crawl's report lanes are `pk = {crawl_id}#calls#{lane}`, 32 items that take the call
+//!   reports (`reports`; a task id is 32 hex digits, so none of these keys collide).
 //!
 //! The GSI `status-index` (hash `gsi_pk`, range `updated`) lists failed, gone and ignored
 //! tasks without a scan: a task's `gsi_pk` is `{crawl_id}#{status code}#{shard}`, the shard a
