@@ -614,7 +614,9 @@ async fn contention(
 }
 
 pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsResult)> {
-    let client = reqwest::Client::new();
+    let client = trawl_core::fetch::http_client()
+        .build()
+        .step("http client")?;
     let moto = Moto::start(true)?;
     eprintln!(
         "  AWS calls: fresh crawl, unchanged and changed recrawls, failing URL ({} pages)",
