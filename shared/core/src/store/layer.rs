@@ -229,6 +229,8 @@ impl<S, L> Layered<S, L> {
 
 impl<S, L: Layer> Layered<S, L> {
     /// `call` made by `inner`, with the layer around it; `outcome` shows the answer to `after`.
+    /// `inner` is a closure: the call must not start (an adapter may start work when the call
+    /// is made, before its future is polled) unless `before` lets it through.
     async fn around<T, F: Future<Output = StoreResult<T>>>(
         &self,
         call: Call<'_>,
