@@ -24,9 +24,11 @@ fmt-check:
 ## checks, the tests (which run `trawl --backend aws` against moto) and the bench build it.
 CLI_AWS := --features trawl/aws
 
+## Both CLI builds are linted, each over the whole workspace so that dependencies resolve the same
+## features both times and only the crates that depend on the CLI are checked again.
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
-	cargo clippy -p trawl --all-targets $(CLI_AWS) -- -D warnings
+	cargo clippy --workspace --all-targets $(CLI_AWS) -- -D warnings
 
 ## The CLI tests run the `trawl` binary itself, which `cargo test` does not build. Built with the
 ## test build's selection (the workspace, all targets, the same features), so that both resolve

@@ -477,10 +477,10 @@ async fn a_turn_claim_whose_answer_was_lost_is_recognised_and_the_turn_runs_at_o
     let site = volatile_tree(3).await;
     let calls = Arc::new(CallCounts::default());
     let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
-    let store = FaultyStore {
-        inner: SqliteStore::in_memory(calls.clone()).unwrap(),
-        faults: faults.clone(),
-    };
+    let store = FaultyStore::new(
+        SqliteStore::in_memory(calls.clone()).unwrap(),
+        faults.clone(),
+    );
     let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
     let mut config = trawl_domain::crawl::CrawlConfig::default();
     config.fetch.allow_private_networks = true;
@@ -533,10 +533,10 @@ async fn a_completion_whose_answer_was_lost_still_sends_its_delivery_notice() {
     // answers an error, as a write whose response was lost
     let calls = Arc::new(CallCounts::default());
     let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
-    let store = FaultyStore {
-        inner: SqliteStore::in_memory(calls.clone()).unwrap(),
-        faults: faults.clone(),
-    };
+    let store = FaultyStore::new(
+        SqliteStore::in_memory(calls.clone()).unwrap(),
+        faults.clone(),
+    );
     let crawl = Crawl::new(
         CrawlId::parse("lost-completion").unwrap(),
         trawl_domain::crawl::CrawlConfig::default(),
@@ -582,10 +582,7 @@ async fn a_lost_answer_then_a_retry_counts_once<S: trawl_core::app::Store>(inner
     // GIVEN a crawl limited to 10 pages, one URL of a host seeded, on a store that loses the
     // answer of the next write of each add
     let faults = Arc::new(PortFaults::new(SEED, PortMix::default(), CrashMode::Halt));
-    let store = FaultyStore {
-        inner,
-        faults: faults.clone(),
-    };
+    let store = FaultyStore::new(inner, faults.clone());
     let mut config = trawl_domain::crawl::CrawlConfig::default();
     config.scope.max_pages = Some(10);
     let crawl = Crawl::new(CrawlId::parse(&unique("lost")).unwrap(), config, now_ms());

@@ -525,10 +525,7 @@ where
         crash: 0.0,
     };
     let faults = Arc::new(PortFaults::new(0, none, CrashMode::Halt));
-    let faulty = FaultyStore {
-        inner: store,
-        faults: faults.clone(),
-    };
+    let faulty = FaultyStore::new(store, faults.clone());
     faults.crash_after("finish", 1);
     let (_turn, lease) = take_turn(&faulty, &crawl, "crashing", T0 + 20).await;
     let worker = succeed_leased(&faulty, &crawl, &lease, T0 + 20);

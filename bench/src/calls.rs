@@ -30,7 +30,7 @@ use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, StorageLayout};
 use trawl_domain::task::{NewTask, Status, now_ms};
-use trawl_faults::meter::{Metered, WriteMeter, WriteTally};
+use trawl_faults::meter::{Metered, WriteMeter, WriteTally, metered};
 
 const SECTION: &str = "AWS calls";
 /// Concurrent workers in the contention measurement.
@@ -136,8 +136,8 @@ async fn new_crawler(stack: Stack, id: &str, config: CrawlConfig) -> BenchResult
         .step("create crawl")?;
     let calls = stack.calls.clone();
     let probe = stack.probe;
-    let store = Metered::new(stack.store, probe.clone(), probe.shards());
-    let meter = store.meter();
+    let store = metered(stack.store, probe.clone(), probe.shards());
+    let meter = store.layer.meter();
     let clock = SkewedClock::default();
     let crawler = Crawler::new(
         Arc::new(
@@ -614,7 +614,9 @@ async fn contention(
 }
 
 pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsResult)> {
-    let client = reqwest::Client::new();
+    let client = trawl_core::fetch::http_client()
+        .build()
+        .step("http client")?;
     let moto = Moto::start(true)?;
     eprintln!(
         "  AWS calls: fresh crawl, unchanged and changed recrawls, failing URL ({} pages)",

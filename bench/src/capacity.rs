@@ -39,7 +39,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::host::Turn;
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
-use trawl_faults::meter::{KeyUnits, Metered, TABLE_KEYS};
+use trawl_faults::meter::{KeyUnits, Metered, TABLE_KEYS, metered};
 
 mod graph;
 mod links;
@@ -128,6 +128,7 @@ impl Replay {
         if second != self.second {
             let keys = self
                 .store
+                .layer
                 .meter()
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -153,7 +154,7 @@ struct StoreRun {
 
 async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> {
     let memory = MemoryStore::new();
-    let store = Metered::new(memory.clone(), memory, SHARDS);
+    let store = metered(memory.clone(), memory, SHARDS);
     let crawl = Crawl::new(
         CrawlId::parse("capacity").step("crawl id")?,
         CrawlConfig::default(),

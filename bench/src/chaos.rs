@@ -78,7 +78,9 @@ pub async fn run(quick: bool, cli: &Path) -> BenchResult<Vec<Figure>> {
     let dir = TempDir::new("chaos")?;
     let config = dir.0.join("config.json");
     std::fs::write(&config, CONFIG).step("write the crawl config")?;
-    let client = reqwest::Client::new();
+    let client = trawl_core::fetch::http_client()
+        .build()
+        .step("http client")?;
     let started = Instant::now();
     let mut runs = Runs::default();
     let mut kills_ms = Vec::new();

@@ -161,7 +161,11 @@ async fn measure(pages: usize) -> BenchResult<Measured> {
         .map_err(|e| check("Lambda chaos run", e))?;
     let faults = proxy.counts();
     let served = site
-        .stats(&reqwest::Client::new())
+        .stats(
+            &trawl_core::fetch::http_client()
+                .build()
+                .step("http client")?,
+        )
         .await
         .step("site stats")?;
     let audit = audit(&store, &blobs, &Layout::default(), &crawl)

@@ -110,7 +110,9 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     // that each crashing run is likely to end at one.
     let left = pages as f64 * (1.0 - KILL_AT[KILL_AT.len() - 1]);
     let crash = 2.0 / (3.0 * left);
-    let client = reqwest::Client::new();
+    let client = trawl_core::fetch::http_client()
+        .build()
+        .step("http client")?;
     let started = Instant::now();
     let mut ends = Ends::default();
     let mut summary = None;

@@ -4,6 +4,7 @@
 //! not inflate it; then the local crawl (section 1's core crawler) with and without the
 //! extractor, CPU per page compared, with the data on tmpfs and on disk.
 
+use crate::error::Context;
 use crate::error::{BenchResult, check};
 use crate::local::{self, CrawlOnce};
 use crate::report::Figure;
@@ -128,7 +129,9 @@ pub async fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
         .collect();
     // The crawl itself, with and without the extractor: on tmpfs (CPU alone), then on disk.
     let site = Site::start(pages)?;
-    let client = reqwest::Client::new();
+    let client = trawl_core::fetch::http_client()
+        .build()
+        .step("http client")?;
     let tmpfs = Some(PathBuf::from(local::TMPFS))
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);

@@ -368,7 +368,7 @@ pub async fn run(
     scrapy: Option<&Path>,
 ) -> BenchResult<Vec<Figure>> {
     let site = Site::start(pages)?;
-    let client = reqwest::Client::builder()
+    let client = trawl_core::fetch::http_client()
         .pool_max_idle_per_host(PER_HOST as usize)
         .build()
         .step("http client")?;

@@ -8,7 +8,7 @@
 //! fetched a week ago with a recrawl due now, and every host is idle with its wake-up time
 //! passed, so every host needs a turn. The real sweeper sweeps it once, with the deployed
 //! schedule's budget (`events/sweeper-schedule.json`), on the in-memory store and queue behind
-//! modelled round trips (`latency::Latent`: DynamoDB and SQS requests take as long as stated
+//! modelled round trips (`latency::Latency`: DynamoDB and SQS requests take as long as stated
 //! below, made as the AWS adapters make them): hosts woken, the due tasks their turns cover
 //! (each woken host's turns fetch every due page of the host), requests, time; and from its
 //! rate, the hosts one sweep per 5-minute tick visits, and how long a visit of a billion-URL
@@ -16,7 +16,7 @@
 
 use crate::error::{BenchResult, Context, check};
 use crate::frontier::Workload;
-use crate::latency::Latent;
+use crate::latency::{Latency, Latent, LatentStore};
 use crate::local::TempDir;
 use crate::moto::{Moto, clients};
 use crate::report::Figure;
@@ -254,7 +254,7 @@ async fn sweep_due(
     recrawl: &Recrawl,
     mut budget: SweepBudget,
 ) -> BenchResult<DueWork> {
-    let store = Latent::new(memory.clone(), DYNAMODB_ROUND_TRIP);
+    let store = LatentStore::new(memory.clone(), Latency::new(DYNAMODB_ROUND_TRIP));
     let local = LocalQueue::new(Duration::from_secs(60), Arc::new(CallCounts::default()));
     let queue = Latent::new(local, SQS_ROUND_TRIP);
     let app = App::new(store, Unwired, queue, Arc::new(CallCounts::default()));
@@ -267,7 +267,7 @@ async fn sweep_due(
         .await
         .step("sweep")?;
     let secs = started.elapsed().as_secs_f64();
-    let requests = store.take_requests() + queue.take_requests();
+    let requests = store.layer.take_requests() + queue.take_requests();
     // The woken hosts' turns, as the crawler would receive them: their due work.
     let mut tasks_covered = 0;
     let mut woken = 0;

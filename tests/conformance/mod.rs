@@ -1,6 +1,7 @@
 //! One conformance suite, run against every backend: DynamoDB (through the real SDK, on moto),
-//! SQLite (the embedded backend) and the in-memory store. Each case is written once, generic
-//! over the ports, and checks the whole task against the domain after every transition.
+//! SQLite (the embedded backend) and the in-memory store (also through the generic layered
+//! store that every store wrapper is). Each case is written once, generic over the ports, and
+//! checks the whole task against the domain after every transition.
 //!
 //! The suite is one list ([`suite!`]), generated per backend: a backend runs every case of it,
 //! and one it does not run is written there as skipped on it, with the reason (`cargo test`
@@ -76,6 +77,9 @@ macro_rules! sqlite {
 macro_rules! dynamodb {
     ($($case:ident [$($flag:tt)*]),* $(,)?) => { $( case!(dynamodb, $case, Plain, [], [$($flag)*]); )* };
 }
+macro_rules! layered {
+    ($($case:ident [$($flag:tt)*]),* $(,)?) => { $( case!(layered, $case, Plain, [], [$($flag)*]); )* };
+}
 
 /// One case on one backend: its flags read one by one (its kind, and the reason it is
 /// skipped there, if it is), then the test.
@@ -107,6 +111,9 @@ macro_rules! case {
     (dynamodb, $case:ident, $kind:ident, $skip:tt, [skip(dynamodb, $why:literal) $($rest:tt)*]) => {
         case!(dynamodb, $case, $kind, [$why], [$($rest)*]);
     };
+    (layered, $case:ident, $kind:ident, $skip:tt, [skip(layered, $why:literal) $($rest:tt)*]) => {
+        case!(layered, $case, $kind, [$why], [$($rest)*]);
+    };
     // Skipped on another backend.
     ($backend:ident, $case:ident, $kind:ident, $skip:tt, [skip($other:ident, $why:literal) $($rest:tt)*]) => {
         case!($backend, $case, $kind, $skip, [$($rest)*]);
@@ -123,6 +130,20 @@ mod memory {
     }
 
     suite!(memory);
+}
+
+/// The in-memory store through a layer that does nothing (`trawl_core::store::layer`): the
+/// generic layered store forwards every call, as each wrapper (meter, faults, latency) relies on.
+mod layered {
+    use super::*;
+    use trawl_core::store::layer::{Layered, NoLayer};
+    use trawl_core::store::memory::MemoryStore;
+
+    async fn store(_: Kind) -> Layered<MemoryStore, NoLayer> {
+        Layered::new(MemoryStore::new(), NoLayer)
+    }
+
+    suite!(layered);
 }
 
 /// The embedded backend (SQLite serialises writers itself).

@@ -36,7 +36,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, HostRule};
 use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection};
 use trawl_domain::task::{FetchRecord, Millis, NewTask};
-use trawl_faults::meter::Metered;
+use trawl_faults::meter::metered;
 
 /// Home pages the crawl is seeded with (of the most popular hosts).
 const SEEDS: usize = 100;
@@ -381,7 +381,7 @@ fn config() -> CrawlConfig {
 
 async fn new_replay(name: &str) -> BenchResult<Replay> {
     let memory = MemoryStore::new();
-    let store = Metered::new(memory.clone(), memory, SHARDS);
+    let store = metered(memory.clone(), memory, SHARDS);
     let crawl = Crawl::new(CrawlId::parse(name).step("crawl id")?, config(), 0);
     store.create_crawl(&crawl).await.step("create crawl")?;
     Ok(Replay {
@@ -447,7 +447,7 @@ pub async fn crawl(graph: &LinkGraph, workers: usize, rate: f64) -> BenchResult<
     };
     sim.run().await?;
     let report_units = {
-        let meter = sim.replay.store.meter();
+        let meter = sim.replay.store.layer.meter();
         let meter = meter.lock().unwrap_or_else(PoisonError::into_inner);
         meter
             .by_operation()

@@ -199,7 +199,7 @@ impl FaultProxy {
         // No decompression, no proxy of its own: bytes pass through as they are. One connection
         // per request: a single-threaded moto serves one connection at a time, and would wait
         // on an idle pooled one while the next request queues on another.
-        let client = reqwest::Client::builder()
+        let client = trawl_core::fetch::http_client()
             .pool_max_idle_per_host(0)
             .no_proxy()
             .no_gzip()
@@ -441,7 +441,7 @@ mod tests {
             queue_upstream: None,
             seed,
             mix: Mutex::new(mix),
-            client: reqwest::Client::new(),
+            client: trawl_core::fetch::http_client().build().unwrap(),
             next: AtomicU64::new(0),
             injected: Default::default(),
         }

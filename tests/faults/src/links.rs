@@ -8,7 +8,7 @@
 //! (a turn claim or hand-back that lost to another write of its record).
 
 use crate::hosts_site::{HostsSite, Pages};
-use crate::meter::{Metered, WriteMeter, WriteTally};
+use crate::meter::{Metered, WriteMeter, WriteTally, metered};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -155,8 +155,8 @@ pub async fn run_links(stack: LinkStack, plan: LinkPlan, id: &str) -> Result<Lin
         .create_crawl(&crawl)
         .await
         .map_err(|e| e.to_string())?;
-    let store = Metered::new(stack.store, stack.probe.clone(), stack.probe.shards());
-    let meter = store.meter();
+    let store = metered(stack.store, stack.probe.clone(), stack.probe.shards());
+    let meter = store.layer.meter();
     let fetcher = Arc::new(Fetcher::new("").map_err(|e| e.to_string())?);
     let app = Arc::new(App::new(
         store.clone(),

@@ -42,10 +42,7 @@ pub async fn crawl_to_delivery(
 ) -> Result<(DeliveryReport, u64), String> {
     let calls = Arc::new(CallCounts::default());
     let sqlite = SqliteStore::open(dir.join(DB_FILE), calls.clone()).map_err(|e| e.to_string())?;
-    let store = FaultyStore {
-        inner: sqlite,
-        faults: faults.clone(),
-    };
+    let store = FaultyStore::new(sqlite, faults.clone());
     let blobs = FaultyBlobs {
         inner: FsBlobStore::new(dir.join(OBJECTS_DIR), calls.clone()),
         faults,

@@ -1,7 +1,8 @@
 //! Faults at the ports, for the embedded backend (SQLite + files), where no HTTP runs between
-//! trawl and its storage: [`FaultyStore`] and [`FaultyBlobs`] wrap the real adapters and, per
-//! call, answer a retryable error without calling through, add latency, or crash the process at
-//! one of three points: after a claim was written, after a body was PUT, before a finish.
+//! trawl and its storage: [`FaultyStore`] (the faults as a layer around the store's calls,
+//! `trawl_core::store::layer`) and [`FaultyBlobs`] wrap the real adapters and, per call,
+//! answer a retryable error without calling through, add latency, or crash the process at one
+//! of three points: after a claim was written, after a body was PUT, before a finish.
 //!
 //! As with the proxy, the fate of a call depends only on the seed and the call's number, so a
 //! run with the same seed and the same order of calls meets the same faults. A crash either
@@ -12,24 +13,15 @@
 use crate::splitmix64;
 use bytes::Bytes;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use trawl_core::blob::{
     Appended, BlobError, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta,
 };
-use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{
-    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
-    StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
-};
-use trawl_domain::calls::CallTally;
-use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::crawl::transition::CrawlUpdate;
-use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::host::Host;
-use trawl_domain::request::RequestId;
-use trawl_domain::task::Task;
-use trawl_domain::transition::{Event, Insert, Update};
+use trawl_core::store::layer::{Call, Layer, Layered, Outcome};
+use trawl_core::store::{StoreError, StoreResult};
+use trawl_domain::transition::Event;
 
 /// The shares of port calls that meet a fault (each in 0..=1).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -205,21 +197,21 @@ impl PortFaults {
             .insert(operation, n);
     }
 
-    /// The answer of an applied write of `operation`, unless it is to be lost.
-    fn answer<T>(&self, operation: &'static str, written: StoreResult<T>) -> StoreResult<T> {
+    /// After an applied write of `operation`: its answer lost, when one is to be.
+    fn lose_answer(&self, operation: &'static str) -> StoreResult<()> {
         let mut to_lose = self
             .answers_to_lose
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match to_lose.get_mut(operation) {
-            Some(n) if *n > 0 && written.is_ok() => {
+            Some(n) if *n > 0 => {
                 *n -= 1;
                 Err(StoreError::unavailable(
                     operation,
                     "answer lost (trawl-faults)",
                 ))
             }
-            _ => written,
+            _ => Ok(()),
         }
     }
 
@@ -267,7 +259,7 @@ impl PortFaults {
     }
 
     /// Before a call: an error to answer instead (the message), or after a pause, nothing.
-    async fn before(&self) -> Result<(), String> {
+    async fn fault(&self) -> Result<(), String> {
         match self.fate(false) {
             Fate::Error => {
                 self.count(PortFault::Error);
@@ -308,193 +300,56 @@ impl PortFaults {
         }
     }
 
-    async fn store_call(&self, operation: &'static str) -> StoreResult<()> {
-        self.before()
-            .await
-            .map_err(|message| StoreError::unavailable(operation, message))
-    }
-
     async fn blob_call(&self, operation: &'static str, key: &str) -> BlobResult<()> {
-        self.before()
+        self.fault()
             .await
             .map_err(|message| BlobError::unavailable(operation, key, message))
     }
 }
 
-/// A status store whose calls meet [`PortFaults`].
-pub struct FaultyStore<S> {
-    pub inner: S,
-    pub faults: std::sync::Arc<PortFaults>,
-}
+/// A status store whose calls meet [`PortFaults`] (a layer: `FaultyStore::new(inner, faults)`).
+pub type FaultyStore<S> = Layered<S, Arc<PortFaults>>;
 
 /// An object store whose calls meet [`PortFaults`].
 pub struct FaultyBlobs<B> {
     pub inner: B,
-    pub faults: std::sync::Arc<PortFaults>,
+    pub faults: Arc<PortFaults>,
 }
 
-impl<S: CrawlRecords> CrawlRecords for FaultyStore<S> {
-    async fn insert_crawl(&self, crawl: &Crawl) -> StoreResult<(Crawl, bool)> {
-        self.faults.store_call("create_crawl").await?;
-        self.inner.insert_crawl(crawl).await
-    }
+/// A finish may crash just before its write, a claim just after it; a task write may crash the
+/// worker at a targeted point (`PortFaults::crash_after`), and a write lose its answer
+/// (`PortFaults::lose_answers`, by the operation's name).
+impl Layer for PortFaults {
+    type Before = ();
 
-    async fn read_crawl(&self, id: &CrawlId) -> StoreResult<Option<Crawl>> {
-        self.faults.store_call("get_crawl").await?;
-        self.inner.read_crawl(id).await
-    }
-
-    async fn query_crawls(&self, state: Option<CrawlState>) -> StoreResult<Vec<Crawl>> {
-        self.faults.store_call("list_crawls").await?;
-        self.inner.query_crawls(state).await
-    }
-
-    async fn apply_crawl(&self, id: &CrawlId, update: &CrawlUpdate) -> StoreResult<Applied<Crawl>> {
-        let operation = update.event.name();
-        self.faults.store_call(operation).await?;
-        let written = self.inner.apply_crawl(id, update).await;
-        self.faults.answer(operation, written)
-    }
-
-    async fn remove_crawl(&self, id: &CrawlId) -> StoreResult<()> {
-        self.faults.store_call("delete_crawl").await?;
-        self.inner.remove_crawl(id).await
-    }
-
-    fn own_calls(&self) -> CallTally {
-        self.inner.own_calls()
-    }
-
-    fn page_budget(&self) -> Option<&PageBudget> {
-        self.inner.page_budget()
-    }
-}
-
-impl<S: TaskRecords> TaskRecords for FaultyStore<S> {
-    const IN_TURN_CLAIMS: InTurnClaims = S::IN_TURN_CLAIMS;
-
-    async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
-        self.faults.store_call("seed").await?;
-        self.inner.insert(tasks).await
-    }
-
-    async fn get(&self, crawl_id: &CrawlId, task_id: &TaskId) -> StoreResult<Option<Task>> {
-        self.faults.store_call("get").await?;
-        self.inner.get(crawl_id, task_id).await
-    }
-
-    async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
-        self.faults.store_call("known").await?;
-        self.inner.known(crawl_id, ids).await
-    }
-
-    /// A finish may crash just before its write, a claim just after it; any write may lose
-    /// its answer (`PortFaults::lose_answers`, by the update's event).
-    async fn apply(
-        &self,
-        crawl_id: &CrawlId,
-        task_id: &TaskId,
-        update: &Update,
-    ) -> StoreResult<Applied<Task>> {
-        if update.event == Event::Finish {
-            self.faults.crash_point(PortFault::CrashBeforeFinish).await;
+    async fn before(&self, call: &Call<'_>) -> StoreResult<()> {
+        if let Call::Apply { update, .. } = call
+            && update.event == Event::Finish
+        {
+            self.crash_point(PortFault::CrashBeforeFinish).await;
         }
-        let operation = update.event.name();
-        self.faults.store_call(operation).await?;
-        let applied = self.inner.apply(crawl_id, task_id, update).await;
-        let claimed = matches!(update.event, Event::Claim | Event::ClaimInTurn);
-        if claimed && applied.as_ref().is_ok_and(Applied::is_done) {
-            self.faults.crash_point(PortFault::CrashAfterClaim).await;
+        self.fault()
+            .await
+            .map_err(|message| StoreError::unavailable(call.name(), message))
+    }
+
+    async fn after(&self, call: &Call<'_>, (): (), outcome: Outcome<'_>) -> StoreResult<()> {
+        if let (Call::Apply { update, .. }, Outcome::Task(applied)) = (call, outcome)
+            && applied.is_done()
+        {
+            if matches!(update.event, Event::Claim | Event::ClaimInTurn) {
+                self.crash_point(PortFault::CrashAfterClaim).await;
+            }
+            self.after_write(call.name()).await;
         }
-        if applied.as_ref().is_ok_and(Applied::is_done) {
-            self.faults.after_write(operation).await;
+        match call {
+            Call::Apply { .. }
+            | Call::ApplyCrawl { .. }
+            | Call::ReportCalls { .. }
+            | Call::PutHost { .. }
+            | Call::AddSeeded { .. } => self.lose_answer(call.name()),
+            _ => Ok(()),
         }
-        self.faults.answer(operation, applied)
-    }
-
-    async fn due_tasks(
-        &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TaskSummary>> {
-        self.faults.store_call("due_tasks").await?;
-        self.inner.due_tasks(crawl_id, host, limit).await
-    }
-
-    async fn query(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
-        self.faults.store_call("query").await?;
-        self.inner.query(query).await
-    }
-
-    async fn counts(&self, crawl_id: &CrawlId) -> StoreResult<StatusCounts> {
-        self.faults.store_call("counts").await?;
-        self.inner.counts(crawl_id).await
-    }
-
-    async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        self.faults.store_call("delete_tasks").await?;
-        self.inner.delete_tasks(crawl_id).await
-    }
-}
-
-impl<S: HostStore> HostStore for FaultyStore<S> {
-    async fn get_host(&self, crawl_id: &CrawlId, name: &str) -> StoreResult<Option<Host>> {
-        self.faults.store_call("get_host").await?;
-        self.inner.get_host(crawl_id, name).await
-    }
-
-    async fn put_host(
-        &self,
-        crawl_id: &CrawlId,
-        host: &Host,
-        counted: HostCounts,
-    ) -> StoreResult<bool> {
-        self.faults.store_call("put_host").await?;
-        let written = self.inner.put_host(crawl_id, host, counted).await;
-        self.faults.answer("put_host", written)
-    }
-
-    async fn host_counts(&self, crawl_id: &CrawlId) -> StoreResult<Option<HostCounts>> {
-        self.faults.store_call("host_counts").await?;
-        self.inner.host_counts(crawl_id).await
-    }
-
-    async fn host_scan(&self, crawl_id: &CrawlId) -> StoreResult<Option<String>> {
-        self.faults.store_call("host_scan").await?;
-        self.inner.host_scan(crawl_id).await
-    }
-
-    async fn set_host_scan(&self, crawl_id: &CrawlId, at: Option<&str>) -> StoreResult<()> {
-        self.faults.store_call("set_host_scan").await?;
-        self.inner.set_host_scan(crawl_id, at).await
-    }
-
-    async fn add_seeded(
-        &self,
-        crawl_id: &CrawlId,
-        name: &str,
-        n: u64,
-        request: RequestId,
-    ) -> StoreResult<Option<Host>> {
-        self.faults.store_call("add_seeded").await?;
-        let written = self.inner.add_seeded(crawl_id, name, n, request).await;
-        self.faults.answer("add_seeded", written)
-    }
-
-    async fn list_hosts(
-        &self,
-        crawl_id: &CrawlId,
-        cursor: Option<String>,
-        limit: u32,
-    ) -> StoreResult<HostPage> {
-        self.faults.store_call("list_hosts").await?;
-        self.inner.list_hosts(crawl_id, cursor, limit).await
-    }
-
-    async fn delete_hosts(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
-        self.faults.store_call("delete_hosts").await?;
-        self.inner.delete_hosts(crawl_id).await
     }
 }
 

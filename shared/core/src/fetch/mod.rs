@@ -578,11 +578,19 @@ impl Fetcher {
     }
 }
 
+/// A client builder with TLS ready: ring installed as the process's rustls provider first (the
+/// workspace builds reqwest without one; installing again, or after another provider, is a no-op).
+/// Every HTTP client of the workspace starts here.
+pub fn http_client() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder()
+}
+
 /// The settings every client shares: no redirects followed (`fetch` checks every hop), no
 /// proxy from the environment (a proxy would resolve names past the guard; the crawl's own
 /// proxies are set by [`proxy`]), the connect timeout.
 fn client_builder(connect_ms: u64) -> reqwest::ClientBuilder {
-    Client::builder()
+    http_client()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(Duration::from_millis(connect_ms))
@@ -714,6 +722,26 @@ fn header_string(headers: &HeaderMap, name: header::HeaderName) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The workspace's reqwest has no TLS provider of its own: a client built here must still
+    /// speak TLS (a handshake that fails on the peer, not a panic for want of a provider).
+    #[tokio::test]
+    async fn a_client_speaks_tls_with_the_provider_installed_here() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            drop(socket);
+        });
+        let client = http_client().build().unwrap();
+        let error = client
+            .get(format!("https://{addr}/"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(error.is_connect(), "{error:?}");
+        server.await.unwrap();
+    }
 
     fn assert_send<T: Send>(_: &T) {}
     fn assert_send_sync<T: Send + Sync>() {}

@@ -20,9 +20,13 @@
 //! conditional write of an update decided in `trawl_domain::crawl::transition`, delete); the
 //! crawl operations (`CrawlStore`: completion, the delivery lease, reopening, page slots, call
 //! totals …) are written once on top of it, for every store and wrapper.
+//!
+//! What wraps a store (the write meter, faults, modelled latency) is a [`layer::Layer`] around
+//! each call of the record ports: [`layer::Layered`] implements the ports once for every layer.
 
 pub mod budget;
 pub mod crawl;
+pub mod layer;
 pub mod memory;
 mod task;
 

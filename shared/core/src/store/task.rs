@@ -7,8 +7,8 @@
 //! which hands back the record as it was before the write, or as it stands when the condition
 //! refused it. Every operation (claim, finish, fail, …) builds its update in the domain, calls
 //! `apply` once and reads its outcome from what `apply` returned: no second read, and nothing
-//! of it is written again per adapter. What wraps a store (metering, faults, latency) wraps
-//! these few methods only, and names a write by its update's `Event`.
+//! of it is written again per adapter. What wraps a store (metering, faults, latency) is a layer
+//! around these few methods (`super::layer`), and names a write by its update's `Event`.
 
 use super::{
     Applied, ClaimOutcome, ClaimRejection, FailOutcome, FinishOutcome, Seeded, StatusCounts,
