@@ -34,9 +34,12 @@ clippy:
 ## test build's selection (the workspace, all targets, the same features), so that both resolve
 ## the same dependency features: `cargo build -p trawl` alone would build hyper, reqwest and serde
 ## a second time.
+## Four test threads on two cores: the integration tests mostly wait (moto, sockets, the CLI's
+## subprocesses); measured 2026-11-27, the integration binary took 594 s at 2 threads, 438 s at 4
+## and 365 s at 6, where the slowest tests come within two thirds of their time limits.
 cargo-test:
 	cargo build --workspace --all-targets $(CLI_AWS)
-	cargo test --workspace --all-targets $(CLI_AWS)
+	cargo test --workspace --all-targets $(CLI_AWS) -- --test-threads 4
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
 delivery-2m:
