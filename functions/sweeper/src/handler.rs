@@ -63,7 +63,9 @@ impl<P: Ports> Handler<P> {
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<SweepSummary, HandlerError> {
         let deadline = work_deadline(&event.context, DEADLINE_MARGIN);
-        self.sweep(event.payload, deadline, now_ms()).await
+        // Boxed: the sweep's future is large, and inside the runtime's it overflows rustc's
+        // layout depth.
+        Box::pin(self.sweep(event.payload, deadline, now_ms())).await
     }
 
     /// Sweeps what the event names, stopping at `deadline` or the event's own budget.
