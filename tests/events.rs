@@ -67,7 +67,9 @@ async fn snapshot(deployed: &Deployed) -> Snapshot {
         .map(|item| {
             let kept: BTreeMap<_, _> = item
                 .iter()
-                .filter(|(name, _)| !name.starts_with("calls:"))
+                // Call accounting is not state: the calls (`calls:…`) and a report's entry on
+                // its report lane (`r:…`, the request ids that make it count once).
+                .filter(|(name, _)| !name.starts_with("calls:") && !name.starts_with("r:"))
                 .map(|(name, value)| (name, canonical(value)))
                 .collect();
             format!("{kept:?}")
