@@ -60,7 +60,7 @@ pub(crate) async fn deploy(endpoint: &str) -> Deployed {
         "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
         "Outputs": outputs,
     });
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    let config = trawl_aws::clients::config_loader()
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(

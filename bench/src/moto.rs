@@ -68,7 +68,7 @@ impl Drop for Moto {
 
 /// AWS clients for `endpoint` with fixed test credentials (never the developer's own).
 pub async fn clients(endpoint: &str) -> Clients {
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    let config = trawl_aws::clients::config_loader()
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(

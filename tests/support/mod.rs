@@ -35,7 +35,7 @@ pub async fn clients_retrying_at_once(endpoint: &str) -> Clients {
 }
 
 fn config(endpoint: &str) -> aws_config::ConfigLoader {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
+    trawl_aws::clients::config_loader()
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(

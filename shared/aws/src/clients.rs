@@ -5,11 +5,21 @@
 
 pub use aws_config::SdkConfig;
 
-use aws_config::BehaviorVersion;
+use aws_config::{BehaviorVersion, ConfigLoader};
+use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 
 /// Loads region, credentials and endpoint from the environment (the default provider chain).
 pub async fn load_config() -> SdkConfig {
-    aws_config::load_defaults(BehaviorVersion::latest()).await
+    config_loader().load().await
+}
+
+/// The SDK's default loader with trawl's HTTP client: rustls on ring. The workspace builds the SDK
+/// without its default HTTPS client (aws-lc-rs), so a config loaded any other way has no client.
+pub fn config_loader() -> ConfigLoader {
+    let client = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(BehaviorVersion::latest()).http_client(client)
 }
 
 /// The clients trawl uses, derived from one config.
