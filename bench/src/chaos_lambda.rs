@@ -15,24 +15,23 @@
 //! handlers print their CloudWatch metrics on stdout, which is the harness's report.
 
 use crate::chaos::Refetches;
+use crate::child::{self, SplitStack};
 use crate::error::{BenchResult, Context, check};
-use crate::local::{TempDir, fixture_config};
-use crate::moto::{Moto, SHARDS, clients};
+use crate::local::fixture_config;
+use crate::moto::{SHARDS, clients};
 use crate::report::Figure;
 use crate::site::{Site, Stats};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
-use trawl_aws::stack::create_stack;
 use trawl_core::blob::Layout;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_faults::audit::{Audit, audit};
-use trawl_faults::lambda::{Lambda, LambdaRun, Plan, split_stack};
+use trawl_faults::lambda::{Lambda, LambdaRun, Plan};
 use trawl_faults::{Counts, FaultProxy, Mix};
 
 const SECTION: &str = "chaos (Lambda handlers)";
@@ -79,56 +78,28 @@ struct Measured {
 
 pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let pages = if quick { 200 } else { 1_000 };
-    let dir = TempDir::new("chaos-lambda")?;
-    let out = dir.0.join("measured.json");
-    let exe = std::env::current_exe().step("locate trawl-bench")?;
-    let status = tokio::process::Command::new(exe)
-        .args(["chaos-lambda", "--pages", &pages.to_string(), "--out"])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .status()
-        .await
-        .step("run the Lambda chaos run")?;
-    if !status.success() {
-        return Err(check("Lambda chaos run", status.to_string()));
-    }
-    let text = std::fs::read_to_string(&out).step("read the Lambda chaos run's measures")?;
-    let measured: Measured = serde_json::from_str(&text).step("decode its measures")?;
+    let args = [
+        "chaos-lambda".to_owned(),
+        "--pages".to_owned(),
+        pages.to_string(),
+    ];
+    let measured: Measured = child::run("the Lambda chaos run", &args).await?;
     Ok(figures(&measured))
 }
 
 /// Entry point of the `chaos-lambda` child: the whole run, its measures written to `out`.
 pub fn chaos_lambda_main(pages: usize, out: &Path) -> BenchResult<()> {
-    // The handlers' logs on stderr when asked for (RUST_LOG): what a figure does not explain.
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .step("chaos runtime")?;
-    let measured = runtime.block_on(measure(pages))?;
-    let json = serde_json::to_string(&measured).step("encode the measures")?;
-    std::fs::write(out, json).step("write the measures")
+    child::main(out, measure(pages))
 }
 
 async fn measure(pages: usize) -> BenchResult<Measured> {
     let site = Site::start(pages)?;
-    let moto = Moto::start(false)?;
-    let queues = Moto::start(true)?;
-    let tables = create_stack(&clients(&moto.endpoint).await, CRAWL_ID)
-        .await
-        .map_err(|e| check("create the stack", e.to_string()))?;
-    let queue_clients = clients(&queues.endpoint).await;
-    let queued = create_stack(&queue_clients, CRAWL_ID)
-        .await
-        .map_err(|e| check("create the queues", e.to_string()))?;
-    let stack = split_stack(tables, queued);
+    let SplitStack {
+        moto,
+        queues,
+        queue_clients,
+        stack,
+    } = SplitStack::start(CRAWL_ID).await?;
     let proxy = FaultProxy::start_split(&moto.endpoint, Some(&queues.endpoint), SEED, MIX)
         .await
         .step("start the fault proxy")?;

@@ -11,25 +11,23 @@
 //! Each run is a child process (`trawl-bench handlers-run`) writing its measures to a file: the
 //! handlers print their CloudWatch metrics on stdout, which is the harness's report.
 
+use crate::child::{self, SplitStack};
 use crate::error::{BenchResult, Context, check};
-use crate::local::TempDir;
-use crate::moto::{Moto, SHARDS, clients};
+use crate::moto::{SHARDS, clients};
 use crate::report::Figure;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use trawl_aws::dynamodb::DynamoStore;
 use trawl_aws::s3::S3BlobStore;
-use trawl_aws::stack::create_stack;
 use trawl_core::blob::Layout;
 use trawl_core::store::{HostStore, TaskRecords};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::CrawlConfig;
 use trawl_faults::hosts_site::HostsSite;
-use trawl_faults::lambda::{Lambda, LambdaRun, Plan, split_stack};
+use trawl_faults::lambda::{Lambda, LambdaRun, Plan};
 
 const SECTION: &str = "many hosts through the handlers";
 const CRAWL_ID: &str = "many-hosts";
@@ -71,52 +69,28 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
                 "  {hosts} hosts{} …",
                 if recrawl { ", recrawling" } else { "" }
             );
-            let measured = child(hosts, recrawl).await?;
+            let measured = run_one(hosts, recrawl).await?;
             figures.extend(figures_of(&measured));
         }
     }
     Ok(figures)
 }
 
-async fn child(hosts: usize, recrawl: bool) -> BenchResult<Measured> {
-    let dir = TempDir::new("handlers")?;
-    let out = dir.0.join("measured.json");
-    let exe = std::env::current_exe().step("locate trawl-bench")?;
-    let mut command = tokio::process::Command::new(exe);
-    command.args(["handlers-run", "--hosts", &hosts.to_string(), "--out"]);
-    command.arg(&out);
+async fn run_one(hosts: usize, recrawl: bool) -> BenchResult<Measured> {
+    let mut args = vec![
+        "handlers-run".to_owned(),
+        "--hosts".to_owned(),
+        hosts.to_string(),
+    ];
     if recrawl {
-        command.arg("--recrawl");
+        args.push("--recrawl".to_owned());
     }
-    let status = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .status()
-        .await
-        .step("run the crawl through the handlers")?;
-    if !status.success() {
-        return Err(check("crawl through the handlers", status.to_string()));
-    }
-    let text = std::fs::read_to_string(&out).step("read the run's measures")?;
-    serde_json::from_str(&text).step("decode its measures")
+    child::run("the crawl through the handlers", &args).await
 }
 
 /// Entry point of the `handlers-run` child: one crawl, its measures written to `out`.
 pub fn handlers_main(hosts: usize, recrawl: bool, out: &Path) -> BenchResult<()> {
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .step("handlers runtime")?;
-    let measured = runtime.block_on(measure(hosts, recrawl))?;
-    let json = serde_json::to_string(&measured).step("encode the measures")?;
-    std::fs::write(out, json).step("write the measures")
+    child::main(out, measure(hosts, recrawl))
 }
 
 async fn measure(hosts: usize, recrawl: bool) -> BenchResult<Measured> {
@@ -125,18 +99,12 @@ async fn measure(hosts: usize, recrawl: bool) -> BenchResult<Measured> {
     let site = HostsSite::start(hosts, pages)
         .await
         .step("serve the hosts")?;
-    // The table on a single-threaded moto (its conditional writes atomic, as on DynamoDB), the
-    // queues on a threaded one (a long poll holds no other request up).
-    let moto = Moto::start(false)?;
-    let queues = Moto::start(true)?;
-    let tables = create_stack(&clients(&moto.endpoint).await, CRAWL_ID)
-        .await
-        .map_err(|e| check("create the stack", e.to_string()))?;
-    let queue_clients = clients(&queues.endpoint).await;
-    let queued = create_stack(&queue_clients, CRAWL_ID)
-        .await
-        .map_err(|e| check("create the queues", e.to_string()))?;
-    let stack = split_stack(tables, queued);
+    let SplitStack {
+        moto,
+        queues: _queues,
+        queue_clients,
+        stack,
+    } = SplitStack::start(CRAWL_ID).await?;
     let direct = clients(&moto.endpoint).await;
     // The functions' clients: the table and bucket on one server, the queues on the other.
     let functions = trawl_aws::clients::Clients {

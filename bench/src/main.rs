@@ -9,6 +9,7 @@ mod capacity;
 mod chaos;
 mod chaos_lambda;
 mod chaos_local;
+mod child;
 mod completion;
 mod cost;
 mod error;
