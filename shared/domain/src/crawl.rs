@@ -692,6 +692,11 @@ pub struct CrawlConfig {
     /// How the extracted items are delivered besides `items.jsonl.gz`.
     #[serde(skip_serializing_if = "ItemsOutput::is_default")]
     pub items: ItemsOutput,
+    /// The open-ended pagination templates of the crawl's seeds (`crate::paging`): a fetched
+    /// page of one of them decides whether its next page is fetched. Added by the seeds that
+    /// name them; their pages are seeded by the chain only, never as links.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paging: Vec<crate::paging::PageTemplate>,
 }
 
 /// How page bodies are kept.
@@ -751,6 +756,7 @@ impl Default for CrawlConfig {
             storage: Storage::default(),
             extract: Vec::new(),
             items: ItemsOutput::default(),
+            paging: Vec::new(),
         }
     }
 }

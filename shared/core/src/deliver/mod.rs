@@ -40,13 +40,14 @@ pub use items::{
 };
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
-    CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
-    PageProblem, SegmentUse, SegmentsSummary, Summary, WarcSummary,
+    CallCount, ChainSummary, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta,
+    ItemsSummary, PageProblem, PagingTally, SegmentUse, SegmentsSummary, Summary, WarcSummary,
 };
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
+use crate::discover::ScopeMatcher;
 use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
@@ -63,6 +64,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlState, transition};
+use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
 pub const INDEX_FILE: &str = "index.json";
@@ -411,6 +413,29 @@ fn object_uri(uri_base: &str, key: &str) -> String {
     }
 }
 
+/// The crawl's open-ended pagination templates as its task URLs read (the seeder checked them:
+/// one that does not read is left out of the summary, logged).
+fn paging_patterns(crawl: &Crawl) -> Vec<PagePattern> {
+    if crawl.config.paging.is_empty() {
+        return Vec::new();
+    }
+    let Ok(scope) = ScopeMatcher::new(&crawl.config.scope) else {
+        return Vec::new();
+    };
+    crawl
+        .config
+        .paging
+        .iter()
+        .filter_map(|t| match PagePattern::new(t, |url| scope.normalise(url)) {
+            Ok(pattern) => Some(pattern),
+            Err(e) => {
+                tracing::warn!(error = %e, "a stored pagination template does not read");
+                None
+            }
+        })
+        .collect()
+}
+
 fn error_kind_name(kind: ErrorKind) -> String {
     serde_json::to_value(kind)
         .ok()
@@ -477,6 +502,9 @@ struct Tally {
     /// clean-up's listing).
     #[serde(default)]
     segments: BTreeMap<String, SegmentUse>,
+    /// The chains of open-ended pagination templates.
+    #[serde(default)]
+    paging: PagingTally,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -1146,6 +1174,7 @@ impl<P: Ports> Deliverer<P> {
         tally: &mut Tally,
         budget: &mut Budget,
     ) -> Result<Stop, DeliverError> {
+        let paging = paging_patterns(crawl);
         // Bounded: each round either ends or moves `at` to the next page (or status).
         loop {
             let Some(&status) = Status::ALL.get(at.status) else {
@@ -1164,7 +1193,8 @@ impl<P: Ports> Deliverer<P> {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
                 for item in loaded {
                     if let Some(item) = item {
-                        self.write_task(segment, tally, crawl, item).await?;
+                        self.write_task(segment, tally, crawl, &paging, item)
+                            .await?;
                     }
                     at.skip += 1;
                     budget.work += 1;
@@ -1220,11 +1250,16 @@ impl<P: Ports> Deliverer<P> {
         segment: &mut Segment<U>,
         tally: &mut Tally,
         crawl: &Crawl,
+        paging: &[PagePattern],
         Loaded { task, body }: Loaded,
     ) -> Result<(), DeliverError> {
         let fetch = task.fetch.as_ref();
         let last_error = task.errors.last();
         tally.tasks += 1;
+        if !paging.is_empty() {
+            let error = last_error.map(|e| error_kind_name(e.kind));
+            tally.paging.note(paging, &task, error);
+        }
         *tally
             .statuses
             .entry(task.status.name().to_owned())
@@ -1551,6 +1586,7 @@ impl<P: Ports> Deliverer<P> {
             items: tally.items,
             orphans_removed: tally.orphans_removed,
             segments: SegmentsSummary::of(tally.segments),
+            paging: tally.paging.summary(),
         }
     }
 
