@@ -306,6 +306,8 @@ async fn tasks_of(deployed: &Deployed, crawl_id: &str) -> (u64, u64) {
         1,
         "the template joined the crawl"
     );
+    // Its first generation, delivered, began with the crawl: its checkpoint says so.
+    assert_eq!(crawl.checkpoint, Some(crawl.created_at.to_string()));
     (
         counts.get(&Status::Succeeded).copied().unwrap_or(0),
         counts.values().sum(),
@@ -325,7 +327,7 @@ async fn the_handlers_page_an_open_ended_template_once_even_when_turns_are_deliv
     // twice (SQS's at-least-once), the sweeper and deliverer running as scheduled
     let request = json!({
         "crawl_id": crawl_id,
-        "config": {"fetch": {"allow_private_networks": true}},
+        "config": {"fetch": {"allow_private_networks": true}, "auto_checkpoint": "epoch_ms"},
         "source": {"pagination": [
             {"template": site.url("/list?page={page}"), "start": 1, "max_pages": 50}
         ]},
@@ -383,7 +385,8 @@ async fn the_handlers_page_an_open_ended_template_once_even_when_turns_are_deliv
 
     // THEN the pages were asked in order, each once, to the first yielding no new link
     assert_eq!(pages_asked(&site, "/list"), ["1", "2", "3", "4", "5"]);
-    // AND each was seeded once: 5 listing pages and 12 items, all succeeded
+    // AND each was seeded once: 5 listing pages and 12 items, all succeeded (and the
+    // delivery set the checkpoint to its generation's start)
     assert_eq!(tasks_of(&deployed, &crawl_id).await, (17, 17));
     // AND the delivery's summary gives the chain's end
     let summary = summary.expect("the crawl was delivered");
@@ -426,4 +429,100 @@ async fn delivered_summary(deployed: &Deployed, crawl_id: &str) -> Option<Value>
         .unwrap()
         .into_bytes();
     Some(serde_json::from_slice(&body).unwrap())
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn auto_checkpoint_makes_since_the_start_of_the_last_delivered_generation() {
+    // GIVEN an API answering every page, and a crawl whose checkpoint is set automatically
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    )
+    .route(
+        "/changes",
+        Route::content("application/json", r#"{"results": [{"id": 1}]}"#),
+    );
+    let dir = temp_dir("paging-auto");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let template = format!(
+        "{} max_pages=2 while=body",
+        site.url("/changes?since={since}&page={page}")
+    );
+    let args = [
+        "crawl",
+        "--crawl-id",
+        "changes",
+        "--pages",
+        &template,
+        "--store-content-type",
+        "application/json",
+        "--auto-checkpoint",
+        "epoch_ms",
+        "--allow-private-networks",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let checkpoint = || async {
+        let get = trawl(
+            &["config", "get", "checkpoint", "--data-dir", data, "--json"],
+            &dir,
+        )
+        .await;
+        success(&get)["checkpoint"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let sinces = |skip: usize| -> Vec<String> {
+        site.received("/changes")
+            .iter()
+            .skip(skip)
+            .map(|r| r.query.clone().unwrap())
+            .collect()
+    };
+
+    // WHEN it runs a first time
+    let before = epoch_ms();
+    success(&trawl(&args, &dir).await);
+    let after = epoch_ms();
+
+    // THEN its pages asked with an empty since, and once delivered its checkpoint is the time
+    // its first generation started (the crawl's creation)
+    assert_eq!(sinces(0), ["page=1&since=", "page=2&since="]);
+    let first = checkpoint().await;
+    assert!(
+        (before..=after).contains(&first),
+        "{before} {first} {after}"
+    );
+
+    // WHEN it runs again
+    let before = epoch_ms();
+    success(&trawl(&args, &dir).await);
+    let after = epoch_ms();
+
+    // THEN its new pages sent that checkpoint as since, and the checkpoint moved to the start
+    // of the generation they made (opened by their seed in this run)
+    assert_eq!(
+        sinces(2),
+        [1, 2].map(|n| format!("page={n}&since={first}")),
+        "{:?}",
+        sinces(0)
+    );
+    let second = checkpoint().await;
+    assert!(
+        (before..=after).contains(&second),
+        "{before} {second} {after}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use trawl_domain::crawl::StorageLayout;
+use trawl_domain::crawl::{CheckpointFormat, StorageLayout};
 use trawl_domain::paging::PageTemplate;
 
 /// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
@@ -274,6 +274,11 @@ pub struct CrawlArgs {
     /// `{since}` in a --pages template reads it).
     #[arg(long, value_name = "VALUE")]
     pub checkpoint: Option<String>,
+    /// As each generation is delivered, set the checkpoint to the time it started, as
+    /// `rfc3339`, `epoch_ms` or `epoch_s`: the next run's `{since}` asks for what changed since
+    /// the last complete crawl began. Stored with the crawl (`auto_checkpoint`).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_checkpoint_format)]
+    pub auto_checkpoint: Option<CheckpointFormat>,
     /// The crawl's id (default: derived from the first seed's host).
     #[arg(long)]
     pub crawl_id: Option<String>,
@@ -534,6 +539,10 @@ fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
 
 fn parse_concurrency(raw: &str) -> Result<usize, String> {
     usize::try_from(count_up_to(raw, MAX_CONCURRENCY)?).map_err(|e| e.to_string())
+}
+
+fn parse_checkpoint_format(raw: &str) -> Result<CheckpointFormat, String> {
+    CheckpointFormat::parse(raw).ok_or_else(|| "expected rfc3339, epoch_ms or epoch_s".to_owned())
 }
 
 fn parse_layout(raw: &str) -> Result<StorageLayout, String> {

@@ -220,6 +220,9 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
         config.storage.layout = layout;
     }
     config.scope.inherit_data |= args.inherit_data;
+    if args.auto_checkpoint.is_some() {
+        config.auto_checkpoint = args.auto_checkpoint;
+    }
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }

@@ -63,7 +63,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::{Crawl, CrawlState, transition};
+use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, transition};
 use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
@@ -410,6 +410,15 @@ fn object_uri(uri_base: &str, key: &str) -> String {
         key.to_owned()
     } else {
         format!("{}/{key}", uri_base.trim_end_matches('/'))
+    }
+}
+
+/// A time as `format` writes it as a checkpoint.
+fn checkpoint_of(format: CheckpointFormat, at: Millis) -> String {
+    match format {
+        CheckpointFormat::Rfc3339 => warc::rfc3339_millis(at),
+        CheckpointFormat::EpochMs => at.to_string(),
+        CheckpointFormat::EpochS => at.div_euclid(1000).to_string(),
     }
 }
 
@@ -915,6 +924,11 @@ impl<P: Ports> Deliverer<P> {
             &to_json(&summary)?,
         )
         .await?;
+        if let Some(format) = crawl.config.auto_checkpoint {
+            // Before `_SUCCESS`: a call that fails here is tried again, and sets it again.
+            let since = checkpoint_of(format, crawl.generation_start());
+            self.store.set_checkpoint(crawl_id, Some(&since)).await?;
+        }
         self.write_plain(&format!("{prefix}{SUCCESS_FILE}"), "text/plain", b"")
             .await?;
         if let Err(e) = self.blobs.delete(&checkpoint_key).await {
@@ -1699,6 +1713,20 @@ impl<P: Ports> Deliverer<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_is_the_time_in_its_format() {
+        let at = 1_795_780_800_123;
+        assert_eq!(
+            checkpoint_of(CheckpointFormat::Rfc3339, at),
+            "2026-11-27T12:00:00.123Z"
+        );
+        assert_eq!(
+            checkpoint_of(CheckpointFormat::EpochMs, at),
+            "1795780800123"
+        );
+        assert_eq!(checkpoint_of(CheckpointFormat::EpochS, at), "1795780800");
+    }
 
     #[test]
     fn delivery_ids_sort_like_generations_and_parse_back() {
