@@ -509,6 +509,8 @@ async fn a_crawl_runs_from_seed_to_delivery_through_a_crash_and_a_recrawl_with_i
             stop: Some(LIST_PAGES as i64 + 1),
             step: None,
             values: None,
+            max_pages: None,
+            yields: None,
         }]),
     ];
     let mut accepted = Vec::new();

@@ -17,6 +17,7 @@ mod items;
 mod links;
 mod migration;
 mod operator;
+mod paging;
 mod proxy;
 mod refusals;
 mod run_limits;

@@ -216,7 +216,7 @@ async fn malformed_requests_change_nothing() {
         json!({"crawl_id": crawl, "source": {"urls": ["http://127.0.0.1/"]},
                "config": {"scope": {"include": ["[unclosed"]}}}),
         json!({"crawl_id": crawl, "source": {"urls": ["not a url", "gopher://x/"]}}),
-        json!({"crawl_id": crawl, "source": {"pagination": [{"template": "http://x/{page}"}]}}),
+        json!({"crawl_id": crawl, "source": {"pagination": [{"template": "http://x/{page}", "stop": 3}]}}),
         json!({"crawl_id": crawl, "source": {"s3": {"bucket": "no-such-bucket", "key": "k"}}}),
         json!({"crawl_id": crawl, "source": {"sitemaps": ["http://127.0.0.1/s.xml"]},
                "cursor": "eyJmcCI6IngiLCJwb3MiOnt9fQ"}),

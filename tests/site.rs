@@ -76,6 +76,8 @@ impl Requirement {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub method: String,
+    /// The query string, as sent (None without one).
+    pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -218,6 +220,7 @@ impl State {
             .or_default()
             .push(Received {
                 method: req.method.to_string(),
+                query: req.uri.query().map(str::to_owned),
                 headers: req.headers.clone(),
                 body,
             });

@@ -2,7 +2,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use trawl_domain::crawl::StorageLayout;
+use trawl_domain::crawl::{CheckpointFormat, StorageLayout};
+use trawl_domain::paging::PageTemplate;
 
 /// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
 /// AWS (DynamoDB + S3 + SQS) with `--backend aws`.
@@ -139,13 +140,27 @@ pub struct RefetchArgs {
 pub enum ConfigCommand {
     /// The crawl's configuration, as JSON (the form --config and `config set` take).
     Show(CrawlSelector),
-    /// Replace the crawl's configuration by a JSON file's (checked as the seeder checks it).
+    /// Replace the crawl's configuration by a JSON file's (checked as the seeder checks it),
+    /// or, as `config set checkpoint VALUE`, its checkpoint (`''` clears it).
     Set {
         #[arg(long)]
         crawl_id: Option<String>,
+        /// `checkpoint`: the crawl's incremental position (Docido's `since`), which `{since}`
+        /// in its pagination templates reads.
+        #[arg(value_parser = ["checkpoint"], requires = "value", conflicts_with = "file")]
+        key: Option<String>,
+        /// The checkpoint's new value.
+        value: Option<String>,
         /// The configuration, as JSON.
-        #[arg(long, value_name = "FILE")]
-        file: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "key")]
+        file: Option<PathBuf>,
+    },
+    /// Print a crawl setting kept beside its configuration: `checkpoint`.
+    Get {
+        #[arg(value_parser = ["checkpoint"])]
+        key: String,
+        #[arg(long)]
+        crawl_id: Option<String>,
     },
 }
 
@@ -248,6 +263,22 @@ pub struct CrawlArgs {
     /// A sitemap (or sitemap index) whose URLs are seeded.
     #[arg(long)]
     pub sitemap: Vec<String>,
+    /// A pagination template: a URL with `{page}` (and optionally `{since}`, the crawl's
+    /// checkpoint), then its settings as KEY=VALUE words — `start=1 stop=21` (a range, stop
+    /// excluded), `values=books,films`, or neither: open-ended, page after page while each
+    /// yields something (`while=new_links|items|body`, `max_pages=N`) — or the seed request's
+    /// JSON object. Repeatable.
+    #[arg(long, value_name = "TEMPLATE [KEY=VALUE ...]", value_parser = parse_pages)]
+    pub pages: Vec<PageTemplate>,
+    /// Store this as the crawl's checkpoint once this run's seeds are in (Docido's `since`;
+    /// `{since}` in a --pages template reads it).
+    #[arg(long, value_name = "VALUE")]
+    pub checkpoint: Option<String>,
+    /// As each generation is delivered, set the checkpoint to the time it started, as
+    /// `rfc3339`, `epoch_ms` or `epoch_s`: the next run's `{since}` asks for what changed since
+    /// the last complete crawl began. Stored with the crawl (`auto_checkpoint`).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_checkpoint_format)]
+    pub auto_checkpoint: Option<CheckpointFormat>,
     /// The crawl's id (default: derived from the first seed's host).
     #[arg(long)]
     pub crawl_id: Option<String>,
@@ -460,6 +491,42 @@ pub struct BasicEnv {
     pub password_var: String,
 }
 
+/// `--pages`: a template with its settings as words, or the seed request's JSON object; either
+/// way read as the seed request's `source.pagination` entry and checked as the seeder checks
+/// it.
+pub fn parse_pages(raw: &str) -> Result<PageTemplate, String> {
+    let raw = raw.trim();
+    let value = if raw.starts_with('{') {
+        serde_json::from_str(raw).map_err(|e| format!("not a pagination template: {e}"))?
+    } else {
+        let mut words = raw.split_whitespace();
+        let mut object = serde_json::Map::new();
+        object.insert("template".into(), words.next().unwrap_or_default().into());
+        for word in words {
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| format!("{word:?}: expected KEY=VALUE after the template"))?;
+            let value: serde_json::Value = match key {
+                "values" => value.split(',').collect::<Vec<_>>().into(),
+                "start" | "stop" | "step" | "max_pages" => value
+                    .parse::<i64>()
+                    .map_err(|_| format!("{key}={value}: expected a whole number"))?
+                    .into(),
+                _ => value.into(),
+            };
+            object.insert(key.to_owned(), value);
+        }
+        serde_json::Value::Object(object)
+    };
+    let template: PageTemplate = serde_json::from_value(value).map_err(|e| {
+        format!(
+            "not a pagination template: {e} (keys: start, stop, step, values, max_pages, while)"
+        )
+    })?;
+    template.validate().map_err(|e| e.to_string())?;
+    Ok(template)
+}
+
 /// A count from 1 to `max`; the refusal names the range (negative numbers included: they are
 /// values here, not flags).
 fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
@@ -472,6 +539,10 @@ fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
 
 fn parse_concurrency(raw: &str) -> Result<usize, String> {
     usize::try_from(count_up_to(raw, MAX_CONCURRENCY)?).map_err(|e| e.to_string())
+}
+
+fn parse_checkpoint_format(raw: &str) -> Result<CheckpointFormat, String> {
+    CheckpointFormat::parse(raw).ok_or_else(|| "expected rfc3339, epoch_ms or epoch_s".to_owned())
 }
 
 fn parse_layout(raw: &str) -> Result<StorageLayout, String> {

@@ -25,8 +25,8 @@ use trawl_core::runner::{
     RunEnd, RunLimits, RunStats, StopReason, rebuild_local_queue, run_crawl_within,
 };
 use trawl_core::seed::{
-    ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults, SeedError, SeedRequest,
-    SeedSource, Seeder, seed_entry, validate_config,
+    MAX_CHECKPOINT_BYTES, ManifestError, ManifestSource, OpenManifest, SeedBudget, SeedDefaults,
+    SeedError, SeedRequest, SeedSource, Seeder, seed_entry, validate_config,
 };
 use trawl_core::store::{StatusCounts, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
@@ -35,6 +35,7 @@ use trawl_domain::crawl::{
     ProxyRotation, RecrawlPolicy, SecretRef, StorageLayout,
 };
 use trawl_domain::estimate::Estimator;
+use trawl_domain::paging::ChainEnd;
 use trawl_domain::task::{Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
@@ -219,6 +220,9 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
         config.storage.layout = layout;
     }
     config.scope.inherit_data |= args.inherit_data;
+    if args.auto_checkpoint.is_some() {
+        config.auto_checkpoint = args.auto_checkpoint;
+    }
     if let Some(ua) = &args.user_agent {
         config.user_agent = ua.clone();
     }
@@ -388,6 +392,13 @@ impl Plan {
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
         }
+        // Templates were checked as they were parsed: their first page is a URL.
+        for url in args.pages.iter().filter_map(|t| t.page(0, None)) {
+            if let Ok(url) = CanonicalUrl::parse(&url) {
+                hosts.insert(url.host().to_owned());
+                first.get_or_insert(url);
+            }
+        }
         let crawl_id = match (&args.crawl_id, &first, &args.seeds_file) {
             (Some(raw), _, _) => CrawlId::parse(raw).map_err(|e| CliError::Usage(e.to_string()))?,
             (None, Some(url), _) => crawl_id_from(url)?,
@@ -400,10 +411,19 @@ impl Plan {
             }
             (None, None, None) => {
                 return Err(CliError::Usage(
-                    "nothing to crawl: give seed URLs, --seeds-file FILE or --sitemap URL (or --crawl-id ID to resume)".into(),
+                    "nothing to crawl: give seed URLs, --seeds-file FILE, --sitemap URL or --pages TEMPLATE (or --crawl-id ID to resume)".into(),
                 ));
             }
         };
+        if args
+            .checkpoint
+            .as_ref()
+            .is_some_and(|c| c.len() > MAX_CHECKPOINT_BYTES)
+        {
+            return Err(CliError::Usage(format!(
+                "--checkpoint is longer than {MAX_CHECKPOINT_BYTES} bytes"
+            )));
+        }
         let config = config_from(args, &hosts)?;
         let problems = validate_config(&config);
         if !problems.is_empty() {
@@ -464,23 +484,47 @@ impl Plan {
         &self.crawl_id
     }
 
-    /// The crawl's configuration.
-    #[cfg(feature = "aws")]
-    pub fn config(&self) -> &CrawlConfig {
-        &self.config
-    }
-
-    /// The seed requests' sources: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps.
-    pub fn sources(self, sitemaps: &[String]) -> Vec<SeedSource> {
+    /// The seed requests: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps, then
+    /// the pagination templates; the last one carries the checkpoint to store (alone, in a
+    /// request without URLs, when there is no source).
+    pub fn requests(self, args: &CrawlArgs) -> Vec<SeedRequest> {
         let mut sources = Vec::new();
         let mut urls = self.seeds.into_iter().peekable();
         while urls.peek().is_some() {
             sources.push(SeedSource::Urls(urls.by_ref().take(SEED_CHUNK).collect()));
         }
-        if !sitemaps.is_empty() {
-            sources.push(SeedSource::Sitemaps(sitemaps.to_vec()));
+        if !args.sitemap.is_empty() {
+            sources.push(SeedSource::Sitemaps(args.sitemap.clone()));
         }
-        sources
+        if !args.pages.is_empty() {
+            sources.push(SeedSource::Pagination(args.pages.clone()));
+        }
+        let mut requests: Vec<SeedRequest> = sources
+            .into_iter()
+            .map(|source| SeedRequest {
+                crawl_id: self.crawl_id.clone(),
+                config: Some(self.config.clone()),
+                source,
+                cursor: None,
+                update_config: args.update_config,
+                checkpoint: None,
+            })
+            .collect();
+        if let Some(checkpoint) = &args.checkpoint {
+            match requests.last_mut() {
+                Some(last) => last.checkpoint = Some(checkpoint.clone()),
+                // Only the checkpoint: the crawl keeps its configuration.
+                None => requests.push(SeedRequest {
+                    crawl_id: self.crawl_id,
+                    config: None,
+                    source: SeedSource::Urls(Vec::new()),
+                    cursor: None,
+                    update_config: false,
+                    checkpoint: Some(checkpoint.clone()),
+                }),
+            }
+        }
+        requests
     }
 }
 
@@ -513,16 +557,8 @@ pub async fn run<P: Ports>(
         Arc::new(NoManifests),
         SeedDefaults::default(),
     );
-    let (accepted, readmitted) = seed(
-        &seeder,
-        &crawl_id,
-        &config,
-        args.update_config,
-        plan.sources(&args.sitemap),
-        json,
-        retries,
-    )
-    .await?;
+    let requests = Plan { config, ..plan }.requests(&args);
+    let (accepted, readmitted) = seed(&seeder, requests, json, retries).await?;
     let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
         open_crawl(&backend.store, &backend.queue, &crawl_id, backend.local)
     })
@@ -595,28 +631,17 @@ pub async fn run<P: Ports>(
     }
 }
 
-/// Seeds the crawl from `sources` (idempotent: a re-run adds nothing it already has), following
+/// Seeds the crawl with `requests` (idempotent: a re-run adds nothing it already has), following
 /// each request's cursor; returns how many seeds were new and how many refused tasks an updated
 /// config re-admitted. Rejected seeds are warned about.
 async fn seed<P: Ports>(
     seeder: &Seeder<P>,
-    crawl_id: &CrawlId,
-    config: &CrawlConfig,
-    update_config: bool,
-    sources: Vec<SeedSource>,
+    requests: Vec<SeedRequest>,
     json: bool,
     retries: &AtomicU64,
 ) -> Result<(u64, u64), CliError> {
     let (mut accepted, mut readmitted) = (0, 0);
-    for source in sources {
-        let mut request = SeedRequest {
-            crawl_id: crawl_id.clone(),
-            config: Some(config.clone()),
-            source,
-            cursor: None,
-            update_config,
-            checkpoint: None,
-        };
+    for mut request in requests {
         for _ in 0..100_000 {
             // Seed requests are idempotent: a transient error is waited out and the same
             // request sent again.
@@ -743,6 +768,7 @@ impl Outcome<'_> {
             "delivery": self.delivery.map(|d| d.location.as_str()),
             "stopped": self.stopped.map(stopped_json),
             "items_from_current_extractors": self.items().map(|i| i.from_current_extractors),
+            "paging": self.delivery.map(|d| &d.summary.paging),
             "given_up": self.given_up.to_json(self.crawl_id),
         }));
     }
@@ -775,6 +801,19 @@ impl Outcome<'_> {
             )),
             (None, _) => output::line("stopped: run the same command again to resume"),
         }
+        for chain in self
+            .delivery
+            .map(|d| d.summary.paging.as_slice())
+            .unwrap_or_default()
+        {
+            output::line(format_args!(
+                "pages of {}: {}, the last {} ({})",
+                chain.template,
+                chain.pages,
+                chain.last_page,
+                chain_end_text(&chain.stopped)
+            ));
+        }
         match self.items() {
             Some(items) if items.from_current_extractors => output::line(format_args!(
                 "its items came from the current extractors (version {})",
@@ -792,6 +831,19 @@ impl Outcome<'_> {
     /// The delivery's items summary (a crawl with extractors).
     fn items(&self) -> Option<&ItemsSummary> {
         self.delivery.and_then(|d| d.summary.items.as_ref())
+    }
+}
+
+/// Why a pagination chain ended, in words.
+fn chain_end_text(end: &ChainEnd) -> String {
+    match end {
+        ChainEnd::NothingYielded { rule } => format!("it yielded no {}", rule.name()),
+        ChainEnd::Cap { max_pages } => format!("max_pages {max_pages} reached"),
+        ChainEnd::Failed { status, error } => {
+            format!("{status}: {}", error.as_deref().unwrap_or("unknown"))
+        }
+        ChainEnd::NotSeeded => "its next page was not taken: page budget or scope".into(),
+        ChainEnd::Unfinished => "not done yet".into(),
     }
 }
 

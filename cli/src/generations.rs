@@ -10,6 +10,7 @@ use serde_json::json;
 use trawl_core::app::Ports;
 use trawl_core::fetch::Fetcher;
 use trawl_core::operate::{self, OperateError, Operation, OperationRequest};
+use trawl_core::seed::MAX_CHECKPOINT_BYTES;
 use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::CrawlConfig;
@@ -144,7 +145,46 @@ pub async fn config<P: Ports>(
             let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
             output::json(&serde_json::to_value(&crawl.config).map_err(CliError::other)?);
         }
-        ConfigCommand::Set { crawl_id, file } => {
+        ConfigCommand::Get { crawl_id, .. } => {
+            // `checkpoint`, the one key clap lets through.
+            let crawl = resolve_crawl(&backend.store, crawl_id.as_deref()).await?;
+            if json {
+                output::json(
+                    &json!({"crawl_id": crawl.id.as_str(), "checkpoint": crawl.checkpoint}),
+                );
+            } else if let Some(checkpoint) = &crawl.checkpoint {
+                output::line(checkpoint);
+            }
+        }
+        ConfigCommand::Set {
+            crawl_id,
+            key: Some(_),
+            value,
+            ..
+        } => {
+            let crawl = resolve_crawl(&backend.store, crawl_id.as_deref()).await?;
+            let value = value.as_deref().filter(|v| !v.is_empty());
+            if value.is_some_and(|v| v.len() > MAX_CHECKPOINT_BYTES) {
+                return Err(CliError::Usage(format!(
+                    "a checkpoint is at most {MAX_CHECKPOINT_BYTES} bytes"
+                )));
+            }
+            backend.store.set_checkpoint(&crawl.id, value).await?;
+            if json {
+                output::json(&json!({"crawl_id": crawl.id.as_str(), "checkpoint": value}));
+            } else {
+                output::line(format_args!(
+                    "crawl {}: checkpoint {}",
+                    crawl.id,
+                    value.map_or_else(|| "cleared".to_owned(), |v| format!("set to {v}"))
+                ));
+            }
+        }
+        ConfigCommand::Set {
+            crawl_id,
+            file: Some(file),
+            ..
+        } => {
             let crawl = resolve_crawl(&backend.store, crawl_id.as_deref()).await?;
             let request = OperationRequest {
                 crawl_id: crawl.id.clone(),
@@ -166,6 +206,11 @@ pub async fn config<P: Ports>(
                     done.changed.join(", ")
                 ));
             }
+        }
+        ConfigCommand::Set { .. } => {
+            return Err(CliError::Usage(
+                "give --file FILE, or `checkpoint VALUE`".into(),
+            ));
         }
     }
     Ok(())

@@ -179,7 +179,7 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
         | Command::Check(_)
         | Command::Extract(_)
-        | Command::Config(ConfigCommand::Show(_))
+        | Command::Config(ConfigCommand::Show(_) | ConfigCommand::Get { .. })
         | Command::Deliveries(DeliveriesCommand::List(_) | DeliveriesCommand::Get(_))
         // `setup`, `migrate` and `submit` are refused (and `extract URL` run) before any backend
         // is opened.

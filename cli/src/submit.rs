@@ -9,7 +9,6 @@ use crate::output;
 use serde_json::json;
 use trawl_aws::sqs::SqsSeedQueue;
 use trawl_core::seed::{SeedQueue, SeedRequest, SeedSource};
-use trawl_domain::crawl::CrawlConfig;
 
 /// Largest message body sent: SQS takes 256 KiB; the rest is room for its own framing.
 const MAX_MESSAGE_BYTES: usize = 240 * 1024;
@@ -28,17 +27,13 @@ pub async fn run(
                 .into(),
         ));
     };
-    let config = plan.config().clone();
     let crawl_id = plan.crawl_id().clone();
-    let requests = requests_for(
-        &crawl_id,
-        &config,
-        args.update_config,
-        plan.sources(&args.sitemap),
-    )?;
+    let requests = fitted(plan.requests(args))?;
     if requests.is_empty() {
         return Err(CliError::Usage(
-            "nothing to submit: give seed URLs, --seeds-file FILE or --sitemap URL".into(),
+            "nothing to submit: give seed URLs, --seeds-file FILE, --sitemap URL, --pages \
+             TEMPLATE or --checkpoint VALUE"
+                .into(),
         ));
     }
     for request in &requests {
@@ -64,26 +59,11 @@ pub async fn run(
     Ok(())
 }
 
-/// One request per source, URL lists split until each fits in a message.
-fn requests_for(
-    crawl_id: &trawl_domain::canonical::CrawlId,
-    config: &CrawlConfig,
-    update_config: bool,
-    sources: Vec<SeedSource>,
-) -> Result<Vec<SeedRequest>, CliError> {
+/// The requests, URL lists split until each fits in a message (in order: a checkpoint stays on
+/// the last one).
+fn fitted(requests: Vec<SeedRequest>) -> Result<Vec<SeedRequest>, CliError> {
     let mut fitted = Vec::new();
-    let mut pending: Vec<SeedRequest> = sources
-        .into_iter()
-        .rev()
-        .map(|source| SeedRequest {
-            crawl_id: crawl_id.clone(),
-            config: Some(config.clone()),
-            source,
-            cursor: None,
-            update_config,
-            checkpoint: None,
-        })
-        .collect();
+    let mut pending: Vec<SeedRequest> = requests.into_iter().rev().collect();
     while let Some(request) = pending.pop() {
         let size = serde_json::to_vec(&request).map_err(CliError::other)?.len();
         if size <= MAX_MESSAGE_BYTES {
@@ -93,12 +73,16 @@ fn requests_for(
         match &request.source {
             SeedSource::Urls(urls) if urls.len() > 1 => {
                 let (head, tail) = urls.split_at(urls.len() / 2);
-                for half in [tail, head] {
-                    pending.push(SeedRequest {
-                        source: SeedSource::Urls(half.to_vec()),
-                        ..request.clone()
-                    });
-                }
+                // The checkpoint is stored once the request's last part is seeded.
+                pending.push(SeedRequest {
+                    source: SeedSource::Urls(tail.to_vec()),
+                    ..request.clone()
+                });
+                pending.push(SeedRequest {
+                    source: SeedSource::Urls(head.to_vec()),
+                    checkpoint: None,
+                    ..request.clone()
+                });
             }
             _ => {
                 return Err(CliError::Usage(format!(
@@ -115,6 +99,7 @@ fn requests_for(
 mod tests {
     use super::*;
     use trawl_domain::canonical::CrawlId;
+    use trawl_domain::crawl::CrawlConfig;
 
     #[test]
     fn long_url_lists_are_split_in_order_into_requests_that_fit_a_message() {
@@ -127,9 +112,22 @@ mod tests {
             SeedSource::Sitemaps(vec!["https://example.com/sitemap.xml".into()]),
         ];
 
-        // WHEN they become requests
+        // WHEN their requests (the last one with a checkpoint) are fitted to messages
         let crawl = CrawlId::parse("c").unwrap();
-        let requests = requests_for(&crawl, &CrawlConfig::default(), false, sources).unwrap();
+        let count = sources.len();
+        let requests: Vec<SeedRequest> = sources
+            .into_iter()
+            .enumerate()
+            .map(|(i, source)| SeedRequest {
+                crawl_id: crawl.clone(),
+                config: Some(CrawlConfig::default()),
+                source,
+                cursor: None,
+                update_config: false,
+                checkpoint: (i + 1 == count).then(|| "since".to_owned()),
+            })
+            .collect();
+        let requests = fitted(requests).unwrap();
 
         // THEN each fits, the URLs keep their order and none is lost, the sitemap comes last
         assert!(requests.len() > 4);
@@ -148,5 +146,37 @@ mod tests {
             requests.last().unwrap().source,
             SeedSource::Sitemaps(_)
         ));
+        // AND only the last carries the checkpoint (stored once everything before is seeded)
+        let checkpoints: Vec<_> = requests.iter().map(|r| r.checkpoint.as_deref()).collect();
+        assert_eq!(checkpoints.last(), Some(&Some("since")));
+        assert!(
+            checkpoints[..checkpoints.len() - 1]
+                .iter()
+                .all(Option::is_none)
+        );
+    }
+
+    #[test]
+    fn a_split_url_list_keeps_its_checkpoint_on_its_last_part() {
+        let urls: Vec<String> = (0..10_000)
+            .map(|i| format!("https://example.com/{i:0>80}"))
+            .collect();
+        let request = SeedRequest {
+            crawl_id: CrawlId::parse("c").unwrap(),
+            config: None,
+            source: SeedSource::Urls(urls),
+            cursor: None,
+            update_config: false,
+            checkpoint: Some("since".into()),
+        };
+        let requests = fitted(vec![request]).unwrap();
+        assert!(requests.len() > 1);
+        let checkpoints: Vec<_> = requests.iter().map(|r| r.checkpoint.as_deref()).collect();
+        assert_eq!(checkpoints.last(), Some(&Some("since")));
+        assert!(
+            checkpoints[..checkpoints.len() - 1]
+                .iter()
+                .all(Option::is_none)
+        );
     }
 }

@@ -76,6 +76,7 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
                 ("if-modified-since".into(), "Sat, 21 Nov 2026 08:15:00 GMT".into()),
             ],
         }),
+        paging_stop: None,
     };
     store.finish(&lease, &record, T0 + 1).await.unwrap();
 

@@ -226,6 +226,7 @@ mod tests {
     const S3: &str = include_str!("../../../events/seeder-s3.json");
     const SITEMAP: &str = include_str!("../../../events/seeder-sitemap.json");
     const PAGINATION: &str = include_str!("../../../events/seeder-pagination.json");
+    const OPEN_PAGINATION: &str = include_str!("../../../events/seeder-pagination-open.json");
     const SEED_QUEUE: &str = include_str!("../../../events/seeder-sqs.json");
 
     /// Manifests served from memory, keyed by (bucket, key).
@@ -513,6 +514,27 @@ mod tests {
         let response = run(&handler, PAGINATION).await.unwrap();
         assert_eq!((response.accepted, response.rejected), (23, 0));
         assert_eq!(handler.seeder.queue.len(), 1, "one host: one turn message");
+    }
+
+    #[tokio::test]
+    async fn the_open_pagination_event_seeds_its_first_page_and_keeps_the_template() {
+        // GIVEN the open-ended pagination event, sent twice
+        let handler = handler();
+        let first = run(&handler, OPEN_PAGINATION).await.unwrap();
+        let again = run(&handler, OPEN_PAGINATION).await.unwrap();
+
+        // THEN the first seeds the template's first page only (its next pages come one by one
+        // from the crawler), with an empty since, then stores the checkpoint; the second seeds
+        // the page of that checkpoint
+        assert_eq!((first.accepted, first.checkpoint), (1, None));
+        assert_eq!(
+            (again.accepted, again.checkpoint.as_deref()),
+            (1, Some("2026-11-27T08:00:00Z"))
+        );
+        let id = CrawlId::parse("example-api").unwrap();
+        let crawl = handler.seeder.store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!(crawl.config.paging.len(), 1);
+        assert!(crawl.config.paging[0].is_open());
     }
 
     #[tokio::test]

@@ -692,6 +692,35 @@ pub struct CrawlConfig {
     /// How the extracted items are delivered besides `items.jsonl.gz`.
     #[serde(skip_serializing_if = "ItemsOutput::is_default")]
     pub items: ItemsOutput,
+    /// The open-ended pagination templates of the crawl's seeds (`crate::paging`): a fetched
+    /// page of one of them decides whether its next page is fetched. Added by the seeds that
+    /// name them; their pages are seeded by the chain only, never as links.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paging: Vec<crate::paging::PageTemplate>,
+    /// Set the crawl's checkpoint, as each generation is delivered, to the time that
+    /// generation started, in this form: the next seed's `{since}` asks for what changed since
+    /// the last complete crawl began (Docido's `set_kv('since', crawl_start)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_checkpoint: Option<CheckpointFormat>,
+}
+
+/// How a time is written as a checkpoint (`CrawlConfig::auto_checkpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointFormat {
+    /// RFC 3339, UTC, with milliseconds: `2026-11-27T10:00:00.000Z`.
+    Rfc3339,
+    /// Milliseconds since the Unix epoch.
+    EpochMs,
+    /// Seconds since the Unix epoch.
+    EpochS,
+}
+
+impl CheckpointFormat {
+    /// The format a name gives (`rfc3339`, `epoch_ms`, `epoch_s`).
+    pub fn parse(name: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+    }
 }
 
 /// How page bodies are kept.
@@ -751,6 +780,8 @@ impl Default for CrawlConfig {
             storage: Storage::default(),
             extract: Vec::new(),
             items: ItemsOutput::default(),
+            paging: Vec::new(),
+            auto_checkpoint: None,
         }
     }
 }
@@ -807,6 +838,10 @@ pub struct Crawl {
     /// The change-rate estimator's water level (`crate::estimate`), set by the sweeper.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<Level>,
+    /// When the current generation began (`transition::reopen`); None for the first
+    /// generation, which began with the crawl (`generation_start`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_started_at: Option<Millis>,
 }
 
 impl Crawl {
@@ -825,7 +860,13 @@ impl Crawl {
             completed_by: None,
             delivery: None,
             level: None,
+            generation_started_at: None,
         }
+    }
+
+    /// When the current generation began.
+    pub fn generation_start(&self) -> Millis {
+        self.generation_started_at.unwrap_or(self.created_at)
     }
 }
 

@@ -237,6 +237,10 @@ pub struct FetchRecord {
     /// kept it). The delivered WARC's `request` record shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<Sent>,
+    /// Why an open-ended pagination template stopped at this page (`crate::paging`): None for
+    /// any other page, and for one whose next page was seeded.
+    #[serde(rename = "stop", default, skip_serializing_if = "Option::is_none")]
+    pub paging_stop: Option<crate::paging::PagingStop>,
 }
 
 /// A request as sent, beyond its URL, User-Agent and Accept (which every request of a crawl

@@ -412,6 +412,9 @@ pub(super) struct CrawlItem {
     level_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     level_at: Option<Millis>,
+    /// `Crawl::generation_started_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation_started: Option<Millis>,
 }
 
 impl CrawlItem {
@@ -434,6 +437,7 @@ impl CrawlItem {
             delivery_until: c.delivery.as_ref().map(|l| l.until),
             level_ms: c.level.map(|l| l.ms),
             level_at: c.level.map(|l| l.at),
+            generation_started: c.generation_started_at,
         }
     }
 
@@ -473,6 +477,7 @@ impl CrawlItem {
                 (Some(ms), Some(at)) => Some(Level { ms, at }),
                 _ => None,
             },
+            generation_started_at: self.generation_started,
         }
     }
 }

@@ -48,6 +48,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
 use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection, singled_out};
+use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
@@ -219,7 +220,18 @@ struct CrawlContext {
     scope: ScopeMatcher,
     revisit: RevisitRules,
     extractors: Extractors,
+    /// The crawl's open-ended pagination templates, as its task URLs read.
+    paging: Vec<PagePattern>,
     loaded: Instant,
+}
+
+impl CrawlContext {
+    /// The open-ended template `url` is a page of, and which page.
+    fn page_of(&self, url: &str) -> Option<(&PagePattern, PageOf)> {
+        self.paging
+            .iter()
+            .find_map(|p| p.page_of(url).map(|at| (p, at)))
+    }
 }
 
 /// A turn in progress, shared by its concurrent fetches: its plan and what became of its tasks.
@@ -1176,9 +1188,37 @@ impl<P: Ports> Crawler<P> {
                 if let Some(links) = reading.links {
                     new_links = self.discover(context, task, links, outbox, held).await?;
                 }
+                // An open-ended template's page seeds the next one (before its own finish, as
+                // links are), or records why it is the last; unchanged, it decided before.
+                let paging_stop = match context.page_of(&task.url) {
+                    Some((pattern, at)) if !unchanged => {
+                        let yielded = PageYield {
+                            new_links,
+                            items: reading.items.as_ref().map_or(0, |i| i.items.len() as u64),
+                            // A body not kept (a type not stored) yields by its length.
+                            body: page
+                                .body
+                                .as_ref()
+                                .map_or(record.content_length > 0, |b| body_yields(b.bytes())),
+                        };
+                        match next_page(pattern, &at, yielded) {
+                            PageStep::Next(next) => {
+                                self.seed_next_page(context, task, &next, outbox, held)
+                                    .await?;
+                                None
+                            }
+                            PageStep::Stop(stop) => {
+                                tracing::info!(url = %task.url, ?stop, "pagination stops");
+                                Some(stop)
+                            }
+                        }
+                    }
+                    _ => previous.and_then(|p| p.paging_stop),
+                };
                 let changed = fetched::changed(&revisit, unchanged, new_links);
                 let record = FetchRecord {
                     sent: page.sent,
+                    paging_stop,
                     ..fetched::scheduled(record, previous, changed, &revisit, now)
                 };
                 let bytes = record.content_length;
@@ -1290,6 +1330,8 @@ impl<P: Ports> Crawler<P> {
             .into_iter()
             .map(|url| context.scope.normalise(url))
             .filter(|url| context.scope.check(url, depth).is_ok())
+            // An open-ended template's pages come one after the other, by its rule only.
+            .filter(|url| context.page_of(url.as_str()).is_none())
             .map(|url| NewTask {
                 url,
                 depth,
@@ -1298,6 +1340,33 @@ impl<P: Ports> Crawler<P> {
             })
             .collect();
         self.seed_found(context, task, tasks, outbox, held).await
+    }
+
+    /// Seeds the next page of the open-ended template `task` is a page of, at `task`'s depth
+    /// (a seed's chain is not cut by `max_depth`), if the crawl's scope admits it.
+    async fn seed_next_page(
+        &self,
+        context: &CrawlContext,
+        task: &Task,
+        next: &str,
+        outbox: &Outbox,
+        held: &Held,
+    ) -> Result<u64, CrawlerError> {
+        let Ok(url) = CanonicalUrl::parse(next).map(|url| context.scope.normalise(url)) else {
+            return Ok(0);
+        };
+        if let Err(reason) = context.scope.check(&url, task.depth) {
+            tracing::warn!(url = %url, %reason, "the next page is out of the crawl's scope");
+            return Ok(0);
+        }
+        let found = NewTask {
+            url,
+            depth: task.depth,
+            parent: Some(task.task_id.clone()),
+            data: inherited_data(&context.crawl.config, task),
+        };
+        self.seed_found(context, task, vec![found], outbox, held)
+            .await
     }
 
     /// Seeds URLs `task` led to (its links, its redirect's target) that this worker has not
@@ -1397,11 +1466,23 @@ impl<P: Ports> Crawler<P> {
                 key: crawl_id.to_string(),
                 reason: e.to_string(),
             })?;
+        // And pagination templates.
+        let paging = crawl
+            .config
+            .paging
+            .iter()
+            .map(|t| PagePattern::new(t, |url| scope.normalise(url)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt {
+                key: crawl_id.to_string(),
+                reason: e.to_string(),
+            })?;
         let context = Arc::new(CrawlContext {
             crawl,
             scope,
             revisit,
             extractors,
+            paging,
             loaded: self.clock.instant(),
         });
         self.crawls

@@ -40,13 +40,14 @@ pub use items::{
 };
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
-    CallCount, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta, ItemsSummary,
-    PageProblem, SegmentUse, SegmentsSummary, Summary, WarcSummary,
+    CallCount, ChainSummary, CostEstimate, DeltaSummary, ExtractorItems, InvalidItem, ItemsDelta,
+    ItemsSummary, PageProblem, PagingTally, SegmentUse, SegmentsSummary, Summary, WarcSummary,
 };
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
+use crate::discover::ScopeMatcher;
 use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
@@ -62,7 +63,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::{Crawl, CrawlState, transition};
+use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, transition};
+use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
 pub const INDEX_FILE: &str = "index.json";
@@ -411,6 +413,38 @@ fn object_uri(uri_base: &str, key: &str) -> String {
     }
 }
 
+/// A time as `format` writes it as a checkpoint.
+fn checkpoint_of(format: CheckpointFormat, at: Millis) -> String {
+    match format {
+        CheckpointFormat::Rfc3339 => warc::rfc3339_millis(at),
+        CheckpointFormat::EpochMs => at.to_string(),
+        CheckpointFormat::EpochS => at.div_euclid(1000).to_string(),
+    }
+}
+
+/// The crawl's open-ended pagination templates as its task URLs read (the seeder checked them:
+/// one that does not read is left out of the summary, logged).
+fn paging_patterns(crawl: &Crawl) -> Vec<PagePattern> {
+    if crawl.config.paging.is_empty() {
+        return Vec::new();
+    }
+    let Ok(scope) = ScopeMatcher::new(&crawl.config.scope) else {
+        return Vec::new();
+    };
+    crawl
+        .config
+        .paging
+        .iter()
+        .filter_map(|t| match PagePattern::new(t, |url| scope.normalise(url)) {
+            Ok(pattern) => Some(pattern),
+            Err(e) => {
+                tracing::warn!(error = %e, "a stored pagination template does not read");
+                None
+            }
+        })
+        .collect()
+}
+
 fn error_kind_name(kind: ErrorKind) -> String {
     serde_json::to_value(kind)
         .ok()
@@ -477,6 +511,9 @@ struct Tally {
     /// clean-up's listing).
     #[serde(default)]
     segments: BTreeMap<String, SegmentUse>,
+    /// The chains of open-ended pagination templates.
+    #[serde(default)]
+    paging: PagingTally,
 }
 
 /// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
@@ -887,6 +924,11 @@ impl<P: Ports> Deliverer<P> {
             &to_json(&summary)?,
         )
         .await?;
+        if let Some(format) = crawl.config.auto_checkpoint {
+            // Before `_SUCCESS`: a call that fails here is tried again, and sets it again.
+            let since = checkpoint_of(format, crawl.generation_start());
+            self.store.set_checkpoint(crawl_id, Some(&since)).await?;
+        }
         self.write_plain(&format!("{prefix}{SUCCESS_FILE}"), "text/plain", b"")
             .await?;
         if let Err(e) = self.blobs.delete(&checkpoint_key).await {
@@ -1146,6 +1188,7 @@ impl<P: Ports> Deliverer<P> {
         tally: &mut Tally,
         budget: &mut Budget,
     ) -> Result<Stop, DeliverError> {
+        let paging = paging_patterns(crawl);
         // Bounded: each round either ends or moves `at` to the next page (or status).
         loop {
             let Some(&status) = Status::ALL.get(at.status) else {
@@ -1164,7 +1207,8 @@ impl<P: Ports> Deliverer<P> {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
                 for item in loaded {
                     if let Some(item) = item {
-                        self.write_task(segment, tally, crawl, item).await?;
+                        self.write_task(segment, tally, crawl, &paging, item)
+                            .await?;
                     }
                     at.skip += 1;
                     budget.work += 1;
@@ -1220,11 +1264,16 @@ impl<P: Ports> Deliverer<P> {
         segment: &mut Segment<U>,
         tally: &mut Tally,
         crawl: &Crawl,
+        paging: &[PagePattern],
         Loaded { task, body }: Loaded,
     ) -> Result<(), DeliverError> {
         let fetch = task.fetch.as_ref();
         let last_error = task.errors.last();
         tally.tasks += 1;
+        if !paging.is_empty() {
+            let error = last_error.map(|e| error_kind_name(e.kind));
+            tally.paging.note(paging, &task, error);
+        }
         *tally
             .statuses
             .entry(task.status.name().to_owned())
@@ -1551,6 +1600,7 @@ impl<P: Ports> Deliverer<P> {
             items: tally.items,
             orphans_removed: tally.orphans_removed,
             segments: SegmentsSummary::of(tally.segments),
+            paging: tally.paging.summary(),
         }
     }
 
@@ -1663,6 +1713,20 @@ impl<P: Ports> Deliverer<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_is_the_time_in_its_format() {
+        let at = 1_795_780_800_123;
+        assert_eq!(
+            checkpoint_of(CheckpointFormat::Rfc3339, at),
+            "2026-11-27T12:00:00.123Z"
+        );
+        assert_eq!(
+            checkpoint_of(CheckpointFormat::EpochMs, at),
+            "1795780800123"
+        );
+        assert_eq!(checkpoint_of(CheckpointFormat::EpochS, at), "1795780800");
+    }
 
     #[test]
     fn delivery_ids_sort_like_generations_and_parse_back() {

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use trawl_domain::calls::CallTally;
+use trawl_domain::paging::{ChainEnd, PagePattern, chain_end};
 use trawl_domain::price::{PRICES, UNIT_MODEL, Units};
+use trawl_domain::task::Task;
 
 /// The delivery's summary, as written to `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +54,86 @@ pub struct Summary {
     /// The items extracted (a crawl with extractors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<ItemsSummary>,
+    /// Each chain of an open-ended pagination template (one per template and `since`): its
+    /// pages, its last one, and why it ended there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paging: Vec<ChainSummary>,
+}
+
+/// One chain of an open-ended pagination template, as `summary.json` gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainSummary {
+    pub template: String,
+    /// The `{since}` its pages carry (as in their URLs; empty without one).
+    pub since: String,
+    /// Its pages in the delivery.
+    pub pages: u64,
+    /// Its last page's URL, and why the chain ended there.
+    pub last_page: String,
+    pub stopped: ChainEnd,
+}
+
+/// The chains met so far by the task pass (kept in the delivery's checkpoint).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagingTally(BTreeMap<String, ChainTally>);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ChainTally {
+    template: String,
+    since: String,
+    pages: u64,
+    last_index: u64,
+    last_page: String,
+    stopped: ChainEnd,
+}
+
+impl PagingTally {
+    /// Counts `task` if it is a page of one of `patterns`; `error` is the kind of its last
+    /// error.
+    pub fn note(&mut self, patterns: &[PagePattern], task: &Task, error: Option<String>) {
+        let Some((pattern, at)) = patterns
+            .iter()
+            .find_map(|p| p.page_of(&task.url).map(|at| (p, at)))
+        else {
+            return;
+        };
+        let template = &pattern.template().template;
+        let stopped = chain_end(
+            task.status.name(),
+            task.fetch.as_ref().and_then(|f| f.paging_stop),
+            error,
+        );
+        let chain = self
+            .0
+            .entry(format!("{template}\u{0}{}", at.since))
+            .or_insert_with(|| ChainTally {
+                template: template.clone(),
+                since: at.since.clone(),
+                pages: 0,
+                last_index: at.index,
+                last_page: task.url.clone(),
+                stopped: stopped.clone(),
+            });
+        chain.pages += 1;
+        if at.index >= chain.last_index {
+            chain.last_index = at.index;
+            chain.last_page = task.url.clone();
+            chain.stopped = stopped;
+        }
+    }
+
+    pub fn summary(self) -> Vec<ChainSummary> {
+        self.0
+            .into_values()
+            .map(|c| ChainSummary {
+                template: c.template,
+                since: c.since,
+                pages: c.pages,
+                last_page: c.last_page,
+                stopped: c.stopped,
+            })
+            .collect()
+    }
 }
 
 /// What `items.jsonl.gz` holds.

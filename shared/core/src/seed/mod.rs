@@ -25,7 +25,6 @@
 mod continuation;
 mod cursor;
 mod manifest;
-mod pagination;
 mod sitemap;
 
 pub use continuation::{LocalSeedQueue, SeedQueue};
@@ -33,8 +32,8 @@ pub use manifest::{
     MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
     OpenManifests, SeedEntry, seed_entry,
 };
-pub use pagination::{MAX_PAGES_PER_TEMPLATE, PLACEHOLDER, PageTemplate};
 pub use sitemap::{MAX_SITEMAP_BYTES, MAX_SITEMAP_ENTRIES};
+pub use trawl_domain::paging::{MAX_PAGES_PER_TEMPLATE, PageTemplate};
 
 use crate::app::{App, Ports};
 use crate::backoff::Transient;
@@ -348,6 +347,16 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if let Err(e) = crate::extract::Extractors::new(&config.extract) {
         problems.push(e.to_string());
     }
+    for t in &config.paging {
+        match t.validate() {
+            Err(e) => problems.push(format!("paging: {e}")),
+            Ok(_) if !t.is_open() => problems.push(format!(
+                "paging: template {:?} is not open-ended (ranges and lists are seeded whole)",
+                t.template
+            )),
+            Ok(_) => {}
+        }
+    }
     let ua = &config.user_agent;
     if ua.len() > 256 || ua.chars().any(char::is_control) {
         problems
@@ -490,10 +499,20 @@ impl<P: Ports> Seeder<P> {
             config.scope.allowed_domains = self.seed_hosts(&request.source).await?;
         }
         let mut readmitted = 0;
-        let (crawl, created) = match existing {
+        // The source's open-ended templates join the crawl's: its crawler continues them.
+        let open: Vec<PageTemplate> = match &request.source {
+            SeedSource::Pagination(templates) => {
+                templates.iter().filter(|t| t.is_open()).cloned().collect()
+            }
+            _ => Vec::new(),
+        };
+        let (mut crawl, created) = match existing {
             Some(mut crawl) if request.config.is_some() => {
                 if config.scope.allowed_domains.is_empty() {
                     config.scope.allowed_domains = crawl.config.scope.allowed_domains.clone();
+                }
+                if config.paging.is_empty() {
+                    config.paging = crawl.config.paging.clone();
                 }
                 // A crawl keeps its layout for life: its bodies are where it put them.
                 config.storage.layout = crawl.config.storage.layout;
@@ -515,11 +534,22 @@ impl<P: Ports> Seeder<P> {
             }
             Some(crawl) => (crawl, false),
             None => {
+                add_templates(&mut config.paging, &open);
                 self.store
                     .create_crawl(&Crawl::new(request.crawl_id.clone(), config, now))
                     .await?
             }
         };
+        let mut paging = crawl.config.paging.clone();
+        if add_templates(&mut paging, &open) {
+            // Seeding a template is asking for its pages: no `update_config` needed.
+            let config = CrawlConfig {
+                paging,
+                ..crawl.config.clone()
+            };
+            self.store.update_config(&crawl.id, &config, now).await?;
+            crawl.config = config;
+        }
         let scope = ScopeMatcher::new(&crawl.config.scope)
             .map_err(|e| SeedError::invalid(format!("stored scope: {e}")))?;
         let checkpoint = crawl.checkpoint.clone();
@@ -607,7 +637,7 @@ impl<P: Ports> Seeder<P> {
         let seeds: Vec<String> = match source {
             SeedSource::Urls(urls) => seed_urls_of(urls),
             SeedSource::Pagination(templates) => {
-                templates.iter().filter_map(|t| t.page(0)).collect()
+                templates.iter().filter_map(|t| t.page(0, None)).collect()
             }
             SeedSource::Sitemaps(_) | SeedSource::S3(_) => return Vec::new(),
         };
@@ -725,7 +755,7 @@ impl<P: Ports> Seeder<P> {
             SeedSource::Sitemaps(urls) => urls.iter().for_each(|u| add(&mut hosts, u)),
             SeedSource::Pagination(templates) => templates
                 .iter()
-                .filter_map(|t| t.page(0))
+                .filter_map(|t| t.page(0, None))
                 .for_each(|u| add(&mut hosts, &u)),
             SeedSource::S3(m) => {
                 // A first pass over the manifest, hosts only (once, when the crawl is created).
@@ -757,6 +787,17 @@ impl<P: Ports> Seeder<P> {
         }
         Ok(hosts.into_iter().collect())
     }
+}
+
+/// Adds to `paging` the templates of `open` it does not have; true when it added one.
+fn add_templates(paging: &mut Vec<PageTemplate>, open: &[PageTemplate]) -> bool {
+    let before = paging.len();
+    for t in open {
+        if !paging.contains(t) {
+            paging.push(t.clone());
+        }
+    }
+    paging.len() > before
 }
 
 fn unreadable_is_invalid(e: ManifestError) -> SeedError {
@@ -809,13 +850,8 @@ fn validate_source(source: &SeedSource) -> Vec<String> {
         SeedSource::Pagination(templates) => {
             check_list("source.pagination", templates.len(), MAX_SOURCE_ITEMS);
             for t in templates {
-                match t.validate() {
-                    Err(problem) => problems.push(problem),
-                    Ok(_) => {
-                        if let Some(Err(e)) = t.page(0).map(|u| CanonicalUrl::parse(&u)) {
-                            problems.push(format!("template {:?}: {e}", t.template));
-                        }
-                    }
+                if let Err(problem) = t.validate() {
+                    problems.push(problem.to_string());
                 }
             }
         }
@@ -1171,11 +1207,14 @@ async fn seed_pages<P: Ports>(
                 ..Position::default()
             }));
         }
+        // `{since}`: the crawl's checkpoint as this request found it.
+        let since = sink.response.checkpoint.clone();
+        let pages = template.seeded_pages();
         let mut j = if resuming { pos.offset } else { 0 };
-        while let Some(url) = template.page(j) {
+        while let Some(url) = template.page(j, since.as_deref()).filter(|_| j < pages) {
             sink.offer(&url, None);
             j += 1;
-            if sink.checkpoint().await? && template.page(j).is_some() {
+            if sink.checkpoint().await? && j < pages {
                 return Ok(Some(Position {
                     item: at(i),
                     inner: 0,

@@ -13,7 +13,7 @@
 //! | `complete`             | generation `g`, and running, or completed by the | completed, `completed_by`,  |
 //! |                        | same completer (its repeat: its answer was lost) | updated                     |
 //! | `reopen`               | completed                                        | running, generation + 1,    |
-//! |                        |                                                  | updated                     |
+//! |                        |                                                  | its start, updated          |
 //! | `claim_delivery`       | no live lease of another holder                  | the holder's lease          |
 //! |                        | (`DeliveryLease::refuses`)                       |                             |
 //! | `release_delivery`     | the lease is the holder's                        | no lease                    |
@@ -144,6 +144,7 @@ pub struct CrawlChanges {
     pub config: Change<CrawlConfig>,
     pub checkpoint: Change<Option<String>>,
     pub level: Change<Option<Level>>,
+    pub generation_started_at: Change<Option<Millis>>,
     pub updated_at: Change<Millis>,
     pub pages_reserved: PagesChange,
     /// Added to the reference misses.
@@ -166,6 +167,8 @@ impl CrawlChanges {
         self.config.apply(&mut next.config);
         self.checkpoint.apply(&mut next.checkpoint);
         self.level.apply(&mut next.level);
+        self.generation_started_at
+            .apply(&mut next.generation_started_at);
         self.updated_at.apply(&mut next.updated_at);
         next.pages_reserved = match self.pages_reserved {
             PagesChange::Keep => next.pages_reserved,
@@ -264,7 +267,7 @@ pub fn complete(generation: u64, completer: &str, now: Millis) -> CrawlUpdate {
     )
 }
 
-/// Completed → running, the next generation (a recrawl round or a retry starts).
+/// Completed → running, the next generation (a recrawl round or a retry starts), begun `now`.
 pub fn reopen(now: Millis) -> CrawlUpdate {
     update(
         CrawlEvent::Reopen,
@@ -272,6 +275,7 @@ pub fn reopen(now: Millis) -> CrawlUpdate {
         CrawlChanges {
             state: Change::Set(CrawlState::Running),
             generation: 1,
+            generation_started_at: Change::Set(Some(now)),
             updated_at: Change::Set(now),
             ..CrawlChanges::default()
         },

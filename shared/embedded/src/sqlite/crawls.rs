@@ -16,7 +16,8 @@ use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use trawl_domain::estimate::Level;
 
 const CRAWL_COLUMNS: &str = "id, config, state, created, updated, generation, pages_reserved, \
-     checkpoint, reference_misses, completed_by, delivery_holder, delivery_until, level_ms, level_at";
+     checkpoint, reference_misses, completed_by, delivery_holder, delivery_until, level_ms, level_at, \
+     generation_started";
 
 /// A `crawls` row as SQLite returns it.
 struct CrawlRow {
@@ -34,6 +35,7 @@ struct CrawlRow {
     delivery_until: Option<i64>,
     level_ms: Option<i64>,
     level_at: Option<i64>,
+    generation_started: Option<i64>,
 }
 
 impl CrawlRow {
@@ -53,6 +55,7 @@ impl CrawlRow {
             delivery_until: row.get(11)?,
             level_ms: row.get(12)?,
             level_at: row.get(13)?,
+            generation_started: row.get(14)?,
         })
     }
 
@@ -88,6 +91,7 @@ impl CrawlRow {
                 }),
                 _ => None,
             },
+            generation_started_at: self.generation_started,
         })
     }
 }
@@ -106,12 +110,13 @@ fn write_crawl(conn: &Connection, crawl: &Crawl, insert: bool) -> DbResult<bool>
     let sql = if insert {
         format!(
             "INSERT OR IGNORE INTO crawls ({CRAWL_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
         )
     } else {
         "UPDATE crawls SET config = ?2, state = ?3, created = ?4, updated = ?5, generation = ?6,
              pages_reserved = ?7, checkpoint = ?8, reference_misses = ?9, completed_by = ?10,
-             delivery_holder = ?11, delivery_until = ?12, level_ms = ?13, level_at = ?14
+             delivery_holder = ?11, delivery_until = ?12, level_ms = ?13, level_at = ?14,
+             generation_started = ?15
          WHERE id = ?1"
             .to_owned()
     };
@@ -131,6 +136,7 @@ fn write_crawl(conn: &Connection, crawl: &Crawl, insert: bool) -> DbResult<bool>
         delivery.map(|l| l.until),
         crawl.level.map(|l| saturating_i64(l.ms)),
         crawl.level.map(|l| l.at),
+        crawl.generation_started_at,
     ])?;
     Ok(written == 1)
 }

@@ -40,8 +40,9 @@ use trawl_domain::task::{Millis, Status, Task};
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
 /// version 7 their delivery leases, version 8 their completers, version 9 the host counts,
-/// version 10 the crawls' water levels; an older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 10;
+/// version 10 the crawls' water levels, version 11 their generations' start times; an older
+/// file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 11;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -125,6 +126,9 @@ ALTER TABLE crawls ADD COLUMN delivery_until INTEGER;
 
 /// Who completed each crawl's generation (`CrawlStore::complete_crawl`).
 const COMPLETER_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN completed_by TEXT;";
+
+/// When each crawl's current generation began (`Crawl::generation_started_at`).
+const GENERATION_SCHEMA: &str = "ALTER TABLE crawls ADD COLUMN generation_started INTEGER;";
 
 /// The change-rate estimator's water level per crawl (`Crawl::level`).
 const LEVEL_SCHEMA: &str = "
@@ -448,7 +452,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=9 => {
+            0..=10 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -474,8 +478,11 @@ impl SqliteStore {
                 if version < 8 {
                     tx.execute_batch(COMPLETER_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(HOST_COUNTS_SCHEMA).map_err(schema)?;
-                tx.execute_batch(LEVEL_SCHEMA).map_err(schema)?;
+                if version < 10 {
+                    tx.execute_batch(HOST_COUNTS_SCHEMA).map_err(schema)?;
+                    tx.execute_batch(LEVEL_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(GENERATION_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }

@@ -152,6 +152,12 @@ impl Expression {
                 self.value("generation", n(changes.generation))
             ));
         }
+        self.optional_time(
+            &mut set,
+            &mut remove,
+            "generation_started",
+            &changes.generation_started_at,
+        );
         let string = |v: &String| s(v.as_str());
         self.optional(
             &mut set,
