@@ -19,7 +19,9 @@
 //!
 //! Schedules compared: fixed daily, the document's adaptive defaults, an adaptive setting tuned
 //! for a collection that mostly does not change, and the change-rate estimator given fixed
-//! daily's budget (one fetch per page per day). Why the first full-size run never finished: the
+//! daily's budget (one fetch per page per day), then at the fetches DDS tuned made; beside them
+//! the ideal (every rate known, periodic fetches, steady state) the target is read against.
+//! Why the first full-size run never finished: the
 //! in-memory store answered every turn's due query by reading and sorting all the crawl's tasks
 //! (parsing each one's URL for its host); it now keeps a due index per host, as SQLite and
 //! DynamoDB do.
@@ -57,7 +59,7 @@ use trawl_core::sweep::{LocalDeliveryTrigger, SweepBudget, SweepOptions, Sweeper
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, RecrawlPolicy};
-use trawl_domain::estimate::Estimator;
+use trawl_domain::estimate::{Demand, Estimator, level_ms};
 use trawl_domain::schedule::Schedule;
 use trawl_domain::task::{Millis, NewTask};
 
@@ -108,6 +110,8 @@ pub struct Size {
 
 /// One page of the simulated site: when it changes, and how much of that the crawler has seen.
 struct Page {
+    /// Mean time between changes (None: never changes).
+    mean: Option<Millis>,
     class: usize,
     /// Change times (virtual ms), ascending.
     changes: Vec<Millis>,
@@ -176,6 +180,7 @@ impl SimSite {
             .map(|_| {
                 let mean = mean_change(&mut rng);
                 Page {
+                    mean,
                     class: class_of(mean),
                     changes: changes(&mut rng, mean, horizon),
                     served: 0,
@@ -649,27 +654,39 @@ fn fixed(interval: Millis) -> RecrawlPolicy {
     }
 }
 
-/// The change-rate estimator with `budget_per_day` fetches a day, its other settings the
+/// The change-rate estimator's settings with `budget_per_day` fetches a day, the others the
 /// defaults (15 min to 7 days, a day until the crawl has a water level).
+fn estimator_settings(budget_per_day: u64) -> Estimator {
+    Estimator {
+        budget_per_day,
+        ..Estimator::default()
+    }
+}
+
 fn estimator(budget_per_day: u64) -> RecrawlPolicy {
     RecrawlPolicy {
-        estimator: Some(Estimator {
-            budget_per_day,
-            ..Estimator::default()
-        }),
+        estimator: Some(estimator_settings(budget_per_day)),
         ..RecrawlPolicy::default()
     }
 }
 
-/// The schedules compared, by name: the estimator at fixed daily's budget.
+const FIXED_NAME: &str = "fixed daily";
+const TUNED_NAME: &str = "DDS tuned (1 h, 7 d, 24, 1, 1.5)";
+const AT_FIXED_NAME: &str = "estimator, fixed daily's fetches";
+const AT_TUNED_NAME: &str = "estimator, DDS tuned's fetches";
+/// Runs that calibrate the estimator's budget to a number of fetches (`at_fetches`).
+const CALIBRATION_RUNS: usize = 4;
+
+/// The schedules compared, by name: the estimator at fixed daily's budget (and, in `run`, at
+/// the fetches DDS tuned made).
 fn schedules(size: Size) -> [(&'static str, RecrawlPolicy); 4] {
     [
-        ("fixed daily", fixed(DAY)),
+        (FIXED_NAME, fixed(DAY)),
         (
             "DDS defaults (15 min, 7 d, 10, 20, 1.3)",
             adaptive(Schedule::RECRAWL),
         ),
-        ("DDS tuned (1 h, 7 d, 24, 1, 1.5)", adaptive(TUNED)),
+        (TUNED_NAME, adaptive(TUNED)),
         (
             "estimator, fixed daily's budget",
             estimator(size.pages as u64),
@@ -714,98 +731,207 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     );
     let mut rows = Vec::new();
     for (name, recrawl) in schedules(size) {
-        eprintln!("  freshness: {name}");
-        let started = std::time::Instant::now();
-        let mut outcome = simulate(recrawl, size, 11).await?;
-        let seen = &mut outcome.seen;
-        let fetches: u64 = seen.fetches.iter().sum();
+        rows.push(measure(name, recrawl, size, &label, &mut figures).await?);
+    }
+    // The estimator again at the fetches fixed daily and DDS tuned made: the comparisons at
+    // equal fetches.
+    let made = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name)
+            .map_or(0, |r| r.fetches)
+    };
+    let (fixed, tuned) = (made(FIXED_NAME), made(TUNED_NAME));
+    let days = u64::try_from(size.days).unwrap_or(1).max(1);
+    for (name, target) in [(AT_FIXED_NAME, fixed), (AT_TUNED_NAME, tuned)] {
+        rows.push(at_fetches(name, target, size, &label, &mut figures).await?);
+    }
+    eprintln!("{}", table(&label, &rows));
+    // What knowing every rate would give, at fixed daily's budget and at the fetches it made.
+    for (budget, what) in [
+        (size.pages as u64, "fixed daily's budget"),
+        (fixed / days, "fixed daily's fetches a day"),
+    ] {
+        let ideal = ideal(size, 11, estimator_settings(budget));
         figures.push(Figure::single(
             SECTION,
-            format!("{name}: page fetches ({label})"),
-            "fetches",
-            fetches as f64,
+            format!(
+                "ideal at {what} ({budget}; known rates, periodic fetches, no sitemaps, \
+                 steady state): every changing page: staleness mean ({label})"
+            ),
+            "h",
+            ideal,
         ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("{name}: sitemap reads"),
-            "reads",
-            seen.sitemaps as f64,
-        ));
-        let mut row = Row {
-            name,
-            fetches,
-            staleness: Vec::new(),
-            fresh: Vec::new(),
+        eprintln!(
+            "ideal at {what} ({budget} a day; every rate known, each page fetched periodically \
+             at the estimator's allocation, no sitemaps, steady state): {ideal:.2} h mean \
+             staleness over every changing page"
+        );
+    }
+    Ok(figures)
+}
+
+/// The estimator's row at about `target` fetches over the run. Its sitemap refreshes and its
+/// exploring come on top of its budget, by an amount that varies with the budget, so the budget
+/// is calibrated: a run at `target` a day spread over the days, then secant steps on (budget,
+/// fetches made); the last run is reported (it may still be a little off `target`: its fetches
+/// are in the table).
+async fn at_fetches(
+    name: &'static str,
+    target: u64,
+    size: Size,
+    label: &str,
+    figures: &mut Vec<Figure>,
+) -> BenchResult<Row> {
+    let days = u64::try_from(size.days).unwrap_or(1).max(1) as f64;
+    let mut tried: Vec<(f64, f64)> = Vec::new();
+    let mut budget = target as f64 / days;
+    for run in 1..=CALIBRATION_RUNS {
+        let mut scratch = Vec::new();
+        let sink = if run == CALIBRATION_RUNS {
+            &mut *figures
+        } else {
+            &mut scratch
         };
-        let mut changing: Vec<Millis> = Vec::new();
-        for (c, class) in CLASSES.iter().enumerate() {
-            let fresh = 1.0 - seen.stale_ms[c] as f64 / seen.page_ms[c].max(1) as f64;
-            row.fresh.push(fresh);
-            figures.push(Figure::single(
-                SECTION,
-                format!("{name}: {class}: page-time fresh"),
-                "%",
-                100.0 * fresh,
-            ));
-            figures.push(Figure::single(
-                SECTION,
-                format!("{name}: {class}: fetches"),
-                "fetches",
-                seen.fetches[c] as f64,
-            ));
-            if c == NEVER_CLASS {
-                continue;
-            }
-            changing.extend_from_slice(&seen.staleness[c]);
-            let (mean, p95) = mean_and_p95(&mut seen.staleness[c]);
-            row.staleness.push((mean / HOUR as f64, p95 / HOUR as f64));
-            figures.push(Figure::single(
-                SECTION,
-                format!("{name}: {class}: staleness mean"),
-                "h",
-                mean / HOUR as f64,
-            ));
-            figures.push(Figure::single(
-                SECTION,
-                format!("{name}: {class}: staleness p95"),
-                "h",
-                p95 / HOUR as f64,
-            ));
+        let row = measure(name, estimator(budget.max(1.0) as u64), size, label, sink).await?;
+        if run == CALIBRATION_RUNS {
+            return Ok(row);
         }
-        let (mean, p95) = mean_and_p95(&mut changing);
+        tried.push((budget, row.fetches as f64));
+        budget = match tried[..] {
+            [.., (b0, f0), (b1, f1)] if (f1 - f0).abs() > 0.0 => {
+                b1 + (target as f64 - f1) * (b1 - b0) / (f1 - f0)
+            }
+            _ => budget * target as f64 / (row.fetches.max(1) as f64),
+        };
+    }
+    Err(check("calibration", "no run reported"))
+}
+
+/// The mean staleness (h) of every change if each page's rate were known and it were fetched
+/// every interval the estimator's allocation gives that rate (a page never changing at the
+/// longest), in steady state, without sitemaps: a change waits half an interval on average.
+fn ideal(size: Size, seed: u64, settings: Estimator) -> f64 {
+    let site = SimSite::new(ManualClock::at(T0), size, seed);
+    let rates: Vec<f64> = site
+        .lock()
+        .pages
+        .iter()
+        .filter_map(|p| p.mean)
+        .map(|m| 1.0 / m as f64)
+        .collect();
+    let never = size.pages - rates.len();
+    let mut demand = Demand::default();
+    for &rate in &rates {
+        demand.add(rate, settings, 1.0);
+    }
+    let left = settings.budget_per_day as f64 - never as f64 * DAY as f64 / settings.max_ms as f64;
+    let level = level_ms(&demand, left);
+    let waited: f64 = rates
+        .iter()
+        .map(|&rate| rate * settings.interval_ms(rate, Some(level)) as f64 / 2.0)
+        .sum();
+    waited / rates.iter().sum::<f64>() / HOUR as f64
+}
+
+/// Simulates one schedule, adds its figures, and returns its line of the table.
+async fn measure(
+    name: &'static str,
+    recrawl: RecrawlPolicy,
+    size: Size,
+    label: &str,
+    figures: &mut Vec<Figure>,
+) -> BenchResult<Row> {
+    eprintln!("  freshness: {name}");
+    let started = std::time::Instant::now();
+    let mut outcome = simulate(recrawl, size, 11).await?;
+    let seen = &mut outcome.seen;
+    let fetches: u64 = seen.fetches.iter().sum();
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: page fetches ({label})"),
+        "fetches",
+        fetches as f64,
+    ));
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: sitemap reads"),
+        "reads",
+        seen.sitemaps as f64,
+    ));
+    let mut row = Row {
+        name,
+        fetches,
+        staleness: Vec::new(),
+        fresh: Vec::new(),
+    };
+    let mut changing: Vec<Millis> = Vec::new();
+    for (c, class) in CLASSES.iter().enumerate() {
+        let fresh = 1.0 - seen.stale_ms[c] as f64 / seen.page_ms[c].max(1) as f64;
+        row.fresh.push(fresh);
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: {class}: page-time fresh"),
+            "%",
+            100.0 * fresh,
+        ));
+        figures.push(Figure::single(
+            SECTION,
+            format!("{name}: {class}: fetches"),
+            "fetches",
+            seen.fetches[c] as f64,
+        ));
+        if c == NEVER_CLASS {
+            continue;
+        }
+        changing.extend_from_slice(&seen.staleness[c]);
+        let (mean, p95) = mean_and_p95(&mut seen.staleness[c]);
         row.staleness.push((mean / HOUR as f64, p95 / HOUR as f64));
         figures.push(Figure::single(
             SECTION,
-            format!("{name}: every changing page: staleness mean"),
+            format!("{name}: {class}: staleness mean"),
             "h",
             mean / HOUR as f64,
         ));
-        let all_fresh = 1.0
-            - seen.stale_ms.iter().sum::<Millis>() as f64
-                / seen.page_ms.iter().sum::<Millis>().max(1) as f64;
-        row.fresh.push(all_fresh);
         figures.push(Figure::single(
             SECTION,
-            format!("{name}: every page: page-time fresh"),
-            "%",
-            100.0 * all_fresh,
+            format!("{name}: {class}: staleness p95"),
+            "h",
+            p95 / HOUR as f64,
         ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("{name}: sweeps that woke hosts"),
-            "sweeps",
-            outcome.sweeps_waking as f64,
-        ));
-        figures.push(Figure::single(
-            SECTION,
-            format!("{name}: simulation wall time"),
-            "s",
-            started.elapsed().as_secs_f64(),
-        ));
-        rows.push(row);
     }
-    eprintln!("{}", table(&label, &rows));
-    Ok(figures)
+    let (mean, p95) = mean_and_p95(&mut changing);
+    row.staleness.push((mean / HOUR as f64, p95 / HOUR as f64));
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: every changing page: staleness mean"),
+        "h",
+        mean / HOUR as f64,
+    ));
+    let all_fresh = 1.0
+        - seen.stale_ms.iter().sum::<Millis>() as f64
+            / seen.page_ms.iter().sum::<Millis>().max(1) as f64;
+    row.fresh.push(all_fresh);
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: every page: page-time fresh"),
+        "%",
+        100.0 * all_fresh,
+    ));
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: sweeps that woke hosts"),
+        "sweeps",
+        outcome.sweeps_waking as f64,
+    ));
+    let wall = started.elapsed().as_secs_f64();
+    figures.push(Figure::single(
+        SECTION,
+        format!("{name}: simulation wall time"),
+        "s",
+        wall,
+    ));
+    eprintln!("  freshness: {name}: {fetches} fetches, {wall:.1} s");
+    Ok(row)
 }
 
 /// The comparison as a Markdown table (the README's).

@@ -16,7 +16,7 @@
 //! - A recrawl that fails past its retries keeps the page's previous content (and its place in
 //!   the schedule): a host's bad day does not drop pages from the collection.
 
-use crate::estimate::{ChangeHistory, Estimator, prompted};
+use crate::estimate::{ChangeHistory, Check, Estimator, prompted};
 use crate::schedule::{Pace, Schedule};
 use crate::task::{FetchRecord, Millis};
 
@@ -182,29 +182,63 @@ pub struct Estimated {
 
 impl Estimated {
     /// When a page fetched at `now` after `previous` (None: its first fetch) is due again, and
-    /// its pace: the fetch is a check of the interval since the previous one.
+    /// its pace: the fetch is a check of the interval since the previous one (a prompted one
+    /// only when it found a change, `crate::estimate`), and the next interval explores
+    /// (`Estimator::explore`).
     fn after_fetch(
         &self,
         previous: Option<&FetchRecord>,
         changed: bool,
         now: Millis,
     ) -> (Option<Millis>, Option<Pace>) {
-        let history = previous.map_or_else(ChangeHistory::default, |p| {
-            let history = p.pace.and_then(|pace| pace.history).unwrap_or_default();
-            if prompted(p.fetched_at, p.next_fetch_at, now) {
-                return history.prompted(changed);
-            }
-            let interval = u64::try_from(now.saturating_sub(p.fetched_at)).unwrap_or(0);
-            history.observe(interval, changed)
+        let Some(p) = previous else {
+            let history = ChangeHistory::default();
+            return self.at(history, self.explore(&history, None), now);
+        };
+        let mut history = p.pace.and_then(|pace| pace.history).unwrap_or_default();
+        let early = prompted(p.fetched_at, p.next_fetch_at, now);
+        if early {
+            history = history.prompted(changed);
+        }
+        let interval_ms = u64::try_from(now.saturating_sub(p.fetched_at)).unwrap_or(0);
+        let check = (changed || !early).then_some(Check {
+            interval_ms,
+            changed,
         });
-        self.next(history, now)
+        if let Some(check) = check {
+            history = history.observe(check.interval_ms, check.changed);
+        }
+        // A prompted fetch that found nothing was no check: no exploring on it either.
+        let interval = match check {
+            Some(check) => self.explore(&history, Some(check)),
+            None => self.allocated(&history),
+        };
+        self.at(history, interval, now)
     }
 
-    /// When a page with `history` is due after `now`.
-    fn next(&self, history: ChangeHistory, now: Millis) -> (Option<Millis>, Option<Pace>) {
+    /// The interval a page with `history` is given by its estimate and the water level.
+    fn allocated(&self, history: &ChangeHistory) -> u64 {
         let rate = history.rate(self.settings.initial_ms);
-        let interval = self.settings.interval_ms(rate, self.level_ms);
-        let interval = Millis::try_from(interval).unwrap_or(Millis::MAX);
+        self.settings.interval_ms(rate, self.level_ms)
+    }
+
+    fn explore(&self, history: &ChangeHistory, check: Option<Check>) -> u64 {
+        self.settings
+            .explore(self.allocated(history), check, history)
+    }
+
+    /// When a page with `history` is due after `now`, on its estimate alone (no check made).
+    fn next(&self, history: ChangeHistory, now: Millis) -> (Option<Millis>, Option<Pace>) {
+        self.at(history, self.allocated(&history), now)
+    }
+
+    fn at(
+        &self,
+        history: ChangeHistory,
+        interval_ms: u64,
+        now: Millis,
+    ) -> (Option<Millis>, Option<Pace>) {
+        let interval = Millis::try_from(interval_ms).unwrap_or(Millis::MAX);
         (
             Some(now.saturating_add(interval)),
             Some(Pace::estimated(history)),
@@ -382,22 +416,45 @@ mod tests {
         // A change seen brings the next fetch nearer than no change would have.
         let quiet = fetched(&r, Some(&unchanged), false, due);
         assert!(changed.next_fetch_at < quiet.next_fetch_at);
-        // A fetch long before its time (a sitemap's lastmod made it due) is no check.
+        // A fetch long before its time (a sitemap's lastmod made it due) is counted apart; one
+        // that found a change is a check as well, one that found none is not.
+        let counts = |h: ChangeHistory| (h.checks, h.changes, h.prompted, h.prompted_changed);
         let early = fetched(&r, Some(&unchanged), true, at + 10 * MIN);
-        let prompted = history(&early);
-        assert_eq!(
-            (
-                prompted.checks,
-                prompted.prompted,
-                prompted.prompted_changed
-            ),
-            (1, 1, 1)
-        );
+        assert_eq!(counts(history(&early)), (2, 1, 1, 1));
+        let lied = fetched(&r, Some(&unchanged), false, at + 10 * MIN);
+        assert_eq!(counts(history(&lied)), (1, 0, 1, 0));
         // A recrawl that failed for good checked nothing.
         let kept = r.kept(&changed, due + 20 * MIN);
         assert_eq!(history(&kept), seen);
-        // Without a level yet, a page is fetched at the initial interval.
-        let unlevelled = fetched(&estimated(None), Some(&first), true, at);
+        // Without a level yet, a page is fetched at the initial interval once a check found it
+        // unchanged.
+        let unlevelled = fetched(&estimated(None), Some(&first), false, at);
         assert_eq!(unlevelled.next_fetch_at, Some(at + 1_440 * MIN));
+    }
+
+    #[test]
+    fn an_estimated_page_is_checked_soon_after_its_first_fetch_and_sooner_while_always_changed() {
+        // GIVEN a crawl without a water level yet (every page allocated the initial day)
+        let r = estimated(None);
+        // WHEN a page is first fetched, THEN its first check comes after a quarter of that day
+        let first = fetched(&r, None, true, 0);
+        assert_eq!(first.next_fetch_at, Some(360 * MIN));
+        // AND while every check finds a change, each next check comes after half the interval
+        // the last one covered, down to the shortest interval
+        let mut page = first;
+        let mut intervals = Vec::new();
+        for _ in 0..6 {
+            let at = page.next_fetch_at.unwrap();
+            page = fetched(&r, Some(&page), true, at);
+            intervals.push((page.next_fetch_at.unwrap() - at) / MIN);
+        }
+        assert_eq!(intervals, [180, 90, 45, 22, 15, 15]);
+        // AND once a check found no change, the estimate alone decides, changed or not
+        let at = page.next_fetch_at.unwrap();
+        let quiet = fetched(&r, Some(&page), false, at);
+        let at = quiet.next_fetch_at.unwrap();
+        assert_eq!(at - quiet.fetched_at, 1_440 * MIN);
+        let changed = fetched(&r, Some(&quiet), true, at);
+        assert_eq!(changed.next_fetch_at, Some(at + 1_440 * MIN));
     }
 }

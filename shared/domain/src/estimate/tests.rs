@@ -299,3 +299,48 @@ proptest! {
         prop_assert!(level <= 1 || spent(level - 1) > budget * 0.999_999, "{} vs {budget}", spent(level - 1));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn exploring_only_brings_checks_forward_and_only_while_the_evidence_is_censored(
+        h in history(),
+        allocated in 1u64..30 * DAY,
+        interval in 1u64..30 * DAY,
+        changed in any::<bool>(),
+        first in any::<bool>(),
+    ) {
+        let s = settings();
+        let check = (!first).then_some(Check { interval_ms: interval, changed });
+        let next = s.explore(allocated, check, &h);
+        // Within the settings' bounds, and never later than the allocation.
+        prop_assert!((s.min_ms..=s.max_ms).contains(&next), "{next}");
+        prop_assert!(next <= allocated.max(s.min_ms), "{next} vs {allocated}");
+        let bound = |ms: u64| ms.clamp(s.min_ms, s.max_ms);
+        match check {
+            None => prop_assert!(next <= bound(s.initial_ms / 4)),
+            Some(c) if c.changed && h.censored() => prop_assert!(next <= bound(c.interval_ms / 2)),
+            // Uncensored evidence (or no change found): the estimate alone decides.
+            Some(_) => prop_assert_eq!(next, bound(allocated)),
+        }
+    }
+}
+
+#[test]
+fn a_page_never_seen_to_change_is_estimated_at_a_tenth_of_a_change_over_its_time_watched() {
+    // GIVEN a page found unchanged at every daily check for 30 days
+    let mut history = ChangeHistory::default();
+    for _ in 0..30 {
+        history = history.observe(DAY, false);
+    }
+    // THEN its rate is about 0.1 change over the 31 days (30 watched, the prior's one)
+    let per_day = history.rate(DAY) * DAY as f64;
+    assert!((per_day * 31.0 / 0.1 - 1.0).abs() < 0.1, "{per_day}");
+    assert!(!history.censored());
+    assert!(ChangeHistory::default().observe(DAY, true).censored());
+    assert!(
+        !ChangeHistory::default().censored(),
+        "no check: nothing censored"
+    );
+}
