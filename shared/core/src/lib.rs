@@ -46,4 +46,5 @@ pub mod secrets;
 pub mod seed;
 pub mod store;
 pub mod sweep;
+pub mod url_rules;
 mod warc;

@@ -3,6 +3,7 @@
 //! rule's marker, a CSS selector run by lol_html as the page streams, or an XPath run on the
 //! page parsed by the extraction engine, `crate::extract::xpath_truth`).
 
+use crate::url_rules::RecrawlRules;
 use lol_html::html_content::{Element, TextChunk};
 use lol_html::{ElementContentHandlers, HandlerResult, HtmlRewriter, Selector, Settings};
 use regex::Regex;
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use trawl_domain::canonical::CanonicalUrl;
-use trawl_domain::crawl::{RecrawlPolicy, RecrawlRule, Soft404Rule};
+use trawl_domain::crawl::{RecrawlPolicy, Soft404Rule};
 use trawl_domain::estimate::Level;
 use trawl_domain::extract::Expr;
 use trawl_domain::revisit::Revisit;
@@ -21,11 +22,8 @@ pub const MAX_RULES: usize = 64;
 /// A recrawl policy with its patterns compiled.
 #[derive(Debug, Clone)]
 pub struct RevisitRules {
-    policy: RecrawlPolicy,
-    rules: Vec<Regex>,
+    urls: RecrawlRules,
     soft_404: Vec<(Option<Regex>, Soft404Rule)>,
-    /// The crawl's water level, for the pages the estimator schedules.
-    level: Option<Level>,
 }
 
 impl RevisitRules {
@@ -47,12 +45,7 @@ impl RevisitRules {
         if policy.estimator_budget() == Some(0) {
             return Err("recrawl.estimator: give a budget_per_day (fetches per day)".to_owned());
         }
-        let rules = policy
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, rule)| rule_pattern(rule).map_err(|e| format!("recrawl.rules[{i}]: {e}")))
-            .collect::<Result<_, _>>()?;
+        let urls = RecrawlRules::new(policy)?;
         let soft_404 = policy
             .soft_404
             .iter()
@@ -88,27 +81,20 @@ impl RevisitRules {
                 Ok((pattern, rule.clone()))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Self {
-            policy: policy.clone(),
-            rules,
-            soft_404,
-            level: None,
-        })
+        Ok(Self { urls, soft_404 })
     }
 
     /// The rules at the crawl's water level (`Crawl::level`).
     pub fn at_level(self, level: Option<Level>) -> Self {
-        Self { level, ..self }
+        Self {
+            urls: self.urls.at_level(level),
+            ..self
+        }
     }
 
     /// What the crawl decides for `url`: the first rule that matches it, or the crawl's own.
     pub fn for_url(&self, url: &str) -> Revisit {
-        let rule = self
-            .rules
-            .iter()
-            .position(|pattern| pattern.is_match(url))
-            .and_then(|i| self.policy.rules.get(i));
-        self.policy.revisit(rule, self.level.as_ref())
+        self.urls.for_url(url)
     }
 
     /// The soft-404 rules that apply to `url`, with their places in `recrawl.soft_404`.
@@ -125,38 +111,6 @@ impl RevisitRules {
         self.soft_404_rules(url)
             .find_map(|(i, rule)| soft_404_match(i, rule, html))
     }
-}
-
-/// A rule's pattern as one regular expression (a glob is anchored at both ends).
-fn rule_pattern(rule: &RecrawlRule) -> Result<Regex, String> {
-    let pattern = url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())?;
-    Regex::new(&pattern)
-        .map_err(|e| format!("invalid pattern {pattern:?}: {}", crate::problem::regex(&e)))
-}
-
-/// The regular expression of a URL rule that gives a `match` regex or a `glob` (exactly one):
-/// what recrawl rules and request rules (`crate::fetch`) are matched with.
-pub(crate) fn url_pattern(regex: Option<&str>, glob: Option<&str>) -> Result<String, String> {
-    match (regex, glob) {
-        (Some(regex), None) => Ok(regex.to_owned()),
-        (None, Some(glob)) => Ok(glob_regex(glob)),
-        _ => Err("give one of `match` (a regular expression) or `glob`".to_owned()),
-    }
-}
-
-/// `*` is any run of characters, `?` any one; everything else is literal.
-pub(crate) fn glob_regex(glob: &str) -> String {
-    let mut out = String::with_capacity(glob.len() + 8);
-    out.push('^');
-    for c in glob.chars() {
-        match c {
-            '*' => out.push_str(".*"),
-            '?' => out.push('.'),
-            c => out.push_str(&regex::escape(&c.to_string())),
-        }
-    }
-    out.push('$');
-    out
 }
 
 /// Which soft-404 rule recognised a page as gone, by which marker, and what it found.

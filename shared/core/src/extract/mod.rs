@@ -19,7 +19,7 @@ mod process;
 pub use dry_run::{DryRun, FailedField, dry_run, dry_run_stored};
 
 use crate::discover::{Links, extract_links, links_in_tree};
-use crate::revisit::glob_regex;
+use crate::url_rules::glob_regex;
 use path::{Evaluator, Selected, SimpleXpath};
 use regex::Regex;
 use scraper::{ElementRef, Html, Selector};

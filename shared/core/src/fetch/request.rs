@@ -178,7 +178,7 @@ impl RuleSets {
 }
 
 fn rule_pattern(rule: &UrlRule) -> Result<String, String> {
-    crate::revisit::url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())
+    crate::url_rules::url_pattern(rule.pattern.as_deref(), rule.glob.as_deref())
 }
 
 /// What `request` sends beyond its URL, User-Agent and Accept, credentials redacted: the

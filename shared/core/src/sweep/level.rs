@@ -11,8 +11,8 @@
 
 use super::{SweepError, Sweeper};
 use crate::app::Ports;
-use crate::revisit::RevisitRules;
 use crate::store::{CrawlStore, HostStore, TaskRecords};
+use crate::url_rules::RecrawlRules;
 use futures_util::StreamExt;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::estimate::{
@@ -40,7 +40,7 @@ impl<P: Ports> Sweeper<P> {
             return Ok(None);
         }
         // The seeder validated the rules; a stored set that does not compile schedules nothing.
-        let Ok(rules) = RevisitRules::new(recrawl) else {
+        let Ok(rules) = RecrawlRules::new(recrawl) else {
             return Ok(None);
         };
         let page = self.store.list_hosts(&crawl.id, None, LEVEL_HOSTS).await?;
