@@ -431,7 +431,7 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
 }
 
 /// The summary of one generation's delivery, once it is complete (`_SUCCESS` written).
-async fn delivered_summary(
+pub(crate) async fn delivered_summary(
     deployed: &Deployed,
     crawl_id: &str,
     generation: u64,

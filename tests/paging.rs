@@ -9,7 +9,6 @@ use crate::support::{moto, unique};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Output;
-use trawl_core::deliver;
 use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::task::{Status, now_ms};
@@ -376,7 +375,7 @@ async fn the_handlers_page_an_open_ended_template_once_even_when_turns_are_deliv
             let response = serde_json::to_value(response).unwrap();
             acknowledge(sqs, &stack.delivery_queue_url, &event, &response).await;
         }
-        summary = delivered_summary(&deployed, &crawl_id).await;
+        summary = crate::operator::delivered_summary(&deployed, &crawl_id, 0).await;
         if summary.is_some() {
             break;
         }
@@ -395,40 +394,6 @@ async fn the_handlers_page_an_open_ended_template_once_even_when_turns_are_deliv
         summary["paging"][0]["stopped"],
         json!({"reason": "nothing_yielded", "rule": "new_links"})
     );
-}
-
-/// The summary of the crawl's first delivery, once complete.
-async fn delivered_summary(deployed: &Deployed, crawl_id: &str) -> Option<Value> {
-    let s3 = &deployed.clients.s3;
-    let prefix = trawl_core::blob::Layout::new(crate::operator::PREFIX)
-        .deliveries_prefix(&CrawlId::parse(crawl_id).unwrap());
-    let listed = s3
-        .list_objects_v2()
-        .bucket(&deployed.stack.bucket)
-        .prefix(&prefix)
-        .send()
-        .await
-        .unwrap();
-    let marker = listed
-        .contents()
-        .iter()
-        .filter_map(|o| o.key())
-        .find(|k| k.ends_with(deliver::SUCCESS_FILE))?
-        .to_owned();
-    let key = marker.replace(deliver::SUCCESS_FILE, deliver::SUMMARY_FILE);
-    let body = s3
-        .get_object()
-        .bucket(&deployed.stack.bucket)
-        .key(key)
-        .send()
-        .await
-        .unwrap()
-        .body
-        .collect()
-        .await
-        .unwrap()
-        .into_bytes();
-    Some(serde_json::from_slice(&body).unwrap())
 }
 
 fn epoch_ms() -> u64 {
