@@ -355,7 +355,7 @@ export class TrawlStack extends Stack {
         manifestPath: join(REPO_ROOT, 'functions', name, 'Cargo.toml'),
         binaryName: name,
         architecture: lambda.Architecture.ARM_64,
-        // The functions' profile (Cargo.toml): thin LTO, one codegen unit.
+        // The functions' profile (Cargo.toml): opt-level 3, thin LTO, one codegen unit.
         bundling: { profile: 'lambda-release' },
         description: props.description,
         role,
