@@ -459,10 +459,12 @@ async fn a_turn_handed_back_on_every_receive_is_sent_anew_and_never_dead_lettere
         assert!(store.put_host(&id, &held, change).await.unwrap());
     };
 
-    // WHEN the crawler is handed it twice as many times as the queue's maxReceiveCount
+    // WHEN the crawler is handed it twice as many times as the queue's maxReceiveCount (bounded
+    // in time, and in receives: each empty one waits 250 ms, and a loaded moto answers slowly)
+    let started = std::time::Instant::now();
     let mut handled = 0;
-    for _ in 0..20 * MAX_RECEIVE_COUNT {
-        if handled == 2 * MAX_RECEIVE_COUNT {
+    for _ in 0..100 * MAX_RECEIVE_COUNT {
+        if handled == 2 * MAX_RECEIVE_COUNT || started.elapsed() > Duration::from_secs(120) {
             break;
         }
         let Some(event) = trawl_faults::lambda::receive_batch(sqs, &stack.queue_url)

@@ -408,7 +408,13 @@ impl Lambda<'_> {
                         None
                     }
                 },
-                self.crawl_round(&functions, &mut dice, plan, &mut crawled),
+                self.crawl_round(
+                    &functions,
+                    &mut dice,
+                    plan,
+                    run.duplicates == 0,
+                    &mut crawled
+                ),
                 self.deliver_round(&functions, &clock, plan.delivery_time),
             );
             let (received, cold_start) = crawl?;
@@ -471,12 +477,15 @@ impl Lambda<'_> {
 
     /// One round of the crawl queue's mapping: up to `plan.concurrency` batches, each to an
     /// invocation of its own, all at once. Returns whether any message was received, and
-    /// whether an invocation was cut short (the next ones start cold).
+    /// whether an invocation was cut short (the next ones start cold). While `no_duplicate_yet`,
+    /// the first record is duplicated whatever the dice say: a run with duplicates planned meets
+    /// at least one, however few records its timing made.
     async fn crawl_round(
         &self,
         functions: &Functions,
         dice: &mut Dice,
         plan: &Plan,
+        mut no_duplicate_yet: bool,
         run: &mut LambdaRun,
     ) -> Result<(bool, bool), String> {
         let mut batches = Vec::new();
@@ -486,7 +495,8 @@ impl Lambda<'_> {
             };
             let mut copies = Vec::new();
             for record in &event.records {
-                if dice.draw() >= plan.duplicates {
+                let owed = std::mem::take(&mut no_duplicate_yet) && plan.duplicates > 0.0;
+                if !owed && dice.draw() >= plan.duplicates {
                     continue;
                 }
                 run.duplicates += 1;
