@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod conformance;
 mod crawling;
+mod delivered;
 mod delivering;
 mod end_to_end;
 mod errors;

@@ -438,6 +438,11 @@ pub async fn deliver<P: Ports>(
         deliverer.deliver(crawl_id, None, now_ms())
     })
     .await?;
+    if let Some(command) = backend.on_delivered.as_deref()
+        && !report.already_delivered
+    {
+        crate::hook::on_delivered(command, &report).await?;
+    }
     Ok(report)
 }
 

@@ -37,6 +37,12 @@ pub struct Global {
     /// Print results as JSON (one object) instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// A command run (`sh -c`) each time this process writes a delivery, with TRAWL_CRAWL_ID,
+    /// TRAWL_GENERATION, TRAWL_DELIVERY_ID, TRAWL_DELIVERY (its location) and TRAWL_TASKS set;
+    /// its output goes to stderr. A failing command fails the command (exit 1), the delivery
+    /// staying in place.
+    #[arg(long, global = true, value_name = "CMD", env = "TRAWL_ON_DELIVERED")]
+    pub on_delivered: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

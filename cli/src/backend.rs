@@ -34,6 +34,8 @@ pub struct Backend<P: Ports> {
     /// The deployed seeder's queue (`trawl submit`), when the stack has one.
     #[cfg(feature = "aws")]
     pub seed_queue: Option<SqsSeedQueue>,
+    /// `--on-delivered`: run when this process writes a delivery (`hook`).
+    pub on_delivered: Option<String>,
     /// Held for the process's life: one process per local data directory.
     _lock: Option<File>,
 }
@@ -93,6 +95,7 @@ pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliEr
         local: true,
         #[cfg(feature = "aws")]
         seed_queue: None,
+        on_delivered: None,
         _lock: lock,
     })
 }
@@ -126,6 +129,7 @@ pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
             .map(|url| SqsSeedQueue::new(clients.sqs, url, calls)),
         uri_base: format!("s3://{}", settings.bucket),
         local: false,
+        on_delivered: None,
         _lock: None,
     })
 }

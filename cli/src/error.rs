@@ -74,6 +74,9 @@ pub enum CliError {
     Output(String),
     #[error("interrupted: run the same command again to resume")]
     Interrupted,
+    /// The `--on-delivered` command failed; the delivery it was run for is in place.
+    #[error("delivered to {location}, but the --on-delivered command failed: {reason}")]
+    Hook { location: String, reason: String },
 }
 
 impl CliError {

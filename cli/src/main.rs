@@ -14,6 +14,7 @@ mod error;
 mod extract;
 mod generations;
 mod given_up;
+mod hook;
 mod output;
 mod progress;
 #[cfg(feature = "aws")]
@@ -144,12 +145,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     };
     match global.backend {
         BackendKind::Local => {
-            let local = backend::local(&global.data_dir, local_access(&cli.command))?;
+            let mut local = backend::local(&global.data_dir, local_access(&cli.command))?;
+            local.on_delivered = global.on_delivered;
             admin::dispatch(local, cli.command, plan, global.json).await
         }
         #[cfg(feature = "aws")]
         BackendKind::Aws => {
-            let aws = backend::aws(global.stack.as_deref()).await?;
+            let mut aws = backend::aws(global.stack.as_deref()).await?;
+            aws.on_delivered = global.on_delivered;
             admin::dispatch(aws, cli.command, plan, global.json).await
         }
         #[cfg(not(feature = "aws"))]
