@@ -30,6 +30,7 @@ SQS_ATTRIBUTES = {
 }
 BUCKET_PROPERTIES = {
     "BucketEncryption", "PublicAccessBlockConfiguration", "OwnershipControls", "LifecycleConfiguration",
+    "NotificationConfiguration",
 }
 LIFECYCLE_RULE_KEYS = {"Id", "Status", "Prefix", "AbortIncompleteMultipartUpload", "ExpirationInDays"}
 
@@ -155,7 +156,20 @@ class LocalStack:
             self.s3.put_bucket_lifecycle_configuration(
                 Bucket=name, LifecycleConfiguration={"Rules": rules}
             )
+        if "NotificationConfiguration" in props:
+            self.s3.put_bucket_notification_configuration(
+                Bucket=name, NotificationConfiguration=self._notifications(logical_id, props["NotificationConfiguration"])
+            )
         self.created[logical_id] = {None: name, "Arn": f"arn:aws:s3:::{name}"}
+
+    @staticmethod
+    def _notifications(logical_id, config):
+        """A bucket's NotificationConfiguration: only the EventBridge switch is applied locally."""
+        unknown = set(config) - {"EventBridgeConfiguration"}
+        if unknown:
+            raise LocalStackError(f"{logical_id}: notification properties not applied locally: {sorted(unknown)}")
+        enabled = config["EventBridgeConfiguration"].get("EventBridgeEnabled") in (True, "true")
+        return {"EventBridgeConfiguration": {}} if enabled else {}
 
     @staticmethod
     def _lifecycle_rule(logical_id, rule):

@@ -4,7 +4,106 @@
 //! to a queue by a rule as the README shows).
 
 use crate::cli::{json_of, linked_site, temp_dir, trawl};
+use crate::operator::Deployed;
+use crate::support::{moto, unique};
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::{Value, json};
 use std::path::Path;
+
+const README: &str = include_str!("../README.md");
+
+/// The event pattern of the README's "When a delivery lands", for `bucket`.
+fn readme_delivery_pattern(bucket: &str) -> String {
+    let section = README
+        .split("### When a delivery lands")
+        .nth(1)
+        .expect("the README's section");
+    let pattern = section
+        .split("```json")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("its event pattern");
+    pattern.replace("YOUR-TRAWL-BUCKET", bucket)
+}
+
+/// Routes the deployed bucket's delivery signals to a new queue with the README's rule, as a
+/// user would (EventBridge's JSON API on moto: the workspace links no EventBridge SDK); returns
+/// the queue's URL.
+pub(crate) async fn route_delivery_signals(deployed: &Deployed) -> String {
+    let sqs = &deployed.clients.sqs;
+    let queue = sqs
+        .create_queue()
+        .queue_name(unique("signals"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&queue)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()
+        .remove(&QueueAttributeName::QueueArn)
+        .unwrap();
+    let rule = unique("trawl-delivered");
+    let calls = [
+        (
+            "AWSEvents.PutRule",
+            json!({"Name": rule, "EventPattern": readme_delivery_pattern(&deployed.stack.bucket)}),
+        ),
+        (
+            "AWSEvents.PutTargets",
+            json!({"Rule": rule, "Targets": [{"Id": "1", "Arn": arn}]}),
+        ),
+    ];
+    let http = trawl_core::fetch::http_client().build().unwrap();
+    for (target, body) in calls {
+        let answer = http
+            .post(&moto::shared().endpoint)
+            .header("X-Amz-Target", target)
+            .header("Content-Type", "application/x-amz-json-1.1")
+            .header(
+                "Authorization",
+                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/events/aws4_request",
+            )
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{target}: {answer:?}");
+    }
+    queue
+}
+
+/// The object keys of the delivery signals that reached `queue`.
+pub(crate) async fn delivery_signals(deployed: &Deployed, queue: &str) -> Vec<String> {
+    let received = deployed
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(queue)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    received
+        .messages()
+        .iter()
+        .map(|m| {
+            let event: Value = serde_json::from_str(m.body().unwrap_or_default()).unwrap();
+            event["detail"]["object"]["key"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
 
 /// The hook of these tests: one line per delivery in `log`, and some output of its own, which
 /// must not reach stdout.

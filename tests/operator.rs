@@ -1,7 +1,7 @@
 //! The operator's paths on moto: a deployed stack found by its CloudFormation outputs
 //! (`--stack`), a crawl handed to the functions with `trawl submit`, run by the four handlers as
 //! Lambda runs them (this test plays the event source mappings and the schedule), followed with
-//! `trawl status --watch` and fetched with `trawl deliveries get`.
+//! `trawl status --watch`, signalled by EventBridge and fetched with `trawl deliveries get`.
 
 use crate::cli::{json_of, temp_dir, trawl_bin};
 use crate::delivering::{gz_lines, read_warc, warc_pages};
@@ -302,6 +302,8 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
     let site = site().await;
     let crawl_id = unique("submitted");
     let stack_env = [("TRAWL_STACK", deployed.name.as_str())];
+    // AND the README's EventBridge rule routing the stack's delivery signals to a queue
+    let signals = crate::delivered::route_delivery_signals(&deployed).await;
 
     // WHEN `trawl submit` hands the crawl over
     let start = site.url("/p/0.html");
@@ -378,6 +380,17 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
             .all(|l| l["delivery"].is_null())
     );
     assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+
+    // AND the delivery's signal reached the rule's queue, once
+    let signalled = crate::delivered::delivery_signals(&deployed, &signals).await;
+    let [key] = signalled.as_slice() else {
+        panic!("{signalled:?}");
+    };
+    assert!(
+        key.starts_with(&format!("{PREFIX}deliveries/crawl={crawl_id}/"))
+            && key.ends_with("/gen-000000/_SUCCESS"),
+        "{key}"
+    );
 
     // AND `deliveries list` shows it complete, and `deliveries get` downloads a valid WARC with
     // every page and a manifest with every task

@@ -7,6 +7,7 @@ Plain python3 (boto3, moto[server], PyYAML). Prints `N passed, M failed`; exits 
 
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
@@ -25,6 +26,30 @@ import local_stack  # noqa: E402
 from test_template import ENV_CLI_ONLY, settings_env_names  # noqa: E402
 
 STARTUP_SECONDS = 30
+
+
+def readme_delivery_pattern(bucket):
+    """The event pattern of the README's "When a delivery lands", for `bucket`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### When a delivery lands", 1)[1]
+    pattern = section.split("```json", 1)[1].split("```", 1)[0]
+    return pattern.replace("YOUR-TRAWL-BUCKET", bucket)
+
+
+def delivery_signals(session, s3, bucket):
+    """Routes the README's rule to a new queue, puts a delivery's files in `bucket`, and returns
+    the object keys of the events the queue received."""
+    sqs = boto3.client("sqs", **session)
+    events = boto3.client("events", **session)
+    queue = sqs.create_queue(QueueName="delivery-signals")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="trawl-delivered", EventPattern=readme_delivery_pattern(bucket))
+    events.put_targets(Rule="trawl-delivered", Targets=[{"Id": "1", "Arn": arn}])
+    generation = "trawl/deliveries/crawl=c/run=r/gen-000000/"
+    for name in ("manifest-00000.jsonl.gz", "summary.json", "_SUCCESS"):
+        s3.put_object(Bucket=bucket, Key=generation + name, Body=b"")
+    received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    return [json.loads(m["Body"])["detail"]["object"]["key"] for m in received.get("Messages", [])]
 
 
 def free_port():
@@ -127,6 +152,9 @@ def main():
         check("bucket aborts incomplete multipart uploads",
               any(r.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation") == 1 for r in rules),
               f"{rules}")
+        signals = delivery_signals(session, s3, env["TRAWL_BUCKET"])
+        check("a delivery's _SUCCESS reaches a queue through the README's rule, nothing else does",
+              signals == ["trawl/deliveries/crawl=c/run=r/gen-000000/_SUCCESS"], f"{signals}")
 
     del os.environ["AWS_ENDPOINT_URL"]
     with contextlib.redirect_stderr(io.StringIO()):

@@ -275,6 +275,9 @@ def check_bucket(template):
         rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
         if not any(r.get("Status") == "Enabled" and r.get("AbortIncompleteMultipartUpload") for r in rules):
             problems.append(f"{logical}: no lifecycle rule aborting incomplete multipart uploads")
+        eventbridge = props.get("NotificationConfiguration", {}).get("EventBridgeConfiguration", {})
+        if eventbridge.get("EventBridgeEnabled") is not True:
+            problems.append(f"{logical}: S3 events not sent to EventBridge (no delivery signal)")
         tls_only = False
         for policy in policies:
             policy_props = policy.get("Properties", {})
@@ -707,6 +710,10 @@ def _public_bucket(t):
     t["Resources"]["Bucket"]["Properties"]["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"] = False
 
 
+def _no_delivery_signal(t):
+    del t["Resources"]["Bucket"]["Properties"]["NotificationConfiguration"]
+
+
 def _x86(t):
     function_by_code(t)["deliverer"][1]["Properties"]["Architectures"] = ["x86_64"]
 
@@ -803,6 +810,7 @@ BROKEN = [
     ("visibility 900 s for a 900 s crawler", _short_visibility, check_visibility_timeouts),
     ("a FIFO crawl queue", _fifo_crawl_queue, check_queues),
     ("RestrictPublicBuckets false", _public_bucket, check_bucket),
+    ("a bucket that sends no events to EventBridge", _no_delivery_signal, check_bucket),
     ("an x86_64 function", _x86, check_functions),
     ("an env name settings.rs does not read", _extra_env, check_environment),
     ("a variable its function reads missing", _missing_env, check_environment),

@@ -258,6 +258,11 @@ export class TrawlStack extends Stack {
       removalPolicy: RemovalPolicy.RETAIN,
     });
     samLogicalId(bucket, 'Bucket');
+    // The signal that a delivery landed (S3 events to EventBridge), set on the L1 resource as
+    // the SAM template does: `eventBridgeEnabled` would add a custom resource and its function.
+    (bucket.node.defaultChild as s3.CfnBucket).notificationConfiguration = {
+      eventBridgeConfiguration: { eventBridgeEnabled: true },
+    };
     if (bucket.policy) {
       samLogicalId(bucket.policy, 'BucketPolicy');
     }

@@ -13,6 +13,7 @@ use crate::settings::{
     ENV_TABLE,
 };
 use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+use aws_sdk_s3::types::{EventBridgeConfiguration, NotificationConfiguration};
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::HashMap;
@@ -156,9 +157,9 @@ fn fail(resource: &str, message: impl std::fmt::Display) -> SetupError {
 }
 
 /// Creates the stack called `name`: the table with its status and host indexes
-/// (`dynamodb::schema`), the bucket, the crawl, delivery and seed queues, each with a
-/// dead-letter queue, every queue keeping messages [`MESSAGE_RETENTION_SECONDS`]. For moto,
-/// development accounts, the tests and the benchmark.
+/// (`dynamodb::schema`), the bucket (its events sent to EventBridge), the crawl, delivery and
+/// seed queues, each with a dead-letter queue, every queue keeping messages
+/// [`MESSAGE_RETENTION_SECONDS`]. For moto, development accounts, the tests and the benchmark.
 pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupError> {
     let [
         table,
@@ -177,6 +178,19 @@ pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupE
         .s3
         .create_bucket()
         .bucket(&bucket)
+        .send()
+        .await
+        .map_err(|e| fail(&bucket, DisplayErrorContext(&e)))?;
+    // The signal that a delivery landed, as the template sets it (README, "When a delivery
+    // lands").
+    let to_eventbridge = NotificationConfiguration::builder()
+        .event_bridge_configuration(EventBridgeConfiguration::builder().build())
+        .build();
+    clients
+        .s3
+        .put_bucket_notification_configuration()
+        .bucket(&bucket)
+        .notification_configuration(to_eventbridge)
         .send()
         .await
         .map_err(|e| fail(&bucket, DisplayErrorContext(&e)))?;
