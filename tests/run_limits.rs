@@ -166,3 +166,91 @@ async fn run_limits_are_refused_by_submit_and_zero_is_a_usage_error() {
     assert!(said.contains("--max-fetches and --max-time"), "{said}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_dry_run_fetches_a_few_pages_prints_each_and_stores_nothing() {
+    // GIVEN a 30-page site and an empty directory
+    let site = linked_site(30).await;
+    let dir = temp_dir("dry-run");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+
+    // WHEN the crawl is tried with --dry-run
+    let tried = json_of(&crawl(&site, data, &dir, &["--dry-run", "--json"]).await);
+
+    // THEN it fetched the default 10 pages, each reported with its outcome, listed what it found
+    // beyond them, and created nothing
+    assert_eq!(tried["dry_run"], true, "{tried}");
+    let fetched = tried["fetched"].as_array().unwrap();
+    assert_eq!(fetched.len(), 10, "{tried}");
+    assert!(
+        fetched
+            .iter()
+            .all(|p| p["status"] == "succeeded" && p["http_status"] == 200),
+        "{tried}"
+    );
+    assert!(tried["found_not_fetched"].as_u64().unwrap() > 0, "{tried}");
+    assert_eq!(page_hits(&site, 30), 10);
+    assert!(!Path::new(data).exists());
+
+    // GIVEN the crawl made for real, stopped after 5 pages
+    crawl(
+        &site,
+        data,
+        &dir,
+        &["--crawl-id", "dry", "--max-fetches", "5"],
+    )
+    .await;
+    let status = |dir: &Path| {
+        let dir = dir.to_owned();
+        async move { json_of(&trawl(&["status", "--json", "--data-dir", data], &dir).await) }
+    };
+    let before = status(&dir).await;
+
+    // WHEN a dry run is given only its id
+    let tried = trawl(
+        &[
+            "crawl",
+            "--crawl-id",
+            "dry",
+            "--dry-run",
+            "--max-fetches",
+            "3",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+
+    // THEN it tried 3 of the crawl's pending pages with its settings, and the crawl is as it was
+    assert!(
+        tried.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tried.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&tried.stdout);
+    assert!(
+        stdout.contains("dry run: 3 page(s) tried") && stdout.contains("nothing was stored"),
+        "{stdout}"
+    );
+    assert_eq!(page_hits(&site, 30), 5 + 10 + 3);
+    assert_eq!(status(&dir).await, before);
+
+    // AND a dry run of a crawl that is not there says so
+    let missing = trawl(
+        &[
+            "crawl",
+            "--crawl-id",
+            "nope",
+            "--dry-run",
+            "--data-dir",
+            data,
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nothing to try"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -345,6 +345,11 @@ pub struct CrawlArgs {
     /// in flight; the same command goes on from there. Not stored with the crawl.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_time: Option<std::time::Duration>,
+    /// A development run that saves nothing: this command's crawl (or, given only --crawl-id,
+    /// an existing crawl's settings and pending URLs, only read) runs in memory for at most
+    /// --max-fetches fetches (10 by default), and each page's outcome is printed.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// When pages are fetched again (the crawl's `recrawl` settings; URL rules in --config).

@@ -14,7 +14,9 @@ use trawl_aws::{
     stack::StackError,
 };
 use trawl_core::app::{App, Ports};
+use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::queue::local::LocalQueue;
+use trawl_core::store::memory::MemoryStore;
 use trawl_domain::calls::CallCounts;
 use trawl_embedded::fs::FsBlobStore;
 use trawl_embedded::sqlite::SqliteStore;
@@ -36,6 +38,8 @@ pub struct Backend<P: Ports> {
     pub seed_queue: Option<SqsSeedQueue>,
     /// `--on-delivered`: run when this process writes a delivery (`hook`).
     pub on_delivered: Option<String>,
+    /// `--dry-run`: in memory, reported page by page, never delivered (`dry_run`).
+    pub dry_run: bool,
     /// Held for the process's life: one process per local data directory.
     _lock: Option<File>,
 }
@@ -49,6 +53,7 @@ impl<P: Ports> std::ops::Deref for Backend<P> {
 }
 
 pub type LocalBackend = Backend<(SqliteStore, FsBlobStore, LocalQueue)>;
+pub type MemoryBackend = Backend<(MemoryStore, MemoryBlobStore, LocalQueue)>;
 #[cfg(feature = "aws")]
 pub type AwsBackend = Backend<AwsPorts>;
 
@@ -96,8 +101,30 @@ pub fn local(data_dir: &Path, access: LocalAccess) -> Result<LocalBackend, CliEr
         #[cfg(feature = "aws")]
         seed_queue: None,
         on_delivered: None,
+        dry_run: false,
         _lock: lock,
     })
+}
+
+/// `--dry-run`'s backend: memory only, with the local backend's in-process queue.
+pub fn memory() -> MemoryBackend {
+    let calls = Arc::new(CallCounts::default());
+    let queue = LocalQueue::new(LOCAL_VISIBILITY, calls.clone());
+    Backend {
+        app: Arc::new(App::new(
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+            queue,
+            calls,
+        )),
+        uri_base: "memory (a dry run: nothing is stored)".to_owned(),
+        local: true,
+        #[cfg(feature = "aws")]
+        seed_queue: None,
+        on_delivered: None,
+        dry_run: true,
+        _lock: None,
+    }
 }
 
 /// Takes the data directory's lock: one process per local data directory.
@@ -130,6 +157,7 @@ pub async fn aws(stack: Option<&str>) -> Result<AwsBackend, CliError> {
         uri_base: format!("s3://{}", settings.bucket),
         local: false,
         on_delivered: None,
+        dry_run: false,
         _lock: None,
     })
 }

@@ -487,6 +487,21 @@ impl Plan {
     /// The seed requests: the seed URLs in chunks of [`SEED_CHUNK`], then the sitemaps, then
     /// the pagination templates; the last one carries the checkpoint to store (alone, in a
     /// request without URLs, when there is no source).
+    /// Whether this command names what to crawl (seeds, sitemaps or page templates).
+    pub fn seeded_here(&self, args: &CrawlArgs) -> bool {
+        !self.seeds.is_empty() || !args.sitemap.is_empty() || !args.pages.is_empty()
+    }
+
+    /// The plan of a dry run of an existing crawl: its settings, its pending URLs as seeds.
+    pub fn with_stored(self, stored: crate::dry_run::StoredCrawl) -> Self {
+        Self {
+            seeds: stored.pending,
+            config: stored.config,
+            layout_given: true,
+            ..self
+        }
+    }
+
     pub fn requests(self, args: &CrawlArgs) -> Vec<SeedRequest> {
         let mut sources = Vec::new();
         let mut urls = self.seeds.into_iter().peekable();
@@ -594,6 +609,9 @@ pub async fn run<P: Ports>(
         json,
     )
     .await?;
+    if backend.dry_run {
+        return crate::dry_run::report(crawler.store(), &crawl_id, json).await;
+    }
     let delivery = match end {
         RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
         RunEnd::Stopped(_) => None,

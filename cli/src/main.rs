@@ -10,6 +10,7 @@ mod backend;
 mod crawl;
 mod deliveries;
 mod demo;
+mod dry_run;
 mod error;
 mod extract;
 mod generations;
@@ -143,17 +144,23 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Submit(args) => Some(crawl::Plan::of(args)?.submitted(args)?),
         _ => None,
     };
+    let (command, plan) = match (cli.command, plan) {
+        (Command::Crawl(args), Some(plan)) if args.dry_run => {
+            return dry_run::dry_run(args, plan, &global).await;
+        }
+        other => other,
+    };
     match global.backend {
         BackendKind::Local => {
-            let mut local = backend::local(&global.data_dir, local_access(&cli.command))?;
+            let mut local = backend::local(&global.data_dir, local_access(&command))?;
             local.on_delivered = global.on_delivered;
-            admin::dispatch(local, cli.command, plan, global.json).await
+            admin::dispatch(local, command, plan, global.json).await
         }
         #[cfg(feature = "aws")]
         BackendKind::Aws => {
             let mut aws = backend::aws(global.stack.as_deref()).await?;
             aws.on_delivered = global.on_delivered;
-            admin::dispatch(aws, cli.command, plan, global.json).await
+            admin::dispatch(aws, command, plan, global.json).await
         }
         #[cfg(not(feature = "aws"))]
         BackendKind::Aws => Err(CliError::NoAwsBackend),
