@@ -11,13 +11,16 @@
 //! without spending a retry (a timeout excepted: one slow page must end in time). A failing URL
 //! never holds its host: it gets a due time and the turn goes on with the host's other URLs.
 
+mod gather;
 mod record;
 mod seen;
 
+use record::{Gathered, Recorded, record_or_gather};
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
+use crate::blob::BlobStore;
 use crate::check::{ReferenceChecks, ReferenceOutcome};
 use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
@@ -118,12 +121,17 @@ pub enum Outcome {
 impl Outcome {
     /// What the outcome of `task` means to the turn's plan.
     fn end(self, task: &TaskSummary) -> TaskEnd {
+        self.end_of(task.fetched_before())
+    }
+
+    /// What the outcome of a task, fetched before or not, means to the turn's plan.
+    fn end_of(self, fetched_before: bool) -> TaskEnd {
         match self {
             Outcome::Succeeded { .. }
             | Outcome::Unchanged
             | Outcome::Redirected
             | Outcome::GaveUp
-                if task.fetched_before() =>
+                if fetched_before =>
             {
                 TaskEnd::EndedAgain
             }
@@ -208,10 +216,24 @@ impl FaultStreak {
 type Outbox = Mutex<Vec<WorkMessage>>;
 
 /// The host whose turn is running, and how many URLs of it the turn's pages linked to: added to
-/// the host's record at hand-back (`frontier::seed_in_turn`), not one write per page.
+/// the host's record at hand-back (`frontier::seed_in_turn`), not one write per page; and the
+/// pages whose records wait to be appended (`gather`).
 struct Held {
     host: String,
     offered: std::sync::atomic::AtomicU64,
+    segment: gather::OpenSegment,
+}
+
+/// What became of a claimed task: it ended, or its records wait in its turn's open segment.
+enum Step {
+    Ended(Outcome),
+    Gathered(Box<Gathered>),
+}
+
+impl From<Outcome> for Step {
+    fn from(outcome: Outcome) -> Self {
+        Step::Ended(outcome)
+    }
 }
 
 /// A crawl's config with its scope compiled, cached per worker.
@@ -584,6 +606,7 @@ impl<P: Ports> Crawler<P> {
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
+            segment: gather::OpenSegment::new(self.blobs.gather_bytes()),
         };
         let (holder, mut outcomes) = self
             .run_turn(&context, host, &turn, now, deadline, outbox, &held)
@@ -810,13 +833,23 @@ impl<P: Ports> Crawler<P> {
                     .instrument(span)
                     .await;
                 let now = self.clock.now_ms();
-                let mut turn_state = lock(state);
-                turn_state.outcomes.push(outcome);
-                turn_state.plan.finished(outcome.end(&task), signal, now);
+                {
+                    let mut turn_state = lock(state);
+                    // A page gathered ends when its segment is appended (`gather`).
+                    let end = outcome.map_or(TaskEnd::Open, |outcome| {
+                        turn_state.outcomes.push(outcome);
+                        outcome.end(&task)
+                    });
+                    turn_state.plan.finished(end, signal, now);
+                }
+                let full = held.segment.take_full();
+                self.seal(context, full, hold, state).await;
             })
             .buffer_unordered(parallel)
             .collect::<Vec<()>>()
             .await;
+            // The round's pages are finished before the due tasks are read again.
+            self.seal(context, held.segment.take(), hold, state).await;
             if lock(state).plan.pages_left() == before {
                 break;
             }
@@ -898,8 +931,9 @@ impl<P: Ports> Crawler<P> {
         }
     }
 
-    /// Claims and crawls one due task. Returns what became of it and, when the host answered
-    /// or failed to, the signal for the host. `answered_at`: when the host last answered.
+    /// Claims and crawls one due task. Returns what became of it (None: its records wait in
+    /// the turn's open segment, `held`) and, when the host answered or failed to, the signal
+    /// for the host. `answered_at`: when the host last answered.
     async fn crawl_task(
         &self,
         context: &CrawlContext,
@@ -907,7 +941,7 @@ impl<P: Ports> Crawler<P> {
         answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
-    ) -> (Outcome, Option<HostSignal>) {
+    ) -> (Option<Outcome>, Option<HostSignal>) {
         let config = &context.crawl.config;
         let now = self.clock.now_ms();
         // The turn holds its host's lease: a store may take the task without a write.
@@ -920,21 +954,29 @@ impl<P: Ports> Crawler<P> {
             // Done, not due after all, or leased by another worker: nothing to do here.
             Ok(ClaimOutcome::Rejected(why)) => {
                 tracing::debug!(?why, "claim rejected");
-                return (Outcome::Skipped, None);
+                return (Some(Outcome::Skipped), None);
             }
             Err(e) => {
                 tracing::error!(error = %e, "claim failed");
                 self.faults.failed(&CrawlerError::Store(e));
-                return (Outcome::Error, None);
+                return (Some(Outcome::Error), None);
             }
         };
         match self
             .crawl_claimed(context, &task, &lease, answered_at, outbox, held)
             .await
         {
-            Ok(done) => {
+            Ok((Step::Ended(outcome), signal)) => {
                 self.faults.done();
-                done
+                (Some(outcome), signal)
+            }
+            Ok((Step::Gathered(page), signal)) => {
+                let fetched_before = due.fetched_before();
+                held.segment.push(gather::Waiting {
+                    page,
+                    fetched_before,
+                });
+                (None, signal)
             }
             Err(e) => {
                 self.faults.failed(&e);
@@ -943,7 +985,7 @@ impl<P: Ports> Crawler<P> {
                 if let Err(release) = self.store.release(&lease, self.clock.now_ms()).await {
                     tracing::warn!(error = %release, "release failed; the lease will expire");
                 }
-                (Outcome::Error, None)
+                (Some(Outcome::Error), None)
             }
         }
     }
@@ -1077,14 +1119,17 @@ impl<P: Ports> Crawler<P> {
         answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
-    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
+    ) -> Result<(Step, Option<HostSignal>), CrawlerError> {
         let config = &context.crawl.config;
         let revisit = context.revisit.for_url(&task.url);
         let url = match CanonicalUrl::parse(&task.url) {
             Ok(url) => url,
             Err(e) => {
                 let failure = Failure::new(ErrorKind::InvalidContent, e.to_string());
-                return Ok((self.fail(context, lease, &failure, &revisit).await?, None));
+                return Ok((
+                    self.fail(context, lease, &failure, &revisit).await?.into(),
+                    None,
+                ));
             }
         };
         let now = self.clock.now_ms();
@@ -1105,14 +1150,14 @@ impl<P: Ports> Crawler<P> {
                 let signal = HostSignal::of_failure(&failure);
                 if signal.spends_retry() || singled_out(answered_at, &task.errors) {
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
-                    return Ok((outcome, Some(signal)));
+                    return Ok((outcome.into(), Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
                 self.store
                     .hold_back(lease, &failure, self.clock.now_ms())
                     .await?;
-                Ok((Outcome::Snoozed, Some(signal)))
+                Ok((Outcome::Snoozed.into(), Some(signal)))
             }
             FetchOutcome::Redirected { status, location } => {
                 // The redirect is recorded here; its target is a task of its own (seeded at this
@@ -1154,7 +1199,7 @@ impl<P: Ports> Crawler<P> {
                         ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
-                    return Ok((outcome, Some(HostSignal::Answered)));
+                    return Ok((outcome.into(), Some(HostSignal::Answered)));
                 }
                 let answer = Answer {
                     status: page.status,
@@ -1229,7 +1274,7 @@ impl<P: Ports> Crawler<P> {
                     layout: config.storage.layout,
                     items,
                 });
-                match record_page(
+                let recorded = record_or_gather(
                     &self.store,
                     &self.blobs,
                     &self.layout,
@@ -1241,21 +1286,23 @@ impl<P: Ports> Crawler<P> {
                     WithItems(!context.extractors.is_empty()),
                     self.clock.now_ms(),
                 )
-                .await?
-                {
-                    StoredPage::Finished { put } => {
-                        let outcome = if put || task.fetch.is_none() {
+                .await?;
+                let step = match recorded {
+                    Recorded::Stored(StoredPage::Finished { put }) => {
+                        if put || task.fetch.is_none() {
                             Outcome::Succeeded { bytes, put }
                         } else {
                             Outcome::Unchanged
-                        };
-                        Ok((outcome, Some(HostSignal::Answered)))
+                        }
+                        .into()
                     }
-                    StoredPage::LostLease => {
+                    Recorded::Stored(StoredPage::LostLease) => {
                         tracing::debug!(url = %task.url, "lease lost: another worker recorded the page");
-                        Ok((Outcome::Skipped, Some(HostSignal::Answered)))
+                        Outcome::Skipped.into()
                     }
-                }
+                    Recorded::Gathered(page) => Step::Gathered(page),
+                };
+                Ok((step, Some(HostSignal::Answered)))
             }
         }
     }
@@ -1270,7 +1317,7 @@ impl<P: Ports> Crawler<P> {
         url: &CanonicalUrl,
         record: FetchRecord,
         done: Outcome,
-    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
+    ) -> Result<(Step, Option<HostSignal>), CrawlerError> {
         let stored = record_page(
             &self.store,
             &self.blobs,
@@ -1288,7 +1335,7 @@ impl<P: Ports> Crawler<P> {
             StoredPage::Finished { .. } => done,
             StoredPage::LostLease => Outcome::Skipped,
         };
-        Ok((outcome, Some(HostSignal::Answered)))
+        Ok((outcome.into(), Some(HostSignal::Answered)))
     }
 
     async fn fail(
