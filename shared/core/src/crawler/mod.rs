@@ -1715,6 +1715,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_turn_whose_host_was_taken_over_before_its_segment_was_appended_finishes_nothing() {
+        // GIVEN a crawler on a virtual clock and a store gathering a turn's records (as S3
+        // does), and a page on the segment layout whose fetch outlasts the turn's hold: while
+        // it is answered the hold runs out and another worker takes the host's turn
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let store = MemoryStore::new();
+        let mut config = CrawlConfig::default();
+        config.fetch.allow_private_networks = true;
+        config.politeness.respect_robots = false;
+        config.scope.follow_links = false;
+        config.storage.layout = trawl_domain::crawl::StorageLayout::Segments;
+        let crawl = Crawl::new(CrawlId::parse("taken").unwrap(), config, t0);
+        let (rival_store, rival_crawl, rival_clock) = (store.clone(), crawl.clone(), clock.clone());
+        let host = Arc::new(std::sync::OnceLock::<String>::new());
+        let rival_host = host.clone();
+        let (port, _) = site_calling(clock.clone(), move || {
+            rival_clock.advance(3 * trawl_domain::turn::TURN_HOLD_MS as Millis);
+            let now = rival_clock.now_ms();
+            let name = rival_host.get().map_or("", String::as_str);
+            let taken = update_host(&rival_store, &rival_crawl, name, now, |h| {
+                match h.claim_turn_by(7, now, 30_000) {
+                    Ok((next, _)) => (Some(next), true),
+                    Err(_) => (None, false),
+                }
+            });
+            let taken = futures_util::FutureExt::now_or_never(taken);
+            assert!(matches!(taken, Some(Ok(Some((_, true))))), "{taken:?}");
+        })
+        .await;
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/a")).unwrap();
+        let _ = host.set(trawl_domain::canonical::host_key_of(url.as_str()));
+        let task = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        add_tasks(&store, &queue, &crawl, vec![task], t0)
+            .await
+            .unwrap();
+        let blobs = MemoryBlobStore::gathering(8 << 20);
+        let app = App::new(store.clone(), blobs.clone(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+
+        // WHEN the turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN the page was fetched but neither appended nor finished: the new holder fetches it
+        assert_eq!(results[0].outcomes, [Outcome::Skipped]);
+        let task = store.get(&crawl.id, &url.task_id()).await.unwrap().unwrap();
+        assert_eq!((task.status, task.fetch), (Status::Pending, None));
+        let segments = crawler.layout.segments_prefix(&crawl.id);
+        assert_eq!(blobs.list(&segments).await.unwrap(), Vec::<String>::new());
+    }
+
+    #[tokio::test]
     async fn a_stop_ends_a_paced_turn_once_its_fetch_in_flight_is_done() {
         // GIVEN a host paced at one request a minute with six due pages, on a virtual clock,
         // whose site asks the crawler to stop as the first request arrives (Ctrl-C)
