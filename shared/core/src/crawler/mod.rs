@@ -4,7 +4,9 @@
 //! stop and what to hand back is decided by the turn's plan (`trawl_domain::turn`), each fetch's
 //! record by `trawl_domain::fetched`; this service reads, waits on its clock, fetches and writes.
 //! The Lambda function and the CLI's workers both run this; they differ only in how they hand
-//! messages back (`Disposition`).
+//! messages back (`Disposition`). On the segment layout a page's store and finish wait for its
+//! turn's segment: the turn appends its pages' records together, then finishes them (`gather`;
+//! on S3 one PUT per turn, on local files each page at once).
 //!
 //! Host-wide trouble (429/503, refused connections, an unreachable robots.txt, timeouts in a
 //! row) snoozes the host for every worker and ends the turn; the URL that met it goes back

@@ -21,6 +21,8 @@
 //!
 //! On the segment layout (`blob::segment`) rule 1 reads: the page's records are appended, and
 //! durable, before the finish; no append when the task already points at a body of that md5.
+//! A host turn appends its pages' records together (`record_or_gather` keeps them, `seal`
+//! appends them in one call and then runs each page's finish with its place in the segment).
 //! Rules 2 to 4 delete nothing there: bytes that a finish replaced, or that no finish ever
 //! pointed at, stay in their segment as garbage — never a pointer to missing bytes.
 
