@@ -5,10 +5,11 @@ use crate::site::{Fixture, Route, Site, fixture};
 use crate::support::{AwsStack, aws_stack, moto, unique};
 use std::sync::Arc;
 use trawl_aws::app::AwsPorts;
-use trawl_core::app::App;
+use trawl_core::app::{App, Ports};
 use trawl_core::blob::{BlobStore, Body, Layout};
+use trawl_core::clock::Clock;
 use trawl_core::crawler::{
-    Crawler, Disposition, MessageResult, PageBody, StoredPage, WithItems, record_page,
+    Crawler, Disposition, MessageResult, Outcome, PageBody, StoredPage, WithItems, record_page,
 };
 use trawl_core::fetch::Fetcher;
 use trawl_core::frontier::add_tasks;
@@ -68,12 +69,12 @@ async fn seed(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
 /// the Lambda runtime would. A message to retry later would come back after its delay, holding
 /// its FIFO group (the host slot) meanwhile; tests do not wait for it: it is deleted here and
 /// the task's recorded state is what they assert. Bounded in rounds.
-async fn drain(crawler: &AwsCrawler) -> Vec<MessageResult> {
+async fn drain<P: Ports>(crawler: &Crawler<P>) -> Vec<MessageResult> {
     drain_batches(crawler).await.into_iter().flatten().collect()
 }
 
 /// `drain`, batch by batch.
-async fn drain_batches(crawler: &AwsCrawler) -> Vec<Vec<MessageResult>> {
+async fn drain_batches<P: Ports>(crawler: &Crawler<P>) -> Vec<Vec<MessageResult>> {
     let mut batches = Vec::new();
     for _ in 0..40 {
         let batch = crawler.queue().receive(10, 0).await.unwrap();
@@ -719,4 +720,298 @@ async fn a_stale_receipt_handed_back_is_the_redelivery_a_fenced_lease_covers_not
     // THEN neither ends the caller's run: the message's copy (if any) comes back on its own
     assert!(stale.is_ok(), "{stale:?}");
     assert!(forged.is_ok(), "{forged:?}");
+}
+
+/// The segment layout, a host's pages fetched 4 at once with no pause between them.
+fn segments_config(site: &Site) -> CrawlConfig {
+    let mut config = config(site);
+    config.storage.layout = trawl_domain::crawl::StorageLayout::Segments;
+    config.politeness.per_host = 4;
+    config.politeness.delay_ms = 0;
+    config
+}
+
+/// `n` pages of the site, each its own text; their URLs.
+fn leaves(site: &Site, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let path = format!("/leaf/{i}.html");
+            site.route(&path, Route::html(format!("<p>leaf {i}</p>")));
+            site.url(&path)
+        })
+        .collect()
+}
+
+/// Asserts that each of `urls` is succeeded and that its span reads back as its page, whose md5
+/// is its record's. Returns the segments they are in.
+async fn assert_spans_read_back<P: Ports>(
+    crawler: &Crawler<P>,
+    crawl: &Crawl,
+    urls: &[String],
+) -> std::collections::BTreeSet<String> {
+    let mut segments = std::collections::BTreeSet::new();
+    for url in urls {
+        let id = CanonicalUrl::parse(url).unwrap().task_id();
+        let task = crawler.store().get(&crawl.id, &id).await.unwrap().unwrap();
+        assert_eq!(task.status, Status::Succeeded, "{url}");
+        let fetch = task.fetch.unwrap();
+        assert!(fetch.span.is_some(), "{url}: {fetch:?}");
+        let page = trawl_core::blob::segment::read_page(crawler.blobs(), &fetch)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{url}: its span names missing bytes"));
+        assert_eq!(
+            Some(Body::new(page.body.clone()).md5_hex()),
+            fetch.md5,
+            "{url}"
+        );
+        let leaf = url.rsplit_once('/').unwrap().1.trim_end_matches(".html");
+        assert!(
+            String::from_utf8_lossy(&page.body).contains(&format!("leaf {leaf}<")),
+            "{url}"
+        );
+        segments.insert(fetch.object_key.unwrap());
+    }
+    segments
+}
+
+/// The segments of the crawl in the bucket.
+async fn segment_objects<P: Ports>(crawler: &Crawler<P>, crawl: &Crawl) -> Vec<String> {
+    let prefix = Layout::new("pages").segments_prefix(&crawl.id);
+    crawler.blobs().list(&prefix).await.unwrap()
+}
+
+/// A crawler over `stack`'s store and queue, its object store behind `faults`, its clock `clock`.
+fn crawler_over(
+    stack: &AwsStack,
+    blobs: trawl_faults::ports::FaultyBlobs<trawl_aws::s3::S3BlobStore>,
+    clock: trawl_core::clock::SkewedClock,
+) -> Crawler<(
+    trawl_aws::dynamodb::DynamoStore,
+    trawl_faults::ports::FaultyBlobs<trawl_aws::s3::S3BlobStore>,
+    trawl_aws::sqs::SqsQueue,
+)> {
+    let app = App::new(
+        stack.store.clone(),
+        blobs,
+        stack.queue.clone(),
+        stack.calls.clone(),
+    )
+    .with_layout(Layout::new("pages"))
+    .with_clock(Arc::new(clock));
+    Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 4)
+}
+
+/// Object-store calls behind faults of `mix`; a crash never returns (`CrashMode::Halt`).
+fn faulty(
+    stack: &AwsStack,
+    mix: trawl_faults::ports::PortMix,
+) -> (
+    trawl_faults::ports::FaultyBlobs<trawl_aws::s3::S3BlobStore>,
+    Arc<trawl_faults::ports::PortFaults>,
+) {
+    let faults = Arc::new(trawl_faults::ports::PortFaults::new(
+        1,
+        mix,
+        trawl_faults::ports::CrashMode::Halt,
+    ));
+    let blobs = trawl_faults::ports::FaultyBlobs {
+        inner: stack.blobs.clone(),
+        faults: faults.clone(),
+    };
+    (blobs, faults)
+}
+
+#[tokio::test]
+async fn a_turn_on_segments_stores_its_pages_in_one_put_and_finishes_them_after_it() {
+    // GIVEN 12 pages of one host, seeded, on the segment layout
+    let site = Site::start().await;
+    let urls = leaves(&site, 12);
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let calls = stack.calls.clone();
+    let (crawler, crawl) = start(stack, segments_config(&site)).await;
+    seed(&crawler, &crawl, &urls).await;
+    calls.reset();
+
+    // WHEN the host's turn runs
+    let results = drain(&crawler).await;
+
+    // THEN its pages' bodies went up in one PUT, and every page was stored by it
+    assert_eq!(calls.get(Call::S3PutObject), 1);
+    let stored = results
+        .iter()
+        .flat_map(|r| &r.outcomes)
+        .filter(|o| matches!(o, Outcome::Succeeded { put: true, .. }))
+        .count();
+    assert_eq!(stored, urls.len());
+    // AND each finished task's span reads back as its page (md5 checked), all in that segment
+    let segments = assert_spans_read_back(&crawler, &crawl, &urls).await;
+    assert_eq!(segments.len(), 1);
+    assert_eq!(segment_objects(&crawler, &crawl).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_turn_dying_after_its_segment_put_finishes_no_page_and_its_pages_are_fetched_again() {
+    // GIVEN 8 pages of one host on the segment layout, and a worker that dies (its calls never
+    // return) as soon as its turn's segment PUT is acknowledged, before any finish
+    let site = Site::start().await;
+    let urls = leaves(&site, 8);
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let (blobs, faults) = faulty(
+        &stack,
+        trawl_faults::ports::PortMix {
+            crash: 1.0,
+            ..Default::default()
+        },
+    );
+    let dying = crawler_over(&stack, blobs, Default::default());
+    let clock = trawl_core::clock::SkewedClock::default();
+    let (plain, _) = faulty(&stack, Default::default());
+    let later = crawler_over(&stack, plain, clock.clone());
+    let (crawler, crawl) = start(stack, segments_config(&site)).await;
+    seed(&crawler, &crawl, &urls).await;
+
+    // WHEN its turn runs until it dies
+    tokio::select! {
+        _ = drain(&dying) => panic!("the worker was to die at its segment's PUT"),
+        () = faults.crashed() => {}
+    }
+    drop(dying);
+
+    // THEN the segment is in the bucket, but no task was finished: none points at anything
+    let garbage = segment_objects(&crawler, &crawl).await;
+    assert_eq!(garbage.len(), 1);
+    for url in &urls {
+        let t = task(&crawler, &crawl, url).await;
+        assert_eq!((t.status, t.fetch), (Status::Pending, None), "{url}");
+        assert_eq!(site.hits(url.strip_prefix(&site.url("")).unwrap()), 1);
+    }
+
+    // WHEN another worker takes the host once the dead turn's hold has run out
+    clock.skip(2 * trawl_domain::turn::TURN_HOLD_MS as i64);
+    let hosts = trawl_core::frontier::hosts_of(urls.iter().map(String::as_str));
+    let messages =
+        trawl_core::frontier::reissue_turns(later.store(), &crawl, hosts, LOST_NOW, clock.now_ms())
+            .await
+            .unwrap();
+    later.queue().send(&messages).await.unwrap();
+    drain(&later).await;
+
+    // THEN every page was fetched again and stored in a segment of its own; each span reads
+    // back, and the dead turn's segment is garbage nothing points at
+    for url in &urls {
+        assert_eq!(site.hits(url.strip_prefix(&site.url("")).unwrap()), 2);
+    }
+    let live = assert_spans_read_back(&later, &crawl, &urls).await;
+    assert_eq!(live.len(), 1);
+    assert!(!live.contains(&garbage[0]));
+    assert_eq!(segment_objects(&crawler, &crawl).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_segment_put_finishes_no_page_and_the_next_turn_fetches_them_again() {
+    // GIVEN 6 pages of one host on the segment layout, and a worker whose object-store calls
+    // all fail (its retries spent)
+    let site = Site::start().await;
+    let urls = leaves(&site, 6);
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let (blobs, faults) = faulty(
+        &stack,
+        trawl_faults::ports::PortMix {
+            errors: 1.0,
+            ..Default::default()
+        },
+    );
+    let failing = crawler_over(&stack, blobs, Default::default());
+    let (crawler, crawl) = start(stack, segments_config(&site)).await;
+    seed(&crawler, &crawl, &urls).await;
+
+    // WHEN its turn runs
+    let batch = failing.queue().receive(10, 0).await.unwrap();
+    let results = failing.process_batch(batch, None).await;
+    for result in &results {
+        failing
+            .queue()
+            .ack(std::slice::from_ref(&result.receipt))
+            .await
+            .unwrap();
+    }
+
+    // THEN each page was fetched, its append failed, and none was finished
+    let ended: Vec<Outcome> = results.iter().flat_map(|r| r.outcomes.clone()).collect();
+    assert_eq!(ended, vec![Outcome::Error; urls.len()]);
+    assert!(faults.counts().of(trawl_faults::ports::PortFault::Error) >= 2);
+    assert!(segment_objects(&crawler, &crawl).await.is_empty());
+    for url in &urls {
+        let t = task(&crawler, &crawl, url).await;
+        assert_eq!((t.status, t.fetch), (Status::Pending, None), "{url}");
+    }
+
+    // WHEN a healthy worker takes the host's next turn
+    seed_messages(&crawler, &crawl, &urls).await;
+    drain(&crawler).await;
+
+    // THEN the pages were fetched again and stored, each span reading back
+    for url in &urls {
+        assert_eq!(site.hits(url.strip_prefix(&site.url("")).unwrap()), 2);
+    }
+    assert_eq!(
+        assert_spans_read_back(&crawler, &crawl, &urls).await.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_segment_page_finished_by_another_worker_before_the_seal_keeps_that_workers_record() {
+    // GIVEN two pages of one host on the segment layout, fetched at once, one of them slow: the
+    // turn's segment waits for it
+    let site = Site::start().await;
+    site.route("/leaf/0.html", Route::html("<p>leaf 0</p>"))
+        .route(
+            "/slow.html",
+            Route::html("<p>slow</p>").delayed(std::time::Duration::from_millis(800)),
+        );
+    let (fast, slow) = (site.url("/leaf/0.html"), site.url("/slow.html"));
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    let calls = stack.calls.clone();
+    let (crawler, crawl) = start(stack, segments_config(&site)).await;
+    seed(&crawler, &crawl, &[fast.clone(), slow.clone()]).await;
+    calls.reset();
+
+    // WHEN, while the slow page is fetched, another worker takes over the fast one (fetched
+    // and waiting in the turn's segment) and finishes it with its own body
+    let rival = async {
+        while site.hits("/leaf/0.html") == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let (task, lease) = claim_at(&crawler, &crawl, &fast, now_ms()).await;
+        write(&crawler, &task, &lease, "<p>rival</p>").await
+    };
+    let (results, rival) = tokio::join!(drain(&crawler), rival);
+
+    // THEN the rival's record stands: the turn's finish of that page was refused by its lease
+    assert_eq!(rival, StoredPage::Finished { put: true });
+    let outcomes: Vec<Outcome> = results.iter().flat_map(|r| r.outcomes.clone()).collect();
+    assert!(outcomes.contains(&Outcome::Skipped), "{outcomes:?}");
+    let taken = task(&crawler, &crawl, &fast).await.fetch.unwrap();
+    assert_eq!(taken.span, None);
+    let rival_body = crawler
+        .blobs()
+        .get(taken.object_key.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(rival_body.as_deref(), Some(&b"<p>rival</p>"[..]));
+    // AND the slow page went up in the turn's one PUT (beside the rival's object), its span
+    // reading back; the fast page's bytes there are garbage
+    assert_eq!(calls.get(Call::S3PutObject), 2);
+    let slow_fetch = task(&crawler, &crawl, &slow).await.fetch.unwrap();
+    let page = trawl_core::blob::segment::read_page(crawler.blobs(), &slow_fetch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(Some(Body::new(page.body).md5_hex()), slow_fetch.md5);
+    let segments = segment_objects(&crawler, &crawl).await;
+    assert_eq!(segments, [slow_fetch.object_key.clone().unwrap()]);
+    let segment = crawler.blobs().get(&segments[0]).await.unwrap().unwrap();
+    assert!(segment.len() as u64 > slow_fetch.span.unwrap().length);
 }

@@ -389,8 +389,8 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     })
 }
 
-/// The fresh crawl again, on the segment layout: the bodies go to segment objects, a PUT shared
-/// by the appends that wait while another is in flight (`trawl_aws::s3`).
+/// The fresh crawl again, on the segment layout: the bodies go to segment objects, one PUT per
+/// host turn (its pages gathered, then finished after it: `trawl_core::crawler`).
 async fn fresh_on_segments(
     moto: &Moto,
     site: &Site,
@@ -656,7 +656,7 @@ pub async fn run(site: &Site, pool: usize) -> BenchResult<(Vec<Figure>, CallsRes
         ),
         Figure::single(
             SECTION,
-            "fresh URL: S3 PUTs, segments layout (a PUT shared by concurrent appends)",
+            "fresh URL: S3 PUTs, segments layout (one PUT per host turn)",
             "PUTs/URL",
             result.fresh_segments.per_url(Call::S3PutObject),
         ),

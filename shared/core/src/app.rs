@@ -129,6 +129,10 @@ impl BlobStore for Unwired {
         Err(Self::blob_error("get", key))
     }
 
+    fn gather_bytes(&self) -> u64 {
+        0
+    }
+
     async fn append(&self, dir: &str, _: Bytes) -> BlobResult<Appended> {
         Err(Self::blob_error("append", dir))
     }

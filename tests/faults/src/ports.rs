@@ -368,6 +368,10 @@ impl<B: BlobStore> BlobStore for FaultyBlobs<B> {
         self.inner.get(key).await
     }
 
+    fn gather_bytes(&self) -> u64 {
+        self.inner.gather_bytes()
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         self.faults.blob_call("append", dir).await?;
         let appended = self.inner.append(dir, records).await?;

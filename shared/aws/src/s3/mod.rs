@@ -121,6 +121,11 @@ impl BlobStore for S3BlobStore {
         Ok(Some(body))
     }
 
+    /// A turn's pages in one PUT: a PUT is paid per request (`segments::TURN_SEGMENT_BYTES`).
+    fn gather_bytes(&self) -> u64 {
+        segments::TURN_SEGMENT_BYTES
+    }
+
     /// Group-committed (`segments`): the appends waiting while a PUT is in flight share the
     /// next one.
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {

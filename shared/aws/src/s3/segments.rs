@@ -5,9 +5,10 @@
 //! finished before its body is durable; a failed PUT fails each of its appends (their callers
 //! retry), and nothing ever points into an object that was not written.
 //!
-//! One PUT is in flight per store at a time: the concurrent pages of a Lambda invocation's turns
-//! share PUTs, however many there are. A turn whose pages come one at a time still PUTs each on
-//! its own; a PUT per turn needs the turn to seal its segment before its finishes (issue 29).
+//! One PUT is in flight per store at a time: the turns of a Lambda invocation that seal at once
+//! share a PUT. A host turn gathers its pages' records and appends them together when its round
+//! of fetches ends, or once they reach `TURN_SEGMENT_BYTES` (`trawl_core::crawler`), so a turn
+//! costs one PUT, not one per page; its pages are finished after that PUT.
 
 use super::{S3BlobStore, classify};
 use aws_sdk_s3::primitives::ByteStream;
@@ -20,6 +21,13 @@ use tokio::sync::oneshot;
 use trawl_core::blob::{Appended, BlobError, BlobResult};
 use trawl_domain::calls::Call;
 use trawl_domain::task::Span;
+
+/// What a host turn gathers before it PUTs (`BlobStore::gather_bytes`): a turn of 50 pages is
+/// usually a few MiB at most, so this bounds only the memory an unusual turn holds. Not a
+/// multipart upload: a part is not
+/// readable until the upload completes, so pages could not be finished before the turn's end
+/// anyway, and completing it is a request more.
+pub(super) const TURN_SEGMENT_BYTES: u64 = 8 << 20;
 
 /// One append waiting for its PUT.
 struct Waiting {

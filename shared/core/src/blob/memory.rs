@@ -21,11 +21,21 @@ type Objects = Arc<Mutex<BTreeMap<String, (Bytes, Millis)>>>;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryBlobStore {
     objects: Objects,
+    /// `BlobStore::gather_bytes` (0 unless a test gathers, as S3 does).
+    gather: u64,
 }
 
 impl MemoryBlobStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store whose host turns gather up to `bytes` of page records per append, as on S3.
+    pub fn gathering(bytes: u64) -> Self {
+        Self {
+            gather: bytes,
+            ..Self::default()
+        }
     }
 }
 
@@ -48,6 +58,10 @@ impl BlobStore for MemoryBlobStore {
             objects.get(key).map(|(body, _)| body.clone())
         };
         stored.map(|s| from_rest("get", key, s)).transpose()
+    }
+
+    fn gather_bytes(&self) -> u64 {
+        self.gather
     }
 
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {

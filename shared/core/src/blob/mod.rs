@@ -297,6 +297,15 @@ pub trait BlobStore: Send + Sync {
         records: Bytes,
     ) -> impl Future<Output = BlobResult<Appended>> + Send;
 
+    /// How many bytes of page records a host turn gathers before it appends them together
+    /// (`crate::crawler`: one `append`, then the fenced finishes of the pages in it); what a
+    /// turn holds when its round of fetches ends is appended then. 0: each page is appended
+    /// as soon as it is stored, for a store whose appends are cheap and whose concurrent
+    /// appends share a flush anyway (a local file): a page is finished at once, and one in
+    /// flight at a crash is the only one fetched again. A store paid per request (S3) gathers:
+    /// a turn's pages go up in one request, and are fetched again if the turn dies before it.
+    fn gather_bytes(&self) -> u64;
+
     /// `length` bytes of the object at `key` from `offset`, or None when there is no such
     /// object. Fewer bytes than asked for is an error: a span never reaches past its segment.
     fn get_range(

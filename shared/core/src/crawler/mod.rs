@@ -4,20 +4,25 @@
 //! stop and what to hand back is decided by the turn's plan (`trawl_domain::turn`), each fetch's
 //! record by `trawl_domain::fetched`; this service reads, waits on its clock, fetches and writes.
 //! The Lambda function and the CLI's workers both run this; they differ only in how they hand
-//! messages back (`Disposition`).
+//! messages back (`Disposition`). On the segment layout a page's store and finish wait for its
+//! turn's segment: the turn appends its pages' records together, then finishes them (`gather`;
+//! on S3 one PUT per turn, on local files each page at once).
 //!
 //! Host-wide trouble (429/503, refused connections, an unreachable robots.txt, timeouts in a
 //! row) snoozes the host for every worker and ends the turn; the URL that met it goes back
 //! without spending a retry (a timeout excepted: one slow page must end in time). A failing URL
 //! never holds its host: it gets a due time and the turn goes on with the host's other URLs.
 
+mod gather;
 mod record;
 mod seen;
 
+use record::{Gathered, Recorded, record_or_gather};
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
+use crate::blob::BlobStore;
 use crate::check::{ReferenceChecks, ReferenceOutcome};
 use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher};
@@ -118,12 +123,17 @@ pub enum Outcome {
 impl Outcome {
     /// What the outcome of `task` means to the turn's plan.
     fn end(self, task: &TaskSummary) -> TaskEnd {
+        self.end_of(task.fetched_before())
+    }
+
+    /// What the outcome of a task, fetched before or not, means to the turn's plan.
+    fn end_of(self, fetched_before: bool) -> TaskEnd {
         match self {
             Outcome::Succeeded { .. }
             | Outcome::Unchanged
             | Outcome::Redirected
             | Outcome::GaveUp
-                if task.fetched_before() =>
+                if fetched_before =>
             {
                 TaskEnd::EndedAgain
             }
@@ -208,10 +218,24 @@ impl FaultStreak {
 type Outbox = Mutex<Vec<WorkMessage>>;
 
 /// The host whose turn is running, and how many URLs of it the turn's pages linked to: added to
-/// the host's record at hand-back (`frontier::seed_in_turn`), not one write per page.
+/// the host's record at hand-back (`frontier::seed_in_turn`), not one write per page; and the
+/// pages whose records wait to be appended (`gather`).
 struct Held {
     host: String,
     offered: std::sync::atomic::AtomicU64,
+    segment: gather::OpenSegment,
+}
+
+/// What became of a claimed task: it ended, or its records wait in its turn's open segment.
+enum Step {
+    Ended(Outcome),
+    Gathered(Box<Gathered>),
+}
+
+impl From<Outcome> for Step {
+    fn from(outcome: Outcome) -> Self {
+        Step::Ended(outcome)
+    }
 }
 
 /// A crawl's config with its scope compiled, cached per worker.
@@ -584,6 +608,7 @@ impl<P: Ports> Crawler<P> {
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
+            segment: gather::OpenSegment::new(self.blobs.gather_bytes()),
         };
         let (holder, mut outcomes) = self
             .run_turn(&context, host, &turn, now, deadline, outbox, &held)
@@ -810,13 +835,23 @@ impl<P: Ports> Crawler<P> {
                     .instrument(span)
                     .await;
                 let now = self.clock.now_ms();
-                let mut turn_state = lock(state);
-                turn_state.outcomes.push(outcome);
-                turn_state.plan.finished(outcome.end(&task), signal, now);
+                {
+                    let mut turn_state = lock(state);
+                    // A page gathered ends when its segment is appended (`gather`).
+                    let end = outcome.map_or(TaskEnd::Open, |outcome| {
+                        turn_state.outcomes.push(outcome);
+                        outcome.end(&task)
+                    });
+                    turn_state.plan.finished(end, signal, now);
+                }
+                let full = held.segment.take_full();
+                self.seal(context, full, hold, state).await;
             })
             .buffer_unordered(parallel)
             .collect::<Vec<()>>()
             .await;
+            // The round's pages are finished before the due tasks are read again.
+            self.seal(context, held.segment.take(), hold, state).await;
             if lock(state).plan.pages_left() == before {
                 break;
             }
@@ -898,8 +933,9 @@ impl<P: Ports> Crawler<P> {
         }
     }
 
-    /// Claims and crawls one due task. Returns what became of it and, when the host answered
-    /// or failed to, the signal for the host. `answered_at`: when the host last answered.
+    /// Claims and crawls one due task. Returns what became of it (None: its records wait in
+    /// the turn's open segment, `held`) and, when the host answered or failed to, the signal
+    /// for the host. `answered_at`: when the host last answered.
     async fn crawl_task(
         &self,
         context: &CrawlContext,
@@ -907,7 +943,7 @@ impl<P: Ports> Crawler<P> {
         answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
-    ) -> (Outcome, Option<HostSignal>) {
+    ) -> (Option<Outcome>, Option<HostSignal>) {
         let config = &context.crawl.config;
         let now = self.clock.now_ms();
         // The turn holds its host's lease: a store may take the task without a write.
@@ -920,21 +956,29 @@ impl<P: Ports> Crawler<P> {
             // Done, not due after all, or leased by another worker: nothing to do here.
             Ok(ClaimOutcome::Rejected(why)) => {
                 tracing::debug!(?why, "claim rejected");
-                return (Outcome::Skipped, None);
+                return (Some(Outcome::Skipped), None);
             }
             Err(e) => {
                 tracing::error!(error = %e, "claim failed");
                 self.faults.failed(&CrawlerError::Store(e));
-                return (Outcome::Error, None);
+                return (Some(Outcome::Error), None);
             }
         };
         match self
             .crawl_claimed(context, &task, &lease, answered_at, outbox, held)
             .await
         {
-            Ok(done) => {
+            Ok((Step::Ended(outcome), signal)) => {
                 self.faults.done();
-                done
+                (Some(outcome), signal)
+            }
+            Ok((Step::Gathered(page), signal)) => {
+                let fetched_before = due.fetched_before();
+                held.segment.push(gather::Waiting {
+                    page,
+                    fetched_before,
+                });
+                (None, signal)
             }
             Err(e) => {
                 self.faults.failed(&e);
@@ -943,7 +987,7 @@ impl<P: Ports> Crawler<P> {
                 if let Err(release) = self.store.release(&lease, self.clock.now_ms()).await {
                     tracing::warn!(error = %release, "release failed; the lease will expire");
                 }
-                (Outcome::Error, None)
+                (Some(Outcome::Error), None)
             }
         }
     }
@@ -1077,14 +1121,17 @@ impl<P: Ports> Crawler<P> {
         answered_at: Option<Millis>,
         outbox: &Outbox,
         held: &Held,
-    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
+    ) -> Result<(Step, Option<HostSignal>), CrawlerError> {
         let config = &context.crawl.config;
         let revisit = context.revisit.for_url(&task.url);
         let url = match CanonicalUrl::parse(&task.url) {
             Ok(url) => url,
             Err(e) => {
                 let failure = Failure::new(ErrorKind::InvalidContent, e.to_string());
-                return Ok((self.fail(context, lease, &failure, &revisit).await?, None));
+                return Ok((
+                    self.fail(context, lease, &failure, &revisit).await?.into(),
+                    None,
+                ));
             }
         };
         let now = self.clock.now_ms();
@@ -1105,14 +1152,14 @@ impl<P: Ports> Crawler<P> {
                 let signal = HostSignal::of_failure(&failure);
                 if signal.spends_retry() || singled_out(answered_at, &task.errors) {
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
-                    return Ok((outcome, Some(signal)));
+                    return Ok((outcome.into(), Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
                 tracing::info!(kind = ?failure.kind, error = %failure.message, "host-wide trouble; host snoozed");
                 self.store
                     .hold_back(lease, &failure, self.clock.now_ms())
                     .await?;
-                Ok((Outcome::Snoozed, Some(signal)))
+                Ok((Outcome::Snoozed.into(), Some(signal)))
             }
             FetchOutcome::Redirected { status, location } => {
                 // The redirect is recorded here; its target is a task of its own (seeded at this
@@ -1154,7 +1201,7 @@ impl<P: Ports> Crawler<P> {
                         ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
-                    return Ok((outcome, Some(HostSignal::Answered)));
+                    return Ok((outcome.into(), Some(HostSignal::Answered)));
                 }
                 let answer = Answer {
                     status: page.status,
@@ -1229,7 +1276,7 @@ impl<P: Ports> Crawler<P> {
                     layout: config.storage.layout,
                     items,
                 });
-                match record_page(
+                let recorded = record_or_gather(
                     &self.store,
                     &self.blobs,
                     &self.layout,
@@ -1241,21 +1288,23 @@ impl<P: Ports> Crawler<P> {
                     WithItems(!context.extractors.is_empty()),
                     self.clock.now_ms(),
                 )
-                .await?
-                {
-                    StoredPage::Finished { put } => {
-                        let outcome = if put || task.fetch.is_none() {
+                .await?;
+                let step = match recorded {
+                    Recorded::Stored(StoredPage::Finished { put }) => {
+                        if put || task.fetch.is_none() {
                             Outcome::Succeeded { bytes, put }
                         } else {
                             Outcome::Unchanged
-                        };
-                        Ok((outcome, Some(HostSignal::Answered)))
+                        }
+                        .into()
                     }
-                    StoredPage::LostLease => {
+                    Recorded::Stored(StoredPage::LostLease) => {
                         tracing::debug!(url = %task.url, "lease lost: another worker recorded the page");
-                        Ok((Outcome::Skipped, Some(HostSignal::Answered)))
+                        Outcome::Skipped.into()
                     }
-                }
+                    Recorded::Gathered(page) => Step::Gathered(page),
+                };
+                Ok((step, Some(HostSignal::Answered)))
             }
         }
     }
@@ -1270,7 +1319,7 @@ impl<P: Ports> Crawler<P> {
         url: &CanonicalUrl,
         record: FetchRecord,
         done: Outcome,
-    ) -> Result<(Outcome, Option<HostSignal>), CrawlerError> {
+    ) -> Result<(Step, Option<HostSignal>), CrawlerError> {
         let stored = record_page(
             &self.store,
             &self.blobs,
@@ -1288,7 +1337,7 @@ impl<P: Ports> Crawler<P> {
             StoredPage::Finished { .. } => done,
             StoredPage::LostLease => Outcome::Skipped,
         };
-        Ok((outcome, Some(HostSignal::Answered)))
+        Ok((outcome.into(), Some(HostSignal::Answered)))
     }
 
     async fn fail(
@@ -1665,6 +1714,68 @@ mod tests {
             "{:?}",
             real.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_turn_whose_host_was_taken_over_before_its_segment_was_appended_finishes_nothing() {
+        // GIVEN a crawler on a virtual clock and a store gathering a turn's records (as S3
+        // does), and a page on the segment layout whose fetch outlasts the turn's hold: while
+        // it is answered the hold runs out and another worker takes the host's turn
+        let t0: Millis = 1_000_000_000_000;
+        let clock = ManualClock::at(t0);
+        let store = MemoryStore::new();
+        let mut config = CrawlConfig::default();
+        config.fetch.allow_private_networks = true;
+        config.politeness.respect_robots = false;
+        config.scope.follow_links = false;
+        config.storage.layout = trawl_domain::crawl::StorageLayout::Segments;
+        let crawl = Crawl::new(CrawlId::parse("taken").unwrap(), config, t0);
+        let (rival_store, rival_crawl, rival_clock) = (store.clone(), crawl.clone(), clock.clone());
+        let host = Arc::new(std::sync::OnceLock::<String>::new());
+        let rival_host = host.clone();
+        let (port, _) = site_calling(clock.clone(), move || {
+            rival_clock.advance(3 * trawl_domain::turn::TURN_HOLD_MS as Millis);
+            let now = rival_clock.now_ms();
+            let name = rival_host.get().map_or("", String::as_str);
+            let taken = update_host(&rival_store, &rival_crawl, name, now, |h| {
+                match h.claim_turn_by(7, now, 30_000) {
+                    Ok((next, _)) => (Some(next), true),
+                    Err(_) => (None, false),
+                }
+            });
+            let taken = futures_util::FutureExt::now_or_never(taken);
+            assert!(matches!(taken, Some(Ok(Some((_, true))))), "{taken:?}");
+        })
+        .await;
+        store.create_crawl(&crawl).await.unwrap();
+        let calls = Arc::new(CallCounts::default());
+        let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
+        let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/a")).unwrap();
+        let _ = host.set(trawl_domain::canonical::host_key_of(url.as_str()));
+        let task = NewTask {
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        add_tasks(&store, &queue, &crawl, vec![task], t0)
+            .await
+            .unwrap();
+        let blobs = MemoryBlobStore::gathering(8 << 20);
+        let app = App::new(store.clone(), blobs.clone(), queue, calls)
+            .with_clock(Arc::new(clock.clone()));
+        let crawler = Crawler::new(Arc::new(app), Arc::new(Fetcher::new("").unwrap()), 1);
+
+        // WHEN the turn runs
+        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let results = crawler.process_batch(batch, None).await;
+
+        // THEN the page was fetched but neither appended nor finished: the new holder fetches it
+        assert_eq!(results[0].outcomes, [Outcome::Skipped]);
+        let task = store.get(&crawl.id, &url.task_id()).await.unwrap().unwrap();
+        assert_eq!((task.status, task.fetch), (Status::Pending, None));
+        let segments = crawler.layout.segments_prefix(&crawl.id);
+        assert_eq!(blobs.list(&segments).await.unwrap(), Vec::<String>::new());
     }
 
     #[tokio::test]

@@ -21,6 +21,8 @@
 //!
 //! On the segment layout (`blob::segment`) rule 1 reads: the page's records are appended, and
 //! durable, before the finish; no append when the task already points at a body of that md5.
+//! A host turn appends its pages' records together (`record_or_gather` keeps them, `seal`
+//! appends them in one call and then runs each page's finish with its place in the segment).
 //! Rules 2 to 4 delete nothing there: bytes that a finish replaced, or that no finish ever
 //! pointed at, stay in their segment as garbage — never a pointer to missing bytes.
 
@@ -29,6 +31,8 @@ use crate::blob::segment::{self, Page};
 use crate::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream;
 use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
@@ -72,9 +76,78 @@ pub struct PageBody {
 pub struct WithItems(pub bool);
 
 /// Stores `body` (when given) and finishes the claimed `task` with `record`,
-/// following the rule above, at `now`. `task` is the task as the claim returned it.
+/// following the rule above, at `now`. `task` is the task as the claim returned it. On the
+/// segment layout the page's records are appended alone (`seal` of one page).
 #[allow(clippy::too_many_arguments)]
 pub async fn record_page<S: TaskStore, B: BlobStore>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    lease: &Lease,
+    url: &CanonicalUrl,
+    record: FetchRecord,
+    body: Option<PageBody>,
+    with_items: WithItems,
+    now: Millis,
+) -> Result<StoredPage, RecordError> {
+    let recorded = record_or_gather(
+        store, blobs, layout, task, lease, url, record, body, with_items, now,
+    )
+    .await?;
+    match recorded {
+        Recorded::Stored(stored) => Ok(stored),
+        Recorded::Gathered(page) => {
+            let dir = layout.segments_prefix(&task.crawl_id);
+            let sealed = seal(store, blobs, layout, &dir, [page.as_ref()], now).await?;
+            sealed.into_iter().next().unwrap_or_else(|| {
+                Err(BlobError::backend("seal", &dir, "a page sealed without its finish").into())
+            })
+        }
+    }
+}
+
+/// What `record_or_gather` did with a page.
+#[derive(Debug)]
+pub enum Recorded {
+    /// Stored (or nothing to store) and its finish run.
+    Stored(StoredPage),
+    /// A new body on the segment layout: its records wait to be appended with its turn's
+    /// other pages (`seal`), and its task is finished after that.
+    Gathered(Box<Gathered>),
+}
+
+/// A page whose records wait for the append of its turn's segment, its finish after it.
+#[derive(Debug)]
+pub struct Gathered {
+    pub task: Task,
+    pub lease: Lease,
+    /// The record to finish with, its md5 set; its segment and span are set by `seal`.
+    record: FetchRecord,
+    /// The page's gzip members, and the length of the last one, its items' (0: none).
+    records: Bytes,
+    items: u64,
+    with_items: bool,
+}
+
+impl Gathered {
+    /// The bytes its records take in the segment.
+    pub fn len(&self) -> u64 {
+        self.records.len() as u64
+    }
+
+    /// The body's length, as the fetch record gives it.
+    pub fn content_length(&self) -> u64 {
+        self.record.content_length
+    }
+}
+
+/// As `record_page`, except that a new body on the segment layout is not appended here: it
+/// comes back `Gathered`, for the caller to `seal` with others (a host turn's pages: one
+/// append, which on S3 is one PUT). Every other page is stored and finished as `record_page`
+/// does.
+#[allow(clippy::too_many_arguments)]
+pub async fn record_or_gather<S: TaskStore, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,
@@ -85,20 +158,125 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     body: Option<PageBody>,
     WithItems(with_items): WithItems,
     now: Millis,
-) -> Result<StoredPage, RecordError> {
+) -> Result<Recorded, RecordError> {
     let mut written: Option<(String, String)> = None;
-    let mut appended = false;
     if let Some(page) = body {
         match page.layout {
             StorageLayout::Objects => {
                 written = put_object(store, blobs, layout, task, url, &mut record, page).await?;
             }
             StorageLayout::Segments => {
-                appended = append_page(blobs, layout, task, url, &mut record, page).await?;
+                if let Some(records) = gather_page(task, url, &mut record, page)? {
+                    return Ok(Recorded::Gathered(Box::new(Gathered {
+                        task: task.clone(),
+                        lease: lease.clone(),
+                        record,
+                        records: records.records,
+                        items: records.items,
+                        with_items,
+                    })));
+                }
             }
         }
     }
-    let put = written.is_some() || appended;
+    let wrote = match written {
+        Some((key, md5)) => Wrote::Object { key, md5 },
+        None => Wrote::Nothing,
+    };
+    let stored = finish_page(
+        store, blobs, layout, task, lease, record, wrote, with_items, now,
+    );
+    Ok(Recorded::Stored(stored.await?))
+}
+
+/// Rule 1 for pages gathered on the segment layout: appends their records under `dir` at once
+/// (one `append`: on S3, one PUT) and, once that append is durable, runs each page's fenced
+/// finish with its place in the segment, at `now`. Err: the append failed, and no page was
+/// finished (its bytes, if they landed, are garbage). Else each page's finish, in order.
+pub async fn seal<'a, S: TaskStore, B: BlobStore>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    dir: &str,
+    pages: impl IntoIterator<Item = &'a Gathered>,
+    now: Millis,
+) -> Result<Vec<Result<StoredPage, RecordError>>, RecordError> {
+    let pages: Vec<&Gathered> = pages.into_iter().collect();
+    let mut segment = bytes::BytesMut::with_capacity(pages.iter().map(|p| p.records.len()).sum());
+    let mut offsets = Vec::with_capacity(pages.len());
+    for page in &pages {
+        offsets.push(segment.len() as u64);
+        segment.extend_from_slice(&page.records);
+    }
+    let segment = segment.freeze();
+    let retries = AtomicU64::new(0);
+    // A failed append leaves garbage at worst: nothing to record.
+    let appended = persist("append", &Backoff::BRIEF, &retries, || {
+        blobs.append(dir, segment.clone())
+    })
+    .await?;
+    let finishes = pages.into_iter().zip(offsets).map(|(page, offset)| {
+        let record = FetchRecord {
+            object_key: Some(appended.key.clone()),
+            span: Some(Span {
+                offset: appended.span.offset + offset,
+                length: page.len(),
+                items: page.items,
+            }),
+            ..page.record.clone()
+        };
+        let (task, lease) = (&page.task, &page.lease);
+        let with_items = page.with_items;
+        finish_page(
+            store,
+            blobs,
+            layout,
+            task,
+            lease,
+            record,
+            Wrote::Appended,
+            with_items,
+            now,
+        )
+    });
+    Ok(stream::iter(finishes)
+        .buffered(SEAL_FINISHES)
+        .collect()
+        .await)
+}
+
+/// Finishes of a sealed segment's pages in flight at once.
+const SEAL_FINISHES: usize = 16;
+
+/// What was written for a page before its finish.
+#[derive(Debug)]
+enum Wrote {
+    /// No body, or an unchanged one.
+    Nothing,
+    /// The object PUT for it (object layout), and its md5.
+    Object { key: String, md5: String },
+    /// Its records, appended to a segment.
+    Appended,
+}
+
+/// The fenced finish and what follows it (rules 2 to 5), once the page's body is stored.
+#[allow(clippy::too_many_arguments)]
+async fn finish_page<S: TaskStore, B: BlobStore>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    task: &Task,
+    lease: &Lease,
+    record: FetchRecord,
+    wrote: Wrote,
+    with_items: bool,
+    now: Millis,
+) -> Result<StoredPage, RecordError> {
+    let put = !matches!(wrote, Wrote::Nothing);
+    let written = match wrote {
+        Wrote::Object { key, md5 } => Some((key, md5)),
+        Wrote::Nothing | Wrote::Appended => None,
+    };
     let keep = record.object_key.clone();
     let retries = AtomicU64::new(0);
     let finished = persist("finish", &Backoff::BRIEF, &retries, || {
@@ -218,54 +396,37 @@ async fn put_object<S: TaskStore, B: BlobStore>(
     Ok(written)
 }
 
-/// Rule 1 on the segment layout: appends the page's records (durably) unless the task points
-/// at a body of the same md5 already, whose place the record keeps. Sets the record's segment,
-/// span and md5; true when it appended.
-async fn append_page<B: BlobStore>(
-    blobs: &B,
-    layout: &Layout,
+/// Rule 1 on the segment layout, its first half: the page's records, encoded for `seal`, unless
+/// the task points at a body of the same md5 already, whose place the record keeps. Sets the
+/// record's md5 (and, unchanged, its segment and span).
+fn gather_page(
     task: &Task,
     url: &CanonicalUrl,
     record: &mut FetchRecord,
     PageBody { body, items, .. }: PageBody,
-) -> Result<bool, RecordError> {
+) -> Result<Option<segment::Encoded>, RecordError> {
     let md5_hex = body.md5_hex();
     let previous = task
         .fetch
         .as_ref()
         .filter(|f| f.object_key.is_some() && f.md5.as_deref() == Some(md5_hex.as_str()));
-    let appended = match previous {
+    let encoded = match previous {
         Some(previous) => {
             record.object_key = previous.object_key.clone();
             record.span = previous.span;
-            false
+            None
         }
-        None => {
-            let encoded = segment::encode(&Page {
-                target_uri: record.final_url.as_deref().unwrap_or(url.as_str()),
-                fetched_at: record.fetched_at,
-                http_status: record.http_status,
-                content_type: record.content_type.as_deref(),
-                body: &body,
-                items: items.as_deref(),
-            })?;
-            let dir = layout.segments_prefix(&task.crawl_id);
-            let retries = AtomicU64::new(0);
-            // A failed append leaves garbage at worst: nothing to record.
-            let appended = persist("append", &Backoff::BRIEF, &retries, || {
-                blobs.append(&dir, encoded.records.clone())
-            })
-            .await?;
-            record.object_key = Some(appended.key);
-            record.span = Some(Span {
-                items: encoded.items,
-                ..appended.span
-            });
-            true
-        }
+        None => Some(segment::encode(&Page {
+            target_uri: record.final_url.as_deref().unwrap_or(url.as_str()),
+            fetched_at: record.fetched_at,
+            http_status: record.http_status,
+            content_type: record.content_type.as_deref(),
+            body: &body,
+            items: items.as_deref(),
+        })?),
     };
     record.md5 = Some(md5_hex);
-    Ok(appended)
+    Ok(encoded)
 }
 
 /// Rule 4: the md5 of an object whose PUT (or whose finish) failed goes on the task's stale

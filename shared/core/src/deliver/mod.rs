@@ -1779,6 +1779,10 @@ mod tests {
             self.inner.get(key).await
         }
 
+        fn gather_bytes(&self) -> u64 {
+            self.inner.gather_bytes()
+        }
+
         async fn append(&self, dir: &str, records: Bytes) -> BlobResult<crate::blob::Appended> {
             self.inner.append(dir, records).await
         }

@@ -210,6 +210,13 @@ impl BlobStore for FsBlobStore {
         }
     }
 
+    /// Each page on its own: the writer thread gives the appends that arrive together one
+    /// flush (`segments`), so gathering a turn's pages would save little and refetch a whole
+    /// turn after a kill.
+    fn gather_bytes(&self) -> u64 {
+        0
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         let dir_key = dir.trim_end_matches('/');
         let path = self.path_of(dir_key)?;
