@@ -797,6 +797,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
             updated_before: None,
             limit: 5,
             cursor,
+            part: trawl_core::store::Part::WHOLE,
         };
         let page = store.query(&query).await.unwrap();
         assert!(page.tasks.len() <= 5);
@@ -837,6 +838,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
         updated_before: Some(T0 + 9),
         limit: 100,
         cursor: None,
+        part: trawl_core::store::Part::WHOLE,
     };
     let due = store.query(&query).await.unwrap();
     assert_eq!(

@@ -48,17 +48,19 @@ use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::discover::ScopeMatcher;
-use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
+use crate::store::{
+    CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords, TaskSummary,
+};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use gzip::GzipFile;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
@@ -113,7 +115,8 @@ pub async fn release_dead_delivery<S: CrawlStore>(
     Ok(())
 }
 
-/// How large a delivery's pieces grow. The defaults suit S3 and Lambda; tests make them small.
+/// How large a delivery's pieces grow, and how many writers write them. The defaults suit S3
+/// and Lambda; tests make them small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeliveryLimits {
     /// A WARC segment is closed at the first page that takes it to this compressed size.
@@ -122,16 +125,40 @@ pub struct DeliveryLimits {
     pub manifest_segment_bytes: u64,
     /// Previous-manifest entries the delta holds in memory at once (~60 bytes each).
     pub delta_index_entries: u64,
+    /// Writers of a delivery's task pass at most, concurrent within one call: writer `w` of
+    /// `n` walks part `w` of the crawl's tasks (`store::Part`) and writes segments `w`,
+    /// `w + n`, … Each holds two open uploads and `PARALLEL_LOADS` page bodies.
+    pub writers: u32,
+    /// Tasks per writer at least: a delivery of fewer tasks has fewer writers (one below twice
+    /// this), so that a small crawl is not spread over many small segments. A delivery keeps
+    /// the number of writers it started with until it is done (its checkpoint says it).
+    pub tasks_per_writer: u64,
+}
+
+impl DeliveryLimits {
+    pub const DEFAULT: DeliveryLimits = DeliveryLimits {
+        // 1 GiB less room for one large page: segments stay within 1 GiB.
+        pages_segment_bytes: 960 << 20,
+        manifest_segment_bytes: 64 << 20,
+        delta_index_entries: 1_000_000,
+        // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
+        // of 1 GB busy without holding more than 64 bodies.
+        writers: 8,
+        tasks_per_writer: 10_000,
+    };
+
+    /// The writers of a delivery of `tasks` tasks.
+    pub fn writers_for(&self, tasks: u64) -> u32 {
+        let wanted = tasks / self.tasks_per_writer.max(1);
+        u32::try_from(wanted)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.writers.max(1))
+    }
 }
 
 impl Default for DeliveryLimits {
     fn default() -> Self {
-        Self {
-            // 1 GiB less room for one large page: segments stay within 1 GiB.
-            pages_segment_bytes: 960 << 20,
-            manifest_segment_bytes: 64 << 20,
-            delta_index_entries: 1_000_000,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -516,20 +543,56 @@ struct Tally {
     paging: PagingTally,
 }
 
-/// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
-/// tasks of that page already written.
+impl Tally {
+    /// Adds what a writer counted in a segment it wrote (the task pass's counts only).
+    fn absorb(&mut self, segment: Tally) {
+        self.tasks += segment.tasks;
+        for (status, n) in segment.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
+        for (kind, n) in segment.errors {
+            *self.errors.entry(kind).or_default() += n;
+        }
+        self.page_bytes += segment.page_bytes;
+        self.warc.pages += segment.warc.pages;
+        self.warc.problems += segment.warc.problems;
+        let room = summary::PROBLEM_SAMPLES.saturating_sub(self.warc.problem_samples.len());
+        self.warc
+            .problem_samples
+            .extend(segment.warc.problem_samples.into_iter().take(room));
+        for (key, used) in segment.segments {
+            self.segments.entry(key).or_default().live += used.live;
+        }
+        self.paging.absorb(segment.paging);
+    }
+}
+
+/// Where one writer of the task pass is: the status (index in `Status::ALL`; past the last:
+/// done), the query page's cursor, the tasks of that page already written, and the segments
+/// it has written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Position {
     status: usize,
     cursor: Option<String>,
     skip: usize,
+    #[serde(default)]
+    segments: u32,
+}
+
+impl Position {
+    fn done(&self) -> bool {
+        self.status >= Status::ALL.len()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
-    /// Writing manifest and WARC segments.
+    /// Writing manifest and WARC segments with one writer: a checkpoint written before
+    /// parallel writers, read as `Writing` with one.
     Tasks(Position),
+    /// Writing manifest and WARC segments, one position per writer.
+    Writing { writers: Vec<Position> },
     /// Comparing with the previous delivery, partition by partition.
     Delta { partition: u32, partitions: u32 },
     /// Removing orphan objects (`orphans`), a listing page at a time from after `start_after`.
@@ -579,7 +642,7 @@ impl Checkpoint {
             tasks: self.tally.tasks,
             files: self.files.len(),
             phase: match self.phase {
-                Phase::Tasks(_) => "tasks",
+                Phase::Tasks(_) | Phase::Writing { .. } => "tasks",
                 Phase::Delta { .. } => "delta",
                 Phase::CleanUp { .. } => "clean_up",
             }
@@ -607,6 +670,28 @@ enum Stop {
     Full,
     Paused,
     Exhausted,
+}
+
+/// What the writers of one call's task pass share.
+struct TaskPass<'a> {
+    crawl: &'a Crawl,
+    delivery_id: &'a str,
+    prefix: &'a str,
+    now: Millis,
+    paging: Vec<PagePattern>,
+    /// The delivery's checkpoint, which each writer adds its segments to.
+    state: tokio::sync::Mutex<&'a mut Checkpoint>,
+    /// Set by a writer that failed: the others stop at their next task.
+    halt: AtomicBool,
+}
+
+/// The number of a segment file's name (`manifest-00012.jsonl.gz`: 12).
+fn segment_number(name: &str) -> u32 {
+    name.rsplit('-')
+        .next()
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
 }
 
 /// One manifest segment and its WARC segment, open together so the tasks are read once.
@@ -865,15 +950,26 @@ impl<P: Ports> Deliverer<P> {
                     ),
                     None => None,
                 };
+                let tasks = self.store.counts(crawl_id).await?.values().sum();
+                let writers = self.limits.writers_for(tasks) as usize;
+                let writers = vec![Position::default(); writers];
                 Checkpoint {
                     generation,
                     previous,
-                    phase: Phase::Tasks(Position::default()),
+                    phase: Phase::Writing { writers },
                     files: Vec::new(),
                     tally: Tally::default(),
                 }
             }
         };
+        if let Phase::Tasks(at) = &state.phase {
+            let segments = state.segments(FileKind::Manifest);
+            let writers = vec![Position {
+                segments,
+                ..at.clone()
+            }];
+            state.phase = Phase::Writing { writers };
+        }
         let mut budget = Budget { deadline, work: 0 };
         if !self
             .write_tasks(&crawl, &id, &prefix, &mut state, &mut budget, now)
@@ -1055,8 +1151,11 @@ impl<P: Ports> Deliverer<P> {
         .await
     }
 
-    /// The task pass: segment after segment until every task is written (true) or the budget is
-    /// spent (false). Checkpoints after each segment.
+    /// The task pass: its writers at once, each segment after segment through its part of the
+    /// tasks, until every task is written (true) or the budget is spent (false). Each writer
+    /// checkpoints after each of its segments (the checkpoint holds every writer's position at
+    /// its last segment written). A writer that fails stops the others at their next task
+    /// (they close and checkpoint their segments) and the call fails.
     async fn write_tasks(
         &self,
         crawl: &Crawl,
@@ -1066,52 +1165,149 @@ impl<P: Ports> Deliverer<P> {
         budget: &mut Budget,
         now: Millis,
     ) -> Result<bool, DeliverError> {
-        let Phase::Tasks(mut at) = state.phase.clone() else {
+        let Phase::Writing { writers } = &state.phase else {
             return Ok(true);
         };
-        loop {
-            let number = state.segments(FileKind::Manifest);
+        let positions = writers.clone();
+        let of = u32::try_from(positions.len()).unwrap_or(u32::MAX).max(1);
+        let pass = TaskPass {
+            crawl,
+            delivery_id,
+            prefix,
+            now,
+            paging: paging_patterns(crawl),
+            state: tokio::sync::Mutex::new(state),
+            halt: AtomicBool::new(false),
+        };
+        let runs = positions.into_iter().zip(Part::all(of)).map(|(at, part)| {
+            let budget = Budget {
+                deadline: budget.deadline,
+                work: 0,
+            };
+            self.writer(&pass, part, at, budget)
+        });
+        let ends = join_all(runs).await;
+        let mut finished = true;
+        for end in ends {
+            let (done, work) = end?;
+            finished &= done;
+            budget.work += work;
+        }
+        Ok(finished)
+    }
+
+    /// One writer of the task pass (`write_tasks`): segment after segment of its `part` from
+    /// `at`; whether it is done, and the work it did.
+    async fn writer(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        mut at: Position,
+        mut budget: Budget,
+    ) -> Result<(bool, u64), DeliverError> {
+        // Bounded: each round writes a segment and moves `at` on, or ends.
+        while !at.done() {
+            let number = part.index + part.of * at.segments;
             let keys = [FileKind::Manifest, FileKind::Pages]
-                .map(|k| format!("{prefix}{}", k.name(number)));
-            let mut segment = self
-                .open_segment(crawl, delivery_id, number, &keys, now)
-                .await?;
-            let stop = match self
-                .fill(crawl, &mut segment, &mut at, &mut state.tally, budget)
-                .await
-            {
-                Ok(stop) => stop,
+                .map(|k| format!("{}{}", pass.prefix, k.name(number)));
+            let written = self
+                .write_segment(pass, part, number, &keys, &mut at, &mut budget)
+                .await;
+            let (stop, files, tally) = match written {
+                Ok(written) => written,
                 Err(e) => {
-                    segment.abort().await;
+                    pass.halt.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
             };
-            let finished = matches!(stop, Stop::Exhausted);
-            if finished && segment.lines == 0 && number > 0 {
-                // The last segment closed exactly at the last task: no empty one after it.
-                segment.abort().await;
-            } else {
-                state.files.extend(segment.complete().await?);
+            if files.is_some() {
+                at.segments += 1;
             }
-            state.phase = if finished {
-                let partitions = delta::partitions_for(
-                    state.previous.as_ref().map_or(0, |p| p.tasks),
-                    self.limits.delta_index_entries,
-                );
-                Phase::Delta {
-                    partition: 0,
-                    partitions,
-                }
-            } else {
-                Phase::Tasks(at.clone())
-            };
-            self.save(prefix, state).await?;
+            if let Err(e) = self.checkpoint_segment(pass, part, &at, files, tally).await {
+                pass.halt.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
             match stop {
                 Stop::Full => continue,
-                Stop::Paused => return Ok(false),
-                Stop::Exhausted => return Ok(true),
+                Stop::Paused => return Ok((false, budget.work)),
+                Stop::Exhausted => break,
             }
         }
+        Ok((true, budget.work))
+    }
+
+    /// Writes segment `number` of `part` from `at` on: why it stopped, its files (None: an
+    /// empty last segment, not kept, unless it is segment 0) and what it counted.
+    async fn write_segment(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        number: u32,
+        keys: &[String; 2],
+        at: &mut Position,
+        budget: &mut Budget,
+    ) -> Result<(Stop, Option<[IndexedFile; 2]>, Tally), DeliverError> {
+        let crawl = pass.crawl;
+        let mut segment = self
+            .open_segment(crawl, pass.delivery_id, number, keys, pass.now)
+            .await?;
+        let mut tally = Tally::default();
+        let filled = self
+            .fill(pass, part, &mut segment, at, &mut tally, budget)
+            .await;
+        let stop = match filled {
+            Ok(stop) => stop,
+            Err(e) => {
+                segment.abort().await;
+                return Err(e);
+            }
+        };
+        if matches!(stop, Stop::Exhausted) && segment.lines == 0 && number > 0 {
+            // The writer's last segment closed exactly at its last task (or its part is
+            // empty): no empty one after it.
+            segment.abort().await;
+            return Ok((stop, None, tally));
+        }
+        Ok((stop, Some(segment.complete().await?), tally))
+    }
+
+    /// Adds a writer's segment to the delivery (its files, its counts, the writer's position)
+    /// and saves the checkpoint; when it was the last writer to finish, moves on to the delta.
+    async fn checkpoint_segment(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        at: &Position,
+        files: Option<[IndexedFile; 2]>,
+        tally: Tally,
+    ) -> Result<(), DeliverError> {
+        // Held while saving: checkpoints are written in the order their states were made.
+        let mut state = pass.state.lock().await;
+        let state = &mut **state;
+        state.files.extend(files.into_iter().flatten());
+        state.tally.absorb(tally);
+        let Phase::Writing { writers } = &mut state.phase else {
+            return Ok(());
+        };
+        if let Some(slot) = writers.get_mut(part.index as usize) {
+            *slot = at.clone();
+        }
+        if writers.iter().all(Position::done) {
+            // Segments in number order, whatever order the writers finished them in.
+            state.files.sort_by_key(|f| match f.kind {
+                FileKind::Manifest | FileKind::Pages => segment_number(&f.name),
+                _ => u32::MAX,
+            });
+            let partitions = delta::partitions_for(
+                state.previous.as_ref().map_or(0, |p| p.tasks),
+                self.limits.delta_index_entries,
+            );
+            state.phase = Phase::Delta {
+                partition: 0,
+                partitions,
+            };
+        }
+        self.save(pass.prefix, state).await
     }
 
     /// Opens segment `number` (`keys`: its manifest and WARC keys, which outlive the uploads
@@ -1178,17 +1374,18 @@ impl<P: Ports> Deliverer<P> {
         Ok(segment)
     }
 
-    /// Writes tasks from `at` on into `segment` until it is full, the budget is spent or no task
-    /// is left; `at` moves past every task written.
+    /// Writes tasks of `part` from `at` on into `segment` until it is full, the budget is spent,
+    /// the pass halts or no task is left; `at` moves past every task written.
     async fn fill<U: BlobUpload>(
         &self,
-        crawl: &Crawl,
+        pass: &TaskPass<'_>,
+        part: Part,
         segment: &mut Segment<U>,
         at: &mut Position,
         tally: &mut Tally,
         budget: &mut Budget,
     ) -> Result<Stop, DeliverError> {
-        let paging = paging_patterns(crawl);
+        let crawl = pass.crawl;
         // Bounded: each round either ends or moves `at` to the next page (or status).
         loop {
             let Some(&status) = Status::ALL.get(at.status) else {
@@ -1200,6 +1397,7 @@ impl<P: Ports> Deliverer<P> {
                 updated_before: None,
                 limit: QUERY_PAGE,
                 cursor: at.cursor.clone(),
+                part,
             };
             let page = patiently("read the tasks", &READ, || self.store.query(&query)).await?;
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
@@ -1207,7 +1405,7 @@ impl<P: Ports> Deliverer<P> {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
                 for item in loaded {
                     if let Some(item) = item {
-                        self.write_task(segment, tally, crawl, &paging, item)
+                        self.write_task(segment, tally, crawl, &pass.paging, item)
                             .await?;
                     }
                     at.skip += 1;
@@ -1215,7 +1413,7 @@ impl<P: Ports> Deliverer<P> {
                     if segment.full(&self.limits) {
                         return Ok(Stop::Full);
                     }
-                    if budget.spent(self.clock.instant()) {
+                    if budget.spent(self.clock.instant()) || pass.halt.load(Ordering::Relaxed) {
                         return Ok(Stop::Paused);
                     }
                 }
