@@ -744,6 +744,98 @@ impl<U: BlobUpload> Segment<U> {
     }
 }
 
+/// A manifest segment a delivery wrote (missing: the delivery is corrupt).
+async fn read_manifest<B: BlobStore>(blobs: &B, key: &str) -> Result<Bytes, DeliverError> {
+    get_with_retry(blobs, key)
+        .await?
+        .ok_or_else(|| DeliverError::CorruptDelivery {
+            key: key.to_owned(),
+            reason: "missing".into(),
+        })
+}
+
+/// Writes delta partition `at` (`(partition, partitions)`, `delta`) as
+/// `{prefix}delta-NNNNN.jsonl.gz`: the tasks of the partition in the `current` manifest
+/// segments compared with those in the `previous` ones, counted in `counts`; its index entry.
+async fn write_delta_partition<B: BlobStore>(
+    blobs: &B,
+    prefix: &str,
+    previous: &[String],
+    current: &[String],
+    (partition, partitions): (u32, u32),
+    counts: &mut DeltaSummary,
+) -> Result<IndexedFile, DeliverError> {
+    let name = FileKind::Delta.name(partition);
+    let key = format!("{prefix}{name}");
+    let mut out = GzipFile::new(blobs.upload(&key, "application/gzip").await?);
+    let mut lines = 0;
+    let written = async {
+        let mut index = PartitionIndex::new(partition, partitions);
+        for key in previous {
+            index.add_previous(key, &read_manifest(blobs, key).await?)?;
+        }
+        for key in current {
+            for line in delta::lines(key, &read_manifest(blobs, key).await?) {
+                match index.compare(key, &line?)? {
+                    Some(Verdict::Line(line)) => {
+                        match line.change {
+                            Change::New => counts.new += 1,
+                            Change::Changed => counts.changed += 1,
+                            Change::Gone => counts.gone += 1,
+                        }
+                        out.write(&json_line(&line)?).await?;
+                        lines += 1;
+                    }
+                    Some(Verdict::Unchanged) => counts.unchanged += 1,
+                    Some(Verdict::Nothing) | None => {}
+                }
+            }
+        }
+        for key in previous {
+            for line in index.vanished(key, &read_manifest(blobs, key).await?)? {
+                counts.gone += 1;
+                out.write(&json_line(&line)?).await?;
+                lines += 1;
+            }
+        }
+        Ok::<_, DeliverError>(())
+    }
+    .await;
+    if let Err(e) = written {
+        out.abort().await;
+        return Err(e);
+    }
+    let file = out.complete().await?;
+    Ok(IndexedFile {
+        name,
+        kind: FileKind::Delta,
+        bytes: file.bytes,
+        records: lines,
+        md5: file.md5,
+    })
+}
+
+/// The delta between two deliveries' manifest segments (`previous`, of `previous_tasks`
+/// lines, and `current`), as a delivery computes it within `limits`, written as delta files
+/// under `prefix`: its counts and files. For measuring the delta on its own (the bench).
+pub async fn compare_manifests<B: BlobStore>(
+    blobs: &B,
+    previous: &[String],
+    previous_tasks: u64,
+    current: &[String],
+    prefix: &str,
+    limits: &DeliveryLimits,
+) -> Result<(DeltaSummary, Vec<IndexedFile>), DeliverError> {
+    let partitions = delta::partitions_for(previous_tasks, limits.delta_index_entries);
+    let mut counts = DeltaSummary::default();
+    let mut files = Vec::new();
+    for partition in 0..partitions {
+        let at = (partition, partitions);
+        files.push(write_delta_partition(blobs, prefix, previous, current, at, &mut counts).await?);
+    }
+    Ok((counts, files))
+}
+
 /// Reads a stored object, trying again (`READ`) when the read fails in a way that may
 /// pass: a connection reset or a body cut mid-stream.
 pub(crate) async fn get_with_retry<B: BlobStore>(
@@ -1624,28 +1716,20 @@ impl<P: Ports> Deliverer<P> {
         };
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
+        let previous = state
+            .previous
+            .as_ref()
+            .map(|p| p.manifests.clone())
+            .unwrap_or_default();
         for partition in first..partitions {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
-            let key = format!("{prefix}{}", FileKind::Delta.name(partition));
-            let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
-            let mut lines = 0;
-            let written = self
-                .delta_partition(&mut out, &mut lines, state, &current, partition, partitions)
-                .await;
-            if let Err(e) = written {
-                out.abort().await;
-                return Err(e);
-            }
-            let file = out.complete().await?;
-            state.files.push(IndexedFile {
-                name: FileKind::Delta.name(partition),
-                kind: FileKind::Delta,
-                bytes: file.bytes,
-                records: lines,
-                md5: file.md5,
-            });
+            let at = (partition, partitions);
+            let counts = &mut state.tally.delta;
+            let file =
+                write_delta_partition(&self.blobs, prefix, &previous, &current, at, counts).await?;
+            state.files.push(file);
             state.phase = Phase::Delta {
                 partition: partition + 1,
                 partitions,
@@ -1702,59 +1786,9 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    async fn delta_partition<U: BlobUpload>(
-        &self,
-        out: &mut GzipFile<U>,
-        lines: &mut u64,
-        state: &mut Checkpoint,
-        current: &[String],
-        partition: u32,
-        partitions: u32,
-    ) -> Result<(), DeliverError> {
-        let previous = state
-            .previous
-            .as_ref()
-            .map_or(&[][..], |p| &p.manifests[..]);
-        let mut index = PartitionIndex::new(partition, partitions);
-        for key in previous {
-            index.add_previous(key, &self.read_file(key).await?)?;
-        }
-        let counts = &mut state.tally.delta;
-        for key in current {
-            for line in delta::lines(key, &self.read_file(key).await?) {
-                match index.compare(key, &line?)? {
-                    Some(Verdict::Line(line)) => {
-                        match line.change {
-                            Change::New => counts.new += 1,
-                            Change::Changed => counts.changed += 1,
-                            Change::Gone => counts.gone += 1,
-                        }
-                        out.write(&json_line(&line)?).await?;
-                        *lines += 1;
-                    }
-                    Some(Verdict::Unchanged) => counts.unchanged += 1,
-                    Some(Verdict::Nothing) | None => {}
-                }
-            }
-        }
-        for key in previous {
-            for line in index.vanished(key, &self.read_file(key).await?)? {
-                counts.gone += 1;
-                out.write(&json_line(&line)?).await?;
-                *lines += 1;
-            }
-        }
-        Ok(())
-    }
-
     /// A manifest segment this delivery or the previous one wrote.
     async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
-        get_with_retry(&self.blobs, key)
-            .await?
-            .ok_or_else(|| DeliverError::CorruptDelivery {
-                key: key.to_owned(),
-                reason: "missing".into(),
-            })
+        read_manifest(&self.blobs, key).await
     }
 
     fn summary(
