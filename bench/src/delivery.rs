@@ -306,7 +306,11 @@ const SEGMENT_LINES: usize = 100_000;
 fn manifest_line(i: usize, generation: u32) -> BenchResult<ManifestLine> {
     let url = CanonicalUrl::parse(&format!("http://h{}.delta.invalid/p{i}", i % 1_000))
         .step("delta url")?;
-    let version = if generation > 0 && i.is_multiple_of(100) { 1 } else { 0 };
+    let version = if generation > 0 && i.is_multiple_of(100) {
+        1
+    } else {
+        0
+    };
     Ok(ManifestLine {
         url: url.as_str().to_owned(),
         task_id: url.task_id().to_string(),

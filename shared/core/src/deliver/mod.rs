@@ -18,9 +18,16 @@
 //! - `summary.json`: counts, errors, bytes, timing, calls and estimated cost (`Summary`);
 //! - `_SUCCESS`, written last: a delivery without it is incomplete and is ignored.
 //!
+//! The task pass is written by several writers at once (`DeliveryLimits::writers`, fewer for a
+//! small crawl), concurrent tasks of one call: writer `w` of `n` reads part `w` of the tasks
+//! (`store::Part`: disjoint, along the store's own keys) and writes segments `w`, `w + n`,
+//! `w + 2n` … (a writer that runs out of tasks first leaves its later numbers unused); the index
+//! lists the segments in number order.
+//!
 //! No size has a ceiling: a segment is closed once it reaches its target size
-//! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: position in the task
-//! index, files done, counts so far) each time a segment or a delta partition is written. A call
+//! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: each writer's position in
+//! the task index, files done, counts so far) each time a segment or a delta partition is
+//! written. A call
 //! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
 //! continues from the checkpoint; a call that crashed continues from the last one (files after
 //! it are written again, under the same names). Memory is bounded by a few page bodies, one
