@@ -1968,6 +1968,65 @@ mod tests {
     }
 
     #[test]
+    fn segment_files_name_their_number() {
+        assert_eq!(segment_number(&FileKind::Manifest.name(12)), 12);
+        assert_eq!(segment_number(&FileKind::Pages.name(40_001)), 40_001);
+        assert_eq!(segment_number("items.jsonl.gz"), u32::MAX);
+    }
+
+    #[test]
+    fn writers_grow_with_the_tasks_up_to_the_limit() {
+        let limits = DeliveryLimits::DEFAULT;
+        assert_eq!(limits.writers_for(0), 1);
+        assert_eq!(limits.writers_for(19_999), 1);
+        assert_eq!(limits.writers_for(40_000), 4);
+        assert_eq!(limits.writers_for(10_000_000), limits.writers);
+    }
+
+    #[test]
+    fn the_writers_counts_add_up_to_one_writers() {
+        // GIVEN the counts of two writers' segments
+        let segment = |tasks: u64, status: &str, problems: usize, live: u64| {
+            let mut tally = Tally {
+                tasks,
+                page_bytes: tasks * 10,
+                ..Tally::default()
+            };
+            tally.statuses.insert(status.to_owned(), tasks);
+            tally.errors.insert("http_404".to_owned(), 1);
+            tally.warc.pages = tasks;
+            tally.warc.problems = problems as u64;
+            tally.warc.problem_samples = (0..problems)
+                .map(|i| PageProblem {
+                    url: format!("http://example.com/{status}/{i}"),
+                    key: String::new(),
+                    problem: "missing".to_owned(),
+                })
+                .collect();
+            tally
+                .segments
+                .insert("seg-1".to_owned(), SegmentUse { bytes: 0, live });
+            tally
+        };
+        let mut total = Tally::default();
+
+        // WHEN the delivery absorbs both
+        total.absorb(segment(3, "succeeded", 2, 100));
+        total.absorb(segment(4, "succeeded", summary::PROBLEM_SAMPLES, 50));
+
+        // THEN every count is their sum, and the samples stay within their bound
+        assert_eq!(
+            (total.tasks, total.page_bytes, total.warc.pages),
+            (7, 70, 7)
+        );
+        assert_eq!(total.statuses["succeeded"], 7);
+        assert_eq!(total.errors["http_404"], 2);
+        assert_eq!(total.warc.problems, 2 + summary::PROBLEM_SAMPLES as u64);
+        assert_eq!(total.warc.problem_samples.len(), summary::PROBLEM_SAMPLES);
+        assert_eq!(total.segments["seg-1"].live, 150);
+    }
+
+    #[test]
     fn delivery_ids_sort_like_generations_and_parse_back() {
         assert_eq!(delivery_id(1), "gen-000001");
         assert!(delivery_id(9) < delivery_id(10));
