@@ -483,6 +483,7 @@ async fn assert_every_pointer_names_its_body(data: &Path) -> usize {
                 updated_before: None,
                 limit: 500,
                 cursor,
+                part: trawl_core::store::Part::WHOLE,
             };
             let page = store.query(&query).await.unwrap();
             for summary in &page.tasks {
@@ -655,7 +656,7 @@ async fn kills_leave_no_task_naming_a_missing_or_wrong_body(layout: &str) {
 
 /// What `tests/support/warcio_check.py` counts in `delivery`, read with warcio (`make deps`
 /// installs it); it fails on any unreadable record or misplaced offset.
-async fn warcio_check(delivery: &Path) -> Value {
+pub(crate) async fn warcio_check(delivery: &Path) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/warcio_check.py");
     let output = Command::new("python3")
         .arg(script)

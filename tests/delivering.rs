@@ -1113,6 +1113,8 @@ const TINY: DeliveryLimits = DeliveryLimits {
     pages_segment_bytes: 64 << 10,
     manifest_segment_bytes: 64 << 10,
     delta_index_entries: 100,
+    writers: 1,
+    ..DeliveryLimits::DEFAULT
 };
 
 #[tokio::test]
@@ -1206,6 +1208,7 @@ async fn two_million_pages_are_delivered_in_segments_across_calls() {
     let limits = DeliveryLimits {
         pages_segment_bytes: 64 << 20,
         manifest_segment_bytes: 16 << 20,
+        writers: 1,
         ..DeliveryLimits::default()
     };
     let started = std::time::Instant::now();
@@ -1490,6 +1493,209 @@ async fn the_delivery_removes_orphans_older_than_the_lease<P: Ports>(b: Backend<
     );
 }
 
+/// Hosts of `spread_pages`: enough for every writer of four to have a part (the DynamoDB
+/// adapter splits by host-list key).
+const SPREAD_HOSTS: usize = 24;
+
+/// `n` succeeded pages over `SPREAD_HOSTS` hosts, each with a body of its own, and a few failed
+/// tasks (another status, which the status index lists), the crawl completed.
+async fn spread_pages<P: Ports>(b: &Backend<P>, n: usize) -> CrawlId {
+    let crawl = b.create(T0).await;
+    let urls: Vec<String> = (0..n)
+        .map(|i| format!("http://h{}.example.com/p{i}", i % SPREAD_HOSTS))
+        .collect();
+    b.seed(&crawl, &urls, T0).await;
+    let failed = 5.min(n);
+    futures_util::stream::iter(&urls[failed..])
+        .for_each_concurrent(16, |u| {
+            let (b, crawl) = (&b, &crawl);
+            async move {
+                b.succeed(crawl, u, format!("<p>{u}</p>").as_bytes(), T0 + 1)
+                    .await
+            }
+        })
+        .await;
+    for u in &urls[..failed] {
+        b.fail(&crawl, u, Failure::from_http_status(403, None), T0 + 1)
+            .await;
+    }
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 2)
+            .await
+            .unwrap()
+    );
+    crawl
+}
+
+/// Limits that spread even a small crawl over four writers, with small segments.
+const FOUR_WRITERS: DeliveryLimits = DeliveryLimits {
+    pages_segment_bytes: 8 << 10,
+    manifest_segment_bytes: 8 << 10,
+    writers: 4,
+    tasks_per_writer: 1,
+    ..DeliveryLimits::DEFAULT
+};
+
+/// Removes every file of a delivery, so that its generation can be delivered again.
+async fn forget<P: Ports>(b: &Backend<P>, report: &DeliveryReport) {
+    for key in b.blobs.list(&report.prefix).await.unwrap() {
+        b.blobs.delete(&key).await.unwrap();
+    }
+}
+
+/// The manifest's lines by task id, every task once; and the WARC's response records' target
+/// URIs, every page once, each segment opening with its `warcinfo`.
+async fn delivered<P: Ports>(
+    b: &Backend<P>,
+    report: &DeliveryReport,
+) -> (BTreeMap<String, String>, BTreeSet<String>) {
+    let lines = b.manifest(report).await;
+    let by_task: BTreeMap<String, String> = lines
+        .iter()
+        .map(|l| (l.task_id.clone(), serde_json::to_string(l).unwrap()))
+        .collect();
+    assert_eq!(by_task.len(), lines.len(), "a task twice in the manifest");
+    let index: DeliveryIndex =
+        serde_json::from_slice(&b.file(report, deliver::INDEX_FILE).await).unwrap();
+    let mut responses = BTreeSet::new();
+    for file in index.of_kind(FileKind::Pages) {
+        let records = read_warc(&b.file(report, &file.name).await);
+        assert_eq!(records[0].field("WARC-Type"), "warcinfo");
+        assert_eq!(records.len() as u64, file.records);
+        for record in records
+            .iter()
+            .filter(|r| r.field("WARC-Type") == "response")
+        {
+            let uri = record.field("WARC-Target-URI").to_owned();
+            assert!(responses.insert(uri), "a page twice in the WARC");
+        }
+    }
+    (by_task, responses)
+}
+
+/// The one delivery directory of an embedded backend's report (None on S3).
+fn delivery_dir<P: Ports>(b: &Backend<P>, report: &DeliveryReport) -> Option<PathBuf> {
+    b._dir
+        .as_ref()
+        .map(|_| PathBuf::from(&b.uri_base).join(&report.prefix))
+}
+
+async fn parallel_writers_deliver_what_one_writer_does<P: Ports>(b: Backend<P>) {
+    // GIVEN a completed crawl of pages over many hosts, delivered by one writer
+    let n = 150;
+    let crawl = spread_pages(&b, n).await;
+    let one = DeliveryLimits {
+        writers: 1,
+        ..FOUR_WRITERS
+    };
+    let single = b
+        .deliverer_with(one)
+        .deliver(&crawl, None, T0 + 3)
+        .await
+        .unwrap();
+    let (lines, pages) = delivered(&b, &single).await;
+    forget(&b, &single).await;
+
+    // WHEN the same generation is delivered again by four writers
+    let report = b
+        .deliverer_with(FOUR_WRITERS)
+        .deliver(&crawl, None, T0 + 3)
+        .await
+        .unwrap();
+
+    // THEN the manifest holds the same lines and the WARC the same pages, every one once
+    let (parallel_lines, parallel_pages) = delivered(&b, &report).await;
+    assert_eq!(lines.len(), n);
+    assert_eq!(pages.len(), n - 5);
+    assert_eq!(parallel_lines, lines);
+    assert_eq!(parallel_pages, pages);
+    assert_eq!(report.summary.tasks, single.summary.tasks);
+    assert_eq!(report.summary.statuses, single.summary.statuses);
+    assert_eq!(report.summary.warc.pages, single.summary.warc.pages);
+    assert_eq!(report.summary.delta.new, n as u64 - 5);
+    // AND the four writers wrote segments of their own: writer w's are numbered w, w + 4 …
+    let index: DeliveryIndex =
+        serde_json::from_slice(&b.file(&report, deliver::INDEX_FILE).await).unwrap();
+    let numbers: BTreeSet<u32> = index
+        .of_kind(FileKind::Manifest)
+        .map(|f| f.name[9..14].parse().unwrap())
+        .collect();
+    let writers: BTreeSet<u32> = numbers.iter().map(|n| n % 4).collect();
+    assert_eq!(writers.len(), 4, "{numbers:?}");
+    // AND warcio reads every record of it, digests checked (the embedded backend's files)
+    if let Some(dir) = delivery_dir(&b, &report) {
+        let read = crate::cli::warcio_check(&dir).await;
+        assert_eq!(read["responses"], n as u64 - 5, "{read}");
+    }
+}
+
+async fn a_parallel_delivery_cut_mid_way_resumes_without_losing_or_repeating_a_page<P: Ports>(
+    b: Backend<P>,
+) {
+    // GIVEN a completed crawl whose delivery by four writers is cut off mid-way, as a crashed
+    // process is (its future dropped between two awaits, its lease left behind), after some
+    // segments were checkpointed
+    let n = 150;
+    let crawl = spread_pages(&b, n).await;
+    let deliverer = b.deliverer_with(FOUR_WRITERS);
+    let prefix = {
+        let record = b.store.get_crawl(&crawl).await.unwrap().unwrap();
+        let run = deliver::run_prefix(&b.layout, &record);
+        format!("{run}{}/", deliver::delivery_id(0))
+    };
+    let mut cut = false;
+    // Cuts ever later (from 20 ms, a quarter more each time) until one lands after a
+    // checkpoint: moto is far slower than SQLite.
+    for i in 0..40 {
+        let after = std::time::Duration::from_millis(20).mul_f64(1.25f64.powi(i));
+        let call = deliverer.deliver(&crawl, None, T0 + 3);
+        match tokio::time::timeout(after, call).await {
+            Ok(done) => panic!("the delivery ended before it was cut: {done:?}"),
+            Err(_) => {
+                deliver::release_dead_delivery(&b.store, &crawl)
+                    .await
+                    .unwrap();
+                let keys = b.blobs.list(&prefix).await.unwrap();
+                if keys.iter().any(|k| k.ends_with("checkpoint.json")) {
+                    cut = true;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(cut, "no cut landed after a checkpoint");
+
+    // WHEN it is delivered again
+    let report = deliverer.deliver(&crawl, None, T0 + 3).await.unwrap();
+
+    // THEN every task is in the manifest once, every page in the WARC once
+    let (lines, pages) = delivered(&b, &report).await;
+    assert_eq!(lines.len(), n);
+    assert_eq!(pages.len(), n - 5);
+    assert_eq!(report.summary.tasks, n as u64);
+    assert_eq!(report.summary.warc.pages, n as u64 - 5);
+    assert_eq!(report.summary.delta.new, n as u64 - 5);
+}
+
+async fn a_parallel_delivery_paused_at_every_call_resumes_to_the_same_pages<P: Ports>(
+    b: Backend<P>,
+) {
+    // GIVEN a completed crawl
+    let n = 150;
+    let crawl = spread_pages(&b, n).await;
+
+    // WHEN four writers deliver it in calls whose deadline passes at once
+    let (report, calls) =
+        deliver_in_calls(&b, &crawl, FOUR_WRITERS, std::time::Duration::ZERO, T0 + 3).await;
+
+    // THEN it took several calls, and every task and page is there once
+    assert!(calls > 1, "{calls}");
+    let (lines, pages) = delivered(&b, &report).await;
+    assert_eq!((lines.len(), pages.len()), (n, n - 5));
+    assert_eq!(report.summary.warc.pages, n as u64 - 5);
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod embedded {
@@ -1520,6 +1726,9 @@ on_both_backends!(
     a_crawl_created_again_after_a_purge_gets_a_fresh_delivery,
     listing_pages_follow_key_order_from_where_the_last_ended,
     the_delivery_removes_orphans_older_than_the_lease,
+    parallel_writers_deliver_what_one_writer_does,
+    a_parallel_delivery_cut_mid_way_resumes_without_losing_or_repeating_a_page,
+    a_parallel_delivery_paused_at_every_call_resumes_to_the_same_pages,
 );
 
 /// The AWS resources of one deployment. Each function container builds adapters of its own on

@@ -275,6 +275,7 @@ impl Stack {
                         updated_before: None,
                         limit: 100,
                         cursor: cursor.take(),
+                        part: trawl_core::store::Part::WHOLE,
                     })
                     .await
                     .unwrap();

@@ -59,6 +59,7 @@ async fn listed(store: &DynamoStore, crawl: &CrawlId, status: Status) -> Vec<Tas
             updated_before: None,
             limit: 100,
             cursor: None,
+            part: trawl_core::store::Part::WHOLE,
         })
         .await
         .unwrap();

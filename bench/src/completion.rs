@@ -89,6 +89,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
                     updated_before: None,
                     limit: 1,
                     cursor: None,
+                    part: trawl_core::store::Part::WHOLE,
                 })
                 .await
                 .step("has_work query")?;

@@ -4,10 +4,13 @@
 //! AWS adapters make as several requests are priced as they make them: a lookup of known tasks
 //! is one BatchGetItem per 100 ids; a listing of host records is one Query and then the records
 //! read 16 at a time (`DynamoStore::list_hosts`); a send of messages is one SendMessageBatch per
-//! 10, one after the other (`SqsQueue::send`). Everything else is one request.
+//! 10, one after the other (`SqsQueue::send`). Everything else is one request. An object store
+//! likewise ([`LatentBlobs`]: S3).
 
+use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use trawl_core::blob::{Appended, BlobResult, BlobStore, BlobUpload, Body, ListPage, ObjectMeta};
 use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_core::store::StoreResult;
 use trawl_core::store::layer::{Call, Layer, Layered, Outcome};
@@ -123,5 +126,89 @@ impl<Q: WorkQueue> WorkQueue for Latent<Q> {
 
     fn is_drained(&self) -> Option<bool> {
         self.inner.is_drained()
+    }
+}
+
+/// An object store behind a network: each call one request (a streamed upload: one, when it
+/// starts; its parts are not priced).
+/// It counts the bytes read too.
+pub struct LatentBlobs<B> {
+    pub inner: B,
+    latency: Latency,
+    bytes_read: AtomicU64,
+}
+
+impl<B> LatentBlobs<B> {
+    pub fn new(inner: B, round_trip: Duration) -> Self {
+        Self {
+            inner,
+            latency: Latency::new(round_trip),
+            bytes_read: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests made so far (each a round trip), and the count set back to zero.
+    pub fn take_requests(&self) -> u64 {
+        self.latency.take_requests()
+    }
+
+    /// Bytes read so far (`get`, `get_range`), and the count set back to zero.
+    pub fn take_bytes_read(&self) -> u64 {
+        self.bytes_read.swap(0, Ordering::Relaxed)
+    }
+
+    fn note(&self, read: BlobResult<Option<Bytes>>) -> BlobResult<Option<Bytes>> {
+        if let Ok(Some(bytes)) = &read {
+            self.bytes_read
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        read
+    }
+}
+
+impl<B: BlobStore> BlobStore for LatentBlobs<B> {
+    async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
+        self.latency.wait(1).await;
+        self.inner.append(dir, records).await
+    }
+
+    async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {
+        self.latency.wait(1).await;
+        self.note(self.inner.get_range(key, offset, length).await)
+    }
+
+    async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
+        self.latency.wait(1).await;
+        self.inner.put(key, body, meta).await
+    }
+
+    async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
+        self.latency.wait(1).await;
+        self.note(self.inner.get(key).await)
+    }
+
+    async fn delete(&self, key: &str) -> BlobResult<()> {
+        self.latency.wait(1).await;
+        self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
+        self.latency.wait(1).await;
+        self.inner.list(prefix).await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> BlobResult<ListPage> {
+        self.latency.wait(1).await;
+        self.inner.list_page(prefix, start_after, limit).await
+    }
+
+    async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
+        self.latency.wait(1).await;
+        self.inner.upload(key, content_type).await
     }
 }

@@ -12,6 +12,7 @@ mod chaos_local;
 mod child;
 mod completion;
 mod cost;
+mod delivery;
 mod error;
 mod extract;
 mod freshness;
@@ -72,6 +73,8 @@ enum Section {
     Sweep,
     /// Completion and status at 500 and 5,000 hosts (moto).
     Completion,
+    /// The deliverer's pages/s at 1, 4 and 16 writers (modelled round trips, and moto).
+    Delivery,
     /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
     /// asked for).
     Handlers,
@@ -344,6 +347,13 @@ async fn measure(args: &Args) -> Report {
         match sweep::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "sweeper", e),
+        }
+    }
+    if wanted(Section::Delivery) {
+        eprintln!("deliveries at 1, 4 and 16 writers …");
+        match delivery::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "deliveries", e),
         }
     }
     if wanted(Section::Completion) {

@@ -264,6 +264,7 @@ async fn tasks_list<P: Ports>(
             updated_before: None,
             limit: want.min(100),
             cursor,
+            part: trawl_core::store::Part::WHOLE,
         };
         let page = backend.store.query(&query).await?;
         tasks.extend(page.tasks);

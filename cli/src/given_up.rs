@@ -147,6 +147,7 @@ impl GivenUp {
                 updated_before: None,
                 limit: 100,
                 cursor,
+                part: trawl_core::store::Part::WHOLE,
             };
             let page = store.query(&query).await?;
             for summary in page.tasks {

@@ -797,6 +797,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
             updated_before: None,
             limit: 5,
             cursor,
+            part: trawl_core::store::Part::WHOLE,
         };
         let page = store.query(&query).await.unwrap();
         assert!(page.tasks.len() <= 5);
@@ -837,6 +838,7 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
         updated_before: Some(T0 + 9),
         limit: 100,
         cursor: None,
+        part: trawl_core::store::Part::WHOLE,
     };
     let due = store.query(&query).await.unwrap();
     assert_eq!(
@@ -859,6 +861,75 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
         store.query(&bogus).await,
         Err(StoreError::InvalidCursor)
     ));
+}
+
+pub async fn the_parts_of_a_query_hold_every_task_once<S: TaskStore + HostStore>(store: &S) {
+    // GIVEN tasks over eight recorded hosts: pending, succeeded (walked through the hosts on
+    // DynamoDB) and gone (listed by the status index)
+    let crawl = crawl_id();
+    let urls: Vec<String> = (0..48)
+        .map(|i| format!("http://h{}.example.com/p{i}", i % 8))
+        .collect();
+    for host in 0..8 {
+        record_host(store, &crawl, &format!("h{host}.example.com")).await;
+    }
+    for url in &urls {
+        let mut task = Tracked::seed(store, &crawl, url, T0).await;
+        let n: usize = url.rsplit('p').next().unwrap().parse().unwrap();
+        match n % 3 {
+            0 => {}
+            1 => {
+                let lease = task.claim(T0 + 1).await;
+                task.finish(&lease, &record("aa", T0 + 1), T0 + 1).await;
+            }
+            _ => {
+                let lease = task.claim(T0 + 1).await;
+                let missing = Failure::from_http_status(404, None);
+                task.fail(&lease, &missing, &policy(), T0 + 1).await;
+            }
+        }
+    }
+
+    // WHEN each status is listed whole, and in each of three parts, 4 tasks a page
+    let list = |status: Status, part: trawl_core::store::Part| {
+        let crawl = crawl.clone();
+        async move {
+            let mut ids = Vec::new();
+            let mut cursor = None;
+            for _ in 0..100 {
+                let query = TaskQuery {
+                    crawl_id: crawl.clone(),
+                    status,
+                    updated_before: None,
+                    limit: 4,
+                    cursor,
+                    part,
+                };
+                let page = store.query(&query).await.unwrap();
+                ids.extend(page.tasks.into_iter().map(|t| t.task_id.to_string()));
+                cursor = page.cursor;
+                if cursor.is_none() {
+                    return ids;
+                }
+            }
+            panic!("the listing does not end");
+        }
+    };
+    for status in [Status::Pending, Status::Succeeded, Status::Gone] {
+        let whole = list(status, trawl_core::store::Part::WHOLE).await;
+        let mut parts = Vec::new();
+        for part in trawl_core::store::Part::all(3) {
+            parts.push(list(status, part).await);
+        }
+
+        // THEN the parts hold the whole listing between them, every task in exactly one
+        assert_eq!(whole.len(), 16, "{status:?}");
+        let mut joined: Vec<String> = parts.concat();
+        joined.sort();
+        let mut expected = whole.clone();
+        expected.sort();
+        assert_eq!(joined, expected, "{status:?}");
+    }
 }
 
 pub async fn counts_per_status<S: TaskStore + HostStore>(store: &S) {

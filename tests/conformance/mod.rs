@@ -38,6 +38,7 @@ macro_rules! suite {
             an_estimated_pages_change_history_is_kept_with_its_fetch [],
             error_history_is_bounded [],
             query_pages_through_every_shard_in_update_order [],
+            the_parts_of_a_query_hold_every_task_once [],
             counts_per_status [],
             crawl_lifecycle [],
             every_crawl_write_leaves_the_crawl_the_domain_says [],

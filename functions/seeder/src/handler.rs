@@ -320,6 +320,7 @@ mod tests {
                 updated_before: None,
                 limit: 10,
                 cursor: None,
+                part: trawl_core::store::Part::WHOLE,
             })
             .await
             .unwrap()

@@ -145,6 +145,7 @@ where
                             updated_before: Some(now),
                             limit: 100,
                             cursor: cursor.take(),
+                            part: crate::store::Part::WHOLE,
                         })
                         .await?;
                     for task in page.tasks.iter().filter(|t| selection.takes(t)) {

@@ -106,6 +106,7 @@ pub async fn reextract<P: Ports>(
                 updated_before: None,
                 limit: PAGE,
                 cursor: at.cursor.clone(),
+                part: crate::store::Part::WHOLE,
             })
             .await?;
         for chunk in page

@@ -189,6 +189,7 @@ pub async fn rebuild_local_queue<S: Store, Q: WorkQueue>(
                 updated_before: None,
                 limit: 500,
                 cursor,
+                part: crate::store::Part::WHOLE,
             };
             let page = store.query(&query).await?;
             for task in page.tasks {

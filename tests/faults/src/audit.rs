@@ -176,6 +176,7 @@ async fn tasks<S: TaskStore>(store: &S, crawl_id: &CrawlId) -> Result<Vec<Task>,
                     updated_before: None,
                     limit: 100,
                     cursor: cursor.take(),
+                    part: trawl_core::store::Part::WHOLE,
                 })
                 .await
                 .map_err(|e| e.to_string())?;

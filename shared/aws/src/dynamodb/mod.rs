@@ -66,7 +66,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{Applied, StoreError, StoreResult, TaskPage, TaskQuery};
+use trawl_core::store::{Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery};
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Status};
@@ -284,15 +284,17 @@ struct HostWalk {
 }
 
 impl DynamoStore {
-    /// The crawl's next host after `after` (a key of the host list and a host filed under it):
-    /// the next one under that key, or the first under the next key that has one.
+    /// The crawl's next host of `part` after `after` (a key of the host list and a host filed
+    /// under it): the next one under that key, or the first under the next key of the part that
+    /// has one.
     async fn host_after(
         &self,
         crawl_id: &CrawlId,
+        part: Part,
         after: Option<(u32, &str)>,
     ) -> StoreResult<Option<(u32, String)>> {
         let (mut shard, mut start) = match after {
-            None => (0, None),
+            None => (part.index, None),
             Some((shard, name)) => {
                 let key = HashMap::from([
                     ("pk".to_owned(), s(host_pk(crawl_id, name))),
@@ -314,7 +316,7 @@ impl DynamoStore {
             if let Some(name) = first {
                 return Ok(Some((shard, name)));
             }
-            shard += 1;
+            shard += part.of.max(1);
         }
         Ok(None)
     }
@@ -368,6 +370,7 @@ impl DynamoStore {
             None => None,
         };
         let (mut host, mut start) = match at {
+            Some(at) if !query.part.holds(at.shard) => return Err(StoreError::InvalidCursor),
             Some(at) => {
                 let start = match (at.pk, at.due) {
                     (Some(pk), Some(due)) => Some(HashMap::from([
@@ -379,7 +382,7 @@ impl DynamoStore {
                 };
                 (Some((at.shard, at.host)), start)
             }
-            None => (self.host_after(crawl_id, None).await?, None),
+            None => (self.host_after(crawl_id, query.part, None).await?, None),
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
@@ -397,7 +400,11 @@ impl DynamoStore {
             }
             match next {
                 Some(key) => start = Some(key),
-                None => host = self.host_after(crawl_id, Some((shard, &name))).await?,
+                None => {
+                    host = self
+                        .host_after(crawl_id, query.part, Some((shard, &name)))
+                        .await?
+                }
             }
         }
         let cursor = host
@@ -425,9 +432,10 @@ impl DynamoStore {
             updated_before: None,
             limit: 0,
             cursor: None,
+            part: Part::WHOLE,
         };
         let mut total = 0u64;
-        let mut host = self.host_after(crawl_id, None).await?;
+        let mut host = self.host_after(crawl_id, Part::WHOLE, None).await?;
         while let Some((shard, name)) = host {
             let mut start = None;
             loop {
@@ -438,7 +446,9 @@ impl DynamoStore {
                     None => break,
                 }
             }
-            host = self.host_after(crawl_id, Some((shard, &name))).await?;
+            host = self
+                .host_after(crawl_id, Part::WHOLE, Some((shard, &name)))
+                .await?;
         }
         Ok(total)
     }

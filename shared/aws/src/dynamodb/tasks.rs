@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
 use std::collections::{HashMap, HashSet};
 use trawl_core::store::{
-    Applied, InTurnClaims, Seeded, StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery,
-    TaskRecords, TaskSummary,
+    Applied, InTurnClaims, Part, Seeded, StatusCounts, StoreError, StoreResult, TaskPage,
+    TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -202,13 +202,21 @@ impl TaskRecords for DynamoStore {
             Some(raw) => {
                 serde_json::from_str::<Cursor>(raw).map_err(|_| StoreError::InvalidCursor)?
             }
+            // A part holds the status shards `k` with `part.holds(k)`.
             None => Cursor {
-                shard: 0,
+                shard: query.part.index,
                 pk: None,
                 updated: None,
             },
         };
-        if cursor.shard >= self.shards {
+        if query.part.index >= self.shards {
+            // More parts than shards: this one holds none.
+            return Ok(TaskPage {
+                tasks: Vec::new(),
+                cursor: None,
+            });
+        }
+        if cursor.shard >= self.shards || !query.part.holds(cursor.shard) {
             return Err(StoreError::InvalidCursor);
         }
         let limit = query.limit.max(1) as usize;
@@ -240,7 +248,7 @@ impl TaskRecords for DynamoStore {
                 }
                 None => {
                     cursor = Cursor {
-                        shard: cursor.shard + 1,
+                        shard: cursor.shard + query.part.of.max(1),
                         pk: None,
                         updated: None,
                     }
@@ -345,6 +353,7 @@ impl TaskRecords for DynamoStore {
                             updated_before: None,
                             limit: 25,
                             cursor,
+                            part: Part::WHOLE,
                         })
                         .await?;
                     let keys: Vec<AttributeValue> = page

@@ -8,6 +8,9 @@
 //! streamed and compared, then the previous one again to name the tasks that vanished. With P
 //! partitions that is P reads of the current manifest and 2P of the previous one; a partition is
 //! the delta's unit of progress (one `delta-NNNNN.jsonl.gz` each, checkpointed once written).
+//! Linear while the previous delivery fits one partition (measured, `bench --only delivery`:
+//! 1.5 bytes read per manifest byte at 10^5 and 10^6 lines), quadratic past it (15 at ten
+//! partitions): a crawl of 10^7 pages reads its manifests 15 times over, one of 10^9 1,500.
 
 use super::{DeliverError, ManifestLine};
 use flate2::read::MultiGzDecoder;

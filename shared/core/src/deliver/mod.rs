@@ -18,9 +18,16 @@
 //! - `summary.json`: counts, errors, bytes, timing, calls and estimated cost (`Summary`);
 //! - `_SUCCESS`, written last: a delivery without it is incomplete and is ignored.
 //!
+//! The task pass is written by several writers at once (`DeliveryLimits::writers`, fewer for a
+//! small crawl), concurrent tasks of one call: writer `w` of `n` reads part `w` of the tasks
+//! (`store::Part`: disjoint, along the store's own keys) and writes segments `w`, `w + n`,
+//! `w + 2n` … (a writer that runs out of tasks first leaves its later numbers unused); the index
+//! lists the segments in number order.
+//!
 //! No size has a ceiling: a segment is closed once it reaches its target size
-//! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: position in the task
-//! index, files done, counts so far) each time a segment or a delta partition is written. A call
+//! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: each writer's position in
+//! the task index, files done, counts so far) each time a segment or a delta partition is
+//! written. A call
 //! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
 //! continues from the checkpoint; a call that crashed continues from the last one (files after
 //! it are written again, under the same names). Memory is bounded by a few page bodies, one
@@ -48,17 +55,19 @@ use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::discover::ScopeMatcher;
-use crate::store::{CrawlRecords, CrawlStore, StoreError, TaskQuery, TaskRecords, TaskSummary};
+use crate::store::{
+    CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords, TaskSummary,
+};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use delta::{PartitionIndex, Verdict};
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use gzip::GzipFile;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
@@ -113,7 +122,8 @@ pub async fn release_dead_delivery<S: CrawlStore>(
     Ok(())
 }
 
-/// How large a delivery's pieces grow. The defaults suit S3 and Lambda; tests make them small.
+/// How large a delivery's pieces grow, and how many writers write them. The defaults suit S3
+/// and Lambda; tests make them small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeliveryLimits {
     /// A WARC segment is closed at the first page that takes it to this compressed size.
@@ -122,16 +132,40 @@ pub struct DeliveryLimits {
     pub manifest_segment_bytes: u64,
     /// Previous-manifest entries the delta holds in memory at once (~60 bytes each).
     pub delta_index_entries: u64,
+    /// Writers of a delivery's task pass at most, concurrent within one call: writer `w` of
+    /// `n` walks part `w` of the crawl's tasks (`store::Part`) and writes segments `w`,
+    /// `w + n`, … Each holds two open uploads and `PARALLEL_LOADS` page bodies.
+    pub writers: u32,
+    /// Tasks per writer at least: a delivery of fewer tasks has fewer writers (one below twice
+    /// this), so that a small crawl is not spread over many small segments. A delivery keeps
+    /// the number of writers it started with until it is done (its checkpoint says it).
+    pub tasks_per_writer: u64,
+}
+
+impl DeliveryLimits {
+    pub const DEFAULT: DeliveryLimits = DeliveryLimits {
+        // 1 GiB less room for one large page: segments stay within 1 GiB.
+        pages_segment_bytes: 960 << 20,
+        manifest_segment_bytes: 64 << 20,
+        delta_index_entries: 1_000_000,
+        // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
+        // of 1 GB busy without holding more than 64 bodies.
+        writers: 8,
+        tasks_per_writer: 10_000,
+    };
+
+    /// The writers of a delivery of `tasks` tasks.
+    pub fn writers_for(&self, tasks: u64) -> u32 {
+        let wanted = tasks / self.tasks_per_writer.max(1);
+        u32::try_from(wanted)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.writers.max(1))
+    }
 }
 
 impl Default for DeliveryLimits {
     fn default() -> Self {
-        Self {
-            // 1 GiB less room for one large page: segments stay within 1 GiB.
-            pages_segment_bytes: 960 << 20,
-            manifest_segment_bytes: 64 << 20,
-            delta_index_entries: 1_000_000,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -516,20 +550,56 @@ struct Tally {
     paging: PagingTally,
 }
 
-/// Where the task pass is: the status (index in `Status::ALL`), the query page's cursor and the
-/// tasks of that page already written.
+impl Tally {
+    /// Adds what a writer counted in a segment it wrote (the task pass's counts only).
+    fn absorb(&mut self, segment: Tally) {
+        self.tasks += segment.tasks;
+        for (status, n) in segment.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
+        for (kind, n) in segment.errors {
+            *self.errors.entry(kind).or_default() += n;
+        }
+        self.page_bytes += segment.page_bytes;
+        self.warc.pages += segment.warc.pages;
+        self.warc.problems += segment.warc.problems;
+        let room = summary::PROBLEM_SAMPLES.saturating_sub(self.warc.problem_samples.len());
+        self.warc
+            .problem_samples
+            .extend(segment.warc.problem_samples.into_iter().take(room));
+        for (key, used) in segment.segments {
+            self.segments.entry(key).or_default().live += used.live;
+        }
+        self.paging.absorb(segment.paging);
+    }
+}
+
+/// Where one writer of the task pass is: the status (index in `Status::ALL`; past the last:
+/// done), the query page's cursor, the tasks of that page already written, and the segments
+/// it has written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Position {
     status: usize,
     cursor: Option<String>,
     skip: usize,
+    #[serde(default)]
+    segments: u32,
+}
+
+impl Position {
+    fn done(&self) -> bool {
+        self.status >= Status::ALL.len()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
-    /// Writing manifest and WARC segments.
+    /// Writing manifest and WARC segments with one writer: a checkpoint written before
+    /// parallel writers, read as `Writing` with one.
     Tasks(Position),
+    /// Writing manifest and WARC segments, one position per writer.
+    Writing { writers: Vec<Position> },
     /// Comparing with the previous delivery, partition by partition.
     Delta { partition: u32, partitions: u32 },
     /// Removing orphan objects (`orphans`), a listing page at a time from after `start_after`.
@@ -579,7 +649,7 @@ impl Checkpoint {
             tasks: self.tally.tasks,
             files: self.files.len(),
             phase: match self.phase {
-                Phase::Tasks(_) => "tasks",
+                Phase::Tasks(_) | Phase::Writing { .. } => "tasks",
                 Phase::Delta { .. } => "delta",
                 Phase::CleanUp { .. } => "clean_up",
             }
@@ -607,6 +677,28 @@ enum Stop {
     Full,
     Paused,
     Exhausted,
+}
+
+/// What the writers of one call's task pass share.
+struct TaskPass<'a> {
+    crawl: &'a Crawl,
+    delivery_id: &'a str,
+    prefix: &'a str,
+    now: Millis,
+    paging: Vec<PagePattern>,
+    /// The delivery's checkpoint, which each writer adds its segments to.
+    state: tokio::sync::Mutex<&'a mut Checkpoint>,
+    /// Set by a writer that failed: the others stop at their next task.
+    halt: AtomicBool,
+}
+
+/// The number of a segment file's name (`manifest-00012.jsonl.gz`: 12).
+fn segment_number(name: &str) -> u32 {
+    name.rsplit('-')
+        .next()
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
 }
 
 /// One manifest segment and its WARC segment, open together so the tasks are read once.
@@ -657,6 +749,98 @@ impl<U: BlobUpload> Segment<U> {
             },
         ])
     }
+}
+
+/// A manifest segment a delivery wrote (missing: the delivery is corrupt).
+async fn read_manifest<B: BlobStore>(blobs: &B, key: &str) -> Result<Bytes, DeliverError> {
+    get_with_retry(blobs, key)
+        .await?
+        .ok_or_else(|| DeliverError::CorruptDelivery {
+            key: key.to_owned(),
+            reason: "missing".into(),
+        })
+}
+
+/// Writes delta partition `at` (`(partition, partitions)`, `delta`) as
+/// `{prefix}delta-NNNNN.jsonl.gz`: the tasks of the partition in the `current` manifest
+/// segments compared with those in the `previous` ones, counted in `counts`; its index entry.
+async fn write_delta_partition<B: BlobStore>(
+    blobs: &B,
+    prefix: &str,
+    previous: &[String],
+    current: &[String],
+    (partition, partitions): (u32, u32),
+    counts: &mut DeltaSummary,
+) -> Result<IndexedFile, DeliverError> {
+    let name = FileKind::Delta.name(partition);
+    let key = format!("{prefix}{name}");
+    let mut out = GzipFile::new(blobs.upload(&key, "application/gzip").await?);
+    let mut lines = 0;
+    let written = async {
+        let mut index = PartitionIndex::new(partition, partitions);
+        for key in previous {
+            index.add_previous(key, &read_manifest(blobs, key).await?)?;
+        }
+        for key in current {
+            for line in delta::lines(key, &read_manifest(blobs, key).await?) {
+                match index.compare(key, &line?)? {
+                    Some(Verdict::Line(line)) => {
+                        match line.change {
+                            Change::New => counts.new += 1,
+                            Change::Changed => counts.changed += 1,
+                            Change::Gone => counts.gone += 1,
+                        }
+                        out.write(&json_line(&line)?).await?;
+                        lines += 1;
+                    }
+                    Some(Verdict::Unchanged) => counts.unchanged += 1,
+                    Some(Verdict::Nothing) | None => {}
+                }
+            }
+        }
+        for key in previous {
+            for line in index.vanished(key, &read_manifest(blobs, key).await?)? {
+                counts.gone += 1;
+                out.write(&json_line(&line)?).await?;
+                lines += 1;
+            }
+        }
+        Ok::<_, DeliverError>(())
+    }
+    .await;
+    if let Err(e) = written {
+        out.abort().await;
+        return Err(e);
+    }
+    let file = out.complete().await?;
+    Ok(IndexedFile {
+        name,
+        kind: FileKind::Delta,
+        bytes: file.bytes,
+        records: lines,
+        md5: file.md5,
+    })
+}
+
+/// The delta between two deliveries' manifest segments (`previous`, of `previous_tasks`
+/// lines, and `current`), as a delivery computes it within `limits`, written as delta files
+/// under `prefix`: its counts and files. For measuring the delta on its own (the bench).
+pub async fn compare_manifests<B: BlobStore>(
+    blobs: &B,
+    previous: &[String],
+    previous_tasks: u64,
+    current: &[String],
+    prefix: &str,
+    limits: &DeliveryLimits,
+) -> Result<(DeltaSummary, Vec<IndexedFile>), DeliverError> {
+    let partitions = delta::partitions_for(previous_tasks, limits.delta_index_entries);
+    let mut counts = DeltaSummary::default();
+    let mut files = Vec::new();
+    for partition in 0..partitions {
+        let at = (partition, partitions);
+        files.push(write_delta_partition(blobs, prefix, previous, current, at, &mut counts).await?);
+    }
+    Ok((counts, files))
 }
 
 /// Reads a stored object, trying again (`READ`) when the read fails in a way that may
@@ -865,15 +1049,26 @@ impl<P: Ports> Deliverer<P> {
                     ),
                     None => None,
                 };
+                let tasks = self.store.counts(crawl_id).await?.values().sum();
+                let writers = self.limits.writers_for(tasks) as usize;
+                let writers = vec![Position::default(); writers];
                 Checkpoint {
                     generation,
                     previous,
-                    phase: Phase::Tasks(Position::default()),
+                    phase: Phase::Writing { writers },
                     files: Vec::new(),
                     tally: Tally::default(),
                 }
             }
         };
+        if let Phase::Tasks(at) = &state.phase {
+            let segments = state.segments(FileKind::Manifest);
+            let writers = vec![Position {
+                segments,
+                ..at.clone()
+            }];
+            state.phase = Phase::Writing { writers };
+        }
         let mut budget = Budget { deadline, work: 0 };
         if !self
             .write_tasks(&crawl, &id, &prefix, &mut state, &mut budget, now)
@@ -1055,8 +1250,11 @@ impl<P: Ports> Deliverer<P> {
         .await
     }
 
-    /// The task pass: segment after segment until every task is written (true) or the budget is
-    /// spent (false). Checkpoints after each segment.
+    /// The task pass: its writers at once, each segment after segment through its part of the
+    /// tasks, until every task is written (true) or the budget is spent (false). Each writer
+    /// checkpoints after each of its segments (the checkpoint holds every writer's position at
+    /// its last segment written). A writer that fails stops the others at their next task
+    /// (they close and checkpoint their segments) and the call fails.
     async fn write_tasks(
         &self,
         crawl: &Crawl,
@@ -1066,52 +1264,149 @@ impl<P: Ports> Deliverer<P> {
         budget: &mut Budget,
         now: Millis,
     ) -> Result<bool, DeliverError> {
-        let Phase::Tasks(mut at) = state.phase.clone() else {
+        let Phase::Writing { writers } = &state.phase else {
             return Ok(true);
         };
-        loop {
-            let number = state.segments(FileKind::Manifest);
+        let positions = writers.clone();
+        let of = u32::try_from(positions.len()).unwrap_or(u32::MAX).max(1);
+        let pass = TaskPass {
+            crawl,
+            delivery_id,
+            prefix,
+            now,
+            paging: paging_patterns(crawl),
+            state: tokio::sync::Mutex::new(state),
+            halt: AtomicBool::new(false),
+        };
+        let runs = positions.into_iter().zip(Part::all(of)).map(|(at, part)| {
+            let budget = Budget {
+                deadline: budget.deadline,
+                work: 0,
+            };
+            self.writer(&pass, part, at, budget)
+        });
+        let ends = join_all(runs).await;
+        let mut finished = true;
+        for end in ends {
+            let (done, work) = end?;
+            finished &= done;
+            budget.work += work;
+        }
+        Ok(finished)
+    }
+
+    /// One writer of the task pass (`write_tasks`): segment after segment of its `part` from
+    /// `at`; whether it is done, and the work it did.
+    async fn writer(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        mut at: Position,
+        mut budget: Budget,
+    ) -> Result<(bool, u64), DeliverError> {
+        // Bounded: each round writes a segment and moves `at` on, or ends.
+        while !at.done() {
+            let number = part.index + part.of * at.segments;
             let keys = [FileKind::Manifest, FileKind::Pages]
-                .map(|k| format!("{prefix}{}", k.name(number)));
-            let mut segment = self
-                .open_segment(crawl, delivery_id, number, &keys, now)
-                .await?;
-            let stop = match self
-                .fill(crawl, &mut segment, &mut at, &mut state.tally, budget)
-                .await
-            {
-                Ok(stop) => stop,
+                .map(|k| format!("{}{}", pass.prefix, k.name(number)));
+            let written = self
+                .write_segment(pass, part, number, &keys, &mut at, &mut budget)
+                .await;
+            let (stop, files, tally) = match written {
+                Ok(written) => written,
                 Err(e) => {
-                    segment.abort().await;
+                    pass.halt.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
             };
-            let finished = matches!(stop, Stop::Exhausted);
-            if finished && segment.lines == 0 && number > 0 {
-                // The last segment closed exactly at the last task: no empty one after it.
-                segment.abort().await;
-            } else {
-                state.files.extend(segment.complete().await?);
+            if files.is_some() {
+                at.segments += 1;
             }
-            state.phase = if finished {
-                let partitions = delta::partitions_for(
-                    state.previous.as_ref().map_or(0, |p| p.tasks),
-                    self.limits.delta_index_entries,
-                );
-                Phase::Delta {
-                    partition: 0,
-                    partitions,
-                }
-            } else {
-                Phase::Tasks(at.clone())
-            };
-            self.save(prefix, state).await?;
+            if let Err(e) = self.checkpoint_segment(pass, part, &at, files, tally).await {
+                pass.halt.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
             match stop {
                 Stop::Full => continue,
-                Stop::Paused => return Ok(false),
-                Stop::Exhausted => return Ok(true),
+                Stop::Paused => return Ok((false, budget.work)),
+                Stop::Exhausted => break,
             }
         }
+        Ok((true, budget.work))
+    }
+
+    /// Writes segment `number` of `part` from `at` on: why it stopped, its files (None: an
+    /// empty last segment, not kept, unless it is segment 0) and what it counted.
+    async fn write_segment(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        number: u32,
+        keys: &[String; 2],
+        at: &mut Position,
+        budget: &mut Budget,
+    ) -> Result<(Stop, Option<[IndexedFile; 2]>, Tally), DeliverError> {
+        let crawl = pass.crawl;
+        let mut segment = self
+            .open_segment(crawl, pass.delivery_id, number, keys, pass.now)
+            .await?;
+        let mut tally = Tally::default();
+        let filled = self
+            .fill(pass, part, &mut segment, at, &mut tally, budget)
+            .await;
+        let stop = match filled {
+            Ok(stop) => stop,
+            Err(e) => {
+                segment.abort().await;
+                return Err(e);
+            }
+        };
+        if matches!(stop, Stop::Exhausted) && segment.lines == 0 && number > 0 {
+            // The writer's last segment closed exactly at its last task (or its part is
+            // empty): no empty one after it.
+            segment.abort().await;
+            return Ok((stop, None, tally));
+        }
+        Ok((stop, Some(segment.complete().await?), tally))
+    }
+
+    /// Adds a writer's segment to the delivery (its files, its counts, the writer's position)
+    /// and saves the checkpoint; when it was the last writer to finish, moves on to the delta.
+    async fn checkpoint_segment(
+        &self,
+        pass: &TaskPass<'_>,
+        part: Part,
+        at: &Position,
+        files: Option<[IndexedFile; 2]>,
+        tally: Tally,
+    ) -> Result<(), DeliverError> {
+        // Held while saving: checkpoints are written in the order their states were made.
+        let mut state = pass.state.lock().await;
+        let state = &mut **state;
+        state.files.extend(files.into_iter().flatten());
+        state.tally.absorb(tally);
+        let Phase::Writing { writers } = &mut state.phase else {
+            return Ok(());
+        };
+        if let Some(slot) = writers.get_mut(part.index as usize) {
+            *slot = at.clone();
+        }
+        if writers.iter().all(Position::done) {
+            // Segments in number order, whatever order the writers finished them in.
+            state.files.sort_by_key(|f| match f.kind {
+                FileKind::Manifest | FileKind::Pages => segment_number(&f.name),
+                _ => u32::MAX,
+            });
+            let partitions = delta::partitions_for(
+                state.previous.as_ref().map_or(0, |p| p.tasks),
+                self.limits.delta_index_entries,
+            );
+            state.phase = Phase::Delta {
+                partition: 0,
+                partitions,
+            };
+        }
+        self.save(pass.prefix, state).await
     }
 
     /// Opens segment `number` (`keys`: its manifest and WARC keys, which outlive the uploads
@@ -1178,17 +1473,18 @@ impl<P: Ports> Deliverer<P> {
         Ok(segment)
     }
 
-    /// Writes tasks from `at` on into `segment` until it is full, the budget is spent or no task
-    /// is left; `at` moves past every task written.
+    /// Writes tasks of `part` from `at` on into `segment` until it is full, the budget is spent,
+    /// the pass halts or no task is left; `at` moves past every task written.
     async fn fill<U: BlobUpload>(
         &self,
-        crawl: &Crawl,
+        pass: &TaskPass<'_>,
+        part: Part,
         segment: &mut Segment<U>,
         at: &mut Position,
         tally: &mut Tally,
         budget: &mut Budget,
     ) -> Result<Stop, DeliverError> {
-        let paging = paging_patterns(crawl);
+        let crawl = pass.crawl;
         // Bounded: each round either ends or moves `at` to the next page (or status).
         loop {
             let Some(&status) = Status::ALL.get(at.status) else {
@@ -1200,6 +1496,7 @@ impl<P: Ports> Deliverer<P> {
                 updated_before: None,
                 limit: QUERY_PAGE,
                 cursor: at.cursor.clone(),
+                part,
             };
             let page = patiently("read the tasks", &READ, || self.store.query(&query)).await?;
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
@@ -1207,7 +1504,7 @@ impl<P: Ports> Deliverer<P> {
                 let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
                 for item in loaded {
                     if let Some(item) = item {
-                        self.write_task(segment, tally, crawl, &paging, item)
+                        self.write_task(segment, tally, crawl, &pass.paging, item)
                             .await?;
                     }
                     at.skip += 1;
@@ -1215,7 +1512,7 @@ impl<P: Ports> Deliverer<P> {
                     if segment.full(&self.limits) {
                         return Ok(Stop::Full);
                     }
-                    if budget.spent(self.clock.instant()) {
+                    if budget.spent(self.clock.instant()) || pass.halt.load(Ordering::Relaxed) {
                         return Ok(Stop::Paused);
                     }
                 }
@@ -1426,28 +1723,20 @@ impl<P: Ports> Deliverer<P> {
         };
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
+        let previous = state
+            .previous
+            .as_ref()
+            .map(|p| p.manifests.clone())
+            .unwrap_or_default();
         for partition in first..partitions {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
-            let key = format!("{prefix}{}", FileKind::Delta.name(partition));
-            let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
-            let mut lines = 0;
-            let written = self
-                .delta_partition(&mut out, &mut lines, state, &current, partition, partitions)
-                .await;
-            if let Err(e) = written {
-                out.abort().await;
-                return Err(e);
-            }
-            let file = out.complete().await?;
-            state.files.push(IndexedFile {
-                name: FileKind::Delta.name(partition),
-                kind: FileKind::Delta,
-                bytes: file.bytes,
-                records: lines,
-                md5: file.md5,
-            });
+            let at = (partition, partitions);
+            let counts = &mut state.tally.delta;
+            let file =
+                write_delta_partition(&self.blobs, prefix, &previous, &current, at, counts).await?;
+            state.files.push(file);
             state.phase = Phase::Delta {
                 partition: partition + 1,
                 partitions,
@@ -1504,59 +1793,9 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    async fn delta_partition<U: BlobUpload>(
-        &self,
-        out: &mut GzipFile<U>,
-        lines: &mut u64,
-        state: &mut Checkpoint,
-        current: &[String],
-        partition: u32,
-        partitions: u32,
-    ) -> Result<(), DeliverError> {
-        let previous = state
-            .previous
-            .as_ref()
-            .map_or(&[][..], |p| &p.manifests[..]);
-        let mut index = PartitionIndex::new(partition, partitions);
-        for key in previous {
-            index.add_previous(key, &self.read_file(key).await?)?;
-        }
-        let counts = &mut state.tally.delta;
-        for key in current {
-            for line in delta::lines(key, &self.read_file(key).await?) {
-                match index.compare(key, &line?)? {
-                    Some(Verdict::Line(line)) => {
-                        match line.change {
-                            Change::New => counts.new += 1,
-                            Change::Changed => counts.changed += 1,
-                            Change::Gone => counts.gone += 1,
-                        }
-                        out.write(&json_line(&line)?).await?;
-                        *lines += 1;
-                    }
-                    Some(Verdict::Unchanged) => counts.unchanged += 1,
-                    Some(Verdict::Nothing) | None => {}
-                }
-            }
-        }
-        for key in previous {
-            for line in index.vanished(key, &self.read_file(key).await?)? {
-                counts.gone += 1;
-                out.write(&json_line(&line)?).await?;
-                *lines += 1;
-            }
-        }
-        Ok(())
-    }
-
     /// A manifest segment this delivery or the previous one wrote.
     async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
-        get_with_retry(&self.blobs, key)
-            .await?
-            .ok_or_else(|| DeliverError::CorruptDelivery {
-                key: key.to_owned(),
-                reason: "missing".into(),
-            })
+        read_manifest(&self.blobs, key).await
     }
 
     fn summary(
@@ -1726,6 +1965,65 @@ mod tests {
             "1795780800123"
         );
         assert_eq!(checkpoint_of(CheckpointFormat::EpochS, at), "1795780800");
+    }
+
+    #[test]
+    fn segment_files_name_their_number() {
+        assert_eq!(segment_number(&FileKind::Manifest.name(12)), 12);
+        assert_eq!(segment_number(&FileKind::Pages.name(40_001)), 40_001);
+        assert_eq!(segment_number("items.jsonl.gz"), u32::MAX);
+    }
+
+    #[test]
+    fn writers_grow_with_the_tasks_up_to_the_limit() {
+        let limits = DeliveryLimits::DEFAULT;
+        assert_eq!(limits.writers_for(0), 1);
+        assert_eq!(limits.writers_for(19_999), 1);
+        assert_eq!(limits.writers_for(40_000), 4);
+        assert_eq!(limits.writers_for(10_000_000), limits.writers);
+    }
+
+    #[test]
+    fn the_writers_counts_add_up_to_one_writers() {
+        // GIVEN the counts of two writers' segments
+        let segment = |tasks: u64, status: &str, problems: usize, live: u64| {
+            let mut tally = Tally {
+                tasks,
+                page_bytes: tasks * 10,
+                ..Tally::default()
+            };
+            tally.statuses.insert(status.to_owned(), tasks);
+            tally.errors.insert("http_404".to_owned(), 1);
+            tally.warc.pages = tasks;
+            tally.warc.problems = problems as u64;
+            tally.warc.problem_samples = (0..problems)
+                .map(|i| PageProblem {
+                    url: format!("http://example.com/{status}/{i}"),
+                    key: String::new(),
+                    problem: "missing".to_owned(),
+                })
+                .collect();
+            tally
+                .segments
+                .insert("seg-1".to_owned(), SegmentUse { bytes: 0, live });
+            tally
+        };
+        let mut total = Tally::default();
+
+        // WHEN the delivery absorbs both
+        total.absorb(segment(3, "succeeded", 2, 100));
+        total.absorb(segment(4, "succeeded", summary::PROBLEM_SAMPLES, 50));
+
+        // THEN every count is their sum, and the samples stay within their bound
+        assert_eq!(
+            (total.tasks, total.page_bytes, total.warc.pages),
+            (7, 70, 7)
+        );
+        assert_eq!(total.statuses["succeeded"], 7);
+        assert_eq!(total.errors["http_404"], 2);
+        assert_eq!(total.warc.problems, 2 + summary::PROBLEM_SAMPLES as u64);
+        assert_eq!(total.warc.problem_samples.len(), summary::PROBLEM_SAMPLES);
+        assert_eq!(total.segments["seg-1"].live, 150);
     }
 
     #[test]

@@ -122,6 +122,26 @@ impl PagingTally {
         }
     }
 
+    /// Adds the chains another tally counted (another writer's): pages add up, the last page
+    /// is the one of higher index.
+    pub fn absorb(&mut self, other: PagingTally) {
+        for (key, theirs) in other.0 {
+            match self.0.get_mut(&key) {
+                None => {
+                    self.0.insert(key, theirs);
+                }
+                Some(mine) => {
+                    mine.pages += theirs.pages;
+                    if theirs.last_index >= mine.last_index {
+                        mine.last_index = theirs.last_index;
+                        mine.last_page = theirs.last_page;
+                        mine.stopped = theirs.stopped;
+                    }
+                }
+            }
+        }
+    }
+
     pub fn summary(self) -> Vec<ChainSummary> {
         self.0
             .into_values()

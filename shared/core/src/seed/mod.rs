@@ -700,6 +700,7 @@ impl<P: Ports> Seeder<P> {
                     updated_before: None,
                     limit: 100,
                     cursor: cursor.take(),
+                    part: crate::store::Part::WHOLE,
                 })
                 .await?;
             for summary in &page.tasks {

@@ -526,6 +526,7 @@ mod tests {
                 updated_before: None,
                 limit: 10,
                 cursor: Some("not-a-cursor".to_owned()),
+                part: crate::store::Part::WHOLE,
             })
             .await;
 

@@ -268,6 +268,7 @@ impl TaskRecords for MemoryStore {
             let mut matching: Vec<&Task> = t
                 .tasks_of(&query.crawl_id)
                 .filter(|task| task.status == query.status && task.updated_at <= before)
+                .filter(|task| query.part.holds(task.task_id.shard(query.part.of)))
                 .filter(|task| {
                     after
                         .as_ref()

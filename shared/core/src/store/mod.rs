@@ -34,6 +34,7 @@ pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
 
 use crate::backoff::Transient;
 use crate::cause::Cause;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
@@ -295,6 +296,36 @@ pub struct TaskQuery {
     pub updated_before: Option<Millis>,
     pub limit: u32,
     pub cursor: Option<String>,
+    /// Only the tasks of this part (`Part::WHOLE`: all of them).
+    pub part: Part,
+}
+
+/// One of `of` disjoint parts of a crawl's tasks, so that `of` walkers (the deliverer's
+/// writers) read each task once between them, each without reading the others' tasks. The
+/// store chooses the split along its own keys: DynamoDB by status-index shard and host-list
+/// key (part `index` holds the shards and keys `k` with `k % of == index`: with more parts than
+/// keys, some parts are empty), SQLite and memory by `TaskId::shard(of)`. Every task is in
+/// exactly one part of a given `of`, whatever its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Part {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Part {
+    /// All the tasks.
+    pub const WHOLE: Part = Part { index: 0, of: 1 };
+
+    /// The `of` parts, in order (at least one).
+    pub fn all(of: u32) -> impl Iterator<Item = Part> {
+        let of = of.max(1);
+        (0..of).map(move |index| Part { index, of })
+    }
+
+    /// Whether the key numbered `key` (a shard, a list key) falls in this part.
+    pub fn holds(&self, key: u32) -> bool {
+        key % self.of.max(1) == self.index
+    }
 }
 
 /// Tasks per status.

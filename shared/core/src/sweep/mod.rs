@@ -463,6 +463,7 @@ impl<P: Ports> Sweeper<P> {
                     updated_before: Some(window.updated_before),
                     limit: self.options.page_size.max(1),
                     cursor: cursor.take(),
+                    part: crate::store::Part::WHOLE,
                 })
                 .await?;
             report.pages_read += 1;
@@ -635,6 +636,7 @@ impl<P: Ports> Sweeper<P> {
                     updated_before: None,
                     limit: 1,
                     cursor: None,
+                    part: crate::store::Part::WHOLE,
                 })
                 .await?;
             report.pages_read += 1;

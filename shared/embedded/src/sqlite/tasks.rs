@@ -14,6 +14,21 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Millis, Task};
 use trawl_domain::transition::{Insert, Update};
 
+/// `TaskId::shard`'s lead in SQL: the task id's first 8 hex digits as a number (task ids are
+/// lowercase hex), so that a query's part (`Part`) holds the same tasks as the other stores'.
+static TASK_SHARD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    (0..8)
+        .map(|k| {
+            format!(
+                "(instr('0123456789abcdef', substr(task_id, {}, 1)) - 1) * {}",
+                k + 1,
+                1u64 << (4 * (7 - k))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+});
+
 impl TaskRecords for SqliteStore {
     async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         if tasks.is_empty() {
@@ -105,16 +120,19 @@ impl TaskRecords for SqliteStore {
         let status = code(query.status);
         let before = query.updated_before.unwrap_or(Millis::MAX);
         let limit = query.limit.max(1) as usize;
+        let part = query.part;
         self.run("query", Call::SqliteRead, move |conn| {
-            let mut stmt = conn.prepare_cached(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
                         next_attempt, next_fetch, enqueued
                  FROM tasks
                  WHERE crawl_id = :crawl AND status = :status AND updated <= :before
                    AND (updated, task_id) > (:after_updated, :after_task)
+                   AND ({shard}) % :parts = :part
                  ORDER BY updated, task_id
                  LIMIT :fetch",
-            )?;
+                shard = TASK_SHARD_SQL.as_str(),
+            ))?;
             // One row more than the page tells whether another page follows.
             let rows = stmt
                 .query_map(
@@ -125,6 +143,8 @@ impl TaskRecords for SqliteStore {
                         ":after_updated": after_updated,
                         ":after_task": after_task,
                         ":fetch": saturating_i64(limit as u64 + 1),
+                        ":parts": part.of.max(1),
+                        ":part": part.index,
                     },
                     summary_of,
                 )?
