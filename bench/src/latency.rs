@@ -167,6 +167,10 @@ impl<B> LatentBlobs<B> {
 }
 
 impl<B: BlobStore> BlobStore for LatentBlobs<B> {
+    fn gather_bytes(&self) -> u64 {
+        self.inner.gather_bytes()
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         self.latency.wait(1).await;
         self.inner.append(dir, records).await

@@ -479,7 +479,6 @@ impl Plan {
         Ok(self)
     }
 
-    #[cfg(feature = "aws")]
     pub fn crawl_id(&self) -> &CrawlId {
         &self.crawl_id
     }

@@ -10,7 +10,7 @@ use crate::error::CliError;
 use crate::output;
 use serde_json::json;
 use trawl_core::app::Store;
-use trawl_core::store::TaskQuery;
+use trawl_core::store::{Part, TaskQuery};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::task::Status;
@@ -81,6 +81,7 @@ async fn read_stored<S: Store>(
             updated_before: None,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             cursor: None,
+            part: Part::WHOLE,
         })
         .await?;
     Ok(Some(StoredCrawl {
@@ -102,6 +103,7 @@ pub async fn report<S: Store>(store: &S, crawl_id: &CrawlId, json: bool) -> Resu
                 updated_before: None,
                 limit: u32::MAX,
                 cursor: None,
+                part: Part::WHOLE,
             })
             .await?;
         for summary in page.tasks {
