@@ -122,6 +122,29 @@ fn lines(log: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `trawl ARGS` on crawl `signal` in `dir`'s data directory, with `--on-delivered hook`; it
+/// must succeed unless `hook` fails.
+async fn signal(dir: &Path, args: &[&str], hook: &str) -> std::process::Output {
+    let mut full = args.to_vec();
+    full.extend([
+        "--crawl-id",
+        "signal",
+        "--data-dir",
+        "data",
+        "--on-delivered",
+        hook,
+    ]);
+    let output = trawl(&full, dir).await;
+    assert!(
+        output.status.success() || hook == FAILING,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+const FAILING: &str = "exit 7";
+
 #[tokio::test]
 async fn the_on_delivered_command_runs_once_per_delivery_written_with_the_delivery_in_its_environment()
  {
@@ -130,98 +153,32 @@ async fn the_on_delivered_command_runs_once_per_delivery_written_with_the_delive
     let dir = temp_dir("delivered");
     let log = dir.join("deliveries.log");
     let hook = hook(&log);
-    let data = "data";
     let url = site.url("/p/0.html");
 
     // WHEN the site is crawled to its delivery, with --json
-    let crawled = trawl(
-        &[
-            "crawl",
-            &url,
-            "--crawl-id",
-            "signal",
-            "--allow-private-networks",
-            "--json",
-            "--data-dir",
-            data,
-            "--on-delivered",
-            &hook,
-        ],
-        &dir,
-    )
-    .await;
+    let crawl = ["crawl", url.as_str(), "--allow-private-networks", "--json"];
+    let crawled = signal(&dir, &crawl, &hook).await;
 
     // THEN the hook ran once, told the crawl, generation, delivery id, location and task count,
     // and its output stayed off stdout (which is one JSON object)
-    assert!(
-        crawled.status.success(),
-        "{}",
-        String::from_utf8_lossy(&crawled.stderr)
-    );
     let location = json_of(&crawled)["delivery"].as_str().unwrap().to_owned();
     assert_eq!(lines(&log), [format!("signal 0 gen-000000 {location} 5")]);
     assert!(String::from_utf8_lossy(&crawled.stderr).contains("hook output"));
 
     // WHEN the delivery is asked for again: it exists, so nothing is written or signalled
-    let again = trawl(
-        &[
-            "deliver",
-            "--crawl-id",
-            "signal",
-            "--data-dir",
-            data,
-            "--on-delivered",
-            &hook,
-        ],
-        &dir,
-    )
-    .await;
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    signal(&dir, &["deliver"], &hook).await;
     assert_eq!(lines(&log).len(), 1);
 
     // WHEN the next generation is crawled and delivered
-    let recrawl = trawl(
-        &[
-            "recrawl",
-            "--crawl-id",
-            "signal",
-            "--data-dir",
-            data,
-            "--on-delivered",
-            &hook,
-        ],
-        &dir,
-    )
-    .await;
+    signal(&dir, &["recrawl"], &hook).await;
 
     // THEN the hook ran for it
-    assert!(
-        recrawl.status.success(),
-        "{}",
-        String::from_utf8_lossy(&recrawl.stderr)
-    );
     let logged = lines(&log);
     assert_eq!(logged.len(), 2, "{logged:?}");
     assert!(logged[1].starts_with("signal 1 gen-000001 "), "{logged:?}");
 
     // WHEN a hook fails
-    let failing = trawl(
-        &[
-            "recrawl",
-            "--crawl-id",
-            "signal",
-            "--data-dir",
-            data,
-            "--on-delivered",
-            "exit 7",
-        ],
-        &dir,
-    )
-    .await;
+    let failing = signal(&dir, &["recrawl"], FAILING).await;
 
     // THEN the command fails and says so, and the delivery it ran for is in place
     assert_eq!(failing.status.code(), Some(1));
@@ -230,21 +187,7 @@ async fn the_on_delivered_command_runs_once_per_delivery_written_with_the_delive
         stderr.contains("but the --on-delivered command failed: it exited with 7"),
         "{stderr}"
     );
-    let listed = json_of(
-        &trawl(
-            &[
-                "deliveries",
-                "list",
-                "--crawl-id",
-                "signal",
-                "--json",
-                "--data-dir",
-                data,
-            ],
-            &dir,
-        )
-        .await,
-    );
+    let listed = json_of(&signal(&dir, &["deliveries", "list", "--json"], &hook).await);
     assert!(listed.to_string().contains("gen-000002"), "{listed}");
     let _ = std::fs::remove_dir_all(dir);
 }
