@@ -1528,6 +1528,9 @@ async fn spread_pages<P: Ports>(b: &Backend<P>, n: usize) -> CrawlId {
     crawl
 }
 
+/// The crawl of the parallel delivery tests: enough pages for two segments per writer.
+const PARALLEL_PAGES: usize = 80;
+
 /// Limits that spread even a small crawl over four writers, with small segments.
 const FOUR_WRITERS: DeliveryLimits = DeliveryLimits {
     pages_segment_bytes: 8 << 10,
@@ -1583,7 +1586,7 @@ fn delivery_dir<P: Ports>(b: &Backend<P>, report: &DeliveryReport) -> Option<Pat
 
 async fn parallel_writers_deliver_what_one_writer_does<P: Ports>(b: Backend<P>) {
     // GIVEN a completed crawl of pages over many hosts, delivered by one writer
-    let n = 150;
+    let n = PARALLEL_PAGES;
     let crawl = spread_pages(&b, n).await;
     let one = DeliveryLimits {
         writers: 1,
@@ -1636,7 +1639,7 @@ async fn a_parallel_delivery_cut_mid_way_resumes_without_losing_or_repeating_a_p
     // GIVEN a completed crawl whose delivery by four writers is cut off mid-way, as a crashed
     // process is (its future dropped between two awaits, its lease left behind), after some
     // segments were checkpointed
-    let n = 150;
+    let n = PARALLEL_PAGES;
     let crawl = spread_pages(&b, n).await;
     let deliverer = b.deliverer_with(FOUR_WRITERS);
     let prefix = {
@@ -1682,7 +1685,7 @@ async fn a_parallel_delivery_paused_at_every_call_resumes_to_the_same_pages<P: P
     b: Backend<P>,
 ) {
     // GIVEN a completed crawl
-    let n = 150;
+    let n = PARALLEL_PAGES;
     let crawl = spread_pages(&b, n).await;
 
     // WHEN four writers deliver it in calls whose deadline passes at once
