@@ -691,6 +691,58 @@ async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[tokio::test]
+async fn a_host_whose_due_tasks_cannot_be_read_for_a_moment_is_handed_back_not_left_held() {
+    // GIVEN a 10-page site on one host, and the embedded backend whose next four reads of a
+    // host's due tasks answer a retryable error: the first turn's first read, then the read
+    // that decides when the host's next turn is due, and two of its retries
+    let pages = 10;
+    let site = crate::cli::linked_site(pages).await;
+    let dir = crate::cli::temp_dir("due-read");
+    let crawl = CrawlId::parse("due-read").unwrap();
+    let mut config = CrawlConfig::default();
+    config.fetch.allow_private_networks = true;
+    config.scope.allowed_domains = vec!["127.0.0.1".into()];
+    config.politeness.delay_ms = 0;
+    let mix = trawl_faults::ports::PortMix {
+        errors: 0.0,
+        latency: 0.0,
+        crash: 0.0,
+    };
+    let faults = Arc::new(trawl_faults::ports::PortFaults::new(
+        19,
+        mix,
+        trawl_faults::ports::CrashMode::Halt,
+    ));
+    faults.fail_next("due_tasks", 4);
+
+    // WHEN it is crawled to its delivery
+    let started = std::time::Instant::now();
+    let (report, _) = trawl_faults::local::crawl_to_delivery(
+        &dir,
+        &crawl,
+        &site.url("/p/0.html"),
+        config,
+        faults.clone(),
+        2,
+    )
+    .await
+    .unwrap();
+
+    // THEN every page is delivered well within a turn's hold: the host was handed back after
+    // its turn, not left held (its message coming back to a busy host) until the hold ran out
+    let took = started.elapsed();
+    let refused = faults.counts().of(trawl_faults::ports::PortFault::Error);
+    assert_eq!(refused, 4, "due-task reads refused");
+    assert_eq!(
+        report.summary.statuses.get("succeeded"),
+        Some(&(pages as u64))
+    );
+    let hold = std::time::Duration::from_millis(trawl_domain::turn::TURN_HOLD_MS);
+    assert!(took < hold / 2, "delivered after {took:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A turn handed back (`RetryAfter`) after its message was deleted or redelivered: the receipt
 /// the worker holds is stale. (Seen: a `trawl --backend aws crawl` exiting 1 on
 /// `ChangeMessageVisibility: ReceiptHandleIsInvalid`.)

@@ -12,6 +12,7 @@
 
 use crate::splitmix64;
 use bytes::Bytes;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,9 +128,11 @@ pub struct PortFaults {
     /// Where an aborting crash writes the counts first (its parent sums them).
     report: Option<std::path::PathBuf>,
     /// Writes still to apply with their answer lost, by operation (`lose_answers`).
-    answers_to_lose: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
+    answers_to_lose: std::sync::Mutex<HashMap<&'static str, u64>>,
     /// Task writes after which the worker crashes, by operation (`crash_after`).
-    crashes_after: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
+    crashes_after: std::sync::Mutex<HashMap<&'static str, u64>>,
+    /// Calls still to refuse with a retryable error, by operation (`fail_next`).
+    failures: std::sync::Mutex<HashMap<&'static str, u64>>,
 }
 
 /// What happens to one call.
@@ -152,35 +155,26 @@ impl PortFaults {
             report: None,
             answers_to_lose: Default::default(),
             crashes_after: Default::default(),
+            failures: Default::default(),
         }
+    }
+
+    /// The next `n` calls of `operation` (`due_tasks`, `put_host`, …) answer a retryable error
+    /// without being made (a targeted fault, besides the mix).
+    pub fn fail_next(&self, operation: &'static str, n: u64) {
+        set_count(&self.failures, operation, n);
     }
 
     /// The next `n` task writes of `operation` (by their event: `finish`, …) are applied, then
     /// the worker crashes as `mode` says, before anything else it would have written (a
     /// targeted crash point, besides the mix: a finish's host hand-back, say, never made).
     pub fn crash_after(&self, operation: &'static str, n: u64) {
-        self.crashes_after
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(operation, n);
+        set_count(&self.crashes_after, operation, n);
     }
 
     /// After an applied task write of `operation`: the targeted crash, when one is due.
     async fn after_write(&self, operation: &'static str) {
-        let due = {
-            let mut left = self
-                .crashes_after
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match left.get_mut(operation) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    true
-                }
-                _ => false,
-            }
-        };
-        if due {
+        if take_one(&self.crashes_after, operation) {
             tracing::warn!(operation, "targeted crash after the write (trawl-faults)");
             self.crash().await;
         }
@@ -191,27 +185,17 @@ impl PortFaults {
     /// its event: `finish`, …) are applied, then answer a retryable error: their answer was
     /// lost (a targeted fault, besides the mix).
     pub fn lose_answers(&self, operation: &'static str, n: u64) {
-        self.answers_to_lose
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(operation, n);
+        set_count(&self.answers_to_lose, operation, n);
     }
 
     /// After an applied write of `operation`: its answer lost, when one is to be.
     fn lose_answer(&self, operation: &'static str) -> StoreResult<()> {
-        let mut to_lose = self
-            .answers_to_lose
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match to_lose.get_mut(operation) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                Err(StoreError::unavailable(
-                    operation,
-                    "answer lost (trawl-faults)",
-                ))
-            }
-            _ => Ok(()),
+        match take_one(&self.answers_to_lose, operation) {
+            true => Err(StoreError::unavailable(
+                operation,
+                "answer lost (trawl-faults)",
+            )),
+            false => Ok(()),
         }
     }
 
@@ -310,6 +294,32 @@ impl PortFaults {
 /// A status store whose calls meet [`PortFaults`] (a layer: `FaultyStore::new(inner, faults)`).
 pub type FaultyStore<S> = Layered<S, Arc<PortFaults>>;
 
+/// Counts for operation `operation` from now: `n` more of them.
+fn set_count(
+    counts: &std::sync::Mutex<HashMap<&'static str, u64>>,
+    operation: &'static str,
+    n: u64,
+) {
+    counts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(operation, n);
+}
+
+/// Whether `operation` has one left in `counts`, taking it.
+fn take_one(counts: &std::sync::Mutex<HashMap<&'static str, u64>>, operation: &str) -> bool {
+    let mut counts = counts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match counts.get_mut(operation) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// An object store whose calls meet [`PortFaults`].
 pub struct FaultyBlobs<B> {
     pub inner: B,
@@ -327,6 +337,13 @@ impl Layer for PortFaults {
             && update.event == Event::Finish
         {
             self.crash_point(PortFault::CrashBeforeFinish).await;
+        }
+        if take_one(&self.failures, call.name()) {
+            self.count(PortFault::Error);
+            return Err(StoreError::unavailable(
+                call.name(),
+                "refused as asked (trawl-faults)",
+            ));
         }
         self.fault()
             .await

@@ -52,7 +52,7 @@ use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
-use trawl_domain::host::{Host, HostSignal, Turn, TurnRejection, singled_out};
+use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, singled_out};
 use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
@@ -627,22 +627,32 @@ impl<P: Ports> Crawler<P> {
         // When the host's next turn is due: its soonest task (new links included). A few are
         // read: a store may list a task in progress at the place it was claimed from, ahead of
         // the work that is due before its lease ends.
-        let next_work = match self
-            .store
-            .due_tasks(&crawl.id, &holder.name, NEXT_WORK_PAGE)
-            .await
-        {
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let due = persist(
+            "read the host's due tasks",
+            &Backoff::BRIEF,
+            &retries,
+            || {
+                self.store
+                    .due_tasks(&crawl.id, &holder.name, NEXT_WORK_PAGE)
+            },
+        )
+        .await;
+        let now = self.clock.now_ms();
+        let next_work = match due {
             Ok(due) => next_work(
                 due.iter()
                     .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
             ),
+            // The host is handed back all the same, its next turn due shortly to read what is
+            // due: left held, its message would come back to a busy host until this turn's hold
+            // ended (30 s and more).
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
                 outcomes.push(Outcome::Error);
-                return (Disposition::RetryAfter(INTERNAL_RETRY_MS), outcomes);
+                Some(NextWork::Task(now + INTERNAL_RETRY_MS as Millis))
             }
         };
-        let now = self.clock.now_ms();
         let holder = &holder;
         let hand_back = || {
             update_host(&self.store, crawl, &holder.name, now, |stored| {
