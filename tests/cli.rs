@@ -384,6 +384,79 @@ async fn a_crawl_stopped_with_ctrl_c_resumes_without_fetching_anything_twice() {
 }
 
 #[tokio::test]
+async fn ctrl_c_during_a_ten_second_crawl_delay_stops_at_once_and_a_rerun_fetches_at_once() {
+    // GIVEN a crawl of a site whose robots.txt asks for 10 s between requests, its first page
+    // fetched (the next one 10 s away)
+    let site = linked_site(20).await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nCrawl-delay: 10\n"),
+    );
+    let dir = temp_dir("ctrlc-delay");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let args = [
+        "crawl",
+        &site.url("/p/0.html"),
+        "--allow-private-networks",
+        "--data-dir",
+        data,
+    ];
+    let spawn = || {
+        Command::new(trawl_bin())
+            .args(args)
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let pages = |site: &Site| {
+        (0..20)
+            .map(|i| site.hits(&format!("/p/{i}.html")))
+            .sum::<u64>()
+    };
+    let wait_for_pages = async |n: u64| {
+        let started = Instant::now();
+        while pages(&site) < n {
+            assert!(started.elapsed() < Duration::from_secs(30), "no fetch");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        started.elapsed()
+    };
+    let mut child = spawn();
+    wait_for_pages(1).await;
+
+    // WHEN it is interrupted (SIGINT), then the same command runs again at once
+    let pid = child.id().unwrap().to_string();
+    let interrupted = Instant::now();
+    Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let stopped_after = interrupted.elapsed();
+    let mut rerun = spawn();
+    let next_fetch_after = wait_for_pages(2).await;
+    rerun.kill().await.unwrap();
+
+    // THEN the first run ends within 2 s with the interrupted code, not at the next page, and
+    // the rerun's first fetch comes within 2 s (its host handed back, not waited out)
+    assert_eq!(status.code(), Some(130));
+    assert!(stopped_after < Duration::from_secs(2), "{stopped_after:?}");
+    assert!(
+        next_fetch_after < Duration::from_secs(2),
+        "{next_fetch_after:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
     // GIVEN a crawl killed outright mid-way (leases held, in-process queue lost)
     let site = linked_site(300).await;
