@@ -859,3 +859,87 @@ async fn stops_having_items(layout: &str) {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A listing of `skus`, in that order, each item with its SKU.
+fn sku_listing(skus: &[&str]) -> String {
+    let items: String = skus
+        .iter()
+        .map(|sku| format!(r#"<li data-sku="{sku}"><b>Product {sku}</b></li>"#))
+        .collect();
+    format!("<html><body><ul class=items>{items}</ul></body></html>")
+}
+
+#[tokio::test]
+async fn items_keyed_by_a_field_are_unchanged_when_a_new_one_is_listed_above_them() {
+    // GIVEN a listing of three products, and an extractor that keys its items on their SKU
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    site.route("/shop.html", Route::html(sku_listing(&["A1", "B2", "C3"])));
+    let dir = temp_dir("item-keys");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let config = dir.join("config.json");
+    let extract = json!({"extract": [{
+        "name": "shop", "base": {"css": "ul.items > li"}, "key": ["sku"],
+        "fields": {"sku": {"xpath": "@data-sku"}, "title": {"css": "b"}}
+    }]});
+    std::fs::write(&config, extract.to_string()).unwrap();
+    let first = json_of(&succeeded(
+        trawl(
+            &[
+                "crawl",
+                &site.url("/shop.html"),
+                "--allow-private-networks",
+                "--recrawl-every",
+                "1d",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data,
+                "--json",
+            ],
+            &dir,
+        )
+        .await,
+    ));
+    let items = gunzip_lines(&delivery_of(&first).join("items.jsonl.gz"));
+    let keys: Vec<&Value> = items.iter().map(|i| &i["key"]).collect();
+    assert_eq!(
+        keys,
+        [r#"shop:["A1"]"#, r#"shop:["B2"]"#, r#"shop:["C3"]"#],
+        "{items:?}"
+    );
+
+    // WHEN a new product is listed first, one is dropped, and the next generation runs
+    site.route("/shop.html", Route::html(sku_listing(&["N0", "A1", "B2"])));
+    let second = json_of(&succeeded(
+        trawl(&["recrawl", "--json", "--data-dir", data], &dir).await,
+    ));
+
+    // THEN the delta holds the new product and the dropped one, and the two that moved down a
+    // place are unchanged (keyed by position, all three places would have changed)
+    let delivery = delivery_of(&second);
+    let mut delta: Vec<(String, String)> = gunzip_lines(&delivery.join("items-delta.jsonl.gz"))
+        .iter()
+        .map(|d| {
+            (
+                d["key"].as_str().unwrap().to_owned(),
+                d["change"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    delta.sort();
+    assert_eq!(
+        delta,
+        [
+            (r#"shop:["C3"]"#.to_owned(), "gone".to_owned()),
+            (r#"shop:["N0"]"#.to_owned(), "new".to_owned()),
+        ]
+    );
+    let counted = &summary_of(delivery)["items"]["delta"];
+    assert_eq!(counted["unchanged"], 2, "{counted}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -46,6 +46,11 @@ pub struct Extractor {
     /// Where each item's detail page is, whose fields are merged into the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<DetailLink>,
+    /// The fields that identify an item from one delivery to the next (a product's id, say):
+    /// the items delta keys on their values (`item_key`). Empty: an item is keyed by its page's
+    /// URL and position, or by its detail page's URL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
 }
 
 /// A listing item's link to its detail page.
@@ -195,6 +200,28 @@ pub fn listed_item(detail: DetailPage) -> ListedItem {
     }
 }
 
+/// An item's key by its extractor's `key` fields: the extractor's name and the fields' values,
+/// written as JSON (`article:["S12X"]`), so that no two different values make the same key. The
+/// fields are taken from the item as delivered (a detail page's merged in). Err: the first key
+/// field without a value (null or absent), whose item cannot be keyed by it.
+pub fn item_key<'a>(
+    extractor: &str,
+    key_fields: &'a [String],
+    fields: &BTreeMap<String, serde_json::Value>,
+) -> Result<String, &'a str> {
+    let mut values = Vec::with_capacity(key_fields.len());
+    for name in key_fields {
+        match fields.get(name) {
+            Some(value) if !value.is_null() => values.push(value),
+            _ => return Err(name),
+        }
+    }
+    Ok(format!(
+        "{extractor}:{}",
+        serde_json::to_string(&values).unwrap_or_default()
+    ))
+}
+
 /// How a crawl's items are delivered besides `items.jsonl.gz` (the configuration's `items`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -213,6 +240,32 @@ impl ItemsOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_item_key_is_its_extractor_and_key_values_and_needs_every_key_field() {
+        let key = vec!["sku".to_owned(), "size".to_owned()];
+        let fields: BTreeMap<String, serde_json::Value> = serde_json::from_value(
+            serde_json::json!({"sku": "S1", "size": 2, "title": "A", "note": null}),
+        )
+        .unwrap();
+        assert_eq!(
+            item_key("shop", &key, &fields),
+            Ok(r#"shop:["S1",2]"#.to_owned())
+        );
+        // Values that would join alike stay apart.
+        let split: BTreeMap<String, serde_json::Value> =
+            serde_json::from_value(serde_json::json!({"sku": "S1\",2", "size": ""})).unwrap();
+        assert_ne!(
+            item_key("shop", &key, &split),
+            item_key("shop", &key, &fields)
+        );
+        let no_size = vec!["sku".to_owned(), "note".to_owned()];
+        assert_eq!(item_key("shop", &no_size, &fields), Err("note"));
+        assert_eq!(
+            item_key("shop", &["missing".to_owned()], &fields),
+            Err("missing")
+        );
+    }
 
     fn extractor(field: &str) -> Extractor {
         serde_json::from_value(serde_json::json!({

@@ -263,13 +263,15 @@ fn join(
     let mut linked: HashSet<usize> = HashSet::new();
     let mut out = Vec::new();
     let mut left_out = HashSet::new();
+    // Items keyed by their `key` fields, by key: how many so far.
+    let mut keyed: HashMap<String, usize> = HashMap::new();
     for f in found {
         if detail_names.contains(f.items.extractor.as_str()) {
             continue;
         }
-        let link = extractors
-            .named(&f.items.extractor)
-            .and_then(|e| e.def.detail.as_ref());
+        let def = extractors.named(&f.items.extractor).map(|e| &e.def);
+        let link = def.and_then(|d| d.detail.as_ref());
+        let key_fields = def.map_or(&[][..], |d| &d.key[..]);
         for (position, item) in f.items.items.iter().enumerate() {
             let mut line = item_line(&f.page, &f.items.extractor, item);
             line.key = format!("{}#{position}", f.page.url);
@@ -296,7 +298,11 @@ fn join(
                     }
                     (ListedItem::Gone, _) => {
                         summary.detail_pages_gone += 1;
-                        left_out.insert(line.key);
+                        let key = rules::item_key(&f.items.extractor, key_fields, &line.fields);
+                        match key {
+                            Ok(key) if !key_fields.is_empty() => left_out.insert(key),
+                            _ => left_out.insert(line.key),
+                        };
                         continue;
                     }
                     _ => {
@@ -307,6 +313,9 @@ fn join(
                         line.valid = false;
                     }
                 }
+            }
+            if !key_fields.is_empty() {
+                key_by_fields(&mut line, key_fields, &mut keyed);
             }
             count(summary, &line);
             out.push(line);
@@ -339,6 +348,37 @@ fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
         valid: item.is_valid(),
         errors: item.errors.clone(),
     }
+}
+
+/// Keys `line` by its extractor's `key` fields (`trawl_domain::extract::item_key`). An item
+/// without a value for one is delivered invalid under its default key; one whose key an earlier
+/// item of this delivery has is delivered invalid under the key and its rank (`KEY#2`), so that
+/// the delta still holds every item once.
+fn key_by_fields(line: &mut ItemLine, key_fields: &[String], keyed: &mut HashMap<String, usize>) {
+    let key = match rules::item_key(&line.extractor, key_fields, &line.fields) {
+        Ok(key) => key,
+        Err(field) => {
+            line.errors.push(FieldError {
+                field: field.to_owned(),
+                error: "no value to key the item on (the extractor's `key`)".into(),
+            });
+            line.valid = false;
+            return;
+        }
+    };
+    let seen = keyed.entry(key.clone()).or_default();
+    *seen += 1;
+    line.key = match *seen {
+        1 => key,
+        n => {
+            line.errors.push(FieldError {
+                field: "key".into(),
+                error: "the same key as an earlier item of this delivery".into(),
+            });
+            line.valid = false;
+            format!("{key}#{n}")
+        }
+    };
 }
 
 /// Merges the detail page's first item into `line`: its fields fill the ones `line` has no
@@ -577,5 +617,43 @@ mod tests {
             "http://a.test/1,x,http://a.test/list,t,2026-11-24T00:00:00Z,false,\
              \"Say \"\"hi\"\", then\nleave\",12.5,,k,tags: required: no value\r\n"
         );
+    }
+
+    #[test]
+    fn items_keyed_by_fields_are_keyed_once_and_a_missing_or_repeated_key_is_invalid() {
+        let line = |sku: serde_json::Value| ItemLine {
+            key: "http://a.test/list#0".into(),
+            extractor: "shop".into(),
+            page_url: "http://a.test/list".into(),
+            task_id: "t".into(),
+            fetched_at: String::new(),
+            fields: BTreeMap::from([("sku".to_owned(), sku)]),
+            detail: None,
+            valid: true,
+            errors: Vec::new(),
+        };
+        let key = ["sku".to_owned()];
+        let mut keyed = HashMap::new();
+        let mut lines = [
+            line(serde_json::json!("S1")),
+            line(serde_json::json!("S2")),
+            line(serde_json::Value::Null),
+            line(serde_json::json!("S1")),
+        ];
+        for l in &mut lines {
+            key_by_fields(l, &key, &mut keyed);
+        }
+        let keys: Vec<(&str, bool)> = lines.iter().map(|l| (l.key.as_str(), l.valid)).collect();
+        assert_eq!(
+            keys,
+            [
+                (r#"shop:["S1"]"#, true),
+                (r#"shop:["S2"]"#, true),
+                ("http://a.test/list#0", false),
+                (r#"shop:["S1"]#2"#, false),
+            ]
+        );
+        assert_eq!(lines[2].errors[0].field, "sku");
+        assert_eq!(lines[3].errors[0].field, "key");
     }
 }

@@ -75,6 +75,10 @@ pub enum ExtractConfigError {
     DateFormat { at: String, format: String },
     #[error("{at}: {reason}")]
     Detail { at: String, reason: String },
+    #[error(
+        "{at}: no field {field:?} to key the items on (the extractor's fields, or its detail extractor's)"
+    )]
+    Key { at: String, field: String },
 }
 
 /// One item: its fields' values (null: none) and the errors met making them.
@@ -176,6 +180,19 @@ impl Extractors {
             compiled.push(CompiledExtractor::new(def, &at, &version)?);
         }
         for (i, def) in defs.iter().enumerate() {
+            let detail_fields = def
+                .detail
+                .as_ref()
+                .and_then(|d| defs.iter().find(|other| other.name == d.extractor))
+                .map(|other| &other.fields);
+            if let Some(field) = def.key.iter().find(|f| {
+                !def.fields.contains_key(*f) && !detail_fields.is_some_and(|d| d.contains_key(*f))
+            }) {
+                return Err(ExtractConfigError::Key {
+                    at: format!("extract[{i}].key"),
+                    field: field.clone(),
+                });
+            }
             let Some(detail) = &def.detail else { continue };
             let at = format!("extract[{i}].detail");
             if !def.fields.contains_key(&detail.url_field) {

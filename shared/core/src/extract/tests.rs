@@ -145,7 +145,18 @@ fn bad_definitions_are_refused_with_their_place() {
                    {"name": "a", "fields": {"x": {"css": "a"}}}]),
             "extract[1]",
         ),
+        (
+            json!([{"name": "a", "fields": {"x": {"css": "a"}}, "key": ["x", "y"]}]),
+            "extract[0].key",
+        ),
     ];
+    // A key field may be the detail extractor's.
+    let keyed_by_detail = json!([
+        {"name": "a", "fields": {"x": {"css": "a"}}, "key": ["sku"],
+         "detail": {"url_field": "x", "extractor": "b"}},
+        {"name": "b", "fields": {"sku": {"css": "b"}}}
+    ]);
+    assert!(extractors(keyed_by_detail).is_ok());
     for (defs, at) in cases {
         let e = extractors(defs.clone()).unwrap_err();
         assert!(e.to_string().starts_with(at), "{defs}: {e}");
