@@ -9,6 +9,7 @@ use crate::site::{Route, Site};
 use crate::support::{self, moto, unique};
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;
 use std::sync::Arc;
@@ -689,4 +690,85 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
         (&(PAGES - 2).into(), &0.into(), &0.into()),
         "{delta}"
     );
+}
+
+#[tokio::test]
+async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
+    // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
+    // then paused (`trawl --backend aws pause`) before any turn ran
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let crawl_id = unique("paused");
+    let stack_env = [("TRAWL_STACK", deployed.name.as_str())];
+    let start = site.url("/p/0.html");
+    let submit = [
+        "submit",
+        &start,
+        "--crawl-id",
+        &crawl_id,
+        "--allow-private-networks",
+        "--json",
+    ];
+    let submitted = deployed.run(&submit, &stack_env).await;
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let functions = functions(&deployed);
+    let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
+    let event = receive_batch(sqs, &stack.seed_queue_url)
+        .await
+        .expect("the seed request");
+    let payload = serde_json::to_value(&event).unwrap();
+    let seeded = functions.seeder.dispatch(payload, None, now_ms()).await;
+    acknowledge(
+        sqs,
+        &stack.seed_queue_url,
+        &event,
+        &serde_json::to_value(seeded.unwrap()).unwrap(),
+    )
+    .await;
+    let operate = async |verb: &str| {
+        let output = deployed
+            .run(&[verb, "--crawl-id", &crawl_id, "--json"], &stack_env)
+            .await;
+        assert!(output.status.success(), "{verb}: {}", stderr(&output));
+        json_of(&output)
+    };
+    assert_eq!(operate("pause").await["paused"], true);
+
+    // WHEN the functions run 20 rounds
+    for _ in 0..20 {
+        functions.round(&deployed).await;
+    }
+
+    // THEN no page was fetched, and the crawl is still running, paused, not delivered
+    let pages = || {
+        (0..PAGES)
+            .map(|i| site.hits(&format!("/p/{i}.html")))
+            .sum::<u64>()
+    };
+    assert_eq!(pages(), 0);
+    let status = deployed
+        .run(&["status", "--crawl-id", &crawl_id, "--json"], &stack_env)
+        .await;
+    let status = &json_of(&status)["crawls"][0];
+    assert_eq!(
+        (&status["state"], &status["paused"]),
+        (&json!("running"), &json!(true)),
+        "{status}"
+    );
+    assert!(delivered_summary(&deployed, &crawl_id, 0).await.is_none());
+
+    // WHEN it is resumed, and the sweeper looks for lost turns at once (`lost_after_ms` 0: the
+    // test's stand-in for its lost-turn window of minutes)
+    assert_eq!(operate("resume").await["paused"], false);
+    let at_once = json!({"source": "trawl.sweeper", "max_pages": 500, "time_budget_ms": 50_000, "lost_after_ms": 0});
+    functions
+        .sweeper
+        .sweep(at_once, None, now_ms())
+        .await
+        .unwrap();
+
+    // THEN the functions complete and deliver it, every page fetched once
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+    assert_eq!(summary["tasks"], PAGES as u64, "{summary}");
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
 }

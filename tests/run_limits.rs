@@ -254,3 +254,58 @@ async fn a_dry_run_fetches_a_few_pages_prints_each_and_stores_nothing() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("nothing to try"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_paused_crawl_fetches_nothing_until_resumed_and_then_completes() {
+    // GIVEN a 20-page crawl stopped after 5 fetches, then paused
+    let site = linked_site(20).await;
+    let dir = temp_dir("paused");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    crawl(
+        &site,
+        data,
+        &dir,
+        &["--crawl-id", "shop", "--max-fetches", "5"],
+    )
+    .await;
+    let verb = async |verb: &str| {
+        let output = trawl(
+            &[verb, "--crawl-id", "shop", "--data-dir", data, "--json"],
+            &dir,
+        )
+        .await;
+        assert!(
+            output.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        json_of(&output)
+    };
+    assert_eq!(verb("pause").await["paused"], true);
+    let status = trawl(&["status", "--data-dir", data, "--json"], &dir).await;
+    assert_eq!(json_of(&status)["crawls"][0]["paused"], true);
+
+    // WHEN the crawl is run again (as a cron line would)
+    let resumed = ["crawl", "--crawl-id", "shop", "--data-dir", data, "--json"];
+    let paused_run = trawl(&resumed, &dir).await;
+
+    // THEN it exits 0 saying the crawl is paused, and fetches nothing
+    assert!(paused_run.status.success());
+    assert_eq!(json_of(&paused_run)["paused"], true);
+    assert_eq!(page_hits(&site, 20), 5);
+
+    // WHEN it is resumed and run again
+    assert_eq!(verb("resume").await["paused"], false);
+    let done = trawl(&resumed, &dir).await;
+
+    // THEN it completes, every page fetched once
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(json_of(&done)["counts"]["succeeded"], 20);
+    assert!(paths(20).iter().all(|p| site.hits(p) == 1));
+    let _ = std::fs::remove_dir_all(dir);
+}

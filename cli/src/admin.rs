@@ -89,6 +89,8 @@ pub async fn dispatch<P: Ports>(
             generations::rewind(backend, &args.rewind, operation, what, json).await
         }
         Command::Reextract(args) => generations::reextract(backend, &args, json).await,
+        Command::Pause(selector) => generations::pause(&backend, &selector, true, json).await,
+        Command::Resume(selector) => generations::pause(&backend, &selector, false, json).await,
         Command::Reset(args) => {
             generations::rewind(backend, &args, Operation::Reset {}, "reset", json).await
         }
@@ -218,17 +220,18 @@ async fn status<P: Ports>(
     for crawl in &crawls {
         let counts = backend.store.counts(&crawl.id).await?;
         let total: u64 = counts.values().sum();
-        let mut row = vec![
-            crawl.id.to_string(),
-            crawl.state.name().to_owned(),
-            crawl.generation.to_string(),
-        ];
+        let state = match crawl.config.paused {
+            true => format!("{} (paused)", crawl.state.name()),
+            false => crawl.state.name().to_owned(),
+        };
+        let mut row = vec![crawl.id.to_string(), state, crawl.generation.to_string()];
         row.extend(Status::ALL.iter().map(|s| count(&counts, *s).to_string()));
         row.push(total.to_string());
         rows.push(row);
         objects.push(json!({
             "crawl_id": crawl.id.as_str(),
             "state": crawl.state.name(),
+            "paused": crawl.config.paused,
             "generation": crawl.generation,
             "counts": counts_json(&counts),
             "total": total,

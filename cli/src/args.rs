@@ -89,6 +89,12 @@ pub enum Command {
     /// Run the crawl's current extractors over every page it stored, without fetching any,
     /// then (unless --detach) deliver its next generation with those items and their delta.
     Reextract(RewindArgs),
+    /// Pause a crawl: no turn of it starts, no recrawl wakes and it is not completed, until
+    /// `trawl resume`; nothing is purged.
+    Pause(CrawlSelector),
+    /// Resume a paused crawl: its hosts with work get their turns again (on AWS, from the
+    /// sweeper's next runs; locally, `trawl crawl --crawl-id ID` runs it).
+    Resume(CrawlSelector),
     /// Show or change a crawl's stored configuration.
     #[command(subcommand)]
     Config(ConfigCommand),

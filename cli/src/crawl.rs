@@ -593,6 +593,17 @@ pub async fn run<P: Ports>(
         ));
     }
 
+    if crawl.config.paused {
+        // Nothing of a paused crawl runs (a cron line's run included): said, and done.
+        if json {
+            output::json(&json!({"crawl_id": crawl_id.as_str(), "paused": true}));
+        } else {
+            output::note(format_args!(
+                "crawl {crawl_id} is paused: nothing fetched (`trawl resume --crawl-id {crawl_id}` goes on)"
+            ));
+        }
+        return Ok(());
+    }
     let crawler = Crawler::new(backend.app.clone(), fetcher, args.concurrency);
     let limits = RunLimits {
         max_fetches: args.max_fetches,

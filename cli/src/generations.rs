@@ -2,7 +2,7 @@
 //! crawl's configuration, and the checker's dry run.
 
 use crate::admin::resolve_crawl;
-use crate::args::{CheckArgs, ConfigCommand, CrawlArgs, RewindArgs};
+use crate::args::{CheckArgs, ConfigCommand, CrawlArgs, CrawlSelector, RewindArgs};
 use crate::backend::Backend;
 use crate::error::CliError;
 use crate::output;
@@ -125,6 +125,46 @@ pub async fn reextract<P: Ports>(
         ..CrawlArgs::default()
     };
     crate::crawl::run(backend, resume, None, json).await
+}
+
+/// `trawl pause` (`paused`) and `trawl resume`: the seeder's operations of the same names.
+pub async fn pause<P: Ports>(
+    backend: &Backend<P>,
+    selector: &CrawlSelector,
+    paused: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let crawl = resolve_crawl(&backend.store, selector.crawl_id.as_deref()).await?;
+    let operation = match paused {
+        true => Operation::Pause {},
+        false => Operation::Resume {},
+    };
+    let request = OperationRequest {
+        crawl_id: crawl.id.clone(),
+        operation,
+    };
+    operate::operate(&backend.app, None, &request, None, now_ms())
+        .await
+        .map_err(usage)?;
+    if json {
+        output::json(&json!({"crawl_id": crawl.id.as_str(), "paused": paused}));
+    } else if paused {
+        output::note(format_args!(
+            "crawl {}: paused (turns running end; none starts until `trawl resume`)",
+            crawl.id
+        ));
+    } else if backend.local {
+        output::note(format_args!(
+            "crawl {}: resumed; `trawl crawl --crawl-id {}` runs it",
+            crawl.id, crawl.id
+        ));
+    } else {
+        output::note(format_args!(
+            "crawl {}: resumed; the sweeper gives its hosts their turns again (within its lost-turn window: 5 minutes at most)",
+            crawl.id
+        ));
+    }
+    Ok(())
 }
 
 /// An operation's refusal (a bad pattern or URL) as a usage error; the rest as they come.

@@ -201,6 +201,8 @@ fn local_access(command: &Command) -> LocalAccess {
         Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) | Command::Reextract(_) => {
             LocalAccess::Write
         }
-        Command::Config(ConfigCommand::Set { .. }) => LocalAccess::Write,
+        Command::Config(ConfigCommand::Set { .. }) | Command::Pause(_) | Command::Resume(_) => {
+            LocalAccess::Write
+        }
     }
 }

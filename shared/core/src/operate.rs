@@ -241,6 +241,11 @@ pub enum Operation {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cursor: Option<ReextractCursor>,
     },
+    /// No turn of the crawl starts (those running end), and the sweeper leaves it alone, until
+    /// it is resumed; nothing is purged (`CrawlConfig::paused`).
+    Pause {},
+    /// A paused crawl goes on: the sweeper gives its hosts with work their turns again.
+    Resume {},
 }
 
 /// What an operation did.
@@ -258,6 +263,9 @@ pub struct OperationResponse {
     /// What `reextract` did, and its cursor when unfinished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reextracted: Option<Reextracted>,
+    /// Whether the crawl is paused now (`pause`, `resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
 }
 
 impl Operation {
@@ -307,7 +315,10 @@ impl Operation {
                 (selection, Rewind::Reschedule)
             }
             Operation::Reset {} => (Selection::settled(), Rewind::Reset),
-            Operation::Config { .. } | Operation::Reextract { .. } => return Ok(None),
+            Operation::Config { .. }
+            | Operation::Reextract { .. }
+            | Operation::Pause {}
+            | Operation::Resume {} => return Ok(None),
         }))
     }
 }
@@ -350,7 +361,22 @@ pub async fn operate<P: Ports>(
                 return Err(OperateError::Invalid(problems.join("; ")));
             }
             response.changed = crate::seed::config_differences(&crawl.config, config);
-            store.update_config(&crawl.id, config, now).await?;
+            let config = CrawlConfig {
+                paused: crawl.config.paused,
+                ..(**config).clone()
+            };
+            store.update_config(&crawl.id, &config, now).await?;
+        }
+        (Operation::Pause {} | Operation::Resume {}, None) => {
+            let paused = matches!(request.operation, Operation::Pause {});
+            if crawl.config.paused != paused {
+                let config = CrawlConfig {
+                    paused,
+                    ..crawl.config.clone()
+                };
+                store.update_config(&crawl.id, &config, now).await?;
+            }
+            response.paused = Some(paused);
         }
         (Operation::Reextract { cursor }, None) => {
             if crawl.config.extract.is_empty() {
@@ -382,6 +408,8 @@ mod tests {
             include_str!("../../../events/seeder-reset.json"),
             include_str!("../../../events/seeder-config.json"),
             include_str!("../../../events/seeder-reextract.json"),
+            include_str!("../../../events/seeder-pause.json"),
+            include_str!("../../../events/seeder-resume.json"),
         ] {
             let request: OperationRequest = serde_json::from_str(sample).unwrap();
             assert_eq!(request.crawl_id.as_str(), "example-com");

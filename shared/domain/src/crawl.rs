@@ -702,6 +702,12 @@ pub struct CrawlConfig {
     /// the last complete crawl began (Docido's `set_kv('since', crawl_start)`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_checkpoint: Option<CheckpointFormat>,
+    /// Paused (`trawl pause`, the seeder's `pause`): no turn of the crawl starts and the sweeper
+    /// leaves it alone (no turn re-sent, no recrawl woken, no completion) until it is resumed;
+    /// its tasks, pages and deliveries stay as they are. Set by the pause and resume operations
+    /// only: a configuration written over the crawl's keeps the stored value.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// How a time is written as a checkpoint (`CrawlConfig::auto_checkpoint`).
@@ -782,6 +788,7 @@ impl Default for CrawlConfig {
             items: ItemsOutput::default(),
             paging: Vec::new(),
             auto_checkpoint: None,
+            paused: false,
         }
     }
 }

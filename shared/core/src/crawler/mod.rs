@@ -560,6 +560,12 @@ impl<P: Ports> Crawler<P> {
         };
         let crawl = &context.crawl;
         let config = &crawl.config;
+        if config.paused {
+            // The host keeps the message as on its way: once the crawl is resumed, the sweeper
+            // finds it lost and sends the host's turn again.
+            tracing::info!("crawl paused: turn message dropped");
+            return (Disposition::Done, vec![Outcome::Skipped]);
+        }
         // The claim is tried again here when it fails: its write may have been applied while
         // its answer was lost, which the retry recognises by the claimer id it wrote (waiting
         // for the message to come back would find the host busy until its turn expired).
@@ -1544,10 +1550,13 @@ impl<P: Ports> Crawler<P> {
             paging,
             loaded: self.clock.instant(),
         });
-        self.crawls
-            .write()
-            .await
-            .insert(crawl_id.clone(), context.clone());
+        // A paused crawl is read again at each of its turns (each dropped): its resume takes
+        // effect at once, not a cache's lifetime later.
+        let mut cached = self.crawls.write().await;
+        match context.crawl.config.paused {
+            true => cached.remove(crawl_id),
+            false => cached.insert(crawl_id.clone(), context.clone()),
+        };
         Ok(Some(context))
     }
 }

@@ -367,6 +367,11 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
 
 /// The top-level sections in which two configurations differ (`scope`, `recrawl` …).
 pub fn config_differences(stored: &CrawlConfig, asked: &CrawlConfig) -> Vec<String> {
+    // Whether the crawl is paused is no part of what a configuration asks for.
+    let asked = &CrawlConfig {
+        paused: stored.paused,
+        ..asked.clone()
+    };
     let (Ok(serde_json::Value::Object(stored)), Ok(serde_json::Value::Object(asked))) =
         (serde_json::to_value(stored), serde_json::to_value(asked))
     else {
@@ -514,8 +519,10 @@ impl<P: Ports> Seeder<P> {
                 if config.paging.is_empty() {
                     config.paging = crawl.config.paging.clone();
                 }
-                // A crawl keeps its layout for life: its bodies are where it put them.
+                // A crawl keeps its layout for life: its bodies are where it put them; and
+                // stays paused or not as its operator left it.
                 config.storage.layout = crawl.config.storage.layout;
+                config.paused = crawl.config.paused;
                 let differs = config_differences(&crawl.config, &config);
                 if !differs.is_empty() {
                     if !request.update_config {

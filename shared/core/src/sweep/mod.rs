@@ -315,7 +315,8 @@ impl<P: Ports> Sweeper<P> {
     }
 
     /// Sweeps every running crawl, and every completed crawl that recrawls, in random order (so
-    /// one huge crawl cannot starve the others across invocations).
+    /// one huge crawl cannot starve the others across invocations); a paused crawl is left
+    /// alone.
     pub async fn sweep_all(
         &self,
         now: Millis,
@@ -328,6 +329,7 @@ impl<P: Ports> Sweeper<P> {
                 .into_iter()
                 .filter(|c| c.config.recrawl.is_continuous()),
         );
+        crawls.retain(|c| !c.config.paused);
         fastrand::shuffle(&mut crawls);
         budget.start(self.clock.instant());
         let mut summary = SweepSummary::default();
