@@ -457,6 +457,56 @@ async fn ctrl_c_during_a_ten_second_crawl_delay_stops_at_once_and_a_rerun_fetche
 }
 
 #[tokio::test]
+async fn a_crawl_delay_holds_between_turns_as_within_them() {
+    // GIVEN a site whose robots.txt asks for 1 s between requests, crawled in turns of two pages
+    let site = linked_site(20).await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nCrawl-delay: 1\n"),
+    );
+    let dir = temp_dir("delay-turns");
+    let config = dir.join("config.json");
+    std::fs::write(&config, r#"{"politeness": {"turn_pages": 2}}"#).unwrap();
+    let data = dir.join("data");
+
+    // WHEN six pages are fetched (three turns)
+    let output = trawl(
+        &[
+            "crawl",
+            &site.url("/p/0.html"),
+            "--allow-private-networks",
+            "--config",
+            config.to_str().unwrap(),
+            "--max-fetches",
+            "6",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // THEN no two requests came less than the delay apart, at a turn's start included
+    let mut arrivals: Vec<Instant> = (0..20)
+        .flat_map(|i| site.received(&format!("/p/{i}.html")))
+        .map(|r| r.at)
+        .collect();
+    arrivals.sort();
+    assert_eq!(arrivals.len(), 6);
+    let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_millis(950)),
+        "{gaps:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_crawl_killed_with_sigkill_is_recovered_by_running_it_again() {
     // GIVEN a crawl killed outright mid-way (leases held, in-process queue lost)
     let site = linked_site(300).await;

@@ -80,6 +80,8 @@ pub struct Received {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl Route {
@@ -223,6 +225,7 @@ impl State {
                 query: req.uri.query().map(str::to_owned),
                 headers: req.headers.clone(),
                 body,
+                at: std::time::Instant::now(),
             });
         let mut route = match route {
             Some(_) if !met => Route::status(403),

@@ -240,6 +240,12 @@ impl TurnPlan {
         }
         if let Some(signal) = signal {
             self.host = self.host.observe(&self.policy, signal, now);
+            // robots.txt's Crawl-delay paces the host too: the next turn (its message visible
+            // at the host's next allowed time) must not fetch sooner.
+            self.host.next_allowed_at = self
+                .host
+                .next_allowed_at
+                .max(now.saturating_add(self.robots_delay_ms as Millis));
             if self.host.snoozed_until.is_some() || self.host.given_up.is_some() {
                 self.stopped = true;
             }

@@ -30,6 +30,38 @@ fn plan(config: &CrawlConfig, robots: Duration) -> TurnPlan {
 }
 
 #[test]
+fn the_pace_and_the_crawl_delay_hold_across_turns() {
+    // A turn whose last fetch ended at T0 + 1 s, on a host with a 100 ms pace and a 10 s
+    // Crawl-delay
+    let config = config();
+    let policy = config.politeness.host_policy("example.com");
+    let host = Host::new("example.com", &policy, T0);
+    let (host, turn) = host.claim_turn(T0, hold_ms(&config)).unwrap();
+    let mut first = TurnPlan::new(host.clone(), &config, &turn, T0, Duration::from_secs(10));
+    assert_eq!(first.start_at(0), 0);
+    first.finished(TaskEnd::Ended, Some(HostSignal::Answered), T0 + 1_000);
+
+    // WHEN it hands its host back with work due now
+    let holder = first.into_host();
+    let (back, visible_at) = host
+        .merge_turn(&holder)
+        .hand_back(&turn, Some(NextWork::Task(T0)), Some(0), 0, 0, T0 + 1_000)
+        .unwrap();
+
+    // THEN the next turn's message is visible, and its claim allowed, 10 s after that fetch
+    assert_eq!(visible_at, Some(T0 + 11_000));
+    assert_eq!(
+        back.claim_turn(T0 + 2_000, hold_ms(&config)).err(),
+        Some(crate::host::TurnRejection::NotYet { at: T0 + 11_000 })
+    );
+    assert!(back.claim_turn(T0 + 11_000, hold_ms(&config)).is_ok());
+    // Without a Crawl-delay, the host's own pace alone.
+    let mut paced = plan(&config, Duration::ZERO);
+    paced.finished(TaskEnd::Ended, Some(HostSignal::Answered), T0 + 1_000);
+    assert_eq!(paced.into_host().next_allowed_at, T0 + 1_100);
+}
+
+#[test]
 fn a_turn_runs_for_its_lease_and_at_least_two_fetch_windows() {
     let mut config = config();
     assert_eq!(turn_ms(&config), 60_000);
