@@ -334,6 +334,20 @@ async fn crawl_until(site: &Site, data: &str, cwd: &Path, hits: u64) -> tokio::p
     child
 }
 
+/// Ctrl-C to `child` (SIGINT), and how it exited (within 30 s).
+async fn interrupt(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().unwrap().to_string();
+    Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_crawl_stopped_with_ctrl_c_resumes_without_fetching_anything_twice() {
     // GIVEN a crawl interrupted (SIGINT) after some pages
@@ -342,16 +356,7 @@ async fn a_crawl_stopped_with_ctrl_c_resumes_without_fetching_anything_twice() {
     let data = dir.join("data");
     let data = data.to_str().unwrap();
     let mut child = crawl_until(&site, data, &dir, 60).await;
-    let pid = child.id().unwrap().to_string();
-    Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = interrupt(&mut child).await;
     assert_eq!(status.code(), Some(130), "an interrupted crawl says so");
     let fetched_before = site.total_hits();
     assert!(fetched_before < 301, "stopped early");
@@ -430,17 +435,8 @@ async fn ctrl_c_during_a_ten_second_crawl_delay_stops_at_once_and_a_rerun_fetche
     wait_for_pages(1).await;
 
     // WHEN it is interrupted (SIGINT), then the same command runs again at once
-    let pid = child.id().unwrap().to_string();
     let interrupted = Instant::now();
-    Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = interrupt(&mut child).await;
     let stopped_after = interrupted.elapsed();
     let mut rerun = spawn();
     wait_for_pages(2).await;

@@ -639,6 +639,29 @@ async fn the_hosts_view_reads_host_records_only() {
     assert_eq!(read, expected);
 }
 
+/// A crawl of the loopback site, unpaced.
+fn loopback_config() -> CrawlConfig {
+    let mut config = CrawlConfig::default();
+    config.fetch.allow_private_networks = true;
+    config.scope.allowed_domains = vec!["127.0.0.1".into()];
+    config.politeness.delay_ms = 0;
+    config
+}
+
+/// Port faults answering a share `errors` of the calls with a retryable error, never crashing.
+fn port_faults(seed: u64, errors: f64) -> Arc<trawl_faults::ports::PortFaults> {
+    let mix = trawl_faults::ports::PortMix {
+        errors,
+        latency: 0.0,
+        crash: 0.0,
+    };
+    Arc::new(trawl_faults::ports::PortFaults::new(
+        seed,
+        mix,
+        trawl_faults::ports::CrashMode::Halt,
+    ))
+}
+
 #[tokio::test]
 async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
     // GIVEN a 40-page site, and the embedded backend (SQLite + files) answering 5% of its calls
@@ -647,23 +670,11 @@ async fn transient_storage_errors_never_cost_a_page_a_second_fetch() {
     let site = crate::cli::linked_site(pages).await;
     let dir = crate::cli::temp_dir("transient");
     let crawl = CrawlId::parse("transient").unwrap();
-    let mut config = CrawlConfig::default();
-    config.fetch.allow_private_networks = true;
-    config.scope.allowed_domains = vec!["127.0.0.1".into()];
-    config.politeness.delay_ms = 0;
+    let mut config = loopback_config();
     config.politeness.per_host = 4;
     // A short lease: a turn or task a failed write left behind is taken over soon.
     config.lease_ms = 2_000;
-    let mix = trawl_faults::ports::PortMix {
-        errors: 0.05,
-        latency: 0.0,
-        crash: 0.0,
-    };
-    let faults = Arc::new(trawl_faults::ports::PortFaults::new(
-        18,
-        mix,
-        trawl_faults::ports::CrashMode::Halt,
-    ));
+    let faults = port_faults(18, 0.05);
 
     // WHEN it is crawled to its delivery
     let (report, _) = trawl_faults::local::crawl_to_delivery(
@@ -700,20 +711,8 @@ async fn a_host_whose_due_tasks_cannot_be_read_for_a_moment_is_handed_back_not_l
     let site = crate::cli::linked_site(pages).await;
     let dir = crate::cli::temp_dir("due-read");
     let crawl = CrawlId::parse("due-read").unwrap();
-    let mut config = CrawlConfig::default();
-    config.fetch.allow_private_networks = true;
-    config.scope.allowed_domains = vec!["127.0.0.1".into()];
-    config.politeness.delay_ms = 0;
-    let mix = trawl_faults::ports::PortMix {
-        errors: 0.0,
-        latency: 0.0,
-        crash: 0.0,
-    };
-    let faults = Arc::new(trawl_faults::ports::PortFaults::new(
-        19,
-        mix,
-        trawl_faults::ports::CrashMode::Halt,
-    ));
+    let config = loopback_config();
+    let faults = port_faults(19, 0.0);
     faults.fail_next("due_tasks", 4);
 
     // WHEN it is crawled to its delivery
