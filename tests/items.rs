@@ -138,6 +138,24 @@ fn succeeded(output: Output) -> Output {
     output
 }
 
+/// `trawl crawl START` with the configuration file `config` and a daily recrawl, into `data`:
+/// its JSON summary.
+async fn crawl_daily(start: &str, config: &Path, data: &str, dir: &Path) -> Value {
+    let args = [
+        "crawl",
+        start,
+        "--allow-private-networks",
+        "--recrawl-every",
+        "1d",
+        "--config",
+        config.to_str().unwrap(),
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    json_of(&succeeded(trawl(&args, dir).await))
+}
+
 fn gunzip_lines(path: &Path) -> Vec<Value> {
     let mut text = String::new();
     MultiGzDecoder::new(std::fs::File::open(path).unwrap())
@@ -411,25 +429,7 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
     assert!(!Path::new(data).exists(), "the dry run wrote nothing");
 
     // WHEN the site is crawled with a daily recrawl
-    let crawl = succeeded(
-        trawl(
-            &[
-                "crawl",
-                &site.url("/list/0.html"),
-                "--allow-private-networks",
-                "--recrawl-every",
-                "1d",
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                data,
-                "--json",
-            ],
-            &dir,
-        )
-        .await,
-    );
-    let first = json_of(&crawl);
+    let first = crawl_daily(&site.url("/list/0.html"), &config, data, &dir).await;
     assert_eq!(first["counts"]["succeeded"], LISTINGS + LISTINGS * PER_PAGE);
 
     check_first_delivery(&site, delivery_of(&first));
@@ -887,24 +887,7 @@ async fn items_keyed_by_a_field_are_unchanged_when_a_new_one_is_listed_above_the
         "fields": {"sku": {"xpath": "@data-sku"}, "title": {"css": "b"}}
     }]});
     std::fs::write(&config, extract.to_string()).unwrap();
-    let first = json_of(&succeeded(
-        trawl(
-            &[
-                "crawl",
-                &site.url("/shop.html"),
-                "--allow-private-networks",
-                "--recrawl-every",
-                "1d",
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                data,
-                "--json",
-            ],
-            &dir,
-        )
-        .await,
-    ));
+    let first = crawl_daily(&site.url("/shop.html"), &config, data, &dir).await;
     let items = gunzip_lines(&delivery_of(&first).join("items.jsonl.gz"));
     let keys: Vec<&Value> = items.iter().map(|i| &i["key"]).collect();
     assert_eq!(
