@@ -19,10 +19,12 @@ const SECTION: &str = "cost per 1M pages";
 const WRITES: &str = "DynamoDB write units";
 const PAGES: f64 = 1e6;
 
-/// The Lambda the figures assume: 256 MB, pages from real sites answering in 0.5 s, 1 request
-/// per second per host, 10 turns of 50 pages per invocation (a full batch of host turns).
+/// The Lambda the figures assume: the crawler function as the template deploys it (512 MB,
+/// `CrawlerFunction.MemorySize` in `infra/template.yaml`), pages from real sites answering in
+/// 0.5 s, 1 request per second per host, 10 turns of 50 pages per invocation (a full batch of
+/// host turns).
 const LAMBDA: LambdaModel = LambdaModel {
-    memory_mb: 256.0,
+    memory_mb: 512.0,
     fetch_latency_s: 0.5,
     host_delay_s: 1.0,
     turns: 10.0,
