@@ -285,6 +285,36 @@ async fn a_paused_crawl_fetches_nothing_until_resumed_and_then_completes() {
     assert_eq!(verb("pause").await["paused"], true);
     let status = trawl(&["status", "--data-dir", data, "--json"], &dir).await;
     assert_eq!(json_of(&status)["crawls"][0]["paused"], true);
+    // (`status --watch` says so on its first line, the crawl going nowhere.)
+    let watch = [
+        "status",
+        "--crawl-id",
+        "shop",
+        "--watch",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    let mut watching = tokio::process::Command::new(crate::cli::trawl_bin())
+        .args(watch)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = watching.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    watching.kill().await.unwrap();
+    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(
+        (&first["state"], &first["paused"]),
+        (&serde_json::json!("running"), &serde_json::json!(true))
+    );
 
     // WHEN the crawl is run again (as a cron line would)
     let resumed = ["crawl", "--crawl-id", "shop", "--data-dir", data, "--json"];

@@ -21,6 +21,8 @@ use trawl_domain::task::Status;
 /// One refresh: what the crawl looks like now.
 struct Snapshot {
     state: &'static str,
+    /// `trawl pause`d: nothing moves until it is resumed.
+    paused: bool,
     generation: u64,
     counts: StatusCounts,
     /// Pages fetched per minute since the previous refresh (None on the first).
@@ -62,6 +64,7 @@ impl Snapshot {
             output::json(&json!({
                 "crawl_id": crawl_id.as_str(),
                 "state": self.state,
+                "paused": self.paused,
                 "generation": self.generation,
                 "counts": counts,
                 "pages_per_minute": self.pages_per_minute.map(|r| (r * 10.0).round() / 10.0),
@@ -90,9 +93,10 @@ impl Snapshot {
             format!("; given up: {}", listed.join(", "))
         };
         output::line(format_args!(
-            "crawl {crawl_id} {} (gen {}): {} succeeded, {} left ({} in progress, {} to retry); \
+            "crawl {crawl_id} {}{} (gen {}): {} succeeded, {} left ({} in progress, {} to retry); \
              {pace}{eta}{errors}",
             self.state,
+            if self.paused { ", paused" } else { "" },
             self.generation,
             self.count(Status::Succeeded),
             self.left(),
@@ -174,6 +178,7 @@ async fn snapshot<P: Ports>(
     };
     Ok(Some(Snapshot {
         state: crawl.state.name(),
+        paused: crawl.config.paused,
         generation: crawl.generation,
         counts,
         pages_per_minute,
