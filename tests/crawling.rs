@@ -77,7 +77,12 @@ async fn drain<P: Ports>(crawler: &Crawler<P>) -> Vec<MessageResult> {
 async fn drain_batches<P: Ports>(crawler: &Crawler<P>) -> Vec<Vec<MessageResult>> {
     let mut batches = Vec::new();
     for _ in 0..40 {
-        let batch = crawler.queue().receive(10, 0).await.unwrap();
+        let mut batch = crawler.queue().receive(10, 0).await.unwrap();
+        if batch.is_empty() {
+            // A host's next turn may be a moment away: its pace (the Crawl-delay, capped at
+            // 50 ms here) holds across turns, and SQS delays by whole seconds (rounded up).
+            batch = crawler.queue().receive(10, 2_500).await.unwrap();
+        }
         if batch.is_empty() {
             break;
         }
