@@ -7,7 +7,7 @@ use std::sync::Arc;
 use trawl_aws::app::AwsPorts;
 use trawl_core::app::{App, Ports};
 use trawl_core::blob::{BlobStore, Body, Layout};
-use trawl_core::clock::Clock;
+use trawl_core::clock::{Clock, SystemClock};
 use trawl_core::crawler::{
     Crawler, Disposition, MessageResult, Outcome, PageBody, StoredPage, WithItems, record_page,
 };
@@ -462,7 +462,7 @@ async fn write(crawler: &AwsCrawler, task: &Task, lease: &Lease, body: &'static 
             items: None,
         }),
         WithItems(false),
-        now_ms(),
+        &SystemClock,
     )
     .await
     .unwrap()
@@ -745,6 +745,80 @@ async fn a_host_whose_due_tasks_cannot_be_read_for_a_moment_is_handed_back_not_l
     let hold = std::time::Duration::from_millis(trawl_domain::turn::TURN_HOLD_MS);
     assert!(took < hold / 2, "delivered after {took:?}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The crawler's steps wait out a store outage on the App's clock: on virtual time, seconds of
+/// backoff take no real time (a test of an outage runs in milliseconds).
+#[tokio::test]
+async fn a_finish_refused_for_seconds_is_waited_out_on_the_clock_given_not_in_real_time() {
+    // GIVEN a claimed task on a store whose next 8 finishes answer a retryable error (the
+    // brief backoff's pauses add up to 4.5–9 s before the ninth try), and a virtual clock
+    let faults = port_faults(23, 0.0);
+    faults.fail_next("finish", 8);
+    let store = trawl_faults::ports::FaultyStore::new(
+        trawl_core::store::memory::MemoryStore::new(),
+        faults.clone(),
+    );
+    let blobs = trawl_core::blob::memory::MemoryBlobStore::new();
+    let crawl = Crawl::new(CrawlId::parse("outage").unwrap(), CrawlConfig::default(), 0);
+    store.create_crawl(&crawl).await.unwrap();
+    let url = CanonicalUrl::parse("http://example.com/a").unwrap();
+    let new = NewTask {
+        url: url.clone(),
+        depth: 0,
+        parent: None,
+        data: None,
+    };
+    store.seed(&crawl.id, &[new], 0).await.unwrap();
+    let ClaimOutcome::Claimed { task, lease } = store
+        .claim(&crawl.id, &url.task_id(), 60_000, 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not claimed");
+    };
+    let clock = trawl_core::clock::ManualClock::at(0);
+
+    // WHEN its page is recorded
+    let real = std::time::Instant::now();
+    let record = FetchRecord {
+        http_status: 200,
+        ..FetchRecord::default()
+    };
+    let body = PageBody {
+        body: Body::new("<p>page</p>"),
+        compress: false,
+        layout: trawl_domain::crawl::StorageLayout::Objects,
+        items: None,
+    };
+    let stored = record_page(
+        &store,
+        &blobs,
+        &Layout::default(),
+        &task,
+        &lease,
+        &url,
+        record,
+        Some(body),
+        WithItems(false),
+        &clock,
+    )
+    .await
+    .unwrap();
+
+    // THEN the page is finished after seconds of the clock's time, and in no real second
+    assert_eq!(stored, StoredPage::Finished { put: true });
+    let refused = faults.counts().of(trawl_faults::ports::PortFault::Error);
+    assert_eq!(refused, 8, "finishes refused");
+    let waited = clock.now_ms();
+    assert!((4_500..=9_100).contains(&waited), "waited {waited} ms");
+    assert!(
+        real.elapsed() < std::time::Duration::from_secs(1),
+        "{:?}",
+        real.elapsed()
+    );
+    let stored = store.get(&crawl.id, &url.task_id()).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Succeeded);
 }
 
 /// A turn handed back (`RetryAfter`) after its message was deleted or redelivered: the receipt

@@ -422,6 +422,7 @@ pub async fn deliver<P: Ports>(
     let retries = std::sync::atomic::AtomicU64::new(0);
     if backend.local {
         persist(
+            backend.app.clock.as_ref(),
             "take over a dead process's delivery",
             &Backoff::RUN,
             &retries,
@@ -438,9 +439,13 @@ pub async fn deliver<P: Ports>(
         deliverer = deliverer.sole_writer();
     }
     // A delivery resumes where it stopped: a transient error is waited out, not the end.
-    let report = persist("deliver", &Backoff::RUN, &retries, || {
-        deliverer.deliver(crawl_id, None, now_ms())
-    })
+    let report = persist(
+        backend.app.clock.as_ref(),
+        "deliver",
+        &Backoff::RUN,
+        &retries,
+        || deliverer.deliver(crawl_id, None, now_ms()),
+    )
     .await?;
     if let Some(command) = backend.on_delivered.as_deref()
         && !report.already_delivered

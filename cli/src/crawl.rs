@@ -573,9 +573,13 @@ pub async fn run<P: Ports>(
     );
     let requests = Plan { config, ..plan }.requests(&args);
     let (accepted, readmitted) = seed(&seeder, requests, json, retries).await?;
-    let crawl = persist("open the crawl", &Backoff::RUN, retries, || {
-        open_crawl(&backend.store, &backend.queue, &crawl_id, backend.local)
-    })
+    let crawl = persist(
+        seeder.clock.as_ref(),
+        "open the crawl",
+        &Backoff::RUN,
+        retries,
+        || open_crawl(&backend.store, &backend.queue, &crawl_id, backend.local),
+    )
     .await?;
     if !json {
         let state = if crawl.state == CrawlState::Completed {
@@ -626,13 +630,21 @@ pub async fn run<P: Ports>(
         RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
         RunEnd::Stopped(_) => None,
     };
-    let counts = persist("count the tasks", &Backoff::RUN, retries, || {
-        crawler.store().counts(&crawl_id)
-    })
+    let counts = persist(
+        crawler.clock(),
+        "count the tasks",
+        &Backoff::RUN,
+        retries,
+        || crawler.store().counts(&crawl_id),
+    )
     .await?;
-    let given_up = persist("read the given-up tasks", &Backoff::RUN, retries, || {
-        GivenUp::read(crawler.store(), &crawl_id, &counts)
-    })
+    let given_up = persist(
+        crawler.clock(),
+        "read the given-up tasks",
+        &Backoff::RUN,
+        retries,
+        || GivenUp::read(crawler.store(), &crawl_id, &counts),
+    )
     .await?;
     let outcome = Outcome {
         crawl_id: &crawl_id,
@@ -673,9 +685,13 @@ async fn seed<P: Ports>(
         for _ in 0..100_000 {
             // Seed requests are idempotent: a transient error is waited out and the same
             // request sent again.
-            let response = persist("seed", &Backoff::RUN, retries, || {
-                seeder.seed(request.clone(), SeedBudget::default(), now_ms())
-            })
+            let response = persist(
+                seeder.clock.as_ref(),
+                "seed",
+                &Backoff::RUN,
+                retries,
+                || seeder.seed(request.clone(), SeedBudget::default(), now_ms()),
+            )
             .await?;
             accepted += response.accepted;
             readmitted += response.readmitted;

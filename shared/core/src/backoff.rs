@@ -3,7 +3,14 @@
 //! tried again; only a permanent error (access denied, a missing table) or an outage that lasts
 //! longer than [`Backoff::outage`] of continuous failure ends a run. Every step retried this way
 //! is safe to repeat: seed requests are idempotent, sweeps and deliveries resume where they were.
+//!
+//! The pauses are waits on a [`Clock`]: a service's steps (a claim, a finish, a hand-back, a
+//! completion, a run's seeding) wait on the App's, so a test on virtual time rides out an outage
+//! at once. One request retried inside a port's helper (an offer or a crawl update under its
+//! request id, a send of turns, one read of a delivery) waits on the system clock, as the SDK's
+//! own retries beneath it do: those helpers are given no clock, and their waits are seconds.
 
+use crate::clock::Clock;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -84,9 +91,11 @@ impl Outage {
 }
 
 /// Runs `step` until it succeeds, fails permanently, or fails transiently for longer than
-/// `policy.outage`; each retry is logged (`what` names the step) and counted in `retries`.
-/// Its pauses are brief, on tokio's timer (the time the system clock's waits take too).
+/// `policy.outage` on `clock`; each retry is logged (`what` names the step) and counted in
+/// `retries`. Its pauses are waits on `clock`: a service's steps pass the App's clock, so a test
+/// on virtual time rides out an outage in no time.
 pub async fn persist<T, E, F, Fut>(
+    clock: &dyn Clock,
     what: &str,
     policy: &Backoff,
     retries: &std::sync::atomic::AtomicU64,
@@ -101,11 +110,11 @@ where
     loop {
         match step().await {
             Ok(value) => return Ok(value),
-            Err(e) => match outage.after(policy, &e, Instant::now()) {
+            Err(e) => match outage.after(policy, &e, clock.instant()) {
                 Some(pause) => {
                     retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(step = what, error = %e, pause_ms = pause.as_millis() as u64, "transient error; trying again");
-                    tokio::time::sleep(pause).await;
+                    clock.sleep(pause).await;
                 }
                 None => return Err(e),
             },
@@ -116,6 +125,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{ManualClock, SystemClock};
     use crate::store::StoreError;
 
     fn unavailable() -> StoreError {
@@ -159,13 +169,37 @@ mod tests {
             outage: Duration::from_secs(5),
         };
         let mut failures = 3;
-        let result: Result<u32, StoreError> = persist("test", &policy, &retries, || {
-            let fail = failures > 0;
-            failures -= 1;
-            async move { if fail { Err(unavailable()) } else { Ok(7) } }
-        })
-        .await;
+        let result: Result<u32, StoreError> =
+            persist(&SystemClock, "test", &policy, &retries, || {
+                let fail = failures > 0;
+                failures -= 1;
+                async move { if fail { Err(unavailable()) } else { Ok(7) } }
+            })
+            .await;
         assert_eq!(result.ok(), Some(7));
         assert_eq!(retries.load(std::sync::atomic::Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn persist_waits_out_an_outage_on_its_clock_and_ends_at_the_outage_bound() {
+        // GIVEN a store down for good, and the CLI's five-minute outage bound on virtual time
+        let clock = ManualClock::at(0);
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let real = Instant::now();
+        let result: Result<(), StoreError> =
+            persist(&clock, "test", &Backoff::RUN, &retries, || async {
+                Err(unavailable())
+            })
+            .await;
+        // THEN the run ends after five minutes of the clock's time, in no real time
+        assert!(result.is_err());
+        let waited = clock.now_ms();
+        assert!((300_000..310_000).contains(&waited), "{waited} ms");
+        assert!(retries.load(std::sync::atomic::Ordering::Relaxed) > 30);
+        assert!(
+            real.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            real.elapsed()
+        );
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::app::Store;
 use crate::backoff::{Backoff, Transient, persist};
+use crate::clock::SystemClock;
 use crate::queue::{QueueError, WorkMessage, WorkQueue, send_patiently};
 use crate::store::{HostCounts, HostStore, Seeded, StoreError, StoreResult};
 use futures_util::StreamExt;
@@ -250,6 +251,7 @@ async fn offer<S: HostStore>(
     let request = RequestId(fastrand::u64(..));
     let retries = AtomicU64::new(0);
     let offered = persist(
+        &SystemClock,
         "offer URLs to their host",
         &Backoff::BRIEF,
         &retries,

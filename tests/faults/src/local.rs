@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 use trawl_core::app::App;
 use trawl_core::backoff::{Backoff, persist};
+use trawl_core::clock::SystemClock;
 use trawl_core::crawler::Crawler;
 use trawl_core::deliver::{Deliverer, DeliveryLimits, DeliveryReport};
 use trawl_core::fetch::Fetcher;
@@ -51,9 +52,13 @@ pub async fn crawl_to_delivery(
     let stats = RunStats::default();
     let retries = &stats.backend_retries;
     let fresh = Crawl::new(crawl_id.clone(), config, now_ms());
-    let (crawl, created) = persist("create the crawl", &Backoff::RUN, retries, || {
-        store.create_crawl(&fresh)
-    })
+    let (crawl, created) = persist(
+        &SystemClock,
+        "create the crawl",
+        &Backoff::RUN,
+        retries,
+        || store.create_crawl(&fresh),
+    )
     .await
     .map_err(|e| e.to_string())?;
     if crawl.state == CrawlState::Running {
@@ -67,15 +72,19 @@ pub async fn crawl_to_delivery(
             };
             // Waited out as `trawl crawl` waits out its seeding's transient errors (seeding is
             // idempotent); one that persists fails the run, whose next run seeds again.
-            persist("seed", &Backoff::RUN, retries, || {
+            persist(&SystemClock, "seed", &Backoff::RUN, retries, || {
                 add_tasks(&store, &queue, &crawl, vec![seed.clone()], now_ms())
             })
             .await
             .map_err(|e| e.to_string())?;
         }
-        persist("rebuild the queue", &Backoff::RUN, retries, || {
-            rebuild_local_queue(&store, &queue, &crawl, now_ms())
-        })
+        persist(
+            &SystemClock,
+            "rebuild the queue",
+            &Backoff::RUN,
+            retries,
+            || rebuild_local_queue(&store, &queue, &crawl, now_ms()),
+        )
         .await
         .map_err(|e| e.to_string())?;
     }
@@ -95,9 +104,13 @@ pub async fn crawl_to_delivery(
     }
     let uri_base = dir.join(OBJECTS_DIR).display().to_string();
     let deliverer = Deliverer::new(app, uri_base, DeliveryLimits::default());
-    let report = persist("deliver", &Backoff::RUN, retries, || {
-        deliverer.deliver(crawl_id, None, now_ms())
-    })
+    let report = persist(
+        deliverer.clock.as_ref(),
+        "deliver",
+        &Backoff::RUN,
+        retries,
+        || deliverer.deliver(crawl_id, None, now_ms()),
+    )
     .await
     .map_err(|e| e.to_string())?;
     Ok((report, counter(retries)))

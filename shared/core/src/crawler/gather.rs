@@ -86,11 +86,21 @@ impl<P: Ports> Crawler<P> {
             }
             renewed
         };
-        let now = self.clock.now_ms();
         let sealed = if holding {
             let dir = self.layout.segments_prefix(&context.crawl.id);
             let gathered = pages.iter().map(|w| w.page.as_ref());
-            Some(record::seal(&self.store, &self.blobs, &self.layout, &dir, gathered, now).await)
+            let clock = self.clock();
+            Some(
+                record::seal(
+                    &self.store,
+                    &self.blobs,
+                    &self.layout,
+                    &dir,
+                    gathered,
+                    clock,
+                )
+                .await,
+            )
         } else {
             tracing::warn!(
                 pages = pages.len(),

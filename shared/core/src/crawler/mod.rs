@@ -571,22 +571,28 @@ impl<P: Ports> Crawler<P> {
         // for the message to come back would find the host busy until its turn expired).
         let claimer = fastrand::u64(..);
         let retries = std::sync::atomic::AtomicU64::new(0);
-        let claimed = persist("claim the host's turn", &Backoff::BRIEF, &retries, || {
-            let now = self.clock.now_ms();
-            update_host(&self.store, crawl, &message.host, now, move |h| {
-                if let Some(turn) = h.turn_of(claimer) {
-                    // Ours, applied; what `seeded` was then is not known.
-                    return (None, Ok((turn, None)));
-                }
-                if h.epoch != message.epoch {
-                    return (None, Err(None));
-                }
-                match h.claim_turn_by(claimer, now, hold_ms(config)) {
-                    Ok((next, turn)) => (Some(next), Ok((turn, Some(h.seeded)))),
-                    Err(why) => (None, Err(Some(why))),
-                }
-            })
-        })
+        let claimed = persist(
+            self.clock(),
+            "claim the host's turn",
+            &Backoff::BRIEF,
+            &retries,
+            || {
+                let now = self.clock.now_ms();
+                update_host(&self.store, crawl, &message.host, now, move |h| {
+                    if let Some(turn) = h.turn_of(claimer) {
+                        // Ours, applied; what `seeded` was then is not known.
+                        return (None, Ok((turn, None)));
+                    }
+                    if h.epoch != message.epoch {
+                        return (None, Err(None));
+                    }
+                    match h.claim_turn_by(claimer, now, hold_ms(config)) {
+                        Ok((next, turn)) => (Some(next), Ok((turn, Some(h.seeded)))),
+                        Err(why) => (None, Err(Some(why))),
+                    }
+                })
+            },
+        )
         .await;
         let now = self.clock.now_ms();
         let (host, turn, seeded_at_claim) = match claimed {
@@ -635,6 +641,7 @@ impl<P: Ports> Crawler<P> {
         // the work that is due before its lease ends.
         let retries = std::sync::atomic::AtomicU64::new(0);
         let due = persist(
+            self.clock(),
             "read the host's due tasks",
             &Backoff::BRIEF,
             &retries,
@@ -685,7 +692,14 @@ impl<P: Ports> Crawler<P> {
         // stale and dropped, its host left without a turn until the sweeper's lost-message
         // window. The retry recognises the applied write and sends the next turn.
         let retries = std::sync::atomic::AtomicU64::new(0);
-        let handed = persist("hand the host back", &Backoff::BRIEF, &retries, hand_back).await;
+        let handed = persist(
+            self.clock(),
+            "hand the host back",
+            &Backoff::BRIEF,
+            &retries,
+            hand_back,
+        )
+        .await;
         settle_host(handed, crawl, now, outbox, outcomes)
     }
 
@@ -1302,7 +1316,7 @@ impl<P: Ports> Crawler<P> {
                     record,
                     page_body,
                     WithItems(!context.extractors.is_empty()),
-                    self.clock.now_ms(),
+                    self.clock(),
                 )
                 .await?;
                 let step = match recorded {
@@ -1346,7 +1360,7 @@ impl<P: Ports> Crawler<P> {
             record,
             None,
             WithItems(!context.extractors.is_empty()),
-            self.clock.now_ms(),
+            self.clock(),
         )
         .await?;
         let outcome = match stored {
@@ -1468,9 +1482,13 @@ impl<P: Ports> Crawler<P> {
         // (its task released): seeding is safe to repeat (tasks are put if absent; a host told
         // twice of its URLs gets at most one empty turn), as the refetch would repeat it anyway.
         let retries = std::sync::atomic::AtomicU64::new(0);
-        let seeded = persist("seed the links", &Backoff::BRIEF, &retries, || {
-            seed_in_turn(&self.store, crawl, tasks.clone(), Some(&held.host), now)
-        })
+        let seeded = persist(
+            self.clock(),
+            "seed the links",
+            &Backoff::BRIEF,
+            &retries,
+            || seed_in_turn(&self.store, crawl, tasks.clone(), Some(&held.host), now),
+        )
         .await;
         let (report, messages, offered) = match seeded {
             Ok(seeded) => seeded,

@@ -29,6 +29,7 @@
 use crate::backoff::{Backoff, persist};
 use crate::blob::segment::{self, Page};
 use crate::blob::{BlobError, BlobStore, Body, Layout, ObjectMeta};
+use crate::clock::Clock;
 use crate::store::{FinishOutcome, StoreError, TaskStore};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -37,7 +38,7 @@ use std::sync::atomic::AtomicU64;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
 use trawl_domain::crawl::StorageLayout;
-use trawl_domain::task::{FetchRecord, Lease, Millis, Span, Task};
+use trawl_domain::task::{FetchRecord, Lease, Span, Task};
 use trawl_domain::transition::finished_by;
 
 #[derive(Debug, Error)]
@@ -89,17 +90,17 @@ pub async fn record_page<S: TaskStore, B: BlobStore>(
     record: FetchRecord,
     body: Option<PageBody>,
     with_items: WithItems,
-    now: Millis,
+    clock: &dyn Clock,
 ) -> Result<StoredPage, RecordError> {
     let recorded = record_or_gather(
-        store, blobs, layout, task, lease, url, record, body, with_items, now,
+        store, blobs, layout, task, lease, url, record, body, with_items, clock,
     )
     .await?;
     match recorded {
         Recorded::Stored(stored) => Ok(stored),
         Recorded::Gathered(page) => {
             let dir = layout.segments_prefix(&task.crawl_id);
-            let sealed = seal(store, blobs, layout, &dir, [page.as_ref()], now).await?;
+            let sealed = seal(store, blobs, layout, &dir, [page.as_ref()], clock).await?;
             sealed.into_iter().next().unwrap_or_else(|| {
                 Err(BlobError::backend("seal", &dir, "a page sealed without its finish").into())
             })
@@ -157,13 +158,14 @@ pub async fn record_or_gather<S: TaskStore, B: BlobStore>(
     mut record: FetchRecord,
     body: Option<PageBody>,
     WithItems(with_items): WithItems,
-    now: Millis,
+    clock: &dyn Clock,
 ) -> Result<Recorded, RecordError> {
     let mut written: Option<(String, String)> = None;
     if let Some(page) = body {
         match page.layout {
             StorageLayout::Objects => {
-                written = put_object(store, blobs, layout, task, url, &mut record, page).await?;
+                written =
+                    put_object(store, blobs, layout, task, url, &mut record, page, clock).await?;
             }
             StorageLayout::Segments => {
                 if let Some(records) = gather_page(task, url, &mut record, page)? {
@@ -184,7 +186,7 @@ pub async fn record_or_gather<S: TaskStore, B: BlobStore>(
         None => Wrote::Nothing,
     };
     let stored = finish_page(
-        store, blobs, layout, task, lease, record, wrote, with_items, now,
+        store, blobs, layout, task, lease, record, wrote, with_items, clock,
     );
     Ok(Recorded::Stored(stored.await?))
 }
@@ -199,7 +201,7 @@ pub async fn seal<'a, S: TaskStore, B: BlobStore>(
     layout: &Layout,
     dir: &str,
     pages: impl IntoIterator<Item = &'a Gathered>,
-    now: Millis,
+    clock: &dyn Clock,
 ) -> Result<Vec<Result<StoredPage, RecordError>>, RecordError> {
     let pages: Vec<&Gathered> = pages.into_iter().collect();
     let mut segment = bytes::BytesMut::with_capacity(pages.iter().map(|p| p.records.len()).sum());
@@ -211,7 +213,7 @@ pub async fn seal<'a, S: TaskStore, B: BlobStore>(
     let segment = segment.freeze();
     let retries = AtomicU64::new(0);
     // A failed append leaves garbage at worst: nothing to record.
-    let appended = persist("append", &Backoff::BRIEF, &retries, || {
+    let appended = persist(clock, "append", &Backoff::BRIEF, &retries, || {
         blobs.append(dir, segment.clone())
     })
     .await?;
@@ -236,7 +238,7 @@ pub async fn seal<'a, S: TaskStore, B: BlobStore>(
             record,
             Wrote::Appended,
             with_items,
-            now,
+            clock,
         )
     });
     Ok(stream::iter(finishes)
@@ -270,7 +272,7 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
     record: FetchRecord,
     wrote: Wrote,
     with_items: bool,
-    now: Millis,
+    clock: &dyn Clock,
 ) -> Result<StoredPage, RecordError> {
     let put = !matches!(wrote, Wrote::Nothing);
     let written = match wrote {
@@ -279,8 +281,8 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
     };
     let keep = record.object_key.clone();
     let retries = AtomicU64::new(0);
-    let finished = persist("finish", &Backoff::BRIEF, &retries, || {
-        store.finish(lease, &record, now)
+    let finished = persist(clock, "finish", &Backoff::BRIEF, &retries, || {
+        store.finish(lease, &record, clock.now_ms())
     })
     .await;
     let finished = match finished {
@@ -288,7 +290,7 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
         Err(e) => {
             // Rule 4: the finish may not have been applied, and the object must not outlive it.
             if let Some((_, md5)) = &written {
-                record_unknown_put(store, task, md5).await;
+                record_unknown_put(store, task, md5, clock).await;
             }
             return Err(e.into());
         }
@@ -296,7 +298,10 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
     match finished {
         FinishOutcome::Finished { replaced, stale } => {
             let keep = keep.as_deref();
-            delete_replaced(blobs, layout, task, keep, replaced, stale, with_items).await;
+            delete_replaced(
+                blobs, layout, task, keep, replaced, stale, with_items, clock,
+            )
+            .await;
             Ok(StoredPage::Finished { put })
         }
         // Rule 5: our own finish, applied; what it replaced is what the claim returned.
@@ -305,7 +310,10 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
         } if finished_by(&current, lease, &record) => {
             let (replaced, stale) = (task.fetch.clone(), task.stale.clone());
             let keep = keep.as_deref();
-            delete_replaced(blobs, layout, task, keep, replaced, stale, with_items).await;
+            delete_replaced(
+                blobs, layout, task, keep, replaced, stale, with_items, clock,
+            )
+            .await;
             Ok(StoredPage::Finished { put })
         }
         FinishOutcome::Rejected { current } => {
@@ -334,6 +342,7 @@ async fn finish_page<S: TaskStore, B: BlobStore>(
 
 /// Rule 1 on the object layout: PUTs the body (and its items) unless the task points at it
 /// already; sets the record's key and md5. Returns the key and md5 written, if any.
+#[allow(clippy::too_many_arguments)]
 async fn put_object<S: TaskStore, B: BlobStore>(
     store: &S,
     blobs: &B,
@@ -347,6 +356,7 @@ async fn put_object<S: TaskStore, B: BlobStore>(
         items,
         ..
     }: PageBody,
+    clock: &dyn Clock,
 ) -> Result<Option<(String, String)>, RecordError> {
     let md5_hex = body.md5_hex();
     let key = layout.html_key(&task.crawl_id, &task.task_id, &md5_hex);
@@ -366,7 +376,7 @@ async fn put_object<S: TaskStore, B: BlobStore>(
         };
         let retries = AtomicU64::new(0);
         let put = async {
-            persist("PutObject", &Backoff::BRIEF, &retries, || {
+            persist(clock, "PutObject", &Backoff::BRIEF, &retries, || {
                 blobs.put(&key, body.clone(), &meta)
             })
             .await?;
@@ -380,13 +390,13 @@ async fn put_object<S: TaskStore, B: BlobStore>(
             };
             let items = Body::new(items);
             let items_key = Layout::items_key_of(&key);
-            persist("PutObject", &Backoff::BRIEF, &retries, || {
+            persist(clock, "PutObject", &Backoff::BRIEF, &retries, || {
                 blobs.put(&items_key, items.clone(), &meta)
             })
             .await
         };
         if let Err(e) = put.await {
-            record_unknown_put(store, task, &md5_hex).await;
+            record_unknown_put(store, task, &md5_hex, clock).await;
             return Err(e.into());
         }
         written = Some((key.clone(), md5_hex.clone()));
@@ -431,9 +441,9 @@ fn gather_page(
 
 /// Rule 4: the md5 of an object whose PUT (or whose finish) failed goes on the task's stale
 /// list, for the next finisher to delete should the object exist.
-async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str) {
+async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str, clock: &dyn Clock) {
     let retries = AtomicU64::new(0);
-    let added = persist("add_stale", &Backoff::BRIEF, &retries, || {
+    let added = persist(clock, "add_stale", &Backoff::BRIEF, &retries, || {
         store.add_stale(&task.crawl_id, &task.task_id, md5)
     });
     if let Err(e) = added.await {
@@ -443,6 +453,7 @@ async fn record_unknown_put<S: TaskStore>(store: &S, task: &Task, md5: &str) {
 
 /// Rule 2: deletes the object the finish replaced and those on the stale list, never `keep`
 /// (with their items, when the task has some).
+#[allow(clippy::too_many_arguments)]
 async fn delete_replaced<B: BlobStore>(
     blobs: &B,
     layout: &Layout,
@@ -451,6 +462,7 @@ async fn delete_replaced<B: BlobStore>(
     replaced: Option<FetchRecord>,
     stale: Vec<String>,
     with_items: bool,
+    clock: &dyn Clock,
 ) {
     let mut doomed: Vec<String> = Vec::new();
     // A body in a segment is never deleted: its bytes stay, as garbage, with the segment's.
@@ -470,7 +482,7 @@ async fn delete_replaced<B: BlobStore>(
     for key in doomed {
         // A failed delete leaves an orphan (never a dangling pointer); purge removes it.
         let retries = AtomicU64::new(0);
-        let deleted = persist("DeleteObject", &Backoff::BRIEF, &retries, || {
+        let deleted = persist(clock, "DeleteObject", &Backoff::BRIEF, &retries, || {
             delete_page(blobs, &key, with_items)
         });
         if let Err(e) = deleted.await {
@@ -495,6 +507,7 @@ async fn delete_page<B: BlobStore>(
 mod tests {
     use super::*;
     use crate::blob::memory::MemoryBlobStore;
+    use crate::clock::ManualClock;
     use crate::store::memory::MemoryStore;
     use crate::store::{ClaimOutcome, CrawlStore};
     use trawl_domain::canonical::CrawlId;
@@ -566,7 +579,7 @@ mod tests {
             record,
             Some(body),
             WithItems(false),
-            2,
+            &ManualClock::at(2),
         )
         .await
         .unwrap();

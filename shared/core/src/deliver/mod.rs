@@ -54,6 +54,7 @@ pub use summary::{
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
+use crate::clock::SystemClock;
 use crate::discover::ScopeMatcher;
 use crate::store::{
     CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords, TaskSummary,
@@ -871,7 +872,7 @@ where
 {
     // Each retry is logged by `persist`; the delivery keeps no count of them.
     let retries = AtomicU64::new(0);
-    persist(what, policy, &retries, step).await
+    persist(&SystemClock, what, policy, &retries, step).await
 }
 
 impl<P: Ports> Deliverer<P> {
@@ -974,9 +975,13 @@ impl<P: Ports> Deliverer<P> {
         // Tried again for a few seconds: a lease left behind holds every later call (a retry
         // of this one included) off the delivery until it expires, minutes later.
         let retries = AtomicU64::new(0);
-        let released = persist("release the delivery", &Backoff::BRIEF, &retries, || {
-            self.store.release_delivery(crawl_id, &holder)
-        })
+        let released = persist(
+            self.clock.as_ref(),
+            "release the delivery",
+            &Backoff::BRIEF,
+            &retries,
+            || self.store.release_delivery(crawl_id, &holder),
+        )
         .await;
         if let Err(e) = released {
             // The lease expires by itself.

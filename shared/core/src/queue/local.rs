@@ -14,8 +14,12 @@
 //!
 //! It does not survive a restart: the embedded backend rebuilds it from the task table and the
 //! host records (`runner::rebuild_local_queue`).
+//!
+//! Its delays, visibility timeouts and waits are on a [`Clock`] (the system's unless given
+//! one: `on_clock`), the same as the App's, so an embedded run on virtual time waits on neither.
 
 use super::{DeadLetter, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
+use crate::clock::{Clock, SystemClock};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -35,13 +39,22 @@ const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
 pub const MAX_RECEIVES: u32 = 5;
 
 /// An in-process FIFO work queue.
-#[derive(Debug)]
 pub struct LocalQueue {
     state: Mutex<State>,
     /// Signalled whenever a message may have become deliverable (send, ack, retry_later).
     changed: Notify,
     visibility_timeout: Duration,
     calls: Arc<CallCounts>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for LocalQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalQueue")
+            .field("state", &self.state)
+            .field("visibility_timeout", &self.visibility_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -248,7 +261,14 @@ impl LocalQueue {
             changed: Notify::new(),
             visibility_timeout: visibility_timeout.min(MAX_DELAY),
             calls,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same queue keeping its time on `clock` (the App's).
+    pub fn on_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Messages not yet acked: deliverable, in flight or delayed.
@@ -277,7 +297,7 @@ impl WorkQueue for LocalQueue {
     async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
         let mut report = SendReport::default();
         {
-            let now = Instant::now();
+            let now = self.clock.instant();
             let mut state = self.lock();
             for batch in messages.chunks(BATCH) {
                 self.calls.record(Call::LocalQueueSend);
@@ -303,7 +323,7 @@ impl WorkQueue for LocalQueue {
     async fn receive(&self, max: u32, wait_ms: u64) -> QueueResult<Vec<Received>> {
         self.calls.record(Call::LocalQueueReceive);
         let max = (max as usize).clamp(1, BATCH);
-        let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_DELAY);
+        let deadline = self.clock.instant() + Duration::from_millis(wait_ms).min(MAX_DELAY);
         loop {
             // Registered before looking, so a change made after the look still wakes us.
             let changed = self.changed.notified();
@@ -311,19 +331,19 @@ impl WorkQueue for LocalQueue {
             changed.as_mut().enable();
             let next_release = {
                 let mut state = self.lock();
-                let received = state.deliver(max, Instant::now(), self.visibility_timeout);
+                let received = state.deliver(max, self.clock.instant(), self.visibility_timeout);
                 if !received.is_empty() {
                     return Ok(received);
                 }
                 state.held.first().map(|(until, _)| *until)
             };
-            if Instant::now() >= deadline {
+            if self.clock.instant() >= deadline {
                 return Ok(Vec::new());
             }
             let wake = next_release.map_or(deadline, |until| until.min(deadline));
             tokio::select! {
                 () = &mut changed => {}
-                () = tokio::time::sleep_until(wake) => {}
+                () = self.clock.sleep_until(wake) => {}
             }
         }
     }
@@ -346,14 +366,15 @@ impl WorkQueue for LocalQueue {
 
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {
         let delay = Duration::from_millis(delay_ms).min(MAX_DELAY);
-        self.lock().retry_later(receipt, delay, Instant::now());
+        self.lock()
+            .retry_later(receipt, delay, self.clock.instant());
         self.changed.notify_waiters();
         Ok(())
     }
 
     async fn reject(&self, receipt: &str, delay_ms: u64) -> QueueResult<Option<DeadLetter>> {
         let delay = Duration::from_millis(delay_ms).min(MAX_DELAY);
-        let dead = self.lock().reject(receipt, delay, Instant::now());
+        let dead = self.lock().reject(receipt, delay, self.clock.instant());
         self.changed.notify_waiters();
         Ok(dead)
     }
@@ -686,6 +707,38 @@ mod tests {
             started.elapsed() >= Duration::from_millis(250),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn on_a_virtual_clock_delays_and_visibility_pass_with_the_clock_not_in_real_time() {
+        // GIVEN a queue on a virtual clock, with a 1 min visibility and a message delayed 1 h
+        let clock = crate::clock::ManualClock::at(0);
+        let queue = queue(60_000).on_clock(Arc::new(clock.clone()));
+        let mut later = message("a", 1);
+        later.delay_ms = 3_600_000;
+        queue.send(&[later]).await.unwrap();
+        let real = Instant::now();
+
+        // WHEN a receive waits for up to 2 h, THEN it gets the message after 1 h of the clock
+        let first = queue.receive(10, 7_200_000).await.unwrap();
+        assert_eq!(
+            first.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://a.test/1"]
+        );
+        assert_eq!(clock.now_ms(), 3_600_000);
+        // AND, not acked, it comes back once its visibility timeout passed on the clock
+        assert!(queue.receive(10, 0).await.unwrap().is_empty());
+        let again = queue.receive(10, 120_000).await.unwrap();
+        assert_eq!(
+            again.iter().map(url_of).collect::<Vec<_>>(),
+            ["http://a.test/1"]
+        );
+        assert_eq!(clock.now_ms(), 3_660_000);
+        assert!(
+            real.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            real.elapsed()
         );
     }
 }

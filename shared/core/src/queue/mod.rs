@@ -9,6 +9,7 @@ pub mod local;
 
 use crate::backoff::{Backoff, Transient, persist};
 use crate::cause::Cause;
+use crate::clock::{Clock, SystemClock};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
@@ -250,9 +251,13 @@ pub async fn send_patiently<Q: WorkQueue>(
     let mut pending = messages.to_vec();
     let mut total = SendReport::default();
     for round in 0..=RESEND_ROUNDS {
-        let report = persist("send turns", &Backoff::BRIEF, &retries, || {
-            queue.send(&pending)
-        })
+        let report = persist(
+            &SystemClock,
+            "send turns",
+            &Backoff::BRIEF,
+            &retries,
+            || queue.send(&pending),
+        )
         .await?;
         total.sent += report.sent;
         if report.failed.is_empty() || round == RESEND_ROUNDS {
@@ -265,7 +270,9 @@ pub async fn send_patiently<Q: WorkQueue>(
             .map(|(host, _)| host.as_str())
             .collect();
         pending.retain(|m| refused.contains(m.host.as_str()));
-        tokio::time::sleep(Backoff::BRIEF.pause(round as u32 + 1)).await;
+        SystemClock
+            .sleep(Backoff::BRIEF.pause(round as u32 + 1))
+            .await;
     }
     Ok(total)
 }

@@ -15,6 +15,7 @@
 use super::budget::{PageBudget, Taken};
 use super::{Applied, StoreError, StoreResult};
 use crate::backoff::{Backoff, persist};
+use crate::clock::SystemClock;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use trawl_domain::calls::CallTally;
@@ -312,9 +313,13 @@ impl<R: CrawlRecords> CrawlStore for R {
         }
         let update = transition::add_calls(&share, RequestId(fastrand::u64(..)));
         let retries = AtomicU64::new(0);
-        let applied = persist("add the calls", &Backoff::BRIEF, &retries, || {
-            self.report_calls(id, &update)
-        })
+        let applied = persist(
+            &SystemClock,
+            "add the calls",
+            &Backoff::BRIEF,
+            &retries,
+            || self.report_calls(id, &update),
+        )
         .await?;
         match applied {
             true => Ok(()),
@@ -384,7 +389,7 @@ async fn apply_request<R: CrawlRecords + ?Sized>(
     what: &str,
 ) -> StoreResult<Applied<Crawl>> {
     let retries = AtomicU64::new(0);
-    persist(what, &Backoff::BRIEF, &retries, || {
+    persist(&SystemClock, what, &Backoff::BRIEF, &retries, || {
         records.apply_crawl(id, update)
     })
     .await

@@ -368,10 +368,16 @@ impl<P: Ports> Sweeper<P> {
     async fn complete(&self, crawl: &Crawl, now: Millis) -> StoreResult<bool> {
         let completer = format!("{:016x}", fastrand::u64(..));
         let retries = std::sync::atomic::AtomicU64::new(0);
-        persist("complete the crawl", &Backoff::BRIEF, &retries, || {
-            self.store
-                .complete_crawl(&crawl.id, crawl.generation, &completer, now)
-        })
+        persist(
+            self.clock.as_ref(),
+            "complete the crawl",
+            &Backoff::BRIEF,
+            &retries,
+            || {
+                self.store
+                    .complete_crawl(&crawl.id, crawl.generation, &completer, now)
+            },
+        )
         .await
     }
 
@@ -658,7 +664,9 @@ impl<P: Ports> Sweeper<P> {
                 Err(e) if attempt + 1 >= NOTICE_ATTEMPTS => return Err(e),
                 Err(_) => {
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    self.clock
+                        .sleep(Duration::from_millis(200 << attempt))
+                        .await;
                 }
             }
         }
