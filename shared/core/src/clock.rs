@@ -13,7 +13,13 @@
 //! blocking thread, moto), so every timeout racing such I/O fires at once; and it needs tokio's
 //! `test-util` feature, which, enabled for tests only, builds tokio and everything above it
 //! (hyper, reqwest, the AWS SDK) a second time in `make test`. The other clocks wait on tokio's
-//! timer, as backoff's pauses do (`crate::backoff`).
+//! timer.
+//!
+//! Every wait of the services goes through here: a host's pace, turn holds, the runner's ticks,
+//! the sweeper's and deliverer's budgets, the seeder's deadline, backoff's pauses
+//! (`crate::backoff`) and the embedded queue's delays (`queue::local`). The fetcher alone keeps
+//! real time: its timeouts race real sockets, and what it caches (robots.txt, a benched proxy)
+//! ages with them.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -37,6 +37,7 @@ pub use trawl_domain::paging::{MAX_PAGES_PER_TEMPLATE, PageTemplate};
 
 use crate::app::{App, Ports};
 use crate::backoff::Transient;
+use crate::clock::Clock;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
 use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
@@ -562,6 +563,7 @@ impl<P: Ports> Seeder<P> {
         let checkpoint = crawl.checkpoint.clone();
         let mut sink = Sink::<P> {
             store: &self.store,
+            clock: self.clock.as_ref(),
             queue: &self.queue,
             crawl,
             scope,
@@ -876,6 +878,8 @@ fn validate_source(source: &SeedSource) -> Vec<String> {
 struct Sink<'a, P: Ports> {
     store: &'a P::Store,
     queue: &'a P::Queue,
+    /// What the budget's deadline is read on.
+    clock: &'a dyn Clock,
     crawl: Crawl,
     scope: ScopeMatcher,
     now: Millis,
@@ -934,7 +938,10 @@ impl<P: Ports> Sink<'_, P> {
 
     fn exhausted(&self) -> bool {
         self.read >= self.budget.max_urls
-            || self.budget.deadline.is_some_and(|d| Instant::now() >= d)
+            || self
+                .budget
+                .deadline
+                .is_some_and(|d| self.clock.instant() >= d)
     }
 
     /// Flushes a full batch, or any batch once the budget is spent. True when the invocation
