@@ -663,8 +663,9 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
     check_third_delivery(&site, &third);
 
     // WHEN a field is added to the article extractor (the seeder's `config` operation), and
-    // the seeder's `reextract` operation runs, each call stopping at once past its deadline
-    // and asked again with its cursor
+    // the seeder's `reextract` operation is invoked, stopping at once past its deadline, then
+    // sent with its cursor to the seed queue, where each record stops past its deadline too
+    // and sends itself on
     let config: Value = serde_json::from_str(&config_with_heading()).unwrap();
     let mut stored: Value = serde_json::to_value(
         trawl_core::store::CrawlStore::get_crawl(
@@ -685,29 +686,51 @@ async fn the_lambda_handlers_on_moto_deliver_the_same_items_and_delta() {
         .await
         .unwrap();
     let hits = site.total_hits();
-    let mut cursor = Value::Null;
-    let mut calls = 0;
-    let reopened = loop {
-        let mut op = json!({"crawl_id": crawl_id, "operation": {"reextract": {}}});
-        if !cursor.is_null() {
-            op["operation"]["reextract"]["cursor"] = cursor.clone();
-        }
-        let past = Some(tokio::time::Instant::now());
-        let answer = functions
-            .seeder
-            .dispatch(op, past, trawl_domain::task::now_ms())
-            .await
-            .unwrap();
-        let answer = serde_json::to_value(answer).unwrap();
-        calls += 1;
-        cursor = answer["reextracted"]["cursor"].clone();
-        if cursor.is_null() {
-            break answer["reopened"].clone();
-        }
-        assert!(calls < 20, "{answer}");
-    };
-    assert!(calls > 1, "bounded: {calls} call(s)");
-    assert_eq!(reopened, true);
+    let op = json!({"crawl_id": crawl_id, "operation": {"reextract": {}}});
+    let past = || Some(tokio::time::Instant::now());
+    let now = trawl_domain::task::now_ms;
+    let answer = functions.seeder.dispatch(op, past(), now()).await.unwrap();
+    let answer = serde_json::to_value(answer).unwrap();
+    let cursor = answer["reextracted"]["cursor"].clone();
+    assert!(!cursor.is_null(), "unfinished at its deadline: {answer}");
+    let mut op = json!({"crawl_id": crawl_id, "operation": {"reextract": {}}});
+    op["operation"]["reextract"]["cursor"] = cursor;
+    let (sqs, seeds) = (&deployed.clients.sqs, &deployed.stack.seed_queue_url);
+    sqs.send_message()
+        .queue_url(seeds)
+        .message_body(op.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut records = 0;
+    while let Some(event) = trawl_faults::lambda::receive_batch(sqs, seeds)
+        .await
+        .unwrap()
+    {
+        records += event.records.len();
+        assert!(records < 20, "bounded: {records} records");
+        let payload = serde_json::to_value(&event).unwrap();
+        let response = functions.seeder.dispatch(payload, past(), now()).await;
+        let response = serde_json::to_value(response.unwrap()).unwrap();
+        assert_eq!(response["batchItemFailures"], json!([]), "{response}");
+        crate::operator::acknowledge(sqs, seeds, &event, &response).await;
+    }
+    assert!(
+        records > 1,
+        "the queue's records went on by themselves: {records}"
+    );
+    let crawl = trawl_core::store::CrawlStore::get_crawl(
+        &functions.seeder.seeder.store,
+        &trawl_domain::canonical::CrawlId::parse(&crawl_id).unwrap(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (crawl.state, crawl.generation),
+        (trawl_domain::crawl::CrawlState::Running, 3),
+        "reopened once re-extracted"
+    );
     run_functions_until_delivered(&deployed, &functions, &crawl_id, 3).await;
 
     // THEN no page was requested, and the delivery's items carry the field

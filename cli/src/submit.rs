@@ -8,7 +8,8 @@ use crate::error::CliError;
 use crate::output;
 use serde_json::json;
 use trawl_aws::sqs::SqsSeedQueue;
-use trawl_core::seed::{SeedQueue, SeedRequest, SeedSource};
+use trawl_core::continuation::SeedQueue;
+use trawl_core::seed::{SeedRequest, SeedSource};
 
 /// Largest message body sent: SQS takes 256 KiB; the rest is room for its own framing.
 const MAX_MESSAGE_BYTES: usize = 240 * 1024;

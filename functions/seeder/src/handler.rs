@@ -1,9 +1,11 @@
 //! The seeder's glue. Two events:
 //! - a seed-queue batch (`trawl submit`, or its own continuation): each record's request is
 //!   seeded until the deadline; an unfinished one sends its continuation (the same request with
-//!   the cursor) to the seed queue, so any source seeds itself to the end. A record that fails
-//!   (or whose continuation cannot be sent) is reported back and comes again: seeding is
-//!   idempotent, so nothing is seeded twice.
+//!   the cursor) to the seed queue, so any source seeds itself to the end. A record that holds
+//!   an operation (an `operation` field) is run the same way: an unfinished `reextract` sends
+//!   itself on with its cursor, so a re-extraction sent to the queue runs to its end. A record
+//!   that fails (or whose continuation cannot be sent) is reported back and comes again:
+//!   seeding and operations are idempotent, so nothing is done twice.
 //! - a direct invocation with one seed request: answered with the counts, and the cursor when
 //!   unfinished (the caller continues with it); or with an operator's operation (an `operation`
 //!   field: recrawl, refetch, reset, config, reextract — `trawl_core::operate`), answered with
@@ -15,8 +17,9 @@ use serde::Serialize;
 use std::time::Duration;
 use tokio::time::Instant;
 use trawl_core::app::Ports;
-use trawl_core::operate::{OperateError, OperationRequest, OperationResponse, operate};
-use trawl_core::seed::{SeedBudget, SeedQueue, SeedRequest, SeedResponse, Seeder};
+use trawl_core::continuation::SeedQueue;
+use trawl_core::operate::{OperateError, Operation, OperationRequest, OperationResponse, operate};
+use trawl_core::seed::{SeedBudget, SeedRequest, SeedResponse, Seeder};
 use trawl_domain::task::{Millis, now_ms};
 use trawl_lambda::{HandlerError, bounded, metrics, work_deadline};
 
@@ -89,8 +92,14 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
     ) -> bool {
         let id = record.message_id.as_deref().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or_default();
-        let request = match serde_json::from_str(body)
-            .map_err(|e| e.to_string())
+        let value: Result<serde_json::Value, String> =
+            serde_json::from_str(body).map_err(|e| e.to_string());
+        if let Ok(value) = &value
+            && value.get("operation").is_some()
+        {
+            return self.operate_record(id, value.clone(), deadline, now).await;
+        }
+        let request = match value
             .and_then(|value| SeedRequest::from_json(value).map_err(|e| e.to_string()))
         {
             Ok(request) => request,
@@ -121,6 +130,49 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
         }
     }
 
+    /// Runs the operation of one seed-queue record, sending an unfinished `reextract` on with
+    /// its cursor; false when the record must come back (a bad operation, after the queue's
+    /// retries, goes to its dead-letter queue).
+    async fn operate_record(
+        &self,
+        id: &str,
+        value: serde_json::Value,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> bool {
+        let mut next: OperationRequest = match serde_json::from_value(value) {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::error!(message_id = id, error = %bounded(e.to_string()), "malformed operation message");
+                return false;
+            }
+        };
+        let response = match self.run_operation(&next, deadline, now).await {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::error!(message_id = id, crawl_id = %next.crawl_id, error = %e, "operation failed");
+                return false;
+            }
+        };
+        let (Operation::Reextract { cursor }, Some(cursor_now)) = (
+            &mut next.operation,
+            response.reextracted.and_then(|r| r.cursor),
+        ) else {
+            return true;
+        };
+        *cursor = Some(cursor_now);
+        match self.seeds.send_operation(&next).await {
+            Ok(()) => {
+                tracing::info!(message_id = id, crawl_id = %next.crawl_id, "re-extraction continues in a new message");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(message_id = id, error = %e, "could not send the re-extraction's continuation");
+                false
+            }
+        }
+    }
+
     /// Runs an operator's operation on a crawl (its moved tasks' hosts get their turns); a
     /// `reextract` stops at `deadline`, answering its cursor to ask again with.
     pub async fn operate(
@@ -131,8 +183,17 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
     ) -> Result<OperationResponse, HandlerError> {
         let request: OperationRequest = serde_json::from_value(event)
             .map_err(|e| HandlerError::invalid(format!("malformed operation request: {e}")))?;
+        self.run_operation(&request, deadline, now).await
+    }
+
+    async fn run_operation(
+        &self,
+        request: &OperationRequest,
+        deadline: Option<Instant>,
+        now: Millis,
+    ) -> Result<OperationResponse, HandlerError> {
         let queue = Some(&self.seeder.queue);
-        match operate(&self.seeder, queue, &request, deadline, now).await {
+        match operate(&self.seeder, queue, request, deadline, now).await {
             Ok(response) => {
                 tracing::info!(
                     crawl_id = response.crawl_id,
@@ -211,10 +272,11 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
     use trawl_core::app::{App, Unwired};
+    use trawl_core::continuation::LocalSeedQueue;
     use trawl_core::fetch::Fetcher;
     use trawl_core::queue::local::LocalQueue;
     use trawl_core::seed::ManifestSource;
-    use trawl_core::seed::{LocalSeedQueue, ManifestError, OpenManifest, SeedDefaults, SeedSource};
+    use trawl_core::seed::{ManifestError, OpenManifest, SeedDefaults, SeedSource};
     use trawl_core::store::TaskRecords;
     use trawl_core::store::memory::MemoryStore;
     use trawl_core::store::{CrawlStore, HostStore, TaskStore};
@@ -439,7 +501,14 @@ mod tests {
                 "{case}: one short message"
             );
         }
-        for body in ["not json", "{}", &format!(r#"{{"crawl_id":"{megabyte}"}}"#)] {
+        let queued = [
+            "not json",
+            "{}",
+            &format!(r#"{{"crawl_id":"{megabyte}"}}"#),
+            r#"{"crawl_id":"example-com","operation":"explode"}"#,
+            r#"{"crawl_id":"no-such-crawl","operation":{"reextract":{}}}"#,
+        ];
+        for body in queued {
             let answer = handler.dispatch(seed_queue_event(body), None, 1_000).await;
             let Ok(SeederResponse::Batch(batch)) = answer else {
                 panic!("{body:.20}: {answer:?}");

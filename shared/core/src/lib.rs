@@ -20,6 +20,8 @@ pub mod cause;
 #[cfg(feature = "fetch")]
 pub mod check;
 pub mod clock;
+#[cfg(feature = "seed")]
+pub mod continuation;
 #[cfg(feature = "crawl")]
 pub mod crawler;
 #[cfg(feature = "deliver")]

@@ -3,11 +3,14 @@
 use super::{build_err, map_err};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use std::sync::Arc;
+use trawl_core::continuation::SeedQueue;
+use trawl_core::operate::OperationRequest;
 use trawl_core::queue::QueueError;
-use trawl_core::seed::{SeedQueue, SeedRequest};
+use trawl_core::seed::SeedRequest;
 use trawl_domain::calls::{Call, CallCounts};
 
-/// Sends seed requests to the seed queue: `trawl submit`, and the seeder's continuations.
+/// Sends seed requests to the seed queue: `trawl submit`, and the seeder's continuations (of
+/// seeds and of operations).
 #[derive(Debug, Clone)]
 pub struct SqsSeedQueue {
     client: aws_sdk_sqs::Client,
@@ -34,9 +37,19 @@ impl SqsSeedQueue {
 }
 
 impl SeedQueue for SqsSeedQueue {
+    async fn send(&self, request: &SeedRequest) -> Result<(), QueueError> {
+        self.send_json(request).await
+    }
+
+    async fn send_operation(&self, request: &OperationRequest) -> Result<(), QueueError> {
+        self.send_json(request).await
+    }
+}
+
+impl SqsSeedQueue {
     /// One request, sent as a batch of one: every SQS send trawl makes is a SendMessageBatch
     /// (one action to grant, one call to count and price).
-    async fn send(&self, request: &SeedRequest) -> Result<(), QueueError> {
+    async fn send_json(&self, request: &impl serde::Serialize) -> Result<(), QueueError> {
         const OPERATION: &str = "SendMessageBatch";
         let body = serde_json::to_string(request).map_err(|e| build_err(OPERATION, e))?;
         let entry = SendMessageBatchRequestEntry::builder()

@@ -22,12 +22,10 @@
 //! at a batch boundary and returns a `cursor`; the same request with that cursor continues where
 //! it stopped, with nothing seeded twice or skipped.
 
-mod continuation;
 mod cursor;
 mod manifest;
 mod sitemap;
 
-pub use continuation::{LocalSeedQueue, SeedQueue};
 pub use manifest::{
     MAX_LINE_BYTES, ManifestError, ManifestFormat, ManifestReader, ManifestSource, OpenManifest,
     OpenManifests, SeedEntry, seed_entry,
