@@ -143,24 +143,28 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
         progress: &mut Progress,
         counts: &mut DeltaSummary,
     ) -> Result<Step, DeliverError> {
-        if let Progress::Sorting(sorting) = progress {
-            if self.sort(sorting).await? {
-                return Ok(Step::Sorted);
-            }
-            *progress = Progress::Merging(Merging {
-                previous: std::mem::take(&mut sorting.previous),
-                current: std::mem::take(&mut sorting.current),
-                files: 0,
-            });
-        }
-        let Progress::Merging(merging) = progress else {
-            return Ok(Step::Sorted);
-        };
-        match self.merge(merging, counts).await? {
-            Some(file) => Ok(Step::Wrote(file)),
-            None => {
-                self.remove_runs().await?;
-                Ok(Step::Done)
+        // Bounded: sorting ends in merging, merging returns.
+        loop {
+            match progress {
+                Progress::Sorting(sorting) => {
+                    if self.sort(sorting).await? {
+                        return Ok(Step::Sorted);
+                    }
+                    *progress = Progress::Merging(Merging {
+                        previous: std::mem::take(&mut sorting.previous),
+                        current: std::mem::take(&mut sorting.current),
+                        files: 0,
+                    });
+                }
+                Progress::Merging(merging) => {
+                    return match self.merge(merging, counts).await? {
+                        Some(file) => Ok(Step::Wrote(file)),
+                        None => {
+                            self.remove_runs().await?;
+                            Ok(Step::Done)
+                        }
+                    };
+                }
             }
         }
     }

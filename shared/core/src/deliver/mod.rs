@@ -1906,6 +1906,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_checkpoint_of_the_partitioned_delta_still_reads_and_the_sorted_one_round_trips() {
+        // A delivery paused in the delta by the code before the sort/merge.
+        let legacy: Phase =
+            serde_json::from_str(r#"{"phase":"delta","partition":1,"partitions":2}"#).unwrap();
+        assert!(matches!(
+            legacy,
+            Phase::PartitionedDelta {
+                partition: 1,
+                partitions: 2
+            }
+        ));
+        let phase = Phase::Compare(Progress::start());
+        let read: Phase = serde_json::from_str(&serde_json::to_string(&phase).unwrap()).unwrap();
+        assert!(matches!(read, Phase::Compare(p) if p == Progress::start()));
+    }
+
+    #[test]
     fn a_checkpoint_is_the_time_in_its_format() {
         let at = 1_795_780_800_123;
         assert_eq!(
