@@ -1,25 +1,27 @@
 //! The delta's pass: each task's lines of the previous manifest and of the current one brought
-//! together (`delta::join`) at any size, in memory bounded by `DeliveryLimits::delta_index_entries`
-//! entries, by an external sort/merge on the task id (manifests are in status and store order,
-//! not task order):
+//! together (`delta::join`) at any size by an external sort/merge on the task id (a manifest
+//! is in status and store order, not task order):
 //!
 //! 1. **Sorting.** The previous delivery's manifest segments, then this one's, are read once, in
 //!    order; every `delta_index_entries` entries are sorted (stably: a task listed twice keeps
-//!    its lines' order) and written as a run (`runs`) under the delivery's prefix.
+//!    its lines' order) and written as a run (`runs`) beside the delivery's files.
 //! 2. **Merging.** All runs are read at once, each from its own position, merged by task id
 //!    (runs in manifest order: equal keys keep their order), and joined: each task's verdicts
 //!    go to the delta files, a file per `delta_index_entries` tasks compared.
 //! 3. The runs are removed (by listing: a run written by a call that died before its
 //!    checkpoint is removed too).
 //!
-//! Each manifest byte is read once, and the runs (a projection of the manifest, about its size)
-//! are written and read once: a constant per manifest byte at any size, measured by
-//! `bench --only delta`. Every step (a run, or a delta file) ends in a state the delivery
-//! checkpoints (`Progress`); a call cut before its checkpoint writes the same run or file again,
-//! under the same name. Memory: one run's entries while sorting; while merging, a frame of
-//! entries (`runs::FRAME_LINES`) and a read buffer per run, so the runs (the manifest's lines
-//! over `delta_index_entries`) are what it grows with: a merge of merges for crawls of many
-//! hundreds of runs is not built.
+//! Each manifest byte is read once, and the runs (a projection of the manifest) are written and
+//! read once: a constant per manifest byte at any size (`bench --only delta`). Every step (a run,
+//! or a delta file) ends in a state the delivery checkpoints (`Progress`); a call cut before its
+//! checkpoint writes the same run or file again, under the same name, and a call that resumes
+//! reads its manifest segment again up to where the sorting stands.
+//!
+//! Memory: one run's entries while sorting; while merging, a frame of entries
+//! (`runs::FRAME_LINES`) and a read buffer per run (`MERGE_READ_BYTES` over all, `MIN_READ` a
+//! run at least). The merge is one level, so what it holds grows with the runs (the lines over
+//! `delta_index_entries`): at the default, 1,000 runs a side (10^9 lines) hold 512,000 entries and
+//! 512 MiB of buffers (an estimate from these constants); a merge of merges is not built.
 
 use super::delta::{self, Entry, TaskKey, Verdict};
 use super::gzip::GzipFile;
@@ -114,6 +116,9 @@ pub(crate) struct Comparison<'a, B> {
     /// Entries per run, and tasks per delta file.
     entries: usize,
     open: Option<OpenSegment>,
+    /// The run readers where the last delta file left them, kept between the files of one call
+    /// (what they read ahead is not fetched again).
+    readers: Option<Vec<RunReader>>,
     pub(crate) stats: DeltaStats,
 }
 
@@ -132,6 +137,7 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             current,
             entries: usize::try_from(entries).unwrap_or(usize::MAX).max(1),
             open: None,
+            readers: None,
             stats: DeltaStats::default(),
         }
     }
@@ -268,14 +274,27 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
         at: &mut Merging,
         counts: &mut DeltaSummary,
     ) -> Result<Option<IndexedFile>, DeliverError> {
-        let runs = at.previous.len() + at.current.len();
-        let chunk = (MERGE_READ_BYTES / runs.max(1) as u64).max(MIN_READ);
-        let mut readers: Vec<RunReader> = at
-            .previous
-            .iter()
-            .chain(&at.current)
-            .map(|run| RunReader::new(run, chunk))
-            .collect();
+        // Taken: readers a failed step moved on are not kept; kept ones must stand where `at`
+        // says.
+        let kept = self.readers.take().filter(|readers| {
+            readers.len() == at.previous.len() + at.current.len()
+                && readers
+                    .iter()
+                    .zip(at.previous.iter().chain(&at.current))
+                    .all(|(reader, run)| reader.position() == (run.frame, run.taken))
+        });
+        let mut readers = match kept {
+            Some(readers) => readers,
+            None => {
+                let runs = at.previous.len() + at.current.len();
+                let chunk = (MERGE_READ_BYTES / runs.max(1) as u64).max(MIN_READ);
+                at.previous
+                    .iter()
+                    .chain(&at.current)
+                    .map(|run| RunReader::new(run, chunk))
+                    .collect()
+            }
+        };
         // The next task of each run, smallest first; equal tasks in run order (previous
         // runs first, each side's in manifest order).
         let mut heads = BinaryHeap::new();
@@ -369,6 +388,7 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             (run.frame, run.taken) = reader.position();
         }
         at.files += 1;
+        self.readers = Some(readers);
         Ok(Some(IndexedFile {
             name,
             kind: FileKind::Delta,
