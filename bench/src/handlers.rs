@@ -3,10 +3,11 @@
 //! are distinct hosts), seeded by the seeder's handler and crawled, swept and delivered by the
 //! others (`trawl_faults::lambda`: batches of 10 messages to 8 crawler invocations at once), once
 //! without recrawls and once recrawling daily. Every sweep runs in a cold container with the
-//! deployed schedule's budget (`events/sweeper-schedule.json`). Prints the time to delivery, the
-//! invocations, the most reads one sweep made, the sweeps whose budget ran out, the reads of the
-//! sweep that completed the crawl, and the DynamoDB requests of `trawl status`'s reads after it:
-//! sizes ten times apart show what grows with the hosts.
+//! deployed schedule's budget (`events/sweeper-schedule.json`) at its rate (every 5 minutes of the
+//! functions' clock). Prints the time to delivery and its phases, the invocations, the most reads
+//! one sweep made, the sweeps whose budget ran out, the reads of the sweep that completed the
+//! crawl, the DynamoDB requests of `trawl status`'s reads after it, and the functions' requests
+//! per host: sizes ten times apart show what grows with the hosts.
 //!
 //! Each run is a child process (`trawl-bench handlers-run`) writing its measures to a file: the
 //! handlers print their CloudWatch metrics on stdout, which is the harness's report.
