@@ -323,6 +323,7 @@ fn manifest_line(i: usize, generation: u32) -> BenchResult<ManifestLine> {
         object: Some(format!("s3://bucket/trawl/pk={}", url.task_id())),
         offset: None,
         length: None,
+        items_length: None,
         bytes: Some(2_000),
         fetched_at: Some("2027-01-15T08:00:00Z".to_owned()),
         first_fetched_at: None,

@@ -100,6 +100,22 @@ pub fn decode(key: &str, stored: &[u8]) -> BlobResult<Decoded> {
     Ok(Decoded { body, items })
 }
 
+/// The items in `stored`, the member of a span that holds its `metadata` record alone (the
+/// span's last `Span::items` bytes).
+pub fn decode_items(key: &str, stored: &[u8]) -> BlobResult<Bytes> {
+    let corrupt = |message: String| BlobError::backend("decode", key, message);
+    let mut data = Vec::with_capacity(stored.len() * 4);
+    MultiGzDecoder::new(stored)
+        .read_to_end(&mut data)
+        .map_err(|e| corrupt(format!("items member not gzip: {e}")).caused_by(e))?;
+    match warc::records(&data).map_err(corrupt)?.as_slice() {
+        [record] if record.kind == "metadata" => Ok(Bytes::copy_from_slice(record.block)),
+        _ => Err(corrupt(
+            "not one metadata record where the items are".to_owned(),
+        )),
+    }
+}
+
 /// The stored page a fetch record points at, in either layout: None when it points at
 /// nothing or its bytes are missing. Items come with a page of a segment only (the object
 /// layout keeps them in an object of their own).
@@ -162,8 +178,15 @@ mod tests {
         assert!(decode("k", &span_b[..span_b.len() - 9]).is_err());
         assert!(decode("k", b"not gzip").is_err());
         // AND the response alone is its span without the items' member
-        let response = &span_b[..span_b.len() - encoded.items as usize];
-        assert_eq!(decode("k", response).unwrap().items, None);
+        let cut = span_b.len() - encoded.items as usize;
+        assert_eq!(decode("k", &span_b[..cut]).unwrap().items, None);
+        // AND the items' member alone gives the items, and a response is not items
+        assert_eq!(
+            decode_items("k", &span_b[cut..]).unwrap(),
+            &br#"{"items":[]}"#[..]
+        );
+        assert!(decode_items("k", &span_b[..cut]).is_err());
+        assert!(decode_items("k", span_a).is_err());
     }
 
     #[test]

@@ -266,6 +266,7 @@ mod tests {
             object: None,
             offset: None,
             length: None,
+            items_length: None,
             bytes: Some(1),
             fetched_at: Some("2027-01-15T08:00:00Z".to_owned()),
             first_fetched_at: None,

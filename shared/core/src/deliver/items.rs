@@ -172,7 +172,9 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             let mut items = match (&line.object, line.offset, line.length) {
                 (Some(object), Some(offset), Some(length)) => {
                     let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
-                    let stored = self.segment_items(key, offset, length).await?;
+                    let stored = self
+                        .segment_items(key, offset, length, line.items_length)
+                        .await?;
                     stored.map(|b| parse_items(key, &b)).transpose()?
                 }
                 _ => None,
@@ -203,19 +205,29 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         items.version.as_deref() == Some(self.extractors.version())
     }
 
-    /// The items in a page's records in a segment (None: the page has none).
+    /// The items in a page's records in a segment (None: the page has none). Only their member
+    /// is read when the manifest gives its length; a manifest line without it (written before
+    /// lines carried it) has the whole span read and the body inflated.
     async fn segment_items(
         &self,
         key: &str,
         offset: u64,
         length: u64,
+        items_length: Option<u64>,
     ) -> Result<Option<Bytes>, DeliverError> {
+        let (offset, length) = match items_length {
+            Some(items) if items <= length => (offset + length - items, items),
+            _ => (offset, length),
+        };
         let read = || self.blobs.get_range(key, offset, length);
         let Some(records) = super::patiently("read a page's records", &super::READ, read).await?
         else {
             return Ok(None);
         };
-        Ok(segment::decode(key, &records)?.items)
+        Ok(match items_length {
+            Some(_) => Some(segment::decode_items(key, &records)?),
+            None => segment::decode(key, &records)?.items,
+        })
     }
 
     /// The columns of `items.csv.gz`.

@@ -285,6 +285,10 @@ pub struct ManifestLine {
     pub offset: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub length: Option<u64>,
+    /// When the page's items travel with it: the length of their member, the span's last, so
+    /// that they are read without inflating the body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_length: Option<u64>,
     pub bytes: Option<u64>,
     /// RFC 3339.
     pub fetched_at: Option<String>,
@@ -1542,6 +1546,10 @@ impl<P: Ports> Deliverer<P> {
                 .map(|key| object_uri(&self.uri_base, key)),
             offset: fetch.and_then(|f| f.span).map(|s| s.offset),
             length: fetch.and_then(|f| f.span).map(|s| s.length),
+            items_length: fetch
+                .and_then(|f| f.span)
+                .map(|s| s.items)
+                .filter(|&n| n > 0),
             bytes: fetch.map(|f| f.content_length),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
             first_fetched_at: fetch.and_then(|f| f.first_at).map(warc::rfc3339_millis),
