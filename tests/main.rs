@@ -7,6 +7,7 @@ mod conformance;
 mod crawling;
 mod delivered;
 mod delivering;
+mod dropping;
 mod end_to_end;
 mod errors;
 mod events;

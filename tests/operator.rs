@@ -693,6 +693,73 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
 }
 
 #[tokio::test]
+async fn a_host_dropped_through_the_seeder_is_fetched_no_more_until_a_refetch_takes_it_back() {
+    // GIVEN a deployed stack on moto, a site of 12 linked pages, and a crawl seeded by the
+    // seeder, its host's first turn on its way
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("dropped");
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {"politeness": {"delay_ms": 0}, "fetch": {"allow_private_networks": true}},
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+
+    // WHEN the seeder is asked to drop the host (events/seeder-drop-hosts.json's shape), a
+    // mistyped one first, then the functions run until the crawl is delivered
+    let host = site.addr().to_string();
+    let drop = |hosts: Vec<&str>| json!({"crawl_id": crawl_id, "operation": {"drop_hosts": {"hosts": hosts, "reason": "off limits"}}});
+    let refused = functions
+        .seeder
+        .dispatch(drop(vec![&host, "nosuch.example"]), None, now_ms())
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let dropped = functions
+        .seeder
+        .dispatch(drop(vec![&host]), None, now_ms())
+        .await
+        .unwrap();
+    let dropped = serde_json::to_value(dropped).unwrap();
+    assert_eq!(dropped["dropped"], json!([host]), "{dropped}");
+    let first = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN no page was fetched: the seed ended ignored, with the operator's reason
+    assert_eq!(site.total_hits() - site.hits("/robots.txt"), 0);
+    assert_eq!(first["statuses"]["ignored"], 1, "{first}");
+    assert_eq!(first["errors"]["host_given_up"], 1, "{first}");
+    let seed = site.url("/p/0.html");
+    let show = ["tasks", "show", &seed, "--crawl-id", &crawl_id, "--json"];
+    let shown = deployed
+        .run(&show, &[("TRAWL_STACK", deployed.name.as_str())])
+        .await;
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let task = json_of(&shown);
+    assert_eq!(
+        task["errors"][0]["message"], "dropped by the operator: off limits",
+        "{task}"
+    );
+
+    // WHEN the seeder is asked to refetch every page (which revives the host)
+    let refetch = json!({"crawl_id": crawl_id, "operation": {"refetch": {"match": "."}}});
+    functions
+        .seeder
+        .dispatch(refetch, None, now_ms())
+        .await
+        .unwrap();
+    let second = functions.until_delivered(&deployed, &crawl_id, 1).await;
+
+    // THEN the host is crawled again: every page fetched once
+    assert_eq!(second["statuses"]["succeeded"], PAGES as u64, "{second}");
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+}
+
+#[tokio::test]
 async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
     // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
     // then paused (`trawl --backend aws pause`) before any turn ran

@@ -665,8 +665,12 @@ async fn hosts<P: Ports>(
 ) -> Result<(), CliError> {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
     let now = now_ms();
-    if let Some(HostsCommand::Show { host }) = &args.show {
-        return host_show(backend, &crawl, host, json).await;
+    match &args.show {
+        Some(HostsCommand::Show { host }) => return host_show(backend, &crawl, host, json).await,
+        Some(HostsCommand::Drop { hosts, reason }) => {
+            return crate::generations::drop_hosts(backend, &crawl, hosts, reason, json).await;
+        }
+        None => {}
     }
     let mut views = Vec::new();
     let mut cursor = None;

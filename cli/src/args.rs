@@ -651,6 +651,17 @@ pub enum HostsCommand {
         /// The host (`example.com`, or `host:port` for a port that is not the default).
         host: String,
     },
+    /// Crawl these hosts no more: from their next turns, their due tasks (and links found to
+    /// them later) end `ignored` without a fetch. `trawl retry --status ignored --host HOST`
+    /// takes one back.
+    Drop {
+        /// The hosts (`example.com`, or `host:port`), as `trawl hosts` lists them.
+        #[arg(required = true)]
+        hosts: Vec<String>,
+        /// Why, kept in each of their tasks' last error.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

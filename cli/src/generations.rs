@@ -13,7 +13,7 @@ use trawl_core::operate::{self, OperateError, Operation, OperationRequest};
 use trawl_core::seed::MAX_CHECKPOINT_BYTES;
 use trawl_core::store::{CrawlStore, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::CrawlConfig;
+use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::now_ms;
 
 /// Moves the tasks `operation` takes back to pending, then (unless detached) crawls until done.
@@ -162,6 +162,44 @@ pub async fn pause<P: Ports>(
         output::note(format_args!(
             "crawl {}: resumed; the sweeper gives its hosts their turns again (within its lost-turn window: 5 minutes at most)",
             crawl.id
+        ));
+    }
+    Ok(())
+}
+
+/// `trawl hosts drop`: the seeder's `drop_hosts` operation.
+pub async fn drop_hosts<P: Ports>(
+    backend: &Backend<P>,
+    crawl: &Crawl,
+    hosts: &[String],
+    reason: &Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let request = OperationRequest {
+        crawl_id: crawl.id.clone(),
+        operation: Operation::DropHosts {
+            hosts: hosts.to_vec(),
+            reason: reason.clone(),
+        },
+    };
+    // A local crawl's queue is rebuilt from the store by its next run, whose turns end them.
+    let queue = (!backend.local).then_some(&backend.queue);
+    let done = operate::operate(&backend.app, queue, &request, None, now_ms())
+        .await
+        .map_err(usage)?;
+    if json {
+        output::json(
+            &json!({"crawl_id": crawl.id.as_str(), "dropped": done.dropped, "enqueued": done.enqueued}),
+        );
+    } else {
+        let next = match backend.local {
+            true => format!("`trawl crawl --crawl-id {}` ends their due tasks", crawl.id),
+            false => "their next turns end their due tasks".to_owned(),
+        };
+        output::note(format_args!(
+            "crawl {}: dropped {}; {next} (`ignored`, not fetched)",
+            crawl.id,
+            done.dropped.join(", ")
         ));
     }
     Ok(())

@@ -22,7 +22,10 @@ mod progress;
 mod submit;
 mod watch;
 
-use args::{BackendKind, Cli, Command, ConfigCommand, DeliveriesCommand, TasksCommand};
+use args::{
+    BackendKind, Cli, Command, ConfigCommand, DeliveriesCommand, HostsArgs, HostsCommand,
+    TasksCommand,
+};
 use backend::LocalAccess;
 use clap::{CommandFactory, Parser};
 use error::CliError;
@@ -185,7 +188,10 @@ fn local_access(command: &Command) -> LocalAccess {
     match command {
         Command::Crawl(_) | Command::Demo => LocalAccess::Create,
         Command::Status(_)
-        | Command::Hosts(_)
+        | Command::Hosts(HostsArgs {
+            show: None | Some(HostsCommand::Show { .. }),
+            ..
+        })
         | Command::Tasks(TasksCommand::List(_) | TasksCommand::Show(_))
         | Command::Check(_)
         | Command::Extract(_)
@@ -196,7 +202,13 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Setup(_)
         | Command::Migrate(_)
         | Command::Submit(_) => LocalAccess::Read,
-        Command::Retry(_) | Command::Deliver(_) | Command::Purge(_) => LocalAccess::Write,
+        Command::Retry(_)
+        | Command::Deliver(_)
+        | Command::Purge(_)
+        | Command::Hosts(HostsArgs {
+            show: Some(HostsCommand::Drop { .. }),
+            ..
+        }) => LocalAccess::Write,
         // They crawl afterwards, unless detached: the crawl's own access.
         Command::Recrawl(_) | Command::Refetch(_) | Command::Reset(_) | Command::Reextract(_) => {
             LocalAccess::Write

@@ -475,6 +475,24 @@ where
     Ok(())
 }
 
+/// Drops `hosts` (an operator's): each is given up with `reason` (`Host::dropped`), so that its
+/// next turns end its due tasks `ignored` without a fetch, until a retry revives it.
+pub async fn drop_hosts<S>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: &[String],
+    reason: Option<&str>,
+    now: Millis,
+) -> StoreResult<()>
+where
+    S: HostStore,
+{
+    for name in hosts {
+        update_host(store, crawl, name, now, |h| (Some(h.dropped(reason)), ())).await?;
+    }
+    Ok(())
+}
+
 /// The distinct hosts of some task URLs.
 pub fn hosts_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut hosts: Vec<String> = urls

@@ -9,10 +9,10 @@
 
 use crate::app::{App, Ports, Store};
 use crate::discover::ScopeMatcher;
-use crate::frontier::{FrontierError, Reissue, hosts_of, reissue_turns, revive_hosts};
+use crate::frontier::{FrontierError, Reissue, drop_hosts, hosts_of, reissue_turns, revive_hosts};
 use crate::queue::{QueueError, WorkQueue};
 use crate::reextract::{ReextractCursor, ReextractError, Reextracted, reextract};
-use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -246,6 +246,14 @@ pub enum Operation {
     Pause {},
     /// A paused crawl goes on: the sweeper gives its hosts with work their turns again.
     Resume {},
+    /// These hosts (`example.com`, `host:port`) are crawled no more: from their next turns their
+    /// due tasks, and the links found to them later, end `ignored` without a fetch, the reason
+    /// in each task's last error. A retry of the crawl's ignored tasks on a host takes it back.
+    DropHosts {
+        hosts: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// What an operation did.
@@ -266,6 +274,9 @@ pub struct OperationResponse {
     /// Whether the crawl is paused now (`pause`, `resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// The hosts dropped (`drop_hosts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 impl Operation {
@@ -318,7 +329,8 @@ impl Operation {
             Operation::Config { .. }
             | Operation::Reextract { .. }
             | Operation::Pause {}
-            | Operation::Resume {} => return Ok(None),
+            | Operation::Resume {}
+            | Operation::DropHosts { .. } => return Ok(None),
         }))
     }
 }
@@ -378,6 +390,35 @@ pub async fn operate<P: Ports>(
             }
             response.paused = Some(paused);
         }
+        (Operation::DropHosts { hosts, reason }, None) => {
+            let mut names: Vec<String> = hosts.iter().map(|h| h.trim().to_lowercase()).collect();
+            names.sort();
+            names.dedup();
+            if names.is_empty() || names.iter().any(String::is_empty) {
+                return Err(OperateError::Invalid("drop which hosts? name them".into()));
+            }
+            // Every name checked before any is dropped: a mistyped one changes nothing.
+            for name in &names {
+                if store.get_host(&crawl.id, name).await?.is_none() {
+                    return Err(OperateError::Invalid(format!(
+                        "crawl {} has no host {name:?} (`trawl hosts` lists them)",
+                        crawl.id
+                    )));
+                }
+            }
+            drop_hosts(store, &crawl, &names, reason.as_deref(), now).await?;
+            // An idle host with work left gets a turn, which ends that work; the others' next
+            // turns (running, or on their way) do.
+            if let Some(queue) = queue {
+                let which = Reissue::Lost {
+                    lost_after_ms: LOST_AFTER_MS,
+                    known_work: false,
+                };
+                let turns = reissue_turns(store, &crawl, names.clone(), which, now).await?;
+                response.enqueued = queue.send(&turns).await?.sent as u64;
+            }
+            response.dropped = names;
+        }
         (Operation::Reextract { cursor }, None) => {
             if crawl.config.extract.is_empty() {
                 return Err(OperateError::Invalid(format!(
@@ -410,6 +451,7 @@ mod tests {
             include_str!("../../../events/seeder-reextract.json"),
             include_str!("../../../events/seeder-pause.json"),
             include_str!("../../../events/seeder-resume.json"),
+            include_str!("../../../events/seeder-drop-hosts.json"),
         ] {
             let request: OperationRequest = serde_json::from_str(sample).unwrap();
             assert_eq!(request.crawl_id.as_str(), "example-com");

@@ -462,7 +462,9 @@ impl Host {
             next_allowed_at: holder.next_allowed_at,
             snoozed_until: holder.snoozed_until,
             trouble_in_a_row: holder.trouble_in_a_row,
-            given_up: holder.given_up.clone(),
+            // The holder's give-up, else the stored one: an operator's drop during the turn
+            // (`dropped`) stands.
+            given_up: holder.given_up.clone().or_else(|| self.given_up.clone()),
             done: holder.done,
             fetches: holder.fetches,
             signals: holder.signals,
@@ -491,6 +493,20 @@ impl Host {
             ..self.clone()
         }
         .requeue(now)
+    }
+
+    /// An operator's drop of the host: from its next turn on, its due tasks end `ignored`
+    /// without a fetch, as a given-up host's do (links found to it later too), until an
+    /// operator's retry revives it.
+    pub fn dropped(&self, reason: Option<&str>) -> Host {
+        let why = match reason.map(str::trim).filter(|r| !r.is_empty()) {
+            Some(reason) => format!("dropped by the operator: {reason}"),
+            None => "dropped by the operator".to_owned(),
+        };
+        Host {
+            given_up: Some(why),
+            ..self.clone()
+        }
     }
 
     /// An operator's retry of a given-up host: its trouble forgotten, its pace the policy's.
@@ -756,6 +772,37 @@ mod tests {
             parallel: 1,
             turn_pages: 50,
         }
+    }
+
+    #[test]
+    fn a_host_dropped_during_its_turn_stays_dropped_once_the_turn_hands_it_back() {
+        // GIVEN a host whose turn runs
+        let (woken, _) = Host::new("example.com", &policy(), 0).note_seeded(3, 0);
+        let (held, turn) = woken.claim_turn(0, 30_000).unwrap();
+
+        // WHEN an operator drops it meanwhile, then the turn's holder hands it back
+        let stored = held.dropped(Some(" spam trap "));
+        let (back, visible_at) = stored
+            .merge_turn(&held)
+            .hand_back(&turn, Some(NextWork::Task(5)), Some(3), 0, 0, 10)
+            .unwrap();
+
+        // THEN the drop stands, with its reason, and the next turn is refused as given up
+        assert_eq!(
+            back.given_up.as_deref(),
+            Some("dropped by the operator: spam trap")
+        );
+        let at = visible_at.unwrap();
+        assert_eq!(
+            back.claim_turn(at, 30_000).err(),
+            Some(TurnRejection::GivenUp)
+        );
+        // AND a retry revives it; a drop without a reason says who dropped it
+        assert!(back.revive(&policy()).claim_turn(at, 30_000).is_ok());
+        assert_eq!(
+            woken.dropped(Some("  ")).given_up.as_deref(),
+            Some("dropped by the operator")
+        );
     }
 
     #[test]
