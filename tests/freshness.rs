@@ -113,7 +113,7 @@ fn delivered_summary(run: &Value) -> Value {
 }
 
 /// The lines of a delivery's files whose name starts with `prefix` (`delta-`, `manifest-`).
-fn delivered_lines(run: &Value, prefix: &str) -> Vec<Value> {
+pub(crate) fn delivered_lines(run: &Value, prefix: &str) -> Vec<Value> {
     let delivery = Path::new(run["delivery"].as_str().unwrap_or_else(|| panic!("{run}")));
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(delivery).unwrap().flatten() {

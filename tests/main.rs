@@ -1,5 +1,6 @@
 //! trawl's integration tests: one binary, one module per area.
 
+mod analysis;
 mod chaos;
 mod cli;
 mod client;

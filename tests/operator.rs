@@ -196,7 +196,9 @@ async fn site() -> Site {
             .collect();
         site.route(
             &format!("/p/{i}.html"),
-            Route::html(format!("<h1>page {i}</h1>{links}")),
+            Route::html(format!(
+                r#"<html lang="en"><title>Page {i}</title><h1>page {i}</h1>{links}"#
+            )),
         );
     }
     site
@@ -316,6 +318,7 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
                 "--crawl-id",
                 &crawl_id,
                 "--allow-private-networks",
+                "--analyse-pages",
                 "--json",
             ],
             &stack_env,
@@ -441,6 +444,21 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
         .collect();
     assert_eq!(manifest.len(), PAGES);
     assert!(manifest.iter().all(|l| l.status == "succeeded"));
+    // AND each line gives its page's title and language (`--analyse-pages`)
+    for line in &manifest {
+        let i = line
+            .url
+            .trim_end_matches(".html")
+            .rsplit('/')
+            .next()
+            .unwrap();
+        let read = (line.title.as_deref(), line.language.as_deref());
+        assert_eq!(
+            read,
+            (Some(format!("Page {i}").as_str()), Some("en")),
+            "{line:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(out);
 }
 

@@ -327,6 +327,10 @@ pub struct CrawlArgs {
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
     #[arg(long)]
     pub inherit_data: bool,
+    /// Read each HTML page's title, description and language into its manifest line
+    /// (`analysis.page`).
+    #[arg(long)]
+    pub analyse_pages: bool,
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,

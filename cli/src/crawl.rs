@@ -220,6 +220,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
         config.storage.layout = layout;
     }
     config.scope.inherit_data |= args.inherit_data;
+    config.analysis.page |= args.analyse_pages;
     if args.auto_checkpoint.is_some() {
         config.auto_checkpoint = args.auto_checkpoint;
     }

@@ -708,6 +708,24 @@ pub struct CrawlConfig {
     /// only: a configuration written over the crawl's keeps the stored value.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// The built-in analysis of each HTML page fetched (Docido's `_analysis`).
+    #[serde(skip_serializing_if = "Analysis::is_off")]
+    pub analysis: Analysis,
+}
+
+/// What the crawler reads from every HTML page it fetches, besides links and items.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Analysis {
+    /// Each page's title, description and language (`trawl_domain::task::PageAnalysis`), kept
+    /// with its fetch record and written to its manifest line.
+    pub page: bool,
+}
+
+impl Analysis {
+    pub fn is_off(&self) -> bool {
+        !self.page
+    }
 }
 
 /// How a time is written as a checkpoint (`CrawlConfig::auto_checkpoint`).
@@ -789,6 +807,7 @@ impl Default for CrawlConfig {
             paging: Vec::new(),
             auto_checkpoint: None,
             paused: false,
+            analysis: Analysis::default(),
         }
     }
 }

@@ -241,6 +241,61 @@ pub struct FetchRecord {
     /// any other page, and for one whose next page was seeded.
     #[serde(rename = "stop", default, skip_serializing_if = "Option::is_none")]
     pub paging_stop: Option<crate::paging::PagingStop>,
+    /// What the built-in analysis read from the page (`CrawlConfig::analysis`): None when the
+    /// crawl does not ask for it, or the page is not HTML.
+    #[serde(rename = "an", default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<PageAnalysis>,
+}
+
+/// What the built-in analysis reads from an HTML page (Docido's `_analysis`): its title, its
+/// description and its language, each whitespace-collapsed and cut to a bound, so that the
+/// task record stays small (a write unit is 1 KB).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageAnalysis {
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(rename = "d", default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A language tag (`en`, `pt-BR`): the page's `<html lang>`, else the one its `<meta
+    /// http-equiv="content-language">` declares.
+    #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+}
+
+impl PageAnalysis {
+    /// Bytes kept of each value at most.
+    pub const TITLE_BYTES: usize = 300;
+    pub const DESCRIPTION_BYTES: usize = 500;
+    /// The longest well-formed language tag is far below this; anything longer is not one.
+    pub const LANGUAGE_BYTES: usize = 35;
+
+    /// The analysis of the raw values a page gave: whitespace runs made one space, values cut
+    /// to their bounds (on a character boundary), empty ones dropped; the language is the
+    /// `<html lang>` when well-formed, else the first of those the page declares by meta tag.
+    pub fn new(
+        title: Option<&str>,
+        description: Option<&str>,
+        html_lang: Option<&str>,
+        declared_language: Option<&str>,
+    ) -> Self {
+        let tidy = |raw: Option<&str>, max: usize| {
+            let collapsed = raw?.split_whitespace().collect::<Vec<_>>().join(" ");
+            let kept = truncate(&collapsed, max).trim_end();
+            (!kept.is_empty()).then(|| kept.to_owned())
+        };
+        let tag = |raw: Option<&str>| {
+            let tag = raw?.split(',').next()?.trim();
+            let well_formed = !tag.is_empty()
+                && tag.len() <= Self::LANGUAGE_BYTES
+                && tag.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            well_formed.then(|| tag.to_owned())
+        };
+        PageAnalysis {
+            title: tidy(title, Self::TITLE_BYTES),
+            description: tidy(description, Self::DESCRIPTION_BYTES),
+            language: tag(html_lang).or_else(|| tag(declared_language)),
+        }
+    }
 }
 
 /// A request as sent, beyond its URL, User-Agent and Accept (which every request of a crawl
@@ -427,6 +482,43 @@ pub enum LeaseKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pages_analysis_is_tidied_bounded_and_takes_the_pages_language_first() {
+        let long = "word ".repeat(200);
+        let analysis = PageAnalysis::new(
+            Some("  Shoes \n\t for   sale "),
+            Some(&long),
+            Some("pt-BR"),
+            Some("en"),
+        );
+        assert_eq!(analysis.title.as_deref(), Some("Shoes for sale"));
+        let description = analysis.description.unwrap();
+        assert!(description.len() <= PageAnalysis::DESCRIPTION_BYTES);
+        assert!(description.starts_with("word word") && !description.ends_with(' '));
+        assert_eq!(analysis.language.as_deref(), Some("pt-BR"));
+        // A page without an `<html lang>` (or with a malformed one) takes the first language
+        // its meta tag declares; empty values are none.
+        let header =
+            PageAnalysis::new(Some(" "), None, Some("en US<script>"), Some("de, en;q=0.5"));
+        assert_eq!(
+            header,
+            PageAnalysis {
+                language: Some("de".into()),
+                ..PageAnalysis::default()
+            }
+        );
+        assert_eq!(
+            PageAnalysis::new(None, None, None, None),
+            PageAnalysis::default()
+        );
+        // A title cut inside a multi-byte character keeps whole characters.
+        let title = "é".repeat(PageAnalysis::TITLE_BYTES);
+        let cut = PageAnalysis::new(Some(&title), None, None, None)
+            .title
+            .unwrap();
+        assert_eq!(cut.len(), PageAnalysis::TITLE_BYTES);
+    }
 
     #[test]
     fn status_codes_are_the_seed_codes() {

@@ -1292,10 +1292,18 @@ impl<P: Ports> Crawler<P> {
                     }
                     _ => previous.and_then(|p| p.paging_stop),
                 };
+                // The page's analysis, when the crawl asks for it: an unchanged body's stands.
+                let analysis = match &page.body {
+                    _ if !config.analysis.page => None,
+                    _ if unchanged => previous.and_then(|p| p.analysis.clone()),
+                    Some(body) if page.is_html() => Some(crate::discover::analyse(body.bytes())),
+                    _ => None,
+                };
                 let changed = fetched::changed(&revisit, unchanged, new_links);
                 let record = FetchRecord {
                     sent: page.sent,
                     paging_stop,
+                    analysis,
                     ..fetched::scheduled(record, previous, changed, &revisit, now)
                 };
                 let bytes = record.content_length;

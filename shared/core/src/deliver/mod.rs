@@ -290,6 +290,13 @@ pub struct ManifestLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items_length: Option<u64>,
     pub bytes: Option<u64>,
+    /// The page's title, description and language (`analysis.page`), when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
     /// RFC 3339.
     pub fetched_at: Option<String>,
     /// When the fetch record's history began (RFC 3339 with milliseconds): the page's first
@@ -1533,6 +1540,7 @@ impl<P: Ports> Deliverer<P> {
         if let Some((key, span)) = fetch.and_then(|f| Some((f.object_key.clone()?, f.span?))) {
             tally.segments.entry(key).or_default().live += span.length;
         }
+        let analysis = fetch.and_then(|f| f.analysis.as_ref());
         let line = ManifestLine {
             url: task.url.clone(),
             task_id: task.task_id.to_string(),
@@ -1551,6 +1559,9 @@ impl<P: Ports> Deliverer<P> {
                 .map(|s| s.items)
                 .filter(|&n| n > 0),
             bytes: fetch.map(|f| f.content_length),
+            title: analysis.and_then(|a| a.title.clone()),
+            description: analysis.and_then(|a| a.description.clone()),
+            language: analysis.and_then(|a| a.language.clone()),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
             first_fetched_at: fetch.and_then(|f| f.first_at).map(warc::rfc3339_millis),
             depth: task.depth,

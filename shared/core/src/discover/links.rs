@@ -141,10 +141,11 @@ fn resolve(page_url: &url::Url, raw: Raw) -> Links {
     }
 }
 
-/// Decodes the character references found in URLs (`&amp;` above all, numeric ones, and the
-/// few other named ones seen in hrefs); lol_html hands attribute values over undecoded.
+/// Decodes the character references found in attribute values and text (`&amp;` above all,
+/// numeric ones, and the few other named ones seen in hrefs and titles); lol_html hands them
+/// over undecoded.
 /// Anything unrecognised is kept as written, as browsers do.
-fn decode_entities(value: &str) -> String {
+pub(super) fn decode_entities(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(amp) = rest.find('&') {

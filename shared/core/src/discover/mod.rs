@@ -1,9 +1,13 @@
 //! Discovering: the links of a fetched HTML page, and the crawl scope they must fall in.
 
 #[cfg(feature = "html")]
+mod analysis;
+#[cfg(feature = "html")]
 mod links;
 mod scope;
 
+#[cfg(feature = "html")]
+pub use analysis::analyse;
 #[cfg(feature = "extract")]
 pub use links::links_in_tree;
 #[cfg(feature = "html")]
