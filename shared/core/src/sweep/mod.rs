@@ -18,7 +18,11 @@
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
-//! without either get a new turn message, under a new epoch that supersedes any straggler. Lost
+//! without either get a new turn message, under a new epoch that supersedes any straggler. A
+//! queued message is presumed lost once overdue by a window the queue's depth sets
+//! (`host::lost_after_ms`): a minute when the queue holds nothing, hours while it holds a
+//! message per open host (a deep queue's turns are waiting, not lost), the crawl's usual window
+//! otherwise. Lost
 //! messages are found from the host records themselves (a page-by-page scan of the crawl's
 //! hosts, never of its tasks): a task merely waiting behind its host's long backlog is never
 //! re-sent, and a pending task always has a host that knows of it (hosts are told of URLs
@@ -56,7 +60,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::host::Host;
+use trawl_domain::host::{self, Host};
 use trawl_domain::task::{Millis, Status};
 
 mod level;
@@ -65,12 +69,6 @@ mod level;
 pub const PAGE_SIZE: u32 = 100;
 /// The least time a pending task must sit untouched before its message is presumed lost.
 pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
-/// How long a host's message may be overdue before it is presumed lost when the work queue
-/// holds no message at all: a message sent at least this long ago would be counted (SQS's
-/// counts lag by up to a minute), or received and its turn claimed. So a turn whose message
-/// was never sent (an invocation cut between hand-back and send) waits a minute, not the
-/// window a busy queue needs, once nothing else is going on.
-pub const DRAINED_LOST_AFTER_MS: u64 = 60 * 1000;
 /// Attempts to send a completion notice.
 const NOTICE_ATTEMPTS: u32 = 3;
 /// Messages per queue batch (SQS's most), and batches sent at once.
@@ -163,7 +161,8 @@ pub struct SweepBudget {
     /// No new page is started after this instant either (an invocation's own deadline).
     pub deadline: Option<Instant>,
     /// How long a host's message may be overdue before it is presumed lost, for this sweep.
-    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
+    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl, held longer while the queue
+    /// holds a message per open host (`host::lost_after_ms`).
     pub lost_after_ms: Option<u64>,
     /// When the first sweep spending from this budget started (on the sweeper's clock).
     started: Option<Instant>,
@@ -392,19 +391,7 @@ impl<P: Ports> Sweeper<P> {
             ..SweepReport::default()
         };
         let config = &crawl.config;
-        let queue_drained = match self.queue.depth().await {
-            Ok(depth) => depth == Some(0),
-            Err(e) => {
-                tracing::debug!(error = %e, "queue depth unknown; the usual lost-message window");
-                false
-            }
-        };
-        let mut lost_after = budget
-            .lost_after_ms
-            .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
-        if queue_drained {
-            lost_after = lost_after.min(DRAINED_LOST_AFTER_MS);
-        }
+        let lost_after = self.lost_after(crawl, budget).await;
         // A level not set now is computed by the next sweep: the pages keep the last one.
         match self.level(crawl, now).await {
             Ok(level) => report.level_ms = level.map(|l| l.ms),
@@ -446,6 +433,36 @@ impl<P: Ports> Sweeper<P> {
             report.notice = Some(notice);
         }
         Ok(report)
+    }
+
+    /// How long a host's message may be overdue before this sweep presumes it lost: the
+    /// budget's window, or the crawl's usual one as the queue's depth and the crawl's open
+    /// hosts say (`host::lost_after_ms`; the counts are read only for a queue that holds
+    /// something). Unknown depth or counts leave the usual window.
+    async fn lost_after(&self, crawl: &Crawl, budget: &SweepBudget) -> u64 {
+        let depth = match self.queue.depth().await {
+            Ok(depth) => depth,
+            Err(e) => {
+                tracing::debug!(error = %e, "queue depth unknown; the usual lost-message window");
+                None
+            }
+        };
+        let Some(usual) = budget.lost_after_ms else {
+            let usual = crawl.config.lease_ms.max(MIN_LOST_AFTER_MS);
+            let open = match depth {
+                Some(d) if d > 0 => match self.store.host_counts(&crawl.id).await {
+                    Ok(counts) => counts.map(|c| c.open),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "host counts unknown; the usual window");
+                        None
+                    }
+                },
+                _ => None,
+            };
+            return host::lost_after_ms(usual, depth, open);
+        };
+        // A window given to this sweep (an operator's) is not held by a deep queue.
+        host::lost_after_ms(usual, depth, None)
     }
 
     /// Reads one due window page by page, re-enqueueing what is due.
