@@ -170,7 +170,9 @@ impl HostStore for DynamoStore {
             .collect::<StoreResult<Vec<(u32, String, String, Millis)>>>()?;
         // The index projects no host fields: read the listed records by key, a BatchGetItem
         // of 100 (a few at once for a longer page), in the listing's order. A record deleted
-        // since the index listed it is simply not there.
+        // since the index listed it is simply not there; one listed twice (a record moving to
+        // another shard while the index catches up) is read once: BatchGetItem refuses a key
+        // twice.
         let mut pks: Vec<String> = listed.iter().map(|(_, pk, _, _)| pk.clone()).collect();
         let mut seen = HashSet::new();
         pks.retain(|pk| seen.insert(pk.clone()));
