@@ -609,6 +609,60 @@ async fn turns_waiting_in_a_deep_queue_are_not_reissued_and_a_lost_one_still_is(
     assert!(hosts.contains(&lost_host));
 }
 
+#[tokio::test]
+async fn a_crawl_whose_messages_are_gone_is_not_held_by_another_crawls_deep_queue() {
+    // GIVEN, on the embedded backend, a crawl of five hosts whose turns all wait in the queue,
+    // seeded an hour ago
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    let waiting = create(&store, config()).await;
+    let seed = |paths: &[&str]| {
+        paths
+            .iter()
+            .map(|p| NewTask {
+                url: host_url(p),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let (_, messages) = seed_tasks(&store, &waiting, seed(&["a0", "a1", "a2", "a3", "a4"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(queue.send(&messages).await.unwrap().sent, 5);
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
+    let now = T0 + HOUR as Millis;
+    let lost_of = |summary: &trawl_core::sweep::SweepSummary, crawl: &Crawl| {
+        summary
+            .crawls
+            .iter()
+            .find(|r| r.crawl_id == crawl.id.to_string())
+            .map(|r| r.lost_messages)
+    };
+    let held = sweeper.sweep_all(now, &mut budget()).await.unwrap();
+    assert_eq!(lost_of(&held, &waiting), Some(0), "{held:?}");
+
+    // WHEN a second crawl's three hosts are open with no message in the queue (dropped while
+    // the crawl was paused, now resumed), and the sweeper runs over every crawl
+    let resumed = create(&sweeper.store, config()).await;
+    let (_, dropped) = seed_tasks(&sweeper.store, &resumed, seed(&["b0", "b1", "b2"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(dropped.len(), 3);
+    let swept = sweeper.sweep_all(now + 1, &mut budget()).await.unwrap();
+
+    // THEN the queue's five messages do not cover the eight open hosts of both crawls: the
+    // resumed crawl's turns are re-issued (the waiting crawl's too, under the usual window)
+    assert_eq!(lost_of(&swept, &resumed), Some(3), "{swept:?}");
+    assert_eq!(lost_of(&swept, &waiting), Some(5), "{swept:?}");
+}
+
 /// A worker that died between its task's finish and its host's hand-back (the write that
 /// updates the host counts), on `store`: the counts stay right and heal with the host's next
 /// turn, and the crawl completes then, not before.

@@ -270,6 +270,14 @@ pub struct SweepSummary {
     pub skipped: u64,
 }
 
+/// The work queue as a sweep sees it: its depth (None: unknown), and the open hosts of the
+/// crawls whose messages it may hold (None: unknown; read only when it holds something).
+#[derive(Debug, Clone, Copy)]
+struct QueueView {
+    depth: Option<u64>,
+    open: Option<i64>,
+}
+
 /// The due window of failed tasks: last updated at or before `updated_before`.
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -328,6 +336,9 @@ impl<P: Ports> Sweeper<P> {
                 .into_iter()
                 .filter(|c| c.config.recrawl.is_continuous()),
         );
+        // A paused crawl's hosts count against the queue's depth: their messages were dropped
+        // while their hosts stay open, so a resumed crawl's turns are not held by others'.
+        let queue = self.queue_view(&crawls).await;
         crawls.retain(|c| !c.config.paused);
         fastrand::shuffle(&mut crawls);
         budget.start(self.clock.instant());
@@ -337,7 +348,7 @@ impl<P: Ports> Sweeper<P> {
                 summary.skipped = (crawls.len() - i) as u64;
                 break;
             }
-            match self.sweep_crawl(crawl, now, budget).await {
+            match self.sweep_crawl_in(crawl, now, budget, queue).await {
                 Ok(report) => summary.crawls.push(report),
                 Err(e) => {
                     tracing::warn!(crawl_id = %crawl.id, error = %e, "sweep failed");
@@ -348,7 +359,8 @@ impl<P: Ports> Sweeper<P> {
         Ok(summary)
     }
 
-    /// Sweeps one crawl within `budget`, then adds the sweep's calls to it.
+    /// Sweeps one crawl within `budget`, then adds the sweep's calls to it. The queue's depth is
+    /// compared with this crawl's open hosts alone (`sweep_all` compares it with every crawl's).
     pub async fn sweep_crawl(
         &self,
         crawl: &Crawl,
@@ -356,7 +368,19 @@ impl<P: Ports> Sweeper<P> {
         budget: &mut SweepBudget,
     ) -> Result<SweepReport, SweepError> {
         budget.start(self.clock.instant());
-        let swept = self.sweep_and_complete(crawl, now, budget).await;
+        let queue = self.queue_view(std::slice::from_ref(crawl)).await;
+        self.sweep_crawl_in(crawl, now, budget, queue).await
+    }
+
+    async fn sweep_crawl_in(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        budget: &mut SweepBudget,
+        queue: QueueView,
+    ) -> Result<SweepReport, SweepError> {
+        budget.start(self.clock.instant());
+        let swept = self.sweep_and_complete(crawl, now, budget, queue).await;
         crate::calls::report(&self.store, &self.calls, &crawl.id).await;
         swept
     }
@@ -385,13 +409,22 @@ impl<P: Ports> Sweeper<P> {
         crawl: &Crawl,
         now: Millis,
         budget: &mut SweepBudget,
+        queue: QueueView,
     ) -> Result<SweepReport, SweepError> {
         let mut report = SweepReport {
             crawl_id: crawl.id.to_string(),
             ..SweepReport::default()
         };
         let config = &crawl.config;
-        let lost_after = self.lost_after(crawl, budget).await;
+        let lost_after = match budget.lost_after_ms {
+            // A window given to this sweep (an operator's) is not held by a deep queue.
+            Some(given) => host::lost_after_ms(given, queue.depth, None),
+            None => host::lost_after_ms(
+                config.lease_ms.max(MIN_LOST_AFTER_MS),
+                queue.depth,
+                queue.open,
+            ),
+        };
         // A level not set now is computed by the next sweep: the pages keep the last one.
         match self.level(crawl, now).await {
             Ok(level) => report.level_ms = level.map(|l| l.ms),
@@ -435,11 +468,11 @@ impl<P: Ports> Sweeper<P> {
         Ok(report)
     }
 
-    /// How long a host's message may be overdue before this sweep presumes it lost: the
-    /// budget's window, or the crawl's usual one as the queue's depth and the crawl's open
-    /// hosts say (`host::lost_after_ms`; the counts are read only for a queue that holds
-    /// something). Unknown depth or counts leave the usual window.
-    async fn lost_after(&self, crawl: &Crawl, budget: &SweepBudget) -> u64 {
+    /// The work queue's depth, and the open hosts of `crawls` (those whose messages it may
+    /// hold) when it holds something: what presumes a queued message lost
+    /// (`host::lost_after_ms`). An unknown depth or count (an error, a crawl without counts)
+    /// is None: the usual window.
+    async fn queue_view(&self, crawls: &[Crawl]) -> QueueView {
         let depth = match self.queue.depth().await {
             Ok(depth) => depth,
             Err(e) => {
@@ -447,22 +480,25 @@ impl<P: Ports> Sweeper<P> {
                 None
             }
         };
-        let Some(usual) = budget.lost_after_ms else {
-            let usual = crawl.config.lease_ms.max(MIN_LOST_AFTER_MS);
-            let open = match depth {
-                Some(d) if d > 0 => match self.store.host_counts(&crawl.id).await {
-                    Ok(counts) => counts.map(|c| c.open),
+        let mut open = None;
+        if depth.is_some_and(|d| d > 0) {
+            open = Some(0);
+            for crawl in crawls {
+                match self.store.host_counts(&crawl.id).await {
+                    Ok(counts) => {
+                        open = open.zip(counts).map(|(sum, counts)| sum + counts.open);
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "host counts unknown; the usual window");
-                        None
+                        open = None;
                     }
-                },
-                _ => None,
-            };
-            return host::lost_after_ms(usual, depth, open);
-        };
-        // A window given to this sweep (an operator's) is not held by a deep queue.
-        host::lost_after_ms(usual, depth, None)
+                }
+                if open.is_none() {
+                    break;
+                }
+            }
+        }
+        QueueView { depth, open }
     }
 
     /// Reads one due window page by page, re-enqueueing what is due.
