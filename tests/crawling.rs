@@ -629,7 +629,7 @@ async fn the_hosts_view_reads_host_records_only() {
 
     // THEN the three host records come back, each with the ten URLs offered to it, read with one
     // query of the index per key of the host list (its shards, and the key of records older
-    // than them) and one read per host record: no task is read
+    // than them) and one BatchGetItem of the host records: no task is read
     assert_eq!(page.hosts.len(), 3);
     assert!(
         page.hosts.iter().all(|h| h.seeded == 10),
@@ -639,7 +639,7 @@ async fn the_hosts_view_reads_host_records_only() {
     let mut read = calls.snapshot();
     read.sort_by_key(|(call, _)| call.name());
     let keys = u64::from(trawl_domain::host::HOST_SHARDS) + 1;
-    let mut expected = vec![(Call::DynamoGetItem, 3), (Call::DynamoQuery, keys)];
+    let mut expected = vec![(Call::DynamoBatchGetItem, 1), (Call::DynamoQuery, keys)];
     expected.sort_by_key(|(call, _)| call.name());
     assert_eq!(read, expected);
 }

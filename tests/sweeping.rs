@@ -248,10 +248,11 @@ async fn the_sweeper_reissues_the_turns_of_hosts_whose_message_is_lost_and_only_
         "the idle recrawl-due host goes open: written with the host counts (the sweep's calls \
          are added to a report lane, an update)"
     );
-    // The 8 records listed, the retrying task's host and the scan's stored position: a
-    // re-issued host is decided over as listed, without a read of its own (the sweep's calls
-    // are added without a read).
-    assert_eq!(calls.get(Call::DynamoGetItem), 10, "{report:?}");
+    // The 8 records listed (one BatchGetItem), the retrying task's host and the scan's stored
+    // position: a re-issued host is decided over as listed, without a read of its own (the
+    // sweep's calls are added without a read).
+    assert_eq!(calls.get(Call::DynamoGetItem), 2, "{report:?}");
+    assert_eq!(calls.get(Call::DynamoBatchGetItem), 1, "{report:?}");
     let mut sent = Vec::new();
     for _ in 0..10 {
         let batch = queue.receive(10, 100).await.unwrap();
@@ -502,6 +503,164 @@ async fn a_turn_whose_message_never_went_out_is_reissued_within_a_minute_once_th
         .collect();
     assert_eq!(hosts, [host_url("cut").host_key()]);
     assert!(calls.get(Call::SqsGetQueueAttributes) >= 2);
+}
+
+#[tokio::test]
+async fn turns_waiting_in_a_deep_queue_are_not_reissued_and_a_lost_one_still_is() {
+    // GIVEN five hosts seeded an hour ago whose turn messages all wait in the queue (a queue
+    // holding far more than the usual 5 minutes of turns), on DynamoDB + SQS
+    let endpoint = &moto::shared().endpoint;
+    let clients = support::clients(endpoint).await;
+    let (store, calls) = support::dynamo_store(endpoint, 4).await;
+    let queue_url = crawl_queue(&clients.sqs).await;
+    let queue = SqsQueue::new(clients.sqs.clone(), &queue_url, calls.clone());
+    let crawl = create(&store, config()).await;
+    let paths = ["w0", "w1", "w2", "w3", "w4"];
+    let tasks = paths
+        .iter()
+        .map(|p| NewTask {
+            url: host_url(p),
+            depth: 0,
+            parent: None,
+            data: None,
+        })
+        .collect();
+    let (_, messages) = seed_tasks(&store, &crawl, tasks, T0).await.unwrap();
+    assert_eq!(queue.send(&messages).await.unwrap().sent, 5);
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
+    let queue = &sweeper.queue;
+    let now = T0 + HOUR as Millis;
+
+    // WHEN the sweeper runs an hour later
+    let waiting = sweeper
+        .sweep_crawl(&crawl, now, &mut budget())
+        .await
+        .unwrap();
+
+    // THEN no turn is re-issued: the queue holds a message for each of the five open hosts
+    assert_eq!(
+        (
+            waiting.lost_messages,
+            waiting.hosts_busy,
+            waiting.hosts_open
+        ),
+        (0, 5, Some(5)),
+        "{waiting:?}"
+    );
+
+    // WHEN one message is lost (received and deleted without its turn, as one gone to the
+    // dead-letter queue) and the sweeper runs again
+    let taken = queue.receive(1, 0).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    queue.ack(&[taken[0].receipt.clone()]).await.unwrap();
+    let lost_host = serde_json::from_str::<WorkMessage>(&taken[0].body)
+        .unwrap()
+        .host;
+    let short = sweeper
+        .sweep_crawl(&crawl, now + 1, &mut budget())
+        .await
+        .unwrap();
+
+    // THEN the queue holds fewer messages than open hosts: the usual window applies, and every
+    // overdue turn is re-issued, the lost one with them
+    assert_eq!(short.lost_messages, 5, "{short:?}");
+
+    // AND a sweep ten minutes later re-issues nothing: the queue holds a message per open host
+    // again (the stale ones count: they stand in for nothing lost)
+    let later = now + 600_000;
+    let again = sweeper
+        .sweep_crawl(&crawl, later, &mut budget())
+        .await
+        .unwrap();
+    assert_eq!(again.lost_messages, 0, "{again:?}");
+
+    // WHEN every message is lost and the sweeper runs with the queue drained
+    let mut drained = Vec::new();
+    for _ in 0..10 {
+        let batch = queue.receive(10, 0).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        queue
+            .ack(&batch.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        drained.extend(batch);
+    }
+    assert_eq!(drained.len(), 9, "four waiting, five re-issued");
+    let recovered = sweeper
+        .sweep_crawl(&crawl, later + 1, &mut budget())
+        .await
+        .unwrap();
+
+    // THEN every host's turn is re-issued, the first lost one's too
+    assert_eq!(recovered.lost_messages, 5, "{recovered:?}");
+    let sent = queue.receive(10, 0).await.unwrap();
+    let mut hosts: Vec<String> = sent
+        .iter()
+        .map(|m| serde_json::from_str::<WorkMessage>(&m.body).unwrap().host)
+        .collect();
+    hosts.sort();
+    assert_eq!(hosts, paths.map(|p| host_url(p).host_key()));
+    assert!(hosts.contains(&lost_host));
+}
+
+#[tokio::test]
+async fn a_crawl_whose_messages_are_gone_is_not_held_by_another_crawls_deep_queue() {
+    // GIVEN, on the embedded backend, a crawl of five hosts whose turns all wait in the queue,
+    // seeded an hour ago
+    let calls = Arc::new(CallCounts::default());
+    let store = SqliteStore::in_memory(calls.clone()).unwrap();
+    let queue = LocalQueue::new(Duration::from_secs(60), calls.clone());
+    let waiting = create(&store, config()).await;
+    let seed = |paths: &[&str]| {
+        paths
+            .iter()
+            .map(|p| NewTask {
+                url: host_url(p),
+                depth: 0,
+                parent: None,
+                data: None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let (_, messages) = seed_tasks(&store, &waiting, seed(&["a0", "a1", "a2", "a3", "a4"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(queue.send(&messages).await.unwrap().sent, 5);
+    let sweeper = Sweeper::new(
+        Arc::new(App::new(store, Unwired, queue, calls.clone())),
+        Arc::new(LocalDeliveryTrigger::default()),
+        SweepOptions::new(),
+    );
+    let now = T0 + HOUR as Millis;
+    let lost_of = |summary: &trawl_core::sweep::SweepSummary, crawl: &Crawl| {
+        summary
+            .crawls
+            .iter()
+            .find(|r| r.crawl_id == crawl.id.to_string())
+            .map(|r| r.lost_messages)
+    };
+    let held = sweeper.sweep_all(now, &mut budget()).await.unwrap();
+    assert_eq!(lost_of(&held, &waiting), Some(0), "{held:?}");
+
+    // WHEN a second crawl's three hosts are open with no message in the queue (dropped while
+    // the crawl was paused, now resumed), and the sweeper runs over every crawl
+    let resumed = create(&sweeper.store, config()).await;
+    let (_, dropped) = seed_tasks(&sweeper.store, &resumed, seed(&["b0", "b1", "b2"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(dropped.len(), 3);
+    let swept = sweeper.sweep_all(now + 1, &mut budget()).await.unwrap();
+
+    // THEN the queue's five messages do not cover the eight open hosts of both crawls: the
+    // resumed crawl's turns are re-issued (the waiting crawl's too, under the usual window)
+    assert_eq!(lost_of(&swept, &resumed), Some(3), "{swept:?}");
+    assert_eq!(lost_of(&swept, &waiting), Some(5), "{swept:?}");
 }
 
 /// A worker that died between its task's finish and its host's hand-back (the write that

@@ -3,7 +3,7 @@
 //! [`LatentStore`]; the local queue: [`Latent`]), and counts the round trips. Calls that the
 //! AWS adapters make as several requests are priced as they make them: a lookup of known tasks
 //! is one BatchGetItem per 100 ids; a listing of host records is one Query and then the records
-//! read 16 at a time (`DynamoStore::list_hosts`); a send of messages is one SendMessageBatch per
+//! read 100 a BatchGetItem, 4 of those at once (`DynamoStore::list_hosts`); a send of messages is one SendMessageBatch per
 //! 10, one after the other (`SqsQueue::send`). Everything else is one request. An object store
 //! likewise ([`LatentBlobs`]: S3).
 
@@ -15,10 +15,10 @@ use trawl_core::queue::{QueueResult, Received, SendReport, WorkMessage, WorkQueu
 use trawl_core::store::StoreResult;
 use trawl_core::store::layer::{Call, Layer, Layered, Outcome};
 
-/// Host records the DynamoDB adapter reads at once while listing hosts.
-const HOST_READS_AT_ONCE: usize = 16;
-/// Task ids per BatchGetItem.
-const KNOWN_AT_ONCE: usize = 100;
+/// Keys per BatchGetItem (task ids, host records).
+const KEYS_PER_BATCH: usize = 100;
+/// BatchGetItems the DynamoDB adapter makes at once while listing hosts.
+const HOST_BATCHES_AT_ONCE: usize = 4;
 /// Messages per SendMessageBatch.
 const SEND_BATCH: usize = 10;
 
@@ -60,7 +60,7 @@ impl Layer for Latency {
     async fn before(&self, call: &Call<'_>) -> StoreResult<()> {
         match call {
             Call::Known { ids, .. } => {
-                self.wait(ids.len().div_ceil(KNOWN_AT_ONCE).max(1) as u64)
+                self.wait(ids.len().div_ceil(KEYS_PER_BATCH).max(1) as u64)
                     .await;
             }
             // Priced from the page it returns.
@@ -73,10 +73,11 @@ impl Layer for Latency {
     async fn after(&self, _: &Call<'_>, (): (), outcome: Outcome<'_>) -> StoreResult<()> {
         if let Outcome::Hosts(page) = outcome {
             // The Query, then the records (the index projects none of their fields).
-            let reads = page.hosts.len().div_ceil(HOST_READS_AT_ONCE) as u64;
-            self.wait(1 + reads).await;
+            let batches = page.hosts.len().div_ceil(KEYS_PER_BATCH);
+            let rounds = batches.div_ceil(HOST_BATCHES_AT_ONCE);
+            self.wait(1 + rounds as u64).await;
             self.requests
-                .fetch_add(page.hosts.len() as u64 - reads, Ordering::Relaxed);
+                .fetch_add((batches - rounds) as u64, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -1844,6 +1844,47 @@ pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(s
     );
 }
 
+pub async fn a_page_of_hundreds_of_hosts_holds_every_record_as_written<S: HostStore>(store: &S) {
+    // GIVEN 250 host records of a crawl, each with a count of its own (on DynamoDB a page's
+    // records are read 100 keys a BatchGetItem, so a page of 250 takes three)
+    let crawl = crawl_of(&crawl_id());
+    let mut written = Vec::new();
+    for i in 0..250u64 {
+        let name = format!("h{i}.example");
+        let policy = crawl.config.politeness.host_policy(&name);
+        let (host, _) = Host::new(name, &policy, T0).note_seeded(i + 1, T0);
+        let created = HostCounts::change(None, &host);
+        assert!(store.put_host(&crawl.id, &host, created).await.unwrap());
+        written.push(Host { version: 1, ..host });
+    }
+    written.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // WHEN they are listed in one page of up to 1,000
+    let page = store.list_hosts(&crawl.id, None, 1_000).await.unwrap();
+
+    // THEN it holds every record once, as written, and is the last page
+    assert!(page.cursor.is_none());
+    let mut listed = page.hosts;
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(listed, written);
+
+    // AND pages of 100 hold every one once too
+    let mut names = Vec::new();
+    let mut cursor = None;
+    for _ in 0..10 {
+        let page = store.list_hosts(&crawl.id, cursor, 100).await.unwrap();
+        assert!(page.hosts.len() <= 100);
+        names.extend(page.hosts.into_iter().map(|h| h.name));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    names.sort();
+    let all: Vec<String> = written.into_iter().map(|h| h.name).collect();
+    assert_eq!(names, all);
+}
+
 pub async fn a_zombie_turn_holder_cannot_hand_back_over_a_newer_turn<S: HostStore>(store: &S) {
     // GIVEN a host whose turn was claimed by a worker that then stalled past the turn's end,
     // and taken over by another worker

@@ -55,6 +55,7 @@ macro_rules! suite {
             release_gives_the_task_back [],
             due_tasks_are_per_host_in_due_order [],
             host_records_are_written_only_over_the_version_read [],
+            a_page_of_hundreds_of_hosts_holds_every_record_as_written [],
             known_tasks_are_told_apart_in_one_batched_read [],
             offers_leave_the_version_alone_and_no_write_overwrites_them [],
             concurrent_claimers_exactly_one_wins [race],

@@ -636,6 +636,43 @@ impl Host {
     }
 }
 
+/// How long a host's message may be overdue before it is presumed lost when the work queue
+/// holds no message at all: a message sent at least this long ago would be counted (SQS's
+/// counts lag by up to a minute), or received and its turn claimed. So a turn whose message
+/// was never sent (an invocation cut between hand-back and send) waits a minute, not the
+/// window a busy queue needs, once nothing else is going on.
+pub const DRAINED_LOST_AFTER_MS: u64 = 60 * 1000;
+
+/// How long a host's message may be overdue before it is presumed lost while the work queue
+/// holds at least as many messages as the crawl has hosts open ([`lost_after_ms`]). Bounded,
+/// because another crawl's messages (or stale ones, superseded by a new epoch) can stand in for
+/// a lost one in the count: such a message is found within this time.
+pub const HELD_LOST_AFTER_MS: u64 = 6 * 3_600 * 1000;
+
+/// How long a host's queued message may be overdue before the sweeper presumes it lost
+/// ([`Host::message_lost`]), from the crawl's usual window (`usual_ms`), the work queue's depth
+/// (deliverable, in flight and delayed; None: not known) and the crawl's open hosts (its
+/// [`HostCounts`]; None: not kept). Every open host has a message out or a turn running, whose
+/// message is in flight until the turn ends, so:
+/// - a queue holding nothing has lost every overdue message: [`DRAINED_LOST_AFTER_MS`];
+/// - a queue holding at least one message per open host is missing none that the count shows:
+///   an overdue message is only waiting behind others (seeding 5,000 hosts queues 5,000 turns,
+///   many more than 5 minutes' worth), and is held for [`HELD_LOST_AFTER_MS`];
+/// - a queue holding fewer has lost some (a send that failed, a message gone to the dead-letter
+///   queue): the usual window finds them, and may re-issue some that were only waiting (their
+///   old message, when it comes, is stale under the new epoch).
+///
+/// An expired turn is lost at once whatever the window (`Host::message_lost`).
+pub fn lost_after_ms(usual_ms: u64, depth: Option<u64>, open: Option<i64>) -> u64 {
+    match (depth, open) {
+        (Some(0), _) => usual_ms.min(DRAINED_LOST_AFTER_MS),
+        (Some(depth), Some(open)) if i64::try_from(depth).unwrap_or(i64::MAX) >= open => {
+            usual_ms.max(HELD_LOST_AFTER_MS)
+        }
+        _ => usual_ms,
+    }
+}
+
 /// How recent a host's last answer must be, at a URL's earlier trouble, for that trouble to be
 /// the URL's own ([`singled_out`]).
 pub const ANSWERING_WINDOW_MS: u64 = 600_000;
@@ -1196,6 +1233,45 @@ mod tests {
             )
             .unwrap();
         assert!(!handed.handed_back_by(&turn));
+    }
+
+    #[test]
+    fn a_queue_that_holds_a_message_per_open_host_holds_the_presumption_of_loss() {
+        let usual = 300_000;
+        // Depth or counts unknown: the usual window.
+        assert_eq!(lost_after_ms(usual, None, Some(5)), usual);
+        assert_eq!(lost_after_ms(usual, Some(5), None), usual);
+        // Nothing queued: every overdue message is lost, after a minute.
+        assert_eq!(
+            lost_after_ms(usual, Some(0), Some(5)),
+            DRAINED_LOST_AFTER_MS
+        );
+        assert_eq!(lost_after_ms(30_000, Some(0), None), 30_000);
+        // A deep queue holding one message per open host (or more: other crawls', stale ones):
+        // held, for a bounded time.
+        for depth in [5_000, 5_001, 20_000] {
+            assert_eq!(
+                lost_after_ms(usual, Some(depth), Some(5_000)),
+                HELD_LOST_AFTER_MS
+            );
+        }
+        assert_eq!(
+            lost_after_ms(2 * HELD_LOST_AFTER_MS, Some(9), Some(9)),
+            2 * HELD_LOST_AFTER_MS
+        );
+        // Fewer messages than open hosts: some are lost; the usual window finds them.
+        assert_eq!(lost_after_ms(usual, Some(4_999), Some(5_000)), usual);
+        // Through the host's rule: a message overdue by an hour is waiting, not lost, in a
+        // queue that holds it; lost when the queue shows it missing.
+        let (host, _) = Host::new("h", &policy(), 0).note_seeded(1, 0);
+        let hour = 3_600_000;
+        assert!(!host.message_lost(hour, lost_after_ms(usual, Some(5_000), Some(5_000)), false));
+        assert!(host.message_lost(hour, lost_after_ms(usual, Some(4_999), Some(5_000)), false));
+        assert!(host.message_lost(
+            HELD_LOST_AFTER_MS as Millis,
+            lost_after_ms(usual, Some(5_000), Some(5_000)),
+            false
+        ));
     }
 
     #[test]

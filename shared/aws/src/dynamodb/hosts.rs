@@ -3,10 +3,10 @@
 
 use super::errors::{conditional_item, is_conditional_failure, is_refused_transaction, map_err};
 use super::items::{self, HOST_KEYS, host_pk};
-use super::{Cursor, DynamoStore, HOST_READ_PARALLELISM, Item, n, s};
+use super::{BATCH_GET_KEYS, Cursor, DynamoStore, HOST_READ_PARALLELISM, Item, n, s};
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure as OnFailure;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem, Update};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use trawl_core::store::{HostCounts, HostPage, HostStore, StoreError, StoreResult};
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::CrawlId;
@@ -102,7 +102,8 @@ impl HostStore for DynamoStore {
 
     /// The host list's keys one after the other (`items::HOST_KEYS`), one more key than asked
     /// for read ahead so that the last page has no cursor: a full listing costs at least one
-    /// Query per key.
+    /// Query per key; then the records listed, 100 a BatchGetItem (a page of 100 hosts is a few
+    /// Queries and one BatchGetItem, not 100 GetItems).
     async fn list_hosts(
         &self,
         crawl_id: &CrawlId,
@@ -167,17 +168,31 @@ impl HostStore for DynamoStore {
                 }
             })
             .collect::<StoreResult<Vec<(u32, String, String, Millis)>>>()?;
-        // The status index projects no host fields: read each listed record by its key.
-        let mut hosts = Vec::with_capacity(listed.len());
-        for chunk in listed.chunks(HOST_READ_PARALLELISM) {
-            let reads = chunk
-                .iter()
-                .map(|(_, _, name, _)| self.read_host(crawl_id, name, false));
-            for host in futures_util::future::join_all(reads).await {
-                // A record deleted since the index listed it is simply not there.
-                hosts.extend(host?);
+        // The index projects no host fields: read the listed records by key, a BatchGetItem
+        // of 100 (a few at once for a longer page), in the listing's order. A record deleted
+        // since the index listed it is simply not there; one listed twice (a record moving to
+        // another shard while the index catches up) is read once: BatchGetItem refuses a key
+        // twice.
+        let mut pks: Vec<String> = listed.iter().map(|(_, pk, _, _)| pk.clone()).collect();
+        let mut seen = HashSet::new();
+        pks.retain(|pk| seen.insert(pk.clone()));
+        let batches: Vec<Vec<String>> = pks.chunks(BATCH_GET_KEYS).map(<[_]>::to_vec).collect();
+        let mut by_pk: HashMap<String, Item> = HashMap::with_capacity(pks.len());
+        for group in batches.chunks(HOST_READ_PARALLELISM) {
+            let reads = group.iter().map(|keys| self.batch_get(keys.clone(), false));
+            for items in futures_util::future::join_all(reads).await {
+                by_pk.extend(
+                    items?
+                        .into_iter()
+                        .filter_map(|item| Some((item.get("pk")?.as_s().ok()?.clone(), item))),
+                );
             }
         }
+        let hosts = pks
+            .iter()
+            .filter_map(|pk| by_pk.remove(pk))
+            .map(items::host_from_item)
+            .collect::<StoreResult<Vec<Host>>>()?;
         let cursor = listed
             .last()
             .filter(|_| more)

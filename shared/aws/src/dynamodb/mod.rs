@@ -80,8 +80,10 @@ pub const DUE_LIST_SETTLE_MS: u64 = 5_000;
 
 /// Conditional puts in flight at once while seeding.
 const SEED_PARALLELISM: usize = 16;
-/// Host records read at once while listing hosts.
-const HOST_READ_PARALLELISM: usize = 16;
+/// BatchGetItem calls at once while listing hosts (a page of more than 100).
+const HOST_READ_PARALLELISM: usize = 4;
+/// Keys in one BatchGetItem call, at most (DynamoDB's limit).
+const BATCH_GET_KEYS: usize = 100;
 
 /// Rounds of a host walk (a page of one host's list, or the step to the next host) one page of
 /// tasks takes at most: about 2 requests each.

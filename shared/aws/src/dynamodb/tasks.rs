@@ -4,7 +4,7 @@
 use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
-use super::{Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
+use super::{BATCH_GET_KEYS, Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
 use std::collections::{HashMap, HashSet};
@@ -16,9 +16,6 @@ use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::task::{Status, Task};
 use trawl_domain::transition::{Change, Insert, Update};
-
-/// Keys in one BatchGetItem call, at most (DynamoDB's limit).
-const BATCH_GET_KEYS: usize = 100;
 
 impl DynamoStore {
     /// The task counts kept on the crawl item and its report lanes (`task_counts`, `reports`:

@@ -18,7 +18,11 @@
 //!
 //! Work is handed out per host, not per task: for the hosts of the tasks found, the host record
 //! says whether a turn is running or a message is on its way (`Host::message_lost`); only hosts
-//! without either get a new turn message, under a new epoch that supersedes any straggler. Lost
+//! without either get a new turn message, under a new epoch that supersedes any straggler. A
+//! queued message is presumed lost once overdue by a window the queue's depth sets
+//! (`host::lost_after_ms`): a minute when the queue holds nothing, hours while it holds a
+//! message per open host (a deep queue's turns are waiting, not lost), the crawl's usual window
+//! otherwise. Lost
 //! messages are found from the host records themselves (a page-by-page scan of the crawl's
 //! hosts, never of its tasks): a task merely waiting behind its host's long backlog is never
 //! re-sent, and a pending task always has a host that knows of it (hosts are told of URLs
@@ -56,7 +60,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CrawlId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlState};
-use trawl_domain::host::Host;
+use trawl_domain::host::{self, Host};
 use trawl_domain::task::{Millis, Status};
 
 mod level;
@@ -65,12 +69,6 @@ mod level;
 pub const PAGE_SIZE: u32 = 100;
 /// The least time a pending task must sit untouched before its message is presumed lost.
 pub const MIN_LOST_AFTER_MS: u64 = 5 * 60 * 1000;
-/// How long a host's message may be overdue before it is presumed lost when the work queue
-/// holds no message at all: a message sent at least this long ago would be counted (SQS's
-/// counts lag by up to a minute), or received and its turn claimed. So a turn whose message
-/// was never sent (an invocation cut between hand-back and send) waits a minute, not the
-/// window a busy queue needs, once nothing else is going on.
-pub const DRAINED_LOST_AFTER_MS: u64 = 60 * 1000;
 /// Attempts to send a completion notice.
 const NOTICE_ATTEMPTS: u32 = 3;
 /// Messages per queue batch (SQS's most), and batches sent at once.
@@ -163,7 +161,8 @@ pub struct SweepBudget {
     /// No new page is started after this instant either (an invocation's own deadline).
     pub deadline: Option<Instant>,
     /// How long a host's message may be overdue before it is presumed lost, for this sweep.
-    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl.
+    /// None: `max(lease_ms, MIN_LOST_AFTER_MS)` of the crawl, held longer while the queue
+    /// holds a message per open host (`host::lost_after_ms`).
     pub lost_after_ms: Option<u64>,
     /// When the first sweep spending from this budget started (on the sweeper's clock).
     started: Option<Instant>,
@@ -271,6 +270,14 @@ pub struct SweepSummary {
     pub skipped: u64,
 }
 
+/// The work queue as a sweep sees it: its depth (None: unknown), and the open hosts of the
+/// crawls whose messages it may hold (None: unknown; read only when it holds something).
+#[derive(Debug, Clone, Copy)]
+struct QueueView {
+    depth: Option<u64>,
+    open: Option<i64>,
+}
+
 /// The due window of failed tasks: last updated at or before `updated_before`.
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -329,6 +336,9 @@ impl<P: Ports> Sweeper<P> {
                 .into_iter()
                 .filter(|c| c.config.recrawl.is_continuous()),
         );
+        // A paused crawl's hosts count against the queue's depth: their messages were dropped
+        // while their hosts stay open, so a resumed crawl's turns are not held by others'.
+        let queue = self.queue_view(&crawls).await;
         crawls.retain(|c| !c.config.paused);
         fastrand::shuffle(&mut crawls);
         budget.start(self.clock.instant());
@@ -338,7 +348,7 @@ impl<P: Ports> Sweeper<P> {
                 summary.skipped = (crawls.len() - i) as u64;
                 break;
             }
-            match self.sweep_crawl(crawl, now, budget).await {
+            match self.sweep_crawl_in(crawl, now, budget, queue).await {
                 Ok(report) => summary.crawls.push(report),
                 Err(e) => {
                     tracing::warn!(crawl_id = %crawl.id, error = %e, "sweep failed");
@@ -349,7 +359,8 @@ impl<P: Ports> Sweeper<P> {
         Ok(summary)
     }
 
-    /// Sweeps one crawl within `budget`, then adds the sweep's calls to it.
+    /// Sweeps one crawl within `budget`, then adds the sweep's calls to it. The queue's depth is
+    /// compared with this crawl's open hosts alone (`sweep_all` compares it with every crawl's).
     pub async fn sweep_crawl(
         &self,
         crawl: &Crawl,
@@ -357,7 +368,19 @@ impl<P: Ports> Sweeper<P> {
         budget: &mut SweepBudget,
     ) -> Result<SweepReport, SweepError> {
         budget.start(self.clock.instant());
-        let swept = self.sweep_and_complete(crawl, now, budget).await;
+        let queue = self.queue_view(std::slice::from_ref(crawl)).await;
+        self.sweep_crawl_in(crawl, now, budget, queue).await
+    }
+
+    async fn sweep_crawl_in(
+        &self,
+        crawl: &Crawl,
+        now: Millis,
+        budget: &mut SweepBudget,
+        queue: QueueView,
+    ) -> Result<SweepReport, SweepError> {
+        budget.start(self.clock.instant());
+        let swept = self.sweep_and_complete(crawl, now, budget, queue).await;
         crate::calls::report(&self.store, &self.calls, &crawl.id).await;
         swept
     }
@@ -386,25 +409,22 @@ impl<P: Ports> Sweeper<P> {
         crawl: &Crawl,
         now: Millis,
         budget: &mut SweepBudget,
+        queue: QueueView,
     ) -> Result<SweepReport, SweepError> {
         let mut report = SweepReport {
             crawl_id: crawl.id.to_string(),
             ..SweepReport::default()
         };
         let config = &crawl.config;
-        let queue_drained = match self.queue.depth().await {
-            Ok(depth) => depth == Some(0),
-            Err(e) => {
-                tracing::debug!(error = %e, "queue depth unknown; the usual lost-message window");
-                false
-            }
+        let lost_after = match budget.lost_after_ms {
+            // A window given to this sweep (an operator's) is not held by a deep queue.
+            Some(given) => host::lost_after_ms(given, queue.depth, None),
+            None => host::lost_after_ms(
+                config.lease_ms.max(MIN_LOST_AFTER_MS),
+                queue.depth,
+                queue.open,
+            ),
         };
-        let mut lost_after = budget
-            .lost_after_ms
-            .unwrap_or(config.lease_ms.max(MIN_LOST_AFTER_MS));
-        if queue_drained {
-            lost_after = lost_after.min(DRAINED_LOST_AFTER_MS);
-        }
         // A level not set now is computed by the next sweep: the pages keep the last one.
         match self.level(crawl, now).await {
             Ok(level) => report.level_ms = level.map(|l| l.ms),
@@ -446,6 +466,39 @@ impl<P: Ports> Sweeper<P> {
             report.notice = Some(notice);
         }
         Ok(report)
+    }
+
+    /// The work queue's depth, and the open hosts of `crawls` (those whose messages it may
+    /// hold) when it holds something: what presumes a queued message lost
+    /// (`host::lost_after_ms`). An unknown depth or count (an error, a crawl without counts)
+    /// is None: the usual window.
+    async fn queue_view(&self, crawls: &[Crawl]) -> QueueView {
+        let depth = match self.queue.depth().await {
+            Ok(depth) => depth,
+            Err(e) => {
+                tracing::debug!(error = %e, "queue depth unknown; the usual lost-message window");
+                None
+            }
+        };
+        let mut open = None;
+        if depth.is_some_and(|d| d > 0) {
+            open = Some(0);
+            for crawl in crawls {
+                match self.store.host_counts(&crawl.id).await {
+                    Ok(counts) => {
+                        open = open.zip(counts).map(|(sum, counts)| sum + counts.open);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "host counts unknown; the usual window");
+                        open = None;
+                    }
+                }
+                if open.is_none() {
+                    break;
+                }
+            }
+        }
+        QueueView { depth, open }
     }
 
     /// Reads one due window page by page, re-enqueueing what is due.
