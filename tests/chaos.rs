@@ -438,6 +438,7 @@ async fn a_crawl_through_the_lambda_handlers_under_aws_faults_and_duplicate_deli
         crash_within: Duration::from_secs(3),
         concurrency: 2,
         sweep_every: Duration::from_secs(2),
+        sweep_on_functions_clock: false,
         delivery_time: Duration::from_secs(5),
         visibility_timeout_s: 5,
         time_limit: LAMBDA_RUN_LIMIT,

@@ -1226,15 +1226,13 @@ async fn two_million_pages_are_delivered_in_segments_across_calls() {
     );
 }
 
-/// A second generation compared in several partitions, across calls stopped at their deadline.
-async fn a_partitioned_delta_across_calls<P: Ports>(b: Backend<P>) {
-    // GIVEN a delivered first generation of 200 pages
-    let n = 200;
-    let crawl = many_pages(&b, n).await;
-    let (first, _) = deliver_in_calls(&b, &crawl, TINY, std::time::Duration::ZERO, T0 + 10).await;
+/// A crawl of `n` pages whose first generation is delivered (with `TINY` limits) and whose
+/// second is completed: pages 0..10 changed, 10..15 gone (a crawl that takes one 404 for gone).
+/// The second generation's time.
+async fn a_second_generation_to_deliver<P: Ports>(b: &Backend<P>, n: usize) -> (CrawlId, Millis) {
+    let crawl = many_pages(b, n).await;
+    let (first, _) = deliver_in_calls(b, &crawl, TINY, std::time::Duration::ZERO, T0 + 10).await;
     assert_eq!(first.summary.delta.new, n as u64);
-
-    // AND a second generation: 10 pages changed, 5 gone (a crawl that takes one 404 for gone)
     let t1 = T0 + 30;
     b.next_generation(&crawl, 0..15, t1).await;
     for i in 0..10 {
@@ -1262,7 +1260,17 @@ async fn a_partitioned_delta_across_calls<P: Ports>(b: Backend<P>) {
             .unwrap()
     );
 
-    // WHEN it is delivered with a delta index of 100 entries (2 partitions), call by call
+    (crawl, t1)
+}
+
+/// A second generation compared in several partitions, across calls stopped at their deadline.
+async fn a_partitioned_delta_across_calls<P: Ports>(b: Backend<P>) {
+    // GIVEN a delivered first generation of 200 pages
+    // AND a second generation: 10 pages changed, 5 gone (a crawl that takes one 404 for gone)
+    let n = 200;
+    let (crawl, t1) = a_second_generation_to_deliver(&b, n).await;
+
+    // WHEN it is delivered with a delta index of 100 entries (2 delta files), call by call
     let (second, calls) =
         deliver_in_calls(&b, &crawl, TINY, std::time::Duration::ZERO, t1 + 20).await;
 
@@ -1298,6 +1306,93 @@ async fn a_partitioned_delta_across_calls<P: Ports>(b: Backend<P>) {
     for i in 10..15 {
         assert_eq!(reasons[&url(i)].0, "gone");
     }
+}
+
+/// A second delivery whose last calls in the delta died before their checkpoints (a sorted run
+/// and a delta file written, the progress lost) resumes to the same delta, and leaves no sorted
+/// run behind.
+async fn a_delta_cut_mid_way_resumes_to_the_same_delta<P: Ports>(b: Backend<P>) {
+    // GIVEN a second generation of 200 pages to deliver: 10 changed, 5 gone
+    let n = 200;
+    let (crawl, t1) = a_second_generation_to_deliver(&b, n).await;
+    let deliverer = b.deliverer_with(TINY);
+    let prefix = {
+        let record = b.store.get_crawl(&crawl).await.unwrap().unwrap();
+        let run = deliver::run_prefix(&b.layout, &record);
+        format!("{run}{}/", deliver::delivery_id(1))
+    };
+    let checkpoint_key = format!("{prefix}checkpoint.json");
+
+    // WHEN it is delivered a step a call until the delta has written a file
+    let mut in_delta = Vec::new();
+    for calls in 0.. {
+        assert!(calls < 1_000, "the delta does not start");
+        let call = deliverer
+            .deliver_until(&crawl, None, t1 + 20, Some(b.app.clock.instant()))
+            .await
+            .unwrap();
+        assert!(matches!(call, Delivery::Paused(_)), "{call:?}");
+        let saved = b.blobs.get(&checkpoint_key).await.unwrap().unwrap();
+        let checkpoint: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+        if checkpoint["phase"]["phase"] == "compare" {
+            in_delta.push(saved);
+        }
+        if checkpoint["phase"]["files"].as_u64() == Some(1) {
+            break;
+        }
+    }
+    // AND the last two calls died before their checkpoints: the one before them is put back
+    let sorting_runs = b.blobs.list(&format!("{prefix}_sort-")).await.unwrap();
+    assert!(sorting_runs.len() > 2, "{sorting_runs:?}");
+    let before = &in_delta[in_delta.len() - 3];
+    let meta = ObjectMeta {
+        content_type: "application/json".into(),
+        source_url: String::new(),
+        compress: false,
+    };
+    b.blobs
+        .put(&checkpoint_key, Body::new(before.clone()), &meta)
+        .await
+        .unwrap();
+    let (second, _) = deliver_in_calls(&b, &crawl, TINY, std::time::Duration::ZERO, t1 + 20).await;
+
+    // THEN the delta counts and lists each change once
+    let delta = &second.summary.delta;
+    assert_eq!(
+        (delta.new, delta.changed, delta.gone, delta.unchanged),
+        (0, 10, 5, n as u64 - 15)
+    );
+    let lines: Vec<DeltaLine> = gz_lines(&b.files(&second, FileKind::Delta).await)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let changed: BTreeSet<(String, String)> = lines
+        .iter()
+        .map(|l| (l.url.clone(), format!("{:?}", l.change)))
+        .collect();
+    let expected: BTreeSet<(String, String)> = (0..10)
+        .map(|i| (url(i), "Changed".to_owned()))
+        .chain((10..15).map(|i| (url(i), "Gone".to_owned())))
+        .collect();
+    assert_eq!((lines.len(), changed), (15, expected));
+    // AND the delivery holds the delta files its index lists, and no sorted run
+    let index: DeliveryIndex =
+        serde_json::from_slice(&b.file(&second, deliver::INDEX_FILE).await).unwrap();
+    let listed: Vec<String> = index
+        .of_kind(FileKind::Delta)
+        .map(|f| f.name.clone())
+        .collect();
+    let stored: Vec<String> = b
+        .blobs
+        .list(&prefix)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|k| k.strip_prefix(&prefix))
+        .filter(|name| name.starts_with("delta-") || name.starts_with("_sort-"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(stored, listed);
 }
 
 /// Puts `body` at `key`.
@@ -1726,6 +1821,7 @@ on_both_backends!(
     a_second_delivery_reports_the_delta,
     purge_refuses_a_running_crawl_then_removes_everything,
     a_partitioned_delta_across_calls,
+    a_delta_cut_mid_way_resumes_to_the_same_delta,
     a_crawl_created_again_after_a_purge_gets_a_fresh_delivery,
     listing_pages_follow_key_order_from_where_the_last_ended,
     the_delivery_removes_orphans_older_than_the_lease,

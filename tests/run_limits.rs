@@ -92,6 +92,35 @@ async fn max_fetches_ends_a_run_at_its_budget_and_the_same_command_goes_on() {
 }
 
 #[tokio::test]
+async fn a_run_whose_limit_is_met_by_the_crawls_last_page_completes_and_delivers() {
+    // GIVEN a 12-page site
+    let site = linked_site(12).await;
+    let dir = temp_dir("max-fetches-exact");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+
+    // WHEN a run may make exactly as many page fetches as the site has pages
+    let run = crawl(
+        &site,
+        data,
+        &dir,
+        &["--per-host", "4", "--max-fetches", "12", "--json"],
+    )
+    .await;
+
+    // THEN it is no stop but the crawl's end: completed and delivered, every page once
+    let report = json_of(&run);
+    assert_eq!(report["completed"], true, "{report}");
+    assert_eq!(report["stopped"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["counts"]["succeeded"], 12, "{report}");
+    assert!(report["delivery"].is_string(), "{report}");
+    for path in paths(12) {
+        assert_eq!(site.hits(&path), 1, "{path}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn max_time_ends_a_run_on_a_slow_site_within_the_time_and_one_fetch() {
     // GIVEN a 50-page site answering each page after 300 ms, one request at a time: 15 s of
     // crawling in all

@@ -49,6 +49,7 @@ const PLAN: Plan = Plan {
     crash_within: Duration::from_secs(5),
     concurrency: 4,
     sweep_every: Duration::from_secs(5),
+    sweep_on_functions_clock: false,
     delivery_time: Duration::from_secs(10),
     visibility_timeout_s: 10,
     time_limit: Duration::from_secs(3_600),

@@ -11,12 +11,13 @@
 //! The same generation is delivered once per writer count (its files removed in between), and
 //! each delivery must hold every page.
 //!
-//! Then the delta on its own, in process (`deliver::compare_manifests`, the delivery's own
-//! code, over an in-memory object store that counts the bytes read): two generated manifests
-//! of 10^5 and 10^6 lines (1% changed, 1% new, 1% removed), in segments of 10^5 lines, at the
-//! default index limit (10^6 entries: one partition) and, to show what a crawl past the limit
-//! costs, at 10^4 and 10^5 lines with a limit of 10^4 (ten partitions at the larger size):
-//! manifest bytes read per manifest byte.
+//! Then the delta on its own (also `--only delta`), in process (`deliver::compare_manifests`,
+//! the delivery's own code, over an in-memory object store that counts the bytes read): two
+//! generated manifests of 10^5 and 10^6 lines (10^6 not with `--quick`; 1% changed, 1% new, 1%
+//! removed), in segments of 10^5 lines, at the default limit (10^6 entries: each side sorted in
+//! one run) and at a limit ten times below the lines (ten runs a side, spilled through the
+//! object store): bytes read (manifests and runs) per manifest byte, runs, and the entries held
+//! in memory at most.
 
 use crate::error::{BenchResult, Context, check};
 use crate::latency::{Latency, LatentBlobs, LatentStore};
@@ -367,8 +368,9 @@ async fn write_manifest<B: BlobStore>(
     Ok((keys, bytes))
 }
 
-/// The delta of a crawl of `lines` pages between two generations, within `limits`: manifest
-/// bytes read per manifest byte (both generations'), and the partitions.
+/// The delta of a crawl of `lines` pages between two generations, `index_entries` held at
+/// most: bytes read (manifests and sorted runs) per manifest byte (both generations'), the
+/// runs spilled and the entries held.
 async fn delta_once(lines: usize, index_entries: u64) -> BenchResult<Vec<Figure>> {
     eprintln!("  delivery: delta of {lines} lines, index of {index_entries} entries");
     let blobs = LatentBlobs::new(MemoryBlobStore::new(), Duration::ZERO);
@@ -381,10 +383,9 @@ async fn delta_once(lines: usize, index_entries: u64) -> BenchResult<Vec<Figure>
         delta_index_entries: index_entries,
         ..DeliveryLimits::DEFAULT
     };
-    let (counts, files) =
-        compare_manifests(&blobs, &previous, lines as u64, &current, "gen-1/", &limits)
-            .await
-            .step("delta")?;
+    let (counts, files, held) = compare_manifests(&blobs, &previous, &current, "gen-1/", &limits)
+        .await
+        .step("delta")?;
     let read = blobs.take_bytes_read();
     // Pages kept whose number is a multiple of 100 changed.
     let expected = (gone as u64, gone as u64, ((lines - gone) / 100) as u64);
@@ -396,12 +397,14 @@ async fn delta_once(lines: usize, index_entries: u64) -> BenchResult<Vec<Figure>
     };
     let manifests = previous_bytes + current_bytes;
     Ok(vec![
+        Figure::single(SECTION, name("sorted runs"), "runs", held.runs as f64),
         Figure::single(
             SECTION,
-            name("partitions"),
-            "partitions",
-            files.len() as f64,
+            name("peak entries held"),
+            "entries",
+            held.peak_entries as f64,
         ),
+        Figure::single(SECTION, name("delta files"), "files", files.len() as f64),
         Figure::single(
             SECTION,
             name("manifest bytes (both generations)"),
@@ -428,15 +431,18 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let (modelled_pages, moto_pages) = if quick { (2_000, 300) } else { (10_000, 1_000) };
     let mut figures = modelled(modelled_pages, 100).await?;
     figures.extend(on_moto(moto_pages, 24).await?);
+    figures.extend(run_delta(quick).await?);
+    Ok(figures)
+}
+
+/// The delta alone: at the default limit, and at a limit ten times below the lines.
+pub async fn run_delta(quick: bool) -> BenchResult<Vec<Figure>> {
     let default_entries = DeliveryLimits::DEFAULT.delta_index_entries;
-    let mut deltas = vec![
-        (100_000, default_entries),
-        (10_000, 10_000),
-        (100_000, 10_000),
-    ];
+    let mut deltas = vec![(100_000, default_entries), (100_000, 10_000)];
     if !quick {
-        deltas.insert(1, (1_000_000, default_entries));
+        deltas.extend([(1_000_000, default_entries), (1_000_000, 100_000)]);
     }
+    let mut figures = Vec::new();
     for (lines, entries) in deltas {
         figures.extend(delta_once(lines, entries).await?);
     }

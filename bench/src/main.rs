@@ -73,8 +73,11 @@ enum Section {
     Sweep,
     /// Completion and status at 500 and 5,000 hosts (moto).
     Completion,
-    /// The deliverer's pages/s at 1, 4 and 16 writers (modelled round trips, and moto).
+    /// The deliverer's pages/s at 1, 4 and 16 writers (modelled round trips, and moto), and
+    /// the delta.
     Delivery,
+    /// Only the delta's bytes read per manifest byte (part of `delivery`).
+    Delta,
     /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
     /// asked for).
     Handlers,
@@ -354,6 +357,12 @@ async fn measure(args: &Args) -> Report {
         match delivery::run(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "deliveries", e),
+        }
+    } else if args.only.contains(&Section::Delta) {
+        eprintln!("the delta at 10^5 and 10^6 lines …");
+        match delivery::run_delta(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "delta", e),
         }
     }
     if wanted(Section::Completion) {

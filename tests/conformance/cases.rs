@@ -863,6 +863,61 @@ pub async fn query_pages_through_every_shard_in_update_order<S: TaskStore + Host
     ));
 }
 
+pub async fn a_status_few_hosts_hold_is_listed_whole_over_many_hosts<S: TaskStore + HostStore>(
+    store: &S,
+) {
+    // GIVEN 100 hosts with a fetched page each, and pending pages on three of them (on
+    // DynamoDB a pending task is found by walking the hosts, and one page of the walk ends
+    // after a bounded number of hosts, with what it found so far)
+    let crawl = crawl_id();
+    let mut pending = Vec::new();
+    for host in 0..100 {
+        let name = format!("h{host}.example.com");
+        record_host(store, &crawl, &name).await;
+        let mut done = Tracked::seed(store, &crawl, &format!("http://{name}/done"), T0).await;
+        let lease = done.claim(T0 + 1).await;
+        done.finish(&lease, &record("aa", T0 + 1), T0 + 1).await;
+        if host % 40 == 39 || host == 0 {
+            let url = format!("http://{name}/todo");
+            pending.push(
+                Tracked::seed(store, &crawl, &url, T0)
+                    .await
+                    .task
+                    .task_id
+                    .to_string(),
+            );
+        }
+    }
+
+    // WHEN the pending tasks are listed, as many as 1,000 a page, page after page
+    let mut listed = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        pages += 1;
+        assert!(pages <= 50, "the listing does not end");
+        let query = TaskQuery {
+            crawl_id: crawl.clone(),
+            status: Status::Pending,
+            updated_before: None,
+            limit: 1_000,
+            cursor,
+            part: trawl_core::store::Part::WHOLE,
+        };
+        let page = store.query(&query).await.unwrap();
+        listed.extend(page.tasks.into_iter().map(|t| t.task_id.to_string()));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+
+    // THEN every pending task is listed exactly once, however many pages the walk took
+    listed.sort();
+    pending.sort();
+    assert_eq!(listed, pending, "{pages} page(s)");
+}
+
 pub async fn the_parts_of_a_query_hold_every_task_once<S: TaskStore + HostStore>(store: &S) {
     // GIVEN tasks over eight recorded hosts: pending, succeeded (walked through the hosts on
     // DynamoDB) and gone (listed by the status index)

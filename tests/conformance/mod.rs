@@ -39,6 +39,7 @@ macro_rules! suite {
             error_history_is_bounded [],
             query_pages_through_every_shard_in_update_order [],
             the_parts_of_a_query_hold_every_task_once [],
+            a_status_few_hosts_hold_is_listed_whole_over_many_hosts [],
             counts_per_status [],
             crawl_lifecycle [],
             every_crawl_write_leaves_the_crawl_the_domain_says [],

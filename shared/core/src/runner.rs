@@ -311,6 +311,21 @@ pub async fn run_crawl_within<P: Ports>(
             if let Some(reason) = reason {
                 // Turns stop too: pages in flight finish, no other starts.
                 crawler.stop_turns();
+                // A limit met by the crawl's last page: once the pages in flight are in (the
+                // workers take no more messages), a sweep says whether anything is left; with
+                // nothing, the run completed.
+                if !matches!(reason, StopReason::Asked) {
+                    done.store(true, Ordering::SeqCst);
+                    while busy.load(Ordering::SeqCst) > 0 {
+                        tokio::select! {
+                            () = signals.idle.notified() => {}
+                            () = clock.sleep(COORDINATOR_TICK) => {}
+                        }
+                    }
+                    if let Ok(Some(end)) = coordinate(crawler, &sweeper, crawl_id).await {
+                        break Ok(end);
+                    }
+                }
                 break Ok(RunEnd::Stopped(reason));
             }
             if done.load(Ordering::Relaxed) {

@@ -206,6 +206,10 @@ pub struct Plan {
     pub concurrency: usize,
     /// How often the schedule invokes the sweeper.
     pub sweep_every: Duration,
+    /// Whether `sweep_every` passes on the functions' clock (the idle rounds' virtual time
+    /// included, as a deployed schedule's minutes pass while nothing runs) instead of the wall
+    /// clock.
+    pub sweep_on_functions_clock: bool,
     /// How long a deliverer invocation may run before it stops with a checkpoint and sends its
     /// continuation to the delivery queue.
     pub delivery_time: Duration,
@@ -254,6 +258,18 @@ pub struct LambdaRun {
     #[serde(default)]
     pub completing_sweep_reads: Option<u64>,
     pub wall: Duration,
+    /// When (from the start of the run) the seeder's invocation succeeded, the last crawl round
+    /// that received messages ended, and the sweep that completed the crawl ended: the phases
+    /// of `wall`.
+    #[serde(default)]
+    pub seeded: Duration,
+    #[serde(default)]
+    pub crawled: Duration,
+    #[serde(default)]
+    pub completed: Option<Duration>,
+    /// The functions' AWS calls by operation (`dynamodb.Query`, …), all four together.
+    #[serde(default)]
+    pub calls: std::collections::BTreeMap<String, u64>,
 }
 
 impl LambdaRun {
@@ -367,9 +383,16 @@ impl Lambda<'_> {
                 .map_err(|e| format!("set the visibility timeout: {e}"))?;
         }
         self.seed(&functions, request, &clock, &mut run).await?;
+        run.seeded = started.elapsed();
+        tracing::info!(elapsed = ?run.seeded, calls = ?calls.snapshot(), "seeded");
         let sweep_event: serde_json::Value =
             serde_json::from_str(SWEEP_EVENT).map_err(|e| e.to_string())?;
-        let mut last_sweep: Option<Instant> = None;
+        let sweep_clock = || match plan.sweep_on_functions_clock {
+            true => clock.now_ms(),
+            false => Millis::try_from(started.elapsed().as_millis()).unwrap_or(Millis::MAX),
+        };
+        let sweep_every = Millis::try_from(plan.sweep_every.as_millis()).unwrap_or(Millis::MAX);
+        let mut last_sweep: Option<Millis> = None;
         let done = format!("/{}/{SUCCESS_FILE}", delivery_id(0));
         let deliveries = self.layout.deliveries_prefix(crawl_id);
         let mut delivering = false;
@@ -389,9 +412,10 @@ impl Lambda<'_> {
                 delivering = false;
             }
             // The schedule, the crawl queue's mapping and the delivery queue's run at once.
-            let sweep_due = last_sweep.is_none_or(|at| at.elapsed() >= plan.sweep_every);
+            let sweep_due =
+                last_sweep.is_none_or(|at| sweep_clock().saturating_sub(at) >= sweep_every);
             if sweep_due {
-                last_sweep = Some(Instant::now());
+                last_sweep = Some(sweep_clock());
             }
             let mut crawled = LambdaRun::default();
             let mut sweeps = LambdaRun::default();
@@ -422,13 +446,22 @@ impl Lambda<'_> {
             run.add(&crawled);
             run.sweep_reads_max = run.sweep_reads_max.max(sweeps.sweep_reads_max);
             run.sweeps_unfinished += sweeps.sweeps_unfinished;
-            run.completing_sweep_reads =
-                run.completing_sweep_reads.or(sweeps.completing_sweep_reads);
+            if run.completing_sweep_reads.is_none() && sweeps.completing_sweep_reads.is_some() {
+                run.completing_sweep_reads = sweeps.completing_sweep_reads;
+                run.completed = Some(started.elapsed());
+            }
+            if received {
+                run.crawled = started.elapsed();
+            }
             if let Some(ok) = swept {
+                tracing::info!(elapsed = ?started.elapsed(), ok, reads = sweeps.sweep_reads_max,
+                    unfinished = sweeps.sweeps_unfinished, completed = sweeps.completing_sweep_reads.is_some(),
+                    invocations = run.crawler_invocations, records = run.records, "swept");
                 run.sweeps += 1;
                 run.failed_sweeps += u64::from(!ok);
             }
             if let Some(ok) = delivered {
+                tracing::info!(elapsed = ?started.elapsed(), ok, calls = ?calls.snapshot(), "deliverer invoked");
                 run.deliverer_invocations += 1;
                 run.failed_deliveries += u64::from(!ok);
                 delivering = ok;
@@ -444,6 +477,11 @@ impl Lambda<'_> {
             }
         }
         run.wall = started.elapsed();
+        run.calls = calls
+            .snapshot()
+            .into_iter()
+            .map(|(call, n)| (call.name().to_owned(), n))
+            .collect();
         Ok(run)
     }
 
@@ -606,21 +644,39 @@ impl Lambda<'_> {
             .iter()
             .map(|f| f.item_identifier.as_str())
             .collect();
+        let mut done = Vec::new();
         for record in &event.records {
             let id = record.message_id.as_deref().unwrap_or_default();
             let is_copy = id.ends_with(COPY_SUFFIX);
             match (failed.contains(id), is_copy) {
                 (true, true) => self.send_again(record, DUPLICATE_DELAY_S).await?,
                 (true, false) | (false, true) => {}
-                (false, false) => {
-                    self.mapping
-                        .delete_message()
-                        .queue_url(queue_url)
+                (false, false) => done.push(record),
+            }
+        }
+        // As the mapping deletes them: a batch request (an event holds at most 10 messages).
+        for chunk in done.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, record)| {
+                    aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
                         .receipt_handle(record.receipt_handle.clone().unwrap_or_default())
-                        .send()
-                        .await
-                        .map_err(|e| format!("DeleteMessage: {e}"))?;
-                }
+                        .build()
+                        .map_err(|e| format!("DeleteMessageBatch entry: {e}"))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            let deleted = self
+                .mapping
+                .delete_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| format!("DeleteMessageBatch: {e}"))?;
+            if let Some(failure) = deleted.failed().first() {
+                return Err(format!("DeleteMessageBatch: {failure:?}"));
             }
         }
         Ok(())

@@ -83,6 +83,10 @@ const SEED_PARALLELISM: usize = 16;
 /// Host records read at once while listing hosts.
 const HOST_READ_PARALLELISM: usize = 16;
 
+/// Rounds of a host walk (a page of one host's list, or the step to the next host) one page of
+/// tasks takes at most: about 2 requests each.
+const HOST_WALK_ROUNDS: usize = 64;
+
 /// The DynamoDB adapter. Cheap to clone (the SDK client is).
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
@@ -386,11 +390,16 @@ impl DynamoStore {
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
-        // Bounded: each round reads a page of one host's list or moves to the next host.
+        // Bounded: each round reads a page of one host's list or moves to the next host, and
+        // a page ends after `HOST_WALK_ROUNDS` of them however few tasks it holds, so that a
+        // caller with a deadline (a delivery) checks it between pages: a status most hosts
+        // have none of is otherwise one call over every host.
+        let mut rounds = 0;
         while let Some((shard, name)) = host.clone() {
-            if tasks.len() >= limit {
+            if tasks.len() >= limit || rounds >= HOST_WALK_ROUNDS {
                 break;
             }
+            rounds += 1;
             let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
             let (items, _, next) = self
                 .host_page(query, &name, start.take(), Some(want), false)

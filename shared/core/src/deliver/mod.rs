@@ -26,21 +26,24 @@
 //!
 //! No size has a ceiling: a segment is closed once it reaches its target size
 //! (`DeliveryLimits`), and the work is checkpointed (`checkpoint.json`: each writer's position in
-//! the task index, files done, counts so far) each time a segment or a delta partition is
-//! written. A call
+//! the task index, files done, counts so far) each time a segment, a sorted run of the delta or
+//! a delta file is written. A call
 //! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
 //! continues from the checkpoint; a call that crashed continues from the last one (files after
 //! it are written again, under the same names). Memory is bounded by a few page bodies, one
-//! manifest segment and the delta's partition index (`delta`).
+//! manifest segment and the delta's sorted run (`compare`).
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
+mod compare;
 mod delta;
 mod gzip;
 mod items;
 pub mod orphans;
 mod purge;
+mod runs;
 mod summary;
 
+pub use compare::DeltaStats;
 pub use delta::{Change, DeltaLine};
 pub use items::{
     DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine,
@@ -61,7 +64,7 @@ use crate::store::{
 };
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
-use delta::{PartitionIndex, Verdict};
+use compare::{Comparison, Progress, Step};
 use futures_util::future::{join_all, try_join_all};
 use gzip::GzipFile;
 use md5::{Digest, Md5};
@@ -131,7 +134,8 @@ pub struct DeliveryLimits {
     pub pages_segment_bytes: u64,
     /// Likewise a manifest segment (smaller: the delta reads a manifest segment whole).
     pub manifest_segment_bytes: u64,
-    /// Previous-manifest entries the delta holds in memory at once (~60 bytes each).
+    /// Manifest entries the delta sorts in memory at once (a sorted run, `compare`: ~200 bytes
+    /// an entry), and the tasks compared per delta file.
     pub delta_index_entries: u64,
     /// Writers of a delivery's task pass at most, concurrent within one call: writer `w` of
     /// `n` walks part `w` of the crawl's tasks (`store::Part`) and writes segments `w`,
@@ -601,8 +605,12 @@ enum Phase {
     Tasks(Position),
     /// Writing manifest and WARC segments, one position per writer.
     Writing { writers: Vec<Position> },
-    /// Comparing with the previous delivery, partition by partition.
-    Delta { partition: u32, partitions: u32 },
+    /// Comparing with the previous delivery: sorting both manifests, then merging them.
+    Compare(Progress),
+    /// A checkpoint written before the delta was sorted (it indexed the previous delivery a
+    /// partition at a time): the delta starts again.
+    #[serde(rename = "delta")]
+    PartitionedDelta { partition: u32, partitions: u32 },
     /// Removing orphan objects (`orphans`), a listing page at a time from after `start_after`.
     CleanUp { start_after: Option<String> },
 }
@@ -613,7 +621,6 @@ struct Previous {
     delivery_id: String,
     /// Keys of its manifest segments.
     manifests: Vec<String>,
-    tasks: u64,
 }
 
 /// `checkpoint.json`: what a call that stops leaves for the next one.
@@ -651,7 +658,7 @@ impl Checkpoint {
             files: self.files.len(),
             phase: match self.phase {
                 Phase::Tasks(_) | Phase::Writing { .. } => "tasks",
-                Phase::Delta { .. } => "delta",
+                Phase::Compare(_) | Phase::PartitionedDelta { .. } => "delta",
                 Phase::CleanUp { .. } => "clean_up",
             }
             .to_owned(),
@@ -762,86 +769,29 @@ async fn read_manifest<B: BlobStore>(blobs: &B, key: &str) -> Result<Bytes, Deli
         })
 }
 
-/// Writes delta partition `at` (`(partition, partitions)`, `delta`) as
-/// `{prefix}delta-NNNNN.jsonl.gz`: the tasks of the partition in the `current` manifest
-/// segments compared with those in the `previous` ones, counted in `counts`; its index entry.
-async fn write_delta_partition<B: BlobStore>(
-    blobs: &B,
-    prefix: &str,
-    previous: &[String],
-    current: &[String],
-    (partition, partitions): (u32, u32),
-    counts: &mut DeltaSummary,
-) -> Result<IndexedFile, DeliverError> {
-    let name = FileKind::Delta.name(partition);
-    let key = format!("{prefix}{name}");
-    let mut out = GzipFile::new(blobs.upload(&key, "application/gzip").await?);
-    let mut lines = 0;
-    let written = async {
-        let mut index = PartitionIndex::new(partition, partitions);
-        for key in previous {
-            index.add_previous(key, &read_manifest(blobs, key).await?)?;
-        }
-        for key in current {
-            for line in delta::lines(key, &read_manifest(blobs, key).await?) {
-                match index.compare(key, &line?)? {
-                    Some(Verdict::Line(line)) => {
-                        match line.change {
-                            Change::New => counts.new += 1,
-                            Change::Changed => counts.changed += 1,
-                            Change::Gone => counts.gone += 1,
-                        }
-                        out.write(&json_line(&line)?).await?;
-                        lines += 1;
-                    }
-                    Some(Verdict::Unchanged) => counts.unchanged += 1,
-                    Some(Verdict::Nothing) | None => {}
-                }
-            }
-        }
-        for key in previous {
-            for line in index.vanished(key, &read_manifest(blobs, key).await?)? {
-                counts.gone += 1;
-                out.write(&json_line(&line)?).await?;
-                lines += 1;
-            }
-        }
-        Ok::<_, DeliverError>(())
-    }
-    .await;
-    if let Err(e) = written {
-        out.abort().await;
-        return Err(e);
-    }
-    let file = out.complete().await?;
-    Ok(IndexedFile {
-        name,
-        kind: FileKind::Delta,
-        bytes: file.bytes,
-        records: lines,
-        md5: file.md5,
-    })
-}
-
-/// The delta between two deliveries' manifest segments (`previous`, of `previous_tasks`
-/// lines, and `current`), as a delivery computes it within `limits`, written as delta files
-/// under `prefix`: its counts and files. For measuring the delta on its own (the bench).
+/// The delta between two deliveries' manifest segments (`previous` and `current`), as a
+/// delivery computes it within `limits`, written as delta files under `prefix`: its counts, its
+/// files and what it held. For measuring the delta on its own (the bench).
 pub async fn compare_manifests<B: BlobStore>(
     blobs: &B,
     previous: &[String],
-    previous_tasks: u64,
     current: &[String],
     prefix: &str,
     limits: &DeliveryLimits,
-) -> Result<(DeltaSummary, Vec<IndexedFile>), DeliverError> {
-    let partitions = delta::partitions_for(previous_tasks, limits.delta_index_entries);
+) -> Result<(DeltaSummary, Vec<IndexedFile>, DeltaStats), DeliverError> {
+    let mut comparison =
+        Comparison::new(blobs, prefix, previous, current, limits.delta_index_entries);
+    let mut progress = Progress::start();
     let mut counts = DeltaSummary::default();
     let mut files = Vec::new();
-    for partition in 0..partitions {
-        let at = (partition, partitions);
-        files.push(write_delta_partition(blobs, prefix, previous, current, at, &mut counts).await?);
+    // Bounded: each step writes a run or a delta file, or ends.
+    loop {
+        match comparison.step(&mut progress, &mut counts).await? {
+            Step::Sorted => {}
+            Step::Wrote(file) => files.push(file),
+            Step::Done => return Ok((counts, files, comparison.stats)),
+        }
     }
-    Ok((counts, files))
 }
 
 /// Reads a stored object, trying again (`READ`) when the read fails in a way that may
@@ -1216,7 +1166,6 @@ impl<P: Ports> Deliverer<P> {
     async fn previous(&self, prefix: &str, delivery_id: &str) -> Result<Previous, DeliverError> {
         let index: Option<DeliveryIndex> =
             self.read_optional(&format!("{prefix}{INDEX_FILE}")).await?;
-        let summary: Summary = self.read_json(&format!("{prefix}{SUMMARY_FILE}")).await?;
         let manifests = match index {
             Some(index) => index
                 .of_kind(FileKind::Manifest)
@@ -1227,7 +1176,6 @@ impl<P: Ports> Deliverer<P> {
         Ok(Previous {
             delivery_id: delivery_id.to_owned(),
             manifests,
-            tasks: summary.tasks,
         })
     }
 
@@ -1402,14 +1350,7 @@ impl<P: Ports> Deliverer<P> {
                 FileKind::Manifest | FileKind::Pages => segment_number(&f.name),
                 _ => u32::MAX,
             });
-            let partitions = delta::partitions_for(
-                state.previous.as_ref().map_or(0, |p| p.tasks),
-                self.limits.delta_index_entries,
-            );
-            state.phase = Phase::Delta {
-                partition: 0,
-                partitions,
-            };
+            state.phase = Phase::Compare(Progress::start());
         }
         self.save(pass.prefix, state).await
     }
@@ -1710,22 +1651,25 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// The delta pass: one partition after another until all are written (true) or the budget
-    /// is spent (false). Checkpoints after each partition.
+    /// The delta pass (`compare`): step after step (a sorted run, a delta file) until the delta
+    /// is written (true) or the budget is spent (false). Checkpoints after each step.
     async fn write_delta(
         &self,
         prefix: &str,
         state: &mut Checkpoint,
         budget: &mut Budget,
     ) -> Result<bool, DeliverError> {
-        let Phase::Delta {
-            partition: first,
-            partitions,
-        } = state.phase
-        else {
+        if let Phase::PartitionedDelta { .. } = state.phase {
+            // Its delta files are written again (under the same names), its counts counted again.
+            state.files.retain(|f| f.kind != FileKind::Delta);
+            state.tally.delta = DeltaSummary::default();
+            state.phase = Phase::Compare(Progress::start());
+        }
+        let Phase::Compare(progress) = &state.phase else {
             // Past the delta (the task pass ran first).
             return Ok(true);
         };
+        let mut progress = progress.clone();
         state.tally.delta.previous = state.previous.as_ref().map(|p| p.delivery_id.clone());
         let current = state.manifest_keys(prefix);
         let previous = state
@@ -1733,19 +1677,27 @@ impl<P: Ports> Deliverer<P> {
             .as_ref()
             .map(|p| p.manifests.clone())
             .unwrap_or_default();
-        for partition in first..partitions {
+        let mut comparison = Comparison::new(
+            &self.blobs,
+            prefix,
+            &previous,
+            &current,
+            self.limits.delta_index_entries,
+        );
+        // Bounded: each step writes a run or a delta file, or ends.
+        loop {
             if budget.spent(self.clock.instant()) {
                 return Ok(false);
             }
-            let at = (partition, partitions);
-            let counts = &mut state.tally.delta;
-            let file =
-                write_delta_partition(&self.blobs, prefix, &previous, &current, at, counts).await?;
-            state.files.push(file);
-            state.phase = Phase::Delta {
-                partition: partition + 1,
-                partitions,
-            };
+            match comparison
+                .step(&mut progress, &mut state.tally.delta)
+                .await?
+            {
+                Step::Sorted => {}
+                Step::Wrote(file) => state.files.push(file),
+                Step::Done => break,
+            }
+            state.phase = Phase::Compare(progress.clone());
             self.save(prefix, state).await?;
             budget.work += MIN_WORK_PER_CALL;
         }
@@ -1957,6 +1909,23 @@ impl<P: Ports> Deliverer<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_of_the_partitioned_delta_still_reads_and_the_sorted_one_round_trips() {
+        // A delivery paused in the delta by the code before the sort/merge.
+        let legacy: Phase =
+            serde_json::from_str(r#"{"phase":"delta","partition":1,"partitions":2}"#).unwrap();
+        assert!(matches!(
+            legacy,
+            Phase::PartitionedDelta {
+                partition: 1,
+                partitions: 2
+            }
+        ));
+        let phase = Phase::Compare(Progress::start());
+        let read: Phase = serde_json::from_str(&serde_json::to_string(&phase).unwrap()).unwrap();
+        assert!(matches!(read, Phase::Compare(p) if p == Progress::start()));
+    }
 
     #[test]
     fn a_checkpoint_is_the_time_in_its_format() {
