@@ -774,12 +774,20 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         let (tuned, budget) = (tuned?, budget?);
         let start = &budget.0;
         let (at_tuned, fixed) = tokio::join!(
-            at_fetches(AT_TUNED_NAME, tuned.0.fetches, start, size, label, slots),
+            at_fetches(
+                AT_TUNED_NAME,
+                tuned.0.fetches,
+                false,
+                start,
+                size,
+                label,
+                slots
+            ),
             async {
                 let fixed = one(fixed_daily).await?;
                 let target = fixed.0.fetches;
                 let (at_fixed, dds_best) = tokio::join!(
-                    at_fetches(AT_FIXED_NAME, target, start, size, label, slots),
+                    at_fetches(AT_FIXED_NAME, target, true, start, size, label, slots),
                     dds_best(target, size, label, slots)
                 );
                 BenchResult::Ok((fixed, at_fixed?, dds_best?))
@@ -857,36 +865,56 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
-/// The estimator's row at about `target` fetches over the run. Its sitemap refreshes and its
-/// exploring come on top of its budget, by an amount that varies with the budget, so the budget
-/// is calibrated: from the run at fixed daily's budget (`start`), a run at the budget that
-/// would make `target` if that amount stayed the same, then secant steps on (budget, fetches
-/// made), until a run is within `CALIBRATED` of `target` or `CALIBRATION_RUNS` were made; the
-/// last run is reported (its fetches are in the table).
+/// The estimator's row at about `target` fetches over the run (`at_most`: at no more than
+/// them). Its sitemap refreshes and its exploring come on top of its budget, by an amount that
+/// varies with the budget, so the budget is calibrated: from the run at fixed daily's budget
+/// (`start`), a run at the budget that would make `target` if that amount stayed the same,
+/// then secant steps on (budget, fetches made), until a run is within `CALIBRATED` of `target`
+/// (and, `at_most`, not over it: each step then aims half of that under it) or
+/// `CALIBRATION_RUNS` were made; the last run is reported (`at_most`: the last not over
+/// `target`, if any), its fetches in the table.
 async fn at_fetches(
     name: &'static str,
     target: u64,
+    at_most: bool,
     start: &Row,
     size: Size,
     label: &str,
     slots: &Semaphore,
 ) -> BenchResult<(Row, Vec<Figure>)> {
     let days = u64::try_from(size.days).unwrap_or(1).max(1) as f64;
+    let aim = if at_most {
+        target as f64 * (1.0 - CALIBRATED / 2.0)
+    } else {
+        target as f64
+    };
     let mut tried = vec![(start.budget as f64, start.fetches as f64)];
-    let mut budget = start.budget as f64 + (target as f64 - start.fetches as f64) / days;
+    let mut budget = start.budget as f64 + (aim - start.fetches as f64) / days;
+    let mut under: Option<(Row, Vec<Figure>)> = None;
     for run in 1..=CALIBRATION_RUNS {
         let (row, figures) =
             measure(name, estimator(budget.max(1.0) as u64), size, label, slots).await?;
-        let off = row.fetches.abs_diff(target) as f64 / target.max(1) as f64;
-        if run == CALIBRATION_RUNS || off <= CALIBRATED {
+        let fetches = row.fetches;
+        let off = fetches.abs_diff(target) as f64 / target.max(1) as f64;
+        let over = at_most && fetches > target;
+        if off <= CALIBRATED && !over {
             return Ok((row, figures));
         }
-        tried.push((budget, row.fetches as f64));
+        if run == CALIBRATION_RUNS {
+            return Ok(match under {
+                Some(kept) if over => kept,
+                _ => (row, figures),
+            });
+        }
+        tried.push((budget, fetches as f64));
+        if !over && under.as_ref().is_none_or(|(u, _)| fetches > u.fetches) {
+            under = Some((row, figures));
+        }
         budget = match tried[..] {
             [.., (b0, f0), (b1, f1)] if (f1 - f0).abs() > 0.0 => {
-                b1 + (target as f64 - f1) * (b1 - b0) / (f1 - f0)
+                b1 + (aim - f1) * (b1 - b0) / (f1 - f0)
             }
-            _ => budget * target as f64 / (row.fetches.max(1) as f64),
+            _ => budget * aim / (fetches.max(1) as f64),
         };
     }
     Err(check("calibration", "no run reported"))
@@ -911,6 +939,9 @@ const DDS_BEST_NAME: &str = "DDS best at fixed daily's fetches";
 const DDS_FIRST_MIN: Millis = 3 * HOUR;
 const DDS_CALIBRATION_RUNS: usize = 4;
 const DDS_CLOSE: f64 = 0.97;
+/// How fetches first are taken to follow 1 / MIN_TIME (as its power): what `--quick`'s runs
+/// showed (0.26 to 0.35).
+const DDS_ELASTICITY: f64 = 0.3;
 
 /// DDS's best variant at no more than `target` fetches: every shape of the grid with its
 /// MIN_TIME calibrated, the lowest mean staleness over every changing page. Its row is named
@@ -957,15 +988,16 @@ async fn dds_best(
             figure
         })
         .collect();
-    row.name = format!("{DDS_BEST_NAME} ({})", row.name.trim_start_matches("DDS "));
+    row.name = format!("{DDS_BEST_NAME} {}", row.name.trim_start_matches("DDS "));
     Ok((row, figures))
 }
 
-/// `shape`'s run with the most fetches at most `target`, MIN_TIME calibrated: from
-/// `DDS_FIRST_MIN`, secant steps on 1 / MIN_TIME against fetches (fetches are about a constant,
-/// the lying sitemaps' refreshes, plus a part inversely proportional to MIN_TIME; from one run,
-/// all of them taken as that part) aiming 2% under `target`, until a run is within `DDS_CLOSE`
-/// of it or `DDS_CALIBRATION_RUNS` were made. None if every run made more.
+/// `shape`'s run with the most fetches at most `target`, MIN_TIME calibrated: fetches are taken
+/// as a power of 1 / MIN_TIME (a floor that does not move with it — the lying sitemaps'
+/// refreshes, the pages at MAX_TIME — makes them fall more slowly than 1 / MIN_TIME:
+/// `DDS_ELASTICITY` at first, then the power the runs so far show), each step aiming 2% under
+/// `target` and kept inside the range the runs above and below it bound, until a run is
+/// within `DDS_CLOSE` of it or `DDS_CALIBRATION_RUNS` were made. None if every run made more.
 async fn dds_at_most(
     shape: Schedule,
     target: u64,
@@ -973,8 +1005,12 @@ async fn dds_at_most(
     label: &str,
     slots: &Semaphore,
 ) -> BenchResult<Option<(Row, Vec<Figure>)>> {
-    let aim = 0.98 * target as f64;
+    let aim = (0.98 * target as f64).ln();
     let mut min = DDS_FIRST_MIN as f64;
+    // The runs closest to the target from above and from below, as (ln 1/MIN_TIME, ln fetches),
+    // and the last run.
+    let mut over: Option<(f64, f64)> = None;
+    let mut under: Option<(f64, f64)> = None;
     let mut last: Option<(f64, f64)> = None;
     let mut best: Option<(Row, Vec<Figure>)> = None;
     for _ in 0..DDS_CALIBRATION_RUNS {
@@ -996,20 +1032,36 @@ async fn dds_at_most(
             changing_mean(&row)
         );
         let fetches = row.fetches;
-        if fetches <= target && best.as_ref().is_none_or(|(b, _)| fetches > b.fetches) {
-            best = Some((row, figures));
+        let point = (-(schedule.min_ms as f64).ln(), (fetches.max(1) as f64).ln());
+        if fetches <= target {
+            if best.as_ref().is_none_or(|(b, _)| fetches > b.fetches) {
+                best = Some((row, figures));
+            }
+            if fetches as f64 >= DDS_CLOSE * target as f64 {
+                break;
+            }
+            under = under.filter(|u| u.1 > point.1).or(Some(point));
+        } else {
+            over = over.filter(|o| o.1 < point.1).or(Some(point));
         }
-        if fetches <= target && fetches as f64 >= DDS_CLOSE * target as f64 {
-            break;
-        }
-        let (x1, f1) = (1.0 / min, fetches as f64);
-        let per_x = match last {
-            Some((x0, f0)) if x1 != x0 && (f1 - f0) / (x1 - x0) > 0.0 => (f1 - f0) / (x1 - x0),
-            _ => f1 / x1,
+        let power = match last {
+            Some((x0, f0))
+                if (point.0 - x0).abs() > 1e-9 && (point.1 - f0) / (point.0 - x0) > 0.0 =>
+            {
+                ((point.1 - f0) / (point.0 - x0)).clamp(0.05, 2.0)
+            }
+            _ => DDS_ELASTICITY,
         };
-        last = Some((x1, f1));
-        let x = (x1 + (aim - f1) / per_x).max(1.0 / (7.0 * DAY as f64));
-        min = (1.0 / x).max(MINUTE as f64);
+        last = Some(point);
+        let mut x = point.0 + (aim - point.1) / power;
+        // Inside the bracket, and not at its ends: at least a tenth of the way in.
+        if let (Some(o), Some(u)) = (over, under) {
+            let (lo, hi) = (u.0.min(o.0), u.0.max(o.0));
+            let margin = 0.1 * (hi - lo);
+            x = x.clamp(lo + margin, hi - margin);
+        }
+        // MIN_TIME from a minute to MAX_TIME.
+        min = (-x).exp().clamp(MINUTE as f64, shape.max_ms as f64);
     }
     Ok(best)
 }
