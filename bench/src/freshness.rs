@@ -40,6 +40,7 @@
 use crate::error::{BenchResult, Context, check};
 use crate::report::Figure;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -865,6 +866,31 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
+/// Only fixed daily and DDS's best variant at no more than its fetches (`--only
+/// freshness-dds`): the search alone, its rows and its figures, without the other schedules.
+pub async fn run_dds(quick: bool) -> BenchResult<Vec<Figure>> {
+    let size = size(quick);
+    let label = format!(
+        "{} pages, {} hosts, {} days",
+        size.pages, size.hosts, size.days
+    );
+    let label = label.as_str();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let slots = Semaphore::new(cores);
+    let [fixed_daily, ..] = schedules(size);
+    let (name, recrawl) = fixed_daily;
+    let fixed = measure(name, recrawl, size, label, &slots).await?;
+    let best = dds_best(fixed.0.fetches, size, label, &slots).await?;
+    let mut figures = Vec::new();
+    let mut rows = Vec::new();
+    for (row, row_figures) in [fixed, best] {
+        figures.extend(row_figures);
+        rows.push(row);
+    }
+    eprintln!("{}", table(label, &rows));
+    Ok(figures)
+}
+
 /// The estimator's row at about `target` fetches over the run (`at_most`: at no more than
 /// them). Its sitemap refreshes and its exploring come on top of its budget, by an amount that
 /// varies with the budget, so the budget is calibrated: from the run at fixed daily's budget
@@ -932,7 +958,8 @@ fn changing_mean(row: &Row) -> f64 {
 /// before it slows down, so at fixed daily's cost that interval is about a day for 3 weeks).
 /// MIN_TIME, which scales every interval, is calibrated for each.
 const DDS_INITIAL: [f64; 2] = [10.0, 24.0];
-const DDS_FACTOR_CHANGE: [f64; 3] = [1.3, 1.5, 2.0];
+/// The best at `--quick` first (a run cut short has them).
+const DDS_FACTOR_CHANGE: [f64; 3] = [2.0, 1.5, 1.3];
 const DDS_BEST_NAME: &str = "DDS best at fixed daily's fetches";
 /// MIN_TIME's first try (DDS tuned's 1 h made twice fixed daily's fetches), the runs one shape
 /// may take, and the share of the target a run must reach to stop early.
@@ -952,20 +979,22 @@ async fn dds_best(
     label: &str,
     slots: &Semaphore,
 ) -> BenchResult<(Row, Vec<Figure>)> {
-    let shapes = DDS_INITIAL.iter().flat_map(|&initial_factor| {
-        DDS_FACTOR_CHANGE
-            .iter()
-            .map(move |&factor_change| Schedule {
-                min_ms: DDS_FIRST_MIN as u64,
-                max_ms: 7 * DAY as u64,
-                initial_factor,
-                zero_actions: 1,
-                factor_change,
-            })
+    let shapes = DDS_FACTOR_CHANGE.iter().flat_map(|&factor_change| {
+        DDS_INITIAL.iter().map(move |&initial_factor| Schedule {
+            min_ms: DDS_FIRST_MIN as u64,
+            max_ms: 7 * DAY as u64,
+            initial_factor,
+            zero_actions: 1,
+            factor_change,
+        })
     });
-    let found = futures_util::future::join_all(
+    // Shape after shape as slots free up, so that a run cut short has whole shapes done.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let found: Vec<_> = futures_util::stream::iter(
         shapes.map(|shape| dds_at_most(shape, target, size, label, slots)),
     )
+    .buffered(cores)
+    .collect()
     .await;
     let mut best: Option<(Row, Vec<Figure>)> = None;
     for candidate in found {
@@ -1026,11 +1055,6 @@ async fn dds_at_most(
             schedule.factor_change
         );
         let (row, figures) = measure(&name, adaptive(schedule), size, label, slots).await?;
-        eprintln!(
-            "  freshness: {name}: {} fetches, {:.2} h mean staleness over every changing page",
-            row.fetches,
-            changing_mean(&row)
-        );
         let fetches = row.fetches;
         let point = (-(schedule.min_ms as f64).ln(), (fetches.max(1) as f64).ln());
         if fetches <= target {
@@ -1194,7 +1218,11 @@ async fn measure(
         "s",
         wall,
     ));
-    eprintln!("  freshness: {name}: {fetches} fetches, {wall:.1} s");
+    eprintln!(
+        "  freshness: {name}: {fetches} fetches, {:.2} h mean staleness over every changing \
+         page, {wall:.1} s",
+        mean / HOUR as f64
+    );
     Ok((row, figures))
 }
 
