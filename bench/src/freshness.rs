@@ -30,8 +30,8 @@
 //! (a multi-thread runtime cost a futex wake and a context switch or two per request, and
 //! made `--quick` 1.5 times slower). The simulations are independent, so as many run at once
 //! as there are cores. What is left per fetch is the crawler's own path through the in-memory
-//! store (its due queries clone the tasks they return, the sweeper's water level reads every
-//! sampled page): on a profile of an estimator run the fetcher, loopback HTTP included, was
+//! store (its due queries clone the summaries they return, which its due index holds, and the
+//! sweeper's water level reads every sampled page): on a profile of an estimator run the fetcher, loopback HTTP included, was
 //! 11% of the time.
 //! Why the first full-size run never finished: the
 //! in-memory store answered every turn's due query by reading and sorting all the crawl's tasks
