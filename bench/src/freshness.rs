@@ -18,17 +18,20 @@
 //! fraction of page-time fresh is summed over the pages of a class.
 //!
 //! Schedules compared: fixed daily, the document's adaptive defaults, an adaptive setting tuned
-//! for a collection that mostly does not change, and the change-rate estimator given fixed
-//! daily's budget (one fetch per page per day), then at the fetches DDS tuned made; beside them
-//! the ideal (every rate known, periodic fetches, steady state) the target is read against.
+//! for a collection that mostly does not change, DDS's best variant at no more than fixed
+//! daily's fetches (a grid of its parameters, MIN_TIME calibrated for each), and the
+//! change-rate estimator given fixed daily's budget (one fetch per page per day), then at the
+//! fetches fixed daily and DDS tuned made; beside them the ideal (every rate known, periodic
+//! fetches, steady state). The target is read at equal cost: the estimator at fixed daily's
+//! fetches against half of DDS's best at no more than them.
 //!
 //! Each simulation runs on a thread of its own with a current-thread runtime: the site, the
 //! crawler and the HTTP client's connections share it, so a request wakes no other thread
 //! (a multi-thread runtime cost a futex wake and a context switch or two per request, and
 //! made `--quick` 1.5 times slower). The simulations are independent, so as many run at once
 //! as there are cores. What is left per fetch is the crawler's own path through the in-memory
-//! store (its due queries clone the tasks they return, the sweeper's water level reads every
-//! sampled page): on a profile of an estimator run the fetcher, loopback HTTP included, was
+//! store (its due queries clone the summaries they return, which its due index holds, and the
+//! sweeper's water level reads every sampled page): on a profile of an estimator run the fetcher, loopback HTTP included, was
 //! 11% of the time.
 //! Why the first full-size run never finished: the
 //! in-memory store answered every turn's due query by reading and sorting all the crawl's tasks
@@ -37,6 +40,7 @@
 use crate::error::{BenchResult, Context, check};
 use crate::report::Figure;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -738,7 +742,7 @@ pub fn size(quick: bool) -> Size {
 
 /// One schedule's line of the table.
 struct Row {
-    name: &'static str,
+    name: String,
     /// The estimator's budget (fetches a day); 0 for the other schedules.
     budget: u64,
     fetches: u64,
@@ -764,34 +768,79 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let one =
         |(name, recrawl): (&'static str, RecrawlPolicy)| measure(name, recrawl, size, label, slots);
     // Beside DDS defaults, the longest chain first: DDS tuned and the estimator at its budget,
-    // then the estimator calibrated to DDS tuned's fetches; fixed daily and the estimator at
-    // its fetches as slots free up.
+    // then the estimator calibrated to DDS tuned's fetches; fixed daily, then the estimator
+    // calibrated to its fetches beside DDS's search at them, as slots free up.
     let others = async {
         let (tuned, budget) = tokio::join!(one(tuned), one(budget));
         let (tuned, budget) = (tuned?, budget?);
         let start = &budget.0;
         let (at_tuned, fixed) = tokio::join!(
-            at_fetches(AT_TUNED_NAME, tuned.0.fetches, start, size, label, slots),
+            at_fetches(
+                AT_TUNED_NAME,
+                tuned.0.fetches,
+                false,
+                start,
+                size,
+                label,
+                slots
+            ),
             async {
                 let fixed = one(fixed_daily).await?;
-                let at_fixed =
-                    at_fetches(AT_FIXED_NAME, fixed.0.fetches, start, size, label, slots).await?;
-                BenchResult::Ok((fixed, at_fixed))
+                let target = fixed.0.fetches;
+                let (at_fixed, dds_best) = tokio::join!(
+                    at_fetches(AT_FIXED_NAME, target, true, start, size, label, slots),
+                    dds_best(target, size, label, slots)
+                );
+                BenchResult::Ok((fixed, at_fixed?, dds_best?))
             }
         );
-        let (fixed, at_fixed) = fixed?;
-        BenchResult::Ok([fixed, tuned, budget, at_fixed, at_tuned?])
+        let (fixed, at_fixed, dds_best) = fixed?;
+        BenchResult::Ok([fixed, tuned, dds_best, budget, at_fixed, at_tuned?])
     };
     let (defaults, others) = tokio::join!(one(defaults), others);
-    let [fixed_daily, tuned, budget, at_fixed, at_tuned] = others?;
+    let [fixed_daily, tuned, dds_best, budget, at_fixed, at_tuned] = others?;
     let fixed = fixed_daily.0.fetches;
-    let mut figures = Vec::new();
+    let (estimated, best) = (changing_mean(&at_fixed.0), changing_mean(&dds_best.0));
+    let verdict = format!(
+        "target (the estimator's mean staleness over every changing page at most half the best \
+         DDS variant's, both at no more than fixed daily's {fixed} fetches): {}: the estimator \
+         {estimated:.2} h at {} fetches against half of {best:.2} h = {:.2} h ({})",
+        if estimated <= best / 2.0 {
+            "met"
+        } else {
+            "not met"
+        },
+        at_fixed.0.fetches,
+        best / 2.0,
+        dds_best.0.name,
+    );
+    let mut figures = vec![
+        Figure::single(
+            SECTION,
+            format!(
+                "target: estimator at fixed daily's fetches, every changing page: staleness mean \
+                 (<= half of DDS best at fixed daily's fetches) ({label})"
+            ),
+            "h",
+            estimated,
+        )
+        .at_most(best / 2.0),
+    ];
     let mut table_rows = Vec::new();
-    for (row, row_figures) in [fixed_daily, defaults?, tuned, budget, at_fixed, at_tuned] {
+    for (row, row_figures) in [
+        fixed_daily,
+        defaults?,
+        tuned,
+        dds_best,
+        budget,
+        at_fixed,
+        at_tuned,
+    ] {
         figures.extend(row_figures);
         table_rows.push(row);
     }
     eprintln!("{}", table(label, &table_rows));
+    eprintln!("{verdict}");
     let days = u64::try_from(size.days).unwrap_or(1).max(1);
     // What knowing every rate would give, at fixed daily's budget and at the fetches it made.
     for (budget, what) in [
@@ -817,39 +866,228 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
-/// The estimator's row at about `target` fetches over the run. Its sitemap refreshes and its
-/// exploring come on top of its budget, by an amount that varies with the budget, so the budget
-/// is calibrated: from the run at fixed daily's budget (`start`), a run at the budget that
-/// would make `target` if that amount stayed the same, then secant steps on (budget, fetches
-/// made), until a run is within `CALIBRATED` of `target` or `CALIBRATION_RUNS` were made; the
-/// last run is reported (its fetches are in the table).
+/// Only fixed daily and DDS's best variant at no more than its fetches (`--only
+/// freshness-dds`): the search alone, its rows and its figures, without the other schedules.
+pub async fn run_dds(quick: bool) -> BenchResult<Vec<Figure>> {
+    let size = size(quick);
+    let label = format!(
+        "{} pages, {} hosts, {} days",
+        size.pages, size.hosts, size.days
+    );
+    let label = label.as_str();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let slots = Semaphore::new(cores);
+    let [fixed_daily, ..] = schedules(size);
+    let (name, recrawl) = fixed_daily;
+    let fixed = measure(name, recrawl, size, label, &slots).await?;
+    let best = dds_best(fixed.0.fetches, size, label, &slots).await?;
+    let mut figures = Vec::new();
+    let mut rows = Vec::new();
+    for (row, row_figures) in [fixed, best] {
+        figures.extend(row_figures);
+        rows.push(row);
+    }
+    eprintln!("{}", table(label, &rows));
+    Ok(figures)
+}
+
+/// The estimator's row at about `target` fetches over the run (`at_most`: at no more than
+/// them). Its sitemap refreshes and its exploring come on top of its budget, by an amount that
+/// varies with the budget, so the budget is calibrated: from the run at fixed daily's budget
+/// (`start`), a run at the budget that would make `target` if that amount stayed the same,
+/// then secant steps on (budget, fetches made), until a run is within `CALIBRATED` of `target`
+/// (and, `at_most`, not over it: each step then aims half of that under it) or
+/// `CALIBRATION_RUNS` were made; the last run is reported (`at_most`: the last not over
+/// `target`, if any), its fetches in the table.
 async fn at_fetches(
     name: &'static str,
     target: u64,
+    at_most: bool,
     start: &Row,
     size: Size,
     label: &str,
     slots: &Semaphore,
 ) -> BenchResult<(Row, Vec<Figure>)> {
     let days = u64::try_from(size.days).unwrap_or(1).max(1) as f64;
+    let aim = if at_most {
+        target as f64 * (1.0 - CALIBRATED / 2.0)
+    } else {
+        target as f64
+    };
     let mut tried = vec![(start.budget as f64, start.fetches as f64)];
-    let mut budget = start.budget as f64 + (target as f64 - start.fetches as f64) / days;
+    let mut budget = start.budget as f64 + (aim - start.fetches as f64) / days;
+    let mut under: Option<(Row, Vec<Figure>)> = None;
     for run in 1..=CALIBRATION_RUNS {
         let (row, figures) =
             measure(name, estimator(budget.max(1.0) as u64), size, label, slots).await?;
-        let off = row.fetches.abs_diff(target) as f64 / target.max(1) as f64;
-        if run == CALIBRATION_RUNS || off <= CALIBRATED {
+        let fetches = row.fetches;
+        let off = fetches.abs_diff(target) as f64 / target.max(1) as f64;
+        let over = at_most && fetches > target;
+        if off <= CALIBRATED && !over {
             return Ok((row, figures));
         }
-        tried.push((budget, row.fetches as f64));
+        if run == CALIBRATION_RUNS {
+            return Ok(match under {
+                Some(kept) if over => kept,
+                _ => (row, figures),
+            });
+        }
+        tried.push((budget, fetches as f64));
+        if !over && under.as_ref().is_none_or(|(u, _)| fetches > u.fetches) {
+            under = Some((row, figures));
+        }
         budget = match tried[..] {
             [.., (b0, f0), (b1, f1)] if (f1 - f0).abs() > 0.0 => {
-                b1 + (target as f64 - f1) * (b1 - b0) / (f1 - f0)
+                b1 + (aim - f1) * (b1 - b0) / (f1 - f0)
             }
-            _ => budget * target as f64 / (row.fetches.max(1) as f64),
+            _ => budget * aim / (fetches.max(1) as f64),
         };
     }
     Err(check("calibration", "no run reported"))
+}
+
+/// The mean staleness (h) over every changing page of a row.
+fn changing_mean(row: &Row) -> f64 {
+    row.staleness.last().map_or(f64::NAN, |&(mean, _)| mean)
+}
+
+/// The shapes of DDS's schedule searched at fixed daily's fetches: INITIAL_NEXT_ACTION_FACTOR
+/// (the document's 10, the tuned 24) by FACTOR_CHANGE_FACTOR (the document's 1.3, the tuned
+/// 1.5, and 2), with ZERO_ACTIONS_FACTOR_CHANGE 1 and MAX_TIME 7 days (the tuned variant's; at
+/// the document's 20 a page that never changes is fetched 21 times at its starting interval
+/// before it slows down, so at fixed daily's cost that interval is about a day for 3 weeks).
+/// MIN_TIME, which scales every interval, is calibrated for each.
+const DDS_INITIAL: [f64; 2] = [10.0, 24.0];
+/// The best at `--quick` first (a run cut short has them).
+const DDS_FACTOR_CHANGE: [f64; 3] = [2.0, 1.5, 1.3];
+const DDS_BEST_NAME: &str = "DDS best at fixed daily's fetches";
+/// MIN_TIME's first try (DDS tuned's 1 h made twice fixed daily's fetches), the runs one shape
+/// may take, and the share of the target a run must reach to stop early.
+const DDS_FIRST_MIN: Millis = 3 * HOUR;
+const DDS_CALIBRATION_RUNS: usize = 4;
+const DDS_CLOSE: f64 = 0.97;
+/// How fetches first are taken to follow 1 / MIN_TIME (as its power): what `--quick`'s runs
+/// showed (0.26 to 0.35).
+const DDS_ELASTICITY: f64 = 0.3;
+
+/// DDS's best variant at no more than `target` fetches: every shape of the grid with its
+/// MIN_TIME calibrated, the lowest mean staleness over every changing page. Its row is named
+/// with its parameters; its figures under `DDS_BEST_NAME`, to compare across runs.
+async fn dds_best(
+    target: u64,
+    size: Size,
+    label: &str,
+    slots: &Semaphore,
+) -> BenchResult<(Row, Vec<Figure>)> {
+    let shapes = DDS_FACTOR_CHANGE.iter().flat_map(|&factor_change| {
+        DDS_INITIAL.iter().map(move |&initial_factor| Schedule {
+            min_ms: DDS_FIRST_MIN as u64,
+            max_ms: 7 * DAY as u64,
+            initial_factor,
+            zero_actions: 1,
+            factor_change,
+        })
+    });
+    // Shape after shape as slots free up, so that a run cut short has whole shapes done.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let found: Vec<_> = futures_util::stream::iter(
+        shapes.map(|shape| dds_at_most(shape, target, size, label, slots)),
+    )
+    .buffered(cores)
+    .collect()
+    .await;
+    let mut best: Option<(Row, Vec<Figure>)> = None;
+    for candidate in found {
+        let Some((row, figures)) = candidate? else {
+            continue;
+        };
+        if best
+            .as_ref()
+            .is_none_or(|(b, _)| changing_mean(&row) < changing_mean(b))
+        {
+            best = Some((row, figures));
+        }
+    }
+    let (mut row, figures) =
+        best.ok_or_else(|| check("DDS search", "no shape made at most fixed daily's fetches"))?;
+    let figures = figures
+        .into_iter()
+        .map(|mut figure| {
+            figure.name = figure.name.replacen(&row.name, DDS_BEST_NAME, 1);
+            figure
+        })
+        .collect();
+    row.name = format!("{DDS_BEST_NAME} {}", row.name.trim_start_matches("DDS "));
+    Ok((row, figures))
+}
+
+/// `shape`'s run with the most fetches at most `target`, MIN_TIME calibrated: fetches are taken
+/// as a power of 1 / MIN_TIME (a floor that does not move with it — the lying sitemaps'
+/// refreshes, the pages at MAX_TIME — makes them fall more slowly than 1 / MIN_TIME:
+/// `DDS_ELASTICITY` at first, then the power the runs so far show), each step aiming 2% under
+/// `target` and kept inside the range the runs above and below it bound, until a run is
+/// within `DDS_CLOSE` of it or `DDS_CALIBRATION_RUNS` were made. None if every run made more.
+async fn dds_at_most(
+    shape: Schedule,
+    target: u64,
+    size: Size,
+    label: &str,
+    slots: &Semaphore,
+) -> BenchResult<Option<(Row, Vec<Figure>)>> {
+    let aim = (0.98 * target as f64).ln();
+    let mut min = DDS_FIRST_MIN as f64;
+    // The runs closest to the target from above and from below, as (ln 1/MIN_TIME, ln fetches),
+    // and the last run.
+    let mut over: Option<(f64, f64)> = None;
+    let mut under: Option<(f64, f64)> = None;
+    let mut last: Option<(f64, f64)> = None;
+    let mut best: Option<(Row, Vec<Figure>)> = None;
+    for _ in 0..DDS_CALIBRATION_RUNS {
+        let schedule = Schedule {
+            min_ms: (min / MINUTE as f64).round().max(1.0) as u64 * MINUTE as u64,
+            ..shape
+        };
+        let name = format!(
+            "DDS ({:.2} h, 7 d, {}, {}, {})",
+            schedule.min_ms as f64 / HOUR as f64,
+            schedule.initial_factor,
+            schedule.zero_actions,
+            schedule.factor_change
+        );
+        let (row, figures) = measure(&name, adaptive(schedule), size, label, slots).await?;
+        let fetches = row.fetches;
+        let point = (-(schedule.min_ms as f64).ln(), (fetches.max(1) as f64).ln());
+        if fetches <= target {
+            if best.as_ref().is_none_or(|(b, _)| fetches > b.fetches) {
+                best = Some((row, figures));
+            }
+            if fetches as f64 >= DDS_CLOSE * target as f64 {
+                break;
+            }
+            under = under.filter(|u| u.1 > point.1).or(Some(point));
+        } else {
+            over = over.filter(|o| o.1 < point.1).or(Some(point));
+        }
+        let power = match last {
+            Some((x0, f0))
+                if (point.0 - x0).abs() > 1e-9 && (point.1 - f0) / (point.0 - x0) > 0.0 =>
+            {
+                ((point.1 - f0) / (point.0 - x0)).clamp(0.05, 2.0)
+            }
+            _ => DDS_ELASTICITY,
+        };
+        last = Some(point);
+        let mut x = point.0 + (aim - point.1) / power;
+        // Inside the bracket, and not at its ends: at least a tenth of the way in.
+        if let (Some(o), Some(u)) = (over, under) {
+            let (lo, hi) = (u.0.min(o.0), u.0.max(o.0));
+            let margin = 0.1 * (hi - lo);
+            x = x.clamp(lo + margin, hi - margin);
+        }
+        // MIN_TIME from a minute to MAX_TIME.
+        min = (-x).exp().clamp(MINUTE as f64, shape.max_ms as f64);
+    }
+    Ok(best)
 }
 
 /// The mean staleness (h) of every change if each page's rate were known and it were fetched
@@ -881,7 +1119,7 @@ fn ideal(size: Size, seed: u64, settings: Estimator) -> f64 {
 /// Simulates one schedule once a slot is free, and returns its line of the table and its
 /// figures.
 async fn measure(
-    name: &'static str,
+    name: &str,
     recrawl: RecrawlPolicy,
     size: Size,
     label: &str,
@@ -908,7 +1146,7 @@ async fn measure(
         seen.sitemaps as f64,
     ));
     let mut row = Row {
-        name,
+        name: name.to_owned(),
         budget,
         fetches,
         staleness: Vec::new(),
@@ -980,7 +1218,11 @@ async fn measure(
         "s",
         wall,
     ));
-    eprintln!("  freshness: {name}: {fetches} fetches, {wall:.1} s");
+    eprintln!(
+        "  freshness: {name}: {fetches} fetches, {:.2} h mean staleness over every changing \
+         page, {wall:.1} s",
+        mean / HOUR as f64
+    );
     Ok((row, figures))
 }
 

@@ -91,6 +91,9 @@ enum Section {
     /// A fast host beside slow ones in one batch.
     Pace,
     Freshness,
+    /// Only the freshness section's search for DDS's best variant at fixed daily's fetches
+    /// (fixed daily, then the search; part of `freshness`).
+    FreshnessDds,
     Hosts,
     Storage,
     Extract,
@@ -429,6 +432,12 @@ async fn measure(args: &Args) -> Report {
     if wanted(Section::Freshness) {
         eprintln!("freshness simulation …");
         match freshness::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "freshness simulation", e),
+        }
+    } else if args.only.contains(&Section::FreshnessDds) {
+        eprintln!("freshness simulation: DDS's search at fixed daily's fetches …");
+        match freshness::run_dds(args.quick).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "freshness simulation", e),
         }

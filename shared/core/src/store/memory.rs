@@ -9,7 +9,7 @@ use super::{
     StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use trawl_domain::calls::CallTally;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -29,8 +29,10 @@ struct Tables {
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
     /// The hosts' due index (`due_tasks`), as SQLite's and DynamoDB's: (host, due, task) of
     /// every task with a due time, kept by every task write, so that a turn's query reads its
-    /// host's pages, not the crawl's.
-    due: BTreeMap<CrawlId, BTreeMap<String, BTreeSet<(Millis, TaskId)>>>,
+    /// host's pages, not the crawl's. Each entry holds the task's summary, as the stores'
+    /// index items do: a turn reads its host's due tasks again and again, and looking each
+    /// one up in the crawl's tasks was most of the freshness simulation's time.
+    due: BTreeMap<CrawlId, DueIndex>,
     hosts: BTreeMap<CrawlId, BTreeMap<String, Host>>,
     /// Kept by `put_host` for crawls created with them (`HostStore::host_counts`).
     host_counts: BTreeMap<CrawlId, HostCounts>,
@@ -68,25 +70,34 @@ impl Requests {
     }
 }
 
+/// One crawl's due index: per host, its tasks with a due time by (due, task), with their
+/// summaries.
+type DueIndex = BTreeMap<String, BTreeMap<(Millis, TaskId), TaskSummary>>;
+
+/// Keeps `due` for a task written over `before` (None: a new task).
+fn index(due: &mut BTreeMap<CrawlId, DueIndex>, before: Option<&Task>, after: &Task) {
+    let key = |t: &Task| t.due_at().map(|at| (t.host(), (at, t.task_id.clone())));
+    let (old, new) = (before.and_then(key), key(after));
+    if old.is_none() && new.is_none() {
+        return;
+    }
+    let hosts = due.entry(after.crawl_id.clone()).or_default();
+    if let Some((host, at)) = old
+        && let Some(tasks) = hosts.get_mut(&host)
+    {
+        tasks.remove(&at);
+    }
+    if let Some((host, at)) = new {
+        hosts
+            .entry(host)
+            .or_default()
+            .insert(at, TaskSummary::from(after));
+    }
+}
+
 impl Tables {
     fn task(&self, crawl_id: &CrawlId, task_id: &TaskId) -> Option<&Task> {
         self.tasks.get(crawl_id)?.get(task_id)
-    }
-
-    /// Keeps the due index for a task written over `before` (None: a new task).
-    fn index(&mut self, before: Option<&Task>, after: &Task) {
-        let key = |t: &Task| t.due_at().map(|due| (t.host(), due, t.task_id.clone()));
-        let (old, new) = (before.and_then(key), key(after));
-        if old == new {
-            return;
-        }
-        let hosts = self.due.entry(after.crawl_id.clone()).or_default();
-        if let Some((host, due, id)) = old {
-            hosts.entry(host).or_default().remove(&(due, id));
-        }
-        if let Some((host, due, id)) = new {
-            hosts.entry(host).or_default().insert((due, id));
-        }
     }
 
     fn tasks_of(&self, crawl_id: &CrawlId) -> impl Iterator<Item = &Task> {
@@ -212,7 +223,7 @@ impl TaskRecords for MemoryStore {
                     match crawl.entry(insert.task.task_id.clone()) {
                         Entry::Vacant(slot) => {
                             slot.insert(insert.task.clone());
-                            t.index(None, &insert.task);
+                            index(&mut t.due, None, &insert.task);
                             Seeded::Created
                         }
                         Entry::Occupied(_) => Seeded::AlreadyKnown,
@@ -247,8 +258,7 @@ impl TaskRecords for MemoryStore {
                 Some(stored) => match update.apply(stored) {
                     Some(next) => {
                         let before = std::mem::replace(stored, next);
-                        let after = stored.clone();
-                        t.index(Some(&before), &after);
+                        index(&mut t.due, Some(&before), stored);
                         Applied::Done { before }
                     }
                     None => Applied::Refused {
@@ -310,12 +320,7 @@ impl TaskRecords for MemoryStore {
             let Some(due) = t.due.get(crawl_id).and_then(|hosts| hosts.get(host)) else {
                 return Ok(Vec::new());
             };
-            Ok(due
-                .iter()
-                .filter_map(|(_, id)| t.task(crawl_id, id))
-                .take(limit as usize)
-                .map(TaskSummary::from)
-                .collect())
+            Ok(due.values().take(limit as usize).cloned().collect())
         })
     }
 
