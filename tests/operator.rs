@@ -189,19 +189,19 @@ async fn site() -> Site {
         Route::content("text/plain", "User-agent: *\nAllow: /\n"),
     );
     for i in 0..PAGES {
-        let links: String = [i + 1, i + 2, 0]
-            .iter()
-            .filter(|&&j| j < PAGES)
-            .map(|j| format!(r#"<a href="/p/{j}.html">{j}</a> "#))
-            .collect();
-        site.route(
-            &format!("/p/{i}.html"),
-            Route::html(format!(
-                r#"<html lang="en"><title>Page {i}</title><h1>page {i}</h1>{links}"#
-            )),
-        );
+        site.route(&format!("/p/{i}.html"), Route::html(page_html(i)));
     }
     site
+}
+
+/// Page `i` of `site()`: a title, a heading and links to the next two pages and the first.
+fn page_html(i: usize) -> String {
+    let links: String = [i + 1, i + 2, 0]
+        .iter()
+        .filter(|&&j| j < PAGES)
+        .map(|j| format!(r#"<a href="/p/{j}.html">{j}</a> "#))
+        .collect();
+    format!(r#"<html lang="en"><title>Page {i}</title><h1>page {i}</h1>{links}"#)
 }
 
 /// The four functions' handlers, wired as their `main.rs` wires them, on the deployed stack.
@@ -656,12 +656,7 @@ async fn generations_run_through_the_four_handlers_recrawl_with_a_delta_then_res
 
     // GIVEN page 8 back as it was
     let (still_removed, back) = ([6, 7], 8);
-    let links =
-        r#"<a href="/p/9.html">9</a> <a href="/p/10.html">10</a> <a href="/p/0.html">0</a> "#;
-    site.route(
-        &format!("/p/{back}.html"),
-        Route::html(format!("<h1>page {back}</h1>{links}")),
-    );
+    site.route(&format!("/p/{back}.html"), Route::html(page_html(back)));
 
     // WHEN the next generation is asked for
     functions
