@@ -18,6 +18,12 @@
 //! one run) and at a limit ten times below the lines (ten runs a side, spilled through the
 //! object store): bytes read (manifests and runs) per manifest byte, runs, and the entries held
 //! in memory at most.
+//!
+//! Then one generation by layout (also `--only delivery-layouts`; issue 29): 100,000 pages
+//! (10,000 with `--quick`) of ~2 KB, stored as objects, or appended to segments, delivered with
+//! their pages copied (objects; segments) or by reference (segments), in process over the
+//! in-memory stores: time, the deliverer's CPU per page, the bytes it read from the object
+//! store and the object requests it made, beside the bytes the pages hold.
 
 use crate::error::{BenchResult, Context, check};
 use crate::latency::{Latency, LatentBlobs, LatentStore};
@@ -28,14 +34,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trawl_core::app::{App, Ports, Store, Unwired};
 use trawl_core::blob::memory::MemoryBlobStore;
-use trawl_core::blob::{BlobStore, Body, Layout, ObjectMeta};
+use trawl_core::blob::{BlobStore, Body, Layout, ObjectMeta, segment};
 use trawl_core::deliver::{Deliverer, DeliveryLimits, ManifestLine, compare_manifests};
 use trawl_core::frontier::seed_tasks;
 use trawl_core::store::ClaimOutcome;
 use trawl_core::store::memory::MemoryStore;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::crawl::{Crawl, CrawlConfig, DeliveredPages, StorageLayout};
 use trawl_domain::task::{FetchRecord, Millis, NewTask, now_ms};
 
 const SECTION: &str = "delivery";
@@ -58,9 +64,32 @@ async fn fill<S: Store, B: BlobStore>(
     hosts: usize,
     label: &str,
 ) -> BenchResult<CrawlId> {
+    fill_as(
+        store,
+        blobs,
+        layout,
+        CrawlConfig::default(),
+        pages,
+        hosts,
+        label,
+    )
+    .await
+}
+
+/// `fill`, the crawl configured with `config` (its bodies laid out as it says).
+async fn fill_as<S: Store, B: BlobStore>(
+    store: &S,
+    blobs: &B,
+    layout: &Layout,
+    config: CrawlConfig,
+    pages: usize,
+    hosts: usize,
+    label: &str,
+) -> BenchResult<CrawlId> {
     let now = now_ms();
     let id = CrawlId::parse(&format!("deliver-{label}-{pages}")).step("crawl id")?;
-    let crawl = Crawl::new(id.clone(), CrawlConfig::default(), now);
+    let segments = config.storage.layout == StorageLayout::Segments;
+    let crawl = Crawl::new(id.clone(), config, now);
     store.create_crawl(&crawl).await.step("create crawl")?;
     let urls: Vec<CanonicalUrl> = (0..pages)
         .map(|i| CanonicalUrl::parse(&format!("http://h{}.deliver.invalid/p{i}", i % hosts)))
@@ -79,7 +108,7 @@ async fn fill<S: Store, B: BlobStore>(
         seed_tasks(store, &crawl, tasks, now).await.step("seed")?;
     }
     let finished = futures_util::stream::iter(&urls)
-        .map(|url| finish_one(store, blobs, layout, &id, url, now))
+        .map(|url| finish_one(store, blobs, layout, segments, &id, url, now))
         .buffer_unordered(FILL_AT_ONCE)
         .collect::<Vec<_>>()
         .await;
@@ -98,6 +127,7 @@ async fn finish_one<S: Store, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,
+    segments: bool,
     crawl: &CrawlId,
     url: &CanonicalUrl,
     now: Millis,
@@ -112,16 +142,36 @@ async fn finish_one<S: Store, B: BlobStore>(
     };
     let body = Body::new(format!("<html><p>{url}</p>{}</html>", "x".repeat(2_000)));
     let md5 = body.md5_hex();
-    let key = layout.html_key(crawl, &task_id, &md5);
-    let meta = ObjectMeta {
-        content_type: "text/html".into(),
-        source_url: url.as_str().to_owned(),
-        compress: false,
-    };
     let length = body.bytes().len() as u64;
-    blobs.put(&key, body, &meta).await.step("store body")?;
+    let (key, span) = if segments {
+        let page = segment::Page {
+            target_uri: url.as_str(),
+            fetched_at: now,
+            http_status: 200,
+            content_type: Some("text/html"),
+            body: &body,
+            items: None,
+        };
+        let encoded = segment::encode(&page).step("encode page")?;
+        let dir = layout.segments_prefix(crawl);
+        let appended = blobs
+            .append(&dir, encoded.records)
+            .await
+            .step("append page")?;
+        (appended.key, Some(appended.span))
+    } else {
+        let key = layout.html_key(crawl, &task_id, &md5);
+        let meta = ObjectMeta {
+            content_type: "text/html".into(),
+            source_url: url.as_str().to_owned(),
+            compress: false,
+        };
+        blobs.put(&key, body, &meta).await.step("store body")?;
+        (key, None)
+    };
     let record = FetchRecord {
         object_key: Some(key),
+        span,
         md5: Some(md5),
         http_status: 200,
         content_type: Some("text/html".into()),
@@ -162,12 +212,14 @@ async fn deliver_once<P: Ports>(
         .await
         .step("deliver")?;
     let (secs, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds("self")? - cpu);
-    if report.summary.warc.pages != pages as u64 || report.summary.tasks != pages as u64 {
+    let warc = &report.summary.warc;
+    let delivered = warc.pages + warc.referenced;
+    if delivered != pages as u64 || report.summary.tasks != pages as u64 || warc.problems > 0 {
         return Err(check(
             "delivery",
             format!(
-                "{} tasks, {} pages delivered of {pages}",
-                report.summary.tasks, report.summary.warc.pages
+                "{} tasks, {delivered} pages delivered of {pages}, {} problems",
+                report.summary.tasks, warc.problems
             ),
         ));
     }
@@ -436,7 +488,88 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     let mut figures = modelled(modelled_pages, 100).await?;
     figures.extend(on_moto(moto_pages, 24).await?);
     figures.extend(run_delta(quick).await?);
+    figures.extend(run_layouts(quick).await?);
     Ok(figures)
+}
+
+/// How a generation is stored and delivered: objects copied, segments copied, segments by
+/// reference.
+const SHAPES: [(StorageLayout, DeliveredPages); 3] = [
+    (StorageLayout::Objects, DeliveredPages::Copy),
+    (StorageLayout::Segments, DeliveredPages::Copy),
+    (StorageLayout::Segments, DeliveredPages::Reference),
+];
+
+/// One generation delivered in each of `SHAPES`, in process (no modelled latency: what is
+/// compared is the work, not the waits).
+pub async fn run_layouts(quick: bool) -> BenchResult<Vec<Figure>> {
+    let pages = if quick { 10_000 } else { 100_000 };
+    let hosts = 100;
+    let mut out = Vec::new();
+    for (layout, delivered) in SHAPES {
+        let shape = format!("{}, pages {}", layout.name(), delivered.name());
+        eprintln!("  delivery: {pages} pages, {shape}");
+        let memory = MemoryStore::new();
+        let objects = MemoryBlobStore::new();
+        let keys = Layout::new("bench");
+        let mut config = CrawlConfig::default();
+        config.storage.layout = layout;
+        config.delivery.pages = Some(delivered);
+        let label = format!("{}-{}", layout.name(), delivered.name());
+        let crawl = fill_as(&memory, &objects, &keys, config, pages, hosts, &label).await?;
+        let stored = stored_bytes(&objects, &keys, &crawl).await?;
+        let blobs = LatentBlobs::new(objects, Duration::ZERO);
+        let calls = Arc::new(CallCounts::default());
+        let app = Arc::new(App::new(memory, blobs, Unwired, calls).with_layout(keys));
+        let limits = DeliveryLimits::DEFAULT;
+        let writers = limits.writers_for(pages as u64);
+        let (secs, cpu, _) = deliver_once(&app, &crawl, writers, pages).await?;
+        let (read, requests) = (app.blobs.take_bytes_read(), app.blobs.take_requests());
+        let name = |what: &str| {
+            format!("one generation of {pages} pages, {shape}, {writers} writer(s): {what}")
+        };
+        out.extend([
+            Figure::single(SECTION, name("seconds"), "s", secs),
+            Figure::single(
+                SECTION,
+                name("CPU of the deliverer per page"),
+                "ms",
+                cpu * 1e3 / pages as f64,
+            ),
+            Figure::single(
+                SECTION,
+                name("bytes the pages hold (stored)"),
+                "MB",
+                stored as f64 / 1e6,
+            ),
+            Figure::single(SECTION, name("bytes read"), "MB", read as f64 / 1e6),
+            Figure::single(
+                SECTION,
+                name("object requests"),
+                "requests",
+                requests as f64,
+            ),
+        ]);
+    }
+    Ok(out)
+}
+
+/// Bytes of the crawl's stored pages (objects or segments) in `blobs`.
+async fn stored_bytes(
+    blobs: &MemoryBlobStore,
+    layout: &Layout,
+    crawl: &CrawlId,
+) -> BenchResult<u64> {
+    let mut total = 0;
+    for key in blobs
+        .list(&layout.crawl_prefix(crawl))
+        .await
+        .step("list the pages")?
+    {
+        let bytes = blobs.get(&key).await.step("read a page")?;
+        total += bytes.map_or(0, |b| b.len() as u64);
+    }
+    Ok(total)
 }
 
 /// The delta alone: at the default limit, and at a limit ten times below the lines.

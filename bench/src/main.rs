@@ -78,6 +78,9 @@ enum Section {
     Delivery,
     /// Only the delta's bytes read per manifest byte (part of `delivery`).
     Delta,
+    /// Only one generation delivered by layout, pages copied or referenced (part of
+    /// `delivery`).
+    DeliveryLayouts,
     /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
     /// asked for).
     Handlers,
@@ -361,11 +364,20 @@ async fn measure(args: &Args) -> Report {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "deliveries", e),
         }
-    } else if args.only.contains(&Section::Delta) {
-        eprintln!("the delta at 10^5 and 10^6 lines …");
-        match delivery::run_delta(args.quick).await {
-            Ok(figures) => report.figures.extend(figures),
-            Err(e) => failed(&mut report, "delta", e),
+    } else {
+        if args.only.contains(&Section::Delta) {
+            eprintln!("the delta at 10^5 and 10^6 lines …");
+            match delivery::run_delta(args.quick).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "delta", e),
+            }
+        }
+        if args.only.contains(&Section::DeliveryLayouts) {
+            eprintln!("one generation delivered by layout …");
+            match delivery::run_layouts(args.quick).await {
+                Ok(figures) => report.figures.extend(figures),
+                Err(e) => failed(&mut report, "delivery by layout", e),
+            }
         }
     }
     if wanted(Section::Completion) {

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use trawl_domain::crawl::{CheckpointFormat, StorageLayout};
+use trawl_domain::crawl::{CheckpointFormat, DeliveredPages, StorageLayout};
 use trawl_domain::paging::PageTemplate;
 
 /// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
@@ -324,6 +324,12 @@ pub struct CrawlArgs {
     /// crawl's life.
     #[arg(long, value_name = "LAYOUT", value_parser = parse_layout)]
     pub layout: Option<StorageLayout>,
+    /// What a delivery holds of the pages: `copy` (each page copied into its
+    /// `pages-NNNNN.warc.gz`; the objects layout's default) or `reference` (the manifest names
+    /// each page's segment, offset and length; the segments layout's default)
+    /// (`delivery.pages`).
+    #[arg(long, value_name = "HOW", value_parser = parse_delivered_pages)]
+    pub deliver_pages: Option<DeliveredPages>,
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
     #[arg(long)]
     pub inherit_data: bool,
@@ -564,6 +570,10 @@ fn parse_concurrency(raw: &str) -> Result<usize, String> {
 
 fn parse_checkpoint_format(raw: &str) -> Result<CheckpointFormat, String> {
     CheckpointFormat::parse(raw).ok_or_else(|| "expected rfc3339, epoch_ms or epoch_s".to_owned())
+}
+
+fn parse_delivered_pages(raw: &str) -> Result<DeliveredPages, String> {
+    DeliveredPages::parse(raw).ok_or_else(|| "expected `copy` or `reference`".to_owned())
 }
 
 fn parse_layout(raw: &str) -> Result<StorageLayout, String> {

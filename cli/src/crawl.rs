@@ -219,6 +219,9 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
     if let Some(layout) = args.layout {
         config.storage.layout = layout;
     }
+    if args.deliver_pages.is_some() {
+        config.delivery.pages = args.deliver_pages;
+    }
     config.scope.inherit_data |= args.inherit_data;
     config.analysis.page |= args.analyse_pages;
     if args.auto_checkpoint.is_some() {

@@ -711,6 +711,73 @@ pub struct CrawlConfig {
     /// The built-in analysis of each HTML page fetched (Docido's `_analysis`).
     #[serde(skip_serializing_if = "Analysis::is_off")]
     pub analysis: Analysis,
+    /// What a delivery holds of the pages besides their manifest lines.
+    #[serde(skip_serializing_if = "DeliveryOutput::is_default")]
+    pub delivery: DeliveryOutput,
+}
+
+impl CrawlConfig {
+    /// Whether a delivery copies its pages into WARC files of its own or points at where they
+    /// are stored: as asked, else by the layout (`DeliveredPages::default_for`).
+    pub fn delivered_pages(&self) -> DeliveredPages {
+        self.delivery
+            .pages
+            .unwrap_or_else(|| DeliveredPages::default_for(self.storage.layout))
+    }
+}
+
+/// What a crawl's deliveries hold besides their manifests (the configuration's `delivery`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryOutput {
+    /// Copied or referenced pages; None: the layout's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pages: Option<DeliveredPages>,
+}
+
+impl DeliveryOutput {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// How a delivery gives its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveredPages {
+    /// Each stored page copied, with its request, into the delivery's `pages-NNNNN.warc.gz`:
+    /// a delivery that holds everything, read page by page from storage.
+    Copy,
+    /// No page copied: each manifest line names where its page is stored (a segment, offset
+    /// and length: valid WARC as they are, like a CDX index's), and no page is read.
+    Reference,
+}
+
+impl DeliveredPages {
+    /// Objects are copied: one object per page is no WARC. Segments are referenced: their bytes
+    /// are WARC already, and copying them would read and write every page of every generation
+    /// again (on S3, a GET per page and the bytes a second time).
+    pub fn default_for(layout: StorageLayout) -> Self {
+        match layout {
+            StorageLayout::Objects => DeliveredPages::Copy,
+            StorageLayout::Segments => DeliveredPages::Reference,
+        }
+    }
+
+    /// The name configurations use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeliveredPages::Copy => "copy",
+            DeliveredPages::Reference => "reference",
+        }
+    }
+
+    /// The choice a name gives.
+    pub fn parse(name: &str) -> Option<Self> {
+        [DeliveredPages::Copy, DeliveredPages::Reference]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
 }
 
 /// What the crawler reads from every HTML page it fetches, besides links and items.
@@ -808,6 +875,7 @@ impl Default for CrawlConfig {
             auto_checkpoint: None,
             paused: false,
             analysis: Analysis::default(),
+            delivery: DeliveryOutput::default(),
         }
     }
 }

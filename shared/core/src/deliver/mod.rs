@@ -76,7 +76,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, transition};
+use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, DeliveredPages, transition};
 use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
 
@@ -538,6 +538,8 @@ struct Loaded {
 }
 
 enum BodyLookup {
+    /// Not read: the delivery points at where the page is stored.
+    Referenced,
     Found(Bytes),
     /// A page's records in a segment, as stored: copied into the WARC as they are.
     Records(Bytes),
@@ -578,6 +580,7 @@ impl Tally {
         }
         self.page_bytes += segment.page_bytes;
         self.warc.pages += segment.warc.pages;
+        self.warc.referenced += segment.warc.referenced;
         self.warc.problems += segment.warc.problems;
         let room = summary::PROBLEM_SAMPLES.saturating_sub(self.warc.problem_samples.len());
         self.warc
@@ -724,7 +727,8 @@ fn segment_number(name: &str) -> u32 {
 struct Segment<U> {
     number: u32,
     manifest: GzipFile<U>,
-    pages: GzipFile<U>,
+    /// None when the crawl's pages are delivered by reference (`DeliveredPages::Reference`).
+    pages: Option<GzipFile<U>>,
     lines: u64,
     records: u64,
     warcinfo_id: String,
@@ -732,41 +736,48 @@ struct Segment<U> {
 
 impl<U: BlobUpload> Segment<U> {
     fn full(&self, limits: &DeliveryLimits) -> bool {
-        self.pages.compressed() >= limits.pages_segment_bytes
+        self.pages
+            .as_ref()
+            .is_some_and(|pages| pages.compressed() >= limits.pages_segment_bytes)
             || self.manifest.compressed() >= limits.manifest_segment_bytes
     }
 
     async fn abort(self) {
         self.manifest.abort().await;
-        self.pages.abort().await;
+        if let Some(pages) = self.pages {
+            pages.abort().await;
+        }
     }
 
-    /// Completes both files; their index entries.
-    async fn complete(self) -> Result<[IndexedFile; 2], DeliverError> {
+    /// Completes its files; their index entries.
+    async fn complete(self) -> Result<Vec<IndexedFile>, DeliverError> {
         let manifest = match self.manifest.complete().await {
             Ok(written) => written,
             Err(e) => {
-                self.pages.abort().await;
+                if let Some(pages) = self.pages {
+                    pages.abort().await;
+                }
                 return Err(e);
             }
         };
-        let pages = self.pages.complete().await?;
-        Ok([
-            IndexedFile {
-                name: FileKind::Manifest.name(self.number),
-                kind: FileKind::Manifest,
-                bytes: manifest.bytes,
-                records: self.lines,
-                md5: manifest.md5,
-            },
-            IndexedFile {
+        let mut files = vec![IndexedFile {
+            name: FileKind::Manifest.name(self.number),
+            kind: FileKind::Manifest,
+            bytes: manifest.bytes,
+            records: self.lines,
+            md5: manifest.md5,
+        }];
+        if let Some(pages) = self.pages {
+            let pages = pages.complete().await?;
+            files.push(IndexedFile {
                 name: FileKind::Pages.name(self.number),
                 kind: FileKind::Pages,
                 bytes: pages.bytes,
                 records: self.records,
                 md5: pages.md5,
-            },
-        ])
+            });
+        }
+        Ok(files)
     }
 }
 
@@ -1309,7 +1320,7 @@ impl<P: Ports> Deliverer<P> {
         keys: &[String; 2],
         at: &mut Position,
         budget: &mut Budget,
-    ) -> Result<(Stop, Option<[IndexedFile; 2]>, Tally), DeliverError> {
+    ) -> Result<(Stop, Option<Vec<IndexedFile>>, Tally), DeliverError> {
         let crawl = pass.crawl;
         let mut segment = self
             .open_segment(crawl, pass.delivery_id, number, keys, pass.now)
@@ -1341,7 +1352,7 @@ impl<P: Ports> Deliverer<P> {
         pass: &TaskPass<'_>,
         part: Part,
         at: &Position,
-        files: Option<[IndexedFile; 2]>,
+        files: Option<Vec<IndexedFile>>,
         tally: Tally,
     ) -> Result<(), DeliverError> {
         // Held while saving: checkpoints are written in the order their states were made.
@@ -1367,7 +1378,8 @@ impl<P: Ports> Deliverer<P> {
     }
 
     /// Opens segment `number` (`keys`: its manifest and WARC keys, which outlive the uploads
-    /// that borrow them) and writes the WARC segment's `warcinfo` record.
+    /// that borrow them) and, when the crawl's pages are copied, writes the WARC segment's
+    /// `warcinfo` record.
     async fn open_segment<'k>(
         &'k self,
         crawl: &Crawl,
@@ -1378,20 +1390,23 @@ impl<P: Ports> Deliverer<P> {
     ) -> Result<Segment<impl BlobUpload + 'k>, DeliverError> {
         const GZIP: &str = "application/gzip";
         let manifest = GzipFile::new(self.blobs.upload(&keys[0], GZIP).await?);
-        let pages = match self.blobs.upload(&keys[1], GZIP).await {
-            Ok(upload) => GzipFile::with_level(upload, warc::LEVEL),
-            Err(e) => {
-                manifest.abort().await;
-                return Err(e.into());
-            }
-        };
         let mut segment = Segment {
             number,
             manifest,
-            pages,
+            pages: None,
             lines: 0,
             records: 0,
             warcinfo_id: warc::record_id(),
+        };
+        if crawl.config.delivered_pages() == DeliveredPages::Reference {
+            return Ok(segment);
+        }
+        match self.blobs.upload(&keys[1], GZIP).await {
+            Ok(upload) => segment.pages = Some(GzipFile::with_level(upload, warc::LEVEL)),
+            Err(e) => {
+                segment.abort().await;
+                return Err(e.into());
+            }
         };
         let robots = if crawl.config.politeness.respect_robots {
             "obey"
@@ -1418,8 +1433,11 @@ impl<P: Ports> Deliverer<P> {
             ],
         );
         let written = async {
-            segment.pages.write(&info).await?;
-            segment.pages.end_member().await
+            let Some(pages) = segment.pages.as_mut() else {
+                return Ok(());
+            };
+            pages.write(&info).await?;
+            pages.end_member().await
         }
         .await;
         if let Err(e) = written {
@@ -1458,7 +1476,8 @@ impl<P: Ports> Deliverer<P> {
             let page = patiently("read the tasks", &READ, || self.store.query(&query)).await?;
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
             for chunk in rest.chunks(PARALLEL_LOADS) {
-                let loaded = try_join_all(chunk.iter().map(|t| self.load(t))).await?;
+                let copy = segment.pages.is_some();
+                let loaded = try_join_all(chunk.iter().map(|t| self.load(t, copy))).await?;
                 for item in loaded {
                     if let Some(item) = item {
                         self.write_task(segment, tally, crawl, &pass.paging, item)
@@ -1482,8 +1501,13 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// The full task and, when it is a page to archive, its body. None if the task vanished.
-    async fn load(&self, summary: &TaskSummary) -> Result<Option<Loaded>, DeliverError> {
+    /// The full task and, when it is a page to archive, its body (read only when pages are
+    /// copied). None if the task vanished.
+    async fn load(
+        &self,
+        summary: &TaskSummary,
+        copy: bool,
+    ) -> Result<Option<Loaded>, DeliverError> {
         let read = || self.store.get(&summary.crawl_id, &summary.task_id);
         let Some(task) = patiently("read a task", &READ, read).await? else {
             return Ok(None);
@@ -1495,6 +1519,7 @@ impl<P: Ports> Deliverer<P> {
             .and_then(|f| f.object_key.as_deref());
         let span = task.fetch.as_ref().and_then(|f| f.span);
         let body = match (key, span) {
+            (Some(_), _) if !copy => Some(BodyLookup::Referenced),
             (Some(key), Some(span)) => {
                 let read = || self.blobs.get_range(key, span.offset, span.length);
                 Some(
@@ -1595,7 +1620,20 @@ impl<P: Ports> Deliverer<P> {
         body: BodyLookup,
     ) -> Result<(), DeliverError> {
         let key = fetch.object_key.as_deref().unwrap_or_default();
+        // By reference: the manifest line names where the page is stored; nothing is read.
+        let referenced = |tally: &mut Tally| {
+            tally.warc.referenced += 1;
+            tally.page_bytes += fetch.content_length;
+        };
+        let Some(warc) = segment.pages.as_mut() else {
+            referenced(tally);
+            return Ok(());
+        };
         let bytes = match body {
+            BodyLookup::Referenced => {
+                referenced(tally);
+                return Ok(());
+            }
             BodyLookup::Found(bytes) => bytes,
             BodyLookup::Records(records) => {
                 // Read by reference: the stored members are the WARC's, byte for byte (their
@@ -1609,10 +1647,10 @@ impl<P: Ports> Deliverer<P> {
                     id: &warc::record_id(),
                     response_id: None,
                 };
-                segment.pages.write(&request.record()).await?;
-                segment.pages.end_member().await?;
+                warc.write(&request.record()).await?;
+                warc.end_member().await?;
                 let count = fetch.span.map_or(1, |s| s.records());
-                segment.pages.copy_members(&records, count).await?;
+                warc.copy_members(&records, count).await?;
                 segment.records += count + 1;
                 tally.warc.pages += 1;
                 tally.page_bytes += fetch.content_length;
@@ -1645,7 +1683,6 @@ impl<P: Ports> Deliverer<P> {
             request_id: &request_id,
             response_id: &response_id,
         };
-        let warc = &mut segment.pages;
         warc.write(&exchange.request_record()).await?;
         warc.end_member().await?;
         warc.write(&exchange.response_head(&bytes)).await?;

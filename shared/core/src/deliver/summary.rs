@@ -217,6 +217,10 @@ pub struct ItemsDelta {
 pub struct WarcSummary {
     /// `request` + `response` pairs written.
     pub pages: u64,
+    /// Stored pages not copied: the crawl's pages are delivered by reference
+    /// (`DeliveredPages::Reference`), each manifest line naming where its page is stored.
+    #[serde(default)]
+    pub referenced: u64,
     /// Stored pages left out of the WARC: body missing or not matching the task's md5.
     pub problems: u64,
     /// The first problems, for a human to look at.
