@@ -781,6 +781,12 @@ impl<U: BlobUpload> Segment<U> {
     }
 }
 
+/// The items files' gzip level. Every generation writes its items twice (the items and their
+/// delta), ~1.3 KB of JSON a page with ten fields: at zlib's default (6) that was 7% of a local
+/// crawl's CPU with extraction (profile of the bench's 5,000 pages). Level 1 compresses the same
+/// items in less than half the time (gzip: 0.14 → 0.06 s) into a file 23% larger (1.15 → 1.41 MB).
+const ITEMS_LEVEL: flate2::Compression = flate2::Compression::fast();
+
 /// A manifest segment a delivery wrote (missing: the delivery is corrupt).
 async fn read_manifest<B: BlobStore>(blobs: &B, key: &str) -> Result<Bytes, DeliverError> {
     get_with_retry(blobs, key)
@@ -1939,7 +1945,8 @@ impl<P: Ports> Deliverer<P> {
     ) -> Result<IndexedFile, DeliverError> {
         let name = kind.name(0);
         let key = format!("{prefix}{name}");
-        let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
+        let upload = self.blobs.upload(&key, "application/gzip").await?;
+        let mut out = GzipFile::with_level(upload, ITEMS_LEVEL);
         let chunks = std::iter::once(Ok(head)).chain(records.iter().map(encode));
         for chunk in chunks {
             let written = match chunk {
