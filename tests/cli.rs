@@ -791,6 +791,36 @@ async fn kills_leave_no_task_naming_a_missing_or_wrong_body(layout: &str) {
         assert_eq!(read["responses"], 300, "{read}");
         assert_eq!(read["manifest_offsets"], 0, "{read}");
     }
+    // AND once the crawl is purged, its deliveries still open: a segment the pages were
+    // delivered by reference in is kept, objects copied into the delivery are deleted
+    let crawl_id = json_of(&output)["crawl_id"].as_str().unwrap().to_owned();
+    let purged = trawl(
+        &[
+            "purge",
+            "--crawl-id",
+            &crawl_id,
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        purged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&purged.stderr)
+    );
+    let purged = json_of(&purged);
+    assert_eq!(purged["tasks_deleted"], 300, "{purged}");
+    let read = warcio_check(&delivery).await;
+    if layout == "segments" {
+        assert!(purged["segments_kept"].as_u64().unwrap() >= 4, "{purged}");
+        assert_eq!(read["manifest_offsets"], 300, "{read}");
+    } else {
+        assert_eq!(purged["segments_kept"], 0, "{purged}");
+        assert_eq!(read["responses"], 300, "{read}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

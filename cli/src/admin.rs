@@ -476,13 +476,19 @@ async fn purge_crawl<P: Ports>(
     }
     if json {
         output::json(
-            &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted}),
+            &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted, "segments_kept": report.segments_kept}),
         );
     } else {
         output::line(format_args!(
             "purged {id}: {} task(s), {} object(s)",
             report.tasks_deleted, report.objects_deleted
         ));
+        if report.segments_kept > 0 {
+            output::line(format_args!(
+                "kept {} segment file(s): the crawl's deliveries point into them",
+                report.segments_kept
+            ));
+        }
     }
     Ok(())
 }

@@ -1043,6 +1043,29 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_layouts_pages_are_delivered_by_reference_unless_copies_are_asked_for() {
+        let mut config = CrawlConfig::default();
+        assert_eq!(config.delivered_pages(), DeliveredPages::Copy);
+        config.storage.layout = StorageLayout::Segments;
+        assert_eq!(config.delivered_pages(), DeliveredPages::Reference);
+        let asked: CrawlConfig = serde_json::from_value(serde_json::json!({
+            "storage": {"layout": "segments"},
+            "delivery": {"pages": "copy"}
+        }))
+        .unwrap();
+        assert_eq!(asked.delivered_pages(), DeliveredPages::Copy);
+        // The default is not written out: a stored crawl follows its layout's.
+        let written = serde_json::to_value(&config).unwrap();
+        assert!(written.get("delivery").is_none(), "{written}");
+        assert!(
+            serde_json::from_value::<CrawlConfig>(serde_json::json!({
+                "delivery": {"pages": "some"}
+            }))
+            .is_err()
+        );
+    }
+
+    #[test]
     fn a_delivery_lease_refuses_only_another_holder_until_it_expires() {
         let lease = DeliveryLease {
             holder: "a".into(),

@@ -1,5 +1,6 @@
 //! Clean-up: removes a crawl's tasks, page bodies and record once its results are delivered (the
-//! frontier clean-up of the seed workflow). Deliveries are kept: they are the product.
+//! frontier clean-up of the seed workflow). Deliveries are kept: they are the product, and so
+//! are the segments of a crawl whose deliveries point into them (`DeliveredPages::Reference`).
 
 use crate::app::Store;
 use crate::blob::{BlobError, BlobStore, Layout};
@@ -8,7 +9,7 @@ use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use trawl_domain::canonical::CrawlId;
-use trawl_domain::crawl::CrawlState;
+use trawl_domain::crawl::{CrawlState, DeliveredPages};
 
 /// Objects deleted at once.
 const PARALLEL_DELETES: usize = 16;
@@ -39,12 +40,17 @@ pub struct PurgeReport {
     pub crawl_id: CrawlId,
     pub tasks_deleted: u64,
     pub objects_deleted: u64,
+    /// Segment files left in place: the crawl's deliveries name their pages by place in them.
+    #[serde(default)]
+    pub segments_kept: u64,
     /// False when there was no crawl record (already purged, or never created).
     pub crawl_deleted: bool,
 }
 
 /// Deletes the crawl's tasks and host records, then its objects, then its record (last, so a purge that stops
-/// half-way is finished by running it again). Refuses a running crawl unless `force`.
+/// half-way is finished by running it again). Refuses a running crawl unless `force`. Keeps the
+/// segments when the crawl's pages are delivered by reference, or when its record is gone and
+/// so its configuration unknown (a purge run again).
 pub async fn purge<S, B>(
     store: &S,
     blobs: &B,
@@ -66,18 +72,27 @@ where
     }
     let tasks_deleted = store.delete_tasks(crawl_id).await?;
     store.delete_hosts(crawl_id).await?;
-    let keys = blobs.list(&layout.crawl_prefix(crawl_id)).await?;
+    let referenced = crawl
+        .as_ref()
+        .is_none_or(|c| c.config.delivered_pages() == DeliveredPages::Reference);
+    let segments = layout.segments_prefix(crawl_id);
+    let (kept, keys): (Vec<String>, Vec<String>) = blobs
+        .list(&layout.crawl_prefix(crawl_id))
+        .await?
+        .into_iter()
+        .partition(|key| referenced && key.starts_with(&segments));
     for chunk in keys.chunks(PARALLEL_DELETES) {
         try_join_all(chunk.iter().map(|key| blobs.delete(key))).await?;
     }
     if crawl.is_some() {
         store.delete_crawl(crawl_id).await?;
     }
-    tracing::info!(crawl = %crawl_id, tasks_deleted, objects = keys.len(), "crawl purged");
+    tracing::info!(crawl = %crawl_id, tasks_deleted, objects = keys.len(), segments_kept = kept.len(), "crawl purged");
     Ok(PurgeReport {
         crawl_id: crawl_id.clone(),
         tasks_deleted,
         objects_deleted: keys.len() as u64,
+        segments_kept: kept.len() as u64,
         crawl_deleted: crawl.is_some(),
     })
 }
