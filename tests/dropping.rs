@@ -147,3 +147,96 @@ async fn a_dropped_host_is_fetched_no_more_its_tasks_end_ignored_with_the_reason
     );
     assert_eq!(again["counts"]["ignored"], 0, "{again}");
 }
+
+#[tokio::test]
+async fn a_moved_host_is_crawled_by_the_other_crawl_with_its_data_and_ended_in_the_first() {
+    // GIVEN crawl "two" stopped after host 0's home page (5 pages of each host due), and an
+    // empty crawl "other" of its own
+    let site = two_hosts().await;
+    let dir = temp_dir("move-host");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let home = site.url(0, "/");
+    let moving = site.host(1);
+    let base = ["--data-dir", data, "--json"];
+    let mut first = vec![
+        "crawl",
+        &home,
+        "--crawl-id",
+        "two",
+        "--allow-domain",
+        "127.0.0.1",
+        "--allow-domain",
+        "127.0.0.2",
+        "--max-fetches",
+        "1",
+        "--allow-private-networks",
+    ];
+    first.extend_from_slice(&base);
+    run(&first, &dir).await;
+    let robots = site.url(0, "/robots.txt");
+    let mut other = vec![
+        "crawl",
+        &robots,
+        "--crawl-id",
+        "other",
+        "--allow-domain",
+        "127.0.0.2",
+        "--allow-private-networks",
+    ];
+    other.extend_from_slice(&base);
+    run(&other, &dir).await;
+    assert_eq!(page_requests(&site), [1, 0]);
+
+    // WHEN host 1 is moved to a crawl that does not exist, or to its own
+    for to in ["nosuch", "two"] {
+        let mut refused = vec!["hosts", "move", &moving, "--to", to, "--crawl-id", "two"];
+        refused.extend_from_slice(&base);
+        let refused = trawl(&refused, &dir).await;
+        // THEN it is refused, naming why, and the host stays
+        assert_eq!(refused.status.code(), Some(2), "{to}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(to), "{stderr}");
+    }
+
+    // WHEN it is moved to "other", and both crawls run to their ends
+    let mut moved = vec![
+        "hosts",
+        "move",
+        &moving,
+        "--to",
+        "other",
+        "--crawl-id",
+        "two",
+    ];
+    moved.extend_from_slice(&base);
+    let moved = json_of(&run(&moved, &dir).await);
+    assert_eq!(moved["dropped"], serde_json::json!([moving]), "{moved}");
+    assert_eq!(moved["moved"]["added"], PAGES as u64, "{moved}");
+    let mut resume = vec!["crawl", "--allow-private-networks", "--crawl-id", "two"];
+    resume.extend_from_slice(&base);
+    let two = json_of(&run(&resume, &dir).await);
+    let mut resume = vec!["crawl", "--allow-private-networks", "--crawl-id", "other"];
+    resume.extend_from_slice(&base);
+    let other = json_of(&run(&resume, &dir).await);
+
+    // THEN each of host 1's pages is fetched once, by "other"; "two" ends them ignored with
+    // the reason and fetches its own host's
+    assert_eq!(page_requests(&site), [1 + PAGES, PAGES]);
+    assert_eq!(two["counts"]["ignored"], PAGES as u64, "{two}");
+    assert_eq!(two["counts"]["succeeded"], 1 + PAGES as u64, "{two}");
+    assert_eq!(other["counts"]["succeeded"], PAGES as u64 + 1, "{other}");
+    let url = site.url(1, "/p/0");
+    let mut task = vec!["tasks", "show", &url, "--crawl-id", "two"];
+    task.extend_from_slice(&base);
+    let task = json_of(&run(&task, &dir).await);
+    assert_eq!(
+        task["errors"][0]["message"], "dropped by the operator: moved to crawl other",
+        "{task}"
+    );
+    let mut task = vec!["tasks", "show", &url, "--crawl-id", "other"];
+    task.extend_from_slice(&base);
+    let task = json_of(&run(&task, &dir).await);
+    assert_eq!(task["status"], "succeeded", "{task}");
+    assert_eq!(task["depth"], 1, "{task}");
+}

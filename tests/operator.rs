@@ -773,6 +773,60 @@ async fn a_host_dropped_through_the_seeder_is_fetched_no_more_until_a_refetch_ta
 }
 
 #[tokio::test]
+async fn a_host_moved_through_the_seeder_is_crawled_by_the_other_crawl_and_ended_in_the_first() {
+    // GIVEN a deployed stack on moto, a site of 12 linked pages, a crawl seeded with its first
+    // page (its host's first turn on its way), and a second crawl of the same site seeded with
+    // its robots.txt only
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let (from, to) = (unique("moved-from"), unique("moved-to"));
+    for (crawl_id, seed) in [(&from, "/p/0.html"), (&to, "/robots.txt")] {
+        let request = json!({
+            "crawl_id": crawl_id,
+            "config": {"politeness": {"delay_ms": 0}, "fetch": {"allow_private_networks": true}},
+            "source": {"urls": [site.url(seed)]},
+        });
+        functions
+            .seeder
+            .dispatch(request, None, now_ms())
+            .await
+            .unwrap();
+    }
+
+    // WHEN the seeder is asked to move the host to the second crawl
+    // (events/seeder-move-hosts.json's shape), then the functions run until both are delivered
+    let host = site.addr().to_string();
+    let moving =
+        json!({"crawl_id": from, "operation": {"move_hosts": {"hosts": [host], "to": to}}});
+    let moved = functions
+        .seeder
+        .dispatch(moving, None, now_ms())
+        .await
+        .unwrap();
+    let moved = serde_json::to_value(moved).unwrap();
+    assert_eq!(moved["moved"]["added"], 1, "{moved}");
+    assert_eq!(moved["dropped"], json!([host]), "{moved}");
+    let first = functions.until_delivered(&deployed, &from, 0).await;
+    let second = functions.until_delivered(&deployed, &to, 0).await;
+
+    // THEN the first crawl fetched nothing and ended its seed with the reason; the second
+    // fetched every page once
+    assert_eq!(first["statuses"]["ignored"], 1, "{first}");
+    assert_eq!(
+        first["statuses"]["succeeded"],
+        serde_json::Value::Null,
+        "{first}"
+    );
+    assert_eq!(
+        second["statuses"]["succeeded"],
+        PAGES as u64 + 1,
+        "{second}"
+    );
+    assert!((0..PAGES).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+}
+
+#[tokio::test]
 async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
     // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
     // then paused (`trawl --backend aws pause`) before any turn ran

@@ -674,7 +674,19 @@ async fn hosts<P: Ports>(
     match &args.show {
         Some(HostsCommand::Show { host }) => return host_show(backend, &crawl, host, json).await,
         Some(HostsCommand::Drop { hosts, reason }) => {
-            return crate::generations::drop_hosts(backend, &crawl, hosts, reason, json).await;
+            let operation = Operation::DropHosts {
+                hosts: hosts.clone(),
+                reason: reason.clone(),
+            };
+            return crate::generations::host_operation(backend, &crawl, operation, json).await;
+        }
+        Some(HostsCommand::Move { hosts, to }) => {
+            let to = parse_crawl_id(to)?;
+            let operation = Operation::MoveHosts {
+                hosts: hosts.clone(),
+                to,
+            };
+            return crate::generations::host_operation(backend, &crawl, operation, json).await;
         }
         None => {}
     }

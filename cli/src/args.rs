@@ -676,6 +676,16 @@ pub enum HostsCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Move these hosts' remaining work (pending, failed and in-progress tasks, with their
+    /// depth and data) to another crawl, then drop them from this one (`moved to crawl TO`).
+    Move {
+        /// The hosts (`example.com`, or `host:port`), as `trawl hosts` lists them.
+        #[arg(required = true)]
+        hosts: Vec<String>,
+        /// The crawl that takes their work over (it must exist).
+        #[arg(long, value_name = "CRAWL_ID")]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -167,20 +167,17 @@ pub async fn pause<P: Ports>(
     Ok(())
 }
 
-/// `trawl hosts drop`: the seeder's `drop_hosts` operation.
-pub async fn drop_hosts<P: Ports>(
+/// `trawl hosts drop` and `trawl hosts move`: the seeder's `drop_hosts` and `move_hosts`
+/// operations.
+pub async fn host_operation<P: Ports>(
     backend: &Backend<P>,
     crawl: &Crawl,
-    hosts: &[String],
-    reason: &Option<String>,
+    operation: Operation,
     json: bool,
 ) -> Result<(), CliError> {
     let request = OperationRequest {
         crawl_id: crawl.id.clone(),
-        operation: Operation::DropHosts {
-            hosts: hosts.to_vec(),
-            reason: reason.clone(),
-        },
+        operation,
     };
     // A local crawl's queue is rebuilt from the store by its next run, whose turns end them.
     let queue = (!backend.local).then_some(&backend.queue);
@@ -188,20 +185,29 @@ pub async fn drop_hosts<P: Ports>(
         .await
         .map_err(usage)?;
     if json {
-        output::json(
-            &json!({"crawl_id": crawl.id.as_str(), "dropped": done.dropped, "enqueued": done.enqueued}),
-        );
-    } else {
-        let next = match backend.local {
-            true => format!("`trawl crawl --crawl-id {}` ends their due tasks", crawl.id),
-            false => "their next turns end their due tasks".to_owned(),
-        };
+        output::json(&json!({
+            "crawl_id": crawl.id.as_str(),
+            "dropped": done.dropped,
+            "enqueued": done.enqueued,
+            "moved": done.moved,
+        }));
+        return Ok(());
+    }
+    if let Some(moved) = &done.moved {
         output::note(format_args!(
-            "crawl {}: dropped {}; {next} (`ignored`, not fetched)",
-            crawl.id,
-            done.dropped.join(", ")
+            "crawl {}: {} task(s) added ({} there already)",
+            moved.to, moved.added, moved.already_known
         ));
     }
+    let next = match backend.local {
+        true => format!("`trawl crawl --crawl-id {}` ends their due tasks", crawl.id),
+        false => "their next turns end their due tasks".to_owned(),
+    };
+    output::note(format_args!(
+        "crawl {}: dropped {}; {next} (`ignored`, not fetched)",
+        crawl.id,
+        done.dropped.join(", ")
+    ));
     Ok(())
 }
 

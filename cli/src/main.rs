@@ -206,7 +206,7 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Deliver(_)
         | Command::Purge(_)
         | Command::Hosts(HostsArgs {
-            show: Some(HostsCommand::Drop { .. }),
+            show: Some(HostsCommand::Drop { .. } | HostsCommand::Move { .. }),
             ..
         }) => LocalAccess::Write,
         // They crawl afterwards, unless detached: the crawl's own access.

@@ -42,7 +42,7 @@ pub enum SeederResponse {
     /// To a direct caller: what was seeded, and the cursor when unfinished.
     Seeded(Box<SeedResponse>),
     /// To a direct caller: what an operation did.
-    Operated(OperationResponse),
+    Operated(Box<OperationResponse>),
 }
 
 impl<P: Ports, C: SeedQueue> Handler<P, C> {
@@ -64,7 +64,7 @@ impl<P: Ports, C: SeedQueue> Handler<P, C> {
     ) -> Result<SeederResponse, HandlerError> {
         if payload.get("operation").is_some() {
             let operated = self.operate(payload, deadline, now).await?;
-            return Ok(SeederResponse::Operated(operated));
+            return Ok(SeederResponse::Operated(Box::new(operated)));
         }
         if payload.get("Records").is_none() {
             let response = self.seed(payload, deadline, now).await?;

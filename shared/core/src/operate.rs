@@ -9,17 +9,20 @@
 
 use crate::app::{App, Ports, Store};
 use crate::discover::ScopeMatcher;
-use crate::frontier::{FrontierError, Reissue, drop_hosts, hosts_of, reissue_turns, revive_hosts};
+use crate::frontier::{
+    FrontierError, Reissue, add_tasks, drop_hosts, hosts_of, reissue_turns, revive_hosts,
+    seed_tasks,
+};
 use crate::queue::{QueueError, WorkQueue};
 use crate::reextract::{ReextractCursor, ReextractError, Reextracted, reextract};
-use crate::store::{CrawlStore, HostStore, StoreError, TaskQuery, TaskStore, TaskSummary};
+use crate::store::{CrawlStore, StoreError, TaskQuery, TaskStore, TaskSummary};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState};
-use trawl_domain::task::{Millis, Status};
+use trawl_domain::task::{Millis, NewTask, Status};
 
 /// How long a woken host's earlier message may be overdue before it is presumed lost.
 const LOST_AFTER_MS: u64 = 60_000;
@@ -254,7 +257,15 @@ pub enum Operation {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// These hosts' remaining work (pending, failed and in-progress tasks, with their depth and
+    /// user data) is added to crawl `to`, then the hosts are dropped from this crawl with the
+    /// reason `moved to crawl TO` (hcfpal's move). At most `MOVED_PER_HOST` tasks a host; a
+    /// host with more, or work `to` refuses (its scope or page budget), moves nothing away.
+    MoveHosts { hosts: Vec<String>, to: CrawlId },
 }
+
+/// Tasks with work left a host may have for `move_hosts` to move it (all read in one go).
+pub const MOVED_PER_HOST: u32 = 100_000;
 
 /// What an operation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,9 +285,22 @@ pub struct OperationResponse {
     /// Whether the crawl is paused now (`pause`, `resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
-    /// The hosts dropped (`drop_hosts`).
+    /// The hosts dropped (`drop_hosts`, `move_hosts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+    /// What `move_hosts` did: the tasks added to the other crawl, and those it knew already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<Moved>,
+}
+
+/// The tasks `move_hosts` handed to the other crawl.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    pub to: String,
+    /// New tasks there.
+    pub added: u64,
+    /// Tasks it had already (its own, or from an earlier move).
+    pub already_known: u64,
 }
 
 impl Operation {
@@ -330,7 +354,8 @@ impl Operation {
             | Operation::Reextract { .. }
             | Operation::Pause {}
             | Operation::Resume {}
-            | Operation::DropHosts { .. } => return Ok(None),
+            | Operation::DropHosts { .. }
+            | Operation::MoveHosts { .. } => return Ok(None),
         }))
     }
 }
@@ -391,33 +416,17 @@ pub async fn operate<P: Ports>(
             response.paused = Some(paused);
         }
         (Operation::DropHosts { hosts, reason }, None) => {
-            let mut names: Vec<String> = hosts.iter().map(|h| h.trim().to_lowercase()).collect();
-            names.sort();
-            names.dedup();
-            if names.is_empty() || names.iter().any(String::is_empty) {
-                return Err(OperateError::Invalid("drop which hosts? name them".into()));
-            }
-            // Every name checked before any is dropped: a mistyped one changes nothing.
-            for name in &names {
-                if store.get_host(&crawl.id, name).await?.is_none() {
-                    return Err(OperateError::Invalid(format!(
-                        "crawl {} has no host {name:?} (`trawl hosts` lists them)",
-                        crawl.id
-                    )));
-                }
-            }
-            drop_hosts(store, &crawl, &names, reason.as_deref(), now).await?;
-            // An idle host with work left gets a turn, which ends that work; the others' next
-            // turns (running, or on their way) do.
-            if let Some(queue) = queue {
-                let which = Reissue::Lost {
-                    lost_after_ms: LOST_AFTER_MS,
-                    known_work: false,
-                };
-                let turns = reissue_turns(store, &crawl, names.clone(), which, now).await?;
-                response.enqueued = queue.send(&turns).await?.sent as u64;
-            }
+            let names = known_hosts(store, &crawl, hosts, "drop").await?;
+            response.enqueued = drop_and_wake(store, queue, &crawl, &names, reason, now).await?;
             response.dropped = names;
+        }
+        (Operation::MoveHosts { hosts, to }, None) => {
+            let names = known_hosts(store, &crawl, hosts, "move").await?;
+            let moved = move_work(store, queue, &crawl, &names, to, now).await?;
+            let reason = Some(format!("moved to crawl {to}"));
+            response.enqueued += drop_and_wake(store, queue, &crawl, &names, &reason, now).await?;
+            response.dropped = names;
+            response.moved = Some(moved);
         }
         (Operation::Reextract { cursor }, None) => {
             if crawl.config.extract.is_empty() {
@@ -437,6 +446,131 @@ pub async fn operate<P: Ports>(
     Ok(response)
 }
 
+/// `hosts` as the crawl names them (trimmed, lower case, once each), every one checked before
+/// anything changes: a mistyped one is refused. `verb`: what the operation does to them.
+async fn known_hosts<S: Store>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: &[String],
+    verb: &str,
+) -> Result<Vec<String>, OperateError> {
+    let mut names: Vec<String> = hosts.iter().map(|h| h.trim().to_lowercase()).collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() || names.iter().any(String::is_empty) {
+        return Err(OperateError::Invalid(format!(
+            "{verb} which hosts? name them"
+        )));
+    }
+    for name in &names {
+        if store.get_host(&crawl.id, name).await?.is_none() {
+            return Err(OperateError::Invalid(format!(
+                "crawl {} has no host {name:?} (`trawl hosts` lists them)",
+                crawl.id
+            )));
+        }
+    }
+    Ok(names)
+}
+
+/// Drops `names` with `reason`; the turns sent. An idle host with work left gets a turn, which
+/// ends that work; the others' next turns (running, or on their way) do.
+async fn drop_and_wake<S: Store, Q: WorkQueue>(
+    store: &S,
+    queue: Option<&Q>,
+    crawl: &Crawl,
+    names: &[String],
+    reason: &Option<String>,
+    now: Millis,
+) -> Result<u64, OperateError> {
+    drop_hosts(store, crawl, names, reason.as_deref(), now).await?;
+    let Some(queue) = queue else {
+        return Ok(0);
+    };
+    let which = Reissue::Lost {
+        lost_after_ms: LOST_AFTER_MS,
+        known_work: false,
+    };
+    let turns = reissue_turns(store, crawl, names.to_vec(), which, now).await?;
+    Ok(queue.send(&turns).await?.sent as u64)
+}
+
+/// Adds the remaining work of `crawl`'s hosts `names` to crawl `to` (reopened if it had
+/// completed), with each task's depth and user data. Everything is read before anything is
+/// added; a host with more than `MOVED_PER_HOST` tasks of work, or a task `to` refuses (out of
+/// its scope or its page budget), is an error, so that no work is dropped that was not moved
+/// (tasks added before the refusal stay: moving again finds them known).
+async fn move_work<S: Store, Q: WorkQueue>(
+    store: &S,
+    queue: Option<&Q>,
+    crawl: &Crawl,
+    names: &[String],
+    to: &CrawlId,
+    now: Millis,
+) -> Result<Moved, OperateError> {
+    if *to == crawl.id {
+        return Err(OperateError::Invalid(format!(
+            "move to crawl {to}: the hosts are in it already"
+        )));
+    }
+    let target = store
+        .get_crawl(to)
+        .await?
+        .ok_or_else(|| OperateError::Invalid(format!("move to crawl {to}: no such crawl")))?;
+    let mut tasks = Vec::new();
+    for name in names {
+        let due = store.due_tasks(&crawl.id, name, MOVED_PER_HOST + 1).await?;
+        if due.len() > MOVED_PER_HOST as usize {
+            return Err(OperateError::Invalid(format!(
+                "host {name} has more than {MOVED_PER_HOST} tasks due: too many to move at once"
+            )));
+        }
+        for summary in due.iter().filter(|t| {
+            matches!(
+                t.status,
+                Status::Pending | Status::Failed | Status::InProgress
+            )
+        }) {
+            let Some(task) = store.get(&crawl.id, &summary.task_id).await? else {
+                continue;
+            };
+            let url = CanonicalUrl::parse(&task.url)
+                .map_err(|e| OperateError::Invalid(format!("stored URL {}: {e}", task.url)))?;
+            tasks.push(NewTask {
+                url,
+                depth: task.depth,
+                parent: None,
+                data: task.data,
+            });
+        }
+    }
+    let wanted = tasks.len() as u64;
+    if target.state == CrawlState::Completed && wanted > 0 {
+        store.reopen_crawl(&target.id, now).await?;
+    }
+    let report = match queue {
+        Some(queue) => add_tasks(store, queue, &target, tasks, now).await?,
+        None => seed_tasks(store, &target, tasks, now).await?.0,
+    };
+    let refused = wanted - report.accepted - report.already_known;
+    if refused > 0 {
+        return Err(OperateError::Invalid(format!(
+            "crawl {to} took {} of the {wanted} tasks ({} rejected, {} over its page budget, \
+             {} over a host's task limit): the hosts stay in crawl {}",
+            report.accepted + report.already_known,
+            report.rejected.len(),
+            report.over_budget,
+            report.deferred,
+            crawl.id
+        )));
+    }
+    Ok(Moved {
+        to: to.to_string(),
+        added: report.accepted,
+        already_known: report.already_known,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,6 +586,7 @@ mod tests {
             include_str!("../../../events/seeder-pause.json"),
             include_str!("../../../events/seeder-resume.json"),
             include_str!("../../../events/seeder-drop-hosts.json"),
+            include_str!("../../../events/seeder-move-hosts.json"),
         ] {
             let request: OperationRequest = serde_json::from_str(sample).unwrap();
             assert_eq!(request.crawl_id.as_str(), "example-com");
