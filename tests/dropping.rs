@@ -149,7 +149,7 @@ async fn a_dropped_host_is_fetched_no_more_its_tasks_end_ignored_with_the_reason
 }
 
 #[tokio::test]
-async fn a_moved_host_is_crawled_by_the_other_crawl_with_its_data_and_ended_in_the_first() {
+async fn a_moved_host_is_crawled_by_the_other_crawl_at_its_depth_and_ended_in_the_first() {
     // GIVEN crawl "two" stopped after host 0's home page (5 pages of each host due), and an
     // empty crawl "other" of its own
     let site = two_hosts().await;
