@@ -23,6 +23,7 @@ mod operator;
 mod paging;
 mod proxy;
 mod refusals;
+mod routing;
 mod run_limits;
 mod seeding;
 mod site;

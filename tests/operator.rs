@@ -827,6 +827,43 @@ async fn a_host_moved_through_the_seeder_is_crawled_by_the_other_crawl_and_ended
 }
 
 #[tokio::test]
+async fn routes_decide_through_the_functions_which_pages_are_kept_and_whose_links_are_followed() {
+    // GIVEN a deployed stack on moto, the site of 12 linked pages, and a crawl whose first page
+    // is read for its links only and whose other pages' links are not followed
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("routed");
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0},
+            "fetch": {"allow_private_networks": true},
+            "scope": {"routes": [
+                {"glob": "*/p/0.html", "store": false},
+                {"glob": "*/p/*", "follow_links": false}
+            ]}
+        },
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+
+    // WHEN the seeder is handed the crawl and the functions run it until it is delivered
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN the first page and the two it links to are fetched, nothing further; the first
+    // page's body is not kept, so the delivery's WARC holds the other two
+    assert_eq!(summary["statuses"]["succeeded"], 3, "{summary}");
+    assert!((0..3).all(|i| site.hits(&format!("/p/{i}.html")) == 1));
+    assert_eq!(site.hits("/p/3.html"), 0);
+    assert_eq!(summary["warc"]["pages"], 2, "{summary}");
+}
+
+#[tokio::test]
 async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
     // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
     // then paused (`trawl --backend aws pause`) before any turn ran

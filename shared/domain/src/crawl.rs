@@ -41,6 +41,32 @@ pub struct Scope {
     /// Whether a page's user data (`Task::data`) is given to the pages it links or redirects to.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub inherit_data: bool,
+    /// What pages of a kind get (the frontier document's callbacks): the first route whose
+    /// pattern matches a task's URL applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// What the pages whose URLs match a pattern get (`Scope::routes`; the pattern as
+/// `RecrawlRule`'s: a regular expression, or a glob; exactly one of the two). What a route
+/// leaves unset is the crawl's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// Whether the page's links are crawled (else `follow_links`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_links: Option<bool>,
+    /// Whether the page's body is kept (false: it is read for links and items, its fetch
+    /// recorded with its md5, and nothing stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<bool>,
+    /// The extractor, by name, that reads the page (else the first whose `url_pattern` matches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extractor: Option<String>,
 }
 
 impl Default for Scope {
@@ -55,6 +81,7 @@ impl Default for Scope {
             drop_params: DEFAULT_DROP_PARAMS.iter().map(|&p| p.to_owned()).collect(),
             sitemaps_from_robots: true,
             inherit_data: false,
+            routes: Vec::new(),
         }
     }
 }

@@ -1250,15 +1250,24 @@ impl<P: Ports> Crawler<P> {
                 // Links first: if seeding them fails, the task is retried and nothing is lost.
                 // An unchanged body has the links its previous fetch already seeded.
                 let unchanged = fetched::same_body(&record, previous);
+                // What pages of this kind get: the crawl's, unless a route says otherwise.
+                let route = context.scope.route(url.as_str());
+                let keep = route.and_then(|r| r.store).unwrap_or(true);
+                // Items travel with their page's body: a page not kept is read for links only.
+                let extractor = match route.and_then(|r| r.extractor.as_deref()) {
+                    _ if !keep => None,
+                    Some(name) => context.extractors.named(name),
+                    None => context.extractors.for_url(url.as_str()),
+                };
+                let follow = route
+                    .and_then(|r| r.follow_links)
+                    .unwrap_or(config.scope.follow_links);
                 // Links and items are read while the body is in memory, from one parse when
                 // an extractor applies; an unchanged page keeps its items.
                 let reading = match &page.body {
-                    Some(body) if page.is_html() && !unchanged => read_page(
-                        body.bytes(),
-                        page.final_url.as_url(),
-                        context.extractors.for_url(url.as_str()),
-                        config.scope.follow_links,
-                    ),
+                    Some(body) if page.is_html() && !unchanged => {
+                        read_page(body.bytes(), page.final_url.as_url(), extractor, follow)
+                    }
                     _ => PageReading::default(),
                 };
                 let mut new_links = 0;
@@ -1308,7 +1317,7 @@ impl<P: Ports> Crawler<P> {
                 };
                 let bytes = record.content_length;
                 let items = reading.items.and_then(items_json);
-                let page_body = page.body.map(|body| PageBody {
+                let page_body = page.body.filter(|_| keep).map(|body| PageBody {
                     body,
                     compress: config.storage.compress_bodies,
                     layout: config.storage.layout,

@@ -4,7 +4,7 @@ use regex::RegexSet;
 use std::fmt;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
-use trawl_domain::crawl::Scope;
+use trawl_domain::crawl::{Route, Scope};
 
 /// A scope that cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -13,7 +13,7 @@ pub enum ScopeError {
     Domain(String),
     #[error("invalid {list} pattern {message}")]
     Pattern {
-        /// `include` or `exclude`.
+        /// `include`, `exclude` or `routes`.
         list: &'static str,
         message: String,
     },
@@ -58,6 +58,9 @@ pub struct ScopeMatcher {
     exclude: Option<RegexSet>,
     max_depth: Option<u32>,
     drop_params: Vec<String>,
+    /// The routes and their patterns, in order.
+    routes: Vec<Route>,
+    route_patterns: Option<RegexSet>,
 }
 
 impl ScopeMatcher {
@@ -69,13 +72,35 @@ impl ScopeMatcher {
             .iter()
             .map(|d| normalise_domain(d))
             .collect::<Result<_, _>>()?;
+        let route_patterns = scope
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                crate::url_rules::url_pattern(r.pattern.as_deref(), r.glob.as_deref()).map_err(
+                    |message| ScopeError::Pattern {
+                        list: "routes",
+                        message: format!("[{i}]: {message}"),
+                    },
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             domains,
             include: compile("include", &scope.include)?,
             exclude: compile("exclude", &scope.exclude)?,
             max_depth: scope.max_depth,
             drop_params: scope.drop_params.clone(),
+            routes: scope.routes.clone(),
+            route_patterns: compile("routes", &route_patterns)?,
         })
+    }
+
+    /// The route of the pages at `url`: the first whose pattern matches.
+    pub fn route(&self, url: &str) -> Option<&Route> {
+        // RegexSet reports matches in pattern order: the lowest index is the first route.
+        let first = self.route_patterns.as_ref()?.matches(url).iter().next()?;
+        self.routes.get(first)
     }
 
     /// `url` as this crawl's task URL: without its `drop_params` (tracking parameters).

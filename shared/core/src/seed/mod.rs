@@ -346,6 +346,17 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if let Err(e) = crate::extract::Extractors::new(&config.extract) {
         problems.push(e.to_string());
     }
+    for (i, route) in config.scope.routes.iter().enumerate() {
+        match &route.extractor {
+            Some(_) if route.store == Some(false) => problems.push(format!(
+                "scope.routes[{i}]: a page not stored keeps no items: no extractor with store false"
+            )),
+            Some(name) if !config.extract.iter().any(|e| e.name == *name) => problems.push(
+                format!("scope.routes[{i}]: no extractor named {name:?} in `extract`"),
+            ),
+            _ => {}
+        }
+    }
     for t in &config.paging {
         match t.validate() {
             Err(e) => problems.push(format!("paging: {e}")),
