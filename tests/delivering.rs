@@ -341,11 +341,11 @@ pub(crate) fn gz_lines(gz: &[u8]) -> Vec<String> {
 #[derive(Debug)]
 pub(crate) struct Record {
     fields: BTreeMap<String, String>,
-    block: Vec<u8>,
+    pub(crate) block: Vec<u8>,
 }
 
 impl Record {
-    fn field(&self, name: &str) -> &str {
+    pub(crate) fn field(&self, name: &str) -> &str {
         self.fields
             .get(name)
             .unwrap_or_else(|| panic!("no {name} in {:?}", self.fields))

@@ -864,6 +864,88 @@ async fn routes_decide_through_the_functions_which_pages_are_kept_and_whose_link
 }
 
 #[tokio::test]
+async fn a_segments_crawl_run_by_the_functions_is_delivered_by_reference_into_its_s3_segments() {
+    // GIVEN a deployed stack on moto, the site of 12 linked pages, and a crawl whose bodies are
+    // appended to segments
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("referenced");
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0},
+            "fetch": {"allow_private_networks": true},
+            "storage": {"layout": "segments"}
+        },
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+
+    // WHEN the functions run it until it is delivered
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN the delivery copied no page and wrote no WARC of its own
+    assert_eq!(summary["warc"]["referenced"], PAGES as u64, "{summary}");
+    assert_eq!(summary["warc"]["pages"], 0, "{summary}");
+    let s3 = &deployed.clients.s3;
+    let bucket = &deployed.stack.bucket;
+    let get = |key: String, range: Option<String>| async move {
+        s3.get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_range(range)
+            .send()
+            .await
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes()
+    };
+    let prefix = Layout::new(PREFIX).deliveries_prefix(&CrawlId::parse(&crawl_id).unwrap());
+    let listed = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(&prefix)
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert!(!keys.iter().any(|k| k.contains("/pages-")), "{keys:?}");
+    let manifest = keys.iter().find(|k| k.contains("/manifest-")).unwrap();
+    let lines: Vec<ManifestLine> = gz_lines(&get(manifest.to_string(), None).await)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), PAGES);
+    // AND each manifest line's segment, offset and length open its own page's response record
+    // in S3, its payload the md5 the line gives
+    let bucket_uri = format!("s3://{bucket}/");
+    for line in &lines {
+        let object = line.object.as_deref().unwrap();
+        let key = object.strip_prefix(&bucket_uri).unwrap_or(object);
+        let (offset, length) = (line.offset.unwrap(), line.length.unwrap());
+        let range = format!("bytes={offset}-{}", offset + length - 1);
+        let records = read_warc(&get(key.to_owned(), Some(range)).await);
+        let [response] = &records[..] else {
+            panic!("{line:?}: {records:?}")
+        };
+        assert_eq!(response.field("WARC-Type"), "response");
+        assert_eq!(response.field("WARC-Target-URI"), line.url);
+        let head = response.block.windows(4).position(|w| w == b"\r\n\r\n");
+        let payload = &response.block[head.unwrap() + 4..];
+        let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(payload));
+        assert_eq!(Some(md5.as_str()), line.md5.as_deref(), "{line:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
     // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
     // then paused (`trawl --backend aws pause`) before any turn ran
