@@ -57,12 +57,15 @@ pub fn encode(page: &Page<'_>) -> BlobResult<Encoded> {
     let failed = |e: std::io::Error| {
         BlobError::backend("encode", page.target_uri, format!("gzip: {e}")).caused_by(e)
     };
-    let mut out = Vec::with_capacity(body.len() / 3 + 512);
+    // Room for the record at deflate's worst, so that the buffer never grows while it is
+    // written; what is left over is given back before the records wait for their append.
+    let mut out = Vec::with_capacity(head.len() + body.len() + body.len() / 8 + 1024);
     crate::gz::fast_member(&[&head, body, warc::RECORD_END], &mut out).map_err(failed)?;
     let response = out.len();
     if let Some(items) = page.items {
         crate::gz::fast_member(&[&stored.items_record(&id, items)], &mut out).map_err(failed)?;
     }
+    out.shrink_to_fit();
     Ok(Encoded {
         items: (out.len() - response) as u64,
         records: Bytes::from(out),
