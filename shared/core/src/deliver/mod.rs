@@ -46,7 +46,8 @@ mod summary;
 pub use compare::DeltaStats;
 pub use delta::{Change, DeltaLine};
 pub use items::{
-    DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine,
+    DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine, ItemsStats,
+    PreviousItems,
 };
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
@@ -137,6 +138,9 @@ pub struct DeliveryLimits {
     /// Manifest entries the delta sorts in memory at once (a sorted run, `compare`: ~200 bytes
     /// an entry), and the tasks compared per delta file.
     pub delta_index_entries: u64,
+    /// Entries the items pass (`items`) sorts in memory at once, per sorter (an item is a few
+    /// hundred bytes to a few KB): a generation of more items is sorted through runs.
+    pub items_entries: u64,
     /// Writers of a delivery's task pass at most, concurrent within one call: writer `w` of
     /// `n` walks part `w` of the crawl's tasks (`store::Part`) and writes segments `w`,
     /// `w + n`, … Each holds two open uploads and `PARALLEL_LOADS` page bodies.
@@ -153,6 +157,8 @@ impl DeliveryLimits {
         pages_segment_bytes: 960 << 20,
         manifest_segment_bytes: 64 << 20,
         delta_index_entries: 1_000_000,
+        // Up to three sorters fill at once: ~300,000 items of ~1 KB, a few hundred MB.
+        items_entries: 100_000,
         // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
         // of 1 GB busy without holding more than 64 bodies.
         writers: 8,
@@ -1769,11 +1775,6 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// A manifest segment this delivery or the previous one wrote.
-    async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
-        read_manifest(&self.blobs, key).await
-    }
-
     fn summary(
         &self,
         crawl: &Crawl,
@@ -1828,101 +1829,74 @@ impl<P: Ports> Deliverer<P> {
         prefix: &str,
         state: &mut Checkpoint,
     ) -> Result<(), DeliverError> {
-        let mut pass = items::ItemsPass::new(
+        let previous = match &state.previous {
+            Some(previous) => self.previous_items(run, &previous.delivery_id).await?,
+            None => None,
+        };
+        let (files, summary, _) = deliver_items(
             &self.blobs,
             &self.layout,
             &self.uri_base,
-            &crawl.id,
-            &crawl.config,
-        )?;
-        for key in &state.manifest_keys(prefix) {
-            pass.add(key, &self.read_file(key).await?).await?;
-        }
-        let csv_columns = crawl.config.items.csv.then(|| pass.csv_columns());
-        let (lines, mut summary, detail_gone) = pass.finish();
-        let previous_key = state.previous.as_ref().map(|p| {
-            (
-                p.delivery_id.clone(),
-                format!("{run}{}/{ITEMS_FILE}", p.delivery_id),
-            )
-        });
-        let mut previous = None;
-        if let Some((id, key)) = &previous_key
-            && let Some(bytes) = get_with_retry(&self.blobs, key).await?
-        {
-            summary.delta.previous = Some(id.clone());
-            previous = Some(bytes);
-        }
-        let key = previous_key.map(|(_, key)| key).unwrap_or_default();
-        let changes = items::delta(
-            &key,
-            previous.as_deref(),
-            &lines,
-            &detail_gone,
-            &mut summary.delta,
-        )?;
-        let written = [
-            self.write_lines(prefix, FileKind::Items, &lines).await?,
-            self.write_lines(prefix, FileKind::ItemsDelta, &changes)
-                .await?,
-        ];
-        state.files.extend(written);
-        if let Some(columns) = csv_columns {
-            let header = columns.header()?;
-            let encode = |line: &ItemLine| columns.row(line);
-            let file = self
-                .write_records(prefix, FileKind::ItemsCsv, header, &lines, encode)
-                .await?;
-            state.files.push(file);
-        }
+            crawl,
+            &state.manifest_keys(prefix),
+            previous.as_ref(),
+            prefix,
+            &self.limits,
+        )
+        .await?;
+        state.files.extend(files);
         state.tally.items = Some(summary);
         Ok(())
     }
 
-    /// Writes `lines` as the gzipped JSON-lines file of `kind`; its index entry.
-    async fn write_lines<T: Serialize + Sync>(
+    /// The items file of the run's delivery `delivery_id`, as its index lists it (None: it
+    /// has none).
+    async fn previous_items(
         &self,
-        prefix: &str,
-        kind: FileKind,
-        lines: &[T],
-    ) -> Result<IndexedFile, DeliverError> {
-        self.write_records(prefix, kind, Vec::new(), lines, json_line)
-            .await
+        run: &str,
+        delivery_id: &str,
+    ) -> Result<Option<PreviousItems>, DeliverError> {
+        let prefix = format!("{run}{delivery_id}/");
+        let index: Option<DeliveryIndex> =
+            self.read_optional(&format!("{prefix}{INDEX_FILE}")).await?;
+        Ok(index.and_then(|index| {
+            let file = index.of_kind(FileKind::Items).next()?;
+            Some(PreviousItems {
+                delivery_id: delivery_id.to_owned(),
+                key: format!("{prefix}{}", file.name),
+                bytes: file.bytes,
+            })
+        }))
     }
+}
 
-    /// Writes the gzipped file of `kind`: `head`, then each of `records` as `encode` writes it;
-    /// its index entry.
-    async fn write_records<T: Sync>(
-        &self,
-        prefix: &str,
-        kind: FileKind,
-        head: Vec<u8>,
-        records: &[T],
-        encode: impl Fn(&T) -> Result<Vec<u8>, DeliverError> + Send + Sync,
-    ) -> Result<IndexedFile, DeliverError> {
-        let name = kind.name(0);
-        let key = format!("{prefix}{name}");
-        let mut out = GzipFile::new(self.blobs.upload(&key, "application/gzip").await?);
-        let chunks = std::iter::once(Ok(head)).chain(records.iter().map(encode));
-        for chunk in chunks {
-            let written = match chunk {
-                Ok(bytes) => out.write(&bytes).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
-                out.abort().await;
-                return Err(e);
-            }
-        }
-        let file = out.complete().await?;
-        Ok(IndexedFile {
-            name,
-            kind,
-            bytes: file.bytes,
-            records: records.len() as u64,
-            md5: file.md5,
-        })
+/// The items pass of a delivery (`items`) over its manifest segments (`manifests`), against the
+/// previous delivery's items, its files written under `prefix` within `limits`: its files, its
+/// counts and what it held. The deliverer's, and the bench's.
+#[allow(clippy::too_many_arguments)]
+pub async fn deliver_items<B: BlobStore>(
+    blobs: &B,
+    layout: &Layout,
+    uri_base: &str,
+    crawl: &Crawl,
+    manifests: &[String],
+    previous: Option<&PreviousItems>,
+    prefix: &str,
+    limits: &DeliveryLimits,
+) -> Result<(Vec<IndexedFile>, ItemsSummary, ItemsStats), DeliverError> {
+    let mut pass = items::ItemsPass::new(
+        blobs,
+        layout,
+        uri_base,
+        &crawl.id,
+        &crawl.config,
+        prefix,
+        limits.items_entries,
+    )?;
+    for key in manifests {
+        pass.add(key, &read_manifest(blobs, key).await?).await?;
     }
+    pass.finish(previous, crawl.config.items.csv).await
 }
 
 #[cfg(test)]
