@@ -160,7 +160,12 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
                     return match self.merge(merging, counts).await? {
                         Some(file) => Ok(Step::Wrote(file)),
                         None => {
-                            self.remove_runs().await?;
+                            // Every run under the delivery's prefix.
+                            runs::remove(
+                                self.blobs,
+                                &format!("{}{}", self.prefix, runs::RUNS_PREFIX),
+                            )
+                            .await?;
                             Ok(Step::Done)
                         }
                     };
@@ -363,19 +368,6 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             records: lines,
             md5: file.md5,
         }))
-    }
-
-    /// Removes every run under the delivery's prefix.
-    async fn remove_runs(&self) -> Result<(), DeliverError> {
-        let sorted = format!("{}{}", self.prefix, runs::RUNS_PREFIX);
-        let keys = super::patiently("list the sorted runs", &super::READ, || {
-            self.blobs.list(&sorted)
-        })
-        .await?;
-        for key in keys {
-            self.blobs.delete(&key).await?;
-        }
-        Ok(())
     }
 }
 

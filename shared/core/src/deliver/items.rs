@@ -531,7 +531,9 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         }
         self.delta().await?;
         let files = self.write(csv).await?;
-        self.remove_runs().await?;
+        // Every run of the pass (those of an earlier call cut during it too).
+        let runs = format!("{}{}{RUNS}", self.prefix, runs::RUNS_PREFIX);
+        runs::remove(self.blobs, &runs).await?;
         Ok((files, self.summary, self.stats))
     }
 
@@ -875,19 +877,6 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             });
         }
         Ok(indexed)
-    }
-
-    /// Removes every run of the pass (those of an earlier call cut during it too).
-    async fn remove_runs(&self) -> Result<(), DeliverError> {
-        let runs = format!("{}{}{RUNS}", self.prefix, runs::RUNS_PREFIX);
-        let keys = super::patiently("list the items runs", &super::READ, || {
-            self.blobs.list(&runs)
-        })
-        .await?;
-        for key in keys {
-            self.blobs.delete(&key).await?;
-        }
-        Ok(())
     }
 }
 

@@ -35,6 +35,8 @@
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod compare;
+#[cfg(test)]
+mod cut;
 mod delta;
 mod gzip;
 mod items;
@@ -2018,77 +2020,18 @@ mod tests {
     }
 
     use crate::blob::memory::MemoryBlobStore;
-    use crate::blob::{BlobResult, Body, ListPage, ObjectMeta};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A blob store whose first `failures` reads of page bodies fail the way a body cut
-    /// mid-stream does (`GetObject …: unavailable: streaming error`).
-    struct CutReads {
-        inner: MemoryBlobStore,
-        failures: u32,
-        reads: AtomicU32,
-    }
-
-    impl BlobStore for CutReads {
-        async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
-            self.inner.put(key, body, meta).await
-        }
-
-        async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
-            if key.contains("/attr=html/") {
-                let read = self.reads.fetch_add(1, Ordering::SeqCst);
-                if read < self.failures {
-                    return Err(BlobError::unavailable("GetObject", key, "streaming error"));
-                }
-            }
-            self.inner.get(key).await
-        }
-
-        fn gather_bytes(&self) -> u64 {
-            self.inner.gather_bytes()
-        }
-
-        async fn append(&self, dir: &str, records: Bytes) -> BlobResult<crate::blob::Appended> {
-            self.inner.append(dir, records).await
-        }
-
-        async fn get_range(
-            &self,
-            key: &str,
-            offset: u64,
-            length: u64,
-        ) -> BlobResult<Option<Bytes>> {
-            self.inner.get_range(key, offset, length).await
-        }
-
-        async fn delete(&self, key: &str) -> BlobResult<()> {
-            self.inner.delete(key).await
-        }
-
-        async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
-            self.inner.list(prefix).await
-        }
-
-        async fn list_page(
-            &self,
-            prefix: &str,
-            start_after: Option<&str>,
-            limit: u32,
-        ) -> BlobResult<ListPage> {
-            self.inner.list_page(prefix, start_after, limit).await
-        }
-
-        async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
-            self.inner.upload(key, content_type).await
-        }
-    }
+    use crate::blob::{BlobResult, Body, ObjectMeta};
+    use cut::{CutStore, Cuts};
+    use std::sync::atomic::Ordering;
 
     /// Reads the one page of a store whose first `failures` reads fail; the result and the reads.
     async fn read_with_cut_reads(failures: u32) -> (BlobResult<Option<Bytes>>, u32) {
-        let blobs = CutReads {
+        // The first `failures` reads of page bodies fail the way a body cut mid-stream does
+        // (`GetObject …: unavailable: streaming error`).
+        let blobs = CutStore {
             inner: MemoryBlobStore::new(),
-            failures,
-            reads: AtomicU32::new(0),
+            reads: Cuts::new("/attr=html/", 0, failures),
+            uploads: Cuts::default(),
         };
         let body = Body::new(&b"<html>whole</html>"[..]);
         let meta = ObjectMeta {
@@ -2104,7 +2047,7 @@ mod tests {
             outage: Duration::from_millis(50),
         };
         let result = read_patiently(&blobs, key, &quick).await;
-        (result, blobs.reads.load(Ordering::SeqCst))
+        (result, blobs.reads.seen.load(Ordering::SeqCst))
     }
 
     #[tokio::test]

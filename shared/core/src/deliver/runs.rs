@@ -113,6 +113,16 @@ pub(crate) async fn write<B: BlobStore, K>(
     })
 }
 
+/// Removes every run whose key starts with `under` (listed: a run written by a call that died
+/// before its checkpoint is removed too).
+pub(crate) async fn remove<B: BlobStore>(blobs: &B, under: &str) -> Result<(), DeliverError> {
+    let keys = super::patiently("list the sorted runs", &super::READ, || blobs.list(under)).await?;
+    for key in keys {
+        blobs.delete(&key).await?;
+    }
+    Ok(())
+}
+
 /// Reads a run from where its `Run` says, `chunk` bytes a request at least.
 pub(crate) struct RunReader<T: Sorted> {
     key: String,

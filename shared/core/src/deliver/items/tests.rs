@@ -1,12 +1,12 @@
+use super::super::cut::{CutStore, Cuts};
 use super::super::{DeliveryLimits, deliver_items};
 use super::*;
 use crate::blob::memory::MemoryBlobStore;
-use crate::blob::{BlobError, BlobResult, BlobUpload, Body, ListPage, ObjectMeta};
+use crate::blob::{Body, ObjectMeta};
 use flate2::read::MultiGzDecoder;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
-use std::sync::atomic::{AtomicU32, Ordering};
 use trawl_domain::crawl::Crawl;
 
 #[test]
@@ -671,60 +671,6 @@ async fn a_bound_of_three_entries_spills_many_runs_and_writes_the_files_of_the_p
     assert_eq!(whole[1].2.runs, 4, "{:?}", whole[1].2);
 }
 
-/// A store whose `cut`th upload under `under` fails.
-struct CutUploads {
-    inner: MemoryBlobStore,
-    under: String,
-    cut: u32,
-    uploads: AtomicU32,
-}
-
-impl BlobStore for CutUploads {
-    async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
-        self.inner.put(key, body, meta).await
-    }
-
-    async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
-        self.inner.get(key).await
-    }
-
-    fn gather_bytes(&self) -> u64 {
-        self.inner.gather_bytes()
-    }
-
-    async fn append(&self, dir: &str, records: Bytes) -> BlobResult<crate::blob::Appended> {
-        self.inner.append(dir, records).await
-    }
-
-    async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {
-        self.inner.get_range(key, offset, length).await
-    }
-
-    async fn delete(&self, key: &str) -> BlobResult<()> {
-        self.inner.delete(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-
-    async fn list_page(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        limit: u32,
-    ) -> BlobResult<ListPage> {
-        self.inner.list_page(prefix, start_after, limit).await
-    }
-
-    async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
-        if key.starts_with(&self.under) && self.uploads.fetch_add(1, Ordering::SeqCst) == self.cut {
-            return Err(BlobError::unavailable("upload", key, "cut"));
-        }
-        self.inner.upload(key, content_type).await
-    }
-}
-
 #[tokio::test]
 async fn an_items_pass_cut_at_any_upload_is_done_again_from_the_start_to_the_same_files() {
     // GIVEN the second generation's items written in one go, 3 entries a sorter
@@ -748,11 +694,10 @@ async fn an_items_pass_cut_at_any_upload_is_done_again_from_the_start_to_the_sam
 
     // WHEN it is written again, cut at its first upload, then its 2nd … (a run or a file
     // failing: the call fails, and the delivery's next call does the pass again)
-    let cut_store = |cut| CutUploads {
+    let cut_store = |cut| CutStore {
         inner: g.blobs.clone(),
-        under: "b/gen-1/".to_owned(),
-        cut,
-        uploads: AtomicU32::new(0),
+        reads: Cuts::default(),
+        uploads: Cuts::new("b/gen-1/", cut, cut + 1),
     };
     let uploads = whole.2.runs as u32 + 3;
     let gen_0 = pass(&g.blobs, &g.manifests[0], "b/gen-0/", None, "", 3)
