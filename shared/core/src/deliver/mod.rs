@@ -31,7 +31,8 @@
 //! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
 //! continues from the checkpoint; a call that crashed continues from the last one (files after
 //! it are written again, under the same names). Memory is bounded by a few page bodies, one
-//! manifest segment and the delta's sorted run (`compare`).
+//! manifest segment and the delta's sorted run (`compare`); the items pass, in one go at the end,
+//! by its sorters' runs (`items`).
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod compare;
