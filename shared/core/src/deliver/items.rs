@@ -13,7 +13,7 @@
 //! URL and position (`URL#3`). An item with errors is delivered with them, marked invalid and
 //! counted per extractor in `summary.json` with examples.
 //!
-//! The pass holds no generation's worth of anything: the join and the delta are external
+//! The pass holds no generation's worth of items: the join and the delta are external
 //! sort/merges through sorted runs (`runs`, as the manifest's delta), each item numbered in
 //! manifest order (`seq`) so that the files come out in that order:
 //!
@@ -40,7 +40,8 @@
 //! The pass is not checkpointed: it runs in one go once the clean-up is done, and a delivery
 //! cut during it (a crash, a failed write) does it again from the start on its next call (the
 //! checkpoint still stands at the clean-up's last page): the runs are written again under the
-//! same names, and the files with them.
+//! same names, and the files with them, and the runs of the cut call are removed with them. Nor
+//! does it stop for the call's deadline: it must fit in one call (a Lambda's 15 minutes).
 
 use super::delta::{is_present, lines};
 use super::gzip::GzipFile;

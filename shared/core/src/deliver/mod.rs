@@ -160,7 +160,8 @@ impl DeliveryLimits {
         pages_segment_bytes: 960 << 20,
         manifest_segment_bytes: 64 << 20,
         delta_index_entries: 1_000_000,
-        // Up to three sorters fill at once: ~300,000 items of ~1 KB, a few hundred MB.
+        // At most three sorters fill at once: ~300,000 entries, ~300 MB at ~1 KB an item (an
+        // estimate; `trawl-bench --only items` measured 157 MiB for 200,000 held).
         items_entries: 100_000,
         // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
         // of 1 GB busy without holding more than 64 bodies.
