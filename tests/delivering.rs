@@ -1395,6 +1395,106 @@ async fn a_delta_cut_mid_way_resumes_to_the_same_delta<P: Ports>(b: Backend<P>) 
     assert_eq!(stored, listed);
 }
 
+/// Items of every page of a crawl with an extractor, delivered through runs of 5 entries: the
+/// items pass runs in one go after the clean-up and is not checkpointed, so a call that dies
+/// during it (its runs and a cut items file left, no `_SUCCESS`) leaves the checkpoint of the
+/// clean-up, and the next call does the pass again from the start.
+async fn a_delivery_cut_during_its_items_pass_does_the_pass_again<P: Ports>(b: Backend<P>) {
+    // GIVEN a completed crawl of 30 pages, each with 3 items stored beside its body
+    let config: CrawlConfig = serde_json::from_value(serde_json::json!({
+        "extract": [{"name": "rows", "base": {"css": "li"}, "fields": {"n": {"css": "b"}}}]
+    }))
+    .unwrap();
+    let version = trawl_core::extract::Extractors::new(&config.extract)
+        .unwrap()
+        .version()
+        .to_owned();
+    let crawl = CrawlId::parse(&unique("items")).unwrap();
+    let record = Crawl::new(crawl.clone(), config, T0);
+    assert!(b.store.create_crawl(&record).await.unwrap().1);
+    let pages = urls(0..30);
+    b.seed(&crawl, &pages, T0).await;
+    for (i, u) in pages.iter().enumerate() {
+        let body = format!("<ul><li><b>{i}</b></li></ul>");
+        b.succeed(&crawl, u, body.as_bytes(), T0 + 1).await;
+        let html = b
+            .layout
+            .html_key(&crawl, &task_id(u), &md5_hex(body.as_bytes()));
+        let items = serde_json::json!({
+            "extractor": "rows",
+            "items": (0..3).map(|n| serde_json::json!({"fields": {"n": i * 3 + n}})).collect::<Vec<_>>(),
+            "version": version,
+        });
+        plant(
+            &b.blobs,
+            &Layout::items_key_of(&html),
+            &serde_json::to_vec(&items).unwrap(),
+        )
+        .await;
+    }
+    assert!(
+        b.store
+            .complete_crawl(&crawl, 0, "test", T0 + 2)
+            .await
+            .unwrap()
+    );
+    let limits = DeliveryLimits {
+        items_entries: 5,
+        ..TINY
+    };
+
+    // WHEN it is delivered a step a call, keeping the last checkpoint before the call that
+    // wrote the items
+    let deliverer = b.deliverer_with(limits);
+    let mut last_checkpoint = None;
+    let whole = loop {
+        let call = deliverer
+            .deliver_until(&crawl, None, T0 + 20, Some(b.app.clock.instant()))
+            .await
+            .unwrap();
+        match call {
+            Delivery::Done(report) => break *report,
+            Delivery::Paused(progress) => {
+                let prefix = format!(
+                    "{}{}/",
+                    deliver::run_prefix(&b.layout, &record),
+                    progress.delivery_id
+                );
+                let key = format!("{prefix}checkpoint.json");
+                last_checkpoint = Some((key.clone(), b.blobs.get(&key).await.unwrap().unwrap()));
+            }
+        }
+    };
+    let items = b.files(&whole, FileKind::Items).await;
+    assert_eq!(gz_lines(&items).len(), 90);
+    // AND that call is cut during the pass: its `_SUCCESS`, index and summary never written,
+    // one of its runs and a cut items file left, the checkpoint as it found it
+    for name in ["_SUCCESS", "index.json", "summary.json"] {
+        b.blobs
+            .delete(&format!("{}{name}", whole.prefix))
+            .await
+            .unwrap();
+    }
+    let prefix = &whole.prefix;
+    plant(&b.blobs, &format!("{prefix}_sort-items-key-00042"), b"cut").await;
+    plant(
+        &b.blobs,
+        &format!("{prefix}items.jsonl.gz"),
+        &items[..items.len() / 2],
+    )
+    .await;
+    let (key, checkpoint) = last_checkpoint.unwrap();
+    plant(&b.blobs, &key, &checkpoint).await;
+    let again = deliverer.deliver(&crawl, None, T0 + 20).await.unwrap();
+
+    // THEN the next call delivers it, with the items written in full again and no run left
+    assert!(!again.already_delivered);
+    assert_eq!(b.files(&again, FileKind::Items).await, items);
+    assert_eq!(again.summary.items, whole.summary.items);
+    let runs = b.blobs.list(&format!("{prefix}_sort-")).await.unwrap();
+    assert!(runs.is_empty(), "{runs:?}");
+}
+
 /// Puts `body` at `key`.
 async fn plant<B: BlobStore>(blobs: &B, key: &str, body: &[u8]) {
     let meta = ObjectMeta {
@@ -1822,6 +1922,7 @@ on_both_backends!(
     purge_refuses_a_running_crawl_then_removes_everything,
     a_partitioned_delta_across_calls,
     a_delta_cut_mid_way_resumes_to_the_same_delta,
+    a_delivery_cut_during_its_items_pass_does_the_pass_again,
     a_crawl_created_again_after_a_purge_gets_a_fresh_delivery,
     listing_pages_follow_key_order_from_where_the_last_ended,
     the_delivery_removes_orphans_older_than_the_lease,

@@ -19,6 +19,7 @@ mod freshness;
 mod frontier;
 mod handlers;
 mod hosts;
+mod items_pass;
 mod lambda;
 mod latency;
 mod links;
@@ -81,6 +82,8 @@ enum Section {
     /// Only one generation delivered by layout, pages copied or referenced (part of
     /// `delivery`).
     DeliveryLayouts,
+    /// The delivery's items pass at 10^5 and 10^6 items: time and peak memory, bounded and not.
+    Items,
     /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
     /// asked for).
     Handlers,
@@ -155,6 +158,18 @@ enum ChildRole {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The second generation's items pass of the `items` section (writes its measures to --out).
+    #[command(hide = true)]
+    ItemsPass {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        entries: u64,
+        #[arg(long)]
+        previous_bytes: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// One crawl of many hosts through the Lambda handlers (writes its measures to --out).
     #[command(hide = true)]
     HandlersRun {
@@ -197,6 +212,12 @@ fn main() -> ExitCode {
             recrawl,
             out,
         }) => handlers::handlers_main(*hosts, *recrawl, out),
+        Some(ChildRole::ItemsPass {
+            dir,
+            entries,
+            previous_bytes,
+            out,
+        }) => items_pass::items_pass_main(dir, *entries, *previous_bytes, out),
         None => bench(&args),
     };
     match outcome {
@@ -378,6 +399,13 @@ async fn measure(args: &Args) -> Report {
                 Ok(figures) => report.figures.extend(figures),
                 Err(e) => failed(&mut report, "delivery by layout", e),
             }
+        }
+    }
+    if wanted(Section::Items) {
+        eprintln!("the items pass at two sizes …");
+        match items_pass::run(args.quick).await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "items pass", e),
         }
     }
     if wanted(Section::Completion) {

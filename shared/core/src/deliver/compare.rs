@@ -18,24 +18,18 @@
 //! reads its manifest segment again up to where the sorting stands.
 //!
 //! Memory: one run's entries while sorting; while merging, a frame of entries
-//! (`runs::FRAME_LINES`) and a read buffer per run (`MERGE_READ_BYTES` over all, `MIN_READ` a
+//! (`runs::FRAME_LINES`) and a read buffer per run (`runs::Merge`: 32 MiB over all, 256 KiB a
 //! run at least). The merge is one level, so what it holds grows with the runs (the lines over
 //! `delta_index_entries`): at the default, 1,000 runs a side (10^9 lines) hold 512,000 entries and
 //! 512 MiB of buffers (an estimate from these constants); a merge of merges is not built.
 
 use super::delta::{self, Entry, TaskKey, Verdict};
 use super::gzip::GzipFile;
-use super::runs::{self, Run, RunReader};
+use super::runs::{self, Merge, Run};
 use super::{Change, DeliverError, FileKind, IndexedFile, ManifestLine, json_line};
 use super::{DeltaSummary, read_manifest};
 use crate::blob::BlobStore;
 use serde::{Deserialize, Serialize};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-/// Bytes the merge reads ahead, over all its runs (each run reads `MIN_READ` at least).
-const MERGE_READ_BYTES: u64 = 32 << 20;
-const MIN_READ: u64 = 256 << 10;
 
 /// How far the delta is, as the delivery's checkpoint keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,9 +110,9 @@ pub(crate) struct Comparison<'a, B> {
     /// Entries per run, and tasks per delta file.
     entries: usize,
     open: Option<OpenSegment>,
-    /// The run readers where the last delta file left them, kept between the files of one call
-    /// (what they read ahead is not fetched again).
-    readers: Option<Vec<RunReader>>,
+    /// The merge where the last delta file left it, kept between the files of one call (what
+    /// its readers read ahead is not fetched again).
+    merging: Option<Merge<Entry>>,
     pub(crate) stats: DeltaStats,
 }
 
@@ -137,7 +131,7 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             current,
             entries: usize::try_from(entries).unwrap_or(usize::MAX).max(1),
             open: None,
-            readers: None,
+            merging: None,
             stats: DeltaStats::default(),
         }
     }
@@ -166,7 +160,12 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
                     return match self.merge(merging, counts).await? {
                         Some(file) => Ok(Step::Wrote(file)),
                         None => {
-                            self.remove_runs().await?;
+                            // Every run under the delivery's prefix.
+                            runs::remove(
+                                self.blobs,
+                                &format!("{}{}", self.prefix, runs::RUNS_PREFIX),
+                            )
+                            .await?;
                             Ok(Step::Done)
                         }
                     };
@@ -274,37 +273,25 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
         at: &mut Merging,
         counts: &mut DeltaSummary,
     ) -> Result<Option<IndexedFile>, DeliverError> {
-        // Taken: readers a failed step moved on are not kept; kept ones must stand where `at`
+        // Taken: a merge a failed step moved on is not kept; a kept one must stand where `at`
         // says.
-        let kept = self.readers.take().filter(|readers| {
-            readers.len() == at.previous.len() + at.current.len()
-                && readers
-                    .iter()
-                    .zip(at.previous.iter().chain(&at.current))
-                    .all(|(reader, run)| reader.position() == (run.frame, run.taken))
+        let runs = || at.previous.iter().chain(&at.current);
+        let kept = self.merging.take().filter(|merge| {
+            merge.positions().count() == runs().count()
+                && merge
+                    .positions()
+                    .zip(runs())
+                    .all(|(position, run)| position == (run.frame, run.taken))
         });
-        let mut readers = match kept {
-            Some(readers) => readers,
-            None => {
-                let runs = at.previous.len() + at.current.len();
-                let chunk = (MERGE_READ_BYTES / runs.max(1) as u64).max(MIN_READ);
-                at.previous
-                    .iter()
-                    .chain(&at.current)
-                    .map(|run| RunReader::new(run, chunk))
-                    .collect()
-            }
+        // Runs in order, previous ones first: equal tasks come previous lines first, each
+        // side's in manifest order.
+        let mut merge = match kept {
+            Some(merge) => merge,
+            None => Merge::new(at.previous.iter().chain(&at.current)),
         };
-        // The next task of each run, smallest first; equal tasks in run order (previous
-        // runs first, each side's in manifest order).
-        let mut heads = BinaryHeap::new();
-        for (n, reader) in readers.iter_mut().enumerate() {
-            if let Some(task) = reader.peek(self.blobs).await? {
-                heads.push(Reverse((task, n)));
-            }
-        }
-        self.note_held(&readers);
-        if heads.is_empty() && at.files > 0 {
+        let first = merge.peek(self.blobs).await;
+        self.stats.peak_entries = self.stats.peak_entries.max(merge.peak_held as u64);
+        if first?.is_none() && at.files > 0 {
             return Ok(None);
         }
         let name = FileKind::Delta.name(at.files);
@@ -318,41 +305,20 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             let mut previous = Vec::new();
             let mut current = Vec::new();
             while tasks < self.entries {
-                let Some(&Reverse((task, _))) = heads.peek() else {
+                let Some(task) = merge.peek(self.blobs).await? else {
                     break;
                 };
                 previous.clear();
                 current.clear();
-                while let Some(&Reverse((next, n))) = heads.peek()
-                    && next == task
-                {
-                    heads.pop();
-                    let side = if n < previous_runs {
-                        &mut previous
-                    } else {
-                        &mut current
+                // Bounded: each round takes an entry of the task, or ends.
+                while merge.peek(self.blobs).await? == Some(task) {
+                    let Some((n, entry)) = merge.next(self.blobs).await? else {
+                        break;
                     };
-                    // Bounded: each round takes an entry of the run, or ends.
-                    while let Some(reader) = readers.get_mut(n) {
-                        let held = reader.held();
-                        let head = reader.peek(self.blobs).await?;
-                        if reader.held() > held {
-                            self.note_held(&readers);
-                        }
-                        let entry = match head {
-                            Some(next) if next == task => {
-                                readers.get_mut(n).and_then(RunReader::take)
-                            }
-                            Some(next) => {
-                                heads.push(Reverse((next, n)));
-                                None
-                            }
-                            None => None,
-                        };
-                        let Some(entry) = entry else {
-                            break;
-                        };
-                        side.push(entry);
+                    if n < previous_runs {
+                        previous.push(entry);
+                    } else {
+                        current.push(entry);
                     }
                 }
                 for verdict in delta::join(&previous, &current) {
@@ -375,6 +341,7 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             Ok::<_, DeliverError>(())
         }
         .await;
+        self.stats.peak_entries = self.stats.peak_entries.max(merge.peak_held as u64);
         if let Err(e) = written {
             out.abort().await;
             return Err(e);
@@ -384,11 +351,16 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
         counts.changed += file_counts.changed;
         counts.gone += file_counts.gone;
         counts.unchanged += file_counts.unchanged;
-        for (run, reader) in at.previous.iter_mut().chain(&mut at.current).zip(&readers) {
-            (run.frame, run.taken) = reader.position();
+        for (run, position) in at
+            .previous
+            .iter_mut()
+            .chain(&mut at.current)
+            .zip(merge.positions())
+        {
+            (run.frame, run.taken) = position;
         }
         at.files += 1;
-        self.readers = Some(readers);
+        self.merging = Some(merge);
         Ok(Some(IndexedFile {
             name,
             kind: FileKind::Delta,
@@ -396,25 +368,6 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             records: lines,
             md5: file.md5,
         }))
-    }
-
-    /// Notes the entries the run readers hold (after one decoded a frame).
-    fn note_held(&mut self, readers: &[RunReader]) {
-        let held = readers.iter().map(RunReader::held).sum::<usize>() as u64;
-        self.stats.peak_entries = self.stats.peak_entries.max(held);
-    }
-
-    /// Removes every run under the delivery's prefix.
-    async fn remove_runs(&self) -> Result<(), DeliverError> {
-        let sorted = format!("{}{}", self.prefix, runs::RUNS_PREFIX);
-        let keys = super::patiently("list the sorted runs", &super::READ, || {
-            self.blobs.list(&sorted)
-        })
-        .await?;
-        for key in keys {
-            self.blobs.delete(&key).await?;
-        }
-        Ok(())
     }
 }
 

@@ -109,11 +109,6 @@ impl Entry {
         Ok((task, entry))
     }
 
-    /// The task key of an entry read back from a run at `key`.
-    pub(crate) fn task(&self, key: &str) -> Result<TaskKey, DeliverError> {
-        task_key(key, &self.task_id)
-    }
-
     fn present(&self) -> bool {
         Status::from_name(&self.status).is_some_and(|s| is_present(s, self.fetched))
     }
@@ -138,6 +133,14 @@ impl Entry {
             }
             None => format!("now {}", self.status),
         }
+    }
+}
+
+impl super::runs::Sorted for Entry {
+    type Key = TaskKey;
+
+    fn key(&self, run: &str) -> Result<TaskKey, DeliverError> {
+        task_key(run, &self.task_id)
     }
 }
 

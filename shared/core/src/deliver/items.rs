@@ -13,18 +13,48 @@
 //! URL and position (`URL#3`). An item with errors is delivered with them, marked invalid and
 //! counted per extractor in `summary.json` with examples.
 //!
-//! The join and the delta hold the generation's items in memory (each a few hundred bytes),
-//! unlike the segmented manifest and WARC: the items pass is written in one go after the delta.
+//! The pass holds no generation's worth of items: the join and the delta are external
+//! sort/merges through sorted runs (`runs`, as the manifest's delta), each item numbered in
+//! manifest order (`seq`) so that the files come out in that order:
+//!
+//! 1. **Reading** (`ItemsPass::add`): each page's items, in manifest order. Listing items that
+//!    name a detail page, the detail pages (under their URL and final URL) and the URLs of
+//!    the pages `gone` are sorted by URL; the other items go on to 3 or 4.
+//! 2. **Join**, by detail URL: a URL's gone mark and detail pages come before the listing
+//!    items that link to it, so each gets its detail page's first item merged in (the last
+//!    detail page read under that URL, as a map filled in manifest order would give).
+//! 3. **Keys**, for extractors with `key` fields: items sorted by (key, seq), so that the first
+//!    item of a key in manifest order keeps it and the next ones are `KEY#2` …
+//! 4. **Delta**, by item key: the previous delivery's `items.jsonl.gz` (read a range at a time;
+//!    its last line of a key counts), the keys left out for a gone detail page, and this
+//!    delivery's items. The first item of a key is compared with the previous one; a previous
+//!    key no item has is gone, in key order.
+//! 5. **Writing**, by seq: `items.jsonl.gz`, the delta's lines for items (then the gone ones,
+//!    in key order) and `items.csv.gz` in one read; items are counted (the invalid examples
+//!    are the first in manifest order) and the detail pages linked counted once each.
+//!
+//! Memory: `DeliveryLimits::items_entries` entries a sorter (at most three fill at once), and
+//! while merging a frame (`runs::FRAME_LINES`) and a read buffer per run. The runs
+//! (`_sort-items-…`) are removed at the end.
+//!
+//! The pass is not checkpointed: it runs in one go once the clean-up is done, and a delivery
+//! cut during it (a crash, a failed write) does it again from the start on its next call (the
+//! checkpoint still stands at the clean-up's last page): the runs are written again under the
+//! same names, and the files with them, and the runs of the cut call are removed with them. Nor
+//! does it stop for the call's deadline: it must fit in one call (a Lambda's 15 minutes).
 
 use super::delta::{is_present, lines};
-use super::summary::{InvalidItem, ItemsDelta, ItemsSummary};
-use super::{Change, DeliverError, ManifestLine};
+use super::gzip::GzipFile;
+use super::runs::{self, Merge, Sorted, Sorter};
+use super::summary::{InvalidItem, ItemsSummary};
+use super::{Change, DeliverError, FileKind, IndexedFile, ManifestLine, json_line};
 use crate::blob::{BlobStore, Layout, segment};
 use crate::discover::{ScopeMatcher, is_html_type};
 use crate::extract::{Extractors, FieldError, Item, PageItems};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::extract::{self as rules, ListedItem};
@@ -45,8 +75,18 @@ const CSV_LEADING: [&str; 6] = [
     "valid",
 ];
 const CSV_TRAILING: &str = "errors";
+/// The items files' gzip level. Every generation writes its items twice (the items and their
+/// delta), ~1.3 KB of JSON a page with ten fields: at zlib's default (6) that was 7% of a local
+/// crawl's CPU with extraction (profile of the bench's 5,000 pages). Level 1 compresses the same
+/// items in less than half the time (gzip: 0.14 → 0.06 s) into a file 23% larger (1.15 → 1.41 MB).
+const ITEMS_LEVEL: flate2::Compression = flate2::Compression::fast();
+
 /// Invalid items named per extractor in the summary (all are counted).
 const INVALID_EXAMPLES: usize = 10;
+/// How the pass's runs are named, after the delivery's prefix.
+const RUNS: &str = "items-";
+/// Compressed bytes of the previous delivery's items read at once.
+const PREVIOUS_READ: u64 = 256 << 10;
 
 /// One line of `items.jsonl.gz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,61 +130,224 @@ pub struct ItemDeltaLine {
 const GONE_DETAIL: &str = "detail page gone";
 const GONE_UNSEEN: &str = "not found";
 
-/// A page's items, with where they came from.
-struct Found {
-    page: ManifestLine,
-    items: PageItems,
+/// The previous delivery's items file: its key and size (its index says it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousItems {
+    pub delivery_id: String,
+    pub key: String,
+    pub bytes: u64,
 }
 
-/// The items pass: fed one manifest segment at a time, then joined.
+/// What an items pass held and wrote (the bench prints it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemsStats {
+    /// Sorted runs written.
+    pub runs: u64,
+    /// Entries held in memory at once, at most: those the sorters gather, and the frames the
+    /// merge being read has decoded.
+    pub peak_entries: u64,
+}
+
+/// A detail page as a listing item gets it: the page, and its first item (None: it has none).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Detail {
+    page: DetailPage,
+    extractor: String,
+    first: Option<Item>,
+}
+
+/// Step 2's entries, by URL: its gone mark, then its detail pages (in the order read), then the
+/// listing items linking to it (in manifest order).
+#[derive(Debug, Serialize, Deserialize)]
+enum ByUrl {
+    #[serde(rename = "g")]
+    Gone { u: String },
+    #[serde(rename = "d")]
+    Detail { u: String, n: u64, d: Detail },
+    #[serde(rename = "l")]
+    Listed { u: String, n: u64, l: ItemLine },
+}
+
+impl Sorted for ByUrl {
+    type Key = (String, u8, u64);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            ByUrl::Gone { u } => (u.clone(), 0, 0),
+            ByUrl::Detail { u, n, .. } => (u.clone(), 1, *n),
+            ByUrl::Listed { u, n, .. } => (u.clone(), 2, *n),
+        })
+    }
+}
+
+/// Step 3's entries: an item by its `key` fields' key, then its seq.
+#[derive(Debug, Serialize, Deserialize)]
+struct ByFieldKey {
+    k: String,
+    n: u64,
+    l: ItemLine,
+}
+
+impl Sorted for ByFieldKey {
+    type Key = (String, u64);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok((self.k.clone(), self.n))
+    }
+}
+
+/// Step 4's entries, by item key: the previous delivery's items (in its order), the keys left
+/// out for a gone detail page, this delivery's items (in manifest order).
+#[derive(Debug, Serialize, Deserialize)]
+enum ByKey {
+    #[serde(rename = "p")]
+    Previous {
+        k: String,
+        n: u64,
+        f: BTreeMap<String, serde_json::Value>,
+        e: Vec<FieldError>,
+    },
+    #[serde(rename = "o")]
+    LeftOut { k: String },
+    #[serde(rename = "c")]
+    Current { n: u64, l: ItemLine },
+}
+
+impl Sorted for ByKey {
+    type Key = (String, u8, u64);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            ByKey::Previous { k, n, .. } => (k.clone(), 0, *n),
+            ByKey::LeftOut { k } => (k.clone(), 1, 0),
+            ByKey::Current { n, l } => (l.key.clone(), 2, *n),
+        })
+    }
+}
+
+/// Step 5's entries: the items with their change (by seq), the gone keys (in key order), the
+/// detail pages linked (by their number, once or more each).
+#[derive(Debug, Serialize, Deserialize)]
+enum Out {
+    #[serde(rename = "i")]
+    Item {
+        n: u64,
+        l: Box<ItemLine>,
+        c: Option<Change>,
+    },
+    #[serde(rename = "g")]
+    Gone { n: u64, k: String, r: String },
+    #[serde(rename = "l")]
+    Linked { n: u64 },
+}
+
+impl Sorted for Out {
+    type Key = (u8, u64);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            Out::Item { n, .. } => (0, *n),
+            Out::Gone { n, .. } => (1, *n),
+            Out::Linked { n } => (2, *n),
+        })
+    }
+}
+
+/// The pass's sorters.
+struct Sorts {
+    by_url: Sorter<ByUrl>,
+    by_field_key: Sorter<ByFieldKey>,
+    by_key: Sorter<ByKey>,
+    out: Sorter<Out>,
+}
+
+impl Sorts {
+    fn new(prefix: &str, entries: usize) -> Self {
+        let name = |step: &str| format!("{prefix}{}{RUNS}{step}-", runs::RUNS_PREFIX);
+        Self {
+            by_url: Sorter::new(name("url"), entries),
+            by_field_key: Sorter::new(name("field-key"), entries),
+            by_key: Sorter::new(name("key"), entries),
+            out: Sorter::new(name("out"), entries),
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.by_url.held() + self.by_field_key.held() + self.by_key.held() + self.out.held()
+    }
+}
+
+/// The items pass: fed one manifest segment at a time, then joined and written.
 pub(super) struct ItemsPass<'a, B> {
     blobs: &'a B,
     layout: &'a Layout,
     /// What the manifest's object URIs start with (`object_uri`): a segment's key follows.
     uri_base: String,
     crawl_id: &'a CrawlId,
+    /// Where the files (and the runs) are written.
+    prefix: &'a str,
     extractors: Extractors,
     scope: ScopeMatcher,
-    found: Vec<Found>,
-    /// The URLs (task's and final) of the pages `gone` in this delivery.
-    gone: HashSet<String>,
+    sorts: Sorts,
+    /// Listing items read so far (the next one's seq), and detail pages.
+    items: u64,
+    details: u64,
     summary: ItemsSummary,
+    stats: ItemsStats,
 }
 
 impl<'a, B: BlobStore> ItemsPass<'a, B> {
+    /// A pass writing under `prefix`, its sorters holding `entries` at most each.
     pub fn new(
         blobs: &'a B,
         layout: &'a Layout,
         uri_base: &str,
         crawl_id: &'a CrawlId,
         config: &CrawlConfig,
+        prefix: &'a str,
+        entries: u64,
     ) -> Result<Self, DeliverError> {
         // The seeder checked both; a stored configuration that does not compile is corrupt.
         let corrupt = |reason: String| DeliverError::CorruptDelivery {
             key: format!("crawl {crawl_id} configuration"),
             reason,
         };
+        let entries = usize::try_from(entries).unwrap_or(usize::MAX);
         Ok(Self {
             blobs,
             layout,
             uri_base: super::object_uri(uri_base, ""),
             crawl_id,
+            prefix,
             extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
             scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
-            found: Vec::new(),
-            gone: HashSet::new(),
+            sorts: Sorts::new(prefix, entries),
+            items: 0,
+            details: 0,
             summary: ItemsSummary::default(),
+            stats: ItemsStats::default(),
         })
     }
 
-    /// Reads the items of every present page of the manifest segment at `key`.
+    /// Notes what the sorters hold, beside `merging` (what the merge being read holds).
+    fn note_held(&mut self, merging: usize) {
+        let held = (self.sorts.held() + merging) as u64;
+        self.stats.peak_entries = self.stats.peak_entries.max(held);
+    }
+
+    /// Reads the items of every present page of the manifest segment at `key` (step 1).
     pub async fn add(&mut self, key: &str, manifest: &[u8]) -> Result<(), DeliverError> {
         for line in lines::<ManifestLine>(key, manifest) {
             let line = line?;
             let status = Status::ALL.iter().find(|s| s.name() == line.status);
             if status == Some(&Status::Gone) {
-                self.gone.extend(line.final_url.iter().cloned());
-                self.gone.insert(line.url);
+                for u in line.final_url.into_iter().chain([line.url]) {
+                    self.sorts
+                        .by_url
+                        .push(self.blobs, &ByUrl::Gone { u })
+                        .await?;
+                }
+                self.note_held(0);
                 continue;
             }
             let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
@@ -195,7 +398,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             } else {
                 self.summary.pages_older += 1;
             }
-            self.found.push(Found { page: line, items });
+            self.found(line, items).await?;
         }
         Ok(())
     }
@@ -230,115 +433,471 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         })
     }
 
-    /// The columns of `items.csv.gz`.
-    pub fn csv_columns(&self) -> CsvColumns {
-        CsvColumns::new(&self.extractors)
-    }
-
-    /// The delivered items, joined, their counts, and the keys of the listing items left out
-    /// because their detail pages are gone.
-    pub fn finish(mut self) -> (Vec<ItemLine>, ItemsSummary, HashSet<String>) {
-        self.summary.extractors_version = self.extractors.version().to_owned();
-        self.summary.from_current_extractors = self.summary.pages_older == 0;
-        let (items, gone) = join(
-            &self.extractors,
-            &self.scope,
-            &self.found,
-            &self.gone,
-            &mut self.summary,
-        );
-        (items, self.summary, gone)
-    }
-}
-
-/// The delivered items: listing items with their detail fields merged, in manifest order
-/// (`trawl_domain::extract::listed_item` decides by the detail page); and the keys of those
-/// left out, their detail pages being `gone` (the URLs in `gone`).
-fn join(
-    extractors: &Extractors,
-    scope: &ScopeMatcher,
-    found: &[Found],
-    gone: &HashSet<String>,
-    summary: &mut ItemsSummary,
-) -> (Vec<ItemLine>, HashSet<String>) {
-    let detail_names: HashSet<&str> = extractors.detail_extractors().collect();
-    // Detail pages by their task URL and their final URL.
-    let mut details: HashMap<String, usize> = HashMap::new();
-    for (i, f) in found.iter().enumerate() {
-        if detail_names.contains(f.items.extractor.as_str()) {
-            details.insert(f.page.url.clone(), i);
-            if let Some(final_url) = &f.page.final_url {
-                details.insert(final_url.clone(), i);
+    /// A page's items, read: a detail page goes to the join under its URLs; a listing's items
+    /// are numbered, and those naming a detail page go to the join, the others on.
+    async fn found(&mut self, page: ManifestLine, items: PageItems) -> Result<(), DeliverError> {
+        let is_detail = self
+            .extractors
+            .detail_extractors()
+            .any(|name| name == items.extractor);
+        if is_detail {
+            let n = self.details;
+            self.details += 1;
+            let detail = Detail {
+                page: DetailPage {
+                    url: page.url.clone(),
+                    task_id: page.task_id.clone(),
+                    fetched_at: page.fetched_at.clone().unwrap_or_default(),
+                },
+                extractor: items.extractor,
+                first: items.items.into_iter().next(),
+            };
+            for u in [page.url].into_iter().chain(page.final_url) {
+                let d = detail.clone();
+                self.sorts
+                    .by_url
+                    .push(self.blobs, &ByUrl::Detail { u, n, d })
+                    .await?;
             }
+            self.note_held(0);
+            return Ok(());
         }
-    }
-    let mut linked: HashSet<usize> = HashSet::new();
-    let mut out = Vec::new();
-    let mut left_out = HashSet::new();
-    // Items keyed by their `key` fields, by key: how many so far.
-    let mut keyed: HashMap<String, usize> = HashMap::new();
-    for f in found {
-        if detail_names.contains(f.items.extractor.as_str()) {
-            continue;
-        }
-        let def = extractors.named(&f.items.extractor).map(|e| &e.def);
-        let link = def.and_then(|d| d.detail.as_ref());
-        let key_fields = def.map_or(&[][..], |d| &d.key[..]);
-        for (position, item) in f.items.items.iter().enumerate() {
-            let mut line = item_line(&f.page, &f.items.extractor, item);
-            line.key = format!("{}#{position}", f.page.url);
-            if let Some(link) = link {
+        let def = self.extractors.named(&items.extractor).map(|e| &e.def);
+        let link = def.and_then(|d| d.detail.clone());
+        for (position, item) in items.items.iter().enumerate() {
+            let n = self.items;
+            self.items += 1;
+            let mut line = item_line(&page, &items.extractor, item);
+            line.key = format!("{}#{position}", page.url);
+            if let Some(link) = &link {
                 let url = item
                     .fields
                     .get(&link.url_field)
                     .and_then(|v| v.as_str())
                     .and_then(|u| CanonicalUrl::parse(u).ok())
-                    .map(|u| scope.normalise(u).as_str().to_owned());
-                let detail = url.as_ref().and_then(|u| details.get(u).copied());
-                let state = match (detail, &url) {
-                    (Some(_), _) => rules::DetailPage::Items,
-                    (None, Some(url)) if gone.contains(url) => rules::DetailPage::Gone,
-                    (None, _) => rules::DetailPage::Absent,
-                };
-                if let Some(url) = url {
-                    line.key = url;
-                }
-                match (rules::listed_item(state), detail) {
-                    (ListedItem::Merged, Some(i)) => {
-                        linked.insert(i);
-                        merge(&mut line, &found[i]);
-                    }
-                    (ListedItem::Gone, _) => {
-                        summary.detail_pages_gone += 1;
-                        let key = rules::item_key(&f.items.extractor, key_fields, &line.fields);
-                        match key {
-                            Ok(key) if !key_fields.is_empty() => left_out.insert(key),
-                            _ => left_out.insert(line.key),
-                        };
+                    .map(|u| self.scope.normalise(u).as_str().to_owned());
+                match url {
+                    Some(u) => {
+                        line.key = u.clone();
+                        let listed = ByUrl::Listed { u, n, l: line };
+                        self.sorts.by_url.push(self.blobs, &listed).await?;
+                        self.note_held(0);
                         continue;
                     }
-                    _ => {
-                        line.errors.push(FieldError {
-                            field: link.url_field.clone(),
-                            error: "its detail page has no items in this delivery".into(),
-                        });
-                        line.valid = false;
-                    }
+                    // Names no page: as if its detail page had no items.
+                    None => unlinked(&mut line, &link.url_field),
                 }
             }
-            if !key_fields.is_empty() {
-                key_by_fields(&mut line, key_fields, &mut keyed);
-            }
-            count(summary, &line);
-            out.push(line);
+            self.keyed(n, line).await?;
+            self.note_held(0);
         }
+        Ok(())
     }
-    summary.detail_pages_unlinked = found
-        .iter()
-        .enumerate()
-        .filter(|(i, f)| detail_names.contains(f.items.extractor.as_str()) && !linked.contains(i))
-        .count() as u64;
-    (out, left_out)
+
+    /// An item whose detail page is joined (or that has none) on to its key: sorted by its
+    /// `key` fields' key when its extractor has some (step 3), else by its key (step 4).
+    async fn keyed(&mut self, n: u64, mut line: ItemLine) -> Result<(), DeliverError> {
+        let key_fields = self.key_fields(&line.extractor);
+        if !key_fields.is_empty()
+            && let Some(k) = field_key(&mut line, key_fields)
+        {
+            let entry = ByFieldKey { k, n, l: line };
+            return self.sorts.by_field_key.push(self.blobs, &entry).await;
+        }
+        let entry = ByKey::Current { n, l: line };
+        self.sorts.by_key.push(self.blobs, &entry).await
+    }
+
+    fn key_fields(&self, extractor: &str) -> &[String] {
+        self.extractors
+            .named(extractor)
+            .map_or(&[][..], |e| &e.def.key[..])
+    }
+
+    /// The columns of `items.csv.gz`.
+    fn csv_columns(&self) -> CsvColumns {
+        CsvColumns::new(&self.extractors)
+    }
+
+    /// Steps 2 to 5 once every manifest segment is read: the files written (`items.jsonl.gz`,
+    /// `items-delta.jsonl.gz`, and `items.csv.gz` when `csv`), against `previous`; the counts
+    /// and what the pass held. The runs are removed.
+    pub async fn finish(
+        mut self,
+        previous: Option<&PreviousItems>,
+        csv: bool,
+    ) -> Result<(Vec<IndexedFile>, ItemsSummary, ItemsStats), DeliverError> {
+        self.summary.extractors_version = self.extractors.version().to_owned();
+        self.summary.from_current_extractors = self.summary.pages_older == 0;
+        self.join().await?;
+        self.rank().await?;
+        if let Some(previous) = previous
+            && self.read_previous(previous).await?
+        {
+            self.summary.delta.previous = Some(previous.delivery_id.clone());
+        }
+        self.delta().await?;
+        let files = self.write(csv).await?;
+        // Every run of the pass (those of an earlier call cut during it too).
+        let runs = format!("{}{}{RUNS}", self.prefix, runs::RUNS_PREFIX);
+        runs::remove(self.blobs, &runs).await?;
+        Ok((files, self.summary, self.stats))
+    }
+
+    /// Takes a sorter's merge, leaving an empty sorter of the same name.
+    async fn merge_of<T: Sorted + Serialize>(
+        &mut self,
+        sorter: impl Fn(&mut Sorts) -> &mut Sorter<T>,
+    ) -> Result<Merge<T>, DeliverError> {
+        let taken = sorter(&mut self.sorts).take();
+        let merge = taken.merge(self.blobs).await?;
+        self.stats.runs += merge.runs() as u64;
+        Ok(merge)
+    }
+
+    /// Step 2: each listing item with its detail page (or without, or left out for a gone one).
+    async fn join(&mut self) -> Result<(), DeliverError> {
+        let mut merge = self.merge_of(|s| &mut s.by_url).await?;
+        // Bounded: each round takes the entries of one URL.
+        while let Some((url, ..)) = merge.peek(self.blobs).await? {
+            let mut gone = false;
+            let mut detail: Option<(u64, Detail)> = None;
+            let mut linked = false;
+            while let Some((next, ..)) = merge.peek(self.blobs).await?
+                && next == url
+            {
+                let Some((_, entry)) = merge.next(self.blobs).await? else {
+                    break;
+                };
+                match entry {
+                    ByUrl::Gone { .. } => gone = true,
+                    // The last one read under the URL.
+                    ByUrl::Detail { n, d, .. } => detail = Some((n, d)),
+                    ByUrl::Listed { n, l, .. } => {
+                        linked |= self
+                            .listed(n, l, detail.as_ref().map(|d| &d.1), gone)
+                            .await?;
+                    }
+                }
+                self.note_held(merge.held());
+            }
+            if let (true, Some((n, _))) = (linked, &detail) {
+                self.sorts
+                    .out
+                    .push(self.blobs, &Out::Linked { n: *n })
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A listing item `line` (seq `n`) whose detail page is `detail` (`gone`: its URL is a
+    /// gone page's), by `trawl_domain::extract::listed_item`: whether it was merged.
+    async fn listed(
+        &mut self,
+        n: u64,
+        mut line: ItemLine,
+        detail: Option<&Detail>,
+        gone: bool,
+    ) -> Result<bool, DeliverError> {
+        let state = match (detail, gone) {
+            (Some(_), _) => rules::DetailPage::Items,
+            (None, true) => rules::DetailPage::Gone,
+            (None, false) => rules::DetailPage::Absent,
+        };
+        let merged = match (rules::listed_item(state), detail) {
+            (ListedItem::Merged, Some(detail)) => {
+                merge(&mut line, detail);
+                true
+            }
+            (ListedItem::Gone, _) => {
+                self.summary.detail_pages_gone += 1;
+                let key_fields = self.key_fields(&line.extractor);
+                let k = match rules::item_key(&line.extractor, key_fields, &line.fields) {
+                    Ok(key) if !key_fields.is_empty() => key,
+                    _ => line.key,
+                };
+                return self
+                    .sorts
+                    .by_key
+                    .push(self.blobs, &ByKey::LeftOut { k })
+                    .await
+                    .map(|()| false);
+            }
+            _ => {
+                let field = self
+                    .extractors
+                    .named(&line.extractor)
+                    .and_then(|e| e.def.detail.as_ref())
+                    .map(|d| d.url_field.clone())
+                    .unwrap_or_default();
+                unlinked(&mut line, &field);
+                false
+            }
+        };
+        self.keyed(n, line).await?;
+        Ok(merged)
+    }
+
+    /// Step 3: the items of one `key` fields' key, keyed in manifest order.
+    async fn rank(&mut self) -> Result<(), DeliverError> {
+        let mut merge = self.merge_of(|s| &mut s.by_field_key).await?;
+        let mut last: Option<(String, usize)> = None;
+        // Bounded: each round takes an item.
+        while let Some((_, entry)) = merge.next(self.blobs).await? {
+            let ByFieldKey { k, n, mut l } = entry;
+            let seen = match &mut last {
+                Some((key, seen)) if *key == k => {
+                    *seen += 1;
+                    *seen
+                }
+                _ => 1,
+            };
+            rank(&mut l, &k, seen);
+            last = Some((k, seen));
+            self.sorts
+                .by_key
+                .push(self.blobs, &ByKey::Current { n, l })
+                .await?;
+            self.note_held(merge.held());
+        }
+        Ok(())
+    }
+
+    /// The previous delivery's items, a range at a time, to the delta's sort (step 4): false
+    /// when its file is not there.
+    async fn read_previous(&mut self, previous: &PreviousItems) -> Result<bool, DeliverError> {
+        let key = &previous.key;
+        let corrupt = |reason: String| DeliverError::CorruptDelivery {
+            key: key.clone(),
+            reason,
+        };
+        let mut gunzip = flate2::write::MultiGzDecoder::new(Vec::new());
+        let mut offset = 0;
+        let mut n = 0;
+        // Bounded: each round reads the next range, until the file's end.
+        loop {
+            let length = PREVIOUS_READ.min(previous.bytes - offset);
+            if length == 0 {
+                break;
+            }
+            let read = || self.blobs.get_range(key, offset, length);
+            let read = super::patiently("read the previous items", &super::READ, read).await?;
+            let Some(bytes) = read else {
+                return Ok(false);
+            };
+            offset += length;
+            gunzip
+                .write_all(&bytes)
+                .map_err(|e| corrupt(e.to_string()))?;
+            let text = gunzip.get_mut();
+            let Some(end) = text.iter().rposition(|&b| b == b'\n') else {
+                continue;
+            };
+            let complete: Vec<u8> = text.drain(..=end).collect();
+            self.previous_lines(key, &complete, &mut n).await?;
+        }
+        let rest = gunzip.finish().map_err(|e| corrupt(e.to_string()))?;
+        self.previous_lines(key, &rest, &mut n).await?;
+        Ok(true)
+    }
+
+    /// Lines of the previous delivery's items (`n`: the lines before them).
+    async fn previous_lines(
+        &mut self,
+        key: &str,
+        text: &[u8],
+        n: &mut u64,
+    ) -> Result<(), DeliverError> {
+        for line in text.split(|&b| b == b'\n') {
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            let line: ItemLine =
+                serde_json::from_slice(line).map_err(|e| DeliverError::CorruptDelivery {
+                    key: key.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            let entry = ByKey::Previous {
+                k: line.key,
+                n: *n,
+                f: line.fields,
+                e: line.errors,
+            };
+            *n += 1;
+            self.sorts.by_key.push(self.blobs, &entry).await?;
+            self.note_held(0);
+        }
+        Ok(())
+    }
+
+    /// Step 4: each key's items against the previous delivery's.
+    async fn delta(&mut self) -> Result<(), DeliverError> {
+        let mut merge = self.merge_of(|s| &mut s.by_key).await?;
+        let mut gone = 0;
+        // Bounded: each round takes the entries of one key.
+        while let Some((key, ..)) = merge.peek(self.blobs).await? {
+            // The previous delivery's last item of the key (its fields and errors).
+            let mut before = None;
+            let mut left_out = false;
+            while let Some((next, ..)) = merge.peek(self.blobs).await?
+                && next == key
+            {
+                let Some((_, entry)) = merge.next(self.blobs).await? else {
+                    break;
+                };
+                let counts = &mut self.summary.delta;
+                let (n, l, c) = match entry {
+                    ByKey::Previous { f, e, .. } => {
+                        before = Some((f, e));
+                        continue;
+                    }
+                    ByKey::LeftOut { .. } => {
+                        left_out = true;
+                        continue;
+                    }
+                    ByKey::Current { n, l } => match before.take() {
+                        None => {
+                            counts.new += 1;
+                            (n, l, Some(Change::New))
+                        }
+                        Some((f, e)) if f != l.fields || e != l.errors => {
+                            counts.changed += 1;
+                            (n, l, Some(Change::Changed))
+                        }
+                        Some(_) => {
+                            counts.unchanged += 1;
+                            (n, l, None)
+                        }
+                    },
+                };
+                let entry = Out::Item {
+                    n,
+                    l: Box::new(l),
+                    c,
+                };
+                self.sorts.out.push(self.blobs, &entry).await?;
+                self.note_held(merge.held());
+            }
+            if before.is_some() {
+                self.summary.delta.gone += 1;
+                let r = if left_out { GONE_DETAIL } else { GONE_UNSEEN };
+                let entry = Out::Gone {
+                    n: gone,
+                    k: key,
+                    r: r.to_owned(),
+                };
+                gone += 1;
+                self.sorts.out.push(self.blobs, &entry).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: the files, in one read of the items in manifest order.
+    async fn write(&mut self, csv: bool) -> Result<Vec<IndexedFile>, DeliverError> {
+        let columns = csv.then(|| self.csv_columns());
+        let mut merge = self.merge_of(|s| &mut s.out).await?;
+        let kinds = [FileKind::Items, FileKind::ItemsDelta, FileKind::ItemsCsv];
+        let kinds = &kinds[..if columns.is_some() { 3 } else { 2 }];
+        // Outliving the uploads that borrow them.
+        let keys: Vec<String> = kinds
+            .iter()
+            .map(|kind| format!("{}{}", self.prefix, kind.name(0)))
+            .collect();
+        let mut files = Vec::new();
+        for (&kind, key) in kinds.iter().zip(&keys) {
+            let upload = self.blobs.upload(key, "application/gzip").await;
+            match upload {
+                Ok(upload) => files.push((kind, GzipFile::with_level(upload, ITEMS_LEVEL), 0)),
+                Err(e) => {
+                    for (_, file, _) in files {
+                        file.abort().await;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        let written = async {
+            if let (Some(columns), Some((_, csv, _))) = (&columns, files.get_mut(2)) {
+                csv.write(&columns.header()?).await?;
+            }
+            let mut linked = 0;
+            let mut last_linked = None;
+            // Bounded: each round takes an entry.
+            while let Some((_, entry)) = merge.next(self.blobs).await? {
+                let (line, change) = match entry {
+                    Out::Item { l, c, .. } => (*l, c),
+                    Out::Gone { k, r, .. } => {
+                        let line = ItemDeltaLine {
+                            change: Change::Gone,
+                            key: k,
+                            item: None,
+                            reason: Some(r),
+                        };
+                        write_to(&mut files, 1, &json_line(&line)?).await?;
+                        continue;
+                    }
+                    Out::Linked { n } => {
+                        if last_linked != Some(n) {
+                            linked += 1;
+                            last_linked = Some(n);
+                        }
+                        continue;
+                    }
+                };
+                count(&mut self.summary, &line);
+                write_to(&mut files, 0, &json_line(&line)?).await?;
+                if let Some(columns) = &columns {
+                    write_to(&mut files, 2, &columns.row(&line)?).await?;
+                }
+                if let Some(change) = change {
+                    let line = ItemDeltaLine {
+                        change,
+                        key: line.key.clone(),
+                        item: Some(line),
+                        reason: None,
+                    };
+                    write_to(&mut files, 1, &json_line(&line)?).await?;
+                }
+                self.note_held(merge.held());
+            }
+            self.summary.detail_pages_unlinked = self.details - linked;
+            Ok::<_, DeliverError>(())
+        }
+        .await;
+        if let Err(e) = written {
+            for (_, file, _) in files {
+                file.abort().await;
+            }
+            return Err(e);
+        }
+        let mut indexed = Vec::new();
+        for (kind, file, records) in files {
+            let file = file.complete().await?;
+            indexed.push(IndexedFile {
+                name: kind.name(0),
+                kind,
+                bytes: file.bytes,
+                records,
+                md5: file.md5,
+            });
+        }
+        Ok(indexed)
+    }
+}
+
+/// Writes `bytes` as a record of the `n`th file.
+async fn write_to<U: crate::blob::BlobUpload>(
+    files: &mut [(FileKind, GzipFile<U>, u64)],
+    n: usize,
+    bytes: &[u8],
+) -> Result<(), DeliverError> {
+    if let Some((_, file, records)) = files.get_mut(n) {
+        file.write(bytes).await?;
+        *records += 1;
+    }
+    Ok(())
 }
 
 fn parse_items(key: &str, body: &[u8]) -> Result<PageItems, DeliverError> {
@@ -362,26 +921,38 @@ fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
     }
 }
 
-/// Keys `line` by its extractor's `key` fields (`trawl_domain::extract::item_key`). An item
-/// without a value for one is delivered invalid under its default key; one whose key an earlier
-/// item of this delivery has is delivered invalid under the key and its rank (`KEY#2`), so that
-/// the delta still holds every item once.
-fn key_by_fields(line: &mut ItemLine, key_fields: &[String], keyed: &mut HashMap<String, usize>) {
-    let key = match rules::item_key(&line.extractor, key_fields, &line.fields) {
-        Ok(key) => key,
+/// Marks a listing item whose detail page has no items in this delivery (`url_field`: the
+/// field naming it).
+fn unlinked(line: &mut ItemLine, url_field: &str) {
+    line.errors.push(FieldError {
+        field: url_field.to_owned(),
+        error: "its detail page has no items in this delivery".into(),
+    });
+    line.valid = false;
+}
+
+/// The key of `line` by its extractor's `key` fields (`trawl_domain::extract::item_key`). An
+/// item without a value for one is marked invalid, and keeps its default key (None).
+fn field_key(line: &mut ItemLine, key_fields: &[String]) -> Option<String> {
+    match rules::item_key(&line.extractor, key_fields, &line.fields) {
+        Ok(key) => Some(key),
         Err(field) => {
             line.errors.push(FieldError {
                 field: field.to_owned(),
                 error: "no value to key the item on (the extractor's `key`)".into(),
             });
             line.valid = false;
-            return;
+            None
         }
-    };
-    let seen = keyed.entry(key.clone()).or_default();
-    *seen += 1;
-    line.key = match *seen {
-        1 => key,
+    }
+}
+
+/// Keys `line` by `key`, the `seen`th item of this delivery with it: the first one is keyed by
+/// it; a later one is delivered invalid under the key and its rank (`KEY#2`), so that the delta
+/// still holds every item once.
+fn rank(line: &mut ItemLine, key: &str, seen: usize) {
+    line.key = match seen {
+        1 => key.to_owned(),
         n => {
             line.errors.push(FieldError {
                 field: "key".into(),
@@ -395,16 +966,12 @@ fn key_by_fields(line: &mut ItemLine, key_fields: &[String], keyed: &mut HashMap
 
 /// Merges the detail page's first item into `line`: its fields fill the ones `line` has no
 /// value for, its errors join `line`'s.
-fn merge(line: &mut ItemLine, detail: &Found) {
-    line.detail = Some(DetailPage {
-        url: detail.page.url.clone(),
-        task_id: detail.page.task_id.clone(),
-        fetched_at: detail.page.fetched_at.clone().unwrap_or_default(),
-    });
-    let Some(item) = detail.items.items.first() else {
+fn merge(line: &mut ItemLine, detail: &Detail) {
+    line.detail = Some(detail.page.clone());
+    let Some(item) = &detail.first else {
         line.errors.push(FieldError {
             field: "detail".into(),
-            error: format!("no {} item on the detail page", detail.items.extractor),
+            error: format!("no {} item on the detail page", detail.extractor),
         });
         line.valid = false;
         return;
@@ -440,65 +1007,6 @@ fn count(summary: &mut ItemsSummary, line: &ItemLine) {
             });
         }
     }
-}
-
-/// The delta of `current` against the previous delivery's items (`previous`, gzipped JSON
-/// lines; None: no previous delivery, or one without items): its lines and counts. An item
-/// gone says why: its key in `detail_gone` (its detail page is gone), or not found.
-pub(super) fn delta(
-    key: &str,
-    previous: Option<&[u8]>,
-    current: &[ItemLine],
-    detail_gone: &HashSet<String>,
-    counts: &mut ItemsDelta,
-) -> Result<Vec<ItemDeltaLine>, DeliverError> {
-    let mut before: HashMap<String, ItemLine> = HashMap::new();
-    if let Some(previous) = previous {
-        for line in lines::<ItemLine>(key, previous) {
-            let line = line?;
-            before.insert(line.key.clone(), line);
-        }
-    }
-    let mut out = Vec::new();
-    for item in current {
-        let change = match before.remove(&item.key) {
-            None => Change::New,
-            Some(old) if old.fields != item.fields || old.errors != item.errors => Change::Changed,
-            Some(_) => {
-                counts.unchanged += 1;
-                continue;
-            }
-        };
-        match change {
-            Change::New => counts.new += 1,
-            _ => counts.changed += 1,
-        }
-        out.push(ItemDeltaLine {
-            change,
-            key: item.key.clone(),
-            item: Some(item.clone()),
-            reason: None,
-        });
-    }
-    let mut gone: Vec<String> = before.into_keys().collect();
-    gone.sort();
-    counts.gone += gone.len() as u64;
-    out.extend(gone.into_iter().map(|key| {
-        ItemDeltaLine {
-            change: Change::Gone,
-            reason: Some(
-                if detail_gone.contains(&key) {
-                    GONE_DETAIL
-                } else {
-                    GONE_UNSEEN
-                }
-                .to_owned(),
-            ),
-            key,
-            item: None,
-        }
-    }));
-    Ok(out)
 }
 
 /// The columns of `items.csv.gz`: the item's key, extractor, page URL, task id, fetch time and
@@ -588,84 +1096,4 @@ fn csv_record(fields: impl IntoIterator<Item = String>) -> Result<Vec<u8>, Deliv
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_rows_quote_what_rfc_4180_asks_and_write_values_plainly() {
-        let columns = CsvColumns {
-            fields: ["title", "price", "tags", "key"].map(str::to_owned).into(),
-        };
-        let line = ItemLine {
-            key: "http://a.test/1".into(),
-            extractor: "x".into(),
-            page_url: "http://a.test/list".into(),
-            task_id: "t".into(),
-            fetched_at: "2026-11-24T00:00:00Z".into(),
-            fields: BTreeMap::from([
-                (
-                    "title".to_owned(),
-                    serde_json::json!("Say \"hi\", then\nleave"),
-                ),
-                ("price".to_owned(), serde_json::json!(12.5)),
-                ("tags".to_owned(), serde_json::Value::Null),
-                ("key".to_owned(), serde_json::json!("k")),
-            ]),
-            detail: None,
-            valid: false,
-            errors: vec![FieldError {
-                field: "tags".into(),
-                error: "required: no value".into(),
-            }],
-        };
-        let header = String::from_utf8(columns.header().unwrap()).unwrap();
-        assert_eq!(
-            header,
-            "key,extractor,page_url,task_id,fetched_at,valid,title,price,tags,fields.key,errors\r\n"
-        );
-        let row = String::from_utf8(columns.row(&line).unwrap()).unwrap();
-        assert_eq!(
-            row,
-            "http://a.test/1,x,http://a.test/list,t,2026-11-24T00:00:00Z,false,\
-             \"Say \"\"hi\"\", then\nleave\",12.5,,k,tags: required: no value\r\n"
-        );
-    }
-
-    #[test]
-    fn items_keyed_by_fields_are_keyed_once_and_a_missing_or_repeated_key_is_invalid() {
-        let line = |sku: serde_json::Value| ItemLine {
-            key: "http://a.test/list#0".into(),
-            extractor: "shop".into(),
-            page_url: "http://a.test/list".into(),
-            task_id: "t".into(),
-            fetched_at: String::new(),
-            fields: BTreeMap::from([("sku".to_owned(), sku)]),
-            detail: None,
-            valid: true,
-            errors: Vec::new(),
-        };
-        let key = ["sku".to_owned()];
-        let mut keyed = HashMap::new();
-        let mut lines = [
-            line(serde_json::json!("S1")),
-            line(serde_json::json!("S2")),
-            line(serde_json::Value::Null),
-            line(serde_json::json!("S1")),
-        ];
-        for l in &mut lines {
-            key_by_fields(l, &key, &mut keyed);
-        }
-        let keys: Vec<(&str, bool)> = lines.iter().map(|l| (l.key.as_str(), l.valid)).collect();
-        assert_eq!(
-            keys,
-            [
-                (r#"shop:["S1"]"#, true),
-                (r#"shop:["S2"]"#, true),
-                ("http://a.test/list#0", false),
-                (r#"shop:["S1"]#2"#, false),
-            ]
-        );
-        assert_eq!(lines[2].errors[0].field, "sku");
-        assert_eq!(lines[3].errors[0].field, "key");
-    }
-}
+mod tests;

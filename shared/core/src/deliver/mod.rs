@@ -31,10 +31,13 @@
 //! given a deadline stops cleanly once it has passed (`Delivery::Paused`) and the next call
 //! continues from the checkpoint; a call that crashed continues from the last one (files after
 //! it are written again, under the same names). Memory is bounded by a few page bodies, one
-//! manifest segment and the delta's sorted run (`compare`).
+//! manifest segment and the delta's sorted run (`compare`); the items pass, in one go at the end,
+//! by its sorters' runs (`items`).
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod compare;
+#[cfg(test)]
+mod cut;
 mod delta;
 mod gzip;
 mod items;
@@ -46,7 +49,8 @@ mod summary;
 pub use compare::DeltaStats;
 pub use delta::{Change, DeltaLine};
 pub use items::{
-    DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine,
+    DetailPage, ITEMS_CSV_FILE, ITEMS_DELTA_FILE, ITEMS_FILE, ItemDeltaLine, ItemLine, ItemsStats,
+    PreviousItems,
 };
 pub use purge::{PurgeError, PurgeReport, purge};
 pub use summary::{
@@ -137,6 +141,9 @@ pub struct DeliveryLimits {
     /// Manifest entries the delta sorts in memory at once (a sorted run, `compare`: ~200 bytes
     /// an entry), and the tasks compared per delta file.
     pub delta_index_entries: u64,
+    /// Entries the items pass (`items`) sorts in memory at once, per sorter (an item is a few
+    /// hundred bytes to a few KB): a generation of more items is sorted through runs.
+    pub items_entries: u64,
     /// Writers of a delivery's task pass at most, concurrent within one call: writer `w` of
     /// `n` walks part `w` of the crawl's tasks (`store::Part`) and writes segments `w`,
     /// `w + n`, … Each holds two open uploads and `PARALLEL_LOADS` page bodies.
@@ -153,6 +160,9 @@ impl DeliveryLimits {
         pages_segment_bytes: 960 << 20,
         manifest_segment_bytes: 64 << 20,
         delta_index_entries: 1_000_000,
+        // At most three sorters fill at once: ~300,000 entries, ~300 MB at ~1 KB an item (an
+        // estimate; `trawl-bench --only items` measured 157 MiB for 200,000 held).
+        items_entries: 100_000,
         // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
         // of 1 GB busy without holding more than 64 bodies.
         writers: 8,
@@ -780,12 +790,6 @@ impl<U: BlobUpload> Segment<U> {
         Ok(files)
     }
 }
-
-/// The items files' gzip level. Every generation writes its items twice (the items and their
-/// delta), ~1.3 KB of JSON a page with ten fields: at zlib's default (6) that was 7% of a local
-/// crawl's CPU with extraction (profile of the bench's 5,000 pages). Level 1 compresses the same
-/// items in less than half the time (gzip: 0.14 → 0.06 s) into a file 23% larger (1.15 → 1.41 MB).
-const ITEMS_LEVEL: flate2::Compression = flate2::Compression::fast();
 
 /// A manifest segment a delivery wrote (missing: the delivery is corrupt).
 async fn read_manifest<B: BlobStore>(blobs: &B, key: &str) -> Result<Bytes, DeliverError> {
@@ -1812,11 +1816,6 @@ impl<P: Ports> Deliverer<P> {
         }
     }
 
-    /// A manifest segment this delivery or the previous one wrote.
-    async fn read_file(&self, key: &str) -> Result<Bytes, DeliverError> {
-        read_manifest(&self.blobs, key).await
-    }
-
     fn summary(
         &self,
         crawl: &Crawl,
@@ -1871,102 +1870,74 @@ impl<P: Ports> Deliverer<P> {
         prefix: &str,
         state: &mut Checkpoint,
     ) -> Result<(), DeliverError> {
-        let mut pass = items::ItemsPass::new(
+        let previous = match &state.previous {
+            Some(previous) => self.previous_items(run, &previous.delivery_id).await?,
+            None => None,
+        };
+        let (files, summary, _) = deliver_items(
             &self.blobs,
             &self.layout,
             &self.uri_base,
-            &crawl.id,
-            &crawl.config,
-        )?;
-        for key in &state.manifest_keys(prefix) {
-            pass.add(key, &self.read_file(key).await?).await?;
-        }
-        let csv_columns = crawl.config.items.csv.then(|| pass.csv_columns());
-        let (lines, mut summary, detail_gone) = pass.finish();
-        let previous_key = state.previous.as_ref().map(|p| {
-            (
-                p.delivery_id.clone(),
-                format!("{run}{}/{ITEMS_FILE}", p.delivery_id),
-            )
-        });
-        let mut previous = None;
-        if let Some((id, key)) = &previous_key
-            && let Some(bytes) = get_with_retry(&self.blobs, key).await?
-        {
-            summary.delta.previous = Some(id.clone());
-            previous = Some(bytes);
-        }
-        let key = previous_key.map(|(_, key)| key).unwrap_or_default();
-        let changes = items::delta(
-            &key,
-            previous.as_deref(),
-            &lines,
-            &detail_gone,
-            &mut summary.delta,
-        )?;
-        let written = [
-            self.write_lines(prefix, FileKind::Items, &lines).await?,
-            self.write_lines(prefix, FileKind::ItemsDelta, &changes)
-                .await?,
-        ];
-        state.files.extend(written);
-        if let Some(columns) = csv_columns {
-            let header = columns.header()?;
-            let encode = |line: &ItemLine| columns.row(line);
-            let file = self
-                .write_records(prefix, FileKind::ItemsCsv, header, &lines, encode)
-                .await?;
-            state.files.push(file);
-        }
+            crawl,
+            &state.manifest_keys(prefix),
+            previous.as_ref(),
+            prefix,
+            &self.limits,
+        )
+        .await?;
+        state.files.extend(files);
         state.tally.items = Some(summary);
         Ok(())
     }
 
-    /// Writes `lines` as the gzipped JSON-lines file of `kind`; its index entry.
-    async fn write_lines<T: Serialize + Sync>(
+    /// The items file of the run's delivery `delivery_id`, as its index lists it (None: it
+    /// has none).
+    async fn previous_items(
         &self,
-        prefix: &str,
-        kind: FileKind,
-        lines: &[T],
-    ) -> Result<IndexedFile, DeliverError> {
-        self.write_records(prefix, kind, Vec::new(), lines, json_line)
-            .await
+        run: &str,
+        delivery_id: &str,
+    ) -> Result<Option<PreviousItems>, DeliverError> {
+        let prefix = format!("{run}{delivery_id}/");
+        let index: Option<DeliveryIndex> =
+            self.read_optional(&format!("{prefix}{INDEX_FILE}")).await?;
+        Ok(index.and_then(|index| {
+            let file = index.of_kind(FileKind::Items).next()?;
+            Some(PreviousItems {
+                delivery_id: delivery_id.to_owned(),
+                key: format!("{prefix}{}", file.name),
+                bytes: file.bytes,
+            })
+        }))
     }
+}
 
-    /// Writes the gzipped file of `kind`: `head`, then each of `records` as `encode` writes it;
-    /// its index entry.
-    async fn write_records<T: Sync>(
-        &self,
-        prefix: &str,
-        kind: FileKind,
-        head: Vec<u8>,
-        records: &[T],
-        encode: impl Fn(&T) -> Result<Vec<u8>, DeliverError> + Send + Sync,
-    ) -> Result<IndexedFile, DeliverError> {
-        let name = kind.name(0);
-        let key = format!("{prefix}{name}");
-        let upload = self.blobs.upload(&key, "application/gzip").await?;
-        let mut out = GzipFile::with_level(upload, ITEMS_LEVEL);
-        let chunks = std::iter::once(Ok(head)).chain(records.iter().map(encode));
-        for chunk in chunks {
-            let written = match chunk {
-                Ok(bytes) => out.write(&bytes).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
-                out.abort().await;
-                return Err(e);
-            }
-        }
-        let file = out.complete().await?;
-        Ok(IndexedFile {
-            name,
-            kind,
-            bytes: file.bytes,
-            records: records.len() as u64,
-            md5: file.md5,
-        })
+/// The items pass of a delivery (`items`) over its manifest segments (`manifests`), against the
+/// previous delivery's items, its files written under `prefix` within `limits`: its files, its
+/// counts and what it held. The deliverer's, and the bench's.
+#[allow(clippy::too_many_arguments)]
+pub async fn deliver_items<B: BlobStore>(
+    blobs: &B,
+    layout: &Layout,
+    uri_base: &str,
+    crawl: &Crawl,
+    manifests: &[String],
+    previous: Option<&PreviousItems>,
+    prefix: &str,
+    limits: &DeliveryLimits,
+) -> Result<(Vec<IndexedFile>, ItemsSummary, ItemsStats), DeliverError> {
+    let mut pass = items::ItemsPass::new(
+        blobs,
+        layout,
+        uri_base,
+        &crawl.id,
+        &crawl.config,
+        prefix,
+        limits.items_entries,
+    )?;
+    for key in manifests {
+        pass.add(key, &read_manifest(blobs, key).await?).await?;
     }
+    pass.finish(previous, crawl.config.items.csv).await
 }
 
 #[cfg(test)]
@@ -2088,77 +2059,18 @@ mod tests {
     }
 
     use crate::blob::memory::MemoryBlobStore;
-    use crate::blob::{BlobResult, Body, ListPage, ObjectMeta};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A blob store whose first `failures` reads of page bodies fail the way a body cut
-    /// mid-stream does (`GetObject …: unavailable: streaming error`).
-    struct CutReads {
-        inner: MemoryBlobStore,
-        failures: u32,
-        reads: AtomicU32,
-    }
-
-    impl BlobStore for CutReads {
-        async fn put(&self, key: &str, body: Body, meta: &ObjectMeta) -> BlobResult<()> {
-            self.inner.put(key, body, meta).await
-        }
-
-        async fn get(&self, key: &str) -> BlobResult<Option<Bytes>> {
-            if key.contains("/attr=html/") {
-                let read = self.reads.fetch_add(1, Ordering::SeqCst);
-                if read < self.failures {
-                    return Err(BlobError::unavailable("GetObject", key, "streaming error"));
-                }
-            }
-            self.inner.get(key).await
-        }
-
-        fn gather_bytes(&self) -> u64 {
-            self.inner.gather_bytes()
-        }
-
-        async fn append(&self, dir: &str, records: Bytes) -> BlobResult<crate::blob::Appended> {
-            self.inner.append(dir, records).await
-        }
-
-        async fn get_range(
-            &self,
-            key: &str,
-            offset: u64,
-            length: u64,
-        ) -> BlobResult<Option<Bytes>> {
-            self.inner.get_range(key, offset, length).await
-        }
-
-        async fn delete(&self, key: &str) -> BlobResult<()> {
-            self.inner.delete(key).await
-        }
-
-        async fn list(&self, prefix: &str) -> BlobResult<Vec<String>> {
-            self.inner.list(prefix).await
-        }
-
-        async fn list_page(
-            &self,
-            prefix: &str,
-            start_after: Option<&str>,
-            limit: u32,
-        ) -> BlobResult<ListPage> {
-            self.inner.list_page(prefix, start_after, limit).await
-        }
-
-        async fn upload(&self, key: &str, content_type: &str) -> BlobResult<impl BlobUpload> {
-            self.inner.upload(key, content_type).await
-        }
-    }
+    use crate::blob::{BlobResult, Body, ObjectMeta};
+    use cut::{CutStore, Cuts};
+    use std::sync::atomic::Ordering;
 
     /// Reads the one page of a store whose first `failures` reads fail; the result and the reads.
     async fn read_with_cut_reads(failures: u32) -> (BlobResult<Option<Bytes>>, u32) {
-        let blobs = CutReads {
+        // The first `failures` reads of page bodies fail the way a body cut mid-stream does
+        // (`GetObject …: unavailable: streaming error`).
+        let blobs = CutStore {
             inner: MemoryBlobStore::new(),
-            failures,
-            reads: AtomicU32::new(0),
+            reads: Cuts::new("/attr=html/", 0, failures),
+            uploads: Cuts::default(),
         };
         let body = Body::new(&b"<html>whole</html>"[..]);
         let meta = ObjectMeta {
@@ -2174,7 +2086,7 @@ mod tests {
             outage: Duration::from_millis(50),
         };
         let result = read_patiently(&blobs, key, &quick).await;
-        (result, blobs.reads.load(Ordering::SeqCst))
+        (result, blobs.reads.seen.load(Ordering::SeqCst))
     }
 
     #[tokio::test]

@@ -1,23 +1,29 @@
-//! Sorted runs: what the delta (`compare`) spills through the object store. A run holds
-//! manifest entries (`delta::Entry`) sorted by task id, in frames: a 4-byte little-endian length,
-//! then one gzip member of up to `FRAME_LINES` JSON lines. Frames let a reader fetch its run a
-//! range at a time and say where it stands (the offset of a frame, the entries taken from it):
-//! a merge cut mid-way resumes from the delivery's checkpoint without reading any run again
-//! from its start.
+//! Sorted runs: what the delta (`compare`) and the items pass (`items`) spill through the
+//! object store, and their merge. A run holds entries of one kind (`Sorted`: a manifest's
+//! `delta::Entry` by task id, an item by its detail URL or key …) sorted by their key, in frames:
+//! a 4-byte little-endian length, then one gzip member of up to `FRAME_LINES` JSON lines. Frames
+//! let a reader fetch its run a range at a time and say where it stands (the offset of a frame,
+//! the entries taken from it): a merge cut mid-way resumes from the delivery's checkpoint
+//! without reading any run again from its start.
+//!
+//! A merge (`Merge`) reads all its runs at once, each from its own position, and gives their
+//! entries smallest key first; equal keys in run order, then in their run's order (a stable
+//! sort spilled in order stays stable).
 //!
 //! Runs live beside the delivery's files (`RUNS_PREFIX`: `_sort-previous-00000`, named as data
 //! tools name what is not data, like `_SUCCESS`; no directory of their own, which a local store
 //! would leave behind empty), are never listed in its index, and are removed once the delta is
 //! written.
 
-use super::DeliverError;
-use super::delta::{Entry, TaskKey};
+use super::{DeliverError, json_line};
 use crate::blob::{BlobStore, BlobUpload};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io::{Read, Write};
 
 /// How a delivery's runs are named, after its prefix.
@@ -25,6 +31,17 @@ pub(crate) const RUNS_PREFIX: &str = "_sort-";
 /// Entries per frame: a reader holds one frame's entries at a time.
 pub(crate) const FRAME_LINES: usize = 256;
 const LENGTH: u64 = 4;
+/// Bytes a merge reads ahead, over all its runs (each run reads `MIN_READ` at least).
+const MERGE_READ_BYTES: u64 = 32 << 20;
+const MIN_READ: u64 = 256 << 10;
+
+/// An entry a run holds, and the key runs are sorted and merged by.
+pub(crate) trait Sorted: DeserializeOwned {
+    type Key: Ord + Clone;
+
+    /// Its key (`run`: the run it was read from, which an error names).
+    fn key(&self, run: &str) -> Result<Self::Key, DeliverError>;
+}
 
 /// A run written, and where its reader stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,11 +82,11 @@ fn frame<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, DeliverEr
     Ok(out)
 }
 
-/// Writes `entries` (JSON lines, already in task-id order) as the run at `key`.
-pub(crate) async fn write<B: BlobStore>(
+/// Writes `entries` (JSON lines, already in key order) as the run at `key`.
+pub(crate) async fn write<B: BlobStore, K>(
     blobs: &B,
     key: &str,
-    entries: &[(TaskKey, Vec<u8>)],
+    entries: &[(K, Vec<u8>)],
 ) -> Result<Run, DeliverError> {
     let mut upload = blobs.upload(key, "application/octet-stream").await?;
     let mut bytes = 0;
@@ -96,8 +113,18 @@ pub(crate) async fn write<B: BlobStore>(
     })
 }
 
+/// Removes every run whose key starts with `under` (listed: a run written by a call that died
+/// before its checkpoint is removed too).
+pub(crate) async fn remove<B: BlobStore>(blobs: &B, under: &str) -> Result<(), DeliverError> {
+    let keys = super::patiently("list the sorted runs", &super::READ, || blobs.list(under)).await?;
+    for key in keys {
+        blobs.delete(&key).await?;
+    }
+    Ok(())
+}
+
 /// Reads a run from where its `Run` says, `chunk` bytes a request at least.
-pub(crate) struct RunReader {
+pub(crate) struct RunReader<T: Sorted> {
     key: String,
     bytes: u64,
     chunk: u64,
@@ -110,11 +137,11 @@ pub(crate) struct RunReader {
     taken: u64,
     /// Entries of the first frame to skip (already read before a resume).
     skip: u64,
-    pending: VecDeque<(TaskKey, Entry)>,
-    last: Option<TaskKey>,
+    pending: VecDeque<(T::Key, T)>,
+    last: Option<T::Key>,
 }
 
-impl RunReader {
+impl<T: Sorted> RunReader<T> {
     pub(crate) fn new(run: &Run, chunk: u64) -> Self {
         Self {
             key: run.key.clone(),
@@ -146,12 +173,12 @@ impl RunReader {
         self.pending.len()
     }
 
-    /// The task key of the next entry (None: the run is read), fetching and decoding its frame
+    /// The key of the next entry (None: the run is read), fetching and decoding its frame
     /// when needed.
     pub(crate) async fn peek<B: BlobStore>(
         &mut self,
         blobs: &B,
-    ) -> Result<Option<TaskKey>, DeliverError> {
+    ) -> Result<Option<T::Key>, DeliverError> {
         // Bounded: each round decodes the frame at `next` and moves `next` past it, or ends.
         while self.pending.is_empty() {
             if self.next >= self.bytes {
@@ -173,11 +200,11 @@ impl RunReader {
                 }
             }
         }
-        Ok(self.pending.front().map(|(task, _)| *task))
+        Ok(self.pending.front().map(|(key, _)| key.clone()))
     }
 
     /// Takes the next entry (after `peek`).
-    pub(crate) fn take(&mut self) -> Option<Entry> {
+    pub(crate) fn take(&mut self) -> Option<T> {
         let (_, entry) = self.pending.pop_front()?;
         self.taken += 1;
         Some(entry)
@@ -219,22 +246,185 @@ impl RunReader {
     }
 
     /// The entries of one frame's gzip member, checked to follow the run's order.
-    fn decode(&mut self, member: &[u8]) -> Result<Vec<(TaskKey, Entry)>, DeliverError> {
+    fn decode(&mut self, member: &[u8]) -> Result<Vec<(T::Key, T)>, DeliverError> {
         let mut text = String::new();
         GzDecoder::new(member)
             .read_to_string(&mut text)
             .map_err(|e| corrupt(&self.key, e.to_string()))?;
         let mut entries = Vec::with_capacity(FRAME_LINES);
         for line in text.lines().filter(|l| !l.is_empty()) {
-            let entry: Entry =
+            let entry: T =
                 serde_json::from_str(line).map_err(|e| corrupt(&self.key, e.to_string()))?;
-            let task = entry.task(&self.key)?;
-            if self.last.is_some_and(|last| task < last) {
-                return Err(corrupt(&self.key, "entries out of task-id order"));
+            let key = entry.key(&self.key)?;
+            if self.last.as_ref().is_some_and(|last| key < *last) {
+                return Err(corrupt(&self.key, "entries out of key order"));
             }
-            self.last = Some(task);
-            entries.push((task, entry));
+            self.last = Some(key.clone());
+            entries.push((key, entry));
         }
         Ok(entries)
+    }
+}
+
+/// The next key of each run not yet read to its end, smallest first (then the lowest run).
+type Heads<K> = BinaryHeap<Reverse<(K, usize)>>;
+
+/// Runs merged: every entry of every run once, smallest key first (equal keys in run order).
+pub(crate) struct Merge<T: Sorted> {
+    readers: Vec<RunReader<T>>,
+    /// The next key of each run not yet read to its end; None until first read.
+    heads: Option<Heads<T::Key>>,
+    /// Entries the readers have decoded and not given, now and at most.
+    held: usize,
+    pub(crate) peak_held: usize,
+}
+
+impl<T: Sorted> Merge<T> {
+    /// The merge of `runs`, each read from its position (`Run::frame`, `Run::taken`).
+    pub(crate) fn new<'r>(runs: impl IntoIterator<Item = &'r Run>) -> Self {
+        let runs: Vec<&Run> = runs.into_iter().collect();
+        let chunk = (MERGE_READ_BYTES / runs.len().max(1) as u64).max(MIN_READ);
+        Self {
+            readers: runs
+                .into_iter()
+                .map(|run| RunReader::new(run, chunk))
+                .collect(),
+            heads: None,
+            held: 0,
+            peak_held: 0,
+        }
+    }
+
+    /// Runs merged.
+    pub(crate) fn runs(&self) -> usize {
+        self.readers.len()
+    }
+
+    /// Entries the readers have decoded and not given.
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Where each run's reader stands (`RunReader::position`), in run order.
+    pub(crate) fn positions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.readers.iter().map(RunReader::position)
+    }
+
+    /// Peeks run `n` (decoding its next frame when needed) and counts what it holds.
+    async fn peek_run<B: BlobStore>(
+        &mut self,
+        blobs: &B,
+        n: usize,
+    ) -> Result<Option<T::Key>, DeliverError> {
+        let Some(reader) = self.readers.get_mut(n) else {
+            return Ok(None);
+        };
+        let before = reader.held();
+        let key = reader.peek(blobs).await?;
+        self.held = (self.held + reader.held()).saturating_sub(before);
+        self.peak_held = self.peak_held.max(self.held);
+        Ok(key)
+    }
+
+    async fn heads<B: BlobStore>(&mut self, blobs: &B) -> Result<&mut Heads<T::Key>, DeliverError> {
+        if self.heads.is_none() {
+            let mut heads = BinaryHeap::new();
+            for n in 0..self.readers.len() {
+                if let Some(key) = self.peek_run(blobs, n).await? {
+                    heads.push(Reverse((key, n)));
+                }
+            }
+            self.heads = Some(heads);
+        }
+        Ok(self.heads.get_or_insert_default())
+    }
+
+    /// The key of the next entry (None: every run is read).
+    pub(crate) async fn peek<B: BlobStore>(
+        &mut self,
+        blobs: &B,
+    ) -> Result<Option<T::Key>, DeliverError> {
+        let heads = self.heads(blobs).await?;
+        Ok(heads.peek().map(|Reverse((key, _))| key.clone()))
+    }
+
+    /// The next entry and the number of its run (None: every run is read).
+    pub(crate) async fn next<B: BlobStore>(
+        &mut self,
+        blobs: &B,
+    ) -> Result<Option<(usize, T)>, DeliverError> {
+        let Some(Reverse((_, n))) = self.heads(blobs).await?.pop() else {
+            return Ok(None);
+        };
+        let Some(entry) = self.readers.get_mut(n).and_then(RunReader::take) else {
+            return Ok(None);
+        };
+        self.held -= 1;
+        if let Some(key) = self.peek_run(blobs, n).await? {
+            self.heads(blobs).await?.push(Reverse((key, n)));
+        }
+        Ok(Some((n, entry)))
+    }
+}
+
+/// Entries gathered into sorted runs named `{name}00000`, `{name}00001` …, `entries` at a time.
+pub(crate) struct Sorter<T: Sorted> {
+    name: String,
+    entries: usize,
+    /// The entries not yet in a run, with their keys, as JSON lines.
+    buffer: Vec<(T::Key, Vec<u8>)>,
+    runs: Vec<Run>,
+}
+
+impl<T: Sorted + Serialize> Sorter<T> {
+    pub(crate) fn new(name: String, entries: usize) -> Self {
+        Self {
+            name,
+            entries: entries.max(1),
+            buffer: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// Takes the sorter, leaving an empty one of the same name and bound.
+    pub(crate) fn take(&mut self) -> Self {
+        let empty = Self::new(self.name.clone(), self.entries);
+        std::mem::replace(self, empty)
+    }
+
+    /// Entries held, not yet in a run.
+    pub(crate) fn held(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Adds `entry`, writing a run when `entries` are held.
+    pub(crate) async fn push<B: BlobStore>(
+        &mut self,
+        blobs: &B,
+        entry: &T,
+    ) -> Result<(), DeliverError> {
+        self.buffer
+            .push((entry.key(&self.name)?, json_line(entry)?));
+        if self.buffer.len() >= self.entries {
+            self.spill(blobs).await?;
+        }
+        Ok(())
+    }
+
+    async fn spill<B: BlobStore>(&mut self, blobs: &B) -> Result<(), DeliverError> {
+        // Stable: entries of one key keep the order they came in.
+        self.buffer.sort_by(|a, b| a.0.cmp(&b.0));
+        let key = format!("{}{:05}", self.name, self.runs.len());
+        self.runs.push(write(blobs, &key, &self.buffer).await?);
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Writes what is held as the last run; the merge of all its runs.
+    pub(crate) async fn merge<B: BlobStore>(mut self, blobs: &B) -> Result<Merge<T>, DeliverError> {
+        if !self.buffer.is_empty() {
+            self.spill(blobs).await?;
+        }
+        Ok(Merge::new(&self.runs))
     }
 }
