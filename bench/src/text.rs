@@ -28,35 +28,47 @@ enum Work {
     Parse,
 }
 
-/// CPU milliseconds per body of `work` over `bodies`, one sample per run.
-fn per_body_ms(work: Work, bodies: &[Vec<u8>], runs: usize) -> Vec<f64> {
-    let wanted = Analysis {
-        page: false,
-        text: true,
-    };
+/// Wall time each sample runs at least, the items passed over again and again: the thread's
+/// CPU clock moves by scheduler ticks (4 ms here), so a shorter sample would be mostly tick.
+const SAMPLE_TIME: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// CPU milliseconds per item of `work` over `items`, one sample per run.
+fn per_item_ms<T>(items: &[T], runs: usize, mut work: impl FnMut(&T) -> usize) -> Vec<f64> {
     let mut samples = Vec::with_capacity(runs);
     for _ in 0..runs {
         let (cpu0, wall0) = (thread_cpu_ns(), std::time::Instant::now());
-        let mut kept = 0usize;
-        for body in bodies {
-            kept += match work {
-                Work::Text => trawl_core::discover::analyse_body(&wanted, body, Some("text/html"))
-                    .and_then(|a| a.text)
-                    .map_or(0, |t| t.len()),
-                Work::Page => trawl_core::discover::analyse(body)
-                    .title
-                    .map_or(0, |t| t.len()),
-                Work::Parse => trawl_core::extract::parse(body).tree.nodes().count(),
-            };
+        let (mut done, mut kept) = (0usize, 0usize);
+        while done == 0 || wall0.elapsed() < SAMPLE_TIME {
+            for item in items {
+                kept += work(item);
+            }
+            done += items.len();
         }
         std::hint::black_box(kept);
         let ns = match (cpu0, thread_cpu_ns()) {
             (Some(a), Some(b)) => b.saturating_sub(a) as f64,
             _ => wall0.elapsed().as_nanos() as f64,
         };
-        samples.push(ns / 1e6 / bodies.len().max(1) as f64);
+        samples.push(ns / 1e6 / done.max(1) as f64);
     }
     samples
+}
+
+/// CPU milliseconds per body of `work` over `bodies`, one sample per run.
+fn per_body_ms(work: Work, bodies: &[Vec<u8>], runs: usize) -> Vec<f64> {
+    let wanted = Analysis {
+        page: false,
+        text: true,
+    };
+    per_item_ms(bodies, runs, |body| match work {
+        Work::Text => trawl_core::discover::analyse_body(&wanted, body, Some("text/html"))
+            .and_then(|a| a.text)
+            .map_or(0, |t| t.len()),
+        Work::Page => trawl_core::discover::analyse(body)
+            .title
+            .map_or(0, |t| t.len()),
+        Work::Parse => trawl_core::extract::parse(body).tree.nodes().count(),
+    })
 }
 
 /// The HTML files of the toolchain's documentation: the book's chapters, std's module pages,
@@ -213,19 +225,13 @@ pub fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
         .filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b)))
         .collect();
     for (path, pdf) in &pdfs {
-        let mut samples = Vec::with_capacity(runs);
-        let mut read = None;
-        for _ in 0..runs {
-            let cpu0 = thread_cpu_ns();
-            read = Some(trawl_core::discover::pdf_text(pdf));
-            if let (Some(a), Some(b)) = (cpu0, thread_cpu_ns()) {
-                samples.push(b.saturating_sub(a) as f64 / 1e6);
-            }
-        }
+        let read = trawl_core::discover::pdf_text(pdf);
+        let samples = per_item_ms(std::slice::from_ref(pdf), runs, |pdf| {
+            trawl_core::discover::pdf_text(pdf).map_or(0, |t| t.len())
+        });
         let outcome = match &read {
-            Some(Ok(text)) => format!("{} bytes of text read", text.len()),
-            Some(Err(e)) => format!("error: {e}"),
-            None => "not read".to_owned(),
+            Ok(text) => format!("{} bytes of text read", text.len()),
+            Err(e) => format!("error: {e}"),
         };
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         figures.push(Figure::of(
