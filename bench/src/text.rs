@@ -206,7 +206,7 @@ pub fn run(pages: usize, runs: usize) -> BenchResult<Vec<Figure>> {
     ));
     figures.push(Figure::single(
         SECTION,
-        "Rust documentation: pages past the element bound (no text)",
+        "Rust documentation: pages past the element or depth bound (no text)",
         "%",
         share(&|a| a.text_error.is_some()),
     ));

@@ -16,6 +16,17 @@ use trawl_domain::task::{PageAnalysis, TextError};
 /// few thousand; a page past this one is skipped as too large (its parse would cost tens of
 /// milliseconds for a text cut to 4 KB anyway).
 const HTML_ELEMENTS: usize = 30_000;
+/// Elements nested deeper than this are not read: browsers' parsers stop nesting at 512
+/// levels, and readability's walks recurse and grow faster than the depth (a page of 29,000
+/// nested `div`s overflowed a 2 MB stack after a minute of CPU).
+const HTML_DEPTH: usize = 512;
+/// Elements that never hold others (void), or whose end is implied by the next of their kind:
+/// left out of the depth, so that unclosed `<li>`s and `<p>`s do not count as nesting.
+const NOT_NESTING: [&str; 28] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr", "param", "keygen", "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "rb",
+    "rt", "rp", "colgroup",
+];
 /// Pages of a PDF read at most, and the bytes any one stream may decompress to (a small
 /// compressed stream can inflate to gigabytes).
 const PDF_PAGES: u32 = 200;
@@ -31,6 +42,9 @@ pub fn html_text(html: &[u8]) -> Result<Option<String>, TextError> {
         text_mode: TextMode::Formatted,
         ..Config::default()
     };
+    if nesting_depth(html) > HTML_DEPTH {
+        return Err(TextError::TooLarge);
+    }
     let html = String::from_utf8_lossy(html);
     let parsed = Readability::new(html.as_ref(), None, Some(config))
         .and_then(|mut readability| readability.parse());
@@ -41,6 +55,38 @@ pub fn html_text(html: &[u8]) -> Result<Option<String>, TextError> {
         // Only for a relative document URL, which is never given.
         Err(ReadabilityError::BadDocumentURL) => Err(TextError::Malformed),
     }
+}
+
+/// The deepest nesting of elements in `html`, from its tags as written (a scan, not a parse):
+/// start tags of elements that hold others open a level, end tags close one. Tags in comments
+/// or scripts count too, so it errs deep.
+fn nesting_depth(html: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut rest = html;
+    while let Some(at) = rest.iter().position(|&b| b == b'<') {
+        rest = &rest[at + 1..];
+        let closing = rest.first() == Some(&b'/');
+        let name_at = usize::from(closing);
+        let name_len = rest[name_at..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric())
+            .count();
+        let name = &rest[name_at..name_at + name_len];
+        let nests = name.first().is_some_and(u8::is_ascii_alphabetic)
+            && !NOT_NESTING
+                .iter()
+                .any(|n| n.as_bytes().eq_ignore_ascii_case(name));
+        if !nests {
+            continue;
+        }
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+    }
+    deepest
 }
 
 /// The text of the PDF `pdf`, its pages in order, read until there is more than the analysis
@@ -184,6 +230,32 @@ mod tests {
         for boilerplate in ["Home", "newsletter", "Copyright", "tracking"] {
             assert!(!text.contains(boilerplate), "{boilerplate} in {text}");
         }
+    }
+
+    #[test]
+    fn a_page_nested_past_the_depth_bound_is_too_large_and_one_within_it_reads_on_a_small_stack() {
+        let nested = |depth: usize| {
+            format!(
+                "<html><body>{}<p>{}</p>{}<ul><li>a<li>b</ul><br><img src=x></body></html>",
+                "<DIV class=x>".repeat(depth),
+                "deep words, ".repeat(100),
+                "</div>".repeat(depth)
+            )
+        };
+        // html and body are two levels; unclosed items, void elements and `<p>` are none.
+        assert_eq!(nesting_depth(nested(10).as_bytes()), 12);
+        assert_eq!(
+            html_text(nested(29_000).as_bytes()),
+            Err(TextError::TooLarge)
+        );
+        let within = nested(HTML_DEPTH - 3);
+        let read = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || html_text(within.as_bytes()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(read.unwrap().unwrap().contains("deep words"));
     }
 
     #[test]
