@@ -102,3 +102,169 @@ async fn analysed_pages_give_their_title_description_and_language_in_the_manifes
     assert!(plain.get("title").is_none(), "{plain}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A paragraph of the article pages: long enough for the readability algorithm to take the
+/// block holding it for the article.
+const PARAGRAPH: &str = "Lambda functions crawl the web one host turn at a time, and each page \
+                         is stored beside its fetch record with its links and its items.";
+
+/// A page whose article sits between navigation, a header and a footer (and a script).
+fn article_page(title: &str, paragraphs: usize, nav: &str) -> String {
+    let article: String = (0..paragraphs)
+        .map(|i| format!("<p>{i}. {PARAGRAPH}</p>"))
+        .collect();
+    format!(
+        r#"<html lang="en"><head><title>{title}</title><script>var tracking = 1;</script>
+        </head><body><nav>{nav}</nav><header><div class="banner">Sign up for our newsletter
+        </div></header><article><h1>{title}</h1>{article}</article>
+        <footer>Copyright 2026 Example Corp</footer></body></html>"#
+    )
+}
+
+/// The site of the text tests: an article page (`/`) linking to a PDF, a malformed PDF and a
+/// long article, and a page (`/skipped.html`) that only a seed reaches.
+pub(crate) async fn text_site() -> Site {
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    let nav = r#"<a href="/report.pdf">Report</a> <a href="/broken.pdf">Broken</a>
+        <a href="/long.html">Long</a>"#;
+    site.route("/", Route::html(article_page("Crawler guide", 3, nav)));
+    site.route("/long.html", Route::html(article_page("Long", 60, "")));
+    site.route("/skipped.html", Route::html(article_page("Skipped", 3, "")));
+    site.route(
+        "/report.pdf",
+        Route::content(
+            "application/pdf",
+            include_bytes!("fixtures/report.pdf").as_slice(),
+        ),
+    );
+    site.route(
+        "/broken.pdf",
+        Route::content("application/pdf", "%PDF-1.7\n1 0 obj << /Type /Catal"),
+    );
+    site
+}
+
+/// The seeds of the text tests: `/` (the rest is linked from it), and `/skipped.html` with
+/// data that skips its analysis.
+pub(crate) fn text_seeds(site: &Site) -> [String; 2] {
+    [
+        site.url("/"),
+        serde_json::json!({"url": site.url("/skipped.html"), "data": {"_analysis": false}})
+            .to_string(),
+    ]
+}
+
+/// The manifest line of `path`.
+fn line_of(lines: &[Value], site: &Site, path: &str) -> Value {
+    let url = site.url(path);
+    lines
+        .iter()
+        .find(|l| l["url"] == url.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{url}: {lines:?}"))
+}
+
+/// THEN: the article page's text is its article only; the long one's is cut at 4 KB and says
+/// so; the PDF's text is read; the malformed PDF gives an error and no text.
+pub(crate) fn assert_texts(lines: &[Value], site: &Site) {
+    let guide = line_of(lines, site, "/");
+    let text = guide["text"].as_str().unwrap_or_else(|| panic!("{guide}"));
+    assert!(text.contains("0. Lambda functions crawl the web"), "{text}");
+    for boilerplate in ["Report", "newsletter", "Copyright", "tracking"] {
+        assert!(!text.contains(boilerplate), "{boilerplate} in {text}");
+    }
+    assert!(guide.get("text_cut").is_none(), "{guide}");
+    let long = line_of(lines, site, "/long.html");
+    let text = long["text"].as_str().unwrap_or_else(|| panic!("{long}"));
+    assert!(text.len() <= 4_096 && text.len() > 4_000, "{}", text.len());
+    assert!(
+        text.contains("0. Lambda") && !text.contains("newsletter"),
+        "{text}"
+    );
+    assert_eq!(long["text_cut"], true, "{long}");
+    let report = line_of(lines, site, "/report.pdf");
+    let text = report["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        text.contains("Annual report 2026") && text.contains("Revenue grew by a third"),
+        "{report}"
+    );
+    let broken = line_of(lines, site, "/broken.pdf");
+    assert_eq!(broken["text_error"], "malformed", "{broken}");
+    assert!(broken.get("text").is_none(), "{broken}");
+}
+
+/// THEN: the page whose seed line says `"_analysis": false` has no analysis, and keeps its
+/// data.
+pub(crate) fn assert_skipped(lines: &[Value], site: &Site) {
+    let skipped = line_of(lines, site, "/skipped.html");
+    assert_eq!(skipped["status"], "succeeded", "{skipped}");
+    for field in ["title", "language", "text", "text_error"] {
+        assert!(skipped.get(field).is_none(), "{field}: {skipped}");
+    }
+    assert_eq!(skipped["data"]["_analysis"], false, "{skipped}");
+}
+
+/// `trawl crawl` of `text_site()` from `text_seeds()`, with `extra` arguments: its JSON.
+async fn crawl_text_site(site: &Site, name: &str, extra: &[&str]) -> Value {
+    let dir = temp_dir(name);
+    let seeds = dir.join("seeds.txt");
+    std::fs::write(&seeds, text_seeds(site).join("\n")).unwrap();
+    let data = dir.join("data");
+    let mut args = vec![
+        "crawl",
+        "--seeds-file",
+        seeds.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--allow-private-networks",
+        "--store-content-type",
+        "application/pdf",
+        "--json",
+    ];
+    args.extend(extra);
+    run(&args, &dir).await
+}
+
+#[tokio::test]
+async fn analysed_text_is_each_pages_article_and_each_pdfs_text_bounded_a_bad_pdf_an_error() {
+    // GIVEN an article page between navigation and a footer, a long one, a PDF and a
+    // malformed PDF
+    let site = text_site().await;
+
+    // WHEN they are crawled with --analyse-text (and PDFs stored)
+    let crawled = crawl_text_site(&site, "analysis-text", &["--analyse-text"]).await;
+
+    // THEN each line gives the page's main text or the PDF's, bounded, or why there is none
+    let lines = delivered_lines(&crawled, "manifest-");
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_texts(&lines, &site);
+    // AND the text alone reads no title (that is --analyse-pages)
+    assert!(line_of(&lines, &site, "/").get("title").is_none());
+}
+
+#[tokio::test]
+async fn a_seed_line_with_analysis_false_skips_the_analysis_of_its_url_only() {
+    // GIVEN a seeds file whose second line's data says `"_analysis": false`
+    let site = text_site().await;
+
+    // WHEN it is crawled with both analyses
+    let crawled = crawl_text_site(
+        &site,
+        "analysis-skip",
+        &["--analyse-pages", "--analyse-text"],
+    )
+    .await;
+
+    // THEN that URL has no analysis, and the first seed's page has both
+    let lines = delivered_lines(&crawled, "manifest-");
+    assert_skipped(&lines, &site);
+    let guide = line_of(&lines, &site, "/");
+    assert_eq!(guide["title"], "Crawler guide", "{guide}");
+    assert!(guide["text"].is_string(), "{guide}");
+}

@@ -462,6 +462,73 @@ async fn a_submitted_crawl_is_run_by_the_functions_followed_and_downloaded() {
     let _ = std::fs::remove_dir_all(out);
 }
 
+#[tokio::test]
+async fn analysed_text_of_pages_and_pdfs_runs_through_the_handlers_and_a_seed_skips_its_own() {
+    // GIVEN a deployed stack on moto, the four handlers, and a site with an article page, a
+    // long one, a PDF, a malformed PDF, and a page whose seed line skips its analysis
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = crate::analysis::text_site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("text");
+
+    // WHEN the seeder is invoked with both analyses on and PDFs stored, and the functions run
+    // until the delivery
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0},
+            "fetch": {
+                "allow_private_networks": true,
+                "store_content_types": ["application/pdf"],
+            },
+            "analysis": {"page": true, "text": true},
+        },
+        "source": {"urls": crate::analysis::text_seeds(&site)},
+    });
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+    assert_eq!(summary["statuses"]["succeeded"], 5, "{summary}");
+
+    // THEN the downloaded manifest gives each page's text, the PDF's, the malformed PDF's
+    // error, and no analysis of the skipped page
+    let out = temp_dir("text-deliveries");
+    let fetched = deployed
+        .run(
+            &[
+                "deliveries",
+                "get",
+                "--crawl-id",
+                &crawl_id,
+                "--out",
+                out.to_str().unwrap(),
+                "--json",
+            ],
+            &[("TRAWL_STACK", deployed.name.as_str())],
+        )
+        .await;
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    let dir = std::path::PathBuf::from(json_of(&fetched)["directory"].as_str().unwrap());
+    let lines: Vec<serde_json::Value> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("manifest-")
+        })
+        .flat_map(|p| gz_lines(&std::fs::read(p).unwrap()))
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    crate::analysis::assert_texts(&lines, &site);
+    crate::analysis::assert_skipped(&lines, &site);
+    let _ = std::fs::remove_dir_all(out);
+}
+
 /// The summary of one generation's delivery, once it is complete (`_SUCCESS` written).
 pub(crate) async fn delivered_summary(
     deployed: &Deployed,

@@ -61,7 +61,7 @@ pub fn extractors(xpath: bool) -> Result<Vec<Extractor>, String> {
 }
 
 /// This thread's CPU time so far, in nanoseconds (None off Linux).
-fn thread_cpu_ns() -> Option<u64> {
+pub(crate) fn thread_cpu_ns() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     text.split_whitespace().next()?.parse().ok()
 }

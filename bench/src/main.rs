@@ -32,6 +32,7 @@ mod scrapy;
 mod site;
 mod storage;
 mod sweep;
+mod text;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use error::{BenchResult, Context};
@@ -103,6 +104,9 @@ enum Section {
     Hosts,
     Storage,
     Extract,
+    /// The CPU per page of the main-text analysis (`analysis.text`), on the fixture pages and
+    /// on real ones (the toolchain's documentation, the machine's PDFs).
+    Text,
     /// The three chaos runs (embedded, the CLI on AWS, the Lambda handlers).
     Chaos,
     /// Only the embedded chaos run.
@@ -526,6 +530,13 @@ async fn measure(args: &Args) -> Report {
         match extract::run(pages, runs).await {
             Ok(figures) => report.figures.extend(figures),
             Err(e) => failed(&mut report, "extraction", e),
+        }
+    }
+    if wanted(Section::Text) {
+        eprintln!("page text …");
+        match text::run(pages, runs) {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "page text", e),
         }
     }
     match (&calls_result, &lambda_result) {

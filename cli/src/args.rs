@@ -337,6 +337,10 @@ pub struct CrawlArgs {
     /// (`analysis.page`).
     #[arg(long)]
     pub analyse_pages: bool,
+    /// Read each HTML page's main text, and each stored PDF's text, into its manifest line
+    /// (`analysis.text`).
+    #[arg(long)]
+    pub analyse_text: bool,
     /// Exact `ip:port` addresses exempted from the network guard (the demo site's own).
     #[arg(skip)]
     pub guard_exempt: Vec<String>,

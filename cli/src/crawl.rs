@@ -224,6 +224,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
     }
     config.scope.inherit_data |= args.inherit_data;
     config.analysis.page |= args.analyse_pages;
+    config.analysis.text |= args.analyse_text;
     if args.auto_checkpoint.is_some() {
         config.auto_checkpoint = args.auto_checkpoint;
     }

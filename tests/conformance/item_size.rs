@@ -14,7 +14,7 @@ use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::capacity::{Image, item_size};
 use trawl_domain::schedule::Pace;
-use trawl_domain::task::{FetchRecord, Sent, Status};
+use trawl_domain::task::{FetchRecord, PageAnalysis, Sent, Status};
 
 /// The item stored under `url`'s task, as the model reads it.
 async fn stored(
@@ -89,6 +89,42 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
     println!("typical succeeded task item: {bytes} bytes");
     assert!(bytes < 1024, "{bytes} bytes: {item:?}");
     // AND it reads back whole, the request it sent included
+    let read = store.get(&crawl, &task.task_id).await.unwrap().unwrap();
+    assert_eq!(read.fetch.as_ref(), Some(&record));
+}
+
+#[tokio::test]
+async fn a_task_with_the_fullest_analysis_stays_within_six_write_units() {
+    // GIVEN the typical task, its analysis (`analysis.page` and `analysis.text`) at every bound
+    let client = clients(&moto::shared().endpoint).await.dynamodb;
+    let table = unique("size-analysis");
+    create_table(&client, &table).await.unwrap();
+    let store = DynamoStore::new(client.clone(), &table, 4, Arc::new(CallCounts::default()));
+    let crawl = crawl_id();
+    let url = "https://www.example-news-site.com/2026/11/21/politics/some-long-article-slug-about-things?ref=home";
+    store.seed(&crawl, &[new_task(url)], T0).await.unwrap();
+    let (task, lease) = claim(&store, &crawl, url, T0).await;
+    let long = |n: usize| "é".repeat(n);
+    let analysis = PageAnalysis::new(
+        Some(&long(PageAnalysis::TITLE_BYTES)),
+        Some(&long(PageAnalysis::DESCRIPTION_BYTES)),
+        Some("zh-Hant-TW"),
+        None,
+    )
+    .with_text(&long(PageAnalysis::TEXT_BYTES));
+    assert!(analysis.text_cut);
+    let record = FetchRecord {
+        analysis: Some(analysis),
+        ..record("0123456789abcdef0123456789abcdef", T0)
+    };
+    store.finish(&lease, &record, T0 + 1).await.unwrap();
+
+    // WHEN its stored item is measured
+    let bytes = item_size(&stored(&client, &table, &crawl, url).await);
+
+    // THEN every write of it costs at most six write units, and it reads back whole
+    println!("task item with the fullest analysis: {bytes} bytes");
+    assert!(bytes <= 6 * 1024, "{bytes} bytes");
     let read = store.get(&crawl, &task.task_id).await.unwrap().unwrap();
     assert_eq!(read.fetch.as_ref(), Some(&record));
 }

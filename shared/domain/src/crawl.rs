@@ -814,11 +814,31 @@ pub struct Analysis {
     /// Each page's title, description and language (`trawl_domain::task::PageAnalysis`), kept
     /// with its fetch record and written to its manifest line.
     pub page: bool,
+    /// Each page's main text, and each stored PDF's text (`PageAnalysis::text`), kept the same
+    /// way: it costs a parse of the page.
+    pub text: bool,
 }
 
 impl Analysis {
+    /// The user data key that skips the analysis of one URL (Docido's `_analysis: False`).
+    pub const SKIP_KEY: &str = "_analysis";
+
     pub fn is_off(&self) -> bool {
-        !self.page
+        !self.page && !self.text
+    }
+
+    /// The analysis of a task with user data `data`: none when its data says
+    /// `"_analysis": false` (given on its seed line, or inherited with `scope.inherit_data`),
+    /// else the crawl's.
+    pub fn for_task(&self, data: Option<&crate::task::UserData>) -> Analysis {
+        let skipped = data
+            .and_then(|d| d.get(Self::SKIP_KEY))
+            .is_some_and(|v| v == &serde_json::Value::Bool(false));
+        if skipped {
+            Analysis::default()
+        } else {
+            self.clone()
+        }
     }
 }
 
@@ -1029,6 +1049,26 @@ pub fn readmits(old: &CrawlConfig, new: &CrawlConfig, refused: crate::task::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_whose_data_says_analysis_false_is_not_analysed_and_any_other_is() {
+        let crawl = Analysis {
+            page: true,
+            text: true,
+        };
+        let data = |v: serde_json::Value| v.as_object().cloned();
+        let skip = data(serde_json::json!({"_analysis": false, "campaign": "x"}));
+        assert!(crawl.for_task(skip.as_ref()).is_off());
+        // Only `false` itself skips: no data, other keys, `true`, or a string keep the crawl's.
+        for kept in [
+            None,
+            data(serde_json::json!({"campaign": "x"})),
+            data(serde_json::json!({"_analysis": true})),
+            data(serde_json::json!({"_analysis": "false"})),
+        ] {
+            assert_eq!(crawl.for_task(kept.as_ref()), crawl, "{kept:?}");
+        }
+    }
 
     #[test]
     fn a_hosts_room_is_what_its_limit_leaves_a_rule_first() {

@@ -260,6 +260,32 @@ pub struct PageAnalysis {
     /// http-equiv="content-language">` declares.
     #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
+    /// The main text (`CrawlConfig::analysis` `text`): an HTML page's readable text, its
+    /// navigation, header, footer and scripts left out, or a PDF's text; one line per block,
+    /// cut to [`PageAnalysis::TEXT_BYTES`].
+    #[serde(rename = "x", default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Whether the text was cut at its bound.
+    #[serde(rename = "xc", default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_cut: bool,
+    /// Why a body that should have given a text gave none.
+    #[serde(rename = "xe", default, skip_serializing_if = "Option::is_none")]
+    pub text_error: Option<TextError>,
+}
+
+/// Why the text of a page or file could not be read (`PageAnalysis::text_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum TextError {
+    /// Not a well-formed file of its type (a PDF that does not parse).
+    #[error("malformed")]
+    Malformed,
+    /// Encrypted, and not with the empty password.
+    #[error("encrypted")]
+    Encrypted,
+    /// Past what the analysis reads (too many elements, pages or decompressed bytes).
+    #[error("too large")]
+    TooLarge,
 }
 
 impl PageAnalysis {
@@ -268,6 +294,11 @@ impl PageAnalysis {
     pub const DESCRIPTION_BYTES: usize = 500;
     /// The longest well-formed language tag is far below this; anything longer is not one.
     pub const LANGUAGE_BYTES: usize = 35;
+
+    /// Bytes of main text kept at most. The analysis lives on the fetch record, which every write
+    /// of the task rewrites: 4 KB of text makes a typical record five DynamoDB write units
+    /// instead of one (an item's hard limit is 400 KB).
+    pub const TEXT_BYTES: usize = 4_096;
 
     /// The analysis of the raw values a page gave: whitespace runs made one space, values cut
     /// to their bounds (on a character boundary), empty ones dropped; the language is the
@@ -294,6 +325,51 @@ impl PageAnalysis {
             title: tidy(title, Self::TITLE_BYTES),
             description: tidy(description, Self::DESCRIPTION_BYTES),
             language: tag(html_lang).or_else(|| tag(declared_language)),
+            ..PageAnalysis::default()
+        }
+    }
+
+    /// This analysis with `raw` as its text: each line's whitespace runs made one space, empty
+    /// lines dropped, the whole cut to [`Self::TEXT_BYTES`] on a character boundary (and marked
+    /// cut); a text with nothing in it is none.
+    pub fn with_text(self, raw: &str) -> Self {
+        let mut text = String::new();
+        let mut cut = false;
+        for line in raw.lines() {
+            let mut words = line.split_whitespace().peekable();
+            if words.peek().is_none() {
+                continue;
+            }
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            for (i, word) in words.enumerate() {
+                if i > 0 {
+                    text.push(' ');
+                }
+                text.push_str(word);
+            }
+            if text.len() > Self::TEXT_BYTES {
+                cut = true;
+                break;
+            }
+        }
+        let kept = truncate(&text, Self::TEXT_BYTES).trim_end();
+        PageAnalysis {
+            text: (!kept.is_empty()).then(|| kept.to_owned()),
+            text_cut: cut,
+            text_error: None,
+            ..self
+        }
+    }
+
+    /// This analysis, its text unreadable for `error`.
+    pub fn with_text_error(self, error: TextError) -> Self {
+        PageAnalysis {
+            text: None,
+            text_cut: false,
+            text_error: Some(error),
+            ..self
         }
     }
 }
@@ -518,6 +594,31 @@ mod tests {
             .title
             .unwrap();
         assert_eq!(cut.len(), PageAnalysis::TITLE_BYTES);
+    }
+
+    #[test]
+    fn a_text_keeps_its_lines_tidied_and_is_cut_on_a_character_boundary_and_marked() {
+        let text = PageAnalysis::default().with_text("  Intro \n\n\t  body   text\n   \nend ");
+        assert_eq!(text.text.as_deref(), Some("Intro\nbody text\nend"));
+        assert!(!text.text_cut);
+        // A text past the bound keeps whole characters, and says it was cut.
+        let long = "é".repeat(PageAnalysis::TEXT_BYTES);
+        let cut = PageAnalysis::default().with_text(&long);
+        assert_eq!(
+            cut.text.as_ref().map(String::len),
+            Some(PageAnalysis::TEXT_BYTES)
+        );
+        assert!(cut.text_cut);
+        // Blank text is none; an error replaces any text.
+        assert_eq!(
+            PageAnalysis::default().with_text(" \n "),
+            PageAnalysis::default()
+        );
+        let failed = cut.with_text_error(TextError::Malformed);
+        assert_eq!(
+            (failed.text, failed.text_cut, failed.text_error),
+            (None, false, Some(TextError::Malformed))
+        );
     }
 
     #[test]

@@ -1301,12 +1301,18 @@ impl<P: Ports> Crawler<P> {
                     }
                     _ => previous.and_then(|p| p.paging_stop),
                 };
-                // The page's analysis, when the crawl asks for it: an unchanged body's stands.
+                // The page's analysis, when the crawl asks for it and the task's data does not
+                // skip it: an unchanged body's stands.
+                let wanted = config.analysis.for_task(task.data.as_ref());
                 let analysis = match &page.body {
-                    _ if !config.analysis.page => None,
+                    _ if wanted.is_off() => None,
                     _ if unchanged => previous.and_then(|p| p.analysis.clone()),
-                    Some(body) if page.is_html() => Some(crate::discover::analyse(body.bytes())),
-                    _ => None,
+                    Some(body) => crate::discover::analyse_body(
+                        &wanted,
+                        body.bytes(),
+                        page.content_type.as_deref(),
+                    ),
+                    None => None,
                 };
                 let changed = fetched::changed(&revisit, unchanged, new_links);
                 let record = FetchRecord {

@@ -307,6 +307,14 @@ pub struct ManifestLine {
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
+    /// The main text of an HTML page or a PDF (`analysis.text`), when read; whether it was cut
+    /// at its bound; why none could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_cut: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_error: Option<trawl_domain::task::TextError>,
     /// RFC 3339.
     pub fetched_at: Option<String>,
     /// When the fetch record's history began (RFC 3339 with milliseconds): the page's first
@@ -1597,6 +1605,9 @@ impl<P: Ports> Deliverer<P> {
             title: analysis.and_then(|a| a.title.clone()),
             description: analysis.and_then(|a| a.description.clone()),
             language: analysis.and_then(|a| a.language.clone()),
+            text: analysis.and_then(|a| a.text.clone()),
+            text_cut: analysis.is_some_and(|a| a.text_cut),
+            text_error: analysis.and_then(|a| a.text_error),
             fetched_at: fetch.map(|f| warc::rfc3339(f.fetched_at)),
             first_fetched_at: fetch.and_then(|f| f.first_at).map(warc::rfc3339_millis),
             depth: task.depth,

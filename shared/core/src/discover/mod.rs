@@ -5,6 +5,8 @@ mod analysis;
 #[cfg(feature = "html")]
 mod links;
 mod scope;
+#[cfg(feature = "text")]
+mod text;
 
 #[cfg(feature = "html")]
 pub use analysis::analyse;
@@ -13,6 +15,8 @@ pub use links::links_in_tree;
 #[cfg(feature = "html")]
 pub use links::{Links, extract_links};
 pub use scope::{OutOfScopeReason, ScopeError, ScopeMatcher};
+#[cfg(feature = "text")]
+pub use text::{analyse_body, html_text, pdf_text};
 
 /// Media types stored and parsed for links without being listed in `store_content_types`.
 const HTML_TYPES: [&str; 2] = ["text/html", "application/xhtml+xml"];
