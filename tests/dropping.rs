@@ -48,6 +48,29 @@ async fn run(args: &[&str], dir: &Path) -> Output {
     output
 }
 
+/// Crawl "two" of both hosts, stopped after host 0's home page (5 pages of each host due).
+async fn crawl_home_only(site: &HostsSite, dir: &Path, data: &str) {
+    let home = site.url(0, "/");
+    let first = [
+        "crawl",
+        &home,
+        "--crawl-id",
+        "two",
+        "--allow-domain",
+        "127.0.0.1",
+        "--allow-domain",
+        "127.0.0.2",
+        "--max-fetches",
+        "1",
+        "--allow-private-networks",
+        "--data-dir",
+        data,
+        "--json",
+    ];
+    run(&first, dir).await;
+    assert_eq!(page_requests(site), [1, 0]);
+}
+
 /// Page requests (robots.txt apart) each host received.
 fn page_requests(site: &HostsSite) -> [usize; 2] {
     let mut counts = [0; 2];
@@ -67,24 +90,10 @@ async fn a_dropped_host_is_fetched_no_more_its_tasks_end_ignored_with_the_reason
     let dir = temp_dir("drop-host");
     let data = dir.join("data");
     let data = data.to_str().unwrap();
-    let home = site.url(0, "/");
     let other = site.host(1);
     // Where the crawl is, and the flag each command prints JSON with.
     let base = ["--crawl-id", "two", "--data-dir", data, "--json"];
-    let mut first = vec![
-        "crawl",
-        &home,
-        "--allow-domain",
-        "127.0.0.1",
-        "--allow-domain",
-        "127.0.0.2",
-        "--max-fetches",
-        "1",
-        "--allow-private-networks",
-    ];
-    first.extend_from_slice(&base);
-    run(&first, &dir).await;
-    assert_eq!(page_requests(&site), [1, 0]);
+    crawl_home_only(&site, &dir, data).await;
 
     // WHEN a mistyped host is named beside the real one
     let mut mistyped = vec![
@@ -156,24 +165,9 @@ async fn a_moved_host_is_crawled_by_the_other_crawl_at_its_depth_and_ended_in_th
     let dir = temp_dir("move-host");
     let data = dir.join("data");
     let data = data.to_str().unwrap();
-    let home = site.url(0, "/");
     let moving = site.host(1);
     let base = ["--data-dir", data, "--json"];
-    let mut first = vec![
-        "crawl",
-        &home,
-        "--crawl-id",
-        "two",
-        "--allow-domain",
-        "127.0.0.1",
-        "--allow-domain",
-        "127.0.0.2",
-        "--max-fetches",
-        "1",
-        "--allow-private-networks",
-    ];
-    first.extend_from_slice(&base);
-    run(&first, &dir).await;
+    crawl_home_only(&site, &dir, data).await;
     let robots = site.url(0, "/robots.txt");
     let mut other = vec![
         "crawl",
