@@ -28,7 +28,7 @@ use trawl_core::store::{
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_domain::crawl::{Crawl, CrawlConfig};
+use trawl_domain::crawl::{Crawl, CrawlConfig, DeliveredPages};
 use trawl_domain::host::{Host, HostCounts, HostPolicy};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
@@ -141,7 +141,11 @@ impl<P: Ports> Backend<P> {
     }
 
     async fn create_as(&self, id: &CrawlId, now: Millis) {
-        let crawl = Crawl::new(id.clone(), CrawlConfig::default(), now);
+        self.create_with(id, CrawlConfig::default(), now).await;
+    }
+
+    async fn create_with(&self, id: &CrawlId, config: CrawlConfig, now: Millis) {
+        let crawl = Crawl::new(id.clone(), config, now);
         assert!(self.store.create_crawl(&crawl).await.unwrap().1);
     }
 
@@ -976,8 +980,14 @@ async fn a_large_warc_is_uploaded_in_parts() {
 /// `n` succeeded pages of one shared tiny body (seeded, claimed and finished through the store;
 /// one object, so the test measures the delivery, not the disk), the crawl completed.
 async fn many_pages<P: Ports>(b: &Backend<P>, n: usize) -> CrawlId {
+    many_pages_of(b, n, CrawlConfig::default()).await
+}
+
+/// `many_pages`, the crawl made with `config`.
+async fn many_pages_of<P: Ports>(b: &Backend<P>, n: usize, config: CrawlConfig) -> CrawlId {
     const BATCH: usize = 1_000;
-    let crawl = b.create(T0).await;
+    let crawl = CrawlId::parse(&unique("crawl")).unwrap();
+    b.create_with(&crawl, config, T0).await;
     let body = b"<p>x</p>";
     let record = b
         .store_body(&crawl, &url(0), body, Some(body), T0 + 1)
@@ -1121,6 +1131,63 @@ const TINY: DeliveryLimits = DeliveryLimits {
 async fn a_delivery_of_a_thousand_pages_pauses_and_resumes_embedded() {
     let b = embedded();
     a_long_delivery_is_segmented_and_resumed(b, 1_000, TINY, std::time::Duration::ZERO, true).await;
+}
+
+/// The copy of the pages new or changed (`DeliveredPages::Changed`) of a first delivery (every
+/// page new), stopped at every call's minimum: each page copied once, across several files of
+/// copies within their limit, every page referenced, no file of every page.
+async fn a_long_copy_of_changed_pages_is_resumed<P: Ports>(b: Backend<P>, n: usize) {
+    // GIVEN a completed crawl of n pages whose deliveries copy only what is new or changed
+    let mut config = CrawlConfig::default();
+    config.delivery.pages = Some(DeliveredPages::Changed);
+    let crawl = many_pages_of(&b, n, config).await;
+
+    // WHEN it is delivered by calls that each stop at once
+    let limits = DeliveryLimits {
+        pages_segment_bytes: 16 << 10,
+        ..TINY
+    };
+    let zero = std::time::Duration::ZERO;
+    let (report, calls) = deliver_in_calls(&b, &crawl, limits, zero, T0 + 10).await;
+
+    // THEN every page is copied once, in order of the delta, over several files
+    assert!(calls > 1, "{calls}");
+    let summary = &report.summary;
+    assert_eq!(
+        (
+            summary.warc.pages,
+            summary.warc.referenced,
+            summary.warc.problems
+        ),
+        (n as u64, n as u64, 0)
+    );
+    let index: DeliveryIndex =
+        serde_json::from_slice(&b.file(&report, deliver::INDEX_FILE).await).unwrap();
+    assert_eq!(index.of_kind(FileKind::Pages).count(), 0);
+    let copies: Vec<_> = index.of_kind(FileKind::Changed).collect();
+    assert!(copies.len() > 1, "{copies:?}");
+    let mut urls = BTreeSet::new();
+    for (i, file) in copies.iter().enumerate() {
+        assert_eq!(file.name, FileKind::Changed.name(i as u32));
+        assert!(file.bytes < limits.pages_segment_bytes + 4096, "{file:?}");
+        let records = read_warc(&b.file(&report, &file.name).await);
+        assert_eq!(records.len() as u64, file.records);
+        for (url, body) in warc_pages(&records) {
+            assert_eq!(body, b"<p>x</p>");
+            assert!(urls.insert(url.clone()), "{url} copied twice");
+        }
+    }
+    assert_eq!(urls.len(), n);
+}
+
+#[tokio::test]
+async fn a_copy_of_changed_pages_pauses_and_resumes_embedded() {
+    a_long_copy_of_changed_pages_is_resumed(embedded(), 400).await;
+}
+
+#[tokio::test]
+async fn a_copy_of_changed_pages_pauses_and_resumes_on_aws() {
+    a_long_copy_of_changed_pages_is_resumed(aws().await, 150).await;
 }
 
 /// Moto is slow to seed: fewer pages, still several segments and calls.

@@ -2,7 +2,8 @@
 //! its delta, a reset, a configuration that does not change behind the user's back, and the
 //! checker's dry run.
 
-use crate::cli::{json_of, linked_site, temp_dir, trawl};
+use crate::cli::{json_of, linked_site, temp_dir, trawl, warcio_check};
+use crate::delivering::gz_lines;
 use crate::site::Route;
 use serde_json::Value;
 use std::path::Path;
@@ -218,6 +219,83 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         );
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_delivery_of_changed_pages_copies_only_what_its_delta_calls_new_or_changed() {
+    for layout in ["segments", "objects"] {
+        // GIVEN a site of 20 linked pages crawled with a daily recrawl, its deliveries
+        // copying only the pages new or changed since the previous one
+        let site = linked_site(PAGES).await;
+        let dir = temp_dir(&format!("changed-{layout}"));
+        let data = dir.join("data");
+        let data = data.to_str().unwrap();
+        let start = site.url(&page_path(0));
+        let mut args = vec!["crawl", &start, "--allow-private-networks", "--json"];
+        args.extend(["--recrawl-every", "1d", "--layout", layout]);
+        args.extend(["--deliver-pages", "changed", "--data-dir", data]);
+        let first = trawl(&args, &dir).await;
+        assert!(
+            first.status.success(),
+            "{}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+
+        // THEN the first delivery copies every page (all new), and names each where it is
+        // stored
+        let first = json_of(&first);
+        let mut sorted: Vec<String> = (0..PAGES).map(|i| site.url(&page_path(i))).collect();
+        sorted.sort();
+        let delivery = Path::new(first["delivery"].as_str().unwrap()).to_path_buf();
+        let read = warcio_check(&delivery).await;
+        assert_eq!(read["changed_uris"], serde_json::json!(sorted), "{read}");
+        assert_eq!(read["files"], 0, "no copy of every page: {read}");
+        let warc = &delivered_summary(&first)["warc"];
+        assert_eq!(
+            (&warc["pages"], &warc["referenced"]),
+            (&20.into(), &20.into())
+        );
+
+        // WHEN 5 pages change and the next generation runs
+        for i in CHANGED {
+            site.route(&page_path(i), Route::html(format!("<h1>page {i}, v2</h1>")));
+        }
+        let recrawl = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
+        assert!(
+            recrawl.status.success(),
+            "{}",
+            String::from_utf8_lossy(&recrawl.stderr)
+        );
+
+        // THEN its delivery copies those 5 pages only, warcio reads them, and every page is
+        // still named where it is stored (on segments, each offset opens its response)
+        let recrawl = json_of(&recrawl);
+        let delivery = Path::new(recrawl["delivery"].as_str().unwrap()).to_path_buf();
+        let read = warcio_check(&delivery).await;
+        let mut changed: Vec<String> = CHANGED.iter().map(|&i| site.url(&page_path(i))).collect();
+        changed.sort();
+        assert_eq!(
+            read["changed_uris"],
+            serde_json::json!(changed),
+            "{layout}: {read}"
+        );
+        let offsets = if layout == "segments" { PAGES } else { 0 };
+        assert_eq!(read["manifest_offsets"], offsets, "{read}");
+        let summary = delivered_summary(&recrawl);
+        assert_eq!(summary["delta"]["changed"], CHANGED.len(), "{summary}");
+        let warc = &summary["warc"];
+        assert_eq!(
+            (&warc["pages"], &warc["referenced"]),
+            (&5.into(), &20.into())
+        );
+        // AND each delta line names its task, as the manifest does
+        let delta = std::fs::read(delivery.join("delta-00000.jsonl.gz")).unwrap();
+        for line in gz_lines(&delta) {
+            let line: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(line["task_id"].as_str().map(str::len), Some(32), "{line}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 #[tokio::test]

@@ -325,9 +325,10 @@ pub struct CrawlArgs {
     #[arg(long, value_name = "LAYOUT", value_parser = parse_layout)]
     pub layout: Option<StorageLayout>,
     /// What a delivery holds of the pages: `copy` (each page copied into its
-    /// `pages-NNNNN.warc.gz`; the objects layout's default) or `reference` (the manifest names
-    /// each page's segment, offset and length; the segments layout's default)
-    /// (`delivery.pages`).
+    /// `pages-NNNNN.warc.gz`; the objects layout's default), `reference` (the manifest names
+    /// each page's segment, offset and length; the segments layout's default) or `changed`
+    /// (referenced, and the pages new or changed since the previous delivery copied into its
+    /// `changed-NNNNN.warc.gz`) (`delivery.pages`).
     #[arg(long, value_name = "HOW", value_parser = parse_delivered_pages)]
     pub deliver_pages: Option<DeliveredPages>,
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
@@ -577,7 +578,7 @@ fn parse_checkpoint_format(raw: &str) -> Result<CheckpointFormat, String> {
 }
 
 fn parse_delivered_pages(raw: &str) -> Result<DeliveredPages, String> {
-    DeliveredPages::parse(raw).ok_or_else(|| "expected `copy` or `reference`".to_owned())
+    DeliveredPages::parse(raw).ok_or_else(|| "expected `copy`, `reference` or `changed`".to_owned())
 }
 
 fn parse_layout(raw: &str) -> Result<StorageLayout, String> {

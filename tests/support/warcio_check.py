@@ -17,15 +17,32 @@ import sys
 from warcio.archiveiterator import ArchiveIterator
 
 
+def read_warc(path):
+    """Reads every record of the WARC file at `path`, digests checked: how many there are, and
+    the responses' target URIs."""
+    records, uris = 0, []
+    with open(path, "rb") as stream:
+        for record in ArchiveIterator(stream, check_digests="raise"):
+            record.content_stream().read()
+            records += 1
+            if record.rec_type == "response":
+                uris.append(record.rec_headers.get_header("WARC-Target-URI"))
+    return records, uris
+
+
 def main(delivery):
-    counts = {"files": 0, "records": 0, "responses": 0, "manifest_offsets": 0}
+    counts = {"files": 0, "records": 0, "responses": 0, "manifest_offsets": 0,
+              "changed_files": 0, "changed_uris": []}
     for path in sorted(glob.glob(os.path.join(delivery, "pages-*.warc.gz"))):
         counts["files"] += 1
-        with open(path, "rb") as stream:
-            for record in ArchiveIterator(stream, check_digests="raise"):
-                record.content_stream().read()
-                counts["records"] += 1
-                counts["responses"] += record.rec_type == "response"
+        records, uris = read_warc(path)
+        counts["records"] += records
+        counts["responses"] += len(uris)
+    # The pages new or changed since the previous delivery (`--deliver-pages changed`).
+    for path in sorted(glob.glob(os.path.join(delivery, "changed-*.warc.gz"))):
+        counts["changed_files"] += 1
+        counts["changed_uris"].extend(read_warc(path)[1])
+    counts["changed_uris"].sort()
     for path in sorted(glob.glob(os.path.join(delivery, "manifest-*.jsonl.gz"))):
         with gzip.open(path, "rt") as lines:
             for line in lines:

@@ -778,6 +778,10 @@ pub enum DeliveredPages {
     /// No page copied: each manifest line names where its page is stored (a segment, offset
     /// and length: valid WARC as they are, like a CDX index's), and no page is read.
     Reference,
+    /// Referenced like `Reference`, and the pages the delta calls new or changed copied into
+    /// the delivery's `changed-NNNNN.warc.gz`: a delivery that holds what is new, read only
+    /// for what changed.
+    Changed,
 }
 
 impl DeliveredPages {
@@ -796,14 +800,19 @@ impl DeliveredPages {
         match self {
             DeliveredPages::Copy => "copy",
             DeliveredPages::Reference => "reference",
+            DeliveredPages::Changed => "changed",
         }
     }
 
     /// The choice a name gives.
     pub fn parse(name: &str) -> Option<Self> {
-        [DeliveredPages::Copy, DeliveredPages::Reference]
-            .into_iter()
-            .find(|p| p.name() == name)
+        [
+            DeliveredPages::Copy,
+            DeliveredPages::Reference,
+            DeliveredPages::Changed,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
     }
 }
 

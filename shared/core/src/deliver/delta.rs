@@ -18,6 +18,10 @@ use trawl_domain::task::{Millis, Status};
 pub struct DeltaLine {
     pub change: Change,
     pub url: String,
+    /// The task's id, as its manifest lines give it (None in deltas written before trawl
+    /// kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
     /// The current md5 (the last delivered one for `gone`).
     pub md5: Option<String>,
     /// For `changed`: the md5 the previous delivery had.
@@ -178,6 +182,7 @@ fn verdict(was: Was, line: &Entry) -> Verdict {
         Verdict::Line(DeltaLine {
             change,
             url: line.url.clone(),
+            task_id: Some(line.task_id.clone()),
             md5: line.md5.clone(),
             previous_md5: previous_md5.map(hex::encode),
             reason: reason.to_owned(),
@@ -214,6 +219,7 @@ pub(crate) fn join(previous: &[Entry], current: &[Entry]) -> Vec<Verdict> {
                 Verdict::Line(DeltaLine {
                     change: Change::Gone,
                     url: line.url.clone(),
+                    task_id: Some(line.task_id.clone()),
                     md5: line.md5.clone(),
                     previous_md5: None,
                     reason: "task removed".to_owned(),

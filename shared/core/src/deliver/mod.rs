@@ -35,6 +35,7 @@
 //! by its sorters' runs (`items`).
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
+mod changed;
 mod compare;
 #[cfg(test)]
 mod cut;
@@ -63,9 +64,7 @@ use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::clock::SystemClock;
 use crate::discover::ScopeMatcher;
-use crate::store::{
-    CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords, TaskSummary,
-};
+use crate::store::{CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use compare::{Comparison, Progress, Step};
@@ -79,7 +78,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_domain::canonical::CrawlId;
+use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, DeliveredPages, transition};
 use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
@@ -88,6 +87,7 @@ pub const INDEX_FILE: &str = "index.json";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const SUCCESS_FILE: &str = "_SUCCESS";
 const CHECKPOINT_FILE: &str = "checkpoint.json";
+const GZIP: &str = "application/gzip";
 /// The one manifest of a delivery written before segments: read as a previous delivery.
 const LEGACY_MANIFEST_FILE: &str = "manifest.jsonl.gz";
 
@@ -229,6 +229,8 @@ pub enum FileKind {
     ItemsDelta,
     /// `items.csv.gz` (one per delivery, when the crawl asks for it).
     ItemsCsv,
+    /// The pages new or changed since the previous delivery, copied (`DeliveredPages::Changed`).
+    Changed,
 }
 
 impl FileKind {
@@ -241,6 +243,7 @@ impl FileKind {
             FileKind::Items => ITEMS_FILE.to_owned(),
             FileKind::ItemsDelta => ITEMS_DELTA_FILE.to_owned(),
             FileKind::ItemsCsv => ITEMS_CSV_FILE.to_owned(),
+            FileKind::Changed => format!("changed-{n:05}.warc.gz"),
         }
     }
 }
@@ -643,6 +646,8 @@ enum Phase {
     /// partition at a time): the delta starts again.
     #[serde(rename = "delta")]
     PartitionedDelta { partition: u32, partitions: u32 },
+    /// Copying the pages the delta calls new or changed (`changed`), when the crawl asks.
+    Changed(changed::CopyPosition),
     /// Removing orphan objects (`orphans`), a listing page at a time from after `start_after`.
     CleanUp { start_after: Option<String> },
 }
@@ -691,6 +696,7 @@ impl Checkpoint {
             phase: match self.phase {
                 Phase::Tasks(_) | Phase::Writing { .. } => "tasks",
                 Phase::Compare(_) | Phase::PartitionedDelta { .. } => "delta",
+                Phase::Changed(_) => "changed",
                 Phase::CleanUp { .. } => "clean_up",
             }
             .to_owned(),
@@ -745,25 +751,47 @@ fn segment_number(name: &str) -> u32 {
 struct Segment<U> {
     number: u32,
     manifest: GzipFile<U>,
-    /// None when the crawl's pages are delivered by reference (`DeliveredPages::Reference`).
-    pages: Option<GzipFile<U>>,
+    /// None unless the crawl's pages are copied (`DeliveredPages::Copy`).
+    pages: Option<PagesFile<U>>,
     lines: u64,
+}
+
+/// A WARC file of copied pages being written: its `warcinfo` record, then each page's.
+struct PagesFile<U> {
+    file: GzipFile<U>,
+    /// Records written, the `warcinfo` included.
     records: u64,
     warcinfo_id: String,
 }
 
+impl<U: BlobUpload> PagesFile<U> {
+    fn full(&self, limits: &DeliveryLimits) -> bool {
+        self.file.compressed() >= limits.pages_segment_bytes
+    }
+
+    /// Completes the file: its index entry.
+    async fn complete(self, kind: FileKind, number: u32) -> Result<IndexedFile, DeliverError> {
+        let written = self.file.complete().await?;
+        Ok(IndexedFile {
+            name: kind.name(number),
+            kind,
+            bytes: written.bytes,
+            records: self.records,
+            md5: written.md5,
+        })
+    }
+}
+
 impl<U: BlobUpload> Segment<U> {
     fn full(&self, limits: &DeliveryLimits) -> bool {
-        self.pages
-            .as_ref()
-            .is_some_and(|pages| pages.compressed() >= limits.pages_segment_bytes)
+        self.pages.as_ref().is_some_and(|pages| pages.full(limits))
             || self.manifest.compressed() >= limits.manifest_segment_bytes
     }
 
     async fn abort(self) {
         self.manifest.abort().await;
         if let Some(pages) = self.pages {
-            pages.abort().await;
+            pages.file.abort().await;
         }
     }
 
@@ -773,7 +801,7 @@ impl<U: BlobUpload> Segment<U> {
             Ok(written) => written,
             Err(e) => {
                 if let Some(pages) = self.pages {
-                    pages.abort().await;
+                    pages.file.abort().await;
                 }
                 return Err(e);
             }
@@ -786,14 +814,7 @@ impl<U: BlobUpload> Segment<U> {
             md5: manifest.md5,
         }];
         if let Some(pages) = self.pages {
-            let pages = pages.complete().await?;
-            files.push(IndexedFile {
-                name: FileKind::Pages.name(self.number),
-                kind: FileKind::Pages,
-                bytes: pages.bytes,
-                records: self.records,
-                md5: pages.md5,
-            });
+            files.push(pages.complete(FileKind::Pages, self.number).await?);
         }
         Ok(files)
     }
@@ -1069,6 +1090,9 @@ impl<P: Ports> Deliverer<P> {
             .write_tasks(&crawl, &id, &prefix, &mut state, &mut budget, now)
             .await?
             || !self.write_delta(&prefix, &mut state, &mut budget).await?
+            || !self
+                .copy_changed(&crawl, &id, &prefix, &mut state, &mut budget, now)
+                .await?
             || !self
                 .clean_up(&crawl, &prefix, &mut state, &mut budget, now)
                 .await?
@@ -1396,8 +1420,7 @@ impl<P: Ports> Deliverer<P> {
     }
 
     /// Opens segment `number` (`keys`: its manifest and WARC keys, which outlive the uploads
-    /// that borrow them) and, when the crawl's pages are copied, writes the WARC segment's
-    /// `warcinfo` record.
+    /// that borrow them), with its WARC segment when the crawl's pages are copied.
     async fn open_segment<'k>(
         &'k self,
         crawl: &Crawl,
@@ -1406,25 +1429,47 @@ impl<P: Ports> Deliverer<P> {
         keys: &'k [String; 2],
         now: Millis,
     ) -> Result<Segment<impl BlobUpload + 'k>, DeliverError> {
-        const GZIP: &str = "application/gzip";
         let manifest = GzipFile::new(self.blobs.upload(&keys[0], GZIP).await?);
         let mut segment = Segment {
             number,
             manifest,
             pages: None,
             lines: 0,
-            records: 0,
-            warcinfo_id: warc::record_id(),
         };
-        if crawl.config.delivered_pages() == DeliveredPages::Reference {
+        if crawl.config.delivered_pages() != DeliveredPages::Copy {
             return Ok(segment);
         }
-        match self.blobs.upload(&keys[1], GZIP).await {
-            Ok(upload) => segment.pages = Some(GzipFile::with_level(upload, warc::LEVEL)),
+        let name = FileKind::Pages.name(number);
+        let opened = match self.blobs.upload(&keys[1], GZIP).await {
+            Ok(upload) => {
+                self.open_pages(crawl, delivery_id, &name, upload, now)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        match opened {
+            Ok(pages) => segment.pages = Some(pages),
             Err(e) => {
                 segment.abort().await;
-                return Err(e.into());
+                return Err(e);
             }
+        }
+        Ok(segment)
+    }
+
+    /// Starts the WARC file `name` on `upload` with its `warcinfo` record.
+    async fn open_pages<U: BlobUpload>(
+        &self,
+        crawl: &Crawl,
+        delivery_id: &str,
+        name: &str,
+        upload: U,
+        now: Millis,
+    ) -> Result<PagesFile<U>, DeliverError> {
+        let mut pages = PagesFile {
+            file: GzipFile::with_level(upload, warc::LEVEL),
+            records: 0,
+            warcinfo_id: warc::record_id(),
         };
         let robots = if crawl.config.politeness.respect_robots {
             "obey"
@@ -1434,9 +1479,9 @@ impl<P: Ports> Deliverer<P> {
         let version = format!("trawl/{}", env!("CARGO_PKG_VERSION"));
         let description = format!("crawl {} delivery {delivery_id}", crawl.id);
         let info = warc::warcinfo(
-            &segment.warcinfo_id,
+            &pages.warcinfo_id,
             now,
-            &FileKind::Pages.name(number),
+            name,
             &[
                 ("software", &version),
                 ("format", "WARC File Format 1.1"),
@@ -1451,19 +1496,16 @@ impl<P: Ports> Deliverer<P> {
             ],
         );
         let written = async {
-            let Some(pages) = segment.pages.as_mut() else {
-                return Ok(());
-            };
-            pages.write(&info).await?;
-            pages.end_member().await
+            pages.file.write(&info).await?;
+            pages.file.end_member().await
         }
         .await;
         if let Err(e) = written {
-            segment.abort().await;
+            pages.file.abort().await;
             return Err(e);
         }
-        segment.records = 1;
-        Ok(segment)
+        pages.records = 1;
+        Ok(pages)
     }
 
     /// Writes tasks of `part` from `at` on into `segment` until it is full, the budget is spent,
@@ -1495,7 +1537,10 @@ impl<P: Ports> Deliverer<P> {
             let rest = page.tasks.get(at.skip..).unwrap_or_default();
             for chunk in rest.chunks(PARALLEL_LOADS) {
                 let copy = segment.pages.is_some();
-                let loaded = try_join_all(chunk.iter().map(|t| self.load(t, copy))).await?;
+                let loads = chunk
+                    .iter()
+                    .map(|t| self.load(&t.crawl_id, &t.task_id, copy));
+                let loaded = try_join_all(loads).await?;
                 for item in loaded {
                     if let Some(item) = item {
                         self.write_task(segment, tally, crawl, &pass.paging, item)
@@ -1523,10 +1568,11 @@ impl<P: Ports> Deliverer<P> {
     /// copied). None if the task vanished.
     async fn load(
         &self,
-        summary: &TaskSummary,
+        crawl_id: &CrawlId,
+        task_id: &TaskId,
         copy: bool,
     ) -> Result<Option<Loaded>, DeliverError> {
-        let read = || self.store.get(&summary.crawl_id, &summary.task_id);
+        let read = || self.store.get(crawl_id, task_id);
         let Some(task) = patiently("read a task", &READ, read).await? else {
             return Ok(None);
         };
@@ -1624,7 +1670,7 @@ impl<P: Ports> Deliverer<P> {
         segment.lines += 1;
 
         if let (Some(fetch), Some(body)) = (fetch, body) {
-            self.archive(segment, tally, crawl, &task, fetch, body)
+            self.archive(segment.pages.as_mut(), tally, crawl, &task, fetch, body)
                 .await?;
         }
         Ok(())
@@ -1633,7 +1679,7 @@ impl<P: Ports> Deliverer<P> {
     /// Writes the page's request and response records, or records why it cannot.
     async fn archive<U: BlobUpload>(
         &self,
-        segment: &mut Segment<U>,
+        pages: Option<&mut PagesFile<U>>,
         tally: &mut Tally,
         crawl: &Crawl,
         task: &Task,
@@ -1646,10 +1692,11 @@ impl<P: Ports> Deliverer<P> {
             tally.warc.referenced += 1;
             tally.page_bytes += fetch.content_length;
         };
-        let Some(warc) = segment.pages.as_mut() else {
+        let Some(pages) = pages else {
             referenced(tally);
             return Ok(());
         };
+        let warc = &mut pages.file;
         let bytes = match body {
             BodyLookup::Referenced => {
                 referenced(tally);
@@ -1664,7 +1711,7 @@ impl<P: Ports> Deliverer<P> {
                     fetched_at: fetch.fetched_at,
                     user_agent: &crawl.config.user_agent,
                     sent: fetch.sent.as_ref(),
-                    warcinfo_id: &segment.warcinfo_id,
+                    warcinfo_id: &pages.warcinfo_id,
                     id: &warc::record_id(),
                     response_id: None,
                 };
@@ -1672,7 +1719,7 @@ impl<P: Ports> Deliverer<P> {
                 warc.end_member().await?;
                 let count = fetch.span.map_or(1, |s| s.records());
                 warc.copy_members(&records, count).await?;
-                segment.records += count + 1;
+                pages.records += count + 1;
                 tally.warc.pages += 1;
                 tally.page_bytes += fetch.content_length;
                 return Ok(());
@@ -1700,7 +1747,7 @@ impl<P: Ports> Deliverer<P> {
             last_modified: fetch.last_modified.as_deref(),
             user_agent: &crawl.config.user_agent,
             sent: fetch.sent.as_ref(),
-            warcinfo_id: &segment.warcinfo_id,
+            warcinfo_id: &pages.warcinfo_id,
             request_id: &request_id,
             response_id: &response_id,
         };
@@ -1710,7 +1757,7 @@ impl<P: Ports> Deliverer<P> {
         warc.write(&bytes).await?;
         warc.write(warc::RECORD_END).await?;
         warc.end_member().await?;
-        segment.records += 2;
+        pages.records += 2;
         tally.warc.pages += 1;
         tally.page_bytes += bytes.len() as u64;
         Ok(())
@@ -1778,7 +1825,7 @@ impl<P: Ports> Deliverer<P> {
             self.save(prefix, state).await?;
             budget.work += MIN_WORK_PER_CALL;
         }
-        state.phase = Phase::CleanUp { start_after: None };
+        state.phase = Phase::Changed(changed::CopyPosition::default());
         Ok(true)
     }
 

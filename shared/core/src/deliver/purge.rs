@@ -1,6 +1,6 @@
 //! Clean-up: removes a crawl's tasks, page bodies and record once its results are delivered (the
 //! frontier clean-up of the seed workflow). Deliveries are kept: they are the product, and so
-//! are the segments of a crawl whose deliveries point into them (`DeliveredPages::Reference`).
+//! are the segments of a crawl whose deliveries point into them (any `DeliveredPages` but `Copy`).
 
 use crate::app::Store;
 use crate::blob::{BlobError, BlobStore, Layout};
@@ -74,7 +74,7 @@ where
     store.delete_hosts(crawl_id).await?;
     let referenced = crawl
         .as_ref()
-        .is_none_or(|c| c.config.delivered_pages() == DeliveredPages::Reference);
+        .is_none_or(|c| c.config.delivered_pages() != DeliveredPages::Copy);
     let segments = layout.segments_prefix(crawl_id);
     let (kept, keys): (Vec<String>, Vec<String>) = blobs
         .list(&layout.crawl_prefix(crawl_id))

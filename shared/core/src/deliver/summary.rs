@@ -215,10 +215,11 @@ pub struct ItemsDelta {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarcSummary {
-    /// `request` + `response` pairs written.
+    /// `request` + `response` pairs written: every stored page's (`DeliveredPages::Copy`), or
+    /// the new and changed pages' (`DeliveredPages::Changed`, in `changed-NNNNN.warc.gz`).
     pub pages: u64,
-    /// Stored pages not copied: the crawl's pages are delivered by reference
-    /// (`DeliveredPages::Reference`), each manifest line naming where its page is stored.
+    /// Stored pages named by their manifest lines where they are stored, not copied by the
+    /// task pass (`DeliveredPages::Reference` and `Changed`).
     #[serde(default)]
     pub referenced: u64,
     /// Stored pages left out of the WARC: body missing or not matching the task's md5.
