@@ -3,7 +3,8 @@
 //! "Object Created" event for each delivery's `_SUCCESS` marker to EventBridge (on moto, routed
 //! to a queue by a rule as the README shows).
 
-use crate::cli::{json_of, linked_site, temp_dir, trawl};
+use crate::cli::{assert_one_error_line, json_of, linked_site, temp_dir, trawl, warcio_check};
+use crate::delivering::gz_lines;
 use crate::operator::Deployed;
 use crate::support::{moto, unique};
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -189,5 +190,78 @@ async fn the_on_delivered_command_runs_once_per_delivery_written_with_the_delive
     );
     let listed = json_of(&signal(&dir, &["deliveries", "list", "--json"], &hook).await);
     assert!(listed.to_string().contains("gen-000002"), "{listed}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_crawl_purged_after_its_delivery_keeps_the_delivery_whole_and_a_recrawling_one_is_refused()
+ {
+    for (layout, pages) in [
+        ("objects", "copy"),
+        ("segments", "reference"),
+        ("objects", "reference"),
+    ] {
+        // GIVEN a site of 10 linked pages
+        let site = linked_site(10).await;
+        let dir = temp_dir(&format!("purge-after-{layout}-{pages}"));
+        let data = dir.join("data");
+        let data = data.to_str().unwrap();
+        let start = site.url("/p/0.html");
+
+        // WHEN it is crawled, to be purged after its delivery
+        let mut args = vec!["crawl", &start, "--allow-private-networks", "--json"];
+        args.extend(["--layout", layout, "--deliver-pages", pages]);
+        args.extend(["--purge-after-delivery", "--data-dir", data]);
+        let crawled = trawl(&args, &dir).await;
+        assert!(
+            crawled.status.success(),
+            "{}",
+            String::from_utf8_lossy(&crawled.stderr)
+        );
+
+        // THEN the run says what the purge removed, and the crawl is gone
+        let run = json_of(&crawled);
+        assert_eq!(run["purged"]["tasks_deleted"], 10, "{run}");
+        assert_eq!(run["purged"]["crawl_deleted"], true, "{run}");
+        let crawl_id = run["crawl_id"].as_str().unwrap();
+        let shown = trawl(&["tasks", "show", &start, "--data-dir", data], &dir).await;
+        assert!(!shown.status.success(), "{shown:?}");
+        let status = json_of(&trawl(&["status", "--json", "--data-dir", data], &dir).await);
+        assert!(!status.to_string().contains(crawl_id), "{status}");
+        // AND its delivery is whole: pages copied into it, or still where the manifest says
+        // (kept by the purge), warcio reading each
+        let delivery = Path::new(run["delivery"].as_str().unwrap()).to_path_buf();
+        let read = warcio_check(&delivery).await;
+        let copied = if pages == "copy" { 10 } else { 0 };
+        let offsets = if layout == "segments" { 10 } else { 0 };
+        assert_eq!(read["responses"], copied, "{read}");
+        assert_eq!(read["manifest_offsets"], offsets, "{read}");
+        if pages == "reference" {
+            let manifest = std::fs::read(delivery.join("manifest-00000.jsonl.gz")).unwrap();
+            for line in gz_lines(&manifest) {
+                let line: Value = serde_json::from_str(&line).unwrap();
+                let object = line["object"].as_str().unwrap();
+                assert!(Path::new(object).exists(), "{object} was purged");
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    // WHEN a crawl that recrawls asks for it
+    let dir = temp_dir("purge-after-recrawl");
+    let data = dir.join("data");
+    let args = [
+        "crawl",
+        "http://127.0.0.1:9/",
+        "--recrawl-every",
+        "1d",
+        "--purge-after-delivery",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let refused = trawl(&args, &dir).await;
+
+    // THEN it is refused before anything runs, saying why
+    assert_one_error_line(&args, &refused, 2, "purge_after", "recrawl");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1013,6 +1013,95 @@ async fn a_segments_crawl_run_by_the_functions_is_delivered_by_reference_into_it
 }
 
 #[tokio::test]
+async fn a_crawl_that_asks_for_it_is_purged_by_the_deliverer_once_delivered() {
+    // GIVEN a deployed stack on moto, the site of 12 linked pages, and a crawl on segments
+    // that asks to be purged after its delivery (Scrapy Cloud's `cleanTask`)
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = site().await;
+    let functions = functions(&deployed);
+    let crawl_id = unique("purged");
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0},
+            "fetch": {"allow_private_networks": true},
+            "storage": {"layout": "segments"},
+            "delivery": {"purge_after": true}
+        },
+        "source": {"urls": [site.url("/p/0.html")]},
+    });
+
+    // WHEN the functions run it until it is delivered
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+    assert_eq!(summary["warc"]["referenced"], PAGES as u64, "{summary}");
+
+    // THEN the crawl's record and tasks are gone from the table
+    let id = CrawlId::parse(&crawl_id).unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let store = DynamoStore::new(
+        deployed.clients.dynamodb.clone(),
+        &deployed.stack.table,
+        4,
+        calls,
+    );
+    assert!(store.get_crawl(&id).await.unwrap().is_none());
+    let task = trawl_domain::canonical::CanonicalUrl::parse(&site.url("/p/0.html"))
+        .unwrap()
+        .task_id();
+    assert!(store.get(&id, &task).await.unwrap().is_none());
+    // AND of its bodies only the segments its delivery points into are left in the bucket,
+    // each manifest line's segment among them
+    let s3 = &deployed.clients.s3;
+    let bucket = &deployed.stack.bucket;
+    let layout = Layout::new(PREFIX);
+    let list = |prefix: String| async move {
+        let listed = s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .unwrap();
+        let keys: Vec<String> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        keys
+    };
+    let left = list(layout.crawl_prefix(&id)).await;
+    let segments = layout.segments_prefix(&id);
+    assert!(!left.is_empty(), "the segments are kept");
+    assert!(left.iter().all(|k| k.starts_with(&segments)), "{left:?}");
+    let delivered = list(layout.deliveries_prefix(&id)).await;
+    let manifest = delivered.iter().find(|k| k.contains("/manifest-")).unwrap();
+    let bytes = s3
+        .get_object()
+        .bucket(bucket)
+        .key(manifest)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    let bucket_uri = format!("s3://{bucket}/");
+    for line in gz_lines(&bytes) {
+        let line: ManifestLine = serde_json::from_str(&line).unwrap();
+        let object = line.object.unwrap();
+        let key = object.strip_prefix(&bucket_uri).unwrap_or(&object);
+        assert!(left.iter().any(|k| k == key), "{key} was purged");
+    }
+}
+
+#[tokio::test]
 async fn a_paused_crawl_runs_no_turn_until_resumed_then_completes_with_every_page_once() {
     // GIVEN a deployed stack on moto, a site of 12 pages, and a crawl submitted and seeded,
     // then paused (`trawl --backend aws pause`) before any turn ran

@@ -476,7 +476,7 @@ async fn purge_crawl<P: Ports>(
     }
     if json {
         output::json(
-            &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted, "segments_kept": report.segments_kept}),
+            &json!({"crawl_id": id.as_str(), "tasks_deleted": report.tasks_deleted, "objects_deleted": report.objects_deleted, "segments_kept": report.segments_kept, "objects_kept": report.objects_kept}),
         );
     } else {
         output::line(format_args!(
@@ -487,6 +487,12 @@ async fn purge_crawl<P: Ports>(
             output::line(format_args!(
                 "kept {} segment file(s): the crawl's deliveries point into them",
                 report.segments_kept
+            ));
+        }
+        if report.objects_kept > 0 {
+            output::line(format_args!(
+                "kept {} page object(s): the crawl's deliveries name them",
+                report.objects_kept
             ));
         }
     }

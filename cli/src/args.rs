@@ -331,6 +331,11 @@ pub struct CrawlArgs {
     /// `changed-NNNNN.warc.gz`) (`delivery.pages`).
     #[arg(long, value_name = "HOW", value_parser = parse_delivered_pages)]
     pub deliver_pages: Option<DeliveredPages>,
+    /// Purge the crawl once it is delivered: its tasks, hosts, page bodies and record go, the
+    /// delivery stays (with the bodies it names). Not with a recrawl schedule
+    /// (`delivery.purge_after`).
+    #[arg(long)]
+    pub purge_after_delivery: bool,
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
     #[arg(long)]
     pub inherit_data: bool,

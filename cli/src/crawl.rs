@@ -222,6 +222,7 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
     if args.deliver_pages.is_some() {
         config.delivery.pages = args.deliver_pages;
     }
+    config.delivery.purge_after |= args.purge_after_delivery;
     config.scope.inherit_data |= args.inherit_data;
     config.analysis.page |= args.analyse_pages;
     config.analysis.text |= args.analyse_text;
@@ -631,10 +632,8 @@ pub async fn run<P: Ports>(
     if backend.dry_run {
         return crate::dry_run::report(crawler.store(), &crawl_id, json).await;
     }
-    let delivery = match end {
-        RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
-        RunEnd::Stopped(_) => None,
-    };
+    // Counted before the delivery: a crawl purged after it (`delivery.purge_after`) has no
+    // tasks left to count.
     let counts = persist(
         crawler.clock(),
         "count the tasks",
@@ -651,6 +650,10 @@ pub async fn run<P: Ports>(
         || GivenUp::read(crawler.store(), &crawl_id, &counts),
     )
     .await?;
+    let delivery = match end {
+        RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
+        RunEnd::Stopped(_) => None,
+    };
     let outcome = Outcome {
         crawl_id: &crawl_id,
         counts: &counts,
@@ -815,6 +818,7 @@ impl Outcome<'_> {
             "backend_retries": self.stats.backend_retries.load(Ordering::Relaxed),
             "dead_lettered": self.dead_lettered(),
             "delivery": self.delivery.map(|d| d.location.as_str()),
+            "purged": self.delivery.and_then(|d| d.purged.as_ref()),
             "stopped": self.stopped.map(stopped_json),
             "items_from_current_extractors": self.items().map(|i| i.from_current_extractors),
             "paging": self.delivery.map(|d| &d.summary.paging),
@@ -840,7 +844,15 @@ impl Outcome<'_> {
             ));
         }
         match (self.delivery, self.stopped) {
-            (Some(delivery), _) => output::line(format_args!("delivered to {}", delivery.location)),
+            (Some(delivery), _) => {
+                output::line(format_args!("delivered to {}", delivery.location));
+                if let Some(purged) = &delivery.purged {
+                    output::line(format_args!(
+                        "purged after the delivery: {} task(s), {} object(s)",
+                        purged.tasks_deleted, purged.objects_deleted
+                    ));
+                }
+            }
             (None, Some(StopReason::MaxFetches(n))) => output::line(format_args!(
                 "stopped: --max-fetches {n} reached; run the same command to go on"
             )),

@@ -760,6 +760,12 @@ pub struct DeliveryOutput {
     /// Copied or referenced pages; None: the layout's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pages: Option<DeliveredPages>,
+    /// Purge the crawl once a delivery of it is written (the frontier clean-up that follows
+    /// the delivery in Scrapy Cloud's workflow, `cleanTask`): its tasks, hosts, page bodies
+    /// and record go, its deliveries (and the segments they point into) stay. For a crawl
+    /// that does not recrawl: the next generation would need its tasks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub purge_after: bool,
 }
 
 impl DeliveryOutput {

@@ -374,6 +374,9 @@ pub struct DeliveryReport {
     /// True when the delivery already existed and nothing was written.
     pub already_delivered: bool,
     pub summary: Summary,
+    /// What the purge that followed the delivery removed (`delivery.purge_after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purged: Option<PurgeReport>,
 }
 
 /// How far a delivery that stopped for its deadline got; the next call continues it.
@@ -431,6 +434,10 @@ pub enum DeliverError {
     /// Serialising or compressing a delivery file failed (not expected with in-memory buffers).
     #[error("encoding failed: {0}")]
     Encode(String),
+    /// The delivery is written; the purge it asks for after (`delivery.purge_after`) failed.
+    /// A call made again finds the delivery done and purges again.
+    #[error("delivered, then the purge failed: {0}")]
+    Purge(#[from] PurgeError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -443,6 +450,7 @@ impl DeliverError {
         match self {
             DeliverError::Store(e) => e.is_retryable(),
             DeliverError::Blob(e) => e.is_retryable(),
+            DeliverError::Purge(e) => e.is_retryable(),
             // Completion may still come (a delivery requested early).
             DeliverError::NotCompleted { .. } => true,
             // The holder finishes or pauses (then the next call continues), or dies and its
@@ -462,6 +470,7 @@ impl DeliverError {
             DeliverError::Superseded { .. } => "Superseded",
             DeliverError::CorruptDelivery { .. } => "CorruptDelivery",
             DeliverError::Encode(_) => "Encode",
+            DeliverError::Purge(_) => "Purge",
             DeliverError::Store(_) => "Store",
             DeliverError::Blob(_) => "Blob",
         }
@@ -979,6 +988,7 @@ impl<P: Ports> Deliverer<P> {
                 generation,
             });
         }
+        let crawl_purges = crawl.config.delivery.purge_after;
         let written = self.write_delivery(crawl, generation, now, deadline).await;
         if let Ok(Delivery::Done(report)) = &written {
             self.set_task_counts(&holder, report).await;
@@ -998,7 +1008,26 @@ impl<P: Ports> Deliverer<P> {
             // The lease expires by itself.
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
+        if let Ok(Delivery::Done(report)) = written {
+            return self.purge_after(crawl_purges, report).await;
+        }
         written
+    }
+
+    /// The delivery `report`, once the crawl is purged when it asks for it
+    /// (`delivery.purge_after`): after the lease is released, since the purge removes the
+    /// crawl's record last.
+    async fn purge_after(
+        &self,
+        purges: bool,
+        mut report: Box<DeliveryReport>,
+    ) -> Result<Delivery, DeliverError> {
+        if purges {
+            let layout = &self.layout;
+            let purged = purge(&self.store, &self.blobs, layout, &report.crawl_id, false).await?;
+            report.purged = Some(purged);
+        }
+        Ok(Delivery::Done(report))
     }
 
     /// Sets the crawl's task counts to those the delivery read, task by task: counts a store
@@ -1178,6 +1207,7 @@ impl<P: Ports> Deliverer<P> {
             prefix: prefix.to_owned(),
             already_delivered,
             summary,
+            purged: None,
         }
     }
 

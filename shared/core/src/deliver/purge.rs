@@ -43,14 +43,18 @@ pub struct PurgeReport {
     /// Segment files left in place: the crawl's deliveries name their pages by place in them.
     #[serde(default)]
     pub segments_kept: u64,
+    /// Page objects left in place (the objects layout, delivered by reference): the crawl's
+    /// deliveries name them.
+    #[serde(default)]
+    pub objects_kept: u64,
     /// False when there was no crawl record (already purged, or never created).
     pub crawl_deleted: bool,
 }
 
 /// Deletes the crawl's tasks and host records, then its objects, then its record (last, so a purge that stops
 /// half-way is finished by running it again). Refuses a running crawl unless `force`. Keeps the
-/// segments when the crawl's pages are delivered by reference, or when its record is gone and
-/// so its configuration unknown (a purge run again).
+/// page bodies (segments, page objects) when the crawl's pages are delivered by reference, or
+/// when its record is gone and so its configuration unknown (a purge run again).
 pub async fn purge<S, B>(
     store: &S,
     blobs: &B,
@@ -76,23 +80,28 @@ where
         .as_ref()
         .is_none_or(|c| c.config.delivered_pages() != DeliveredPages::Copy);
     let segments = layout.segments_prefix(crawl_id);
+    // The bodies a delivery by reference names: segments, or page objects on the objects
+    // layout (their items objects are copied into the delivery, never named).
+    let named = |key: &String| key.starts_with(&segments) || key.contains("/attr=html/");
     let (kept, keys): (Vec<String>, Vec<String>) = blobs
         .list(&layout.crawl_prefix(crawl_id))
         .await?
         .into_iter()
-        .partition(|key| referenced && key.starts_with(&segments));
+        .partition(|key| referenced && named(key));
+    let segments_kept = kept.iter().filter(|k| k.starts_with(&segments)).count() as u64;
     for chunk in keys.chunks(PARALLEL_DELETES) {
         try_join_all(chunk.iter().map(|key| blobs.delete(key))).await?;
     }
     if crawl.is_some() {
         store.delete_crawl(crawl_id).await?;
     }
-    tracing::info!(crawl = %crawl_id, tasks_deleted, objects = keys.len(), segments_kept = kept.len(), "crawl purged");
+    tracing::info!(crawl = %crawl_id, tasks_deleted, objects = keys.len(), kept = kept.len(), "crawl purged");
     Ok(PurgeReport {
         crawl_id: crawl_id.clone(),
         tasks_deleted,
         objects_deleted: keys.len() as u64,
-        segments_kept: kept.len() as u64,
+        segments_kept,
+        objects_kept: kept.len() as u64 - segments_kept,
         crawl_deleted: crawl.is_some(),
     })
 }

@@ -340,6 +340,15 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
             problems.push("recrawl schedules need initial_factor and factor_change >= 1".into());
         }
     }
+    let recrawls = config.recrawl.crawl_schedule().is_some()
+        || config.recrawl.rules.iter().any(|r| r.schedule().is_some());
+    if config.delivery.purge_after && recrawls {
+        problems.push(
+            "delivery.purge_after: a crawl that recrawls needs its tasks for its next generation; \
+             drop the recrawl schedule or purge_after"
+                .into(),
+        );
+    }
     if let Err(e) = crate::revisit::RevisitRules::new(&config.recrawl) {
         problems.push(e);
     }
