@@ -268,3 +268,70 @@ async fn a_seed_line_with_analysis_false_skips_the_analysis_of_its_url_only() {
     assert_eq!(guide["title"], "Crawler guide", "{guide}");
     assert!(guide["text"].is_string(), "{guide}");
 }
+
+#[tokio::test]
+async fn a_word_documents_text_is_read_and_a_seed_line_gives_a_files_media_type() {
+    // GIVEN a Word document, a PDF served as `application/octet-stream` whose seed line says
+    // it is a PDF (`_mime_type`), and a seed line whose media type is not one
+    const DOCX: &str = "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
+    let site = Site::start().await;
+    site.route(
+        "/robots.txt",
+        Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+    );
+    let docx = include_bytes!("fixtures/contract.docx").as_slice();
+    site.route("/contract.docx", Route::content(DOCX, docx));
+    let pdf = include_bytes!("fixtures/report.pdf").as_slice();
+    site.route("/download", Route::content("application/octet-stream", pdf));
+    site.route("/bad", Route::content("application/octet-stream", pdf));
+    let dir = temp_dir("analysis-word");
+    let seeds = dir.join("seeds.txt");
+    let lines = [
+        site.url("/contract.docx"),
+        serde_json::json!({"url": site.url("/download"), "data": {"_mime_type": "application/pdf"}})
+            .to_string(),
+        serde_json::json!({"url": site.url("/bad"), "data": {"_mime_type": "pdf"}}).to_string(),
+    ];
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+    let data = dir.join("data");
+
+    // WHEN they are crawled with --analyse-text, PDFs and Word documents stored
+    let args = [
+        "crawl",
+        "--seeds-file",
+        seeds.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--allow-private-networks",
+        "--analyse-text",
+        "--store-content-type",
+        "application/pdf",
+        "--store-content-type",
+        DOCX,
+        "--json",
+    ];
+    let crawled = run(&args, &dir).await;
+
+    // THEN the Word document's text is its paragraphs'
+    let lines = delivered_lines(&crawled, "manifest-");
+    let contract = line_of(&lines, &site, "/contract.docx");
+    assert_eq!(
+        contract["text"], "Service contract & terms\nSigned in November 2026",
+        "{contract}"
+    );
+    // AND the file the seed line calls a PDF is stored and read as one
+    let download = line_of(&lines, &site, "/download");
+    assert_eq!(download["content_type"], "application/pdf", "{download}");
+    assert!(download["md5"].is_string(), "{download}");
+    let text = download["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{download}"));
+    assert!(text.contains("Annual report 2026"), "{download}");
+    // AND the line whose media type is not one is given up unfetched, saying why
+    let bad = line_of(&lines, &site, "/bad");
+    assert_eq!(bad["last_error"]["kind"], "invalid_content", "{bad}");
+    let message = bad["last_error"]["message"].as_str().unwrap();
+    assert!(message.contains("_mime_type"), "{bad}");
+    assert_eq!(site.hits("/bad"), 0);
+    let _ = std::fs::remove_dir_all(dir);
+}

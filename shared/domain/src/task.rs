@@ -459,6 +459,37 @@ pub struct Task {
 /// A task's user data: any JSON object, kept with the task and delivered with it.
 pub type UserData = serde_json::Map<String, serde_json::Value>;
 
+/// The user data key that gives a task's body its media type (Docido's `mime_type`), over
+/// the response's Content-Type: a file served as `application/octet-stream` that is a PDF.
+pub const MIME_TYPE_KEY: &str = "_mime_type";
+
+/// The media type a task's user data gives its body (`MIME_TYPE_KEY`): None when it gives
+/// none; an error naming the value when it is not a string of the form `type/subtype`.
+pub fn given_content_type(data: Option<&UserData>) -> Result<Option<&str>, String> {
+    let Some(value) = data.and_then(|d| d.get(MIME_TYPE_KEY)) else {
+        return Ok(None);
+    };
+    let token = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    match value.as_str() {
+        Some(given)
+            if given.len() <= 127
+                && given
+                    .split_once('/')
+                    .is_some_and(|(t, s)| token(t) && token(s)) =>
+        {
+            Ok(Some(given))
+        }
+        _ => Err(format!(
+            "{MIME_TYPE_KEY} {value} is not a media type (type/subtype)"
+        )),
+    }
+}
+
 /// Largest user data a task may carry, as compact JSON: a DynamoDB item holds 400 KB, and the
 /// data is copied into every task that inherits it.
 pub const MAX_USER_DATA_BYTES: usize = 4096;
@@ -558,6 +589,34 @@ pub enum LeaseKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_given_media_type_is_taken_when_it_is_type_slash_subtype_and_refused_otherwise() {
+        let data = |value: serde_json::Value| {
+            let mut data = UserData::new();
+            data.insert(MIME_TYPE_KEY.to_owned(), value);
+            data
+        };
+        assert_eq!(given_content_type(None), Ok(None));
+        assert_eq!(given_content_type(Some(&UserData::new())), Ok(None));
+        let pdf = data("application/pdf".into());
+        assert_eq!(given_content_type(Some(&pdf)), Ok(Some("application/pdf")));
+        let docx = "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
+        let word = data(docx.into());
+        assert_eq!(given_content_type(Some(&word)), Ok(Some(docx)));
+        for bad in [
+            serde_json::json!("pdf"),
+            serde_json::json!("text/"),
+            serde_json::json!("/html"),
+            serde_json::json!("text/html; charset=utf-8"),
+            serde_json::json!(7),
+            serde_json::json!(null),
+            serde_json::json!("a/".to_owned() + &"b".repeat(200)),
+        ] {
+            let error = given_content_type(Some(&data(bad.clone()))).unwrap_err();
+            assert!(error.contains(MIME_TYPE_KEY), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn a_pages_analysis_is_tidied_bounded_and_takes_the_pages_language_first() {

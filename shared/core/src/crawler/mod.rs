@@ -56,7 +56,9 @@ use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, single
 use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
+use trawl_domain::task::{
+    ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData, given_content_type,
+};
 use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
 /// How long a crawl's config is cached in a worker before it is read again.
@@ -1164,6 +1166,16 @@ impl<P: Ports> Crawler<P> {
                 ));
             }
         };
+        let given_type = match given_content_type(task.data.as_ref()) {
+            Ok(given) => given,
+            Err(e) => {
+                let failure = Failure::new(ErrorKind::InvalidContent, e);
+                return Ok((
+                    self.fail(context, lease, &failure, &revisit).await?.into(),
+                    None,
+                ));
+            }
+        };
         let now = self.clock.now_ms();
         let request = FetchRequest {
             url: &url,
@@ -1174,6 +1186,7 @@ impl<P: Ports> Crawler<P> {
             depth: task.depth,
             now,
             redirects: Redirects::Report,
+            content_type: given_type,
         };
         let previous = task.fetch.as_ref();
         tracing::debug!(url = %task.url, token = lease.token, "fetch");

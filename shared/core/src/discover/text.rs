@@ -2,7 +2,8 @@
 //!
 //! An HTML page's text is what readability.js's algorithm keeps of it (dom_smoothie, on an
 //! html5ever tree of its own): the article, without navigation, header, footer, asides or
-//! scripts. A PDF's text is read by lopdf, page after page until the analysis has its fill.
+//! scripts. A PDF's text is read by lopdf, page after page until the analysis has its fill; a
+//! Word document's (OOXML `.docx`) from its `word/document.xml`, its runs' text in order.
 //! Both are bounded before they run (elements parsed, pages read, bytes decompressed), and
 //! both return errors on bad input: a release build aborts on a panic, so a crate that panics
 //! on malformed files (pdf-extract does, by design) is not one the crawler can call.
@@ -31,6 +32,9 @@ const NOT_NESTING: [&str; 28] = [
 /// compressed stream can inflate to gigabytes).
 const PDF_PAGES: u32 = 200;
 const PDF_DECOMPRESSED: usize = 32 * 1024 * 1024;
+/// Bytes a Word document's `word/document.xml` may inflate to: a few KB of zip can inflate to
+/// gigabytes.
+const DOCX_XML_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The readable main text of `html`, one line per block; None when the page has none (a
 /// page without an article-like block: readability.js finds nothing either).
@@ -111,6 +115,52 @@ pub fn pdf_text(pdf: &[u8]) -> Result<String, TextError> {
     Ok(text)
 }
 
+/// The text of the Word document `docx`: each paragraph's runs on a line, read until there is
+/// more than the analysis keeps.
+pub fn docx_text(docx: &[u8]) -> Result<String, TextError> {
+    use quick_xml::events::Event;
+    use std::io::Read;
+    use zip::result::ZipError;
+    let zip_error = |error: ZipError| match error {
+        ZipError::UnsupportedArchive(ZipError::PASSWORD_REQUIRED) | ZipError::InvalidPassword => {
+            TextError::Encrypted
+        }
+        _ => TextError::Malformed,
+    };
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(docx)).map_err(zip_error)?;
+    let document = archive.by_name("word/document.xml").map_err(zip_error)?;
+    let mut xml = Vec::new();
+    document
+        .take(DOCX_XML_BYTES + 1)
+        .read_to_end(&mut xml)
+        .map_err(|_| TextError::Malformed)?;
+    if xml.len() as u64 > DOCX_XML_BYTES {
+        return Err(TextError::TooLarge);
+    }
+    let mut reader = quick_xml::Reader::from_reader(xml.as_slice());
+    let (mut text, mut in_run_text, mut buf) = (String::new(), false, Vec::new());
+    // Bounded: each event consumes input, and the loop ends at its end or at the text's fill.
+    while text.len() <= PageAnalysis::TEXT_BYTES {
+        match reader.read_event_into(&mut buf) {
+            Ok(Event::Start(e)) if e.local_name().as_ref() == b"t" => in_run_text = true,
+            Ok(Event::End(e)) => match e.local_name().as_ref() {
+                b"t" => in_run_text = false,
+                b"p" => text.push('\n'),
+                _ => {}
+            },
+            Ok(Event::Empty(e)) if e.local_name().as_ref() == b"tab" => text.push('\t'),
+            Ok(Event::Text(t)) if in_run_text => {
+                text.push_str(&t.unescape().map_err(|_| TextError::Malformed)?);
+            }
+            Ok(Event::Eof) => break,
+            Err(_) => return Err(TextError::Malformed),
+            Ok(_) => {}
+        }
+        buf.clear();
+    }
+    Ok(text)
+}
+
 fn pdf_error(error: lopdf::Error) -> TextError {
     use lopdf::Error as E;
     match error {
@@ -125,37 +175,49 @@ fn pdf_error(error: lopdf::Error) -> TextError {
 }
 
 /// What the crawl's `wanted` analysis reads from a body of type `content_type`: an HTML
-/// page's title, description and language (`page`) and its main text (`text`), a PDF's text
-/// (`text`); None for any other body, or when nothing is wanted of it.
+/// page's title, description and language (`page`) and its main text (`text`), a PDF's or a
+/// Word document's text (`text`); None for any other body, or when nothing is wanted of it.
 pub fn analyse_body(
     wanted: &Analysis,
     body: &[u8],
     content_type: Option<&str>,
 ) -> Option<PageAnalysis> {
-    let media_type = content_type.map(super::media_type);
-    let pdf = media_type.as_deref() == Some(PDF_TYPE);
-    let html = content_type.is_some_and(super::is_html_type);
-    let analysis = match () {
-        _ if html && wanted.page => super::analyse(body),
-        _ if (html || pdf) && wanted.text => PageAnalysis::default(),
+    let kind = match content_type.map(super::media_type).as_deref() {
+        Some(PDF_TYPE) => Kind::Pdf,
+        Some(DOCX_TYPE) => Kind::Word,
+        _ if content_type.is_some_and(super::is_html_type) => Kind::Html,
+        _ => return None,
+    };
+    let analysis = match kind {
+        Kind::Html if wanted.page => super::analyse(body),
+        _ if wanted.text => PageAnalysis::default(),
         _ => return None,
     };
     Some(if wanted.text {
-        with_text(analysis, body, pdf)
+        with_text(analysis, body, kind)
     } else {
         analysis
     })
 }
 
-/// The media type whose text `analysis.text` reads besides HTML's.
+/// The media types whose text `analysis.text` reads besides HTML's.
 const PDF_TYPE: &str = "application/pdf";
+const DOCX_TYPE: &str = "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
 
-/// `analysis` with the text of `body` (`pdf`: a PDF, else HTML) added, or why there is none.
-fn with_text(analysis: PageAnalysis, body: &[u8], pdf: bool) -> PageAnalysis {
-    let read = if pdf {
-        pdf_text(body).map(Some)
-    } else {
-        html_text(body)
+/// What a body is, as its text is read.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Html,
+    Pdf,
+    Word,
+}
+
+/// `analysis` with the text of `body` added, or why there is none.
+fn with_text(analysis: PageAnalysis, body: &[u8], kind: Kind) -> PageAnalysis {
+    let read = match kind {
+        Kind::Pdf => pdf_text(body).map(Some),
+        Kind::Word => docx_text(body).map(Some),
+        Kind::Html => html_text(body),
     };
     match read {
         Ok(Some(text)) => analysis.with_text(&text),
@@ -283,7 +345,73 @@ mod tests {
             flipped[end] ^= 0xff;
             let _ = pdf_text(&flipped);
         }
-        let analysis = with_text(PageAnalysis::default(), b"%PDF-1.4 garbage", true);
+        let analysis = with_text(PageAnalysis::default(), b"%PDF-1.4 garbage", Kind::Pdf);
         assert_eq!(analysis.text_error, Some(TextError::Malformed));
+    }
+
+    /// A Word document (zip) whose `word/document.xml` is `xml`.
+    fn docx_of(xml: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        zip.start_file("[Content_Types].xml", options).unwrap();
+        zip.write_all(b"<Types/>").unwrap();
+        zip.start_file("word/document.xml", options).unwrap();
+        zip.write_all(xml).unwrap();
+        zip.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn a_word_documents_text_is_read_and_a_malformed_or_huge_one_is_an_error_not_a_panic() {
+        let docx = docx_of(
+            br#"<?xml version="1.0"?><w:document xmlns:w="w"><w:body>
+            <w:p><w:r><w:t>Terms &amp; conditions</w:t></w:r><w:r><w:tab/><w:t>2026</w:t></w:r></w:p>
+            <w:p><w:r><w:rPr><w:b/></w:rPr><w:t xml:space="preserve">Second </w:t></w:r><w:r><w:t>paragraph</w:t></w:r></w:p>
+            </w:body></w:document>"#,
+        );
+        assert_eq!(
+            docx_text(&docx).unwrap(),
+            "Terms & conditions\t2026\nSecond paragraph\n"
+        );
+        let kind = super::analyse_body(
+            &Analysis {
+                page: false,
+                text: true,
+            },
+            &docx,
+            Some(&format!("{DOCX_TYPE}; charset=binary")),
+        );
+        assert_eq!(
+            kind.and_then(|a| a.text).as_deref(),
+            Some("Terms & conditions 2026\nSecond paragraph"),
+        );
+        // Not a zip, a zip without the document, a document that is not XML: malformed.
+        let no_document = {
+            use std::io::Write;
+            let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+            zip.start_file("a.txt", zip::write::SimpleFileOptions::default())
+                .unwrap();
+            zip.write_all(b"x").unwrap();
+            zip.finish().unwrap().into_inner()
+        };
+        for bad in [
+            b"not a zip".to_vec(),
+            no_document,
+            docx_of(b"<w:p><w:t>a</w:x>"),
+        ] {
+            assert_eq!(docx_text(&bad), Err(TextError::Malformed));
+        }
+        // A document that inflates past the bound: too large, read no further than it.
+        let bomb = docx_of(&vec![b' '; DOCX_XML_BYTES as usize + 1]);
+        assert!(bomb.len() < 100_000, "{}", bomb.len());
+        assert_eq!(docx_text(&bomb), Err(TextError::TooLarge));
+        // Cut anywhere, or with any byte flipped: an error or a text, never a panic.
+        for end in 0..docx.len() {
+            let _ = docx_text(&docx[..end]);
+            let mut flipped = docx.clone();
+            flipped[end] ^= 0xff;
+            let _ = docx_text(&flipped);
+        }
     }
 }

@@ -66,6 +66,9 @@ pub struct FetchRequest<'a> {
     pub now: Millis,
     /// What a GET's redirect to an in-scope URL ends in.
     pub redirects: Redirects,
+    /// The media type the task's data gives its body (`_mime_type`), taken over the
+    /// response's Content-Type: what is stored, analysed and recorded.
+    pub content_type: Option<&'a str>,
 }
 
 /// How a GET follows redirects.
@@ -366,7 +369,10 @@ impl Fetcher {
             };
             return Err(Failure::from_http_status(status.as_u16(), retry_after));
         }
-        let content_type = header_string(headers, header::CONTENT_TYPE);
+        let content_type = match req.content_type {
+            Some(given) => Some(given.to_owned()),
+            None => header_string(headers, header::CONTENT_TYPE),
+        };
         let declared_length = response.content_length();
         let limits = &req.config.fetch;
         let stored = content_type.as_deref().is_some_and(|ct| {
@@ -762,6 +768,7 @@ mod tests {
             depth: 0,
             now: 0,
             redirects: Redirects::Report,
+            content_type: None,
         });
         assert_send(&fetch);
         let delay = fetcher.crawl_delay(&url, &config);
