@@ -37,12 +37,12 @@ use trawl_core::blob::memory::MemoryBlobStore;
 use trawl_core::blob::{BlobStore, Body, Layout, ObjectMeta, segment};
 use trawl_core::deliver::{Deliverer, DeliveryLimits, ManifestLine, compare_manifests};
 use trawl_core::frontier::seed_tasks;
-use trawl_core::store::ClaimOutcome;
 use trawl_core::store::memory::MemoryStore;
+use trawl_core::store::{ClaimOutcome, CrawlStore, TaskStore};
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, DeliveredPages, StorageLayout};
-use trawl_domain::task::{FetchRecord, Millis, NewTask, now_ms};
+use trawl_domain::task::{FetchRecord, Millis, NewTask, Status, now_ms};
 
 const SECTION: &str = "delivery";
 /// A DynamoDB request's round trip, as the sweeper section models it.
@@ -108,7 +108,7 @@ async fn fill_as<S: Store, B: BlobStore>(
         seed_tasks(store, &crawl, tasks, now).await.step("seed")?;
     }
     let finished = futures_util::stream::iter(&urls)
-        .map(|url| finish_one(store, blobs, layout, segments, &id, url, now))
+        .map(|url| finish_one(store, blobs, layout, segments, &id, url, 0, now))
         .buffer_unordered(FILL_AT_ONCE)
         .collect::<Vec<_>>()
         .await;
@@ -123,6 +123,8 @@ async fn fill_as<S: Store, B: BlobStore>(
     Ok(id)
 }
 
+/// Claims and finishes `url`'s task with a stored body (`version` changes it).
+#[allow(clippy::too_many_arguments)]
 async fn finish_one<S: Store, B: BlobStore>(
     store: &S,
     blobs: &B,
@@ -130,6 +132,7 @@ async fn finish_one<S: Store, B: BlobStore>(
     segments: bool,
     crawl: &CrawlId,
     url: &CanonicalUrl,
+    version: u32,
     now: Millis,
 ) -> BenchResult<()> {
     let task_id = url.task_id();
@@ -140,7 +143,10 @@ async fn finish_one<S: Store, B: BlobStore>(
     else {
         return Err(check("claim", format!("{url} not claimed")));
     };
-    let body = Body::new(format!("<html><p>{url}</p>{}</html>", "x".repeat(2_000)));
+    let body = Body::new(format!(
+        "<html><p>{url}, version {version}</p>{}</html>",
+        "x".repeat(2_000)
+    ));
     let md5 = body.md5_hex();
     let length = body.bytes().len() as u64;
     let (key, span) = if segments {
@@ -200,6 +206,18 @@ async fn deliver_once<P: Ports>(
     writers: u32,
     pages: usize,
 ) -> BenchResult<(f64, f64, String)> {
+    let (secs, cpu, prefix, _) = deliver_generation(app, crawl, 0, writers, pages).await?;
+    Ok((secs, cpu, prefix))
+}
+
+/// `deliver_once` of `generation`, and the pages it copied.
+async fn deliver_generation<P: Ports>(
+    app: &Arc<App<P>>,
+    crawl: &CrawlId,
+    generation: u64,
+    writers: u32,
+    pages: usize,
+) -> BenchResult<(f64, f64, String, u64)> {
     let limits = DeliveryLimits {
         writers,
         tasks_per_writer: 1,
@@ -208,12 +226,13 @@ async fn deliver_once<P: Ports>(
     let deliverer = Deliverer::new(app.clone(), "", limits);
     let (started, cpu) = (Instant::now(), cpu_seconds("self")?);
     let report = deliverer
-        .deliver(crawl, Some(0), now_ms())
+        .deliver(crawl, Some(generation), now_ms())
         .await
         .step("deliver")?;
     let (secs, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds("self")? - cpu);
     let warc = &report.summary.warc;
-    let delivered = warc.pages + warc.referenced;
+    // Every page copied, or referenced (and the changed ones copied besides).
+    let delivered = warc.pages.max(warc.referenced);
     if delivered != pages as u64 || report.summary.tasks != pages as u64 || warc.problems > 0 {
         return Err(check(
             "delivery",
@@ -223,7 +242,7 @@ async fn deliver_once<P: Ports>(
             ),
         ));
     }
-    Ok((secs, cpu, report.prefix))
+    Ok((secs, cpu, report.prefix, warc.pages))
 }
 
 /// Removes a delivery's files, so that its generation is delivered again.
@@ -495,6 +514,79 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
     Ok(figures)
 }
 
+/// The generation after a segments crawl's first, 1% of its pages changed, delivered with
+/// the changed pages copied (`DeliveredPages::Changed`): what it reads and copies.
+async fn run_changed(pages: usize, hosts: usize) -> BenchResult<Vec<Figure>> {
+    eprintln!(
+        "  delivery: {pages} pages, the next generation with 1% changed, segments, pages changed"
+    );
+    let memory = MemoryStore::new();
+    let objects = MemoryBlobStore::new();
+    let keys = Layout::new("bench");
+    let mut config = CrawlConfig::default();
+    config.storage.layout = StorageLayout::Segments;
+    config.delivery.pages = Some(DeliveredPages::Changed);
+    let label = "segments-changed";
+    let crawl = fill_as(&memory, &objects, &keys, config, pages, hosts, label).await?;
+    let blobs = LatentBlobs::new(objects, Duration::ZERO);
+    let calls = Arc::new(CallCounts::default());
+    let app = Arc::new(App::new(memory, blobs, Unwired, calls).with_layout(keys.clone()));
+    let writers = DeliveryLimits::DEFAULT.writers_for(pages as u64);
+    // The first generation: every page new, every page copied.
+    deliver_generation(&app, &crawl, 0, writers, pages).await?;
+    let now = now_ms();
+    if !app.store.reopen_crawl(&crawl, now).await.step("reopen")? {
+        return Err(check("reopen crawl", "refused".to_owned()));
+    }
+    let changed: Vec<CanonicalUrl> = (0..pages)
+        .step_by(100)
+        .map(|i| CanonicalUrl::parse(&format!("http://h{}.deliver.invalid/p{i}", i % hosts)))
+        .collect::<Result<_, _>>()
+        .step("urls")?;
+    for url in &changed {
+        let again = app
+            .store
+            .reschedule(&crawl, &url.task_id(), &[Status::Succeeded], now)
+            .await
+            .step("reschedule")?;
+        if !again {
+            return Err(check("reschedule", format!("{url} refused")));
+        }
+        finish_one(&app.store, &app.blobs, &keys, true, &crawl, url, 1, now).await?;
+    }
+    let completed = app
+        .store
+        .complete_crawl(&crawl, 1, "bench", now + 1)
+        .await
+        .step("complete")?;
+    if !completed {
+        return Err(check("complete crawl", "refused".to_owned()));
+    }
+    let (_, _) = (app.blobs.take_bytes_read(), app.blobs.take_requests());
+    let (secs, cpu, _, copied) = deliver_generation(&app, &crawl, 1, writers, pages).await?;
+    let (read, requests) = (app.blobs.take_bytes_read(), app.blobs.take_requests());
+    let name = |what: &str| {
+        format!("next generation of {pages} pages, 1% changed, segments, pages changed: {what}")
+    };
+    Ok(vec![
+        Figure::single(SECTION, name("seconds"), "s", secs),
+        Figure::single(
+            SECTION,
+            name("CPU of the deliverer per page"),
+            "ms",
+            cpu * 1e3 / pages as f64,
+        ),
+        Figure::single(SECTION, name("pages copied"), "pages", copied as f64),
+        Figure::single(SECTION, name("bytes read"), "MB", read as f64 / 1e6),
+        Figure::single(
+            SECTION,
+            name("object requests"),
+            "requests",
+            requests as f64,
+        ),
+    ])
+}
+
 /// How a generation is stored and delivered: objects copied, segments copied, segments by
 /// reference.
 const SHAPES: [(StorageLayout, DeliveredPages); 3] = [
@@ -554,6 +646,7 @@ pub async fn run_layouts(quick: bool) -> BenchResult<Vec<Figure>> {
             ),
         ]);
     }
+    out.extend(run_changed(pages, hosts).await?);
     Ok(out)
 }
 
