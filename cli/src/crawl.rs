@@ -632,27 +632,38 @@ pub async fn run<P: Ports>(
     if backend.dry_run {
         return crate::dry_run::report(crawler.store(), &crawl_id, json).await;
     }
-    // Counted before the delivery: a crawl purged after it (`delivery.purge_after`) has no
-    // tasks left to count.
-    let counts = persist(
-        crawler.clock(),
-        "count the tasks",
-        &Backoff::RUN,
-        retries,
-        || crawler.store().counts(&crawl_id),
-    )
-    .await?;
-    let given_up = persist(
-        crawler.clock(),
-        "read the given-up tasks",
-        &Backoff::RUN,
-        retries,
-        || GivenUp::read(crawler.store(), &crawl_id, &counts),
-    )
-    .await?;
+    let tally = || async {
+        let counts = persist(
+            crawler.clock(),
+            "count the tasks",
+            &Backoff::RUN,
+            retries,
+            || crawler.store().counts(&crawl_id),
+        )
+        .await?;
+        let given_up = persist(
+            crawler.clock(),
+            "read the given-up tasks",
+            &Backoff::RUN,
+            retries,
+            || GivenUp::read(crawler.store(), &crawl_id, &counts),
+        )
+        .await?;
+        Ok::<_, CliError>((counts, given_up))
+    };
+    // Counted after the delivery, which heals a store's kept counts from the tasks; before it
+    // for a crawl purged once delivered (`delivery.purge_after`): no task is left after.
+    let before = match crawl.config.delivery.purge_after {
+        true => Some(tally().await?),
+        false => None,
+    };
     let delivery = match end {
         RunEnd::Completed { .. } => Some(deliver(&backend, &crawl_id).await?),
         RunEnd::Stopped(_) => None,
+    };
+    let (counts, given_up) = match before {
+        Some(tallied) => tallied,
+        None => tally().await?,
     };
     let outcome = Outcome {
         crawl_id: &crawl_id,
