@@ -527,6 +527,7 @@ impl Plan {
                 cursor: None,
                 update_config: args.update_config,
                 checkpoint: None,
+                priority: args.priority,
             })
             .collect();
         if let Some(checkpoint) = &args.checkpoint {
@@ -540,6 +541,7 @@ impl Plan {
                     cursor: None,
                     update_config: false,
                     checkpoint: Some(checkpoint.clone()),
+                    priority: None,
                 }),
             }
         }

@@ -34,6 +34,7 @@ pub fn crawl_id() -> CrawlId {
 
 pub fn new_task(url: &str) -> NewTask {
     NewTask {
+        priority: Default::default(),
         url: CanonicalUrl::parse(url).unwrap(),
         depth: 0,
         parent: None,
@@ -366,6 +367,7 @@ pub async fn user_data_stays_with_its_task_through_every_transition<S: TaskStore
     let data =
         serde_json::json!({"sku": 7, "tags": ["a", "b"], "price": {"eur": 9.5}, "none": null});
     let new = NewTask {
+        priority: Default::default(),
         data: data.as_object().cloned(),
         ..new_task(url)
     };

@@ -1,6 +1,7 @@
 //! A task: one URL in one crawl, and everything trawl knows about it.
 
 use crate::canonical::{CrawlId, TaskId, truncate};
+pub use crate::priority::Priority;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -454,6 +455,8 @@ pub struct Task {
     /// The user's data, given at seed time (or inherited from the page that linked here);
     /// never changed afterwards.
     pub data: Option<UserData>,
+    /// Its priority (`crate::priority`), given at seed time; never changed afterwards.
+    pub priority: Priority,
 }
 
 /// A task's user data: any JSON object, kept with the task and delivered with it.
@@ -507,6 +510,12 @@ impl Task {
         )
     }
 
+    /// Its place in its host's due list (`crate::priority::due_key`): its due time, moved
+    /// earlier by its priority while pending.
+    pub fn due_key(&self) -> Option<Millis> {
+        crate::priority::due_key(self.status, self.due_at(), self.priority)
+    }
+
     /// The host the task is scheduled under (`canonical::host_key`).
     pub fn host(&self) -> String {
         crate::canonical::host_key_of(&self.url)
@@ -521,6 +530,8 @@ pub struct NewTask {
     pub parent: Option<TaskId>,
     /// User data (checked against [`MAX_USER_DATA_BYTES`] where it enters trawl).
     pub data: Option<UserData>,
+    /// Its priority (`crate::priority`: `Priority::of_seed`, `Priority::of_link`).
+    pub priority: Priority,
 }
 
 /// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.

@@ -56,7 +56,9 @@ use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, single
 use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData};
+use trawl_domain::task::{
+    ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, Task, UserData,
+};
 use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
 /// How long a crawl's config is cached in a worker before it is read again.
@@ -1195,6 +1197,7 @@ impl<P: Ports> Crawler<P> {
                 // The redirect is recorded here; its target is a task of its own (seeded at this
                 // task's depth), fetched once however many redirects and links lead to it.
                 let target = NewTask {
+                    priority: task.priority,
                     url: location.clone(),
                     depth: task.depth,
                     parent: Some(task.task_id.clone()),
@@ -1434,11 +1437,15 @@ impl<P: Ports> Crawler<P> {
             .filter(|url| context.scope.check(url, depth).is_ok())
             // An open-ended template's pages come one after the other, by its rule only.
             .filter(|url| context.page_of(url.as_str()).is_none())
-            .map(|url| NewTask {
-                url,
-                depth,
-                parent: Some(task.task_id.clone()),
-                data: inherited_data(&crawl.config, task),
+            .map(|url| {
+                let data = inherited_data(&crawl.config, task);
+                NewTask {
+                    priority: link_priority(context, &url, data.as_ref()),
+                    url,
+                    depth,
+                    parent: Some(task.task_id.clone()),
+                    data,
+                }
             })
             .collect();
         self.seed_found(context, task, tasks, outbox, held).await
@@ -1461,11 +1468,13 @@ impl<P: Ports> Crawler<P> {
             tracing::warn!(url = %url, %reason, "the next page is out of the crawl's scope");
             return Ok(0);
         }
+        let data = inherited_data(&context.crawl.config, task);
         let found = NewTask {
+            priority: link_priority(context, &url, data.as_ref()),
             url,
             depth: task.depth,
             parent: Some(task.task_id.clone()),
-            data: inherited_data(&context.crawl.config, task),
+            data,
         };
         self.seed_found(context, task, vec![found], outbox, held)
             .await
@@ -1651,6 +1660,12 @@ fn wait_ms(at: Millis, now: Millis) -> u64 {
     u64::try_from(at.saturating_sub(now)).map_or(0, |ms| ms.min(MAX_HOLD_MS))
 }
 
+/// The priority of a link to `url` (`Priority::of_link`): its route's, else its inherited data's.
+fn link_priority(context: &CrawlContext, url: &CanonicalUrl, data: Option<&UserData>) -> Priority {
+    let route = context.scope.route(url.as_str()).and_then(|r| r.priority);
+    Priority::of_link(route, data)
+}
+
 /// The user data a task found on `task`'s page starts with (`scope.inherit_data`).
 fn inherited_data(config: &CrawlConfig, task: &Task) -> Option<UserData> {
     task.data.clone().filter(|_| config.scope.inherit_data)
@@ -1735,6 +1750,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -1813,6 +1829,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/a")).unwrap();
         let _ = host.set(trawl_domain::canonical::host_key_of(url.as_str()));
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
@@ -1864,6 +1881,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -1917,6 +1935,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -1990,6 +2009,7 @@ mod tests {
 
         // WHEN the task lands, and the next turn comes once it settled
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
@@ -2046,6 +2066,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
         let host = url.host_key();
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
