@@ -95,6 +95,16 @@ impl Priority {
         Self::new(lead / Self::SPAN_MS).ok()
     }
 
+    /// What of `priority` places a task in `status` in its host's due list: all of it while
+    /// pending, nothing otherwise (a task in any other status is placed by its due time).
+    pub fn placing(status: Status, priority: Priority) -> Priority {
+        if status == Status::Pending {
+            priority
+        } else {
+            Priority::MIN
+        }
+    }
+
     /// The priority of a task read from its host's due list at `place` (its [`due_key`]), in
     /// `status`, pending since `updated_at`: a pending task's place says it; any other's counts
     /// 0 (it is placed by its due time).

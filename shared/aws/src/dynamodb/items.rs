@@ -323,10 +323,9 @@ pub(super) fn summary_from_item(item: Item) -> StoreResult<TaskSummary> {
         next_attempt_at: s.next_attempt,
         next_fetch_at: s.next_fetch,
         enqueued_at: s.enqueued,
-        priority: match (Priority::of_lead(s.lead), s.due) {
-            (Some(priority), _) if s.lead != 0 => priority,
-            (_, Some(place)) => Priority::of_place(s.status, s.updated, place),
-            _ => Priority::MIN,
+        priority: match s.due {
+            Some(place) => Priority::of_place(s.status, s.updated, place),
+            None => Priority::placing(s.status, Priority::of_lead(s.lead).unwrap_or_default()),
         },
     })
 }

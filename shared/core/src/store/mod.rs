@@ -226,8 +226,9 @@ pub struct TaskSummary {
     pub next_attempt_at: Option<Millis>,
     pub next_fetch_at: Option<Millis>,
     pub enqueued_at: Option<Millis>,
-    /// Its priority (`trawl_domain::priority`), where the store can tell it (a summary read from
-    /// DynamoDB's host index tells a pending task's only: `Priority::of_place`).
+    /// What of its priority places it in its host's due list (`Priority::placing`): its
+    /// priority while pending, 0 in any other status. What every store can tell from its
+    /// index alone (DynamoDB's host index does not project the priority: `Priority::of_place`).
     pub priority: Priority,
 }
 
@@ -245,7 +246,7 @@ impl From<&Task> for TaskSummary {
             next_attempt_at: t.next_attempt_at,
             next_fetch_at: t.fetch.as_ref().and_then(|f| f.next_fetch_at),
             enqueued_at: t.enqueued_at,
-            priority: t.priority,
+            priority: Priority::placing(t.status, t.priority),
         }
     }
 }

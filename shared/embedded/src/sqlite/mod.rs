@@ -818,11 +818,12 @@ impl SummaryRow {
     fn into_summary(self) -> StoreResult<TaskSummary> {
         let key = format!("{}/{}", self.crawl_id, self.task_id);
         let key = key.as_str();
+        let status = status_of(key, self.status)?;
         Ok(TaskSummary {
             crawl_id: crawl_id_of(key, &self.crawl_id)?,
             task_id: task_id_of(key, &self.task_id)?,
             url: self.url,
-            status: status_of(key, self.status)?,
+            status,
             updated_at: self.updated,
             depth: number(key, "depth", self.depth)?,
             retries: number(key, "retries", self.retries)?,
@@ -830,7 +831,7 @@ impl SummaryRow {
             next_attempt_at: self.next_attempt,
             next_fetch_at: self.next_fetch,
             enqueued_at: self.enqueued,
-            priority: priority_of(key, self.priority)?,
+            priority: Priority::placing(status, priority_of(key, self.priority)?),
         })
     }
 }
