@@ -1754,9 +1754,15 @@ pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(
     let crawl = crawl_id();
     let url = |name: &str| format!("http://p.example/{name}");
     let mut seeded = Vec::new();
-    for (i, (name, priority)) in [("low", 0), ("high", 5), ("mid", 2), ("urgent", 9), ("last", 0)]
-        .into_iter()
-        .enumerate()
+    for (i, (name, priority)) in [
+        ("low", 0),
+        ("high", 5),
+        ("mid", 2),
+        ("urgent", 9),
+        ("last", 0),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let new = NewTask {
             priority: Priority::new(priority).unwrap(),
@@ -1787,7 +1793,13 @@ pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(
     // with its priority
     assert_eq!(
         due().await,
-        order(&[("urgent", 9), ("high", 5), ("mid", 2), ("low", 0), ("last", 0)])
+        order(&[
+            ("urgent", 9),
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0)
+        ])
     );
 
     // WHEN the most urgent fails (a retry at its backoff) and a high one is claimed and released
@@ -1803,7 +1815,13 @@ pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(
     assert!(retry_at > T0 + 12);
     assert_eq!(
         due().await,
-        order(&[("high", 5), ("mid", 2), ("low", 0), ("last", 0), ("urgent", 0)])
+        order(&[
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0),
+            ("urgent", 0)
+        ])
     );
 
     // WHEN the operator retries it (pending again), THEN its priority places it first again;
@@ -1818,12 +1836,19 @@ pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(
     assert_eq!(due().await.last(), Some(&("high".to_owned(), 0)));
     let fetched = high.task.clone();
     assert!(store.reset(&fetched, T0 + 15).await.unwrap());
-    high.check(&transition::reset(&fetched, T0 + 15), true).await;
+    high.check(&transition::reset(&fetched, T0 + 15), true)
+        .await;
 
     // THEN it is back ahead of the lower priorities
     assert_eq!(
         due().await,
-        order(&[("urgent", 9), ("high", 5), ("mid", 2), ("low", 0), ("last", 0)])
+        order(&[
+            ("urgent", 9),
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0)
+        ])
     );
 }
 

@@ -81,6 +81,11 @@ impl Priority {
         self.0
     }
 
+    /// Whether this is the default (left out of a stored record).
+    pub fn is_min(&self) -> bool {
+        *self == Self::MIN
+    }
+
     /// How much earlier than its due time a pending task of this priority sits in its host's due
     /// list.
     pub fn lead_ms(self) -> Millis {

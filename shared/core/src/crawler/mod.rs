@@ -654,11 +654,17 @@ impl<P: Ports> Crawler<P> {
         )
         .await;
         let now = self.clock.now_ms();
+        // The priority its next turn's message carries: its pending work's highest (its due list
+        // holds that first), or, unread, the one stored.
+        let mut priority = None;
         let next_work = match due {
-            Ok(due) => next_work(
-                due.iter()
-                    .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
-            ),
+            Ok(due) => {
+                priority = Some(due.iter().map(|t| t.priority).max().unwrap_or_default());
+                next_work(
+                    due.iter()
+                        .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
+                )
+            }
             // The host is handed back all the same, its next turn due shortly to read what is
             // due: left held, its message would come back to a busy host until this turn's hold
             // ended (30 s and more).
@@ -684,7 +690,10 @@ impl<P: Ports> Crawler<P> {
                     self.seeds_settle_ms,
                     now,
                 ) {
-                    Some((next, visible_at)) => (Some(next), visible_at),
+                    Some((next, visible_at)) => {
+                        let priority = priority.unwrap_or(next.priority);
+                        (Some(Host { priority, ..next }), visible_at)
+                    }
                     None => (None, None),
                 }
             })
