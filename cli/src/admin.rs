@@ -348,6 +348,7 @@ async fn task_show<P: Ports>(
         "checks": history.map(|h| h.checks),
         "changes_seen": history.map(|h| h.changes),
         "data": task.data,
+        "priority": task.priority.get(),
     });
     if json {
         output::json(&value);
