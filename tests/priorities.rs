@@ -2,9 +2,13 @@
 //! a host's due URLs taken highest priority first, as the loopback site sees them fetched.
 
 use crate::cli::{json_of, temp_dir, trawl};
+use crate::operator::{deploy, functions};
 use crate::site::{Route, Site};
+use crate::support::{moto, unique};
+use seeder::handler::SeederResponse;
 use serde_json::json;
 use std::path::Path;
+use trawl_domain::task::now_ms;
 
 /// A site that serves `paths` as small pages (the first linking to `links`) and allows robots.
 fn site_of(site: &Site, paths: &[&str], links: &[&str]) {
@@ -235,4 +239,55 @@ async fn a_route_gives_detail_pages_priority_over_the_listings_found_beside_them
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("out of range"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn through_the_functions_a_hosts_seeds_are_fetched_highest_priority_first() {
+    // GIVEN a deployed stack on moto, the four handlers, and one host's seeds: four without a
+    // priority listed first, one whose line gives 9, one a route gives 5, and one whose line
+    // gives a priority out of range
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let site = Site::start().await;
+    let paths = ["/low/0", "/low/1", "/low/2", "/low/3", "/urgent", "/item/0"];
+    site_of(&site, &paths, &[]);
+    let functions = functions(&deployed);
+    let crawl_id = unique("prio");
+    let mut urls: Vec<String> = paths[..4].iter().map(|p| site.url(p)).collect();
+    urls.push(json!({"url": site.url("/urgent"), "data": {"_priority": 9}}).to_string());
+    urls.push(site.url("/item/0"));
+    urls.push(json!({"url": site.url("/bad"), "data": {"_priority": -1}}).to_string());
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0, "per_host": 1},
+            "fetch": {"allow_private_networks": true},
+            "scope": {"routes": [{"glob": "*/item/*", "priority": 5}]},
+        },
+        "source": {"urls": urls},
+    });
+
+    // WHEN the seeder is handed them and the functions run the crawl until it is delivered
+    let seeded = functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let SeederResponse::Seeded(seeded) = seeded else {
+        panic!("not a seed response")
+    };
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN the bad line is rejected with its reason, the others seeded
+    assert_eq!((seeded.accepted, seeded.rejected), (6, 1), "{seeded:?}");
+    assert!(
+        seeded.rejections[0]
+            .reason
+            .contains("_priority: priority -1 is out of range"),
+        "{seeded:?}"
+    );
+    // AND the site sees the priority-9 seed first, then the route's priority-5 one
+    assert_eq!(summary["statuses"]["succeeded"], 6, "{summary}");
+    let order = fetch_order(&site, &paths);
+    assert_eq!(order[..2], ["/urgent", "/item/0"], "{order:?}");
+    assert_eq!(site.hits("/bad"), 0);
 }
