@@ -242,6 +242,60 @@ async fn a_route_gives_detail_pages_priority_over_the_listings_found_beside_them
 }
 
 #[tokio::test]
+async fn of_two_hosts_the_one_with_higher_priority_work_gets_its_turn_first() {
+    // GIVEN two hosts' seeds, the first host's without a priority and listed first, the second's
+    // at priority 3
+    let (first, second) = (Site::start().await, Site::start().await);
+    let paths = ["/0", "/1", "/2"];
+    site_of(&first, &paths, &[]);
+    site_of(&second, &paths, &[]);
+    let dir = temp_dir("priorities-hosts");
+    let data = dir.join("data");
+    let seeds = dir.join("seeds.txt");
+    let mut lines: Vec<String> = paths.iter().map(|p| first.url(p)).collect();
+    lines.extend(
+        paths
+            .iter()
+            .map(|p| json!({"url": second.url(p), "data": {"_priority": 3}}).to_string()),
+    );
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+
+    // WHEN they are crawled one page at a time
+    let done = crawl(
+        &[
+            "crawl",
+            "--seeds-file",
+            seeds.to_str().unwrap(),
+            "--allow-private-networks",
+            "--concurrency",
+            "1",
+            "--crawl-id",
+            "two-hosts",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+
+    // THEN the second host's pages are all fetched before the first host's
+    assert_eq!(done["counts"]["succeeded"], 6, "{done}");
+    let last_of_second = paths
+        .iter()
+        .filter_map(|p| Some(second.received(p).first()?.at))
+        .max()
+        .unwrap();
+    let first_of_first = paths
+        .iter()
+        .filter_map(|p| Some(first.received(p).first()?.at))
+        .min()
+        .unwrap();
+    assert!(last_of_second < first_of_first);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn through_the_functions_a_hosts_seeds_are_fetched_highest_priority_first() {
     // GIVEN a deployed stack on moto, the four handlers, and one host's seeds: four without a
     // priority listed first, one whose line gives 9, one a route gives 5, and one whose line

@@ -660,6 +660,8 @@ impl HostView {
             "eta_ms": self.eta_ms,
             "snoozed_until": h.snoozed_until.map(output::time),
             "given_up": h.given_up,
+            // Its pending work's best, as its last turn left it: what orders the local turns.
+            "priority": h.priority.get(),
         })
     }
 }
@@ -782,7 +784,7 @@ async fn host_show<P: Ports>(
     let view = HostView::counted(backend, host, crawl, now_ms()).await?;
     let next: Vec<serde_json::Value> = due
         .iter()
-        .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time)}))
+        .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time), "priority": t.priority.get()}))
         .collect();
     if json {
         let mut value = view.json();
