@@ -296,6 +296,83 @@ async fn of_two_hosts_the_one_with_higher_priority_work_gets_its_turn_first() {
 }
 
 #[tokio::test]
+async fn a_moved_hosts_pending_urls_keep_their_priority_in_the_other_crawl() {
+    // GIVEN a crawl stopped after one fetch, two of its host's URLs pending, one at priority 8,
+    // and another crawl
+    let (site, elsewhere) = (Site::start().await, Site::start().await);
+    let paths = ["/first", "/kept", "/plain"];
+    site_of(&site, &paths, &[]);
+    site_of(&elsewhere, &["/"], &[]);
+    let dir = temp_dir("priorities-move");
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let seeds = dir.join("seeds.txt");
+    let lines = [
+        json!({"url": site.url("/first"), "data": {"_priority": 9}}).to_string(),
+        json!({"url": site.url("/kept"), "data": {"_priority": 8}}).to_string(),
+        site.url("/plain"),
+    ];
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+    let base = ["--data-dir", data, "--json"];
+    let run = |args: Vec<&str>| {
+        let dir = dir.clone();
+        let args: Vec<String> = args.iter().chain(&base).map(|a| (*a).to_owned()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            crawl(&args, &dir).await
+        }
+    };
+    let seeds = seeds.to_str().unwrap();
+    run(vec![
+        "crawl",
+        "--seeds-file",
+        seeds,
+        "--crawl-id",
+        "one",
+        "--max-fetches",
+        "1",
+        "--allow-private-networks",
+    ])
+    .await;
+    let home = elsewhere.url("/");
+    run(vec![
+        "crawl",
+        &home,
+        "--crawl-id",
+        "two",
+        "--allow-private-networks",
+    ])
+    .await;
+    assert_eq!(site.hits("/first"), 1);
+    assert_eq!(site.hits("/kept"), 0);
+
+    // WHEN the host is moved to the other crawl
+    let host = site.addr().to_string();
+    run(vec![
+        "hosts",
+        "move",
+        &host,
+        "--to",
+        "two",
+        "--crawl-id",
+        "one",
+    ])
+    .await;
+
+    // THEN its pending URLs are there with their priorities
+    let kept = site.url("/kept");
+    let plain = site.url("/plain");
+    let show = run(vec!["tasks", "show", &kept, "--crawl-id", "two"]).await;
+    assert_eq!(
+        (show["status"].as_str(), show["priority"].as_u64()),
+        (Some("pending"), Some(8))
+    );
+    let show = run(vec!["tasks", "show", &plain, "--crawl-id", "two"]).await;
+    assert_eq!(show["priority"], 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn through_the_functions_a_hosts_seeds_are_fetched_highest_priority_first() {
     // GIVEN a deployed stack on moto, the four handlers, and one host's seeds: four without a
     // priority listed first, one whose line gives 9, one a route gives 5, and one whose line
