@@ -499,7 +499,8 @@ impl Task {
     /// its next attempt, succeeded or gone when its page is fetched again (a recrawl, a check:
     /// `crate::revisit`), in progress when its lease expires: a task whose holder died is due
     /// work of its host, taken over by the host's next turn (no other index needs to list it).
-    /// Ignored tasks are never due. A host's turn takes its tasks in this order.
+    /// Ignored tasks are never due. A host's turn takes its tasks in this order, a pending task
+    /// moved earlier by its priority (`Task::due_key`).
     pub fn due_at(&self) -> Option<Millis> {
         due_at(
             self.status,
