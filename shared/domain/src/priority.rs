@@ -187,7 +187,65 @@ pub fn due_key(status: Status, due: Option<Millis>, priority: Priority) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// A task in a host's due list at `now`: its status, due time and priority. A pending task is
+    /// due since it became pending (at or before `now`); the others at any time around `now`.
+    fn listed(now: Millis) -> impl Strategy<Value = (Status, Millis, Priority)> {
+        (
+            proptest::sample::select(vec![
+                Status::Pending,
+                Status::Failed,
+                Status::Succeeded,
+                Status::Gone,
+                Status::InProgress,
+            ]),
+            -400 * 86_400_000i64..400 * 86_400_000,
+            0u8..=9,
+        )
+            .prop_map(move |(status, offset, p)| {
+                let due = match status {
+                    Status::Pending => now - offset.abs(),
+                    _ => now + offset,
+                };
+                (status, due, Priority(p))
+            })
+    }
+
+    proptest! {
+        /// Whatever the tasks, a host's due list holds every task due now before every task that
+        /// is not, and among the pending ones a higher priority first: a turn reading it from
+        /// the front takes the most urgent due work and never meets work it may not take before
+        /// the work it may.
+        #[test]
+        fn due_work_comes_first_and_pending_work_by_priority(
+            tasks in proptest::collection::vec(listed(1_800_000_000_000), 2..40)
+        ) {
+            let now = 1_800_000_000_000;
+            let keyed: Vec<(Millis, bool, Status, Priority, Millis)> = tasks
+                .iter()
+                .map(|&(status, due, p)| {
+                    let key = due_key(status, Some(due), p).unwrap();
+                    (key, due <= now, status, p, due)
+                })
+                .collect();
+            for a in &keyed {
+                for b in &keyed {
+                    if a.1 && !b.1 {
+                        prop_assert!(a.0 < b.0, "due {a:?} after not-due {b:?}");
+                    }
+                    if a.2 == Status::Pending && b.2 == Status::Pending && a.3 > b.3 {
+                        prop_assert!(a.0 < b.0, "{a:?} not before {b:?}");
+                    }
+                }
+                // A pending task's place gives its priority back (pending since its due time).
+                if a.2 == Status::Pending {
+                    prop_assert_eq!(Priority::of_place(a.2, a.4, a.0), a.3);
+                }
+            }
+        }
+    }
 
     fn data(value: serde_json::Value) -> UserData {
         let serde_json::Value::Object(map) = json!({ "_priority": value }) else {
