@@ -144,6 +144,7 @@ impl Run {
             cursor: None,
             update_config: false,
             checkpoint: None,
+            priority: None,
         };
         let response = seeder
             .seed(

@@ -167,6 +167,7 @@ impl<P: Ports> Backend<P> {
         let tasks: Vec<NewTask> = urls
             .iter()
             .map(|u| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
@@ -2122,6 +2123,7 @@ async fn summary_calls_are_the_sum_of_every_invocations_calls() {
         cursor: None,
         update_config: false,
         checkpoint: None,
+        priority: None,
     };
     let seeded = trawl_core::seed::Seeder::new(
         seeder.app.clone(),

@@ -542,6 +542,7 @@ async fn seed_crash_complete_deliver_recrawl() {
             cursor: None,
             update_config: false,
             checkpoint: None,
+            priority: None,
         };
         let response = seeder
             .seed(request, SeedBudget::default(), now_ms())

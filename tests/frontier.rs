@@ -71,6 +71,7 @@ impl<P: Ports> Run<P> {
         let tasks = urls
             .iter()
             .map(|u| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,
@@ -627,6 +628,7 @@ impl<P: Ports> Rivals<P> {
         let tasks = urls
             .iter()
             .map(|u| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,

@@ -21,6 +21,7 @@ mod links;
 mod migration;
 mod operator;
 mod paging;
+mod priorities;
 mod proxy;
 mod refusals;
 mod routing;

@@ -285,6 +285,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     // Fresh: the seed write of the start page apart, then the crawl.
     CallProfile::take(calls, meter, 0);
     let start = NewTask {
+        priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
@@ -340,6 +341,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         crawler.queue(),
         &crawl,
         vec![NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
@@ -413,6 +415,7 @@ async fn fresh_on_segments(
     )
     .await?;
     let start = NewTask {
+        priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
@@ -465,6 +468,7 @@ async fn contention(
     .await?;
     site.reset(client).await?;
     let start = NewTask {
+        priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
         parent: None,
@@ -562,6 +566,7 @@ async fn contention(
     let tasks: Vec<NewTask> = ids
         .iter()
         .map(|url| NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,

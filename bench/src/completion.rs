@@ -184,6 +184,7 @@ async fn crawled(store: &DynamoStore, hosts: usize) -> BenchResult<Crawl> {
         let tasks = chunk
             .iter()
             .map(|url| NewTask {
+                priority: Default::default(),
                 url: url.clone(),
                 depth: 0,
                 parent: None,

@@ -563,6 +563,7 @@ async fn crawl_site(
         .map(|i| {
             let port = ports[i % ports.len()];
             CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/p/{i}")).map(|url| NewTask {
+                priority: Default::default(),
                 url,
                 depth: 0,
                 parent: None,
@@ -594,6 +595,7 @@ async fn crawl_site(
                 cursor: None,
                 update_config: false,
                 checkpoint: None,
+                priority: None,
             };
             seeder
                 .seed(request, SeedBudget::default(), now)

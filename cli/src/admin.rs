@@ -348,6 +348,7 @@ async fn task_show<P: Ports>(
         "checks": history.map(|h| h.checks),
         "changes_seen": history.map(|h| h.changes),
         "data": task.data,
+        "priority": task.priority.get(),
     });
     if json {
         output::json(&value);
@@ -665,6 +666,8 @@ impl HostView {
             "eta_ms": self.eta_ms,
             "snoozed_until": h.snoozed_until.map(output::time),
             "given_up": h.given_up,
+            // Its pending work's best, as its last turn left it: what orders the local turns.
+            "priority": h.priority.get(),
         })
     }
 }
@@ -787,7 +790,7 @@ async fn host_show<P: Ports>(
     let view = HostView::counted(backend, host, crawl, now_ms()).await?;
     let next: Vec<serde_json::Value> = due
         .iter()
-        .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time)}))
+        .map(|t| json!({"url": t.url, "status": t.status.name(), "due": t.due_at().map(output::time), "priority": t.priority.get()}))
         .collect();
     if json {
         let mut value = view.json();

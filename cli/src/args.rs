@@ -4,6 +4,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use trawl_domain::crawl::{CheckpointFormat, DeliveredPages, StorageLayout};
 use trawl_domain::paging::PageTemplate;
+use trawl_domain::task::Priority;
 
 /// trawl: a polite, resumable web crawler. Crawls locally (SQLite + files) by default, or on
 /// AWS (DynamoDB + S3 + SQS) with `--backend aws`.
@@ -282,6 +283,10 @@ pub struct CrawlArgs {
     /// JSON object. Repeatable.
     #[arg(long, value_name = "TEMPLATE [KEY=VALUE ...]", value_parser = parse_pages)]
     pub pages: Vec<PageTemplate>,
+    /// The priority of this run's seeds that give none of their own (a seed line's
+    /// `"_priority"`): 0 (the default) to 9; a host's pending URLs are fetched highest first.
+    #[arg(long, value_name = "N", value_parser = parse_priority)]
+    pub priority: Option<Priority>,
     /// Store this as the crawl's checkpoint once this run's seeds are in (Docido's `since`;
     /// `{since}` in a --pages template reads it).
     #[arg(long, value_name = "VALUE")]
@@ -576,6 +581,10 @@ fn count_up_to(raw: &str, max: u64) -> Result<u64, String> {
 
 fn parse_concurrency(raw: &str) -> Result<usize, String> {
     usize::try_from(count_up_to(raw, MAX_CONCURRENCY)?).map_err(|e| e.to_string())
+}
+
+fn parse_priority(raw: &str) -> Result<Priority, String> {
+    Priority::parse(raw).map_err(|e| e.to_string())
 }
 
 fn parse_checkpoint_format(raw: &str) -> Result<CheckpointFormat, String> {

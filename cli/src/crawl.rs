@@ -36,7 +36,7 @@ use trawl_domain::crawl::{
 };
 use trawl_domain::estimate::Estimator;
 use trawl_domain::paging::ChainEnd;
-use trawl_domain::task::{Status, now_ms};
+use trawl_domain::task::{Priority, Status, now_ms};
 
 /// Seed URLs per seed request (bounded memory for large seed files).
 const SEED_CHUNK: usize = 10_000;
@@ -385,6 +385,8 @@ impl Plan {
             };
             let entry = seed_entry(&seed.url).map_err(bad)?;
             let url = CanonicalUrl::parse(&entry.url).map_err(|e| bad(e.to_string()))?;
+            Priority::of_data(entry.data.as_ref())
+                .map_err(|e| bad(format!("{}: {e}", Priority::KEY)))?;
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
             seeds_given.push(seed.url);
@@ -528,6 +530,7 @@ impl Plan {
                 cursor: None,
                 update_config: args.update_config,
                 checkpoint: None,
+                priority: args.priority,
             })
             .collect();
         if let Some(checkpoint) = &args.checkpoint {
@@ -541,6 +544,7 @@ impl Plan {
                     cursor: None,
                     update_config: false,
                     checkpoint: Some(checkpoint.clone()),
+                    priority: None,
                 }),
             }
         }

@@ -126,6 +126,7 @@ mod tests {
                 cursor: None,
                 update_config: false,
                 checkpoint: (i + 1 == count).then(|| "since".to_owned()),
+                priority: None,
             })
             .collect();
         let requests = fitted(requests).unwrap();
@@ -169,6 +170,7 @@ mod tests {
             cursor: None,
             update_config: false,
             checkpoint: Some("since".into()),
+            priority: None,
         };
         let requests = fitted(vec![request]).unwrap();
         assert!(requests.len() > 1);

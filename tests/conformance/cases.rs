@@ -22,7 +22,9 @@ use trawl_domain::request::RequestId;
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
 use trawl_domain::schedule::{Pace, Schedule};
-use trawl_domain::task::{ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Status, Task};
+use trawl_domain::task::{
+    ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Priority, Status, Task,
+};
 use trawl_domain::transition::{self, Update};
 
 pub const T0: Millis = 1_800_000_000_000;
@@ -34,6 +36,7 @@ pub fn crawl_id() -> CrawlId {
 
 pub fn new_task(url: &str) -> NewTask {
     NewTask {
+        priority: Default::default(),
         url: CanonicalUrl::parse(url).unwrap(),
         depth: 0,
         parent: None,
@@ -366,6 +369,7 @@ pub async fn user_data_stays_with_its_task_through_every_transition<S: TaskStore
     let data =
         serde_json::json!({"sku": 7, "tags": ["a", "b"], "price": {"eur": 9.5}, "none": null});
     let new = NewTask {
+        priority: Default::default(),
         data: data.as_object().cloned(),
         ..new_task(url)
     };
@@ -1743,6 +1747,109 @@ pub async fn due_tasks_are_per_host_in_due_order<S: TaskStore>(store: &S) {
     ];
     want.sort_by_key(|(_, due)| *due);
     assert_eq!(due("a.example", 10).await, want);
+}
+
+pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(store: &S) {
+    // GIVEN one host's tasks seeded one after another at priorities 0, 5, 2, 9 and 0
+    let crawl = crawl_id();
+    let url = |name: &str| format!("http://p.example/{name}");
+    let mut seeded = Vec::new();
+    for (i, (name, priority)) in [
+        ("low", 0),
+        ("high", 5),
+        ("mid", 2),
+        ("urgent", 9),
+        ("last", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let new = NewTask {
+            priority: Priority::new(priority).unwrap(),
+            ..new_task(&url(name))
+        };
+        seeded.push(Tracked::seed_new(store, &crawl, new, T0 + i as Millis).await);
+    }
+    let crawl_ref = &crawl;
+    let due = || async move {
+        store
+            .due_tasks(crawl_ref, "p.example", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| {
+                let name = t.url.rsplit('/').next().unwrap_or_default().to_owned();
+                (name, t.priority.get())
+            })
+            .collect::<Vec<_>>()
+    };
+    let order = |names: &[(&str, u8)]| {
+        names
+            .iter()
+            .map(|(n, p)| ((*n).to_owned(), *p))
+            .collect::<Vec<_>>()
+    };
+    // THEN its due list holds them highest priority first, then in seed order, each summary
+    // with its priority
+    assert_eq!(
+        due().await,
+        order(&[
+            ("urgent", 9),
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0)
+        ])
+    );
+
+    // WHEN the most urgent fails (a retry at its backoff) and a high one is claimed and released
+    let [_, high, _, urgent, _] = &mut seeded[..] else {
+        unreachable!()
+    };
+    let retry_at = urgent.fails_once_with_500(T0 + 10).await;
+    let lease = high.claim(T0 + 11).await;
+    assert!(high.release(&lease, T0 + 12).await);
+
+    // THEN the retry waits at its time, behind every pending task however low (it is not due),
+    // and the released task is back at its priority's place
+    assert!(retry_at > T0 + 12);
+    assert_eq!(
+        due().await,
+        order(&[
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0),
+            ("urgent", 0)
+        ])
+    );
+
+    // WHEN the operator retries it (pending again), THEN its priority places it first again;
+    // its stored task keeps it through every transition
+    assert!(urgent.reschedule(&[Status::Failed], T0 + 13).await);
+    assert_eq!(urgent.task.priority.get(), 9);
+    assert_eq!(due().await[0], ("urgent".to_owned(), 9));
+
+    // WHEN the high one is fetched (due again in a day) and then reset (pending again)
+    let lease = high.claim(T0 + 14).await;
+    high.finish(&lease, &record("h1", T0 + 14), T0 + 14).await;
+    assert_eq!(due().await.last(), Some(&("high".to_owned(), 0)));
+    let fetched = high.task.clone();
+    assert!(store.reset(&fetched, T0 + 15).await.unwrap());
+    high.check(&transition::reset(&fetched, T0 + 15), true)
+        .await;
+
+    // THEN it is back ahead of the lower priorities
+    assert_eq!(
+        due().await,
+        order(&[
+            ("urgent", 9),
+            ("high", 5),
+            ("mid", 2),
+            ("low", 0),
+            ("last", 0)
+        ])
+    );
 }
 
 pub async fn host_records_are_written_only_over_the_version_read<S: HostStore>(store: &S) {

@@ -261,6 +261,7 @@ mod tests {
         let tasks: Vec<NewTask> = urls
             .iter()
             .map(|u| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
                 parent: None,

@@ -57,6 +57,7 @@ pub async fn check(
         Some(task) => task.clone(),
         None => {
             let new = NewTask {
+                priority: Default::default(),
                 url: url.clone(),
                 depth: 0,
                 parent: None,

@@ -22,7 +22,7 @@ use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::{Host, Turn};
 use trawl_domain::request::RequestId;
-use trawl_domain::task::{Millis, NewTask};
+use trawl_domain::task::{Millis, NewTask, Priority};
 
 /// Read-decide-write rounds on one host record before giving up as contended.
 const HOST_WRITE_ATTEMPTS: usize = 8;
@@ -170,14 +170,16 @@ where
     }
     // The hosts learn of their URLs before the tasks exist, so that no task can wait unknown
     // to its host (a crash in between leaves a host woken for nothing: one empty turn).
-    let mut offered: BTreeMap<String, u64> = BTreeMap::new();
+    let mut offered: BTreeMap<String, (u64, Priority)> = BTreeMap::new();
     for task in &tasks {
-        *offered.entry(task.url.host_key()).or_default() += 1;
+        let (n, priority) = offered.entry(task.url.host_key()).or_default();
+        *n += 1;
+        *priority = (*priority).max(task.priority);
     }
-    let held_offered = held.and_then(|h| offered.remove(h)).unwrap_or(0);
+    let held_offered = held.and_then(|h| offered.remove(h)).map_or(0, |(n, _)| n);
     let mut messages = Vec::new();
-    for (host, n) in offered {
-        if let Some(message) = offer(store, crawl, &host, n, now).await? {
+    for (host, (n, priority)) in offered {
+        if let Some(message) = offer(store, crawl, &host, n, priority, now).await? {
             messages.push(message);
         }
     }
@@ -238,7 +240,8 @@ async fn within_host_limits<S: HostStore>(
 
 /// Tells `name` of `n` URLs: one atomic add to its offers, which moves no version (neither
 /// seeders of a busy host nor its own turn claims contend with it), and a wake-up when it was
-/// idle. Returns the message of its turn when it was woken. The add is a request
+/// idle, its priority raised to `priority` (the URLs' highest). Returns the message of its turn
+/// when it was woken. The add is a request
 /// (`trawl_domain::request`), tried again with its id while the store is unavailable: an offer
 /// that landed while its answer was lost is counted once.
 async fn offer<S: HostStore>(
@@ -246,6 +249,7 @@ async fn offer<S: HostStore>(
     crawl: &Crawl,
     name: &str,
     n: u64,
+    priority: Priority,
     now: Millis,
 ) -> StoreResult<Option<WorkMessage>> {
     let request = RequestId(fastrand::u64(..));
@@ -267,6 +271,10 @@ async fn offer<S: HostStore>(
     };
     let woken = update_host(store, crawl, name, now, |h| {
         let (next, send) = h.note_seeded(to_add, now);
+        let next = match send {
+            Some(_) => next.with_priority_at_least(priority),
+            None => next,
+        };
         let write = to_add > 0 || send.is_some();
         (write.then_some(next), send)
     })
@@ -277,10 +285,12 @@ async fn offer<S: HostStore>(
     })
 }
 
-/// The message of `host`'s next turn (its current epoch), visible at `visible_at`.
+/// The message of `host`'s next turn (its current epoch, its due work's priority), visible at
+/// `visible_at`.
 pub fn turn_message(crawl: &Crawl, host: &Host, visible_at: Millis, now: Millis) -> WorkMessage {
     let delay_ms = u64::try_from(visible_at.saturating_sub(now)).unwrap_or(0);
     WorkMessage::new(crawl.id.clone(), host.name.clone(), host.epoch, delay_ms)
+        .with_priority(host.priority)
 }
 
 /// Read-decide-write of one host record (a new one from the crawl's politeness when there is

@@ -537,6 +537,7 @@ async fn move_work<S: Store, Q: WorkQueue>(
             let url = CanonicalUrl::parse(&task.url)
                 .map_err(|e| OperateError::Invalid(format!("stored URL {}: {e}", task.url)))?;
             tasks.push(NewTask {
+                priority: task.priority,
                 url,
                 depth: task.depth,
                 parent: None,

@@ -67,6 +67,10 @@ pub struct Route {
     /// The extractor, by name, that reads the page (else the first whose `url_pattern` matches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extractor: Option<String>,
+    /// The priority of the links it matches (`crate::priority`; 0 to 9), and of the seeds that
+    /// give none of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::priority::Priority>,
 }
 
 impl Default for Scope {

@@ -12,7 +12,7 @@
 //! - A host that stays in trouble past its error budget (signals in a row) is given up: its
 //!   remaining tasks end `ignored` with the reason, so the crawl can complete.
 
-use crate::task::Millis;
+use crate::task::{Millis, Priority};
 use serde::{Deserialize, Serialize};
 
 /// Longest a host's next turn waits as a delayed message (SQS's longest delay). Work due later
@@ -166,6 +166,11 @@ pub struct Host {
     /// [`NEVER_ANSWERED_BUDGET`] signals instead of its error budget.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub spoke_http: bool,
+    /// The highest priority of the host's pending work (`crate::priority`), as its last turn's
+    /// hand-back read its due list, raised by the seeds that woke it: what its turn message
+    /// carries, for a queue that orders hosts (the local one). 0 when absent.
+    #[serde(default, skip_serializing_if = "Priority::is_min")]
+    pub priority: Priority,
     /// Optimistic-concurrency version: the store bumps it on every write and writes only over
     /// the version the writer read, so concurrent changes are re-decided, never lost.
     #[serde(default)]
@@ -217,7 +222,16 @@ impl Host {
             signals: 0,
             answered_at: None,
             spoke_http: false,
+            priority: Priority::MIN,
             version: 0,
+        }
+    }
+
+    /// This host with its priority raised to `priority` at least (new work woke it).
+    pub fn with_priority_at_least(self, priority: Priority) -> Host {
+        Host {
+            priority: self.priority.max(priority),
+            ..self
         }
     }
 

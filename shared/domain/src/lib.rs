@@ -12,6 +12,7 @@ pub mod fetched;
 pub mod host;
 pub mod paging;
 pub mod price;
+pub mod priority;
 pub mod report;
 pub mod request;
 pub mod retry;

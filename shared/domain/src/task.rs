@@ -1,6 +1,7 @@
 //! A task: one URL in one crawl, and everything trawl knows about it.
 
 use crate::canonical::{CrawlId, TaskId, truncate};
+pub use crate::priority::Priority;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -454,6 +455,8 @@ pub struct Task {
     /// The user's data, given at seed time (or inherited from the page that linked here);
     /// never changed afterwards.
     pub data: Option<UserData>,
+    /// Its priority (`crate::priority`), given at seed time; never changed afterwards.
+    pub priority: Priority,
 }
 
 /// A task's user data: any JSON object, kept with the task and delivered with it.
@@ -527,7 +530,8 @@ impl Task {
     /// its next attempt, succeeded or gone when its page is fetched again (a recrawl, a check:
     /// `crate::revisit`), in progress when its lease expires: a task whose holder died is due
     /// work of its host, taken over by the host's next turn (no other index needs to list it).
-    /// Ignored tasks are never due. A host's turn takes its tasks in this order.
+    /// Ignored tasks are never due. A host's turn takes its tasks in this order, a pending task
+    /// moved earlier by its priority (`Task::due_key`).
     pub fn due_at(&self) -> Option<Millis> {
         due_at(
             self.status,
@@ -536,6 +540,12 @@ impl Task {
             self.fetch.as_ref().and_then(|f| f.next_fetch_at),
             self.lease_expires_at,
         )
+    }
+
+    /// Its place in its host's due list (`crate::priority::due_key`): its due time, moved
+    /// earlier by its priority while pending.
+    pub fn due_key(&self) -> Option<Millis> {
+        crate::priority::due_key(self.status, self.due_at(), self.priority)
     }
 
     /// The host the task is scheduled under (`canonical::host_key`).
@@ -552,6 +562,8 @@ pub struct NewTask {
     pub parent: Option<TaskId>,
     /// User data (checked against [`MAX_USER_DATA_BYTES`] where it enters trawl).
     pub data: Option<UserData>,
+    /// Its priority (`crate::priority`: `Priority::of_seed`, `Priority::of_link`).
+    pub priority: Priority,
 }
 
 /// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.

@@ -306,6 +306,7 @@ pub fn seed(crawl_id: &CrawlId, new: &NewTask, now: Millis) -> Insert {
             depth: new.depth,
             parent: new.parent.clone(),
             data: new.data.clone(),
+            priority: new.priority,
             token: 0,
             lease_expires_at: None,
             retries: 0,

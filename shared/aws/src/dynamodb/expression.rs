@@ -213,7 +213,7 @@ impl Expression {
             );
         }
         self.optional_time(&mut set, &mut remove, "enqueued", &changes.enqueued_at);
-        // The host-index range key follows the task's due time (`host_due`); a task the status
+        // The host-index range key follows the task's place (`host_due`); a task the status
         // index lists once done loses it and leaves the (sparse) index; a claimed one keeps its
         // place (`keeps_place`). `hk`, its hash key, was written at seed and stays.
         let due = match (&changes.status, changes.due()) {
@@ -221,7 +221,18 @@ impl Expression {
             (Change::Set(status), Change::Set(due)) => Change::Set(host_due(*status, due)),
             (_, due) => due,
         };
-        self.optional_time(&mut set, &mut remove, "due", &due);
+        match (&changes.status, due) {
+            // A pending task sits its priority's lead earlier (`trawl_domain::priority::due_key`),
+            // the lead read from the item by the write itself.
+            (Change::Set(Status::Pending), Change::Set(Some(at))) => {
+                let due = self.name("due");
+                let lead = self.name("lead");
+                let at = self.value("due", n(at));
+                let zero = self.value("no_lead", n(0));
+                set.push(format!("{due} = {at} - if_not_exists({lead}, {zero})"));
+            }
+            (_, due) => self.optional_time(&mut set, &mut remove, "due", &due),
+        }
         if let Change::Set(updated) = changes.updated_at {
             set.push(format!(
                 "{} = {}",

@@ -11,7 +11,7 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use trawl_domain::estimate::Level;
 use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
-use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
+use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Priority, Status, Task, UserData};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -44,7 +44,8 @@ pub(super) fn listed(status: Status) -> bool {
 /// being due work (`DynamoStore::due_tasks` reads below it).
 pub(super) const NEVER_DUE: Millis = Millis::MAX;
 
-/// A task's host-index `due`: its due time (`Task::due_at`); for a succeeded page never fetched
+/// A task's host-index `due`: its place (`Task::due_key`: its due time, a pending task's moved by
+/// its priority); for a succeeded page never fetched
 /// again `NEVER_DUE`; none (out of the sparse index) for the statuses the status index lists.
 pub(super) fn host_due(status: Status, due: Option<Millis>) -> Option<Millis> {
     match (status, due) {
@@ -203,6 +204,17 @@ pub(super) struct TaskItem {
     /// The user's data (`Task::data`), written at seed and never updated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     data: Option<UserData>,
+    /// The task's priority as the lead it gives a pending task in its host's due list
+    /// (`Priority::lead_ms`), written at seed and never updated; absent for priority 0 (no byte
+    /// more for a task without one). Kept as the lead, not the level, so that an update that
+    /// makes a task pending places it without reading it: `due = :now - if_not_exists(lead, 0)`
+    /// (an update expression adds and subtracts, but does not multiply).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    lead: Millis,
+}
+
+fn is_zero(n: &Millis) -> bool {
+    *n == 0
 }
 
 impl TaskItem {
@@ -229,8 +241,9 @@ impl TaskItem {
             next_fetch: task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             stale: task.stale.clone(),
             hk: host_key(&task.crawl_id, &task.host()),
-            due: host_due(task.status, task.due_at()),
+            due: host_due(task.status, task.due_key()),
             data: task.data.clone(),
+            lead: task.priority.lead_ms(),
         }
     }
 
@@ -243,6 +256,10 @@ impl TaskItem {
     }
 
     pub(super) fn into_task(self) -> StoreResult<Task> {
+        let priority = Priority::of_lead(self.lead).ok_or_else(|| StoreError::Corrupt {
+            key: self.pk.clone(),
+            reason: format!("lead {} is no priority's", self.lead),
+        })?;
         Ok(Task {
             crawl_id: self.crawl_id,
             task_id: self.task_id,
@@ -261,6 +278,7 @@ impl TaskItem {
             fetch: self.fetch,
             stale: self.stale,
             data: self.data,
+            priority,
         })
     }
 }
@@ -281,6 +299,13 @@ struct SummaryItem {
     next_attempt: Option<Millis>,
     next_fetch: Option<Millis>,
     enqueued: Option<Millis>,
+    /// The host-index key (projected there as the index's range key; absent from the status
+    /// index's items): what tells a pending task's priority (`Priority::of_place`), the lead
+    /// itself not being projected.
+    due: Option<Millis>,
+    /// Present on a whole item only.
+    #[serde(default)]
+    lead: Millis,
 }
 
 pub(super) fn summary_from_item(item: Item) -> StoreResult<TaskSummary> {
@@ -298,6 +323,10 @@ pub(super) fn summary_from_item(item: Item) -> StoreResult<TaskSummary> {
         next_attempt_at: s.next_attempt,
         next_fetch_at: s.next_fetch,
         enqueued_at: s.enqueued,
+        priority: match s.due {
+            Some(place) => Priority::of_place(s.status, s.updated, place),
+            None => Priority::placing(s.status, Priority::of_lead(s.lead).unwrap_or_default()),
+        },
     })
 }
 

@@ -299,8 +299,8 @@ impl TaskRecords for DynamoStore {
                 _ => break,
             }
         }
-        // The index orders by due time only; ties in task id order, as the other stores.
-        tasks.sort_by(|a, b| (a.due_at(), &a.task_id).cmp(&(b.due_at(), &b.task_id)));
+        // The index orders by place only; ties in task id order, as the other stores.
+        tasks.sort_by(|a, b| (a.due_key(), &a.task_id).cmp(&(b.due_key(), &b.task_id)));
         Ok(tasks)
     }
 

@@ -57,7 +57,7 @@ use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{
-    ErrorKind, FetchRecord, Lease, Millis, NewTask, Task, UserData, given_content_type,
+    ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, Task, UserData, given_content_type,
 };
 use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
@@ -654,11 +654,17 @@ impl<P: Ports> Crawler<P> {
         )
         .await;
         let now = self.clock.now_ms();
+        // The priority its next turn's message carries: its pending work's highest (its due list
+        // holds that first), or, unread, the one stored.
+        let mut priority = None;
         let next_work = match due {
-            Ok(due) => next_work(
-                due.iter()
-                    .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
-            ),
+            Ok(due) => {
+                priority = Some(due.iter().map(|t| t.priority).max().unwrap_or_default());
+                next_work(
+                    due.iter()
+                        .filter_map(|t| Some((t.claimable_from()?, t.next_work()))),
+                )
+            }
             // The host is handed back all the same, its next turn due shortly to read what is
             // due: left held, its message would come back to a busy host until this turn's hold
             // ended (30 s and more).
@@ -684,7 +690,10 @@ impl<P: Ports> Crawler<P> {
                     self.seeds_settle_ms,
                     now,
                 ) {
-                    Some((next, visible_at)) => (Some(next), visible_at),
+                    Some((next, visible_at)) => {
+                        let priority = priority.unwrap_or(next.priority);
+                        (Some(Host { priority, ..next }), visible_at)
+                    }
                     None => (None, None),
                 }
             })
@@ -1208,6 +1217,7 @@ impl<P: Ports> Crawler<P> {
                 // The redirect is recorded here; its target is a task of its own (seeded at this
                 // task's depth), fetched once however many redirects and links lead to it.
                 let target = NewTask {
+                    priority: task.priority,
                     url: location.clone(),
                     depth: task.depth,
                     parent: Some(task.task_id.clone()),
@@ -1447,11 +1457,15 @@ impl<P: Ports> Crawler<P> {
             .filter(|url| context.scope.check(url, depth).is_ok())
             // An open-ended template's pages come one after the other, by its rule only.
             .filter(|url| context.page_of(url.as_str()).is_none())
-            .map(|url| NewTask {
-                url,
-                depth,
-                parent: Some(task.task_id.clone()),
-                data: inherited_data(&crawl.config, task),
+            .map(|url| {
+                let data = inherited_data(&crawl.config, task);
+                NewTask {
+                    priority: link_priority(context, &url, data.as_ref()),
+                    url,
+                    depth,
+                    parent: Some(task.task_id.clone()),
+                    data,
+                }
             })
             .collect();
         self.seed_found(context, task, tasks, outbox, held).await
@@ -1474,11 +1488,13 @@ impl<P: Ports> Crawler<P> {
             tracing::warn!(url = %url, %reason, "the next page is out of the crawl's scope");
             return Ok(0);
         }
+        let data = inherited_data(&context.crawl.config, task);
         let found = NewTask {
+            priority: link_priority(context, &url, data.as_ref()),
             url,
             depth: task.depth,
             parent: Some(task.task_id.clone()),
-            data: inherited_data(&context.crawl.config, task),
+            data,
         };
         self.seed_found(context, task, vec![found], outbox, held)
             .await
@@ -1664,6 +1680,12 @@ fn wait_ms(at: Millis, now: Millis) -> u64 {
     u64::try_from(at.saturating_sub(now)).map_or(0, |ms| ms.min(MAX_HOLD_MS))
 }
 
+/// The priority of a link to `url` (`Priority::of_link`): its route's, else its inherited data's.
+fn link_priority(context: &CrawlContext, url: &CanonicalUrl, data: Option<&UserData>) -> Priority {
+    let route = context.scope.route(url.as_str()).and_then(|r| r.priority);
+    Priority::of_link(route, data)
+}
+
 /// The user data a task found on `task`'s page starts with (`scope.inherit_data`).
 fn inherited_data(config: &CrawlConfig, task: &Task) -> Option<UserData> {
     task.data.clone().filter(|_| config.scope.inherit_data)
@@ -1748,6 +1770,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -1826,6 +1849,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/a")).unwrap();
         let _ = host.set(trawl_domain::canonical::host_key_of(url.as_str()));
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
@@ -1877,6 +1901,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -1930,6 +1955,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
                 parent: None,
@@ -2003,6 +2029,7 @@ mod tests {
 
         // WHEN the task lands, and the next turn comes once it settled
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,
@@ -2059,6 +2086,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
         let host = url.host_key();
         let task = NewTask {
+            priority: Default::default(),
             url: url.clone(),
             depth: 0,
             parent: None,

@@ -189,6 +189,7 @@ mod tests {
             }),
             stale: vec!["bb".to_owned()],
             data: None,
+            priority: Default::default(),
         }
     }
 

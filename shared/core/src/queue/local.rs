@@ -5,6 +5,10 @@
 //!   acked or its visibility timeout lapses) or put back with `retry_later` (until the delay runs
 //!   out), as with SQS FIFO's MessageGroupId. The host record's fenced turn is what keeps a host
 //!   to one worker; the group only keeps its turns in order.
+//! - Of the groups whose head is deliverable, the one whose head has the highest priority
+//!   (`WorkMessage::priority`: its host's due work) is delivered first, then the oldest head:
+//!   where a runner has a choice of hosts, high-priority work gets its turn first. (SQS has no
+//!   priorities; on AWS the order among hosts is the queue's.)
 //! - An unacked message is delivered again after the visibility timeout.
 //! - Every delivery has its own receipt; a receipt from an earlier delivery acks nothing.
 //! - A message is counted at each receive. One its consumer rejects (`reject`, a malformed body)
@@ -20,12 +24,14 @@
 
 use super::{DeadLetter, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use crate::clock::{Clock, SystemClock};
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::task::Priority;
 
 /// Most messages one receive returns, and one send batch holds (SQS's limits).
 const BATCH: usize = 10;
@@ -60,6 +66,7 @@ impl std::fmt::Debug for LocalQueue {
 #[derive(Debug)]
 struct Message {
     seq: u64,
+    priority: Priority,
     body: String,
     /// Deliveries so far.
     receives: u32,
@@ -85,8 +92,8 @@ struct State {
     next_seq: u64,
     next_delivery: u64,
     groups: HashMap<String, Group>,
-    /// Groups whose head is deliverable, oldest head first.
-    ready: BTreeSet<(u64, String)>,
+    /// Groups whose head is deliverable, highest priority first, then oldest head first.
+    ready: BTreeSet<(Reverse<Priority>, u64, String)>,
     /// Groups whose head is held, by release time.
     held: BTreeSet<(Instant, String)>,
     /// Receipt of each held head → its group.
@@ -98,11 +105,12 @@ struct State {
 
 impl State {
     /// Adds a message, deliverable once `hold_until` (if any) has passed.
-    fn push(&mut self, group: &str, body: String, hold_until: Option<Instant>) {
+    fn push(&mut self, group: &str, body: String, priority: Priority, hold_until: Option<Instant>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let message = Message {
             seq,
+            priority,
             body,
             receives: 0,
         };
@@ -118,7 +126,8 @@ impl State {
                         Head::Held { receipt, until }
                     }
                     None => {
-                        self.ready.insert((seq, group.to_owned()));
+                        self.ready
+                            .insert((Reverse(priority), seq, group.to_owned()));
                         Head::Ready
                     }
                 };
@@ -144,7 +153,8 @@ impl State {
             self.held.remove(&(until, group.to_owned()));
         }
         if let Some(front) = entry.messages.front() {
-            self.ready.insert((front.seq, group.to_owned()));
+            self.ready
+                .insert((Reverse(front.priority), front.seq, group.to_owned()));
         }
     }
 
@@ -162,7 +172,7 @@ impl State {
         self.release_lapsed(now);
         let mut out = Vec::new();
         while out.len() < max {
-            let Some((_, group)) = self.ready.pop_first() else {
+            let Some((_, _, group)) = self.ready.pop_first() else {
                 break;
             };
             let Some(entry) = self.groups.get_mut(&group) else {
@@ -205,7 +215,7 @@ impl State {
         }
         match entry.messages.front() {
             Some(next) => {
-                self.ready.insert((next.seq, group));
+                self.ready.insert((Reverse(next.priority), next.seq, group));
             }
             None => {
                 self.groups.remove(&group);
@@ -306,7 +316,7 @@ impl WorkQueue for LocalQueue {
                         Ok(body) => {
                             let delay = Duration::from_millis(message.delay_ms).min(MAX_DELAY);
                             let hold = (!delay.is_zero()).then(|| now + delay);
-                            state.push(&message.group(), body, hold);
+                            state.push(&message.group(), body, message.priority, hold);
                             report.sent += 1;
                         }
                         Err(e) => report.failed.push((message.host.clone(), e.to_string())),
@@ -448,6 +458,43 @@ mod tests {
         assert_eq!(queue.len(), 1);
         queue.ack(&[third[0].receipt.clone()]).await.unwrap();
         assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn of_the_hosts_ready_the_one_with_higher_priority_work_is_delivered_first() {
+        // GIVEN three hosts' turns sent in turn, the last two carrying higher-priority work
+        let queue = queue(60_000);
+        let p = |n| Priority::new(n).unwrap();
+        let sent = [
+            message("low", 1),
+            message("mid", 1).with_priority(p(3)),
+            message("high", 1).with_priority(p(7)),
+        ];
+        queue.send(&sent).await.unwrap();
+
+        // WHEN a runner with room for one host at a time takes them
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let one = queue.receive(1, 0).await.unwrap();
+            order.extend(one.iter().map(url_of));
+            let receipts: Vec<String> = one.into_iter().map(|r| r.receipt).collect();
+            queue.ack(&receipts).await.unwrap();
+        }
+
+        // THEN the highest priority goes first, and the priority is no part of the body
+        assert_eq!(
+            order,
+            [
+                "http://high.test/1",
+                "http://mid.test/1",
+                "http://low.test/1"
+            ]
+        );
+        assert!(
+            !serde_json::to_string(&sent[2])
+                .unwrap()
+                .contains("priority")
+        );
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::future::Future;
 use thiserror::Error;
 use trawl_domain::canonical::{CrawlId, MAX_HOST_BYTES, truncate};
+use trawl_domain::task::Priority;
 
 /// A work message: a host's turn. "Fetch the due URLs of `host` in `crawl_id` at the host's
 /// pace, then hand the host back." Small (SQS bills per 64 KB chunk); one live message per host,
@@ -30,6 +31,10 @@ pub struct WorkMessage {
     /// (capped at SQS's 15 minutes; a turn received early waits for its host again).
     #[serde(skip)]
     pub delay_ms: u64,
+    /// Not part of the body either: the priority of the host's due work (`Host::priority`),
+    /// which the local queue delivers highest first. SQS has no priorities: on AWS it is not sent.
+    #[serde(skip)]
+    pub priority: Priority,
 }
 
 impl WorkMessage {
@@ -39,7 +44,13 @@ impl WorkMessage {
             host: host.into(),
             epoch,
             delay_ms,
+            priority: Priority::MIN,
         }
+    }
+
+    /// This message with the priority of its host's due work.
+    pub fn with_priority(self, priority: Priority) -> Self {
+        Self { priority, ..self }
     }
 
     /// Reads a message body. A body no sender writes (not JSON, a missing or mistyped field, a

@@ -53,7 +53,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, readmits};
-use trawl_domain::task::{ErrorKind, Millis, NewTask, Status, UserData};
+use trawl_domain::task::{ErrorKind, Millis, NewTask, Priority, Status, UserData};
 
 /// URLs handed to the frontier at once.
 pub const BATCH_SIZE: usize = 500;
@@ -92,6 +92,10 @@ pub struct SeedRequest {
     /// A request with an empty `urls` list seeds nothing and only reads (or writes) it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// The priority of its URLs that give none of their own (`"_priority"` in a line's data):
+    /// 0 to 9 (`trawl_domain::priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 /// Where a seed's URLs come from.
@@ -585,6 +589,7 @@ impl<P: Ports> Seeder<P> {
             queue: &self.queue,
             crawl,
             scope,
+            priority: request.priority,
             now,
             budget,
             batch: Vec::with_capacity(BATCH_SIZE),
@@ -900,6 +905,8 @@ struct Sink<'a, P: Ports> {
     clock: &'a dyn Clock,
     crawl: Crawl,
     scope: ScopeMatcher,
+    /// The request's priority (`SeedRequest::priority`).
+    priority: Option<Priority>,
     now: Millis,
     budget: SeedBudget,
     batch: Vec<NewTask>,
@@ -913,17 +920,26 @@ struct Sink<'a, P: Ports> {
 }
 
 impl<P: Ports> Sink<'_, P> {
-    /// Takes one seed URL: canonical and in scope, or rejected with the reason. Returns its
-    /// task id when taken.
+    /// Takes one seed URL: canonical, in scope and with a valid `_priority` if its data gives
+    /// one, or rejected with the reason. Returns its task id when taken.
     fn offer(&mut self, raw: &str, data: Option<UserData>) -> Option<TaskId> {
         self.read += 1;
+        let own = match Priority::of_data(data.as_ref()) {
+            Ok(own) => own,
+            Err(e) => {
+                self.reject(raw, format!("{}: {e}", Priority::KEY));
+                return None;
+            }
+        };
         match CanonicalUrl::parse(raw).map(|url| self.scope.normalise(url)) {
             Err(e) => self.reject(raw, e.reason.to_string()),
             Ok(url) => match self.scope.check(&url, 0) {
                 Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
                 Ok(()) => {
                     let id = url.task_id();
+                    let route = self.scope.route(url.as_str()).and_then(|r| r.priority);
                     self.batch.push(NewTask {
+                        priority: Priority::of_seed(own, self.priority, route),
                         url,
                         depth: 0,
                         parent: None,

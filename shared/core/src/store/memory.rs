@@ -27,7 +27,7 @@ const CURSOR_TAG: &str = "memory1";
 struct Tables {
     crawls: BTreeMap<CrawlId, Crawl>,
     tasks: BTreeMap<CrawlId, BTreeMap<TaskId, Task>>,
-    /// The hosts' due index (`due_tasks`), as SQLite's and DynamoDB's: (host, due, task) of
+    /// The hosts' due index (`due_tasks`), as SQLite's and DynamoDB's: (host, due key, task) of
     /// every task with a due time, kept by every task write, so that a turn's query reads its
     /// host's pages, not the crawl's. Each entry holds the task's summary, as the stores'
     /// index items do: a turn reads its host's due tasks again and again, and looking each
@@ -70,13 +70,13 @@ impl Requests {
     }
 }
 
-/// One crawl's due index: per host, its tasks with a due time by (due, task), with their
+/// One crawl's due index: per host, its tasks with a due time by (due key, task), with their
 /// summaries.
 type DueIndex = BTreeMap<String, BTreeMap<(Millis, TaskId), TaskSummary>>;
 
 /// Keeps `due` for a task written over `before` (None: a new task).
 fn index(due: &mut BTreeMap<CrawlId, DueIndex>, before: Option<&Task>, after: &Task) {
-    let key = |t: &Task| t.due_at().map(|at| (t.host(), (at, t.task_id.clone())));
+    let key = |t: &Task| t.due_key().map(|at| (t.host(), (at, t.task_id.clone())));
     let (old, new) = (before.and_then(key), key(after));
     if old.is_none() && new.is_none() {
         return;

@@ -43,7 +43,7 @@ use trawl_domain::host::{Host, NextWork};
 use trawl_domain::request::RequestId;
 
 pub use trawl_domain::host::HostCounts;
-use trawl_domain::task::{FetchRecord, Lease, Millis, Status, Task};
+use trawl_domain::task::{FetchRecord, Lease, Millis, Priority, Status, Task};
 use trawl_domain::transition::Failed;
 
 pub use self::crawl::{CrawlRecords, CrawlStore};
@@ -226,6 +226,10 @@ pub struct TaskSummary {
     pub next_attempt_at: Option<Millis>,
     pub next_fetch_at: Option<Millis>,
     pub enqueued_at: Option<Millis>,
+    /// What of its priority places it in its host's due list (`Priority::placing`): its
+    /// priority while pending, 0 in any other status. What every store can tell from its
+    /// index alone (DynamoDB's host index does not project the priority: `Priority::of_place`).
+    pub priority: Priority,
 }
 
 impl From<&Task> for TaskSummary {
@@ -242,6 +246,7 @@ impl From<&Task> for TaskSummary {
             next_attempt_at: t.next_attempt_at,
             next_fetch_at: t.fetch.as_ref().and_then(|f| f.next_fetch_at),
             enqueued_at: t.enqueued_at,
+            priority: Priority::placing(t.status, t.priority),
         }
     }
 }
@@ -274,7 +279,12 @@ impl TaskSummary {
         matches!(self.status, Status::Succeeded | Status::Gone) || self.next_fetch_at.is_some()
     }
 
-    /// The task's place in its host's due order (`Task::due_at`, from the projected attributes).
+    /// The task's place in its host's due list (`Task::due_key`).
+    pub fn due_key(&self) -> Option<Millis> {
+        trawl_domain::priority::due_key(self.status, self.due_at(), self.priority)
+    }
+
+    /// The task's due time (`Task::due_at`, from the projected attributes).
     pub fn due_at(&self) -> Option<Millis> {
         trawl_domain::task::due_at(
             self.status,

@@ -69,9 +69,10 @@ pub trait TaskRecords: Send + Sync {
         update: &Update,
     ) -> impl Future<Output = StoreResult<Applied<Task>>> + Send;
 
-    /// Tasks of one host with work left (pending, in progress, failed), the soonest due first
-    /// (`Task::due_at`), at most `limit`: through the per-host due index, never a scan. A
-    /// host's turn reads its work here.
+    /// Tasks of one host with work left (pending, in progress, failed), in their host's due
+    /// order (`Task::due_key`: the soonest due first, a pending task moved earlier by its
+    /// priority), at most `limit`: through the per-host due index, never a scan. A host's turn
+    /// reads its work here.
     fn due_tasks(
         &self,
         crawl_id: &CrawlId,

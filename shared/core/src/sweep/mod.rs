@@ -771,6 +771,7 @@ mod tests {
             next_attempt_at: None,
             next_fetch_at: None,
             enqueued_at: None,
+            priority: Default::default(),
         }
     }
 

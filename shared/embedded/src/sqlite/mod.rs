@@ -34,15 +34,15 @@ use trawl_core::store::{StoreError, StoreResult, TaskSummary};
 use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::{CrawlId, TaskId, host_key_of};
 use trawl_domain::request::{REQUEST_WINDOW_MS, RequestId};
-use trawl_domain::task::{Millis, Status, Task};
+use trawl_domain::task::{Millis, Priority, Status, Task};
 
 /// `PRAGMA user_version` of the schema below. Version 2 added `crawl_calls`, version 3 the
 /// host-level frontier (`hosts`, and each task's host and due time), version 4 the crawls'
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
 /// version 7 their delivery leases, version 8 their completers, version 9 the host counts,
-/// version 10 the crawls' water levels, version 11 their generations' start times; an older
-/// file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 11;
+/// version 10 the crawls' water levels, version 11 their generations' start times, version 12
+/// the tasks' priorities; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 12;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -151,6 +151,11 @@ CREATE TABLE IF NOT EXISTS host_counts (
 /// Each task's user data (`Task::data`, JSON).
 const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
 
+/// Each task's priority (`Task::priority`); a pending task's `due` is moved by it
+/// (`Task::due_key`), under the same index. Every task of an older file has the default, whose
+/// `due` is its due time: nothing to fill.
+const PRIORITY_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;";
+
 /// The requests this store applied (`trawl_domain::request`), kept for the request window: a
 /// table of the store's one connection (`TEMP`), not of the file — a request is tried again
 /// only by the process that made it, within seconds, so no other process, and no later run,
@@ -166,7 +171,7 @@ CREATE INDEX IF NOT EXISTS temp.requests_by_at ON requests (at);
 ";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
-     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data";
+     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data, priority";
 
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
@@ -452,7 +457,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=10 => {
+            0..=11 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -482,7 +487,10 @@ impl SqliteStore {
                     tx.execute_batch(HOST_COUNTS_SCHEMA).map_err(schema)?;
                     tx.execute_batch(LEVEL_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(GENERATION_SCHEMA).map_err(schema)?;
+                if version < 11 {
+                    tx.execute_batch(GENERATION_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(PRIORITY_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -603,6 +611,10 @@ fn number<T: TryFrom<i64>>(key: &str, field: &str, raw: i64) -> StoreResult<T> {
     T::try_from(raw).map_err(|_| corrupt(key, format!("{field} out of range: {raw}")))
 }
 
+fn priority_of(key: &str, raw: i64) -> StoreResult<Priority> {
+    Priority::new(raw).map_err(|e| corrupt(key, e.to_string()))
+}
+
 fn crawl_id_of(key: &str, raw: &str) -> StoreResult<CrawlId> {
     CrawlId::parse(raw).map_err(|e| corrupt(key, e.to_string()))
 }
@@ -630,6 +642,7 @@ struct TaskRow {
     fetch: Option<String>,
     stale: String,
     data: Option<String>,
+    priority: i64,
 }
 
 impl TaskRow {
@@ -653,6 +666,7 @@ impl TaskRow {
             fetch: row.get(14)?,
             stale: row.get(15)?,
             data: row.get(16)?,
+            priority: row.get(17)?,
         })
     }
 
@@ -689,6 +703,7 @@ impl TaskRow {
                 .as_deref()
                 .map(|d| decode(key, "data", d))
                 .transpose()?,
+            priority: priority_of(key, self.priority)?,
         })
     }
 }
@@ -715,7 +730,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
         .prepare_cached(&format!(
             "{verb} tasks ({TASK_COLUMNS}, next_fetch, host, due)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                     ?18, ?19, ?20)"
+                     ?18, ?19, ?20, ?21)"
         ))?
         .execute(params![
             task.crawl_id.as_str(),
@@ -738,9 +753,10 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
                 .transpose()?,
             encode("stale", &task.stale)?,
             task.data.as_ref().map(|d| encode("data", d)).transpose()?,
+            task.priority.get(),
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             task.host(),
-            task.due_at(),
+            task.due_key(),
         ])?;
     Ok(written)
 }
@@ -778,6 +794,7 @@ fn summary_of(row: &Row<'_>) -> rusqlite::Result<SummaryRow> {
         next_attempt: row.get(8)?,
         next_fetch: row.get(9)?,
         enqueued: row.get(10)?,
+        priority: row.get(11)?,
     })
 }
 
@@ -794,17 +811,19 @@ struct SummaryRow {
     next_attempt: Option<i64>,
     next_fetch: Option<i64>,
     enqueued: Option<i64>,
+    priority: i64,
 }
 
 impl SummaryRow {
     fn into_summary(self) -> StoreResult<TaskSummary> {
         let key = format!("{}/{}", self.crawl_id, self.task_id);
         let key = key.as_str();
+        let status = status_of(key, self.status)?;
         Ok(TaskSummary {
             crawl_id: crawl_id_of(key, &self.crawl_id)?,
             task_id: task_id_of(key, &self.task_id)?,
             url: self.url,
-            status: status_of(key, self.status)?,
+            status,
             updated_at: self.updated,
             depth: number(key, "depth", self.depth)?,
             retries: number(key, "retries", self.retries)?,
@@ -812,6 +831,7 @@ impl SummaryRow {
             next_attempt_at: self.next_attempt,
             next_fetch_at: self.next_fetch,
             enqueued_at: self.enqueued,
+            priority: Priority::placing(status, priority_of(key, self.priority)?),
         })
     }
 }
@@ -865,6 +885,7 @@ mod tests {
 
     async fn seeded_task(store: &SqliteStore) -> TaskId {
         let task = NewTask {
+            priority: Default::default(),
             url: CanonicalUrl::parse("http://example.com/page").unwrap(),
             depth: 1,
             parent: None,
@@ -1115,6 +1136,7 @@ mod tests {
         assert_eq!(store.get(&id, &old).await.unwrap().unwrap().data, None);
         let data = serde_json::json!({"k": [1, "two"]}).as_object().cloned();
         let new = NewTask {
+            priority: Default::default(),
             url: CanonicalUrl::parse("http://example.com/new").unwrap(),
             depth: 0,
             parent: None,

@@ -124,7 +124,7 @@ impl TaskRecords for SqliteStore {
         self.run("query", Call::SqliteRead, move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
+                        next_attempt, next_fetch, enqueued, priority
                  FROM tasks
                  WHERE crawl_id = :crawl AND status = :status AND updated <= :before
                    AND (updated, task_id) > (:after_updated, :after_task)
@@ -195,7 +195,7 @@ impl TaskRecords for SqliteStore {
         self.run("due_tasks", Call::SqliteRead, move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
-                        next_attempt, next_fetch, enqueued
+                        next_attempt, next_fetch, enqueued, priority
                  FROM tasks INDEXED BY tasks_by_host_due
                  WHERE crawl_id = ?1 AND host = ?2 AND due IS NOT NULL
                  ORDER BY due, task_id
