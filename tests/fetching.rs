@@ -51,6 +51,7 @@ async fn fetch_with(
             depth: 0,
             now: now_ms(),
             redirects: trawl_core::fetch::Redirects::Follow,
+            image: false,
         })
         .await
 }

@@ -78,6 +78,7 @@ pub async fn check(
         depth: task.depth,
         now,
         redirects: Redirects::Report,
+        image: false,
     };
     let fail = |failure: &Failure| {
         transition::fail(&lease, failure, &config.retry, &revisit, now)
@@ -292,6 +293,7 @@ async fn reference_outcome(
         depth: 0,
         now,
         redirects: Redirects::Report,
+        image: false,
     };
     match fetcher.fetch(request).await {
         FetchOutcome::Failed(failure) if failure.kind == ErrorKind::NotFound => {

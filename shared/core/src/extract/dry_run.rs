@@ -52,6 +52,7 @@ pub async fn dry_run(
         depth: 0,
         now,
         redirects: Redirects::Follow,
+        image: false,
     };
     let page = match fetcher.fetch(request).await {
         FetchOutcome::Fetched(page) => page,

@@ -72,6 +72,7 @@ pub(crate) async fn fetch(
             depth: 0,
             now,
             redirects: Redirects::Follow,
+            image: false,
         })
         .await;
     let page = match outcome {
