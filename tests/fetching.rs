@@ -52,6 +52,7 @@ async fn fetch_with(
             now: now_ms(),
             redirects: trawl_core::fetch::Redirects::Follow,
             content_type: None,
+            image: false,
         })
         .await
 }

@@ -536,7 +536,7 @@ async fn listings_and_detail_pages_are_delivered_as_merged_items_with_their_delt
 }
 
 /// Handler rounds until the delivery of `generation` exists (bounded in rounds and time).
-async fn run_functions_until_delivered(
+pub(crate) async fn run_functions_until_delivered(
     deployed: &crate::operator::Deployed,
     functions: &crate::operator::Functions,
     crawl_id: &str,
@@ -567,7 +567,7 @@ const MOTO_ROUNDS: usize = 400;
 const MOTO_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// `trawl deliveries get` of the crawl's newest complete delivery: its directory.
-async fn download(
+pub(crate) async fn download(
     deployed: &crate::operator::Deployed,
     env: &[(&str, &str)],
     crawl_id: &str,

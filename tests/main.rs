@@ -16,6 +16,7 @@ mod fetching;
 mod freshness;
 mod frontier;
 mod generations;
+mod images;
 mod items;
 mod links;
 mod migration;

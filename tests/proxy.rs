@@ -505,6 +505,7 @@ async fn fetch_once(fetcher: &Fetcher, config: &CrawlConfig, url: &str) -> Fetch
             now: trawl_domain::task::now_ms(),
             redirects: trawl_core::fetch::Redirects::Follow,
             content_type: None,
+            image: false,
         }),
     )
     .await

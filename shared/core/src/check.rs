@@ -80,6 +80,7 @@ pub async fn check(
         now,
         redirects: Redirects::Report,
         content_type: None,
+        image: false,
     };
     let fail = |failure: &Failure| {
         transition::fail(&lease, failure, &config.retry, &revisit, now)
@@ -295,6 +296,7 @@ async fn reference_outcome(
         now,
         redirects: Redirects::Report,
         content_type: None,
+        image: false,
     };
     match fetcher.fetch(request).await {
         FetchOutcome::Failed(failure) if failure.kind == ErrorKind::NotFound => {

@@ -45,6 +45,31 @@ pub struct Scope {
     /// pattern matches a task's URL applies.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    /// Which images of the pages become tasks (`crate::image`).
+    #[serde(skip_serializing_if = "ImageScope::is_default")]
+    pub images: ImageScope,
+}
+
+/// The images of a crawl (`Scope::images`). An image is fetched from any host unless
+/// `allowed_domains` names some (a site's images are on a CDN more often than not), at any
+/// depth (an image is part of its page, not a step further); `scope.exclude` applies to it,
+/// `scope.allowed_domains`, `include` and `max_depth` do not. It counts in `max_pages`, and
+/// robots.txt, the network guard and its host's pace apply as to any page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageScope {
+    /// Whether the images of every HTML page (`<img src>`, `srcset`) are fetched and stored
+    /// (a route's `images` decides for its pages). Images named by extractor fields marked
+    /// `image` are fetched either way.
+    pub discover: bool,
+    /// Hosts or domains images are fetched from (their subdomains too). Empty: any host.
+    pub allowed_domains: Vec<String>,
+}
+
+impl ImageScope {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What the pages whose URLs match a pattern get (`Scope::routes`; the pattern as
@@ -71,6 +96,9 @@ pub struct Route {
     /// give none of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::priority::Priority>,
+    /// Whether the page's images are fetched and stored (else `images.discover`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 impl Default for Scope {
@@ -86,6 +114,7 @@ impl Default for Scope {
             sitemaps_from_robots: true,
             inherit_data: false,
             routes: Vec::new(),
+            images: ImageScope::default(),
         }
     }
 }
@@ -227,6 +256,8 @@ pub struct FetchLimits {
     pub timeout_ms: u64,
     /// Largest body stored, after decompression (also the decompression-bomb cap).
     pub max_body_bytes: u64,
+    /// Largest image stored (`crate::image`): a larger one fails its task (`too_large`).
+    pub max_image_bytes: u64,
     pub max_redirects: u8,
     /// Content types stored besides HTML (e.g. `application/pdf`).
     pub store_content_types: Vec<String>,
@@ -487,6 +518,7 @@ impl Default for FetchLimits {
             connect_timeout_ms: 5_000,
             timeout_ms: 20_000,
             max_body_bytes: 10 * 1024 * 1024,
+            max_image_bytes: 5 * 1024 * 1024,
             max_redirects: 5,
             store_content_types: Vec::new(),
             allow_private_networks: false,

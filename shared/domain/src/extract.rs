@@ -108,6 +108,11 @@ pub struct Field {
     /// Applied in order to the values (every node selected gives one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processors: Vec<Processor>,
+    /// The value names an image (`crate::image`; DDS's `IMAGE` field): the largest candidate
+    /// when the field takes a `srcset`, else the value, resolved against the page. The image is
+    /// fetched and stored, and the delivered item names it (`images`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub image: bool,
 }
 
 impl Field {

@@ -10,6 +10,7 @@ pub mod estimate;
 pub mod extract;
 pub mod fetched;
 pub mod host;
+pub mod image;
 pub mod paging;
 pub mod price;
 pub mod priority;

@@ -25,7 +25,7 @@ use crate::backoff::{Backoff, persist};
 use crate::blob::BlobStore;
 use crate::check::{ReferenceChecks, ReferenceOutcome};
 use crate::clock::Clock;
-use crate::discover::{Links, ScopeMatcher};
+use crate::discover::{Links, ScopeMatcher, Want};
 use crate::extract::{Extractors, PageItems, PageReading, read_page};
 use crate::fetch::{FetchOutcome, FetchRequest, Fetcher, Redirects};
 use crate::frontier::{FrontierError, renew_turn, seed_in_turn, turn_message, update_host};
@@ -53,6 +53,7 @@ use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
 use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, singled_out};
+use trawl_domain::image::{image_data, is_image_task};
 use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
@@ -1186,6 +1187,9 @@ impl<P: Ports> Crawler<P> {
             }
         };
         let now = self.clock.now_ms();
+        // An image is a leaf: fetched through its redirects (each hop in the image scope),
+        // never read for links or items.
+        let image = is_image_task(task.data.as_ref());
         let request = FetchRequest {
             url: &url,
             crawl_id: Some(&context.crawl.id),
@@ -1194,8 +1198,12 @@ impl<P: Ports> Crawler<P> {
             scope: &context.scope,
             depth: task.depth,
             now,
-            redirects: Redirects::Report,
+            redirects: match image {
+                true => Redirects::Follow,
+                false => Redirects::Report,
+            },
             content_type: given_type,
+            image,
         };
         let previous = task.fetch.as_ref();
         tracing::debug!(url = %task.url, token = lease.token, "fetch");
@@ -1282,20 +1290,41 @@ impl<P: Ports> Crawler<P> {
                     Some(name) => context.extractors.named(name),
                     None => context.extractors.for_url(url.as_str()),
                 };
-                let follow = route
-                    .and_then(|r| r.follow_links)
-                    .unwrap_or(config.scope.follow_links);
-                // Links and items are read while the body is in memory, from one parse when
-                // an extractor applies; an unchanged page keeps its items.
+                let want = Want {
+                    links: route
+                        .and_then(|r| r.follow_links)
+                        .unwrap_or(config.scope.follow_links),
+                    images: context.scope.images_of(url.as_str()),
+                };
+                // Links, images and items are read while the body is in memory, from one parse
+                // when an extractor applies; an unchanged page keeps its items.
                 let reading = match &page.body {
-                    Some(body) if page.is_html() && !unchanged => {
-                        read_page(body.bytes(), page.final_url.as_url(), extractor, follow)
+                    Some(body) if page.is_html() && !unchanged && !image => {
+                        read_page(body.bytes(), page.final_url.as_url(), extractor, want)
                     }
                     _ => PageReading::default(),
                 };
                 let mut new_links = 0;
-                if let Some(links) = reading.links {
-                    new_links = self.discover(context, task, links, outbox, held).await?;
+                let mut images = Vec::new();
+                if let Some(mut links) = reading.links {
+                    images = std::mem::take(&mut links.images);
+                    if want.links {
+                        new_links = self.discover(context, task, links, outbox, held).await?;
+                    }
+                }
+                // The images the page's items name are fetched whatever the page's route says.
+                if let Some(found) = &reading.items {
+                    images.extend(
+                        context
+                            .extractors
+                            .image_urls(found)
+                            .into_iter()
+                            .filter_map(|u| CanonicalUrl::parse(u).ok()),
+                    );
+                }
+                if !images.is_empty() {
+                    self.seed_images(context, task, images, outbox, held)
+                        .await?;
                 }
                 // An open-ended template's page seeds the next one (before its own finish, as
                 // links are), or records why it is the last; unchanged, it decided before.
@@ -1328,7 +1357,7 @@ impl<P: Ports> Crawler<P> {
                 // skip it: an unchanged body's stands.
                 let wanted = config.analysis.for_task(task.data.as_ref());
                 let analysis = match &page.body {
-                    _ if wanted.is_off() => None,
+                    _ if wanted.is_off() || image => None,
                     _ if unchanged => previous.and_then(|p| p.analysis.clone()),
                     Some(body) => crate::discover::analyse_body(
                         &wanted,
@@ -1466,6 +1495,32 @@ impl<P: Ports> Crawler<P> {
                     parent: Some(task.task_id.clone()),
                     data,
                 }
+            })
+            .collect();
+        self.seed_found(context, task, tasks, outbox, held).await
+    }
+
+    /// Seeds the images found on `task`'s page (`trawl_domain::image`) that the image scope
+    /// admits, one level deeper, marked as images; returns how many were new.
+    async fn seed_images(
+        &self,
+        context: &CrawlContext,
+        task: &Task,
+        images: Vec<CanonicalUrl>,
+        outbox: &Outbox,
+        held: &Held,
+    ) -> Result<u64, CrawlerError> {
+        let data = image_data(inherited_data(&context.crawl.config, task));
+        let tasks: Vec<NewTask> = images
+            .into_iter()
+            .map(|url| context.scope.normalise(url))
+            .filter(|url| context.scope.check_image(url).is_ok())
+            .map(|url| NewTask {
+                priority: link_priority(context, &url, Some(&data)),
+                url,
+                depth: task.depth + 1,
+                parent: Some(task.task_id.clone()),
+                data: Some(data.clone()),
             })
             .collect();
         self.seed_found(context, task, tasks, outbox, held).await

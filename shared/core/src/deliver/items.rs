@@ -23,12 +23,21 @@
 //! 2. **Join**, by detail URL: a URL's gone mark and detail pages come before the listing
 //!    items that link to it, so each gets its detail page's first item merged in (the last
 //!    detail page read under that URL, as a map filled in manifest order would give).
+//!
+//!    Then (2b) **images**, by image URL, for items whose extractor (or its detail extractor)
+//!    has fields marked `image`: the image tasks of the manifest (marked `_image`, or answered
+//!    with an `image/*` type; under their URL and final URL) come before the items naming
+//!    them, so that each image field gets its image's state and place
+//!    (`trawl_domain::image::ImageRef`; `not_fetched` when no task has it); the images are
+//!    then gathered back to their item by seq, and the item goes on.
 //! 3. **Keys**, for extractors with `key` fields: items sorted by (key, seq), so that the first
 //!    item of a key in manifest order keeps it and the next ones are `KEY#2` …
 //! 4. **Delta**, by item key: the previous delivery's `items.jsonl.gz` (read a range at a time;
 //!    its last line of a key counts), the keys left out for a gone detail page, and this
 //!    delivery's items. The first item of a key is compared with the previous one; a previous
-//!    key no item has is gone, in key order.
+//!    key no item has is gone, in key order. Images are compared too: an item whose images
+//!    changed is changed, and the images an item gone or changed names no more are listed in
+//!    its delta line (`removed_images`).
 //! 5. **Writing**, by seq: `items.jsonl.gz`, the delta's lines for items (then the gone ones,
 //!    in key order) and `items.csv.gz` in one read; items are counted (the invalid examples
 //!    are the first in manifest order) and the detail pages linked counted once each.
@@ -58,6 +67,7 @@ use std::io::Write;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::CrawlConfig;
 use trawl_domain::extract::{self as rules, ListedItem};
+use trawl_domain::image::{self, ImageRef};
 use trawl_domain::task::Status;
 
 /// The file of the items, and of their delta.
@@ -105,6 +115,10 @@ pub struct ItemLine {
     pub valid: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// The images its fields marked `image` name, by field: each image's state, md5 and where
+    /// its bytes are stored.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, ImageRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +138,10 @@ pub struct ItemDeltaLine {
     /// Why an item is gone: `detail page gone`, or `not found` (no page of the delivery has it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The images the item named in the previous delivery and names no more (all of them when
+    /// it is gone): their bytes stay stored with their task, until `trawl purge`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_images: Vec<ImageRef>,
 }
 
 /// Why an item of the previous delivery is gone.
@@ -180,6 +198,47 @@ impl Sorted for ByUrl {
     }
 }
 
+/// Step 2b's entries, by image URL: the image tasks (in the order read), then the items'
+/// image fields naming it (by seq).
+#[derive(Debug, Serialize, Deserialize)]
+enum ByImage {
+    #[serde(rename = "t")]
+    Task { u: String, n: u64, i: ImageRef },
+    #[serde(rename = "w")]
+    Wanted { u: String, n: u64, f: String },
+}
+
+impl Sorted for ByImage {
+    type Key = (String, u8, u64);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            ByImage::Task { u, n, .. } => (u.clone(), 0, *n),
+            ByImage::Wanted { u, n, .. } => (u.clone(), 1, *n),
+        })
+    }
+}
+
+/// Step 2b's gathering, by seq: an item's images (by field), then the item.
+#[derive(Debug, Serialize, Deserialize)]
+enum ByItem {
+    #[serde(rename = "i")]
+    Image { n: u64, f: String, i: ImageRef },
+    #[serde(rename = "w")]
+    Waiting { n: u64, l: ItemLine },
+}
+
+impl Sorted for ByItem {
+    type Key = (u64, u8, String);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            ByItem::Image { n, f, .. } => (*n, 0, f.clone()),
+            ByItem::Waiting { n, .. } => (*n, 1, String::new()),
+        })
+    }
+}
+
 /// Step 3's entries: an item by its `key` fields' key, then its seq.
 #[derive(Debug, Serialize, Deserialize)]
 struct ByFieldKey {
@@ -206,6 +265,8 @@ enum ByKey {
         n: u64,
         f: BTreeMap<String, serde_json::Value>,
         e: Vec<FieldError>,
+        #[serde(default)]
+        i: BTreeMap<String, ImageRef>,
     },
     #[serde(rename = "o")]
     LeftOut { k: String },
@@ -234,9 +295,17 @@ enum Out {
         n: u64,
         l: Box<ItemLine>,
         c: Option<Change>,
+        #[serde(default)]
+        r: Vec<ImageRef>,
     },
     #[serde(rename = "g")]
-    Gone { n: u64, k: String, r: String },
+    Gone {
+        n: u64,
+        k: String,
+        r: String,
+        #[serde(default)]
+        i: Vec<ImageRef>,
+    },
     #[serde(rename = "l")]
     Linked { n: u64 },
 }
@@ -256,6 +325,8 @@ impl Sorted for Out {
 /// The pass's sorters.
 struct Sorts {
     by_url: Sorter<ByUrl>,
+    by_image: Sorter<ByImage>,
+    by_item: Sorter<ByItem>,
     by_field_key: Sorter<ByFieldKey>,
     by_key: Sorter<ByKey>,
     out: Sorter<Out>,
@@ -266,6 +337,8 @@ impl Sorts {
         let name = |step: &str| format!("{prefix}{}{RUNS}{step}-", runs::RUNS_PREFIX);
         Self {
             by_url: Sorter::new(name("url"), entries),
+            by_image: Sorter::new(name("image"), entries),
+            by_item: Sorter::new(name("item"), entries),
             by_field_key: Sorter::new(name("field-key"), entries),
             by_key: Sorter::new(name("key"), entries),
             out: Sorter::new(name("out"), entries),
@@ -273,7 +346,12 @@ impl Sorts {
     }
 
     fn held(&self) -> usize {
-        self.by_url.held() + self.by_field_key.held() + self.by_key.held() + self.out.held()
+        self.by_url.held()
+            + self.by_image.held()
+            + self.by_item.held()
+            + self.by_field_key.held()
+            + self.by_key.held()
+            + self.out.held()
     }
 }
 
@@ -292,6 +370,11 @@ pub(super) struct ItemsPass<'a, B> {
     /// Listing items read so far (the next one's seq), and detail pages.
     items: u64,
     details: u64,
+    /// Image tasks read (the next one's number).
+    images: u64,
+    /// The image fields of each extractor's delivered items (`Extractors::image_fields`);
+    /// empty when none has any.
+    image_fields: BTreeMap<String, Vec<String>>,
     summary: ItemsSummary,
     stats: ItemsStats,
 }
@@ -313,17 +396,25 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             reason,
         };
         let entries = usize::try_from(entries).unwrap_or(usize::MAX);
+        let extractors = Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?;
+        let image_fields = extractors
+            .all()
+            .map(|e| (e.def.name.clone(), extractors.image_fields(&e.def.name)))
+            .filter(|(_, fields)| !fields.is_empty())
+            .collect();
         Ok(Self {
             blobs,
             layout,
             uri_base: super::object_uri(uri_base, ""),
             crawl_id,
             prefix,
-            extractors: Extractors::new(&config.extract).map_err(|e| corrupt(e.to_string()))?,
+            extractors,
             scope: ScopeMatcher::new(&config.scope).map_err(|e| corrupt(e.to_string()))?,
             sorts: Sorts::new(prefix, entries),
             items: 0,
             details: 0,
+            images: 0,
+            image_fields,
             summary: ItemsSummary::default(),
             stats: ItemsStats::default(),
         })
@@ -340,6 +431,20 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         for line in lines::<ManifestLine>(key, manifest) {
             let line = line?;
             let status = Status::ALL.iter().find(|s| s.name() == line.status);
+            // An image task has no items; an image stored as a page (`store_content_types`)
+            // joins the images too when items name images.
+            let marked = image::is_image_task(line.data.as_ref());
+            let typed = line
+                .content_type
+                .as_deref()
+                .is_some_and(image::is_image_type);
+            if (marked || typed) && !self.image_fields.is_empty() {
+                self.image_task(&line, status.copied()).await?;
+                continue;
+            }
+            if marked {
+                continue;
+            }
             if status == Some(&Status::Gone) {
                 for u in line.final_url.into_iter().chain([line.url]) {
                     self.sorts
@@ -400,6 +505,43 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             }
             self.found(line, items).await?;
         }
+        Ok(())
+    }
+
+    /// An image task of the manifest to the images' join, under its URL and final URL.
+    async fn image_task(
+        &mut self,
+        line: &ManifestLine,
+        status: Option<Status>,
+    ) -> Result<(), DeliverError> {
+        let state = image::image_state(status, line.content_type.as_deref(), line.md5.is_some());
+        let stored = state == image::ImageState::Stored;
+        let i = ImageRef {
+            url: line.url.clone(),
+            state,
+            md5: line.md5.clone().filter(|_| stored),
+            content_type: line.content_type.clone(),
+            bytes: line.bytes.filter(|_| stored),
+            object: line.object.clone().filter(|_| stored),
+            offset: line.offset.filter(|_| stored),
+            length: line.length.filter(|_| stored),
+            error: line
+                .last_error
+                .as_ref()
+                .filter(|_| matches!(state, image::ImageState::Failed | image::ImageState::Gone))
+                .map(|e| e.message.clone()),
+        };
+        let n = self.images;
+        self.images += 1;
+        for u in line.final_url.iter().chain([&line.url]) {
+            let entry = ByImage::Task {
+                u: u.clone(),
+                n,
+                i: i.clone(),
+            };
+            self.sorts.by_image.push(self.blobs, &entry).await?;
+        }
+        self.note_held(0);
         Ok(())
     }
 
@@ -494,9 +636,34 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         Ok(())
     }
 
-    /// An item whose detail page is joined (or that has none) on to its key: sorted by its
-    /// `key` fields' key when its extractor has some (step 3), else by its key (step 4).
-    async fn keyed(&mut self, n: u64, mut line: ItemLine) -> Result<(), DeliverError> {
+    /// An item whose detail page is joined (or that has none) on to its images' join (step 2b)
+    /// when it names some, else on to its key (`key_on`).
+    async fn keyed(&mut self, n: u64, line: ItemLine) -> Result<(), DeliverError> {
+        let wanted: Vec<(String, String)> = self
+            .image_fields
+            .get(&line.extractor)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| {
+                let url = line.fields.get(f)?.as_str()?;
+                let url = CanonicalUrl::parse(url).ok()?;
+                Some((f.clone(), self.scope.normalise(url).as_str().to_owned()))
+            })
+            .collect();
+        if wanted.is_empty() {
+            return self.key_on(n, line).await;
+        }
+        for (f, u) in wanted {
+            let entry = ByImage::Wanted { u, n, f };
+            self.sorts.by_image.push(self.blobs, &entry).await?;
+        }
+        let waiting = ByItem::Waiting { n, l: line };
+        self.sorts.by_item.push(self.blobs, &waiting).await
+    }
+
+    /// An item on to its key: sorted by its `key` fields' key when its extractor has some
+    /// (step 3), else by its key (step 4).
+    async fn key_on(&mut self, n: u64, mut line: ItemLine) -> Result<(), DeliverError> {
         let key_fields = self.key_fields(&line.extractor);
         if !key_fields.is_empty()
             && let Some(k) = field_key(&mut line, key_fields)
@@ -530,6 +697,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         self.summary.extractors_version = self.extractors.version().to_owned();
         self.summary.from_current_extractors = self.summary.pages_older == 0;
         self.join().await?;
+        self.images().await?;
         self.rank().await?;
         if let Some(previous) = previous
             && self.read_previous(previous).await?
@@ -639,6 +807,48 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         Ok(merged)
     }
 
+    /// Step 2b: each image field with its image, then each item with its images.
+    async fn images(&mut self) -> Result<(), DeliverError> {
+        let mut merge = self.merge_of(|s| &mut s.by_image).await?;
+        // Bounded: each round takes the entries of one URL.
+        while let Some((url, ..)) = merge.peek(self.blobs).await? {
+            let mut task: Option<ImageRef> = None;
+            while let Some((next, ..)) = merge.peek(self.blobs).await?
+                && next == url
+            {
+                let Some((_, entry)) = merge.next(self.blobs).await? else {
+                    break;
+                };
+                match entry {
+                    // The last one read under the URL.
+                    ByImage::Task { i, .. } => task = Some(i),
+                    ByImage::Wanted { u, n, f } => {
+                        let i = task.clone().unwrap_or_else(|| ImageRef::not_fetched(&u));
+                        let entry = ByItem::Image { n, f, i };
+                        self.sorts.by_item.push(self.blobs, &entry).await?;
+                    }
+                }
+                self.note_held(merge.held());
+            }
+        }
+        let mut merge = self.merge_of(|s| &mut s.by_item).await?;
+        let mut gathered: BTreeMap<String, ImageRef> = BTreeMap::new();
+        // Bounded: an item's images are its image fields.
+        while let Some((_, entry)) = merge.next(self.blobs).await? {
+            match entry {
+                ByItem::Image { f, i, .. } => {
+                    gathered.insert(f, i);
+                }
+                ByItem::Waiting { n, mut l } => {
+                    l.images = std::mem::take(&mut gathered);
+                    self.key_on(n, l).await?;
+                }
+            }
+            self.note_held(merge.held());
+        }
+        Ok(())
+    }
+
     /// Step 3: the items of one `key` fields' key, keyed in manifest order.
     async fn rank(&mut self) -> Result<(), DeliverError> {
         let mut merge = self.merge_of(|s| &mut s.by_field_key).await?;
@@ -723,6 +933,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 n: *n,
                 f: line.fields,
                 e: line.errors,
+                i: line.images,
             };
             *n += 1;
             self.sorts.by_key.push(self.blobs, &entry).await?;
@@ -747,9 +958,9 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     break;
                 };
                 let counts = &mut self.summary.delta;
-                let (n, l, c) = match entry {
-                    ByKey::Previous { f, e, .. } => {
-                        before = Some((f, e));
+                let (n, l, c, r) = match entry {
+                    ByKey::Previous { f, e, i, .. } => {
+                        before = Some((f, e, i));
                         continue;
                     }
                     ByKey::LeftOut { .. } => {
@@ -759,15 +970,18 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     ByKey::Current { n, l } => match before.take() {
                         None => {
                             counts.new += 1;
-                            (n, l, Some(Change::New))
+                            (n, l, Some(Change::New), Vec::new())
                         }
-                        Some((f, e)) if f != l.fields || e != l.errors => {
+                        Some((f, e, i)) if f != l.fields || e != l.errors || i != l.images => {
                             counts.changed += 1;
-                            (n, l, Some(Change::Changed))
+                            let now: Vec<&ImageRef> = l.images.values().collect();
+                            let r = image::removed(i.values(), &now);
+                            counts.images_removed += r.len() as u64;
+                            (n, l, Some(Change::Changed), r)
                         }
                         Some(_) => {
                             counts.unchanged += 1;
-                            (n, l, None)
+                            (n, l, None, Vec::new())
                         }
                     },
                 };
@@ -775,17 +989,21 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     n,
                     l: Box::new(l),
                     c,
+                    r,
                 };
                 self.sorts.out.push(self.blobs, &entry).await?;
                 self.note_held(merge.held());
             }
-            if before.is_some() {
+            if let Some((_, _, images)) = before {
                 self.summary.delta.gone += 1;
                 let r = if left_out { GONE_DETAIL } else { GONE_UNSEEN };
+                let i = image::removed(images.values(), &[]);
+                self.summary.delta.images_removed += i.len() as u64;
                 let entry = Out::Gone {
                     n: gone,
                     k: key,
                     r: r.to_owned(),
+                    i,
                 };
                 gone += 1;
                 self.sorts.out.push(self.blobs, &entry).await?;
@@ -826,14 +1044,15 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             let mut last_linked = None;
             // Bounded: each round takes an entry.
             while let Some((_, entry)) = merge.next(self.blobs).await? {
-                let (line, change) = match entry {
-                    Out::Item { l, c, .. } => (*l, c),
-                    Out::Gone { k, r, .. } => {
+                let (line, change, removed_images) = match entry {
+                    Out::Item { l, c, r, .. } => (*l, c, r),
+                    Out::Gone { k, r, i, .. } => {
                         let line = ItemDeltaLine {
                             change: Change::Gone,
                             key: k,
                             item: None,
                             reason: Some(r),
+                            removed_images: i,
                         };
                         write_to(&mut files, 1, &json_line(&line)?).await?;
                         continue;
@@ -857,6 +1076,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                         key: line.key.clone(),
                         item: Some(line),
                         reason: None,
+                        removed_images,
                     };
                     write_to(&mut files, 1, &json_line(&line)?).await?;
                 }
@@ -918,6 +1138,7 @@ fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
         detail: None,
         valid: item.is_valid(),
         errors: item.errors.clone(),
+        images: BTreeMap::new(),
     }
 }
 
@@ -991,6 +1212,11 @@ fn merge(line: &mut ItemLine, detail: &Detail) {
 
 fn count(summary: &mut ItemsSummary, line: &ItemLine) {
     summary.items += 1;
+    for i in line.images.values() {
+        let state = serde_json::to_value(i.state).ok();
+        let state = state.as_ref().and_then(|s| s.as_str()).unwrap_or("unknown");
+        *summary.images.entry(state.to_owned()).or_default() += 1;
+    }
     let of = summary
         .by_extractor
         .entry(line.extractor.clone())

@@ -185,6 +185,10 @@ pub struct ItemsSummary {
     /// delta when the previous delivery had them).
     #[serde(default)]
     pub detail_pages_gone: u64,
+    /// The images the delivered items name (`trawl_domain::image`), by state (`stored`,
+    /// `pending`, `failed` …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, u64>,
     pub delta: ItemsDelta,
 }
 
@@ -211,6 +215,13 @@ pub struct ItemsDelta {
     pub changed: u64,
     pub gone: u64,
     pub unchanged: u64,
+    /// Images that items gone or changed name no more (`removed_images` in the delta).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub images_removed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@ use lol_html::{HtmlRewriter, Settings, element};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::image::srcset;
 
 /// The links found on one page.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,6 +15,17 @@ pub struct Links {
     /// The page asked robots not to follow its links (`<meta name=robots content=nofollow>`);
     /// `urls` is then empty.
     pub nofollow_page: bool,
+    /// Its images, when asked for (`Want::images`): every candidate of `<img src>`, `<img
+    /// srcset>` and `<source srcset>`, canonical, in the same order and manner as `urls` (a
+    /// robots `nofollow` is about links: a page's images are part of it).
+    pub images: Vec<CanonicalUrl>,
+}
+
+/// What a page is read for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Want {
+    pub links: bool,
+    pub images: bool,
 }
 
 /// What the parser collects before anything is resolved (a `<base>` applies to every link,
@@ -23,6 +35,8 @@ struct Raw {
     base: Option<String>,
     hrefs: Vec<String>,
     nofollow_page: bool,
+    /// `src` values, and `srcset` values (true).
+    images: Vec<(String, bool)>,
 }
 
 /// Extracts the links of an HTML page fetched from `page_url`: `<a href>` and `<area href>`,
@@ -30,6 +44,18 @@ struct Raw {
 /// fragment-only links and anything that is not http(s). A robots `nofollow` meta tag yields no
 /// links at all.
 pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
+    scan_page(
+        page_url,
+        html,
+        Want {
+            links: true,
+            images: false,
+        },
+    )
+}
+
+/// The links (`extract_links`) and images of a page, as `want` asks, in one scan.
+pub fn scan_page(page_url: &url::Url, html: &[u8], want: Want) -> Links {
     let raw = RefCell::new(Raw::default());
     let mut rewriter = HtmlRewriter::new(
         Settings {
@@ -57,6 +83,20 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
                     }
                     Ok(())
                 }),
+                element!("img[src], img[srcset], source[srcset]", |el| {
+                    if want.images {
+                        let mut raw = raw.borrow_mut();
+                        if el.tag_name().eq_ignore_ascii_case("img")
+                            && let Some(src) = el.get_attribute("src")
+                        {
+                            raw.images.push((decode_entities(&src), false));
+                        }
+                        if let Some(set) = el.get_attribute("srcset") {
+                            raw.images.push((decode_entities(&set), true));
+                        }
+                    }
+                    Ok(())
+                }),
             ],
             ..Settings::new()
         },
@@ -66,14 +106,14 @@ pub fn extract_links(page_url: &url::Url, html: &[u8]) -> Links {
     if let Err(e) = rewriter.write(html).and_then(|()| rewriter.end()) {
         tracing::warn!(url = %page_url, error = %e, "HTML parsing stopped early");
     }
-    resolve(page_url, raw.into_inner())
+    resolve(page_url, raw.into_inner(), want)
 }
 
-/// The links of a page already parsed into a tree (where the page's items are extracted, the
-/// extractor's tree serves both): the rules of `extract_links`, read from the tree's elements in
-/// document order. The tree's attribute values are decoded already.
+/// The links and images of a page already parsed into a tree (where the page's items are
+/// extracted, the extractor's tree serves both): the rules of `scan_page`, read from the tree's
+/// elements in document order. The tree's attribute values are decoded already.
 #[cfg(feature = "extract")]
-pub fn links_in_tree(page_url: &url::Url, tree: &scraper::Html) -> Links {
+pub fn links_in_tree(page_url: &url::Url, tree: &scraper::Html, want: Want) -> Links {
     let mut raw = Raw::default();
     for node in tree.tree.root().descendants() {
         let scraper::Node::Element(el) = node.value() else {
@@ -91,10 +131,18 @@ pub fn links_in_tree(page_url: &url::Url, tree: &scraper::Html) -> Links {
                     raw.nofollow_page |= is_robots_nofollow(name, content);
                 }
             }
+            "img" | "source" if want.images => {
+                if let Some(src) = el.attr("src").filter(|_| el.name() == "img") {
+                    raw.images.push((src.to_owned(), false));
+                }
+                if let Some(set) = el.attr("srcset") {
+                    raw.images.push((set.to_owned(), true));
+                }
+            }
             _ => {}
         }
     }
-    resolve(page_url, raw)
+    resolve(page_url, raw, want)
 }
 
 /// Whether a link's `rel` asks robots not to follow it.
@@ -114,30 +162,40 @@ fn is_robots_nofollow(name: &str, content: &str) -> bool {
         })
 }
 
-fn resolve(page_url: &url::Url, raw: Raw) -> Links {
-    if raw.nofollow_page {
-        return Links {
-            urls: Vec::new(),
-            nofollow_page: true,
-        };
-    }
+fn resolve(page_url: &url::Url, raw: Raw, want: Want) -> Links {
     let base = raw
         .base
-        .and_then(|href| CanonicalUrl::join(page_url, &href).ok())
+        .as_ref()
+        .and_then(|href| CanonicalUrl::join(page_url, href).ok())
         .map_or_else(|| page_url.clone(), |b| b.as_url().clone());
     let own = CanonicalUrl::join(page_url, "").ok();
-    let mut seen = HashSet::new();
-    let urls = raw
-        .hrefs
-        .iter()
-        .filter(|href| !href.trim_start().starts_with('#'))
-        .filter_map(|href| CanonicalUrl::join(&base, href).ok())
-        .filter(|url| own.as_ref() != Some(url))
-        .filter(|url| seen.insert(url.clone()))
-        .collect();
+    let resolved = |written: &mut dyn Iterator<Item = &str>| -> Vec<CanonicalUrl> {
+        let mut seen = HashSet::new();
+        written
+            .filter(|href| !href.trim_start().starts_with('#'))
+            .filter_map(|href| CanonicalUrl::join(&base, href).ok())
+            .filter(|url| own.as_ref() != Some(url))
+            .filter(|url| seen.insert(url.clone()))
+            .collect()
+    };
+    let images =
+        match want.images {
+            true => resolved(&mut raw.images.iter().flat_map(
+                |(value, is_srcset)| match is_srcset {
+                    true => srcset(value).into_iter().map(|c| c.url).collect(),
+                    false => vec![value.as_str()],
+                },
+            )),
+            false => Vec::new(),
+        };
+    let urls = match (want.links, raw.nofollow_page) {
+        (true, false) => resolved(&mut raw.hrefs.iter().map(String::as_str)),
+        _ => Vec::new(),
+    };
     Links {
         urls,
-        nofollow_page: false,
+        nofollow_page: raw.nofollow_page,
+        images,
     }
 }
 
@@ -197,10 +255,67 @@ mod tests {
         #[cfg(feature = "extract")]
         assert_eq!(
             found,
-            links_in_tree(&page, &scraper::Html::parse_document(html)),
+            links_in_tree(
+                &page,
+                &scraper::Html::parse_document(html),
+                Want {
+                    links: true,
+                    images: false
+                }
+            ),
             "both parsers find the same links"
         );
         found.urls.iter().map(|u| u.as_str().to_owned()).collect()
+    }
+
+    /// The page's images, checked to be the same read by lol_html and from the extractor's
+    /// tree, and read without its links.
+    fn images(page: &str, html: &str) -> Vec<String> {
+        let page = url::Url::parse(page).unwrap();
+        let want = Want {
+            links: false,
+            images: true,
+        };
+        let found = scan_page(&page, html.as_bytes(), want);
+        assert!(found.urls.is_empty());
+        #[cfg(feature = "extract")]
+        assert_eq!(
+            found,
+            links_in_tree(&page, &scraper::Html::parse_document(html), want),
+            "both parsers find the same images"
+        );
+        found.images.iter().map(|u| u.as_str().to_owned()).collect()
+    }
+
+    #[test]
+    fn images_are_every_src_and_srcset_candidate_resolved_and_deduplicated() {
+        let html = r#"<html><head><base href="/shop/"><meta name="robots" content="nofollow"></head><body>
+            <img src="a.png" srcset="a.png 1x, a@2x.png 2x"> <img src="//cdn.example/b.jpg?x=1&amp;y=2">
+            <picture><source srcset="c.webp 480w, c-big.webp 960w" type="image/webp"><img src="c.jpg"></picture>
+            <img src="data:image/png;base64,AAAA"> <img alt="none"> <img src="ftp://x/y.png">
+            <video><source src="v.mp4"></video> <a href="page.html">a link</a>
+        </body></html>"#;
+        assert_eq!(
+            images("http://shop.example/p/1", html),
+            [
+                "http://shop.example/shop/a.png",
+                "http://shop.example/shop/a@2x.png",
+                "http://cdn.example/b.jpg?x=1&y=2",
+                "http://shop.example/shop/c.webp",
+                "http://shop.example/shop/c-big.webp",
+                "http://shop.example/shop/c.jpg",
+            ]
+        );
+        // Links alone read no image; a robots nofollow takes the links, not the images.
+        let page = url::Url::parse("http://shop.example/p/1").unwrap();
+        assert!(extract_links(&page, html.as_bytes()).images.is_empty());
+        let both = Want {
+            links: true,
+            images: true,
+        };
+        let found = scan_page(&page, html.as_bytes(), both);
+        assert!(found.nofollow_page && found.urls.is_empty());
+        assert_eq!(found.images.len(), 6);
     }
 
     #[test]
@@ -262,7 +377,14 @@ mod tests {
             assert!(found.urls.is_empty());
             #[cfg(feature = "extract")]
             assert_eq!(
-                links_in_tree(&page, &scraper::Html::parse_document(&html)),
+                links_in_tree(
+                    &page,
+                    &scraper::Html::parse_document(&html),
+                    Want {
+                        links: true,
+                        images: false
+                    }
+                ),
                 found
             );
         }

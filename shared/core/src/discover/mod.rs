@@ -13,7 +13,7 @@ pub use analysis::analyse;
 #[cfg(feature = "extract")]
 pub use links::links_in_tree;
 #[cfg(feature = "html")]
-pub use links::{Links, extract_links};
+pub use links::{Links, Want, extract_links, scan_page};
 pub use scope::{OutOfScopeReason, ScopeError, ScopeMatcher};
 #[cfg(feature = "text")]
 pub use text::{analyse_body, html_text, pdf_text};

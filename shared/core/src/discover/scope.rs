@@ -61,6 +61,10 @@ pub struct ScopeMatcher {
     /// The routes and their patterns, in order.
     routes: Vec<Route>,
     route_patterns: Option<RegexSet>,
+    /// The hosts images are fetched from (`scope.images.allowed_domains`); empty: any.
+    image_domains: Vec<String>,
+    /// Whether every page's images are fetched (`scope.images.discover`).
+    discover_images: bool,
 }
 
 impl ScopeMatcher {
@@ -93,7 +97,31 @@ impl ScopeMatcher {
             drop_params: scope.drop_params.clone(),
             routes: scope.routes.clone(),
             route_patterns: compile("routes", &route_patterns)?,
+            image_domains: scope
+                .images
+                .allowed_domains
+                .iter()
+                .map(|d| normalise_domain(d))
+                .collect::<Result<_, _>>()?,
+            discover_images: scope.images.discover,
         })
+    }
+
+    /// Whether the images of the page at `url` are fetched: its route's choice, else the
+    /// crawl's (`scope.images.discover`).
+    pub fn images_of(&self, url: &str) -> bool {
+        self.route(url)
+            .and_then(|r| r.images)
+            .unwrap_or(self.discover_images)
+    }
+
+    /// Whether `url`, found as an image, is fetched (`trawl_domain::crawl::ImageScope`): on a
+    /// host of `images.allowed_domains` (any when empty), and excluded by no pattern.
+    pub fn check_image(&self, url: &CanonicalUrl) -> Result<(), OutOfScopeReason> {
+        if !admits(&self.image_domains, url.host()) {
+            return Err(OutOfScopeReason::Domain);
+        }
+        self.check_excluded(url)
     }
 
     /// The route of the pages at `url`: the first whose pattern matches.
@@ -115,23 +143,18 @@ impl ScopeMatcher {
         {
             return Err(OutOfScopeReason::TooDeep { depth, max_depth });
         }
-        if !self.domains.is_empty() {
-            let host = url.host();
-            let admitted = self.domains.iter().any(|d| {
-                host == d
-                    || host
-                        .strip_suffix(d.as_str())
-                        .is_some_and(|sub| sub.ends_with('.'))
-            });
-            if !admitted {
-                return Err(OutOfScopeReason::Domain);
-            }
+        if !admits(&self.domains, url.host()) {
+            return Err(OutOfScopeReason::Domain);
         }
         if let Some(include) = &self.include
             && !include.is_match(url.as_str())
         {
             return Err(OutOfScopeReason::NotIncluded);
         }
+        self.check_excluded(url)
+    }
+
+    fn check_excluded(&self, url: &CanonicalUrl) -> Result<(), OutOfScopeReason> {
         if let Some(exclude) = &self.exclude
             && let Some(index) = exclude.matches(url.as_str()).iter().next()
         {
@@ -140,6 +163,17 @@ impl ScopeMatcher {
         }
         Ok(())
     }
+}
+
+/// Whether `host` is one of `domains` or their subdomains (any host when there are none).
+fn admits(domains: &[String], host: &str) -> bool {
+    domains.is_empty()
+        || domains.iter().any(|d| {
+            host == d
+                || host
+                    .strip_suffix(d.as_str())
+                    .is_some_and(|sub| sub.ends_with('.'))
+        })
 }
 
 /// `Example.COM`, `.example.com` and `*.example.com` all mean `example.com`; IDN to punycode.
@@ -238,6 +272,41 @@ mod tests {
                 max_depth: 2
             })
         );
+    }
+
+    #[test]
+    fn images_come_from_any_host_or_the_image_domains_at_any_depth_unless_excluded() {
+        let mut scope: Scope = serde_json::from_value(serde_json::json!({
+            "allowed_domains": ["shop.example"],
+            "include": ["/p/"],
+            "exclude": [r"\.gif$"],
+            "max_depth": 1,
+            "routes": [{"glob": "*/gallery/*", "images": true}, {"glob": "*/plain/*"}]
+        }))
+        .unwrap();
+        let m = ScopeMatcher::new(&scope).unwrap();
+        assert!(m.check_image(&url("http://cdn.example/a.png")).is_ok());
+        assert!(m.check(&url("http://cdn.example/a.png"), 0).is_err());
+        assert!(
+            m.check_image(&url("http://cdn.example/a.gif"))
+                .is_err_and(|r| matches!(r, OutOfScopeReason::Excluded { .. }))
+        );
+        assert!(m.images_of("http://shop.example/gallery/1"));
+        assert!(!m.images_of("http://shop.example/plain/1"));
+        scope.images.discover = true;
+        scope.images.allowed_domains = vec!["img.example".into()];
+        let m = ScopeMatcher::new(&scope).unwrap();
+        assert!(m.images_of("http://shop.example/plain/1"));
+        assert!(m.check_image(&url("http://a.img.example/x.png")).is_ok());
+        assert_eq!(
+            m.check_image(&url("http://cdn.example/x.png")),
+            Err(OutOfScopeReason::Domain)
+        );
+        scope.images.allowed_domains = vec!["http://x/".into()];
+        assert!(matches!(
+            ScopeMatcher::new(&scope),
+            Err(ScopeError::Domain(_))
+        ));
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub async fn dry_run(
         now,
         redirects: Redirects::Follow,
         content_type: None,
+        image: false,
     };
     let page = match fetcher.fetch(request).await {
         FetchOutcome::Fetched(page) => page,

@@ -18,7 +18,7 @@ mod process;
 #[cfg(feature = "fetch")]
 pub use dry_run::{DryRun, FailedField, dry_run, dry_run_stored};
 
-use crate::discover::{Links, extract_links, links_in_tree};
+use crate::discover::{Links, Want, links_in_tree, scan_page};
 use crate::url_rules::glob_regex;
 use path::{Evaluator, Selected, SimpleXpath};
 use regex::Regex;
@@ -31,6 +31,7 @@ use sxd_xpath::nodeset::Node as XNode;
 use sxd_xpath::{Context, Factory, Value as XValue, XPath};
 use thiserror::Error;
 use trawl_domain::extract::{Expr, Extractor, Field, Processor, Take};
+use trawl_domain::image::field_image_url;
 
 /// Most extractors a crawl may have, and fields an extractor may have.
 pub const MAX_EXTRACTORS: usize = 64;
@@ -150,6 +151,8 @@ struct CompiledField {
     take: Take,
     regex: Option<Regex>,
     processors: Vec<Processor>,
+    /// Names an image (`Field::image`).
+    image: bool,
 }
 
 impl Extractors {
@@ -235,6 +238,47 @@ impl Extractors {
     /// The extractor named `name`.
     pub fn named(&self, name: &str) -> Option<&CompiledExtractor> {
         self.compiled.iter().find(|c| c.def.name == name)
+    }
+
+    /// The images the items of `found` name: the values of their extractor's image fields,
+    /// resolved when extracted (`trawl_domain::image::field_image_url`).
+    pub fn image_urls<'a>(&self, found: &'a PageItems) -> Vec<&'a str> {
+        let Some(extractor) = self.named(&found.extractor) else {
+            return Vec::new();
+        };
+        let fields: Vec<&str> = extractor
+            .fields
+            .iter()
+            .filter(|f| f.image)
+            .map(|f| f.name.as_str())
+            .collect();
+        found
+            .items
+            .iter()
+            .flat_map(|item| fields.iter().filter_map(|f| item.fields.get(*f)?.as_str()))
+            .collect()
+    }
+
+    /// The image fields of the items of extractor `name` as delivered: its own, and those its
+    /// detail extractor merges in.
+    pub fn image_fields(&self, name: &str) -> Vec<String> {
+        let Some(extractor) = self.named(name) else {
+            return Vec::new();
+        };
+        let detail = extractor
+            .def
+            .detail
+            .as_ref()
+            .and_then(|d| self.named(&d.extractor));
+        let mut fields: Vec<String> = Vec::new();
+        for e in std::iter::once(extractor).chain(detail) {
+            for f in e.fields.iter().filter(|f| f.image) {
+                if !fields.contains(&f.name) {
+                    fields.push(f.name.clone());
+                }
+            }
+        }
+        fields
     }
 
     /// Names of the extractors whose items are delivered merged into a listing's.
@@ -371,7 +415,19 @@ impl CompiledExtractor {
                             Some(re) => capture(re, &v),
                             None => Some(v),
                         });
-                    let (value, errors) = process::first(&field.processors, raw, page_url);
+                    let (mut value, mut errors) = process::first(&field.processors, raw, page_url);
+                    if field.image
+                        && let serde_json::Value::String(written) = &value
+                    {
+                        let srcset = field.take == Take::Attr("srcset".to_owned());
+                        value = match field_image_url(written, srcset, page_url) {
+                            Ok(url) => serde_json::Value::String(url),
+                            Err(e) => {
+                                errors.push(e);
+                                serde_json::Value::Null
+                            }
+                        };
+                    }
                     item.fields.insert(field.name.clone(), value);
                     item.errors
                         .extend(errors.into_iter().map(|error| FieldError {
@@ -433,23 +489,25 @@ pub struct PageReading {
     pub items: Option<PageItems>,
 }
 
-/// Reads the page `html` fetched from `page_url`: parsed once where its items are extracted,
-/// the extractor's tree giving the links too; else only lol_html's link scan runs.
+/// Reads the page `html` fetched from `page_url` for what `want` asks (its links, its images)
+/// and its items: parsed once where its items are extracted, the extractor's tree giving the
+/// links too; else only lol_html's scan runs. `links` is None when nothing was asked.
 pub fn read_page(
     html: &[u8],
     page_url: &url::Url,
     extractor: Option<&CompiledExtractor>,
-    follow_links: bool,
+    want: Want,
 ) -> PageReading {
+    let asked = want.links || want.images;
     let Some(extractor) = extractor else {
         return PageReading {
-            links: follow_links.then(|| extract_links(page_url, html)),
+            links: asked.then(|| scan_page(page_url, html, want)),
             items: None,
         };
     };
     let doc = parse(html);
     PageReading {
-        links: follow_links.then(|| links_in_tree(page_url, &doc)),
+        links: asked.then(|| links_in_tree(page_url, &doc, want)),
         items: Some(extractor.extract_from(&doc, page_url)),
     }
 }
@@ -488,6 +546,7 @@ fn compile_field(name: &str, field: &Field, at: &str) -> Result<CompiledField, E
         take,
         regex,
         processors: field.processors.clone(),
+        image: field.image,
     })
 }
 

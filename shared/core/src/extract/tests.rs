@@ -306,3 +306,41 @@ fn a_field_without_join_is_its_first_kept_value_and_reads_no_further() {
         json!("n/a+12+later")
     );
 }
+
+#[test]
+fn image_fields_name_their_resolved_url_or_the_largest_of_a_srcset_and_a_bad_one_is_an_error() {
+    let page = url::Url::parse("http://shop.test/p/1.html").unwrap();
+    let rules = extractors(json!([{
+        "name": "product", "base": {"css": "div.p"},
+        "fields": {
+            "photo": {"css": "img.main", "value": "attr(src)", "image": true},
+            "zoom": {"css": "img.main", "value": "attr(srcset)", "image": true},
+            "logo": {"css": "img.logo", "value": "attr(src)", "image": true, "processors": ["required"]}
+        }
+    }]))
+    .unwrap();
+    let html = r#"<div class="p"><img class="main" src="a.png" srcset="a.png 400w, a-1200.png 1200w, a-800.png 800w"><img class="logo" src="//cdn.test/l.svg"></div>
+        <div class="p"><img class="main" src="javascript:void(0)"></div>"#;
+    let extractor = rules.for_url(page.as_str()).unwrap();
+    let found = extractor.extract(html.as_bytes(), &page);
+    let first = &found.items[0];
+    assert_eq!(first.fields["photo"], json!("http://shop.test/p/a.png"));
+    assert_eq!(first.fields["zoom"], json!("http://shop.test/p/a-1200.png"));
+    assert_eq!(first.fields["logo"], json!("http://cdn.test/l.svg"));
+    assert!(first.is_valid());
+    // The images the page's items name, for the crawler to fetch.
+    assert_eq!(
+        rules.image_urls(&found),
+        [
+            "http://cdn.test/l.svg",
+            "http://shop.test/p/a.png",
+            "http://shop.test/p/a-1200.png"
+        ]
+    );
+    assert_eq!(rules.image_fields("product"), ["logo", "photo", "zoom"]);
+    // A value naming no http(s) image is null with its error, never a panic.
+    let second = &found.items[1];
+    assert_eq!(second.fields["photo"], json!(null));
+    assert!(second.errors.iter().any(|e| e.field == "photo"));
+    assert!(second.errors.iter().any(|e| e.field == "logo"));
+}

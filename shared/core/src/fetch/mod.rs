@@ -69,6 +69,9 @@ pub struct FetchRequest<'a> {
     /// The media type the task's data gives its body (`_mime_type`), taken over the
     /// response's Content-Type: what is stored, analysed and recorded.
     pub content_type: Option<&'a str>,
+    /// The URL is an image (`trawl_domain::image`): only an `image/*` body is kept, up to
+    /// `fetch.max_image_bytes`, and redirect hops are checked against the image scope.
+    pub image: bool,
 }
 
 /// How a GET follows redirects.
@@ -312,7 +315,11 @@ impl Fetcher {
                     status,
                 ));
             }
-            if let Err(reason) = req.scope.check(&next, req.depth) {
+            let in_scope = match req.image {
+                true => req.scope.check_image(&next),
+                false => req.scope.check(&next, req.depth),
+            };
+            if let Err(reason) = in_scope {
                 return Err(with_status(
                     Failure::new(
                         ErrorKind::OutOfScope,
@@ -377,12 +384,21 @@ impl Fetcher {
         let limits = &req.config.fetch;
         let stored = content_type.as_deref().is_some_and(|ct| {
             let media = media_type(ct);
-            is_html_type(&media)
-                || limits
-                    .store_content_types
-                    .iter()
-                    .any(|t| t.trim().eq_ignore_ascii_case(&media))
+            match req.image {
+                true => trawl_domain::image::is_image_type(&media),
+                false => {
+                    is_html_type(&media)
+                        || limits
+                            .store_content_types
+                            .iter()
+                            .any(|t| t.trim().eq_ignore_ascii_case(&media))
+                }
+            }
         });
+        let max_bytes = match req.image {
+            true => limits.max_image_bytes,
+            false => limits.max_body_bytes,
+        };
         let mut page = FetchedPage {
             status: status.as_u16(),
             final_url,
@@ -400,14 +416,14 @@ impl Fetcher {
         let too_large = || {
             Failure::new(
                 ErrorKind::TooLarge,
-                format!("body larger than {} bytes", limits.max_body_bytes),
+                format!("body larger than {max_bytes} bytes"),
             )
         };
         // Without Content-Encoding reqwest reports the declared length: refuse before reading.
-        if declared_length.is_some_and(|len| len > limits.max_body_bytes) {
+        if declared_length.is_some_and(|len| len > max_bytes) {
             return Err(too_large());
         }
-        let capped = read_capped(response, limits.max_body_bytes, deadline).await?;
+        let capped = read_capped(response, max_bytes, deadline).await?;
         if capped.exceeded {
             return Err(too_large());
         }
@@ -769,6 +785,7 @@ mod tests {
             now: 0,
             redirects: Redirects::Report,
             content_type: None,
+            image: false,
         });
         assert_send(&fetch);
         let delay = fetcher.crawl_delay(&url, &config);

@@ -316,6 +316,9 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if fetch.max_body_bytes == 0 {
         problems.push("fetch.max_body_bytes must be at least 1".into());
     }
+    if fetch.max_image_bytes == 0 {
+        problems.push("fetch.max_image_bytes must be at least 1".into());
+    }
     problems.extend(crate::fetch::validate_request_settings(fetch));
     for exempt in &fetch.guard_exempt {
         if exempt.parse::<std::net::SocketAddr>().is_err() {

@@ -73,6 +73,7 @@ pub(crate) async fn fetch(
             now,
             redirects: Redirects::Follow,
             content_type: None,
+            image: false,
         })
         .await;
     let page = match outcome {

@@ -35,6 +35,7 @@ fn csv_rows_quote_what_rfc_4180_asks_and_write_values_plainly() {
             field: "tags".into(),
             error: "required: no value".into(),
         }],
+        images: BTreeMap::new(),
     };
     let header = String::from_utf8(columns.header().unwrap()).unwrap();
     assert_eq!(
@@ -61,6 +62,7 @@ fn items_keyed_by_fields_are_keyed_once_and_a_missing_or_repeated_key_is_invalid
         detail: None,
         valid: true,
         errors: Vec::new(),
+        images: BTreeMap::new(),
     };
     let key = ["sku".to_owned()];
     let mut keyed = std::collections::HashMap::new();
@@ -495,6 +497,7 @@ fn reference(
             key: item.key.clone(),
             item: Some(item.clone()),
             reason: None,
+            removed_images: Vec::new(),
         });
     }
     let mut gone_keys: Vec<String> = before.into_keys().collect();
@@ -513,6 +516,7 @@ fn reference(
             ),
             key,
             item: None,
+            removed_images: Vec::new(),
         }
     }));
     (out, delta, summary)
