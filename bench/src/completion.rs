@@ -135,7 +135,56 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
             return Err(check("completion", format!("not completed: {report:?}")));
         }
         let sweep = dynamo_requests(&calls);
+
+        // A delivery's read of the pages: every succeeded task, page by page.
+        calls.reset();
+        let (mut read, mut cursor) = (0usize, None);
+        loop {
+            let page = store
+                .query(&TaskQuery {
+                    crawl_id: crawl.id.clone(),
+                    status: Status::Succeeded,
+                    updated_before: None,
+                    limit: 1_000,
+                    cursor,
+                    part: trawl_core::store::Part::WHOLE,
+                })
+                .await
+                .step("succeeded query")?;
+            read += page.tasks.len();
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let delivery_read = dynamo_requests(&calls);
+
+        // `trawl purge`'s deletion of the tasks.
+        calls.reset();
+        let deleted = store.delete_tasks(&crawl.id).await.step("delete tasks")?;
+        let purge = dynamo_requests(&calls);
+        if read != hosts || deleted != hosts as u64 {
+            return Err(check(
+                "completion",
+                format!("{read} succeeded read, {deleted} deleted of {hosts}"),
+            ));
+        }
         figures.extend([
+            Figure::single(
+                SECTION,
+                format!(
+                    "{hosts} hosts: a delivery's read of every page (the hosts' due lists): requests ({} queries)",
+                    delivery_read.queries
+                ),
+                "requests",
+                delivery_read.total as f64,
+            ),
+            Figure::single(
+                SECTION,
+                format!("{hosts} hosts: `trawl purge` of the tasks: requests ({} queries)", purge.queries),
+                "requests",
+                purge.total as f64,
+            ),
             Figure::single(
                 SECTION,
                 format!(

@@ -991,6 +991,64 @@ pub async fn the_parts_of_a_query_hold_every_task_once<S: TaskStore + HostStore>
     }
 }
 
+pub async fn a_purge_deletes_every_task_over_many_hosts_whatever_its_status<
+    S: TaskStore + HostStore,
+>(
+    store: &S,
+) {
+    // GIVEN 40 hosts (on DynamoDB, more than a page of host keys under each key of the host
+    // list: the conformance store reads a few at a time), each with a page succeeded, one
+    // pending, one retrying after a 500 and one gone, and another crawl's task
+    let crawl = crawl_id();
+    let mut expected = 0;
+    for host in 0..40 {
+        let name = format!("p{host}.example.com");
+        record_host(store, &crawl, &name).await;
+        let urls: Vec<String> = (0..4).map(|i| format!("http://{name}/t{i}")).collect();
+        let tasks: Vec<NewTask> = urls.iter().map(|u| new_task(u)).collect();
+        store.seed(&crawl, &tasks, T0).await.unwrap();
+        let mut done = Tracked::follow(store, &crawl, &urls[0]).await;
+        let lease = done.claim(T0).await;
+        done.finish(&lease, &record("a", T0), T0).await;
+        let mut failed = Tracked::follow(store, &crawl, &urls[1]).await;
+        let lease = failed.claim(T0).await;
+        failed
+            .fail(&lease, &Failure::from_http_status(500, None), &policy(), T0)
+            .await;
+        let mut gone = Tracked::follow(store, &crawl, &urls[2]).await;
+        let lease = gone.claim(T0).await;
+        gone.fail(&lease, &Failure::from_http_status(410, None), &policy(), T0)
+            .await;
+        expected += urls.len() as u64;
+    }
+    let other = crawl_id();
+    record_host(store, &other, "example.com").await;
+    Tracked::seed(store, &other, "http://example.com/other", T0).await;
+
+    // WHEN the crawl's tasks are deleted
+    let deleted = store.delete_tasks(&crawl).await.unwrap();
+
+    // THEN every one of them is gone, each counted once, and the other crawl's task stays
+    assert_eq!(deleted, expected);
+    let counts = store.counts(&crawl).await.unwrap();
+    assert!(counts.values().all(|n| *n == 0), "{counts:?}");
+    assert!(
+        store
+            .get(&crawl, &id("http://p7.example.com/t1"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .get(&other, &id("http://example.com/other"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(store.delete_tasks(&crawl).await.unwrap(), 0, "nothing left");
+}
+
 pub async fn counts_per_status<S: TaskStore + HostStore>(store: &S) {
     let crawl = crawl_id();
     record_host(store, &crawl, "example.com").await;

@@ -40,6 +40,7 @@ macro_rules! suite {
             query_pages_through_every_shard_in_update_order [],
             the_parts_of_a_query_hold_every_task_once [],
             a_status_few_hosts_hold_is_listed_whole_over_many_hosts [],
+            a_purge_deletes_every_task_over_many_hosts_whatever_its_status [],
             counts_per_status [],
             crawl_lifecycle [],
             every_crawl_write_leaves_the_crawl_the_domain_says [],
@@ -174,7 +175,12 @@ mod dynamodb {
             Kind::Plain => support::moto::shared(),
             Kind::Race => support::moto::single_threaded(),
         };
-        support::dynamo_store(&moto.endpoint, 4).await.0
+        // Two host keys a Query, so that walks of the hosts (listings of the statuses the
+        // status index leaves out, counts, purges) page through host keys as at scale.
+        support::dynamo_store(&moto.endpoint, 4)
+            .await
+            .0
+            .hosts_page(2)
     }
 
     suite!(dynamodb);

@@ -63,7 +63,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, DeleteRequest, KeysAndAttributes, PutRequest, ReturnValue, Select, WriteRequest,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
 use trawl_core::store::{Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery};
@@ -88,6 +88,8 @@ const BATCH_GET_KEYS: usize = 100;
 /// Rounds of a host walk (a page of one host's list, or the step to the next host) one page of
 /// tasks takes at most: about 2 requests each.
 const HOST_WALK_ROUNDS: usize = 64;
+/// Host keys read in one Query while walking the crawl's hosts.
+const HOSTS_PAGE: i32 = 100;
 
 /// The DynamoDB adapter. Cheap to clone (the SDK client is).
 #[derive(Debug, Clone)]
@@ -102,6 +104,8 @@ pub struct DynamoStore {
     noted: Arc<task_counts::Deltas>,
     /// This process's call reports (`reports`).
     reporting: Arc<reports::Reporting>,
+    /// Host keys a walk of the hosts reads a Query (`HOSTS_PAGE`).
+    hosts_page: i32,
 }
 
 type Item = HashMap<String, AttributeValue>;
@@ -139,7 +143,15 @@ impl DynamoStore {
             budget: Arc::default(),
             noted: Arc::default(),
             reporting: Arc::new(reports::Reporting::new(fastrand::u32(..))),
+            hosts_page: HOSTS_PAGE,
         }
+    }
+
+    /// This store reading `hosts` host keys a Query when it walks the crawl's hosts (at least
+    /// 1): tests page through a few hosts as a crawl of many would.
+    pub fn hosts_page(mut self, hosts: i32) -> Self {
+        self.hosts_page = hosts.max(1);
+        self
     }
 
     /// This store as the process `reporter` (`trawl_domain::report`; drawn at random by
@@ -289,56 +301,87 @@ struct HostWalk {
     due: Option<Millis>,
 }
 
-impl DynamoStore {
-    /// The crawl's next host of `part` after `after` (a key of the host list and a host filed
-    /// under it): the next one under that key, or the first under the next key of the part that
-    /// has one.
-    async fn host_after(
-        &self,
-        crawl_id: &CrawlId,
-        part: Part,
-        after: Option<(u32, &str)>,
-    ) -> StoreResult<Option<(u32, String)>> {
-        let (mut shard, mut start) = match after {
+/// The crawl's hosts of one part after a point, in walk order (host list key by key; under a
+/// key, by name), read a page of host keys at a time: a walk of the hosts' due lists makes one
+/// request per host for its list and one per `HOSTS_PAGE` hosts to find them, not one each.
+struct Hosts {
+    part: Part,
+    /// The key of the host list being read, and where its next page starts (None: the key's
+    /// first page, or, once `read` is set, no page left under it).
+    shard: u32,
+    start: Option<Item>,
+    read: bool,
+    ahead: VecDeque<String>,
+}
+
+impl Hosts {
+    /// The hosts of `part` after `after` (a key of the host list and a host filed under it),
+    /// or from the part's first.
+    fn after(crawl_id: &CrawlId, part: Part, after: Option<(u32, &str)>) -> Self {
+        let (shard, start) = match after {
             None => (part.index, None),
-            Some((shard, name)) => {
-                let key = HashMap::from([
+            Some((shard, name)) => (
+                shard,
+                Some(HashMap::from([
                     ("pk".to_owned(), s(host_pk(crawl_id, name))),
                     ("gsi_pk".to_owned(), s(items::hosts_gsi(crawl_id, shard))),
                     ("updated".to_owned(), n(0)),
-                ]);
-                (shard, Some(key))
-            }
+                ])),
+            ),
         };
-        while shard < items::HOST_KEYS {
-            let gsi = items::hosts_gsi(crawl_id, shard);
-            let (items, _, _) = self
-                .query_page(gsi, None, Some(1), start.take(), false)
-                .await?;
-            let first = items.first().and_then(|item| {
-                let pk = item.get("pk")?.as_s().ok()?;
-                items::host_of_pk(crawl_id, pk).map(str::to_owned)
-            });
-            if let Some(name) = first {
-                return Ok(Some((shard, name)));
-            }
-            shard += part.of.max(1);
+        Self {
+            part,
+            shard,
+            start,
+            read: false,
+            ahead: VecDeque::new(),
         }
-        Ok(None)
     }
 
-    /// One page of a host's due list, only the tasks `query` asks for (its status, updated at
-    /// or before its bound).
+    async fn next(
+        &mut self,
+        store: &DynamoStore,
+        crawl_id: &CrawlId,
+    ) -> StoreResult<Option<(u32, String)>> {
+        loop {
+            if let Some(name) = self.ahead.pop_front() {
+                return Ok(Some((self.shard, name)));
+            }
+            if self.read && self.start.is_none() {
+                self.shard += self.part.of.max(1);
+                self.read = false;
+            }
+            if self.shard >= items::HOST_KEYS {
+                return Ok(None);
+            }
+            let gsi = items::hosts_gsi(crawl_id, self.shard);
+            let (items, _, next) = store
+                .query_page(gsi, None, Some(store.hosts_page), self.start.take(), false)
+                .await?;
+            self.read = true;
+            self.start = next;
+            self.ahead.extend(items.iter().filter_map(|item| {
+                let pk = item.get("pk")?.as_s().ok()?;
+                items::host_of_pk(crawl_id, pk).map(str::to_owned)
+            }));
+        }
+    }
+}
+
+impl DynamoStore {
+    /// One page of a host's due list: the tasks in `status` (all when None), updated at or
+    /// before `updated_before`.
+    #[allow(clippy::too_many_arguments)]
     async fn host_page(
         &self,
-        query: &TaskQuery,
+        crawl_id: &CrawlId,
+        status: Option<Status>,
+        updated_before: Option<Millis>,
         host: &str,
         start: Option<Item>,
         limit: Option<i32>,
         count_only: bool,
     ) -> StoreResult<(Vec<Item>, i64, Option<Item>)> {
-        let (crawl_id, status) = (&query.crawl_id, query.status);
-        let mut filter = "#st = :st".to_owned();
         let mut req = self
             .client
             .query()
@@ -346,11 +389,18 @@ impl DynamoStore {
             .index_name(HOST_INDEX)
             .expression_attribute_names("#hk", "hk")
             .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":st", n(status.code()))
             .set_exclusive_start_key(start)
             .set_limit(limit);
-        req = updated_at_most(req, &mut filter, query.updated_before);
+        let Some(status) = status else {
+            return self
+                .send_page(req.key_condition_expression("#hk = :hk"), count_only)
+                .await;
+        };
+        let mut filter = "#st = :st".to_owned();
+        req = req
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":st", n(status.code()));
+        req = updated_at_most(req, &mut filter, updated_before);
         // Only succeeded pages sit at `NEVER_DUE`: a walk for other work does not read them.
         req = if status == Status::Succeeded {
             req.key_condition_expression("#hk = :hk")
@@ -368,6 +418,16 @@ impl DynamoStore {
     /// its host's due list, and every host with tasks has a record (hosts are recorded before
     /// their tasks are seeded).
     async fn walk_hosts(&self, query: &TaskQuery) -> StoreResult<TaskPage> {
+        self.walk(query, Some(query.status)).await
+    }
+
+    /// A page of the tasks in the crawl's hosts' due lists, those in `status` or all of them,
+    /// from `query`'s cursor.
+    pub(super) async fn walk(
+        &self,
+        query: &TaskQuery,
+        status: Option<Status>,
+    ) -> StoreResult<TaskPage> {
         let crawl_id = &query.crawl_id;
         let at = match &query.cursor {
             Some(raw) => {
@@ -375,7 +435,7 @@ impl DynamoStore {
             }
             None => None,
         };
-        let (mut host, mut start) = match at {
+        let (mut hosts, mut host, mut start) = match at {
             Some(at) if !query.part.holds(at.shard) => return Err(StoreError::InvalidCursor),
             Some(at) => {
                 let start = match (at.pk, at.due) {
@@ -386,36 +446,45 @@ impl DynamoStore {
                     ])),
                     _ => None,
                 };
-                (Some((at.shard, at.host)), start)
+                let hosts = Hosts::after(crawl_id, query.part, Some((at.shard, &at.host)));
+                (hosts, Some((at.shard, at.host)), start)
             }
-            None => (self.host_after(crawl_id, query.part, None).await?, None),
+            None => {
+                let mut hosts = Hosts::after(crawl_id, query.part, None);
+                let first = hosts.next(self, crawl_id).await?;
+                (hosts, first, None)
+            }
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
-        // Bounded: each round reads a page of one host's list or moves to the next host, and
-        // a page ends after `HOST_WALK_ROUNDS` of them however few tasks it holds, so that a
-        // caller with a deadline (a delivery) checks it between pages: a status most hosts
-        // have none of is otherwise one call over every host.
+        // Bounded: each round reads a page of one host's list (and, every `HOSTS_PAGE` hosts,
+        // a page of host keys), and a page ends after `HOST_WALK_ROUNDS` of them however few
+        // tasks it holds, so that a caller with a deadline (a delivery) checks it between
+        // pages: a status most hosts have none of is otherwise one call over every host.
         let mut rounds = 0;
-        while let Some((shard, name)) = host.clone() {
+        while let Some((_, name)) = host.clone() {
             if tasks.len() >= limit || rounds >= HOST_WALK_ROUNDS {
                 break;
             }
             rounds += 1;
             let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
             let (items, _, next) = self
-                .host_page(query, &name, start.take(), Some(want), false)
+                .host_page(
+                    crawl_id,
+                    status,
+                    query.updated_before,
+                    &name,
+                    start.take(),
+                    Some(want),
+                    false,
+                )
                 .await?;
             for item in items {
                 tasks.push(items::summary_from_item(item)?);
             }
             match next {
                 Some(key) => start = Some(key),
-                None => {
-                    host = self
-                        .host_after(crawl_id, query.part, Some((shard, &name)))
-                        .await?
-                }
+                None => host = hosts.next(self, crawl_id).await?,
             }
         }
         let cursor = host
@@ -437,29 +506,20 @@ impl DynamoStore {
 
     /// Tasks in a status the status index does not list, counted host by host.
     async fn count_on_hosts(&self, crawl_id: &CrawlId, status: Status) -> StoreResult<u64> {
-        let query = TaskQuery {
-            crawl_id: crawl_id.clone(),
-            status,
-            updated_before: None,
-            limit: 0,
-            cursor: None,
-            part: Part::WHOLE,
-        };
         let mut total = 0u64;
-        let mut host = self.host_after(crawl_id, Part::WHOLE, None).await?;
-        while let Some((shard, name)) = host {
+        let mut hosts = Hosts::after(crawl_id, Part::WHOLE, None);
+        while let Some((_, name)) = hosts.next(self, crawl_id).await? {
             let mut start = None;
             loop {
-                let (_, count, next) = self.host_page(&query, &name, start, None, true).await?;
+                let (_, count, next) = self
+                    .host_page(crawl_id, Some(status), None, &name, start, None, true)
+                    .await?;
                 total += count.max(0) as u64;
                 match next {
                     Some(key) => start = Some(key),
                     None => break,
                 }
             }
-            host = self
-                .host_after(crawl_id, Part::WHOLE, Some((shard, &name)))
-                .await?;
         }
         Ok(total)
     }

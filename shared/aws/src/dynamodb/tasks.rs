@@ -337,38 +337,36 @@ impl TaskRecords for DynamoStore {
 
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let mut deleted = 0u64;
-        for status in Status::ALL {
-            if !items::listed(status) {
-                // Through the hosts' due lists, page after page (a deleted task's key still
-                // places the next page).
-                let mut cursor = None;
-                loop {
-                    let page = self
-                        .walk_hosts(&TaskQuery {
-                            crawl_id: crawl_id.clone(),
-                            status,
-                            updated_before: None,
-                            limit: 25,
-                            cursor,
-                            part: Part::WHOLE,
-                        })
-                        .await?;
-                    let keys: Vec<AttributeValue> = page
-                        .tasks
-                        .iter()
-                        .map(|t| Self::task_key(crawl_id, &t.task_id))
-                        .collect();
-                    deleted += keys.len() as u64;
-                    if !keys.is_empty() {
-                        self.batch_delete(keys).await?;
-                    }
-                    match page.cursor {
-                        Some(next) => cursor = Some(next),
-                        None => break,
-                    }
-                }
-                continue;
+        // The statuses the status index does not list, in one walk of the hosts' due lists,
+        // page after page (a deleted task's key still places the next page). A listed task
+        // met there is left to its status index below, which would otherwise count it twice.
+        let mut cursor = None;
+        loop {
+            let query = TaskQuery {
+                crawl_id: crawl_id.clone(),
+                status: Status::Pending,
+                updated_before: None,
+                limit: 25,
+                cursor,
+                part: Part::WHOLE,
+            };
+            let page = self.walk(&query, None).await?;
+            let keys: Vec<AttributeValue> = page
+                .tasks
+                .iter()
+                .filter(|t| !items::listed(t.status))
+                .map(|t| Self::task_key(crawl_id, &t.task_id))
+                .collect();
+            deleted += keys.len() as u64;
+            if !keys.is_empty() {
+                self.batch_delete(keys).await?;
             }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        for status in Status::ALL.into_iter().filter(|s| items::listed(*s)) {
             for shard in 0..self.shards {
                 loop {
                     // Deleting what the last page returned moves the next page forward.
