@@ -24,11 +24,13 @@ use trawl_domain::transition::{self, Event, Insert, Update};
 /// How a store takes a claim in a host turn (`TaskStore::claim_in_turn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InTurnClaims {
-    /// Written, as `claim` writes it (the in-memory store, SQLite: a write costs no more than
-    /// the read).
+    /// Written, as `claim` writes it (the in-memory store: a write costs no more than the
+    /// read).
     Written,
-    /// Taken on the task as read, writing nothing (`LeaseKind::InTurn`, DynamoDB: one read
-    /// instead of a write; the fenced write under the lease is the claim).
+    /// Taken on the task as read, writing nothing (`LeaseKind::InTurn`; the fenced write under
+    /// the lease is the claim). DynamoDB: one read instead of a write. SQLite: a read in the
+    /// writer's group, where a write would dirty the task's pages and its indexes' and add to
+    /// the group's commit (measured: ~6% of a local crawl's CPU).
     AsRead,
 }
 

@@ -7,7 +7,8 @@ use super::{
 };
 use rusqlite::{named_params, params};
 use trawl_core::store::{
-    Applied, Seeded, StatusCounts, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, InTurnClaims, Seeded, StatusCounts, StoreResult, TaskPage, TaskQuery, TaskRecords,
+    TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
@@ -30,6 +31,8 @@ static TASK_SHARD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
 });
 
 impl TaskRecords for SqliteStore {
+    const IN_TURN_CLAIMS: InTurnClaims = InTurnClaims::AsRead;
+
     async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         if tasks.is_empty() {
             return Ok(Vec::new());
