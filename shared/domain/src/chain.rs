@@ -9,7 +9,8 @@
 //!   a rule matches gives values by name — JSON fields of its body, or fields of the items its
 //!   extractor found — and the rule's URL template (and body template) filled with them are the
 //!   next requests ([`next_requests`]). A field with several values gives several requests. Each
-//!   new task carries the values it was made of under one name (`prev_result` by default) and
+//!   new task carries its page's data and the values it was made of under one name
+//!   (`prev_result` by default), and
 //!   counts its steps (`_chain`): a rule stops at its `max_steps`, at a field without value and
 //!   at a response that is not what it reads, and the page's fetch record keeps why
 //!   ([`ChainStop`]). Chained tasks are seeded like links (the crawl's scope, robots.txt, the
@@ -617,16 +618,17 @@ fn fill_json(
 }
 
 /// The user data of the task `next` makes, whose page was at chain step `step`: the page's data
-/// it inherits (`scope.inherit_data`; its request keys dropped), the values `next` was made of
+/// (`page_data`; its request keys and its retry count dropped), the values `next` was made of
 /// under the rule's `carry`, its step, and its request. An error when it is past
 /// `MAX_USER_DATA_BYTES`.
 pub fn chained_data(
-    inherited: Option<UserData>,
+    page_data: Option<UserData>,
     rule: &ChainRule,
     next: &NextRequest,
     step: u32,
 ) -> Result<UserData, ChainStop> {
-    let mut data = inherited.map(without_request).unwrap_or_default();
+    let mut data = page_data.map(without_request).unwrap_or_default();
+    data.remove(RETRIED_KEY);
     data.insert(rule.carry.clone(), Value::Object(next.carried.clone()));
     data.insert(STEP_KEY.to_owned(), Value::from(step.saturating_add(1)));
     if let Some(request) = &next.request {
