@@ -51,11 +51,11 @@ impl ChainRules {
         Ok(Self { chains, retries })
     }
 
-    /// The chain rule of the page at `url`: the first whose pattern matches.
-    pub fn chain_for(&self, url: &str) -> Option<&ChainRule> {
+    /// The chain rules of the page at `url`: every one whose pattern matches, in order.
+    pub fn chains_for<'a>(&'a self, url: &'a str) -> impl Iterator<Item = &'a ChainRule> + 'a {
         self.chains
             .iter()
-            .find(|(p, _)| p.is_match(url))
+            .filter(move |(p, _)| p.is_match(url))
             .map(|(_, r)| r)
     }
 
@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_matching_rule_applies_and_a_bad_one_is_named() {
+    fn every_matching_chain_rule_applies_the_first_matching_retry_rule_and_a_bad_one_is_named() {
         let rules = ChainRules::new(&config(json!({
             "fetch": {"store_content_types": ["application/json"]},
             "chains": [
@@ -165,9 +165,14 @@ mod tests {
             "retry_with": [{"match": "/api/", "param": "page"}],
         })))
         .unwrap();
-        let api = rules.chain_for("http://h/api/x").unwrap();
-        assert_eq!(api.url, "?cursor={c}");
-        assert_eq!(rules.chain_for("http://h/else").unwrap().url, "{c}");
+        let urls = |url| {
+            rules
+                .chains_for(url)
+                .map(|r| r.url.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(urls("http://h/api/x"), ["?cursor={c}", "{c}"]);
+        assert_eq!(urls("http://h/else"), ["{c}"]);
         assert!(rules.retry_for("http://h/api/x").is_some());
         assert!(rules.retry_for("http://h/else").is_none());
         for (bad, reason) in [

@@ -5,14 +5,16 @@
 //!   part of the task's identity: its id is the md5 of its canonical URL, method and body
 //!   ([`task_id`]), so two POSTs to one URL with different bodies are two tasks, and a GET
 //!   without body keeps the id of its URL alone (every crawl from before keeps its ids).
-//! - **Chained requests** ([`ChainRule`], the configuration's `chains`). A fetched page whose URL
-//!   a rule matches gives values by name — JSON fields of its body, or fields of the items its
+//! - **Chained requests** ([`ChainRule`], the configuration's `chains`). A fetched page gives
+//!   each rule that matches its URL (every one: a page may both page on and fan out) values by
+//!   name — JSON fields of its body, or fields of the items its
 //!   extractor found — and the rule's URL template (and body template) filled with them are the
 //!   next requests ([`next_requests`]). A field with several values gives several requests. Each
 //!   new task carries its page's data and the values it was made of under one name
 //!   (`prev_result` by default), and
 //!   counts its steps (`_chain`): a rule stops at its `max_steps`, at a field without value and
-//!   at a response that is not what it reads, and the page's fetch record keeps why
+//!   at a response that is not what it reads, and the page's fetch record keeps why (the first
+//!   rule's reason that stopped)
 //!   ([`ChainStop`]). Chained tasks are seeded like links (the crawl's scope, robots.txt, the
 //!   network guard and `max_pages` apply) at their page's depth, as an open-ended template's
 //!   next page is: the chain's own cap bounds them, not `max_depth`.

@@ -760,7 +760,7 @@ pub struct CrawlConfig {
     /// name them; their pages are seeded by the chain only, never as links.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paging: Vec<crate::paging::PageTemplate>,
-    /// What the answers of pages make next (`crate::chain`): the first rule matching a fetched
+    /// What the answers of pages make next (`crate::chain`): every rule matching a fetched
     /// page's URL fills its templates with the page's values.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub chains: Vec<crate::chain::ChainRule>,

@@ -15,14 +15,16 @@ use crate::crawler::Crawler;
 use crate::extract::PageItems;
 use crate::fetch::FetchedPage;
 use trawl_domain::canonical::{CanonicalUrl, truncate};
-use trawl_domain::chain::{ChainStep, ChainStop, chained_data, next_requests, retried, step_of};
+use trawl_domain::chain::{
+    ChainRule, ChainStep, ChainStop, chained_data, next_requests, retried, step_of,
+};
 use trawl_domain::retry::Failure;
 use trawl_domain::task::{NewTask, Task};
 
 impl<P: Ports> Crawler<P> {
-    /// Seeds the requests the chain rule of `task`'s URL, if it has one, makes of its fetched
-    /// `page` and the items found on it. Returns why the page made none (recorded on its fetch
-    /// record), None when it made some or no rule applies.
+    /// Seeds the requests the chain rules of `task`'s URL (every one that matches) make of its
+    /// fetched `page` and the items found on it. Returns why a rule made none (the first such
+    /// rule's reason, recorded on the page's fetch record), None when each made some.
     pub(super) async fn seed_chained(
         &self,
         context: &CrawlContext,
@@ -32,56 +34,20 @@ impl<P: Ports> Crawler<P> {
         outbox: &Outbox,
         held: &Held,
     ) -> Result<Option<ChainStop>, CrawlerError> {
-        let Some(rule) = context.chains.chain_for(&task.url) else {
-            return Ok(None);
-        };
-        let step = step_of(task.data.as_ref());
-        let body = page.body.as_ref().map(|b| &b.bytes()[..]);
-        let fields = items.into_iter().flat_map(|i| &i.items).map(|i| &i.fields);
-        let values = page_values(rule, body, fields);
-        let page_url = page.final_url.as_url();
-        let next = match values.map(|v| next_requests(rule, page_url, &v, step)) {
-            Ok(ChainStep::Next(next)) => next,
-            Ok(ChainStep::Stop(stop)) | Err(stop) => {
-                tracing::info!(url = %task.url, ?stop, "the chain stops");
-                return Ok(Some(stop));
+        let mut stopped = None;
+        let mut tasks = Vec::new();
+        for rule in context.chains.chains_for(&task.url) {
+            let (made, stop) = chained_tasks(context, task, rule, page, items);
+            tasks.extend(made);
+            if let Some(stop) = stop {
+                tracing::info!(url = %task.url, ?stop, "a chain stops");
+                stopped.get_or_insert(stop);
             }
-        };
-        let mut stop = None;
-        let mut tasks = Vec::with_capacity(next.len());
-        for request in next {
-            let data = match chained_data(task.data.clone(), rule, &request, step) {
-                Ok(data) => data,
-                Err(why) => {
-                    stop = Some(why);
-                    continue;
-                }
-            };
-            let url = match CanonicalUrl::parse(&request.url) {
-                Ok(url) => context.scope.normalise(url),
-                Err(e) => {
-                    stop = Some(invalid(format!("{}: {e}", request.url)));
-                    continue;
-                }
-            };
-            if let Err(reason) = context.scope.check(&url, task.depth) {
-                stop = Some(invalid(format!("{url} is out of scope: {reason}")));
-                continue;
-            }
-            tasks.push(NewTask {
-                priority: link_priority(context, &url, Some(&data)),
-                url,
-                depth: task.depth,
-                parent: Some(task.task_id.clone()),
-                data: Some(data),
-            });
         }
-        if tasks.is_empty() {
-            tracing::info!(url = %task.url, ?stop, "the chain stops");
-            return Ok(stop);
+        if !tasks.is_empty() {
+            self.seed_found(context, task, tasks, outbox, held).await?;
         }
-        self.seed_found(context, task, tasks, outbox, held).await?;
-        Ok(None)
+        Ok(stopped)
     }
 
     /// Seeds `task`'s request changed by the crawl's retry rule for its URL, if one applies,
@@ -137,6 +103,55 @@ impl<P: Ports> Crawler<P> {
             tracing::warn!(error = %e, "the changed request was not seeded");
         }
     }
+}
+
+/// The tasks `rule` makes of `task`'s fetched `page`, and why it made none or fewer than its
+/// values asked for.
+fn chained_tasks(
+    context: &CrawlContext,
+    task: &Task,
+    rule: &ChainRule,
+    page: &FetchedPage,
+    items: Option<&PageItems>,
+) -> (Vec<NewTask>, Option<ChainStop>) {
+    let step = step_of(task.data.as_ref());
+    let body = page.body.as_ref().map(|b| &b.bytes()[..]);
+    let fields = items.into_iter().flat_map(|i| &i.items).map(|i| &i.fields);
+    let values = page_values(rule, body, fields);
+    let next = match values.map(|v| next_requests(rule, page.final_url.as_url(), &v, step)) {
+        Ok(ChainStep::Next(next)) => next,
+        Ok(ChainStep::Stop(stop)) | Err(stop) => return (Vec::new(), Some(stop)),
+    };
+    let mut stop = None;
+    let mut tasks = Vec::with_capacity(next.len());
+    for request in next {
+        let data = match chained_data(task.data.clone(), rule, &request, step) {
+            Ok(data) => data,
+            Err(why) => {
+                stop = Some(why);
+                continue;
+            }
+        };
+        let url = match CanonicalUrl::parse(&request.url) {
+            Ok(url) => context.scope.normalise(url),
+            Err(e) => {
+                stop = Some(invalid(format!("{}: {e}", request.url)));
+                continue;
+            }
+        };
+        if let Err(reason) = context.scope.check(&url, task.depth) {
+            stop = Some(invalid(format!("{url} is out of scope: {reason}")));
+            continue;
+        }
+        tasks.push(NewTask {
+            priority: link_priority(context, &url, Some(&data)),
+            url,
+            depth: task.depth,
+            parent: Some(task.task_id.clone()),
+            data: Some(data),
+        });
+    }
+    (tasks, stop)
 }
 
 fn invalid(detail: String) -> ChainStop {
