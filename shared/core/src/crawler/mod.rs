@@ -1376,6 +1376,7 @@ impl<P: Ports> Crawler<P> {
                 // A chained page seeds its next requests (before its finish, as links are), or
                 // records why it made none; unchanged, it decided before.
                 let chain_stop = match unchanged {
+                    _ if image => None,
                     true => previous.and_then(|p| p.chain_stop.clone()),
                     false => {
                         let items = reading.items.as_ref();

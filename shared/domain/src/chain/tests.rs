@@ -362,3 +362,77 @@ fn a_given_up_request_is_tried_again_with_its_parameter_changed_a_bounded_number
         assert!(bad.validate("retry_with[0]").is_err(), "{key}");
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn body() -> impl Strategy<Value = Vec<(String, i64)>> {
+        proptest::collection::vec(("[a-d]{1,2}", -3i64..3), 0..6)
+    }
+
+    proptest! {
+        /// A body's id does not depend on the order its keys were written in; two different
+        /// bodies are two ids; a GET is its URL's id whatever else its data holds.
+        #[test]
+        fn identity_is_the_url_method_and_body_and_nothing_else(a in body(), b in body(), extra in "[a-z]{0,8}") {
+            let url = CanonicalUrl::parse("https://api.example/search").unwrap();
+            let post = |pairs: &[(String, i64)]| {
+                let body: serde_json::Map<String, Value> =
+                    pairs.iter().map(|(k, v)| (k.clone(), Value::from(*v))).collect();
+                let mut data = UserData::new();
+                data.insert("note".into(), Value::from(extra.clone()));
+                data.insert(METHOD_KEY.into(), Value::from("POST"));
+                data.insert(BODY_KEY.into(), Value::Object(body.clone()));
+                (task_id(&url, Some(&data)), body)
+            };
+            let reversed: Vec<_> = a.iter().rev().cloned().collect();
+            let (id_a, body_a) = post(&a);
+            let (id_rev, _) = post(&reversed);
+            let (id_b, body_b) = post(&b);
+            // Reversed, a repeated key keeps its other value: the same id only for the same body.
+            let (_, body_rev) = post(&reversed);
+            prop_assert_eq!(id_a == id_rev, body_a == body_rev);
+            prop_assert_eq!(id_a == id_b, body_a == body_b);
+            prop_assert_ne!(&id_a, &url.task_id());
+            let get = data(json!({"note": extra, "_method": "GET"}));
+            prop_assert_eq!(task_id(&url, Some(&get)), url.task_id());
+        }
+
+        /// Whatever values a page gives, a rule makes at most `MAX_FANOUT` requests, each an
+        /// absolute URL carrying exactly the rule's fields, or stops with a reason.
+        #[test]
+        fn next_requests_are_bounded_and_carry_the_rules_fields(
+            ids in proptest::collection::vec(proptest::option::of(0u32..1000), 0..150),
+            cursor in proptest::option::of("[a-z0-9 &/]{0,6}"),
+            step in 0u32..8,
+        ) {
+            let rule = rule(json!({
+                "fields": {"id": {"json": "/ids"}, "c": {"json": "/c"}},
+                "url": "/item/{id}?c={c}", "max_steps": 5,
+            }));
+            let doc = json!({"ids": ids, "c": cursor});
+            let values: BTreeMap<String, Vec<Value>> = [("id", "/ids"), ("c", "/c")]
+                .into_iter()
+                .map(|(name, pointer)| (name.to_owned(), json_values(&doc, pointer)))
+                .collect();
+            match next_requests(&rule, &page(), &values, step) {
+                ChainStep::Next(next) => {
+                    prop_assert!(step < 5);
+                    prop_assert!(!next.is_empty() && next.len() <= MAX_FANOUT);
+                    prop_assert_eq!(next.len(), values["id"].len().min(MAX_FANOUT));
+                    for request in next {
+                        prop_assert!(CanonicalUrl::parse(&request.url).is_ok(), "{}", request.url);
+                        let keys: Vec<&String> = request.carried.keys().collect();
+                        prop_assert_eq!(keys, ["c", "id"]);
+                    }
+                }
+                ChainStep::Stop(ChainStop::Cap { .. }) => prop_assert!(step >= 5),
+                ChainStep::Stop(ChainStop::Empty { field }) => {
+                    prop_assert!(values[&field].is_empty());
+                }
+                ChainStep::Stop(other) => prop_assert!(false, "{:?}", other),
+            }
+        }
+    }
+}
