@@ -618,6 +618,34 @@ mod tests {
     }
 
     #[test]
+    fn a_tasks_own_method_and_body_come_before_the_rules_and_the_crawls() {
+        let fetch = fetch_with(serde_json::json!({
+            "method": "POST", "body": {"text": "crawl"},
+            "rules": [{"glob": "*/api/*", "body": {"json": {"rule": 1}}}],
+        }));
+        let rules = RuleSets::default();
+        let own = |method, body| TaskRequest { method, body };
+        let posted = own(
+            HttpMethod::Post,
+            Some(RequestBody::Json(serde_json::json!({"q": "shoes"}))),
+        );
+        let plan = rules
+            .plan(&url("http://h/api/x"), &fetch, Some(&posted))
+            .unwrap();
+        assert_eq!(plan.body.as_deref(), Some(&br#"{"q":"shoes"}"#[..]));
+        assert_eq!(plan.headers["content-type"], "application/json");
+        // A task's POST without a body of its own takes the rule's; its GET sends none.
+        let bare = own(HttpMethod::Post, None);
+        let plan = rules
+            .plan(&url("http://h/api/x"), &fetch, Some(&bare))
+            .unwrap();
+        assert_eq!(plan.body.as_deref(), Some(&br#"{"rule":1}"#[..]));
+        let get = own(HttpMethod::Get, None);
+        let plan = rules.plan(&url("http://h/p"), &fetch, Some(&get)).unwrap();
+        assert_eq!((plan.method, plan.body), (Method::GET, None));
+    }
+
+    #[test]
     fn an_invalid_stored_rule_fails_the_fetch_instead_of_panicking() {
         let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}, {"glob": "*"}]}));
         let failure = RuleSets::default()
