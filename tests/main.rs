@@ -1,6 +1,7 @@
 //! trawl's integration tests: one binary, one module per area.
 
 mod analysis;
+mod chaining;
 mod chaos;
 mod cli;
 mod client;

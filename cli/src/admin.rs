@@ -349,6 +349,10 @@ async fn task_show<P: Ports>(
         "changes_seen": history.map(|h| h.changes),
         "data": task.data,
         "priority": task.priority.get(),
+        // The page it was found on, made of (a chain) or tried again from (`retry_with`).
+        "parent": task.parent.as_ref().map(|p| p.as_str()),
+        // Why a chain rule made no next request of the page.
+        "chain_stop": fetch.and_then(|f| f.chain_stop.clone()),
     });
     if json {
         output::json(&value);

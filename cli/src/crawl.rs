@@ -30,6 +30,7 @@ use trawl_core::seed::{
 };
 use trawl_core::store::{StatusCounts, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::chain::TaskRequest;
 use trawl_domain::crawl::{
     BasicCredentials, Crawl, CrawlConfig, CrawlState, FetchLimits, HostAuth, JarScope, ProxyEntry,
     ProxyRotation, RecrawlPolicy, SecretRef, StorageLayout,
@@ -387,6 +388,7 @@ impl Plan {
             let url = CanonicalUrl::parse(&entry.url).map_err(|e| bad(e.to_string()))?;
             Priority::of_data(entry.data.as_ref())
                 .map_err(|e| bad(format!("{}: {e}", Priority::KEY)))?;
+            TaskRequest::of_data(entry.data.as_ref()).map_err(|e| bad(e.to_string()))?;
             hosts.insert(url.host().to_owned());
             first.get_or_insert(url);
             seeds_given.push(seed.url);

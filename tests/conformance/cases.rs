@@ -387,6 +387,40 @@ pub async fn user_data_stays_with_its_task_through_every_transition<S: TaskStore
     assert_eq!(stored.data.as_ref(), data.as_object());
 }
 
+pub async fn two_posts_to_one_url_with_different_bodies_are_two_tasks<S: TaskStore>(store: &S) {
+    // GIVEN a URL fetched with GET, and two POSTs to it whose data gives different bodies
+    let crawl = crawl_id();
+    let url = "http://example.com/api/search";
+    let post = |body: serde_json::Value| NewTask {
+        data: serde_json::json!({"_method": "POST", "_body": body})
+            .as_object()
+            .cloned(),
+        ..new_task(url)
+    };
+    let shoes = post(serde_json::json!({"q": "shoes", "page": 1}));
+    let boots = post(serde_json::json!({"q": "boots", "page": 1}));
+
+    // WHEN all three are seeded, then the first POST again (its body's keys in another order
+    // is the same body)
+    let first = store
+        .seed(&crawl, &[new_task(url), shoes.clone(), boots.clone()], T0)
+        .await
+        .unwrap();
+    let shoes_again = post(serde_json::json!({"page": 1, "q": "shoes"}));
+    let again = store.seed(&crawl, &[shoes_again], T0 + 1).await.unwrap();
+
+    // THEN three tasks exist, each under its own id with its request, and the repeat is known
+    assert_eq!(first, [Seeded::Created, Seeded::Created, Seeded::Created]);
+    assert_eq!(again, [Seeded::AlreadyKnown]);
+    let ids = [new_task(url).task_id(), shoes.task_id(), boots.task_id()];
+    assert_eq!(ids[0], id(url));
+    for (task_id, new) in ids.iter().zip([new_task(url), shoes, boots]) {
+        let stored = store.get(&crawl, task_id).await.unwrap().unwrap();
+        assert_eq!((stored.url.as_str(), &stored.data), (url, &new.data));
+    }
+    assert_eq!(store.known(&crawl, &ids).await.unwrap(), [true, true, true]);
+}
+
 pub async fn concurrent_claimers_exactly_one_wins<S: TaskStore>(store: &S) {
     // GIVEN one pending task
     let crawl = crawl_id();

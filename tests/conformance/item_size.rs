@@ -77,6 +77,7 @@ async fn a_typical_succeeded_task_is_under_one_kilobyte() {
             ],
         }),
         paging_stop: None,
+        chain_stop: None,
         analysis: None,
     };
     store.finish(&lease, &record, T0 + 1).await.unwrap();

@@ -30,6 +30,7 @@ macro_rules! suite {
         $backend! {
             reseed_is_idempotent [],
             user_data_stays_with_its_task_through_every_transition [],
+            two_posts_to_one_url_with_different_bodies_are_two_tasks [],
             expired_lease_is_reclaimed_and_the_old_holder_is_fenced [],
             a_task_whose_turn_died_is_taken_by_the_next_turn [],
             transient_failures_back_off_then_give_up [],

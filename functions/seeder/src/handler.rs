@@ -290,6 +290,7 @@ mod tests {
     const PAGINATION: &str = include_str!("../../../events/seeder-pagination.json");
     const OPEN_PAGINATION: &str = include_str!("../../../events/seeder-pagination-open.json");
     const SEED_QUEUE: &str = include_str!("../../../events/seeder-sqs.json");
+    const CHAIN: &str = include_str!("../../../events/seeder-chain.json");
 
     /// Manifests served from memory, keyed by (bucket, key).
     #[derive(Default)]
@@ -605,6 +606,34 @@ mod tests {
         let crawl = handler.seeder.store.get_crawl(&id).await.unwrap().unwrap();
         assert_eq!(crawl.config.paging.len(), 1);
         assert!(crawl.config.paging[0].is_open());
+    }
+
+    #[tokio::test]
+    async fn the_chain_event_seeds_two_posts_to_one_url_as_two_tasks_and_refuses_a_bad_method() {
+        // GIVEN the chain event: two searches POSTed to one URL, one with a method trawl does
+        // not send, and a listing page
+        let handler = handler();
+
+        // WHEN it is seeded
+        let seeded = run(&handler, CHAIN).await.unwrap();
+
+        // THEN the two POSTs are two tasks beside the listing, the bad one is rejected with its
+        // reason, and the crawl keeps its chain and retry rules
+        assert_eq!((seeded.accepted, seeded.rejected), (3, 1), "{seeded:?}");
+        assert!(
+            seeded.rejections[0]
+                .reason
+                .contains("_method \"PUT\" is not"),
+            "{seeded:?}"
+        );
+        let id = CrawlId::parse("example-chain").unwrap();
+        let counts = handler.seeder.store.counts(&id).await.unwrap();
+        assert_eq!(counts.values().sum::<u64>(), 3, "{counts:?}");
+        let crawl = handler.seeder.store.get_crawl(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (crawl.config.chains.len(), crawl.config.retry_with.len()),
+            (2, 1)
+        );
     }
 
     #[tokio::test]

@@ -81,6 +81,7 @@ pub async fn check(
         redirects: Redirects::Report,
         content_type: None,
         image: false,
+        request: None,
     };
     let fail = |failure: &Failure| {
         transition::fail(&lease, failure, &config.retry, &revisit, now)
@@ -297,6 +298,7 @@ async fn reference_outcome(
         redirects: Redirects::Report,
         content_type: None,
         image: false,
+        request: None,
     };
     match fetcher.fetch(request).await {
         FetchOutcome::Failed(failure) if failure.kind == ErrorKind::NotFound => {

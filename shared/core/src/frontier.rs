@@ -132,12 +132,12 @@ where
     let mut seen = HashSet::new();
     let tasks: Vec<NewTask> = tasks
         .into_iter()
-        .filter(|t| seen.insert(t.url.task_id()))
+        .filter(|t| seen.insert(t.task_id()))
         .collect();
     let mut report = SeedReport::default();
     // Known tasks are told apart by one batched read, not by refused puts (a refused write
     // costs what one that lands costs): they take no page slot, no offer and no put.
-    let ids: Vec<TaskId> = tasks.iter().map(|t| t.url.task_id()).collect();
+    let ids: Vec<TaskId> = tasks.iter().map(NewTask::task_id).collect();
     let known = if ids.is_empty() {
         Vec::new()
     } else {

@@ -17,6 +17,7 @@ pub mod backoff;
 pub mod blob;
 pub mod calls;
 pub mod cause;
+pub mod chain;
 #[cfg(feature = "fetch")]
 pub mod check;
 pub mod clock;

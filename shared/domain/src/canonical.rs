@@ -226,6 +226,16 @@ impl CanonicalUrl {
     pub fn task_id(&self) -> TaskId {
         TaskId(hex::encode(Md5::digest(self.as_str().as_bytes())))
     }
+
+    /// The id of a request to this URL that is more than a GET (`crate::chain::task_id`): the
+    /// md5 of the canonical URL and what the request adds, on a line of its own.
+    pub fn task_id_with(&self, request: &str) -> TaskId {
+        let mut md5 = Md5::new();
+        md5.update(self.as_str().as_bytes());
+        md5.update(b"\n");
+        md5.update(request.as_bytes());
+        TaskId(hex::encode(md5.finalize()))
+    }
 }
 
 impl fmt::Display for CanonicalUrl {

@@ -760,6 +760,14 @@ pub struct CrawlConfig {
     /// name them; their pages are seeded by the chain only, never as links.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paging: Vec<crate::paging::PageTemplate>,
+    /// What the answers of pages make next (`crate::chain`): every rule matching a fetched
+    /// page's URL fills its templates with the page's values.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<crate::chain::ChainRule>,
+    /// Requests tried again changed when their task is given up (`crate::chain`): the first
+    /// rule matching the task's URL applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retry_with: Vec<crate::chain::RetryWith>,
     /// Set the crawl's checkpoint, as each generation is delivered, to the time that
     /// generation started, in this form: the next seed's `{since}` asks for what changed since
     /// the last complete crawl began (Docido's `set_kv('since', crawl_start)`).
@@ -970,6 +978,8 @@ impl Default for CrawlConfig {
             extract: Vec::new(),
             items: ItemsOutput::default(),
             paging: Vec::new(),
+            chains: Vec::new(),
+            retry_with: Vec::new(),
             auto_checkpoint: None,
             paused: false,
             analysis: Analysis::default(),

@@ -5,6 +5,7 @@
 pub mod calls;
 pub mod canonical;
 pub mod capacity;
+pub mod chain;
 pub mod crawl;
 pub mod estimate;
 pub mod extract;

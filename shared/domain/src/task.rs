@@ -242,6 +242,10 @@ pub struct FetchRecord {
     /// any other page, and for one whose next page was seeded.
     #[serde(rename = "stop", default, skip_serializing_if = "Option::is_none")]
     pub paging_stop: Option<crate::paging::PagingStop>,
+    /// Why a chain rule made no next request of this page (`crate::chain`): None for any other
+    /// page, and for one that made some.
+    #[serde(rename = "cstop", default, skip_serializing_if = "Option::is_none")]
+    pub chain_stop: Option<crate::chain::ChainStop>,
     /// What the built-in analysis read from the page (`CrawlConfig::analysis`): None when the
     /// crawl does not ask for it, or the page is not HTML.
     #[serde(rename = "an", default, skip_serializing_if = "Option::is_none")]
@@ -564,6 +568,14 @@ pub struct NewTask {
     pub data: Option<UserData>,
     /// Its priority (`crate::priority`: `Priority::of_seed`, `Priority::of_link`).
     pub priority: Priority,
+}
+
+impl NewTask {
+    /// Its id: its URL's, with its request's when its data gives one that is more than a GET
+    /// (`crate::chain::task_id`).
+    pub fn task_id(&self) -> TaskId {
+        crate::chain::task_id(&self.url, self.data.as_ref())
+    }
 }
 
 /// A granted claim: proof that this worker, and only it, may finish the task until `expires_at`.

@@ -298,7 +298,7 @@ pub fn seed(crawl_id: &CrawlId, new: &NewTask, now: Millis) -> Insert {
         requires: Condition::Absent,
         task: Task {
             crawl_id: crawl_id.clone(),
-            task_id: new.url.task_id(),
+            task_id: new.task_id(),
             url: new.url.as_str().to_owned(),
             status: Status::Pending,
             created_at: now,

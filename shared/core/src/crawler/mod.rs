@@ -13,6 +13,7 @@
 //! without spending a retry (a timeout excepted: one slow page must end in time). A failing URL
 //! never holds its host: it gets a due time and the turn goes on with the host's other URLs.
 
+mod chain;
 mod gather;
 mod record;
 mod seen;
@@ -23,6 +24,7 @@ pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
 use crate::app::{App, Ports};
 use crate::backoff::{Backoff, persist};
 use crate::blob::BlobStore;
+use crate::chain::ChainRules;
 use crate::check::{ReferenceChecks, ReferenceOutcome};
 use crate::clock::Clock;
 use crate::discover::{Links, ScopeMatcher, Want};
@@ -50,6 +52,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::chain::{TaskRequest, without_request};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
 use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, singled_out};
@@ -249,6 +252,8 @@ struct CrawlContext {
     extractors: Extractors,
     /// The crawl's open-ended pagination templates, as its task URLs read.
     paging: Vec<PagePattern>,
+    /// Its chain and retry rules (`crate::chain`).
+    chains: ChainRules,
     loaded: Instant,
 }
 
@@ -1190,6 +1195,16 @@ impl<P: Ports> Crawler<P> {
         // An image is a leaf: fetched through its redirects (each hop in the image scope),
         // never read for links or items.
         let image = is_image_task(task.data.as_ref());
+        let own = match TaskRequest::of_data(task.data.as_ref()) {
+            Ok(own) => own,
+            Err(e) => {
+                let failure = Failure::new(ErrorKind::InvalidContent, e.to_string());
+                return Ok((
+                    self.fail(context, lease, &failure, &revisit).await?.into(),
+                    None,
+                ));
+            }
+        };
         let request = FetchRequest {
             url: &url,
             crawl_id: Some(&context.crawl.id),
@@ -1204,6 +1219,7 @@ impl<P: Ports> Crawler<P> {
             },
             content_type: given_type,
             image,
+            request: own.as_ref(),
         };
         let previous = task.fetch.as_ref();
         tracing::debug!(url = %task.url, token = lease.token, "fetch");
@@ -1212,6 +1228,10 @@ impl<P: Ports> Crawler<P> {
                 let signal = HostSignal::of_failure(&failure);
                 if signal.spends_retry() || singled_out(answered_at, &task.errors) {
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
+                    if outcome == Outcome::GaveUp {
+                        self.retry_changed(context, task, &failure, outbox, held)
+                            .await;
+                    }
                     return Ok((outcome.into(), Some(signal)));
                 }
                 // The host's trouble, not the URL's: back to pending, no retry spent.
@@ -1353,6 +1373,17 @@ impl<P: Ports> Crawler<P> {
                     }
                     _ => previous.and_then(|p| p.paging_stop),
                 };
+                // A chained page seeds its next requests (before its finish, as links are), or
+                // records why it made none; unchanged, it decided before.
+                let chain_stop = match unchanged {
+                    _ if image => None,
+                    true => previous.and_then(|p| p.chain_stop.clone()),
+                    false => {
+                        let items = reading.items.as_ref();
+                        self.seed_chained(context, task, &page, items, outbox, held)
+                            .await?
+                    }
+                };
                 // The page's analysis, when the crawl asks for it and the task's data does not
                 // skip it: an unchanged body's stands.
                 let wanted = config.analysis.for_task(task.data.as_ref());
@@ -1370,6 +1401,7 @@ impl<P: Ports> Crawler<P> {
                 let record = FetchRecord {
                     sent: page.sent,
                     paging_stop,
+                    chain_stop,
                     analysis,
                     ..fetched::scheduled(record, previous, changed, &revisit, now)
                 };
@@ -1573,7 +1605,7 @@ impl<P: Ports> Crawler<P> {
         // The page itself exists too: pages linking back to it need not seed it again.
         self.seen
             .insert_new(created_at, crawl_name, std::slice::from_ref(&task.task_id));
-        let ids: Vec<_> = tasks.iter().map(|t| t.url.task_id()).collect();
+        let ids: Vec<_> = tasks.iter().map(NewTask::task_id).collect();
         let new = self.seen.insert_new(created_at, crawl_name, &ids);
         let (tasks, ids): (Vec<NewTask>, Vec<_>) = tasks
             .into_iter()
@@ -1667,12 +1699,18 @@ impl<P: Ports> Crawler<P> {
                 key: crawl_id.to_string(),
                 reason: e.to_string(),
             })?;
+        // And chain rules.
+        let chains = ChainRules::new(&crawl.config).map_err(|reason| StoreError::Corrupt {
+            key: crawl_id.to_string(),
+            reason,
+        })?;
         let context = Arc::new(CrawlContext {
             crawl,
             scope,
             revisit,
             extractors,
             paging,
+            chains,
             loaded: self.clock.instant(),
         });
         // A paused crawl is read again at each of its turns (each dropped): its resume takes
@@ -1741,9 +1779,14 @@ fn link_priority(context: &CrawlContext, url: &CanonicalUrl, data: Option<&UserD
     Priority::of_link(route, data)
 }
 
-/// The user data a task found on `task`'s page starts with (`scope.inherit_data`).
+/// The user data a task found on `task`'s page starts with (`scope.inherit_data`): a link (or a
+/// reported redirect's target) is a GET, whatever request its page was (a POST follows its
+/// redirects within its fetch, as `RequestPlan::follow` says).
 fn inherited_data(config: &CrawlConfig, task: &Task) -> Option<UserData> {
-    task.data.clone().filter(|_| config.scope.inherit_data)
+    task.data
+        .clone()
+        .filter(|_| config.scope.inherit_data)
+        .map(without_request)
 }
 
 #[cfg(test)]

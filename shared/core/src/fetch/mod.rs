@@ -72,6 +72,8 @@ pub struct FetchRequest<'a> {
     /// The URL is an image (`trawl_domain::image`): only an `image/*` body is kept, up to
     /// `fetch.max_image_bytes`, and redirect hops are checked against the image scope.
     pub image: bool,
+    /// The task's own method and body (`trawl_domain::chain::TaskRequest`), over the crawl's.
+    pub request: Option<&'a trawl_domain::chain::TaskRequest>,
 }
 
 /// How a GET follows redirects.
@@ -261,7 +263,7 @@ impl Fetcher {
             .unwrap_or(req.url.as_str());
         let mut url = req.url.clone();
         // Chosen for the task's URL before anything is sent: a bad configuration fails first.
-        let mut plan = self.rules.plan(&url, limits)?;
+        let mut plan = self.rules.plan(&url, limits, req.request)?;
         let mut visited = HashSet::from([url.clone()]);
         let mut redirects: u8 = 0;
         loop {
@@ -786,6 +788,7 @@ mod tests {
             redirects: Redirects::Report,
             content_type: None,
             image: false,
+            request: None,
         });
         assert_send(&fetch);
         let delay = fetcher.crawl_delay(&url, &config);

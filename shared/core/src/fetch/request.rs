@@ -1,5 +1,6 @@
 //! What a request carries besides its URL and User-Agent, from the crawl's `fetch` settings.
 //!
+//! - A task's own method and body (its data's `_method` and `_body`) come first.
 //! - Headers, Accept-Language, method and body are the crawl's, overridden for a task's URL by
 //!   the first rule whose `match` regex or `glob` matches it (a rule's header replaces the
 //!   crawl's header of the same name; the others stay). They are chosen once per task: redirect hops keep them,
@@ -24,6 +25,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, host_key_of};
+use trawl_domain::chain::TaskRequest;
 use trawl_domain::crawl::{
     Cookies, FetchLimits, HostAuth, HttpMethod, JarScope, RequestBody, SecretRef, UrlRule,
 };
@@ -99,11 +101,13 @@ pub(crate) struct RuleSets {
 }
 
 impl RuleSets {
-    /// The request settings for `url` under `fetch`.
+    /// The request settings for `url` under `fetch`, the task's own method and body (`own`,
+    /// `trawl_domain::chain::TaskRequest`) over the rule's and the crawl's.
     pub(crate) fn plan(
         &self,
         url: &CanonicalUrl,
         fetch: &FetchLimits,
+        own: Option<&TaskRequest>,
     ) -> Result<RequestPlan, Failure> {
         let rule = self.first_match(&fetch.rules, url.as_str())?;
         let accept_language = rule
@@ -111,10 +115,16 @@ impl RuleSets {
             .or(fetch.accept_language.as_deref());
         let mut headers = headers_of(&fetch.headers, rule.map(|r| &r.headers), accept_language)
             .map_err(configuration)?;
-        let method = rule.and_then(|r| r.method).unwrap_or(fetch.method);
+        let method = own
+            .map(|o| o.method)
+            .or(rule.and_then(|r| r.method))
+            .unwrap_or(fetch.method);
         let body = match method {
             HttpMethod::Get => None,
-            HttpMethod::Post => rule.and_then(|r| r.body.as_ref()).or(fetch.body.as_ref()),
+            HttpMethod::Post => own
+                .and_then(|o| o.body.as_ref())
+                .or(rule.and_then(|r| r.body.as_ref()))
+                .or(fetch.body.as_ref()),
         };
         let body = match body {
             None => None,
@@ -558,7 +568,9 @@ mod tests {
         }));
         let rules = RuleSets::default();
 
-        let api = rules.plan(&url("http://h/api/search"), &fetch).unwrap();
+        let api = rules
+            .plan(&url("http://h/api/search"), &fetch, None)
+            .unwrap();
         assert_eq!(api.method, Method::POST);
         assert_eq!(api.headers["x-crawl"], "c");
         assert_eq!(api.headers["x-both"], "rule");
@@ -566,27 +578,33 @@ mod tests {
         assert_eq!(api.headers["content-type"], "application/json");
         assert_eq!(api.body.as_deref(), Some(&br#"{"q":1}"#[..]));
 
-        let french = rules.plan(&url("http://h/fr/page"), &fetch).unwrap();
+        let french = rules.plan(&url("http://h/fr/page"), &fetch, None).unwrap();
         assert_eq!(french.method, Method::GET);
         assert_eq!(french.headers["accept-language"], "fr");
         assert_eq!(french.headers["x-both"], "crawl");
         assert!(french.body.is_none());
 
-        let plain = rules.plan(&url("http://h/other"), &fetch).unwrap();
+        let plain = rules.plan(&url("http://h/other"), &fetch, None).unwrap();
         assert_eq!(plain.headers["accept-language"], "en");
         assert!(!plain.headers.contains_key(header::ACCEPT));
 
         // A glob covers the whole URL: anchored at both ends, `.` literal.
-        let json = rules.plan(&url("http://h/data/a.json"), &fetch).unwrap();
+        let json = rules
+            .plan(&url("http://h/data/a.json"), &fetch, None)
+            .unwrap();
         assert_eq!(json.headers["accept"], "application/json");
-        let not_json = rules.plan(&url("http://h/data/a.json5"), &fetch).unwrap();
+        let not_json = rules
+            .plan(&url("http://h/data/a.json5"), &fetch, None)
+            .unwrap();
         assert!(!not_json.headers.contains_key(header::ACCEPT));
     }
 
     #[test]
     fn a_post_becomes_a_get_on_303_and_stays_a_post_on_307() {
         let fetch = fetch_with(serde_json::json!({"method": "POST", "body": {"text": "a=1"}}));
-        let plan = RuleSets::default().plan(&url("http://h/"), &fetch).unwrap();
+        let plan = RuleSets::default()
+            .plan(&url("http://h/"), &fetch, None)
+            .unwrap();
         assert_eq!(plan.headers["content-type"], "text/plain; charset=utf-8");
         let mut kept = plan.clone();
         kept.follow(StatusCode::TEMPORARY_REDIRECT);
@@ -600,10 +618,38 @@ mod tests {
     }
 
     #[test]
+    fn a_tasks_own_method_and_body_come_before_the_rules_and_the_crawls() {
+        let fetch = fetch_with(serde_json::json!({
+            "method": "POST", "body": {"text": "crawl"},
+            "rules": [{"glob": "*/api/*", "body": {"json": {"rule": 1}}}],
+        }));
+        let rules = RuleSets::default();
+        let own = |method, body| TaskRequest { method, body };
+        let posted = own(
+            HttpMethod::Post,
+            Some(RequestBody::Json(serde_json::json!({"q": "shoes"}))),
+        );
+        let plan = rules
+            .plan(&url("http://h/api/x"), &fetch, Some(&posted))
+            .unwrap();
+        assert_eq!(plan.body.as_deref(), Some(&br#"{"q":"shoes"}"#[..]));
+        assert_eq!(plan.headers["content-type"], "application/json");
+        // A task's POST without a body of its own takes the rule's; its GET sends none.
+        let bare = own(HttpMethod::Post, None);
+        let plan = rules
+            .plan(&url("http://h/api/x"), &fetch, Some(&bare))
+            .unwrap();
+        assert_eq!(plan.body.as_deref(), Some(&br#"{"rule":1}"#[..]));
+        let get = own(HttpMethod::Get, None);
+        let plan = rules.plan(&url("http://h/p"), &fetch, Some(&get)).unwrap();
+        assert_eq!((plan.method, plan.body), (Method::GET, None));
+    }
+
+    #[test]
     fn an_invalid_stored_rule_fails_the_fetch_instead_of_panicking() {
         let fetch = fetch_with(serde_json::json!({"rules": [{"match": "("}, {"glob": "*"}]}));
         let failure = RuleSets::default()
-            .plan(&url("http://h/"), &fetch)
+            .plan(&url("http://h/"), &fetch, None)
             .unwrap_err();
         assert_eq!(failure.kind, ErrorKind::ClientError);
         assert!(

@@ -52,6 +52,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
+use trawl_domain::chain::TaskRequest;
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, readmits};
 use trawl_domain::task::{ErrorKind, Millis, NewTask, Priority, Status, UserData};
 
@@ -373,6 +374,7 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
             _ => {}
         }
     }
+    problems.extend(crate::chain::problems(config));
     for t in &config.paging {
         match t.validate() {
             Err(e) => problems.push(format!("paging: {e}")),
@@ -923,8 +925,9 @@ struct Sink<'a, P: Ports> {
 }
 
 impl<P: Ports> Sink<'_, P> {
-    /// Takes one seed URL: canonical, in scope and with a valid `_priority` if its data gives
-    /// one, or rejected with the reason. Returns its task id when taken.
+    /// Takes one seed URL: canonical, in scope and with a valid `_priority`, `_method` and
+    /// `_body` if its data gives them, or rejected with the reason. Returns its task id when
+    /// taken (its URL's, or its URL's and request's: `trawl_domain::chain::task_id`).
     fn offer(&mut self, raw: &str, data: Option<UserData>) -> Option<TaskId> {
         self.read += 1;
         let own = match Priority::of_data(data.as_ref()) {
@@ -934,20 +937,25 @@ impl<P: Ports> Sink<'_, P> {
                 return None;
             }
         };
+        if let Err(e) = TaskRequest::of_data(data.as_ref()) {
+            self.reject(raw, e.to_string());
+            return None;
+        }
         match CanonicalUrl::parse(raw).map(|url| self.scope.normalise(url)) {
             Err(e) => self.reject(raw, e.reason.to_string()),
             Ok(url) => match self.scope.check(&url, 0) {
                 Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
                 Ok(()) => {
-                    let id = url.task_id();
                     let route = self.scope.route(url.as_str()).and_then(|r| r.priority);
-                    self.batch.push(NewTask {
+                    let task = NewTask {
                         priority: Priority::of_seed(own, self.priority, route),
                         url,
                         depth: 0,
                         parent: None,
                         data,
-                    });
+                    };
+                    let id = task.task_id();
+                    self.batch.push(task);
                     return Some(id);
                 }
             },
