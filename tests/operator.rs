@@ -53,6 +53,8 @@ pub(crate) async fn deploy(endpoint: &str) -> Deployed {
         "KeyPrefix": {"Value": PREFIX},
         "ShardCount": {"Value": "4"},
         "CrawlQueueUrl": {"Value": stack.queue_url},
+        "PriorityCrawlQueueUrl": {"Value": stack.priority_queue_url},
+        "PriorityFrom": {"Value": "1"},
         "DeliveryQueueUrl": {"Value": stack.delivery_queue_url},
         "SeedQueueUrl": {"Value": stack.seed_queue_url},
         "SeederFunctionName": {"Value": "not-read"},
@@ -275,12 +277,18 @@ impl Functions {
             let response = serde_json::to_value(response).unwrap();
             acknowledge(sqs, &stack.seed_queue_url, &event, &response).await;
         }
-        if let Some(event) = receive_batch(sqs, &stack.queue_url).await {
-            let lambda_event =
-                lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
-            let response = self.crawler.handle(lambda_event).await.unwrap();
-            let response = serde_json::to_value(response).unwrap();
-            acknowledge(sqs, &stack.queue_url, &event, &response).await;
+        // Each crawl queue's mapping: the priority queue's first, as its own consumers would
+        // take its turns while the regular queue's are busy.
+        for url in [&stack.priority_queue_url, &stack.queue_url] {
+            if let Some(event) = receive_batch(sqs, url).await {
+                let lambda_event = lambda_runtime::LambdaEvent::new(
+                    event.clone(),
+                    lambda_runtime::Context::default(),
+                );
+                let response = self.crawler.handle(lambda_event).await.unwrap();
+                let response = serde_json::to_value(response).unwrap();
+                acknowledge(sqs, url, &event, &response).await;
+            }
         }
         let schedule =
             serde_json::from_str(include_str!("../events/sweeper-schedule.json")).unwrap();
