@@ -54,7 +54,7 @@ pub(crate) async fn deploy(endpoint: &str) -> Deployed {
         "ShardCount": {"Value": "4"},
         "CrawlQueueUrl": {"Value": stack.queue_url},
         "PriorityCrawlQueueUrl": {"Value": stack.priority_queue_url},
-        "PriorityFrom": {"Value": "1"},
+        "PriorityQueueFrom": {"Value": "1"},
         "DeliveryQueueUrl": {"Value": stack.delivery_queue_url},
         "SeedQueueUrl": {"Value": stack.seed_queue_url},
         "SeederFunctionName": {"Value": "not-read"},
@@ -285,7 +285,8 @@ impl Functions {
                     event.clone(),
                     lambda_runtime::Context::default(),
                 );
-                let response = self.crawler.handle(lambda_event).await.unwrap();
+                // Boxed: the batch's future is large (as in the function's `handle_payload`).
+                let response = Box::pin(self.crawler.handle(lambda_event)).await.unwrap();
                 let response = serde_json::to_value(response).unwrap();
                 acknowledge(sqs, url, &event, &response).await;
             }
@@ -595,7 +596,8 @@ impl Functions {
                 started.elapsed() < TIME_LIMIT,
                 "generation {generation} not delivered in {TIME_LIMIT:?}"
             );
-            self.round(deployed).await;
+            // Boxed: a round holds the four handlers' futures, which a debug build makes large.
+            Box::pin(self.round(deployed)).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("generation {generation} not delivered in {ROUNDS} rounds");

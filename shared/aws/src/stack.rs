@@ -35,7 +35,7 @@ pub const OUTPUT_VARIABLES: [(&str, &str); 9] = [
     ("KeyPrefix", ENV_PREFIX),
     ("CrawlQueueUrl", ENV_QUEUE_URL),
     ("PriorityCrawlQueueUrl", ENV_PRIORITY_QUEUE_URL),
-    ("PriorityFrom", ENV_PRIORITY_FROM),
+    ("PriorityQueueFrom", ENV_PRIORITY_FROM),
     ("DeliveryQueueUrl", ENV_DELIVERY_QUEUE_URL),
     ("SeedQueueUrl", ENV_SEED_QUEUE_URL),
 ];
