@@ -567,3 +567,64 @@ async fn through_the_functions_a_host_with_priority_work_gets_its_turn_before_a_
     println!("the priority host's page was fetched {rank} of 13");
     assert_eq!(rank, 1, "{fetched:?}");
 }
+
+#[tokio::test]
+async fn the_aws_backends_crawl_takes_the_priority_queues_turns_first() {
+    // GIVEN a deployed stack on moto (found by its outputs, the priority crawl queue among them)
+    // and two hosts' seeds, the first host's without a priority and listed first, the second's
+    // at priority 3
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let (first, second) = (Site::start().await, Site::start().await);
+    let paths = ["/0", "/1", "/2"];
+    site_of(&first, &paths, &[]);
+    site_of(&second, &paths, &[]);
+    let dir = temp_dir("priorities-aws");
+    let seeds = dir.join("seeds.txt");
+    let mut lines: Vec<String> = paths.iter().map(|p| first.url(p)).collect();
+    lines.extend(
+        paths
+            .iter()
+            .map(|p| json!({"url": second.url(p), "data": {"_priority": 3}}).to_string()),
+    );
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+
+    // WHEN `trawl --backend aws crawl` crawls them one host at a time
+    let crawl_id = unique("prio-aws");
+    let output = deployed
+        .run(
+            &[
+                "crawl",
+                "--seeds-file",
+                seeds.to_str().unwrap(),
+                "--allow-private-networks",
+                "--concurrency",
+                "1",
+                "--crawl-id",
+                &crawl_id,
+                "--json",
+            ],
+            &[("TRAWL_STACK", deployed.name.as_str())],
+        )
+        .await;
+
+    // THEN the second host's pages are all fetched before the first host's: its turn was sent to
+    // the priority queue, received first, and deleted from there (the crawl ends)
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 6);
+    let last_of_second = paths
+        .iter()
+        .filter_map(|p| Some(second.received(p).first()?.at))
+        .max()
+        .unwrap();
+    let first_of_first = paths
+        .iter()
+        .filter_map(|p| Some(first.received(p).first()?.at))
+        .min()
+        .unwrap();
+    assert!(last_of_second < first_of_first);
+    let _ = std::fs::remove_dir_all(dir);
+}
