@@ -342,10 +342,13 @@ impl SqsQueue {
     }
 }
 
+/// The calls' futures are boxed: an SDK call's future is large in a debug build, and the
+/// crawler's futures hold this queue's inline, up to a test's own (run on one thread's 2 MiB
+/// stack, the chaos run through the handlers overflowed it once a send held two of them).
 impl WorkQueue for SqsQueue {
     async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
         let Some(priority) = &self.priority else {
-            return self.send_to(&self.url, messages).await;
+            return Box::pin(self.send_to(&self.url, messages)).await;
         };
         let (urgent, regular): (Vec<WorkMessage>, Vec<WorkMessage>) = messages
             .iter()
@@ -356,7 +359,7 @@ impl WorkQueue for SqsQueue {
             if messages.is_empty() {
                 continue;
             }
-            let sent = self.send_to(url, &messages).await?;
+            let sent = Box::pin(self.send_to(url, &messages)).await?;
             report.sent += sent.sent;
             report.failed.extend(sent.failed);
         }
@@ -367,15 +370,14 @@ impl WorkQueue for SqsQueue {
     /// the priority queue had none.
     async fn receive(&self, max: u32, wait_ms: u64) -> QueueResult<Vec<Received>> {
         let Some(priority) = &self.priority else {
-            return self.receive_from(&self.url, max, wait_ms, false).await;
+            return Box::pin(self.receive_from(&self.url, max, wait_ms, false)).await;
         };
-        let mut received = self.receive_from(&priority.url, max, 0, true).await?;
+        let mut received = Box::pin(self.receive_from(&priority.url, max, 0, true)).await?;
         let room = max.clamp(1, BATCH as u32) as usize - received.len().min(BATCH);
         if room > 0 {
             let wait_ms = if received.is_empty() { wait_ms } else { 0 };
-            let regular = self
-                .receive_from(&self.url, room as u32, wait_ms, false)
-                .await?;
+            let regular =
+                Box::pin(self.receive_from(&self.url, room as u32, wait_ms, false)).await?;
             received.extend(regular);
         }
         Ok(received)
@@ -392,9 +394,9 @@ impl WorkQueue for SqsQueue {
         if let Some(priority) = &self.priority
             && !urgent.is_empty()
         {
-            self.delete_from(&priority.url, &urgent).await?;
+            Box::pin(self.delete_from(&priority.url, &urgent)).await?;
         }
-        self.delete_from(&self.url, &regular).await
+        Box::pin(self.delete_from(&self.url, &regular)).await
     }
 
     fn receipt_from(&self, source: Option<&str>, receipt: String) -> String {
@@ -442,11 +444,11 @@ impl WorkQueue for SqsQueue {
     /// Both queues' messages: the sweeper's lost-message window shortens only when neither
     /// holds any.
     async fn depth(&self) -> QueueResult<Option<u64>> {
-        let regular = self.depth_of(&self.url).await?;
+        let regular = Box::pin(self.depth_of(&self.url)).await?;
         let Some(priority) = &self.priority else {
             return Ok(regular);
         };
-        let urgent = self.depth_of(&priority.url).await?;
+        let urgent = Box::pin(self.depth_of(&priority.url)).await?;
         Ok(regular.zip(urgent).map(|(a, b)| a + b))
     }
 }
