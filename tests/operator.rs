@@ -267,13 +267,25 @@ pub(crate) async fn acknowledge(
     }
 }
 
+/// The future `make` makes, on the heap, made in a frame of its own. A debug build reserves room
+/// for every future an async fn makes in the frame of each of its polls, and a handler's future
+/// is large: a round making the four handlers' own would take a few hundred KiB of a test
+/// thread's 2 MiB stack on every poll down to the fetch.
+fn on_heap<'a, T, F: Future<Output = T> + 'a>(
+    make: impl FnOnce() -> F,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + 'a>> {
+    Box::pin(make())
+}
+
 impl Functions {
     /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
     pub(crate) async fn round(&self, deployed: &Deployed) {
         let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
         if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();
-            let response = self.seeder.dispatch(payload, None, now_ms()).await.unwrap();
+            let response = on_heap(|| self.seeder.dispatch(payload, None, now_ms()))
+                .await
+                .unwrap();
             let response = serde_json::to_value(response).unwrap();
             acknowledge(sqs, &stack.seed_queue_url, &event, &response).await;
         }
@@ -285,20 +297,19 @@ impl Functions {
                     event.clone(),
                     lambda_runtime::Context::default(),
                 );
-                // Boxed: the batch's future is large (as in the function's `handle_payload`).
-                let response = Box::pin(self.crawler.handle(lambda_event)).await.unwrap();
+                let response = on_heap(|| self.crawler.handle(lambda_event)).await.unwrap();
                 let response = serde_json::to_value(response).unwrap();
                 acknowledge(sqs, url, &event, &response).await;
             }
         }
         let schedule =
             serde_json::from_str(include_str!("../events/sweeper-schedule.json")).unwrap();
-        self.sweeper.sweep(schedule, None, now_ms()).await.unwrap();
+        on_heap(|| self.sweeper.sweep(schedule, None, now_ms()))
+            .await
+            .unwrap();
         if let Some(event) = receive_batch(sqs, &stack.delivery_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();
-            let response = self
-                .deliverer
-                .deliver(payload, now_ms(), None)
+            let response = on_heap(|| self.deliverer.deliver(payload, now_ms(), None))
                 .await
                 .unwrap();
             let response = serde_json::to_value(response).unwrap();
@@ -596,8 +607,7 @@ impl Functions {
                 started.elapsed() < TIME_LIMIT,
                 "generation {generation} not delivered in {TIME_LIMIT:?}"
             );
-            // Boxed: a round holds the four handlers' futures, which a debug build makes large.
-            Box::pin(self.round(deployed)).await;
+            self.round(deployed).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("generation {generation} not delivered in {ROUNDS} rounds");
