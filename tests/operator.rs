@@ -27,6 +27,7 @@ use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{Status, now_ms};
+use trawl_faults::lambda::on_heap;
 
 const PAGES: usize = 12;
 pub(crate) const PREFIX: &str = "pages/";
@@ -267,19 +268,17 @@ pub(crate) async fn acknowledge(
     }
 }
 
-/// The future `make` makes, on the heap, made in a frame of its own. A debug build reserves room
-/// for every future an async fn makes in the frame of each of its polls, and a handler's future
-/// is large: a round making the four handlers' own would take a few hundred KiB of a test
-/// thread's 2 MiB stack on every poll down to the fetch.
-fn on_heap<'a, T, F: Future<Output = T> + 'a>(
-    make: impl FnOnce() -> F,
-) -> std::pin::Pin<Box<dyn Future<Output = T> + 'a>> {
-    Box::pin(make())
-}
-
 impl Functions {
-    /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
-    pub(crate) async fn round(&self, deployed: &Deployed) {
+    /// One round of what Lambda would run: each queue's batch to its function, and a sweep. On
+    /// the heap, so that the tests holding rounds hold a pointer each, not a round's calls.
+    pub(crate) fn round<'a>(
+        &'a self,
+        deployed: &'a Deployed,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>> {
+        on_heap(move || self.round_on_stack(deployed))
+    }
+
+    async fn round_on_stack(&self, deployed: &Deployed) {
         let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
         if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();

@@ -435,21 +435,21 @@ impl Lambda<'_> {
             };
             let sweeper = cold.as_ref().unwrap_or(&functions.sweeper);
             let (swept, crawl, delivered) = tokio::join!(
-                async {
+                on_heap(|| async {
                     if sweep_due {
                         Some(sweep(sweeper, &sweep_event, clock.now_ms(), &mut sweeps).await)
                     } else {
                         None
                     }
-                },
-                self.crawl_round(
+                }),
+                on_heap(|| self.crawl_round(
                     &functions,
                     &mut dice,
                     plan,
                     run.duplicates == 0,
                     &mut crawled
-                ),
-                self.deliver_round(&functions, &clock, plan.delivery_time),
+                )),
+                on_heap(|| self.deliver_round(&functions, &clock, plan.delivery_time)),
             );
             let (received, cold_start) = crawl?;
             let delivered = delivered?;
@@ -567,7 +567,7 @@ impl Lambda<'_> {
                 lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
             let handler = &functions.crawler;
             async move {
-                let handled = handler.handle(event);
+                let handled = on_heap(|| handler.handle(event));
                 match cut {
                     Some(cut) => match tokio::time::timeout(*cut, handled).await {
                         Ok(answer) => answer,
@@ -760,4 +760,13 @@ pub fn queue_arn(url: &str) -> String {
     let name = segments.next().unwrap_or_default();
     let account = segments.next().unwrap_or_default();
     format!("arn:aws:sqs:us-east-1:{account}:{name}")
+}
+
+/// The future `make` makes, on the heap, made in a frame of its own: a debug build reserves room
+/// for every future an async fn makes in the frame of each of its polls, and the handlers'
+/// futures are large (a test thread's stack is 2 MiB).
+pub fn on_heap<'a, T, F: std::future::Future<Output = T> + 'a>(
+    make: impl FnOnce() -> F,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>> {
+    Box::pin(make())
 }
