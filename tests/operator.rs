@@ -27,6 +27,7 @@ use trawl_domain::calls::{Call, CallCounts};
 use trawl_domain::canonical::CrawlId;
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::task::{Status, now_ms};
+use trawl_faults::lambda::on_heap;
 
 const PAGES: usize = 12;
 pub(crate) const PREFIX: &str = "pages/";
@@ -53,6 +54,8 @@ pub(crate) async fn deploy(endpoint: &str) -> Deployed {
         "KeyPrefix": {"Value": PREFIX},
         "ShardCount": {"Value": "4"},
         "CrawlQueueUrl": {"Value": stack.queue_url},
+        "PriorityCrawlQueueUrl": {"Value": stack.priority_queue_url},
+        "PriorityQueueFrom": {"Value": "1"},
         "DeliveryQueueUrl": {"Value": stack.delivery_queue_url},
         "SeedQueueUrl": {"Value": stack.seed_queue_url},
         "SeederFunctionName": {"Value": "not-read"},
@@ -266,30 +269,46 @@ pub(crate) async fn acknowledge(
 }
 
 impl Functions {
-    /// One round of what Lambda would run: each queue's batch to its function, and a sweep.
-    pub(crate) async fn round(&self, deployed: &Deployed) {
+    /// One round of what Lambda would run: each queue's batch to its function, and a sweep. On
+    /// the heap, so that the tests holding rounds hold a pointer each, not a round's calls.
+    pub(crate) fn round<'a>(
+        &'a self,
+        deployed: &'a Deployed,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>> {
+        on_heap(move || self.round_on_stack(deployed))
+    }
+
+    async fn round_on_stack(&self, deployed: &Deployed) {
         let (sqs, stack) = (&deployed.clients.sqs, &deployed.stack);
         if let Some(event) = receive_batch(sqs, &stack.seed_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();
-            let response = self.seeder.dispatch(payload, None, now_ms()).await.unwrap();
+            let response = on_heap(|| self.seeder.dispatch(payload, None, now_ms()))
+                .await
+                .unwrap();
             let response = serde_json::to_value(response).unwrap();
             acknowledge(sqs, &stack.seed_queue_url, &event, &response).await;
         }
-        if let Some(event) = receive_batch(sqs, &stack.queue_url).await {
-            let lambda_event =
-                lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
-            let response = self.crawler.handle(lambda_event).await.unwrap();
-            let response = serde_json::to_value(response).unwrap();
-            acknowledge(sqs, &stack.queue_url, &event, &response).await;
+        // Each crawl queue's mapping: the priority queue's first, as its own consumers would
+        // take its turns while the regular queue's are busy.
+        for url in [&stack.priority_queue_url, &stack.queue_url] {
+            if let Some(event) = receive_batch(sqs, url).await {
+                let lambda_event = lambda_runtime::LambdaEvent::new(
+                    event.clone(),
+                    lambda_runtime::Context::default(),
+                );
+                let response = on_heap(|| self.crawler.handle(lambda_event)).await.unwrap();
+                let response = serde_json::to_value(response).unwrap();
+                acknowledge(sqs, url, &event, &response).await;
+            }
         }
         let schedule =
             serde_json::from_str(include_str!("../events/sweeper-schedule.json")).unwrap();
-        self.sweeper.sweep(schedule, None, now_ms()).await.unwrap();
+        on_heap(|| self.sweeper.sweep(schedule, None, now_ms()))
+            .await
+            .unwrap();
         if let Some(event) = receive_batch(sqs, &stack.delivery_queue_url).await {
             let payload = serde_json::to_value(&event).unwrap();
-            let response = self
-                .deliverer
-                .deliver(payload, now_ms(), None)
+            let response = on_heap(|| self.deliverer.deliver(payload, now_ms(), None))
                 .await
                 .unwrap();
             let response = serde_json::to_value(response).unwrap();

@@ -1,5 +1,7 @@
 //! Priorities (capability S15): a seed line's `_priority`, `--priority`, a route's `priority`;
-//! a host's due URLs taken highest priority first, as the loopback site sees them fetched.
+//! a host's due URLs taken highest priority first, as the loopback site sees them fetched; the
+//! hosts with priority work served first, by the local queue and, on AWS, by a crawl queue of
+//! their own.
 
 use crate::cli::{json_of, temp_dir, trawl};
 use crate::operator::{deploy, functions};
@@ -8,6 +10,13 @@ use crate::support::{moto, unique};
 use seeder::handler::SeederResponse;
 use serde_json::json;
 use std::path::Path;
+use std::sync::Arc;
+use trawl_aws::sqs::SqsQueue;
+use trawl_aws::stack::create_stack;
+use trawl_core::queue::{WorkMessage, WorkQueue};
+use trawl_domain::calls::CallCounts;
+use trawl_domain::canonical::CrawlId;
+use trawl_domain::priority::Priority;
 use trawl_domain::task::now_ms;
 
 /// A site that serves `paths` as small pages (the first linking to `links`) and allows robots.
@@ -421,4 +430,201 @@ async fn through_the_functions_a_hosts_seeds_are_fetched_highest_priority_first(
     let order = fetch_order(&site, &paths);
     assert_eq!(order[..2], ["/urgent", "/item/0"], "{order:?}");
     assert_eq!(site.hits("/bad"), 0);
+}
+
+/// The place (1 = first) at which the turn of `host` comes out of `queue`, receiving batches of
+/// 10 until it does (the others received before it deleted), and its receipt.
+async fn rank_of(queue: &SqsQueue, host: &str) -> (usize, String) {
+    let mut rank = 0;
+    for _ in 0..20 {
+        let batch = queue.receive(10, 0).await.unwrap();
+        for received in &batch {
+            rank += 1;
+            if WorkMessage::parse(&received.body).unwrap().host == host {
+                return (rank, received.receipt.clone());
+            }
+        }
+        let receipts: Vec<String> = batch.iter().map(|r| r.receipt.clone()).collect();
+        queue.ack(&receipts).await.unwrap();
+    }
+    panic!("the turn of {host} never came out");
+}
+
+#[tokio::test]
+async fn on_sqs_the_turn_of_a_host_with_priority_work_comes_before_a_backlog_and_goes_back_where_it_came_from()
+ {
+    // GIVEN a stack on moto: its crawl queue with its priority queue (from priority 3 up), and
+    // the same crawl queue alone, as before the priority queue
+    let endpoint = &moto::shared().endpoint;
+    let clients = crate::support::clients(endpoint).await;
+    let stack = create_stack(&clients, &unique("prio-q")).await.unwrap();
+    let calls = Arc::new(CallCounts::default());
+    let p = |n| Priority::new(n).unwrap();
+    let queue = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone())
+        .with_priority_queue(&stack.priority_queue_url, p(3));
+    let alone = SqsQueue::new(clients.sqs.clone(), &stack.queue_url, calls.clone());
+    let crawl = CrawlId::parse("c1").unwrap();
+    let turn = |host: String, priority| {
+        WorkMessage::new(crawl.clone(), host, 1, 0).with_priority(priority)
+    };
+    // 30 turns of hosts without priority work, one of priority 2 (below the threshold), then
+    // one of priority 7
+    let mut backlog: Vec<WorkMessage> = (0..30).map(|i| turn(format!("h{i}"), p(0))).collect();
+    backlog.push(turn("low".into(), p(2)));
+
+    // WHEN the backlog and then the urgent turn are sent through each
+    let urgent = turn("urgent".into(), p(7));
+    for q in [&queue, &alone] {
+        let mut all = backlog.clone();
+        all.push(urgent.clone());
+        assert_eq!(q.send(&all).await.unwrap().sent, 32);
+    }
+    let depth = queue.depth().await.unwrap();
+    let (with_priority_queue, receipt) = rank_of(&queue, "urgent").await;
+
+    // THEN through the priority queue the urgent turn is received first, its receipt marked as
+    // the priority queue's
+    println!("rank of the urgent turn: {with_priority_queue} with the priority queue");
+    assert_eq!(with_priority_queue, 1);
+    assert!(receipt.starts_with(trawl_aws::sqs::PRIORITY_RECEIPT));
+    assert_eq!(depth, Some(64), "both queues counted");
+
+    // AND a hand-back returns it to the priority queue after its delay (0 s: at once), where
+    // the next receive finds it first again, its priority in its body (for a resend)
+    queue.retry_later(&receipt, 0).await.unwrap();
+    let after = queue.receive(1, 0).await.unwrap();
+    let body = WorkMessage::parse(&after[0].body).unwrap();
+    assert_eq!((body.host.as_str(), body.priority), ("urgent", p(7)));
+    // AND a receipt handed over by an event source mapping of the priority queue is recognised
+    // by the queue's ARN (the regular queue's is left as it is), and its ack deletes the
+    // message there: the priority queue is then empty, the priority-2 turn never was in it
+    let bare = after[0]
+        .receipt
+        .strip_prefix(trawl_aws::sqs::PRIORITY_RECEIPT)
+        .unwrap()
+        .to_owned();
+    let arn = trawl_faults::lambda::queue_arn(&stack.priority_queue_url);
+    let from_mapping = queue.receipt_from(Some(&arn), bare.clone());
+    assert_eq!(from_mapping, after[0].receipt);
+    let regular_arn = trawl_faults::lambda::queue_arn(&stack.queue_url);
+    assert_eq!(queue.receipt_from(Some(&regular_arn), bare.clone()), bare);
+    queue.ack(&[from_mapping]).await.unwrap();
+    let priority_only = SqsQueue::new(clients.sqs.clone(), &stack.priority_queue_url, calls);
+    assert_eq!(priority_only.depth().await.unwrap(), Some(0));
+
+    // AND through the crawl queue alone (the regular queue now holds the second copies: the
+    // first's were all received above or are in flight) it waits behind the backlog
+    let (without, _) = rank_of(&alone, "urgent").await;
+    println!("rank of the urgent turn: {without} without it (SQS order, moto)");
+    assert!(without > 10, "{without}");
+}
+
+#[tokio::test]
+async fn through_the_functions_a_host_with_priority_work_gets_its_turn_before_a_backlog_of_other_hosts()
+ {
+    // GIVEN a deployed stack on moto with its priority crawl queue, the four handlers, and
+    // twelve hosts' seeds without a priority listed before one host's at priority 5
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let functions = functions(&deployed);
+    let mut sites = Vec::new();
+    for _ in 0..13 {
+        let site = Site::start().await;
+        site_of(&site, &["/"], &[]);
+        sites.push(site);
+    }
+    let crawl_id = unique("prio-hosts");
+    let mut urls: Vec<String> = sites[..12].iter().map(|s| s.url("/")).collect();
+    urls.push(json!({"url": sites[12].url("/"), "data": {"_priority": 5}}).to_string());
+    let request = json!({
+        "crawl_id": crawl_id,
+        "config": {
+            "politeness": {"delay_ms": 0},
+            "fetch": {"allow_private_networks": true},
+        },
+        "source": {"urls": urls},
+    });
+
+    // WHEN the seeder is handed them and the functions run the crawl until it is delivered,
+    // each round a batch of each crawl queue's mapping (up to 10 turns)
+    functions
+        .seeder
+        .dispatch(request, None, now_ms())
+        .await
+        .unwrap();
+    let summary = functions.until_delivered(&deployed, &crawl_id, 0).await;
+
+    // THEN every host is crawled, and the priority host's page is the first fetched: its turn
+    // went to the priority queue, not behind the twelve turns sent before it (through one
+    // queue, ten of them would come first)
+    assert_eq!(summary["statuses"]["succeeded"], 13, "{summary}");
+    let mut fetched: Vec<(std::time::Instant, usize)> = sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.received("/").first().unwrap().at, i))
+        .collect();
+    fetched.sort();
+    let rank = fetched.iter().position(|&(_, i)| i == 12).unwrap() + 1;
+    println!("the priority host's page was fetched {rank} of 13");
+    assert_eq!(rank, 1, "{fetched:?}");
+}
+
+#[tokio::test]
+async fn the_aws_backends_crawl_takes_the_priority_queues_turns_first() {
+    // GIVEN a deployed stack on moto (found by its outputs, the priority crawl queue among them)
+    // and two hosts' seeds, the first host's without a priority and listed first, the second's
+    // at priority 3
+    let deployed = deploy(&moto::shared().endpoint).await;
+    let (first, second) = (Site::start().await, Site::start().await);
+    let paths = ["/0", "/1", "/2"];
+    site_of(&first, &paths, &[]);
+    site_of(&second, &paths, &[]);
+    let dir = temp_dir("priorities-aws");
+    let seeds = dir.join("seeds.txt");
+    let mut lines: Vec<String> = paths.iter().map(|p| first.url(p)).collect();
+    lines.extend(
+        paths
+            .iter()
+            .map(|p| json!({"url": second.url(p), "data": {"_priority": 3}}).to_string()),
+    );
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+
+    // WHEN `trawl --backend aws crawl` crawls them one host at a time
+    let crawl_id = unique("prio-aws");
+    let output = deployed
+        .run(
+            &[
+                "crawl",
+                "--seeds-file",
+                seeds.to_str().unwrap(),
+                "--allow-private-networks",
+                "--concurrency",
+                "1",
+                "--crawl-id",
+                &crawl_id,
+                "--json",
+            ],
+            &[("TRAWL_STACK", deployed.name.as_str())],
+        )
+        .await;
+
+    // THEN the second host's pages are all fetched before the first host's: its turn was sent to
+    // the priority queue, received first, and deleted from there (the crawl ends)
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(json_of(&output)["counts"]["succeeded"], 6);
+    let last_of_second = paths
+        .iter()
+        .filter_map(|p| Some(second.received(p).first()?.at))
+        .max()
+        .unwrap();
+    let first_of_first = paths
+        .iter()
+        .filter_map(|p| Some(first.received(p).first()?.at))
+        .min()
+        .unwrap();
+    assert!(last_of_second < first_of_first);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -56,9 +56,11 @@ async fn create_stack_makes_the_table_bucket_and_queues_with_dead_letter_queues(
         .unwrap();
 
     // AND every queue is standard and keeps messages 14 days; the crawl, delivery and seed queues
-    // redrive to their own dead-letter queue after MAX_RECEIVE_COUNT receives
+    // redrive to their own dead-letter queue after MAX_RECEIVE_COUNT receives, the priority crawl
+    // queue to the crawl queue's
     let pairs = [
         (&stack.queue_url, &stack.crawl_dead_letter_url),
+        (&stack.priority_queue_url, &stack.crawl_dead_letter_url),
         (&stack.delivery_queue_url, &stack.delivery_dead_letter_url),
         (&stack.seed_queue_url, &stack.seed_dead_letter_url),
     ];

@@ -79,6 +79,9 @@ ALLOWED_ACTIONS = {
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:SendMessage",
     },
 }
+# The crawler's event sources: the crawl queue and the priority crawl queue (the turns of hosts with
+# priority work), each with the parameter capping its consumers.
+CRAWLER_QUEUES = {"CrawlQueue": "MaxConcurrency", "PriorityCrawlQueue": "PriorityMaxConcurrency"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 DATA_SERVICES = ("dynamodb:", "s3:", "sqs:", "ssm:")
 
@@ -204,9 +207,14 @@ def check_report_batch_item_failures(template):
         if logical == crawler:
             if ref_target(props.get("BatchSize")) != "BatchSize":
                 problems.append(f"{logical}: BatchSize must come from the BatchSize parameter")
+            # Each crawl queue's consumers are capped by a parameter of their own.
+            wanted = CRAWLER_QUEUES.get(ref_target(props.get("Queue")))
             maximum = props.get("ScalingConfig", {}).get("MaximumConcurrency")
-            if ref_target(maximum) != "MaxConcurrency":
-                problems.append(f"{logical}: ScalingConfig.MaximumConcurrency must be !Ref MaxConcurrency")
+            if wanted is None or ref_target(maximum) != wanted:
+                problems.append(
+                    f"{logical}: its event on {ref_target(props.get('Queue'))} must be one of "
+                    f"{sorted(CRAWLER_QUEUES)} with ScalingConfig.MaximumConcurrency !Ref its parameter"
+                )
     return problems
 
 
@@ -232,14 +240,23 @@ def check_visibility_timeouts(template):
 def check_queues(template):
     problems = []
     queues = cfn.resources_of_type(template, "AWS::SQS::Queue")
-    crawler_queue = None
-    for logical, _, props in sqs_events(template):
-        if logical == function_by_code(template).get("crawler", (None,))[0]:
-            crawler_queue = ref_target(props.get("Queue"))
-    crawl = queues.get(crawler_queue, {}).get("Properties", {})
-    # Host turns are delayed per message (DelaySeconds), which FIFO queues refuse.
-    if crawler_queue not in queues or crawl.get("FifoQueue") or "ContentBasedDeduplication" in crawl:
-        problems.append(f"{crawler_queue}: crawl queue must be a standard queue (no FifoQueue, no ContentBasedDeduplication)")
+    crawler_queues = [
+        ref_target(props.get("Queue"))
+        for logical, _, props in sqs_events(template)
+        if logical == function_by_code(template).get("crawler", (None,))[0]
+    ]
+    if sorted(crawler_queues) != sorted(CRAWLER_QUEUES):
+        problems.append(f"the crawler consumes {sorted(crawler_queues)}; it must consume {sorted(CRAWLER_QUEUES)}")
+    for crawler_queue in crawler_queues:
+        crawl = queues.get(crawler_queue, {}).get("Properties", {})
+        # Host turns are delayed per message (DelaySeconds), which FIFO queues refuse.
+        if crawler_queue not in queues or crawl.get("FifoQueue") or "ContentBasedDeduplication" in crawl:
+            problems.append(f"{crawler_queue}: crawl queue must be a standard queue (no FifoQueue, no ContentBasedDeduplication)")
+    # The priority queue is the crawl queue's twin: the same visibility, retention and dead letters.
+    crawl, priority = (queues.get(q, {}).get("Properties", {}) for q in CRAWLER_QUEUES)
+    for key in ("VisibilityTimeout", "MessageRetentionPeriod", "RedrivePolicy"):
+        if crawl.get(key) != priority.get(key):
+            problems.append(f"PriorityCrawlQueue: {key} {priority.get(key)!r} differs from the crawl queue's {crawl.get(key)!r}")
     dlqs = dead_letter_queues(template)
     for logical, queue in queues.items():
         props = queue.get("Properties", {})
@@ -443,10 +460,10 @@ def check_stack_queues(template):
     queues = cfn.resources_of_type(template, "AWS::SQS::Queue")
     dlqs = dead_letter_queues(template)
     sources = [logical for logical in queues if logical not in dlqs]
-    if len(sources) != 3 or len(dlqs) != 3:
+    if len(sources) != 4 or len(dlqs) != 3:
         problems.append(
             f"the template has queues {sorted(sources)} with dead-letter queues {sorted(dlqs)}; "
-            "stack.rs makes three of each"
+            "stack.rs makes four queues (the crawl queues share theirs) and three dead-letter queues"
         )
     for logical, queue in queues.items():
         props = queue.get("Properties", {})
@@ -706,6 +723,19 @@ def _fifo_crawl_queue(t):
     t["Resources"]["CrawlQueue"]["Properties"]["FifoQueue"] = True
 
 
+def _priority_queue_unconsumed(t):
+    del _crawler(t)["Events"]["PriorityCrawlQueue"]
+
+
+def _priority_queue_short_visibility(t):
+    t["Resources"]["PriorityCrawlQueue"]["Properties"]["VisibilityTimeout"] = 30
+
+
+def _priority_queue_shared_cap(t):
+    scaling = _crawler(t)["Events"]["PriorityCrawlQueue"]["Properties"]["ScalingConfig"]
+    scaling["MaximumConcurrency"] = {"Ref": "MaxConcurrency"}
+
+
 def _public_bucket(t):
     t["Resources"]["Bucket"]["Properties"]["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"] = False
 
@@ -809,6 +839,9 @@ BROKEN = [
     ("no ReportBatchItemFailures", _drop_batch_failures, check_report_batch_item_failures),
     ("visibility 900 s for a 900 s crawler", _short_visibility, check_visibility_timeouts),
     ("a FIFO crawl queue", _fifo_crawl_queue, check_queues),
+    ("a priority crawl queue nothing consumes", _priority_queue_unconsumed, check_queues),
+    ("a priority crawl queue unlike the crawl queue", _priority_queue_short_visibility, check_queues),
+    ("a priority crawl queue capped by MaxConcurrency", _priority_queue_shared_cap, check_report_batch_item_failures),
     ("RestrictPublicBuckets false", _public_bucket, check_bucket),
     ("a bucket that sends no events to EventBridge", _no_delivery_signal, check_bucket),
     ("an x86_64 function", _x86, check_functions),

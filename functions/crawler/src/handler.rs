@@ -79,6 +79,12 @@ impl<P: Ports> Handler<P> {
                 .get("ApproximateReceiveCount")
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1);
+            // Which crawl queue it came from (the regular or the priority one), for its
+            // hand-back.
+            let receipt = self
+                .crawler
+                .queue()
+                .receipt_from(record.event_source_arn.as_deref(), receipt);
             batch.push(Received {
                 message_id,
                 receipt,

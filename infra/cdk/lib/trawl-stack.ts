@@ -94,7 +94,26 @@ export class TrawlStack extends Stack {
       minValue: 2,
       maxValue: 1000,
       description:
-        'Global cap on concurrent crawler invocations (SQS event source ScalingConfig.MaximumConcurrency).',
+        'Cap on concurrent crawler invocations of the crawl queue (SQS event source ScalingConfig.MaximumConcurrency).',
+    });
+    const priorityMaxConcurrency = new CfnParameter(this, 'PriorityMaxConcurrency', {
+      type: 'Number',
+      default: 10,
+      minValue: 2,
+      maxValue: 1000,
+      description:
+        'Cap on concurrent crawler invocations of the priority crawl queue (its own event source ' +
+        "mapping): the turns of hosts with priority work never wait behind the crawl queue's " +
+        'backlog. The crawler may run MaxConcurrency + PriorityMaxConcurrency invocations at once.',
+    });
+    const priorityFrom = new CfnParameter(this, 'PriorityFrom', {
+      type: 'Number',
+      default: 1,
+      minValue: 1,
+      maxValue: 9,
+      description:
+        "The lowest priority (of a host's due work, 0 to 9) whose turns go to the priority crawl " +
+        'queue (TRAWL_PRIORITY_FROM).',
     });
     const batchSize = new CfnParameter(this, 'BatchSize', {
       type: 'Number',
@@ -289,6 +308,19 @@ export class TrawlStack extends Stack {
     });
     samLogicalId(crawlQueue, 'CrawlQueue');
 
+    // The turns of hosts whose due work has a priority of PriorityFrom or more: the crawl queue's
+    // settings, its own consumers, the crawl queue's dead-letter queue. A turn is sent to one
+    // queue or the other, never moved (the host record's epoch keeps one live turn per host).
+    const priorityCrawlQueue = new sqs.Queue(this, 'PriorityCrawlQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      visibilityTimeout: Duration.seconds(
+        Token.asNumber(crawlQueueVisibility.findInMap(crawlerTimeout.valueAsString, 'Seconds')),
+      ),
+      retentionPeriod: QUEUE_RETENTION,
+      deadLetterQueue: { queue: crawlDeadLetterQueue, maxReceiveCount: MAX_RECEIVE_COUNT },
+    });
+    samLogicalId(priorityCrawlQueue, 'PriorityCrawlQueue');
+
     const deliveryDeadLetterQueue = new sqs.Queue(this, 'DeliveryDeadLetterQueue', {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       retentionPeriod: DLQ_RETENTION,
@@ -386,6 +418,8 @@ export class TrawlStack extends Stack {
         TRAWL_BUCKET: bucket.bucketName,
         TRAWL_PREFIX: prefix.valueAsString,
         TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+        TRAWL_PRIORITY_QUEUE_URL: priorityCrawlQueue.queueUrl,
+        TRAWL_PRIORITY_FROM: priorityFrom.valueAsString,
         TRAWL_SEED_QUEUE_URL: seedQueue.queueUrl,
         TRAWL_USER_AGENT: userAgent.valueAsString,
         TRAWL_PER_HOST: perHost.valueAsString,
@@ -403,6 +437,8 @@ export class TrawlStack extends Stack {
         TRAWL_BUCKET: bucket.bucketName,
         TRAWL_PREFIX: prefix.valueAsString,
         TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+        TRAWL_PRIORITY_QUEUE_URL: priorityCrawlQueue.queueUrl,
+        TRAWL_PRIORITY_FROM: priorityFrom.valueAsString,
         TRAWL_CONCURRENCY: batchConcurrency.valueAsString,
         TRAWL_USER_AGENT: userAgent.valueAsString,
       },
@@ -414,6 +450,8 @@ export class TrawlStack extends Stack {
       timeout: Duration.seconds(60),
       environment: {
         TRAWL_QUEUE_URL: crawlQueue.queueUrl,
+        TRAWL_PRIORITY_QUEUE_URL: priorityCrawlQueue.queueUrl,
+        TRAWL_PRIORITY_FROM: priorityFrom.valueAsString,
         TRAWL_DELIVERY_QUEUE_URL: deliveryQueue.queueUrl,
       },
     });
@@ -440,6 +478,7 @@ export class TrawlStack extends Stack {
       'dynamodb:Query',
     );
     crawlQueue.grant(seeder.role, 'sqs:SendMessage');
+    priorityCrawlQueue.grant(seeder.role, 'sqs:SendMessage');
     // Its own continuations, and the seed queue's event source mapping.
     seedQueue.grant(
       seeder.role,
@@ -483,14 +522,16 @@ export class TrawlStack extends Stack {
     );
     // Receive/Delete/GetQueueAttributes for the event source mapping; SendMessage for the links
     // it discovers; ChangeMessageVisibility to delay retries.
-    crawlQueue.grant(
-      crawler.role,
-      'sqs:SendMessage',
-      'sqs:ReceiveMessage',
-      'sqs:DeleteMessage',
-      'sqs:ChangeMessageVisibility',
-      'sqs:GetQueueAttributes',
-    );
+    for (const queue of [crawlQueue, priorityCrawlQueue]) {
+      queue.grant(
+        crawler.role,
+        'sqs:SendMessage',
+        'sqs:ReceiveMessage',
+        'sqs:DeleteMessage',
+        'sqs:ChangeMessageVisibility',
+        'sqs:GetQueueAttributes',
+      );
+    }
     // Crawls' named secrets, read when a request needs them: this path's only.
     crawler.role.addToPrincipalPolicy(
       new iam.PolicyStatement({
@@ -502,8 +543,9 @@ export class TrawlStack extends Stack {
     );
 
     table.grant(sweeper.role, 'dynamodb:Query', 'dynamodb:UpdateItem', 'dynamodb:GetItem', 'dynamodb:PutItem');
-    // GetQueueAttributes: the crawl queue's depth (an empty queue shortens the lost-message window).
+    // GetQueueAttributes: the crawl queues' depth (empty queues shorten the lost-message window).
     crawlQueue.grant(sweeper.role, 'sqs:SendMessage', 'sqs:GetQueueAttributes');
+    priorityCrawlQueue.grant(sweeper.role, 'sqs:SendMessage', 'sqs:GetQueueAttributes');
     deliveryQueue.grant(sweeper.role, 'sqs:SendMessage');
 
     // BatchWriteItem: TaskStore::delete_tasks removes a delivered crawl's tasks in batches.
@@ -550,6 +592,14 @@ export class TrawlStack extends Stack {
       maxConcurrency: maxConcurrency.valueAsNumber,
     });
     samLogicalId(crawlerTrigger, 'CrawlerFunctionCrawlQueue');
+    // Its own consumers: a priority turn waits only for other priority turns.
+    const priorityTrigger = crawler.fn.addEventSourceMapping('PriorityCrawlQueue', {
+      eventSourceArn: priorityCrawlQueue.queueArn,
+      batchSize: batchSize.valueAsNumber,
+      reportBatchItemFailures: true,
+      maxConcurrency: priorityMaxConcurrency.valueAsNumber,
+    });
+    samLogicalId(priorityTrigger, 'CrawlerFunctionPriorityCrawlQueue');
     const delivererTrigger = deliverer.fn.addEventSourceMapping('DeliveryQueue', {
       eventSourceArn: deliveryQueue.queueArn,
       batchSize: 1,
@@ -658,7 +708,7 @@ export class TrawlStack extends Stack {
     const period = Duration.minutes(5);
     alarm(
       'CrawlDeadLetterAlarm',
-      'Crawl tasks reached the crawl dead-letter queue.',
+      'Crawl turns reached the crawl dead-letter queue (from either crawl queue).',
       crawlDeadLetterQueue.metricApproximateNumberOfMessagesVisible({
         statistic: 'Maximum',
         period,
@@ -710,7 +760,21 @@ export class TrawlStack extends Stack {
     output('TableName', table.tableName, 'DynamoDB table (TRAWL_TABLE).');
     output('BucketName', bucket.bucketName, 'S3 bucket (TRAWL_BUCKET).');
     output('CrawlQueueUrl', crawlQueue.queueUrl, 'Crawl queue (TRAWL_QUEUE_URL).');
-    output('CrawlDeadLetterQueueUrl', crawlDeadLetterQueue.queueUrl, 'Crawl dead-letter queue.');
+    output(
+      'PriorityCrawlQueueUrl',
+      priorityCrawlQueue.queueUrl,
+      'Priority crawl queue (TRAWL_PRIORITY_QUEUE_URL).',
+    );
+    output(
+      'PriorityQueueFrom',
+      priorityFrom.valueAsString,
+      'The lowest priority whose turns go to the priority crawl queue (TRAWL_PRIORITY_FROM).',
+    );
+    output(
+      'CrawlDeadLetterQueueUrl',
+      crawlDeadLetterQueue.queueUrl,
+      'Crawl dead-letter queue (of both crawl queues).',
+    );
     output('DeliveryQueueUrl', deliveryQueue.queueUrl, 'Delivery queue (TRAWL_DELIVERY_QUEUE_URL).');
     output(
       'DeliveryDeadLetterQueueUrl',

@@ -8,8 +8,8 @@ use crate::clients::{Clients, load_config};
 use crate::dynamodb::{DUE_LIST_SETTLE_MS, DynamoStore};
 use crate::s3::S3BlobStore;
 use crate::settings::{
-    CliSettings, CrawlerSettings, DelivererSettings, FromEnv, SeederSettings, SettingsError,
-    SweeperSettings,
+    CliSettings, CrawlerSettings, DelivererSettings, FromEnv, PriorityQueueSettings,
+    SeederSettings, SettingsError, SweeperSettings,
 };
 use crate::sqs::SqsQueue;
 use std::sync::Arc;
@@ -60,15 +60,28 @@ impl<W: Wiring> Root<W> {
     }
 }
 
+/// The crawl queue at `url`, with the priority queue if one is named.
+fn crawl_queue(
+    clients: &Clients,
+    calls: &Arc<CallCounts>,
+    url: &str,
+    priority: Option<&PriorityQueueSettings>,
+) -> SqsQueue {
+    let queue = SqsQueue::new(clients.sqs.clone(), url, calls.clone());
+    match priority {
+        Some(p) => queue.with_priority_queue(&p.url, p.from),
+        None => queue,
+    }
+}
+
 /// The table's store and the crawl queue; no bucket.
 fn without_blobs(
     clients: &Clients,
     calls: Arc<CallCounts>,
     (table, shards): (&str, u32),
-    queue_url: &str,
+    queue: SqsQueue,
 ) -> App<NoBlobs> {
     let store = DynamoStore::new(clients.dynamodb.clone(), table, shards, calls.clone());
-    let queue = SqsQueue::new(clients.sqs.clone(), queue_url, calls.clone());
     App::new(store, Unwired, queue, calls).with_seeds_settle(DUE_LIST_SETTLE_MS)
 }
 
@@ -92,7 +105,12 @@ impl Wiring for SeederSettings {
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
         let bucket = (self.bucket.as_str(), self.prefix.as_str());
-        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        let queue = crawl_queue(
+            clients,
+            &calls,
+            &self.queue_url,
+            self.priority_queue.as_ref(),
+        );
         with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }
@@ -102,7 +120,12 @@ impl Wiring for CrawlerSettings {
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
         let bucket = (self.bucket.as_str(), self.prefix.as_str());
-        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        let queue = crawl_queue(
+            clients,
+            &calls,
+            &self.queue_url,
+            self.priority_queue.as_ref(),
+        );
         with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }
@@ -111,7 +134,13 @@ impl Wiring for SweeperSettings {
     type Ports = NoBlobs;
 
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<NoBlobs> {
-        without_blobs(clients, calls, (&self.table, self.shards), &self.queue_url)
+        let queue = crawl_queue(
+            clients,
+            &calls,
+            &self.queue_url,
+            self.priority_queue.as_ref(),
+        );
+        without_blobs(clients, calls, (&self.table, self.shards), queue)
     }
 }
 
@@ -130,7 +159,12 @@ impl Wiring for CliSettings {
     /// The crawler's ports, from the CLI's variables (the stack's outputs stand in for unset ones).
     fn app(&self, clients: &Clients, calls: Arc<CallCounts>) -> App<AwsPorts> {
         let bucket = (self.bucket.as_str(), self.prefix.as_str());
-        let queue = SqsQueue::new(clients.sqs.clone(), &self.queue_url, calls.clone());
+        let queue = crawl_queue(
+            clients,
+            &calls,
+            &self.queue_url,
+            self.priority_queue.as_ref(),
+        );
         with_blobs(clients, calls, (&self.table, self.shards), bucket, queue)
     }
 }

@@ -18,6 +18,12 @@ pub const ENV_QUEUE_URL: &str = "TRAWL_QUEUE_URL";
 pub const ENV_DELIVERY_QUEUE_URL: &str = "TRAWL_DELIVERY_QUEUE_URL";
 /// URL of the queue that triggers the seeder (seed requests and their continuations).
 pub const ENV_SEED_QUEUE_URL: &str = "TRAWL_SEED_QUEUE_URL";
+/// URL of the priority crawl queue (optional): the turns of hosts whose due work has a priority of
+/// at least `TRAWL_PRIORITY_FROM` go to it (`trawl_domain::priority::TurnQueue`). Unset: every turn
+/// goes to the crawl queue.
+pub const ENV_PRIORITY_QUEUE_URL: &str = "TRAWL_PRIORITY_QUEUE_URL";
+/// The lowest priority (1 to 9) whose turns go to the priority crawl queue (optional, default 1).
+pub const ENV_PRIORITY_FROM: &str = "TRAWL_PRIORITY_FROM";
 /// CloudFormation stack whose outputs name the resources `trawl --backend aws` uses (optional;
 /// the variables above, when set, take precedence over its outputs).
 pub const ENV_STACK: &str = "TRAWL_STACK";
@@ -67,6 +73,13 @@ pub trait FromEnv: Sized {
 /// Variables looked up by name; an empty or blank value counts as unset.
 pub struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
 
+/// The priority crawl queue and its threshold (`ENV_PRIORITY_QUEUE_URL`, `ENV_PRIORITY_FROM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityQueueSettings {
+    pub url: String,
+    pub from: trawl_domain::priority::Priority,
+}
+
 impl Env<'_> {
     pub fn optional(&self, name: &'static str) -> Option<String> {
         (self.0)(name).filter(|v| !v.trim().is_empty())
@@ -94,6 +107,23 @@ impl Env<'_> {
     fn shards(&self) -> Result<u32, SettingsError> {
         Ok(self.number(ENV_SHARDS, u64::from(DEFAULT_SHARDS), 256)? as u32)
     }
+
+    /// The priority crawl queue, when one is named; its threshold is checked either way, so
+    /// that a wrong one is refused before anything runs.
+    fn priority_queue(&self) -> Result<Option<PriorityQueueSettings>, SettingsError> {
+        use trawl_domain::priority::{Priority, TurnQueue};
+        let default = u64::from(TurnQueue::FROM_DEFAULT.get());
+        let max = u64::from(Priority::MAX.get());
+        let from = self.number(ENV_PRIORITY_FROM, default, max)?;
+        let from = Priority::new(from as i64).map_err(|e| SettingsError::Invalid {
+            name: ENV_PRIORITY_FROM,
+            value: from.to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(self
+            .optional(ENV_PRIORITY_QUEUE_URL)
+            .map(|url| PriorityQueueSettings { url, from }))
+    }
 }
 
 /// The seeder: writes crawls and tasks, sends their messages, fetches sitemaps. Manifests are
@@ -106,6 +136,7 @@ pub struct SeederSettings {
     pub bucket: String,
     pub prefix: String,
     pub queue_url: String,
+    pub priority_queue: Option<PriorityQueueSettings>,
     /// The seed queue that triggers it, where an unfinished seed sends its continuation.
     pub seed_queue_url: String,
     pub default_user_agent: Option<String>,
@@ -119,6 +150,8 @@ impl FromEnv for SeederSettings {
         ENV_BUCKET,
         ENV_PREFIX,
         ENV_QUEUE_URL,
+        ENV_PRIORITY_QUEUE_URL,
+        ENV_PRIORITY_FROM,
         ENV_SEED_QUEUE_URL,
         ENV_USER_AGENT,
         ENV_PER_HOST,
@@ -131,6 +164,7 @@ impl FromEnv for SeederSettings {
             bucket: env.required(ENV_BUCKET)?,
             prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
             queue_url: env.required(ENV_QUEUE_URL)?,
+            priority_queue: env.priority_queue()?,
             seed_queue_url: env.required(ENV_SEED_QUEUE_URL)?,
             default_user_agent: env.optional(ENV_USER_AGENT),
             default_per_host: env.number(ENV_PER_HOST, u64::from(DEFAULT_PER_HOST), 64)? as u32,
@@ -147,6 +181,7 @@ pub struct CrawlerSettings {
     pub bucket: String,
     pub prefix: String,
     pub queue_url: String,
+    pub priority_queue: Option<PriorityQueueSettings>,
     pub concurrency: usize,
     /// The HTTP client's User-Agent for crawls that name none.
     pub default_user_agent: Option<String>,
@@ -159,6 +194,8 @@ impl FromEnv for CrawlerSettings {
         ENV_BUCKET,
         ENV_PREFIX,
         ENV_QUEUE_URL,
+        ENV_PRIORITY_QUEUE_URL,
+        ENV_PRIORITY_FROM,
         ENV_CONCURRENCY,
         ENV_USER_AGENT,
     ];
@@ -170,6 +207,7 @@ impl FromEnv for CrawlerSettings {
             bucket: env.required(ENV_BUCKET)?,
             prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
             queue_url: env.required(ENV_QUEUE_URL)?,
+            priority_queue: env.priority_queue()?,
             concurrency: env.number(ENV_CONCURRENCY, DEFAULT_CONCURRENCY as u64, 100)? as usize,
             default_user_agent: env.optional(ENV_USER_AGENT),
         })
@@ -182,18 +220,26 @@ pub struct SweeperSettings {
     pub table: String,
     pub shards: u32,
     pub queue_url: String,
+    pub priority_queue: Option<PriorityQueueSettings>,
     pub delivery_queue_url: String,
 }
 
 impl FromEnv for SweeperSettings {
-    const VARIABLES: &'static [&'static str] =
-        &[ENV_TABLE, ENV_SHARDS, ENV_QUEUE_URL, ENV_DELIVERY_QUEUE_URL];
+    const VARIABLES: &'static [&'static str] = &[
+        ENV_TABLE,
+        ENV_SHARDS,
+        ENV_QUEUE_URL,
+        ENV_PRIORITY_QUEUE_URL,
+        ENV_PRIORITY_FROM,
+        ENV_DELIVERY_QUEUE_URL,
+    ];
 
     fn read(env: &Env<'_>) -> Result<Self, SettingsError> {
         Ok(Self {
             table: env.required(ENV_TABLE)?,
             shards: env.shards()?,
             queue_url: env.required(ENV_QUEUE_URL)?,
+            priority_queue: env.priority_queue()?,
             delivery_queue_url: env.required(ENV_DELIVERY_QUEUE_URL)?,
         })
     }
@@ -239,6 +285,7 @@ pub struct CliSettings {
     pub bucket: String,
     pub prefix: String,
     pub queue_url: String,
+    pub priority_queue: Option<PriorityQueueSettings>,
     /// Only `trawl submit` sends to it; it says so when it is missing.
     pub seed_queue_url: Option<String>,
 }
@@ -250,6 +297,8 @@ impl FromEnv for CliSettings {
         ENV_BUCKET,
         ENV_PREFIX,
         ENV_QUEUE_URL,
+        ENV_PRIORITY_QUEUE_URL,
+        ENV_PRIORITY_FROM,
         ENV_SEED_QUEUE_URL,
     ];
 
@@ -260,6 +309,7 @@ impl FromEnv for CliSettings {
             bucket: env.required(ENV_BUCKET)?,
             prefix: env.optional(ENV_PREFIX).unwrap_or_default(),
             queue_url: env.required(ENV_QUEUE_URL)?,
+            priority_queue: env.priority_queue()?,
             seed_queue_url: env.optional(ENV_SEED_QUEUE_URL),
         })
     }
@@ -359,5 +409,33 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_priority_queue_is_read_with_its_threshold_and_a_threshold_out_of_1_to_9_is_refused() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_QUEUE_URL, "q")];
+        let with = |extra: &[(&str, &str)]| {
+            let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+            CrawlerSettings::from_lookup(lookup(&env))
+        };
+        assert_eq!(with(&[]).unwrap().priority_queue, None);
+        let default = with(&[(ENV_PRIORITY_QUEUE_URL, "p")]).unwrap();
+        let queue = default.priority_queue.unwrap();
+        assert_eq!((queue.url.as_str(), queue.from.get()), ("p", 1));
+        let set = with(&[(ENV_PRIORITY_QUEUE_URL, "p"), (ENV_PRIORITY_FROM, "5")]).unwrap();
+        assert_eq!(set.priority_queue.unwrap().from.get(), 5);
+        for bad in ["0", "10", "high"] {
+            let refused = with(&[(ENV_PRIORITY_QUEUE_URL, "p"), (ENV_PRIORITY_FROM, bad)]);
+            assert!(
+                matches!(
+                    refused,
+                    Err(SettingsError::Invalid {
+                        name: ENV_PRIORITY_FROM,
+                        ..
+                    })
+                ),
+                "{bad}: {refused:?}"
+            );
+        }
     }
 }

@@ -9,8 +9,8 @@
 
 use crate::clients::Clients;
 use crate::settings::{
-    ENV_BUCKET, ENV_DELIVERY_QUEUE_URL, ENV_PREFIX, ENV_QUEUE_URL, ENV_SEED_QUEUE_URL, ENV_SHARDS,
-    ENV_TABLE,
+    ENV_BUCKET, ENV_DELIVERY_QUEUE_URL, ENV_PREFIX, ENV_PRIORITY_FROM, ENV_PRIORITY_QUEUE_URL,
+    ENV_QUEUE_URL, ENV_SEED_QUEUE_URL, ENV_SHARDS, ENV_TABLE,
 };
 use aws_sdk_cloudformation::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{EventBridgeConfiguration, NotificationConfiguration};
@@ -28,12 +28,14 @@ pub const MAX_RECEIVE_COUNT: u32 = 5;
 
 /// The template's outputs that name what trawl reads from the environment, as
 /// (output key, variable). `infra/tests/test_template.py` checks that the template has each.
-pub const OUTPUT_VARIABLES: [(&str, &str); 7] = [
+pub const OUTPUT_VARIABLES: [(&str, &str); 9] = [
     ("TableName", ENV_TABLE),
     ("ShardCount", ENV_SHARDS),
     ("BucketName", ENV_BUCKET),
     ("KeyPrefix", ENV_PREFIX),
     ("CrawlQueueUrl", ENV_QUEUE_URL),
+    ("PriorityCrawlQueueUrl", ENV_PRIORITY_QUEUE_URL),
+    ("PriorityQueueFrom", ENV_PRIORITY_FROM),
     ("DeliveryQueueUrl", ENV_DELIVERY_QUEUE_URL),
     ("SeedQueueUrl", ENV_SEED_QUEUE_URL),
 ];
@@ -103,8 +105,11 @@ pub struct Stack {
     /// The crawl queue (standard: host turns need per-message delays, which FIFO queues do not
     /// take).
     pub queue_url: String,
+    /// The turns of hosts with priority work (`trawl_domain::priority::TurnQueue`), standard
+    /// too, redriven to the crawl queue's dead-letter queue.
+    pub priority_queue_url: String,
     pub delivery_queue_url: String,
-    /// Where crawl messages received [`MAX_RECEIVE_COUNT`] times go.
+    /// Where crawl messages (of either crawl queue) received [`MAX_RECEIVE_COUNT`] times go.
     pub crawl_dead_letter_url: String,
     /// Where delivery messages received [`MAX_RECEIVE_COUNT`] times go.
     pub delivery_dead_letter_url: String,
@@ -116,11 +121,12 @@ pub struct Stack {
 
 impl Stack {
     /// The resource names of the stack called `name`.
-    fn names(name: &str) -> [String; 8] {
+    fn names(name: &str) -> [String; 9] {
         [
             format!("{name}-tasks"),
             format!("{name}-pages"),
             format!("{name}-crawl"),
+            format!("{name}-crawl-priority"),
             format!("{name}-crawl-dlq"),
             format!("{name}-deliveries"),
             format!("{name}-deliveries-dlq"),
@@ -130,11 +136,12 @@ impl Stack {
     }
 
     /// The environment that points trawl at this stack.
-    pub fn env(&self) -> [(&'static str, String); 5] {
+    pub fn env(&self) -> [(&'static str, String); 6] {
         [
             (ENV_TABLE, self.table.clone()),
             (ENV_BUCKET, self.bucket.clone()),
             (ENV_QUEUE_URL, self.queue_url.clone()),
+            (ENV_PRIORITY_QUEUE_URL, self.priority_queue_url.clone()),
             (ENV_DELIVERY_QUEUE_URL, self.delivery_queue_url.clone()),
             (ENV_SEED_QUEUE_URL, self.seed_queue_url.clone()),
         ]
@@ -158,13 +165,15 @@ fn fail(resource: &str, message: impl std::fmt::Display) -> SetupError {
 
 /// Creates the stack called `name`: the table with its status and host indexes
 /// (`dynamodb::schema`), the bucket (its events sent to EventBridge), the crawl, delivery and
-/// seed queues, each with a dead-letter queue, every queue keeping messages
+/// seed queues, each with a dead-letter queue, and the priority crawl queue (into the crawl
+/// queue's dead-letter queue), every queue keeping messages
 /// [`MESSAGE_RETENTION_SECONDS`]. For moto, development accounts, the tests and the benchmark.
 pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupError> {
     let [
         table,
         bucket,
         crawl,
+        priority,
         crawl_dlq,
         deliveries,
         deliveries_dlq,
@@ -197,6 +206,8 @@ pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupE
     let (crawl_dead_letter_url, crawl_dead_letter_arn) =
         create_queue(clients, &crawl_dlq, None).await?;
     let (queue_url, _) = create_queue(clients, &crawl, Some(&crawl_dead_letter_arn)).await?;
+    let (priority_queue_url, _) =
+        create_queue(clients, &priority, Some(&crawl_dead_letter_arn)).await?;
     let (delivery_dead_letter_url, delivery_dead_letter_arn) =
         create_queue(clients, &deliveries_dlq, None).await?;
     let (delivery_queue_url, _) =
@@ -208,6 +219,7 @@ pub async fn create_stack(clients: &Clients, name: &str) -> Result<Stack, SetupE
         table,
         bucket,
         queue_url,
+        priority_queue_url,
         delivery_queue_url,
         crawl_dead_letter_url,
         delivery_dead_letter_url,

@@ -20,8 +20,13 @@
 //! pending task later would put it behind work that is not due, out of the turn's reach.
 //!
 //! Where the local runner has a choice of hosts (its queue), the host whose due work has the
-//! higher priority gets its turn first (`Host::priority`); SQS has no priorities, so on AWS the
-//! order among hosts is the queue's.
+//! higher priority gets its turn first (`Host::priority`). SQS has no priorities: on AWS a turn
+//! whose host's due work is at or above a deployment's threshold goes to a queue of its own
+//! ([`TurnQueue`]), which its own consumers serve, so that it never waits behind the turns of
+//! hosts with lower-priority work. Each send of a turn picks its queue; a turn already sent stays
+//! where it is (one live message per host, whichever queue holds it: the host's epoch drops any
+//! other, and the sweeper re-issues a lost one from the host record, into the queue its priority
+//! picks then).
 
 use crate::task::{Millis, Status, UserData};
 use serde::{Deserialize, Serialize};
@@ -174,6 +179,31 @@ impl fmt::Display for Priority {
     }
 }
 
+/// Which queue a host's turn is sent to on AWS: the regular crawl queue, or the priority queue
+/// when the host's due work (`Host::priority`, carried by the turn) is at least the
+/// deployment's threshold ([`TurnQueue::FROM_DEFAULT`] unless set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnQueue {
+    Regular,
+    Priority,
+}
+
+impl TurnQueue {
+    /// The threshold when the deployment gives none: any priority above the default.
+    pub const FROM_DEFAULT: Priority = Priority(1);
+
+    /// The queue of a turn whose host's due work has `priority`, where the priority queue takes
+    /// turns from `from` up. A threshold of 0 would send every turn to the priority queue (and
+    /// leave the regular one idle): it counts as 1.
+    pub fn of(priority: Priority, from: Priority) -> TurnQueue {
+        if priority >= from.max(Self::FROM_DEFAULT) {
+            TurnQueue::Priority
+        } else {
+            TurnQueue::Regular
+        }
+    }
+}
+
 /// A task's place in its host's due list (the due index's key): its due time (`Task::due_at`),
 /// a pending task's moved [`Priority::lead_ms`] earlier. None: not in the list (never due).
 pub fn due_key(status: Status, due: Option<Millis>, priority: Priority) -> Option<Millis> {
@@ -317,6 +347,30 @@ mod tests {
             Priority::MIN
         );
         assert_eq!(Priority::of_link(None, None), Priority::MIN);
+    }
+
+    #[test]
+    fn a_turn_goes_to_the_priority_queue_from_the_threshold_up_and_default_work_never_does() {
+        let p = |n| Priority::new(n).unwrap();
+        for from in 0..=9 {
+            for n in 0..=9 {
+                let queue = TurnQueue::of(p(n), p(from));
+                let expected = if n > 0 && n >= from {
+                    TurnQueue::Priority
+                } else {
+                    TurnQueue::Regular
+                };
+                assert_eq!(queue, expected, "priority {n}, threshold {from}");
+            }
+        }
+        assert_eq!(
+            TurnQueue::of(Priority::MAX, TurnQueue::FROM_DEFAULT),
+            TurnQueue::Priority
+        );
+        assert_eq!(
+            TurnQueue::of(Priority::MIN, TurnQueue::FROM_DEFAULT),
+            TurnQueue::Regular
+        );
     }
 
     #[test]

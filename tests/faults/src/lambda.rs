@@ -1,6 +1,7 @@
 //! The four functions' handlers run in-process as Lambda runs them, every AWS call of theirs
 //! through the fault proxy, while this module plays Lambda's own part:
-//! - the crawl queue's event source mapping: batches of up to 10 messages handed to the crawler
+//! - the crawl queue's event source mapping (the regular queue's only: the runs' crawls give no
+//!   priorities, so nothing goes to the priority queue): batches of up to 10 messages handed to the crawler
 //!   as an SQS event, a few invocations at once; the records not reported in
 //!   `batchItemFailures` deleted; every record of an invocation that failed (returned an error,
 //!   or was cut short as a timeout or a crash cuts it) left for the visibility timeout;
@@ -29,7 +30,8 @@ use trawl_aws::app::{AwsPorts, NoBlobs, NoQueue, Wiring};
 use trawl_aws::clients::Clients;
 use trawl_aws::manifest::S3Manifests;
 use trawl_aws::settings::{
-    CrawlerSettings, DEFAULT_PER_HOST, DelivererSettings, SeederSettings, SweeperSettings,
+    CrawlerSettings, DEFAULT_PER_HOST, DelivererSettings, PriorityQueueSettings, SeederSettings,
+    SweeperSettings,
 };
 use trawl_aws::sqs::{SqsDeliveryTrigger, SqsSeedQueue};
 use trawl_aws::stack::Stack;
@@ -78,12 +80,17 @@ impl Functions {
         clock: Arc<dyn Clock>,
     ) -> Functions {
         let prefix = layout.prefix.clone();
+        let priority_queue = Some(PriorityQueueSettings {
+            url: stack.priority_queue_url.clone(),
+            from: trawl_domain::priority::TurnQueue::FROM_DEFAULT,
+        });
         let seeder = SeederSettings {
             table: stack.table.clone(),
             shards,
             bucket: stack.bucket.clone(),
             prefix: prefix.clone(),
             queue_url: stack.queue_url.clone(),
+            priority_queue: priority_queue.clone(),
             seed_queue_url: stack.seed_queue_url.clone(),
             default_user_agent: None,
             default_per_host: DEFAULT_PER_HOST,
@@ -94,6 +101,7 @@ impl Functions {
             bucket: stack.bucket.clone(),
             prefix: prefix.clone(),
             queue_url: stack.queue_url.clone(),
+            priority_queue: priority_queue.clone(),
             concurrency: CRAWLER_CONCURRENCY,
             default_user_agent: None,
         };
@@ -101,6 +109,7 @@ impl Functions {
             table: stack.table.clone(),
             shards,
             queue_url: stack.queue_url.clone(),
+            priority_queue,
             delivery_queue_url: stack.delivery_queue_url.clone(),
         };
         let deliverer = DelivererSettings {
@@ -169,6 +178,7 @@ impl Functions {
 pub fn split_stack(tables: Stack, queues: Stack) -> Stack {
     Stack {
         queue_url: queues.queue_url,
+        priority_queue_url: queues.priority_queue_url,
         delivery_queue_url: queues.delivery_queue_url,
         crawl_dead_letter_url: queues.crawl_dead_letter_url,
         delivery_dead_letter_url: queues.delivery_dead_letter_url,
@@ -425,21 +435,21 @@ impl Lambda<'_> {
             };
             let sweeper = cold.as_ref().unwrap_or(&functions.sweeper);
             let (swept, crawl, delivered) = tokio::join!(
-                async {
+                on_heap(|| async {
                     if sweep_due {
                         Some(sweep(sweeper, &sweep_event, clock.now_ms(), &mut sweeps).await)
                     } else {
                         None
                     }
-                },
-                self.crawl_round(
+                }),
+                on_heap(|| self.crawl_round(
                     &functions,
                     &mut dice,
                     plan,
                     run.duplicates == 0,
                     &mut crawled
-                ),
-                self.deliver_round(&functions, &clock, plan.delivery_time),
+                )),
+                on_heap(|| self.deliver_round(&functions, &clock, plan.delivery_time)),
             );
             let (received, cold_start) = crawl?;
             let delivered = delivered?;
@@ -557,7 +567,7 @@ impl Lambda<'_> {
                 lambda_runtime::LambdaEvent::new(event.clone(), lambda_runtime::Context::default());
             let handler = &functions.crawler;
             async move {
-                let handled = handler.handle(event);
+                let handled = on_heap(|| handler.handle(event));
                 match cut {
                     Some(cut) => match tokio::time::timeout(*cut, handled).await {
                         Ok(answer) => answer,
@@ -730,6 +740,7 @@ pub async fn receive_batch(
         record.message_id = m.message_id().map(str::to_owned);
         record.receipt_handle = m.receipt_handle().map(str::to_owned);
         record.body = m.body().map(str::to_owned);
+        record.event_source_arn = Some(queue_arn(queue_url));
         // As the event source mapping passes them: the system attributes by name.
         record.attributes = m
             .attributes()
@@ -740,4 +751,22 @@ pub async fn receive_batch(
         event.records.push(record);
     }
     Ok(Some(event))
+}
+
+/// The ARN of the queue at `url` (`…/{account}/{name}`), as an event source mapping names the
+/// queue its records come from.
+pub fn queue_arn(url: &str) -> String {
+    let mut segments = url.rsplit('/');
+    let name = segments.next().unwrap_or_default();
+    let account = segments.next().unwrap_or_default();
+    format!("arn:aws:sqs:us-east-1:{account}:{name}")
+}
+
+/// The future `make` makes, on the heap, made in a frame of its own: a debug build reserves room
+/// for every future an async fn makes in the frame of each of its polls, and the handlers'
+/// futures are large (a test thread's stack is 2 MiB).
+pub fn on_heap<'a, T, F: std::future::Future<Output = T> + 'a>(
+    make: impl FnOnce() -> F,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>> {
+    Box::pin(make())
 }

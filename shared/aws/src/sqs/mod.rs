@@ -10,6 +10,12 @@
 //!   gets its own deduplication id (`{group}#{epoch}#{sent_at}`), so that a re-issued turn is
 //!   never swallowed by FIFO's 5-minute deduplication window. Both ids are cut to what SQS
 //!   accepts (`sqs_id`).
+//! - With a priority queue (`with_priority_queue`, capability S15), a turn whose host's due work
+//!   is at or above the threshold is sent there instead (`TurnQueue`): its own consumers (an event
+//!   source mapping of its own, with its own concurrency) serve it, so that it never waits behind
+//!   the regular queue's backlog. `receive` takes from it first. A message received from it keeps
+//!   that in its receipt ([`PRIORITY_RECEIPT`]), so that its hand-back and its deletion go to the
+//!   queue that holds it.
 
 mod delivery;
 #[cfg(feature = "seed")]
@@ -29,6 +35,7 @@ use aws_sdk_sqs::types::{
 use std::sync::Arc;
 use trawl_core::queue::{QueueError, QueueResult, Received, SendReport, WorkMessage, WorkQueue};
 use trawl_domain::calls::{Call, CallCounts};
+use trawl_domain::priority::{Priority, TurnQueue};
 use trawl_domain::task::now_ms;
 
 /// SQS batch limit.
@@ -77,12 +84,25 @@ fn delay_seconds(delay_ms: u64) -> i32 {
     delay_ms.div_ceil(1000).min(MAX_DELAY_S) as i32
 }
 
+/// What the receipt of a message received from the priority queue starts with. SQS's receipt
+/// handles are base64 and never hold a `|`.
+pub const PRIORITY_RECEIPT: &str = "priority|";
+
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
     client: Client,
     url: String,
-    fifo: bool,
+    priority: Option<PriorityQueue>,
     calls: Arc<CallCounts>,
+}
+
+/// The queue of the turns whose host's due work has a priority of `from` or more.
+#[derive(Debug, Clone)]
+struct PriorityQueue {
+    url: String,
+    /// The queue's name (the URL's last segment), as an event source's ARN ends.
+    name: String,
+    from: Priority,
 }
 
 fn map_err<E>(operation: &'static str, e: SdkError<E, HttpResponse>) -> QueueError
@@ -108,18 +128,35 @@ fn build_err(
 
 impl SqsQueue {
     pub fn new(client: Client, url: impl Into<String>, calls: Arc<CallCounts>) -> Self {
-        let url = url.into();
-        let fifo = url.ends_with(".fifo");
         Self {
             client,
-            url,
-            fifo,
+            url: url.into(),
+            priority: None,
             calls,
         }
     }
 
+    /// This queue with a priority queue at `url` for the turns whose host's due work has a
+    /// priority of `from` or more (a standard queue).
+    pub fn with_priority_queue(self, url: impl Into<String>, from: Priority) -> Self {
+        let url = url.into();
+        let name = url.rsplit('/').next().unwrap_or_default().to_owned();
+        Self {
+            priority: Some(PriorityQueue { url, name, from }),
+            ..self
+        }
+    }
+
+    /// The queue that holds the message of `receipt`, and its SQS receipt handle.
+    fn locate<'a>(&'a self, receipt: &'a str) -> (&'a str, &'a str) {
+        match (&self.priority, receipt.strip_prefix(PRIORITY_RECEIPT)) {
+            (Some(priority), Some(handle)) => (&priority.url, handle),
+            _ => (&self.url, receipt),
+        }
+    }
+
     fn entry(
-        &self,
+        fifo: bool,
         index: usize,
         message: &WorkMessage,
         sent_at: i64,
@@ -128,7 +165,7 @@ impl SqsQueue {
         let mut entry = SendMessageBatchRequestEntry::builder()
             .id(index.to_string())
             .message_body(body);
-        if self.fifo {
+        if fifo {
             // A fresh deduplication id per send: a re-issued turn (sweeper, hand-back) must not
             // be swallowed by FIFO's 5-minute deduplication window. FIFO takes no delay.
             let group = message.group();
@@ -142,8 +179,9 @@ impl SqsQueue {
     }
 }
 
-impl WorkQueue for SqsQueue {
-    async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
+impl SqsQueue {
+    async fn send_to(&self, url: &str, messages: &[WorkMessage]) -> QueueResult<SendReport> {
+        let fifo = url.ends_with(".fifo");
         let mut report = SendReport::default();
         let sent_at = now_ms();
         for chunk in messages.chunks(BATCH) {
@@ -155,13 +193,13 @@ impl WorkQueue for SqsQueue {
                 }
                 let entries = pending
                     .iter()
-                    .map(|&i| self.entry(i, &chunk[i], sent_at))
+                    .map(|&i| Self::entry(fifo, i, &chunk[i], sent_at))
                     .collect::<QueueResult<Vec<_>>>()?;
                 self.calls.record(Call::SqsSendMessageBatch);
                 let out = self
                     .client
                     .send_message_batch()
-                    .queue_url(&self.url)
+                    .queue_url(url)
                     .set_entries(Some(entries))
                     .send()
                     .await
@@ -195,12 +233,20 @@ impl WorkQueue for SqsQueue {
         Ok(report)
     }
 
-    async fn receive(&self, max: u32, wait_ms: u64) -> QueueResult<Vec<Received>> {
+    /// Up to `max` messages of the queue at `url`, their receipts marked when it is the
+    /// priority queue.
+    async fn receive_from(
+        &self,
+        url: &str,
+        max: u32,
+        wait_ms: u64,
+        marked: bool,
+    ) -> QueueResult<Vec<Received>> {
         self.calls.record(Call::SqsReceiveMessage);
         let out = self
             .client
             .receive_message()
-            .queue_url(&self.url)
+            .queue_url(url)
             .max_number_of_messages(max.clamp(1, BATCH as u32) as i32)
             .wait_time_seconds((wait_ms / 1000).min(20) as i32)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
@@ -218,9 +264,14 @@ impl WorkQueue for SqsQueue {
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(1);
+                let receipt = m.receipt_handle?;
                 Some(Received {
                     message_id: m.message_id?,
-                    receipt: m.receipt_handle?,
+                    receipt: if marked {
+                        format!("{PRIORITY_RECEIPT}{receipt}")
+                    } else {
+                        receipt
+                    },
                     body: m.body.unwrap_or_default(),
                     receives,
                 })
@@ -228,7 +279,7 @@ impl WorkQueue for SqsQueue {
             .collect())
     }
 
-    async fn ack(&self, receipts: &[String]) -> QueueResult<()> {
+    async fn delete_from(&self, url: &str, receipts: &[&str]) -> QueueResult<()> {
         for chunk in receipts.chunks(BATCH) {
             let entries = chunk
                 .iter()
@@ -236,7 +287,7 @@ impl WorkQueue for SqsQueue {
                 .map(|(i, r)| {
                     DeleteMessageBatchRequestEntry::builder()
                         .id(i.to_string())
-                        .receipt_handle(r)
+                        .receipt_handle(*r)
                         .build()
                         .map_err(|e| build_err("DeleteMessageBatch", e))
                 })
@@ -245,7 +296,7 @@ impl WorkQueue for SqsQueue {
             let out = self
                 .client
                 .delete_message_batch()
-                .queue_url(&self.url)
+                .queue_url(url)
                 .set_entries(Some(entries))
                 .send()
                 .await
@@ -262,12 +313,110 @@ impl WorkQueue for SqsQueue {
         Ok(())
     }
 
+    /// The messages the queue at `url` holds (deliverable, in flight and delayed).
+    async fn depth_of(&self, url: &str) -> QueueResult<Option<u64>> {
+        const COUNTS: [QueueAttributeName; 3] = [
+            QueueAttributeName::ApproximateNumberOfMessages,
+            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+            QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+        ];
+        self.calls.record(Call::SqsGetQueueAttributes);
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .set_attribute_names(Some(COUNTS.to_vec()))
+            .send()
+            .await
+            .map_err(|e| map_err("GetQueueAttributes", e))?;
+        let attributes = out.attributes.unwrap_or_default();
+        let mut depth = 0u64;
+        for name in &COUNTS {
+            // A count SQS did not give (or gave as something else) means it cannot be counted.
+            match attributes.get(name).map(|n| n.parse::<u64>()) {
+                Some(Ok(n)) => depth += n,
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(depth))
+    }
+}
+
+/// The calls' futures are boxed: an SDK call's future is large in a debug build, and the
+/// crawler's futures hold this queue's inline, up to a test's own (run on one thread's 2 MiB
+/// stack, the chaos run through the handlers overflowed it once a send held two of them).
+impl WorkQueue for SqsQueue {
+    async fn send(&self, messages: &[WorkMessage]) -> QueueResult<SendReport> {
+        let Some(priority) = &self.priority else {
+            return Box::pin(self.send_to(&self.url, messages)).await;
+        };
+        let (urgent, regular): (Vec<WorkMessage>, Vec<WorkMessage>) = messages
+            .iter()
+            .cloned()
+            .partition(|m| TurnQueue::of(m.priority, priority.from) == TurnQueue::Priority);
+        let mut report = SendReport::default();
+        for (url, messages) in [(&priority.url, urgent), (&self.url, regular)] {
+            if messages.is_empty() {
+                continue;
+            }
+            let sent = Box::pin(self.send_to(url, &messages)).await?;
+            report.sent += sent.sent;
+            report.failed.extend(sent.failed);
+        }
+        Ok(report)
+    }
+
+    /// The priority queue's messages first; the regular queue's wait (up to `wait_ms`) only when
+    /// the priority queue had none.
+    async fn receive(&self, max: u32, wait_ms: u64) -> QueueResult<Vec<Received>> {
+        let Some(priority) = &self.priority else {
+            return Box::pin(self.receive_from(&self.url, max, wait_ms, false)).await;
+        };
+        let mut received = Box::pin(self.receive_from(&priority.url, max, 0, true)).await?;
+        let room = max.clamp(1, BATCH as u32) as usize - received.len().min(BATCH);
+        if room > 0 {
+            let wait_ms = if received.is_empty() { wait_ms } else { 0 };
+            let regular =
+                Box::pin(self.receive_from(&self.url, room as u32, wait_ms, false)).await?;
+            received.extend(regular);
+        }
+        Ok(received)
+    }
+
+    async fn ack(&self, receipts: &[String]) -> QueueResult<()> {
+        let (mut urgent, mut regular) = (Vec::new(), Vec::new());
+        for receipt in receipts {
+            match self.locate(receipt) {
+                (url, handle) if url == self.url => regular.push(handle),
+                (_, handle) => urgent.push(handle),
+            }
+        }
+        if let Some(priority) = &self.priority
+            && !urgent.is_empty()
+        {
+            Box::pin(self.delete_from(&priority.url, &urgent)).await?;
+        }
+        Box::pin(self.delete_from(&self.url, &regular)).await
+    }
+
+    fn receipt_from(&self, source: Option<&str>, receipt: String) -> String {
+        let from_priority = self.priority.as_ref().is_some_and(|p| {
+            source.and_then(|arn| arn.rsplit(':').next()) == Some(p.name.as_str())
+        });
+        if from_priority {
+            format!("{PRIORITY_RECEIPT}{receipt}")
+        } else {
+            receipt
+        }
+    }
+
     async fn retry_later(&self, receipt: &str, delay_ms: u64) -> QueueResult<()> {
+        let (url, receipt) = self.locate(receipt);
         self.calls.record(Call::SqsChangeMessageVisibility);
         let sent = self
             .client
             .change_message_visibility()
-            .queue_url(&self.url)
+            .queue_url(url)
             .receipt_handle(receipt)
             .visibility_timeout(delay_ms.div_ceil(1000).min(MAX_VISIBILITY_S) as i32)
             .send()
@@ -292,31 +441,15 @@ impl WorkQueue for SqsQueue {
         }
     }
 
+    /// Both queues' messages: the sweeper's lost-message window shortens only when neither
+    /// holds any.
     async fn depth(&self) -> QueueResult<Option<u64>> {
-        const COUNTS: [QueueAttributeName; 3] = [
-            QueueAttributeName::ApproximateNumberOfMessages,
-            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-            QueueAttributeName::ApproximateNumberOfMessagesDelayed,
-        ];
-        self.calls.record(Call::SqsGetQueueAttributes);
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(&self.url)
-            .set_attribute_names(Some(COUNTS.to_vec()))
-            .send()
-            .await
-            .map_err(|e| map_err("GetQueueAttributes", e))?;
-        let attributes = out.attributes.unwrap_or_default();
-        let mut depth = 0u64;
-        for name in &COUNTS {
-            // A count SQS did not give (or gave as something else) means it cannot be counted.
-            match attributes.get(name).map(|n| n.parse::<u64>()) {
-                Some(Ok(n)) => depth += n,
-                _ => return Ok(None),
-            }
-        }
-        Ok(Some(depth))
+        let regular = Box::pin(self.depth_of(&self.url)).await?;
+        let Some(priority) = &self.priority else {
+            return Ok(regular);
+        };
+        let urgent = Box::pin(self.depth_of(&priority.url)).await?;
+        Ok(regular.zip(urgent).map(|(a, b)| a + b))
     }
 }
 

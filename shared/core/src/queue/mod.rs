@@ -31,9 +31,10 @@ pub struct WorkMessage {
     /// (capped at SQS's 15 minutes; a turn received early waits for its host again).
     #[serde(skip)]
     pub delay_ms: u64,
-    /// Not part of the body either: the priority of the host's due work (`Host::priority`),
-    /// which the local queue delivers highest first. SQS has no priorities: on AWS it is not sent.
-    #[serde(skip)]
+    /// The priority of the host's due work (`Host::priority`; left out of the body at 0): the
+    /// local queue delivers it highest first, and on AWS it picks the queue the turn is sent to
+    /// (`TurnQueue`), again when a worn turn is sent anew.
+    #[serde(default, skip_serializing_if = "Priority::is_min")]
     pub priority: Priority,
 }
 
@@ -214,6 +215,13 @@ pub trait WorkQueue: Send + Sync {
         true
     }
 
+    /// The receipt of a message this queue's consumer was handed by its trigger (a Lambda event
+    /// source mapping) from the queue `source` (its ARN), as `retry_later` and `ack` take it: a
+    /// queue made of several (SQS's regular and priority crawl queues) notes which one holds it.
+    fn receipt_from(&self, _source: Option<&str>, receipt: String) -> String {
+        receipt
+    }
+
     /// Makes a received message visible again after `delay_ms` (retry with backoff).
     fn retry_later(
         &self,
@@ -296,7 +304,12 @@ mod tests {
     fn a_turn_message_reads_back_and_anything_else_is_malformed_in_one_short_line() {
         let sent = WorkMessage::new(CrawlId::parse("c1").unwrap(), "[::1]:8080", 3, 0);
         let body = serde_json::to_string(&sent).unwrap();
-        assert_eq!(WorkMessage::parse(&body), Ok(sent));
+        assert!(!body.contains("priority"), "{body}");
+        assert_eq!(WorkMessage::parse(&body), Ok(sent.clone()));
+        // A turn of a host with priority work says so, for the queue it is sent anew to.
+        let urgent = sent.with_priority(Priority::new(7).unwrap());
+        let body = serde_json::to_string(&urgent).unwrap();
+        assert_eq!(WorkMessage::parse(&body), Ok(urgent));
         let megabyte = "x".repeat(1 << 20);
         for body in [
             String::new(),
