@@ -12,6 +12,10 @@
 //! runs a crawl through them. [`lambda`] runs the four Lambda functions' handlers through the
 //! proxy, playing Lambda's event source mappings (duplicate deliveries included) and schedule.
 
+// The layout of the crawler's turn futures, nested in these harnesses' own, is deeper than
+// the default limit of 128 queries.
+#![recursion_limit = "256"]
+
 pub mod audit;
 pub mod hosts_site;
 pub mod lambda;
