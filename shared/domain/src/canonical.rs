@@ -307,6 +307,15 @@ impl TaskId {
         .then(|| Self(s.to_owned()))
     }
 
+    /// The id of the task a dedup key names (`crate::chain::KEY_KEY`): the md5 of the key
+    /// after a prefix no canonical URL starts with, so that no URL's id is a key's.
+    pub fn of_key(key: &str) -> TaskId {
+        let mut md5 = Md5::new();
+        md5.update(b"key\n");
+        md5.update(key.as_bytes());
+        TaskId(hex::encode(md5.finalize()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

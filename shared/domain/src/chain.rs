@@ -42,6 +42,12 @@ use thiserror::Error;
 pub const METHOD_KEY: &str = "_method";
 /// The user data key of a task's body: a string is sent as text, any other JSON value as JSON.
 pub const BODY_KEY: &str = "_body";
+/// The user data key of a task's dedup key (DeltaFetch's `deltafetch_key`): when given, the
+/// task is known by it instead of by its URL and request, so that two URLs giving one key are
+/// one task (the first seeded).
+pub const KEY_KEY: &str = "_key";
+/// The longest dedup key, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
 /// The user data key counting a chained task's steps from the page that began its chain.
 pub const STEP_KEY: &str = "_chain";
 /// The user data key counting a retried request's changes in a row (`RetryWith`).
@@ -71,6 +77,8 @@ pub enum RequestError {
     Method(String),
     #[error("{BODY_KEY} needs {METHOD_KEY} \"POST\"")]
     BodyNeedsPost,
+    #[error("{KEY_KEY} {0} is not a string of 1 to {MAX_KEY_BYTES} bytes")]
+    Key(String),
 }
 
 impl TaskRequest {
@@ -79,6 +87,11 @@ impl TaskRequest {
         let Some(data) = data else {
             return Ok(None);
         };
+        if let Some(key) = data.get(KEY_KEY)
+            && dedup_key(Some(data)).is_none()
+        {
+            return Err(RequestError::Key(key.to_string()));
+        }
         let method = match data.get(METHOD_KEY) {
             None => None,
             Some(Value::String(m)) if m.eq_ignore_ascii_case("get") => Some(HttpMethod::Get),
@@ -135,10 +148,14 @@ impl TaskRequest {
     }
 }
 
-/// The id of the task for `url` with user data `data`: its URL's (`CanonicalUrl::task_id`)
-/// unless the data gives a request other than a GET. Data whose request is not valid is refused
+/// The id of the task for `url` with user data `data`: its dedup key's when the data gives
+/// one (`TaskId::of_key`), else its URL's (`CanonicalUrl::task_id`) unless the data gives a
+/// request other than a GET. Data whose request is not valid is refused
 /// where it enters trawl; here it counts as none.
 pub fn task_id(url: &CanonicalUrl, data: Option<&UserData>) -> TaskId {
+    if let Some(key) = dedup_key(data) {
+        return TaskId::of_key(key);
+    }
     match TaskRequest::of_data(data)
         .ok()
         .flatten()
@@ -149,10 +166,30 @@ pub fn task_id(url: &CanonicalUrl, data: Option<&UserData>) -> TaskId {
     }
 }
 
-/// `data` without the keys of a request, for a page it leads to by a link or a redirect (a GET).
+/// The dedup key `data` gives, when it is a valid one.
+pub fn dedup_key(data: Option<&UserData>) -> Option<&str> {
+    match data?.get(KEY_KEY)? {
+        Value::String(key) if !key.is_empty() && key.len() <= MAX_KEY_BYTES => Some(key),
+        _ => None,
+    }
+}
+
+/// `data` with the dedup key `key` (a route's: `Route::key`) unless it gives its own.
+pub fn keyed(data: Option<UserData>, key: Option<String>) -> Option<UserData> {
+    let Some(key) = key.filter(|_| dedup_key(data.as_ref()).is_none()) else {
+        return data;
+    };
+    let mut data = data.unwrap_or_default();
+    data.insert(KEY_KEY.to_owned(), Value::String(key));
+    Some(data)
+}
+
+/// `data` without the keys of a request and its dedup key, for a page it leads to by a link or
+/// a redirect (a GET, and another page than the one the key names).
 pub fn without_request(mut data: UserData) -> UserData {
     data.remove(METHOD_KEY);
     data.remove(BODY_KEY);
+    data.remove(KEY_KEY);
     data
 }
 

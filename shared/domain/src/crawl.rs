@@ -99,6 +99,11 @@ pub struct Route {
     /// Whether the page's images are fetched and stored (else `images.discover`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<bool>,
+    /// The dedup key of the URLs it matches (`crate::chain::KEY_KEY`), from its `match`
+    /// pattern's groups: `{1}` is the first group, `{0}` the whole match (`"product-{1}"`).
+    /// URLs giving one key are one task. Else a URL is its own key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Default for Scope {

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
-use trawl_domain::chain::{TaskRequest, without_request};
+use trawl_domain::chain::{TaskRequest, keyed, without_request};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
 use trawl_domain::host::{Host, HostSignal, NextWork, Turn, TurnRejection, singled_out};
@@ -1519,7 +1519,10 @@ impl<P: Ports> Crawler<P> {
             // An open-ended template's pages come one after the other, by its rule only.
             .filter(|url| context.page_of(url.as_str()).is_none())
             .map(|url| {
-                let data = inherited_data(&crawl.config, task);
+                let data = keyed(
+                    inherited_data(&crawl.config, task),
+                    context.scope.key_of(url.as_str()),
+                );
                 NewTask {
                     priority: link_priority(context, &url, data.as_ref()),
                     url,

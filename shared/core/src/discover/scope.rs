@@ -1,9 +1,10 @@
 //! A crawl's scope, compiled once and checked for every discovered URL and redirect hop.
 
-use regex::RegexSet;
+use regex::{Regex, RegexSet};
 use std::fmt;
 use thiserror::Error;
 use trawl_domain::canonical::CanonicalUrl;
+use trawl_domain::chain::MAX_KEY_BYTES;
 use trawl_domain::crawl::{Route, Scope};
 
 /// A scope that cannot be compiled.
@@ -61,6 +62,8 @@ pub struct ScopeMatcher {
     /// The routes and their patterns, in order.
     routes: Vec<Route>,
     route_patterns: Option<RegexSet>,
+    /// Each route's pattern and key template, for the routes that give a key.
+    route_keys: Vec<Option<(Regex, String)>>,
     /// The hosts images are fetched from (`scope.images.allowed_domains`); empty: any.
     image_domains: Vec<String>,
     /// Whether every page's images are fetched (`scope.images.discover`).
@@ -89,8 +92,16 @@ impl ScopeMatcher {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let route_keys = scope
+            .routes
+            .iter()
+            .zip(&route_patterns)
+            .enumerate()
+            .map(|(i, (route, pattern))| route_key(i, route, pattern))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             domains,
+            route_keys,
             include: compile("include", &scope.include)?,
             exclude: compile("exclude", &scope.exclude)?,
             max_depth: scope.max_depth,
@@ -122,6 +133,17 @@ impl ScopeMatcher {
             return Err(OutOfScopeReason::Domain);
         }
         self.check_excluded(url)
+    }
+
+    /// The dedup key of `url` (`trawl_domain::chain::KEY_KEY`): its route's key template filled
+    /// from the route pattern's groups. None when its route gives no key, or the key would be
+    /// empty or longer than `MAX_KEY_BYTES` (the URL is then its own key).
+    pub fn key_of(&self, url: &str) -> Option<String> {
+        let first = self.route_patterns.as_ref()?.matches(url).iter().next()?;
+        let (pattern, template) = self.route_keys.get(first)?.as_ref()?;
+        let groups = pattern.captures(url)?;
+        let key = fill_key(template, |n| groups.get(n).map(|m| m.as_str()));
+        (!key.is_empty() && key.len() <= MAX_KEY_BYTES).then_some(key)
     }
 
     /// The route of the pages at `url`: the first whose pattern matches.
@@ -209,6 +231,63 @@ fn compile(list: &'static str, patterns: &[String]) -> Result<Option<RegexSet>, 
             .unwrap_or_else(|| format!("(all together): {}", crate::problem::regex(&set_error)));
         ScopeError::Pattern { list, message }
     })
+}
+
+/// Route `i`'s pattern and key template, when it gives a key: refused unless the route has a
+/// `match` pattern (a glob has no groups) holding every group the template names.
+fn route_key(
+    i: usize,
+    route: &Route,
+    pattern: &str,
+) -> Result<Option<(Regex, String)>, ScopeError> {
+    let Some(template) = &route.key else {
+        return Ok(None);
+    };
+    let refused = |message: String| ScopeError::Pattern {
+        list: "routes",
+        message: format!("[{i}]: key {template:?}: {message}"),
+    };
+    if route.pattern.is_none() {
+        return Err(refused(
+            "a key needs a `match` pattern (a glob has no groups)".into(),
+        ));
+    }
+    let regex = Regex::new(pattern).map_err(|e| refused(e.to_string()))?;
+    let groups = regex.captures_len();
+    let mut missing = None;
+    fill_key(template, |n| {
+        if n >= groups {
+            missing.get_or_insert(n);
+        }
+        Some("")
+    });
+    if let Some(n) = missing {
+        return Err(refused(format!("the pattern has no group {n}")));
+    }
+    Ok(Some((regex, template.clone())))
+}
+
+/// `template` with each `{n}` (n a digit) replaced by `group(n)` (nothing when None).
+fn fill_key<'a>(template: &str, mut group: impl FnMut(usize) -> Option<&'a str>) -> String {
+    let mut key = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        key.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let digit = after.chars().next().and_then(|c| c.to_digit(10));
+        match (digit, after.get(1..2)) {
+            (Some(n), Some("}")) => {
+                key.push_str(group(n as usize).unwrap_or_default());
+                rest = &after[2..];
+            }
+            _ => {
+                key.push('{');
+                rest = after;
+            }
+        }
+    }
+    key.push_str(rest);
+    key
 }
 
 #[cfg(test)]
@@ -307,6 +386,38 @@ mod tests {
             ScopeMatcher::new(&scope),
             Err(ScopeError::Domain(_))
         ));
+    }
+
+    #[test]
+    fn a_routes_key_is_filled_from_its_patterns_groups_and_a_bad_one_is_refused() {
+        let scope = |routes: serde_json::Value| Scope {
+            routes: serde_json::from_value(routes).unwrap(),
+            ..Scope::default()
+        };
+        let matcher = ScopeMatcher::new(&scope(serde_json::json!([
+            {"match": "^https?://([^/]+)/p/(\\d+)", "key": "{1}:product-{2} {x}"},
+            {"match": "/list/"}
+        ])))
+        .unwrap();
+        assert_eq!(
+            matcher.key_of("http://shop.example/p/12?ref=a").as_deref(),
+            Some("shop.example:product-12 {x}")
+        );
+        assert_eq!(matcher.key_of("http://shop.example/list/1"), None);
+        assert_eq!(matcher.key_of("http://shop.example/other"), None);
+        for bad in [
+            serde_json::json!([{"glob": "**/p/*", "key": "{0}"}]),
+            serde_json::json!([{"match": "/p/(\\d+)", "key": "p{2}"}]),
+            serde_json::json!([{"match": "(", "key": "p"}]),
+        ] {
+            assert!(
+                matches!(
+                    ScopeMatcher::new(&scope(bad.clone())),
+                    Err(ScopeError::Pattern { list: "routes", .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId, host_key_of, truncate};
-use trawl_domain::chain::TaskRequest;
+use trawl_domain::chain::{TaskRequest, keyed};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, readmits};
 use trawl_domain::task::{ErrorKind, Millis, NewTask, Priority, Status, UserData};
 
@@ -947,6 +947,7 @@ impl<P: Ports> Sink<'_, P> {
                 Err(reason) => self.reject(raw, format!("out of scope: {reason}")),
                 Ok(()) => {
                     let route = self.scope.route(url.as_str()).and_then(|r| r.priority);
+                    let data = keyed(data, self.scope.key_of(url.as_str()));
                     let task = NewTask {
                         priority: Priority::of_seed(own, self.priority, route),
                         url,

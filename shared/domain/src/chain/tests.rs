@@ -436,3 +436,46 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn urls_giving_one_dedup_key_are_one_task_and_a_bad_key_is_refused() {
+    let a = CanonicalUrl::parse("https://shop.example/p/12?ref=home").unwrap();
+    let b = CanonicalUrl::parse("https://shop.example/item/12").unwrap();
+    let keyed = |key: Value| data(json!({ "_key": key, "sku": 12 }));
+    // Two URLs, one key: one task, whose id is no URL's.
+    let sku = task_id(&a, Some(&keyed(json!("sku-12"))));
+    assert_eq!(sku, task_id(&b, Some(&keyed(json!("sku-12")))));
+    assert_eq!(sku, TaskId::of_key("sku-12"));
+    assert_ne!(sku, a.task_id());
+    assert_ne!(sku, task_id(&a, Some(&keyed(json!("sku-13")))));
+    // The key goes before the request: a keyed POST is known by its key.
+    let post = data(json!({"_key": "sku-12", "_method": "POST", "_body": {"q": 1}}));
+    assert_eq!(task_id(&a, Some(&post)), sku);
+    // Anything but a string of 1 to 512 bytes is refused where data enters trawl.
+    for bad in [json!(12), json!(""), json!(null), json!("x".repeat(513))] {
+        assert_eq!(
+            TaskRequest::of_data(Some(&keyed(bad.clone()))),
+            Err(RequestError::Key(bad.to_string())),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        TaskRequest::of_data(Some(&keyed(json!("x".repeat(512))))),
+        Ok(None)
+    );
+}
+
+#[test]
+fn a_routes_key_does_not_replace_a_seeds_own_and_a_link_does_not_inherit_one() {
+    let own = data(json!({"_key": "mine", "n": 1}));
+    assert_eq!(
+        keyed(Some(own.clone()), Some("route".into())),
+        Some(own.clone())
+    );
+    assert_eq!(
+        keyed(Some(data(json!({"n": 1}))), Some("route".into())),
+        Some(data(json!({"n": 1, "_key": "route"})))
+    );
+    assert_eq!(keyed(None, None), None);
+    assert_eq!(without_request(own), data(json!({"n": 1})));
+}
