@@ -139,8 +139,7 @@ impl ScopeMatcher {
     /// from the route pattern's groups. None when its route gives no key, or the key would be
     /// empty or longer than `MAX_KEY_BYTES` (the URL is then its own key).
     pub fn key_of(&self, url: &str) -> Option<String> {
-        let first = self.route_patterns.as_ref()?.matches(url).iter().next()?;
-        let (pattern, template) = self.route_keys.get(first)?.as_ref()?;
+        let (pattern, template) = self.route_keys.get(self.route_index(url)?)?.as_ref()?;
         let groups = pattern.captures(url)?;
         let key = fill_key(template, |n| groups.get(n).map(|m| m.as_str()));
         (!key.is_empty() && key.len() <= MAX_KEY_BYTES).then_some(key)
@@ -148,9 +147,13 @@ impl ScopeMatcher {
 
     /// The route of the pages at `url`: the first whose pattern matches.
     pub fn route(&self, url: &str) -> Option<&Route> {
+        self.routes.get(self.route_index(url)?)
+    }
+
+    /// The index of `url`'s route.
+    fn route_index(&self, url: &str) -> Option<usize> {
         // RegexSet reports matches in pattern order: the lowest index is the first route.
-        let first = self.route_patterns.as_ref()?.matches(url).iter().next()?;
-        self.routes.get(first)
+        self.route_patterns.as_ref()?.matches(url).iter().next()
     }
 
     /// `url` as this crawl's task URL: without its `drop_params` (tracking parameters).
