@@ -1413,7 +1413,9 @@ impl<P: Ports> Crawler<P> {
                     layout: config.storage.layout,
                     items,
                 });
-                let recorded = record_or_gather(
+                // On the heap: its frame is the largest of a turn's (~290 KB in a debug build),
+                // and a handler's future nests it deep.
+                let recorded = Box::pin(record_or_gather(
                     &self.store,
                     &self.blobs,
                     &self.layout,
@@ -1424,7 +1426,7 @@ impl<P: Ports> Crawler<P> {
                     page_body,
                     WithItems(!context.extractors.is_empty()),
                     self.clock(),
-                )
+                ))
                 .await?;
                 let step = match recorded {
                     Recorded::Stored(StoredPage::Finished { put }) => {
