@@ -256,7 +256,24 @@ fn check_second_delivery(shop: &Shop, delivery: &Path) {
         serde_json::from_str(&std::fs::read_to_string(delivery.join("summary.json")).unwrap())
             .unwrap();
     assert_eq!(summary["items"]["delta"]["images_removed"], 2);
+    // No other item names them: both are deleted with their item.
+    assert_eq!(summary["items"]["delta"]["images_deleted"], 2);
     assert_eq!(summary["items"]["delta"]["gone"], 1);
+}
+
+/// The photo the first delivery's item of `/p/1.html` names: its object, offset and length.
+fn first_photo(shop: &Shop, first: &Path) -> Value {
+    let items = gunzip_lines(&first.join("items.jsonl.gz"));
+    item(&items, shop, "/p/1.html")["images"]["photo"].clone()
+}
+
+/// The removed photo's task, as `trawl tasks show` gives it: given up as removed.
+fn check_retired(task: &Value) {
+    assert_eq!(task["status"], "ignored", "{task}");
+    let errors = task["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{task}"));
+    assert_eq!(errors.last().unwrap()["kind"], "removed", "{task}");
 }
 
 fn succeeded(output: std::process::Output) -> std::process::Output {
@@ -322,6 +339,28 @@ async fn images_on_the_embedded_backend(layout: &str) {
     let second = json_of(&recrawl);
     // THEN its item is gone, its images removed with it in the items delta
     check_second_delivery(&shop, Path::new(second["delivery"].as_str().unwrap()));
+    // AND the photo's task is given up with its bytes: on the objects layout its file is
+    // deleted, on segments its records are no task's
+    let photo = first_photo(&shop, &first);
+    let shown = trawl(
+        &[
+            "tasks",
+            "show",
+            &shop.cdn_url("/img/1.png"),
+            "--json",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &dir,
+    )
+    .await;
+    check_retired(&json_of(&succeeded(shown)));
+    let object = Path::new(
+        photo["object"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{photo}")),
+    );
+    assert_eq!(object.exists(), layout == "segments", "{photo}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -398,5 +437,22 @@ async fn the_lambda_handlers_store_the_images_items_name_and_remove_them_with_th
     // THEN its item is gone, its images removed with it in the items delta
     let second = crate::items::download(&deployed, &env, &crawl_id, &dir.join("gen1")).await;
     check_second_delivery(&shop, &second);
+    // AND the photo's task is given up and its object deleted from the bucket
+    let shown = deployed
+        .run(
+            &[
+                "tasks",
+                "show",
+                &shop.cdn_url("/img/1.png"),
+                "--crawl-id",
+                &crawl_id,
+                "--json",
+            ],
+            &env,
+        )
+        .await;
+    check_retired(&json_of(&succeeded(shown)));
+    let left = trawl_core::blob::BlobStore::get(&blobs, key).await.unwrap();
+    assert!(left.is_none(), "{key} kept");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -84,6 +84,9 @@ impl Reason {
             ErrorKind::TooManyRedirects => "redirect loops, or chains of more than 5 hops".into(),
             ErrorKind::TooLarge => "the bodies exceed the crawl's size limit".into(),
             ErrorKind::InvalidContent => "the bodies could not be decoded".into(),
+            ErrorKind::Removed => "images no delivered item names any more, removed with their \
+                 bytes (they are fetched again when `trawl retry --status ignored` is run)"
+                .into(),
             ErrorKind::ServerError
             | ErrorKind::Throttled
             | ErrorKind::Timeout

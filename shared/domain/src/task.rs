@@ -127,6 +127,8 @@ pub enum ErrorKind {
     Storage,
     /// The host was given up after too many host-wide errors in a row (its error budget).
     HostGivenUp,
+    /// Given up with its stored bytes: an image no delivered item names any more.
+    Removed,
 }
 
 impl ErrorKind {

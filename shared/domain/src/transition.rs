@@ -24,6 +24,7 @@
 //! | `reset`         | not in_progress, not claimed since it was read    | pending              |
 //! | `refresh`       | as read: succeeded or gone, fetched before the    | pending              |
 //! |                 | sitemap's lastmod, not claimed since              |                      |
+//! | `retire`        | not in_progress, not claimed since it was read    | ignored              |
 //! | `add_stale`     | exists; md5 neither its current object nor listed | unchanged            |
 //!
 //! Lease expiry is a `claim` of an `in_progress` task whose lease has run out: the same write
@@ -222,6 +223,7 @@ pub enum Event {
     Reschedule,
     Reset,
     Refresh,
+    Retire,
     AddStale,
 }
 
@@ -236,6 +238,7 @@ impl Event {
             Event::Reschedule => "reschedule",
             Event::Reset => "reset",
             Event::Refresh => "refresh",
+            Event::Retire => "retire",
             Event::AddStale => "add_stale",
         }
     }
@@ -647,6 +650,33 @@ pub fn reset(task: &Task, now: Millis) -> Update {
             fetch: Change::Set(None),
             updated_at: Change::Set(now),
             stale: forgotten.map_or(StaleChange::Keep, StaleChange::Add),
+            ..Changes::default()
+        },
+    }
+}
+
+/// Gives `task` up for `reason` with its stored bytes (an image no delivered item names any
+/// more, `crate::image`): `ignored`, never fetched again unless an operator retries it, its
+/// fetch record forgotten so that its objects are no task's (the deliverer deletes them, else
+/// the next delivery's orphan pass does). Conditioned on the token, so that the record
+/// forgotten is the one read.
+pub fn retire(task: &Task, reason: &str, now: Millis) -> Update {
+    let mut errors = task.errors.clone();
+    push_error(
+        &mut errors,
+        ErrorRecord::new(ErrorKind::Removed, reason, now),
+    );
+    Update {
+        event: Event::Retire,
+        requires: Condition::Settled { token: task.token },
+        changes: Changes {
+            status: Change::Set(Status::Ignored),
+            errors: Change::Set(errors),
+            next_attempt_at: Change::Set(None),
+            lease_expires_at: Change::Set(None),
+            token: TokenChange::Increment,
+            fetch: Change::Set(None),
+            updated_at: Change::Set(now),
             ..Changes::default()
         },
     }

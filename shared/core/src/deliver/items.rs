@@ -156,14 +156,16 @@ pub struct PreviousItems {
     pub bytes: u64,
 }
 
-/// What an items pass held and wrote (the bench prints it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What an items pass held and wrote (the bench prints it), and what its deliverer is left to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ItemsStats {
     /// Sorted runs written.
     pub runs: u64,
     /// Entries held in memory at once, at most: those the sorters gather, and the frames the
     /// merge being read has decoded.
     pub peak_entries: u64,
+    /// The URLs of the images items named in the previous delivery and none names in this one.
+    pub unnamed_images: Vec<String>,
 }
 
 /// A detail page as a listing item gets it: the page, and its first item (None: it has none).
@@ -286,6 +288,27 @@ impl Sorted for ByKey {
     }
 }
 
+/// Step 4's images, by URL: those its items name, and those it found named no more (an image
+/// removed and named by no item is retired with its bytes, `unnamed_images`).
+#[derive(Debug, Serialize, Deserialize)]
+enum ImageUse {
+    #[serde(rename = "n")]
+    Named { u: String },
+    #[serde(rename = "r")]
+    Removed { u: String },
+}
+
+impl Sorted for ImageUse {
+    type Key = (String, u8);
+
+    fn key(&self, _: &str) -> Result<Self::Key, DeliverError> {
+        Ok(match self {
+            ImageUse::Named { u } => (u.clone(), 0),
+            ImageUse::Removed { u } => (u.clone(), 1),
+        })
+    }
+}
+
 /// Step 5's entries: the items with their change (by seq), the gone keys (in key order), the
 /// detail pages linked (by their number, once or more each).
 #[derive(Debug, Serialize, Deserialize)]
@@ -329,6 +352,7 @@ struct Sorts {
     by_item: Sorter<ByItem>,
     by_field_key: Sorter<ByFieldKey>,
     by_key: Sorter<ByKey>,
+    image_uses: Sorter<ImageUse>,
     out: Sorter<Out>,
 }
 
@@ -341,6 +365,7 @@ impl Sorts {
             by_item: Sorter::new(name("item"), entries),
             by_field_key: Sorter::new(name("field-key"), entries),
             by_key: Sorter::new(name("key"), entries),
+            image_uses: Sorter::new(name("image-use"), entries),
             out: Sorter::new(name("out"), entries),
         }
     }
@@ -351,6 +376,7 @@ impl Sorts {
             + self.by_item.held()
             + self.by_field_key.held()
             + self.by_key.held()
+            + self.image_uses.held()
             + self.out.held()
     }
 }
@@ -705,10 +731,12 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             self.summary.delta.previous = Some(previous.delivery_id.clone());
         }
         self.delta().await?;
+        let unnamed = self.unnamed_images().await?;
         let files = self.write(csv).await?;
         // Every run of the pass (those of an earlier call cut during it too).
         let runs = format!("{}{}{RUNS}", self.prefix, runs::RUNS_PREFIX);
         runs::remove(self.blobs, &runs).await?;
+        self.stats.unnamed_images = unnamed;
         Ok((files, self.summary, self.stats))
     }
 
@@ -985,6 +1013,14 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                         }
                     },
                 };
+                let named = l
+                    .images
+                    .values()
+                    .map(|i| ImageUse::Named { u: i.url.clone() });
+                let removed = r.iter().map(|i| ImageUse::Removed { u: i.url.clone() });
+                for entry in named.chain(removed) {
+                    self.sorts.image_uses.push(self.blobs, &entry).await?;
+                }
                 let entry = Out::Item {
                     n,
                     l: Box::new(l),
@@ -999,6 +1035,12 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 let r = if left_out { GONE_DETAIL } else { GONE_UNSEEN };
                 let i = image::removed(images.values(), &[]);
                 self.summary.delta.images_removed += i.len() as u64;
+                for removed in &i {
+                    let entry = ImageUse::Removed {
+                        u: removed.url.clone(),
+                    };
+                    self.sorts.image_uses.push(self.blobs, &entry).await?;
+                }
                 let entry = Out::Gone {
                     n: gone,
                     k: key,
@@ -1010,6 +1052,31 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// Step 4b: the URLs of the images the delta found named no more that no item of this
+    /// delivery names: the images to retire with their bytes. Held: as many as the generation
+    /// removed (the images of gone and changed items only).
+    async fn unnamed_images(&mut self) -> Result<Vec<String>, DeliverError> {
+        let mut merge = self.merge_of(|s| &mut s.image_uses).await?;
+        let mut unnamed = Vec::new();
+        // Bounded: each round takes the entries of one URL.
+        while let Some((url, _)) = merge.peek(self.blobs).await? {
+            let (mut named, mut removed) = (false, false);
+            while let Some((next, _)) = merge.peek(self.blobs).await?
+                && next == url
+            {
+                match merge.next(self.blobs).await? {
+                    Some((_, ImageUse::Named { .. })) => named = true,
+                    Some((_, ImageUse::Removed { .. })) => removed = true,
+                    None => break,
+                }
+            }
+            if removed && !named {
+                unnamed.push(url);
+            }
+        }
+        Ok(unnamed)
     }
 
     /// Step 5: the files, in one read of the items in manifest order.

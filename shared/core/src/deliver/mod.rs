@@ -64,7 +64,7 @@ use crate::backoff::{Backoff, Transient, persist};
 use crate::blob::{BlobError, BlobStore, BlobUpload, Layout};
 use crate::clock::SystemClock;
 use crate::discover::ScopeMatcher;
-use crate::store::{CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords};
+use crate::store::{Applied, CrawlRecords, CrawlStore, Part, StoreError, TaskQuery, TaskRecords};
 use crate::warc::{self, Exchange};
 use bytes::Bytes;
 use compare::{Comparison, Progress, Step};
@@ -78,10 +78,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
-use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, DeliveredPages, transition};
+use trawl_domain::image::is_image_task;
 use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
+use trawl_domain::transition as task_transition;
 
 pub const INDEX_FILE: &str = "index.json";
 pub const SUMMARY_FILE: &str = "summary.json";
@@ -1962,7 +1964,7 @@ impl<P: Ports> Deliverer<P> {
             Some(previous) => self.previous_items(run, &previous.delivery_id).await?,
             None => None,
         };
-        let (files, summary, _) = deliver_items(
+        let (files, mut summary, stats) = deliver_items(
             &self.blobs,
             &self.layout,
             &self.uri_base,
@@ -1973,9 +1975,61 @@ impl<P: Ports> Deliverer<P> {
             &self.limits,
         )
         .await?;
+        summary.delta.images_deleted = self.retire_images(&crawl.id, &stats.unnamed_images).await?;
         state.files.extend(files);
         state.tally.items = Some(summary);
         Ok(())
+    }
+
+    /// Gives up the image tasks at `urls` (named by no item any more) with their stored bytes,
+    /// as Django Dynamic Scraper deletes an item's images with it: how many. An image being
+    /// fetched when it is read, or claimed between its read and its write, is left as it is; a
+    /// page that is an image but not an image task is never touched. Its objects are deleted
+    /// here; one whose delete fails is the next delivery's orphan (`orphans`). On the segment
+    /// layout its records stay in their segment, no task's.
+    async fn retire_images(
+        &self,
+        crawl_id: &CrawlId,
+        urls: &[String],
+    ) -> Result<u64, DeliverError> {
+        let mut retired = 0;
+        for url in urls {
+            let Ok(url) = CanonicalUrl::parse(url) else {
+                continue;
+            };
+            let id = url.task_id();
+            let Some(task) = self.store.get(crawl_id, &id).await? else {
+                continue;
+            };
+            let retired_before = task.status == Status::Ignored
+                && task
+                    .errors
+                    .last()
+                    .is_some_and(|e| e.kind == ErrorKind::Removed);
+            if !is_image_task(task.data.as_ref()) || retired_before {
+                continue;
+            }
+            let reason = "no delivered item names this image";
+            let update = task_transition::retire(&task, reason, self.clock.now_ms());
+            let Applied::Done { before } = self.store.apply(crawl_id, &id, &update).await? else {
+                continue;
+            };
+            retired += 1;
+            // The objects layout's: its body, and any version left on its stale list.
+            if before.fetch.as_ref().is_some_and(|f| f.span.is_none()) {
+                let prefix = self.layout.task_prefix(crawl_id, &id);
+                let deleted = async {
+                    for key in self.blobs.list(&prefix).await? {
+                        self.blobs.delete(&key).await?;
+                    }
+                    Ok::<_, BlobError>(())
+                };
+                if let Err(e) = deleted.await {
+                    tracing::warn!(%prefix, error = %e, "a removed image's objects left to the orphan pass");
+                }
+            }
+        }
+        Ok(retired)
     }
 
     /// The items file of the run's delivery `delivery_id`, as its index lists it (None: it

@@ -218,6 +218,10 @@ pub struct ItemsDelta {
     /// Images that items gone or changed name no more (`removed_images` in the delta).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub images_removed: u64,
+    /// Of those, images no item names any more: given up with their stored bytes (status
+    /// `ignored`, error `removed`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub images_deleted: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

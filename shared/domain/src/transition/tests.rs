@@ -753,6 +753,7 @@ enum Event {
     },
     Reset,
     Refresh,
+    Retire,
     AddStale {
         md5: u8,
     },
@@ -792,6 +793,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => proptest::collection::vec(status(), 0..3).prop_map(|from| Event::Reschedule { from }),
         1 => Just(Event::Reset),
         1 => Just(Event::Refresh),
+        1 => Just(Event::Retire),
         1 => (0u8..4).prop_map(|md5| Event::AddStale { md5 }),
     ]
 }
@@ -811,6 +813,7 @@ fn legal_edge(event: &Event, from: Status, to: Status) -> bool {
         Event::Reschedule { from: set } => set.contains(&from) && to == Pending,
         Event::Reset => from != InProgress && to == Pending,
         Event::Refresh => matches!(from, Succeeded | Gone) && to == Pending,
+        Event::Retire => from != InProgress && to == Ignored,
         Event::AddStale { .. } => from == to,
     }
 }
@@ -908,6 +911,7 @@ proptest! {
                 Event::Reset => Some(reset(&task, now)),
                 // A sitemap saying the page changed just now.
                 Event::Refresh => refresh(&task, now, now),
+                Event::Retire => Some(retire(&task, "named by no item", now)),
                 Event::AddStale { md5 } => Some(add_stale(&md5.to_string())),
             };
             let Some(update) = update else { continue };
@@ -968,11 +972,11 @@ proptest! {
                 let due_again = matches!(event, Event::Claim { .. } | Event::Finish { .. } | Event::Fail { .. })
                     && before.due_at().is_some_and(|at| at <= now);
                 prop_assert!(
-                    due_again || matches!(event, Event::Reschedule { .. } | Event::Reset | Event::Refresh),
+                    due_again || matches!(event, Event::Reschedule { .. } | Event::Reset | Event::Refresh | Event::Retire),
                     "{:?} took a {} task out", event, before.status
                 );
             }
-            if before.fetch.is_some() && !matches!(event, Event::Reset) {
+            if before.fetch.is_some() && !matches!(event, Event::Reset | Event::Retire) {
                 prop_assert!(task.fetch.is_some(), "{:?} dropped the fetch record", event);
             }
             prop_assert_eq!(
