@@ -744,3 +744,96 @@ async fn an_items_pass_cut_at_any_upload_is_done_again_from_the_start_to_the_sam
         assert!(left.is_empty(), "cut at upload {cut}: {left:?}");
     }
 }
+
+/// Products naming their photo by an image field (the same crawl id as `crawl`'s, so that
+/// `store` puts their items where the pass reads them).
+fn photo_crawl() -> Crawl {
+    let config: CrawlConfig = serde_json::from_value(json!({
+        "extract": [{"name": "product", "match": "/p/",
+                     "fields": {"photo": {"css": "img", "value": "attr(src)", "image": true}}}]
+    }))
+    .unwrap();
+    Crawl::new(CrawlId::parse("shop").unwrap(), config, 0)
+}
+
+/// A product page of `generation` naming the photo at `photo`, or gone (None).
+fn product(path: &str, photo: Option<&str>, generation: u64) -> Page {
+    let Some(photo) = photo else {
+        return Page {
+            line: page(path, "gone", generation),
+            items: None,
+        };
+    };
+    Page {
+        line: page(path, "succeeded", generation),
+        items: Some(PageItems {
+            extractor: "product".to_owned(),
+            items: vec![item(vec![("photo", json!(url(photo)))], false)],
+            version: None,
+        }),
+    }
+}
+
+/// The stored image task at `path`.
+fn photo(path: &str) -> Page {
+    let mut line = page(path, "succeeded", 0);
+    line.content_type = Some("image/png".to_owned());
+    line.data = Some(trawl_domain::image::image_data(None));
+    Page { line, items: None }
+}
+
+#[tokio::test]
+async fn an_image_no_item_names_any_more_is_found_to_retire_and_one_another_item_names_is_kept() {
+    // GIVEN three products, two naming one shared photo, the third its own
+    let blobs = MemoryBlobStore::default();
+    let crawl = photo_crawl();
+    let limits = DeliveryLimits {
+        items_entries: 2,
+        ..DeliveryLimits::DEFAULT
+    };
+    let layout = Layout::new("");
+    let images = || [photo("img/shared.png"), photo("img/own.png")];
+    let mut first = vec![
+        product("p/1", Some("img/shared.png"), 0),
+        product("p/2", Some("img/shared.png"), 0),
+        product("p/3", Some("img/own.png"), 0),
+    ];
+    first.extend(images());
+    let manifests = store(&blobs, "d0/", &first).await;
+    let (files, ..) = deliver_items(
+        &blobs, &layout, "", &crawl, &manifests, None, "d0/", &limits,
+    )
+    .await
+    .unwrap();
+
+    // WHEN the first and the third are gone at the next delivery
+    let mut second = vec![
+        product("p/1", None, 1),
+        product("p/2", Some("img/shared.png"), 1),
+        product("p/3", None, 1),
+    ];
+    second.extend(images());
+    let manifests = store(&blobs, "d1/", &second).await;
+    let previous = PreviousItems {
+        delivery_id: "gen-000000".to_owned(),
+        key: format!("d0/{ITEMS_FILE}"),
+        bytes: files[0].bytes,
+    };
+    let (_, summary, stats) = deliver_items(
+        &blobs,
+        &layout,
+        "",
+        &crawl,
+        &manifests,
+        Some(&previous),
+        "d1/",
+        &limits,
+    )
+    .await
+    .unwrap();
+
+    // THEN both list their photo as removed, and only the photo no item names is to retire
+    assert_eq!(summary.delta.gone, 2);
+    assert_eq!(summary.delta.images_removed, 2);
+    assert_eq!(stats.unnamed_images, [url("img/own.png")]);
+}
