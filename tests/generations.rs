@@ -13,6 +13,8 @@ const CHANGED: [usize; 5] = [2, 5, 8, 11, 14];
 const REMOVED: [usize; 3] = [17, 18, 19];
 /// A page that answers 200 but says it is gone (a soft-404 rule recognises it).
 const SOFT_GONE: usize = 3;
+/// A page that says it is withdrawn, which a soft-404 rule takes for gone at once.
+const WITHDRAWN: usize = 4;
 /// The soft-404 rule's reference page (known gone; not linked from the site).
 const REFERENCE: &str = "/gone-reference";
 
@@ -31,8 +33,8 @@ fn page_path(i: usize) -> String {
 async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     // GIVEN a site of 20 linked pages, crawled with a daily recrawl and a 1 s retry backoff, a
     // page missing at a check checked again at once (the two checks that make it gone within
-    // one generation; their spacing is tested in `freshness`), and a soft-404 rule whose
-    // reference page it recognises
+    // one generation; their spacing is tested in `freshness`), a soft-404 rule whose
+    // reference page it recognises, and one that marks a page gone at once
     let site = linked_site(PAGES).await;
     site.route(REFERENCE, Route::html("<h1>Sorry, this moved away</h1>"));
     let dir = temp_dir("generations");
@@ -43,7 +45,9 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         "retry": {"base_delay_ms": 1000},
         "recrawl": {"missing_after": 2, "missing_recheck_ms": 0,
                     "soft_404": [{"selector": "h1", "text": "moved away",
-                                  "reference_url": site.url(REFERENCE)}]},
+                                  "reference_url": site.url(REFERENCE)},
+                                 {"xpath": "//div[@id='status']/@data-state = 'withdrawn'",
+                                  "at_once": true}]},
     });
     std::fs::write(&config, rules.to_string()).unwrap();
     let start = site.url("/p/0.html");
@@ -114,6 +118,10 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         &page_path(SOFT_GONE),
         Route::html("<h1>This page moved away</h1>"),
     );
+    site.route(
+        &page_path(WITHDRAWN),
+        Route::html(r#"<h1>Four</h1><div id="status" data-state="withdrawn"></div>"#),
+    );
     // AND the site's "not found" page reworded: the rule no longer recognises its reference
     site.route(REFERENCE, Route::html("<h1>Nothing here</h1>"));
 
@@ -161,8 +169,8 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
     // WHEN the next generation starts now
     let recrawl = trawl(&["recrawl", "--json", "--data-dir", data], &dir).await;
 
-    // THEN every page was asked again, the removed ones twice, and the delta says 5 changed
-    // and 4 gone (the soft 404 too)
+    // THEN every page was asked again, the removed ones twice (the withdrawn one once), and
+    // the delta says 5 changed and 5 gone (the soft 404s too)
     assert!(
         recrawl.status.success(),
         "{}",
@@ -179,25 +187,30 @@ async fn a_crawl_is_recrawled_with_its_delta_then_reset_and_fetched_again() {
         (&delta["changed"], &delta["gone"], &delta["new"]),
         (
             &Value::from(CHANGED.len()),
-            &Value::from(REMOVED.len() + 1),
+            &Value::from(REMOVED.len() + 2),
             &Value::from(0)
         ),
         "{delta}"
     );
     assert_eq!(
         delta["unchanged"],
-        PAGES - CHANGED.len() - REMOVED.len() - 1
+        PAGES - CHANGED.len() - REMOVED.len() - 2
     );
     for i in REMOVED {
         // The first crawl, two 404s in a row, and the dry run's fetch of page 17.
         let expected = if i == 17 { 4 } else { 3 };
         assert_eq!(site.hits(&page_path(i)), expected, "page {i}");
     }
-    assert_eq!(recrawl["counts"]["gone"], REMOVED.len() + 1);
+    assert_eq!(recrawl["counts"]["gone"], REMOVED.len() + 2);
     assert_eq!(
         site.hits(&page_path(SOFT_GONE)),
         3,
         "one fetch, then two soft 404s"
+    );
+    assert_eq!(
+        site.hits(&page_path(WITHDRAWN)),
+        2,
+        "one fetch, then a soft 404 marked gone at once"
     );
     // AND the sweep's re-test of the reference page was logged as an error and counted
     assert_eq!(delivered_summary(&recrawl)["soft_404_reference_misses"], 1);

@@ -16,6 +16,7 @@ use std::time::Duration;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId};
 use trawl_domain::crawl::{CrawlConfig, Soft404Rule};
 use trawl_domain::retry::Failure;
+use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{ErrorKind, FetchRecord, Millis, NewTask, Status, Task};
 use trawl_domain::transition;
 
@@ -83,8 +84,8 @@ pub async fn check(
         image: false,
         request: None,
     };
-    let fail = |failure: &Failure| {
-        transition::fail(&lease, failure, &config.retry, &revisit, now)
+    let fail = |failure: &Failure, revisit: &Revisit| {
+        transition::fail(&lease, failure, &config.retry, revisit, now)
             .0
             .changes
             .apply(&claimed)
@@ -102,7 +103,7 @@ pub async fn check(
     let finish = |r: &FetchRecord| transition::finish(&lease, r, now).changes.apply(&claimed);
     let mut soft_404 = None;
     let (answer, changed, after) = match fetcher.fetch(request).await {
-        FetchOutcome::Failed(failure) => (failure.message.clone(), false, fail(&failure)),
+        FetchOutcome::Failed(failure) => (failure.message.clone(), false, fail(&failure, &revisit)),
         FetchOutcome::NotModified(_) => {
             let r = record(false, previous.cloned().unwrap_or_default());
             ("304 Not Modified".to_owned(), false, finish(&r))
@@ -130,8 +131,9 @@ pub async fn check(
                         http_status: Some(page.status),
                         ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
+                    let revisit = revisit.on_marker(found.at_once);
                     soft_404 = Some(found);
-                    (answer, false, fail(&failure))
+                    (answer, false, fail(&failure, &revisit))
                 }
                 None => {
                     let md5 = page.body.as_ref().map(|b| b.md5_hex());

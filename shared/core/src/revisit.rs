@@ -123,6 +123,9 @@ pub struct Soft404Found {
     /// The text the rule asks for, found in what the marker selected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The rule makes the page gone at this check (`Soft404Rule::at_once`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_once: bool,
 }
 
 impl std::fmt::Display for Soft404Found {
@@ -159,6 +162,7 @@ pub fn soft_404_match(index: usize, rule: &Soft404Rule, html: &[u8]) -> Option<S
         rule: index,
         marker: format!("{kind} {:?}", marker.text()),
         text: rule.text.clone(),
+        at_once: rule.at_once,
     })
 }
 

@@ -724,6 +724,11 @@ pub struct Soft404Rule {
     /// A page known to be gone: every sweep checks that the rule still recognises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_url: Option<String>,
+    /// The marker makes a page gone at the check that finds it (Django Dynamic Scraper's
+    /// `404_OR_X_PATH`: a page that says it is gone is believed), not after
+    /// `recrawl.missing_after` checks as a 404 is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_once: bool,
 }
 
 impl Soft404Rule {

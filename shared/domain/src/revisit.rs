@@ -48,6 +48,19 @@ pub struct Revisit {
 }
 
 impl Revisit {
+    /// As `self`, for a page a soft-404 marker recognised: one that marks a page gone
+    /// `at_once` (`Soft404Rule::at_once`) confirms it at the first check.
+    pub fn on_marker(self, at_once: bool) -> Revisit {
+        if at_once {
+            Revisit {
+                missing_after: 1,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
     /// A one-generation crawl's: fetched once, gone on its first 404.
     pub const ONCE: Revisit = Revisit {
         schedule: None,

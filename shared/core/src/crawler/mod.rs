@@ -1281,6 +1281,7 @@ impl<P: Ports> Crawler<P> {
                         http_status: Some(page.status),
                         ..Failure::new(ErrorKind::NotFound, found.to_string())
                     };
+                    let revisit = revisit.on_marker(found.at_once);
                     let outcome = self.fail(context, lease, &failure, &revisit).await?;
                     return Ok((outcome.into(), Some(HostSignal::Answered)));
                 }
