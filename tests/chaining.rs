@@ -209,6 +209,25 @@ async fn an_apis_answers_chain_its_next_requests_with_their_values_and_a_bad_pag
         shown.insert(id.clone(), succeeded(&args, &dir).await);
     }
     check_tasks(&site, |id| shown[id].clone());
+    // AND a POSTed task is found by its URL with its method and body too
+    let url = site.url("/api/page");
+    let args = [
+        "tasks",
+        "show",
+        url.as_str(),
+        "--method",
+        "POST",
+        "--body-json",
+        r#"{"cursor": "c2"}"#,
+        "--crawl-id",
+        "api",
+        "--data-dir",
+        data_dir,
+        "--json",
+    ];
+    let by_url = succeeded(&args, &dir).await;
+    let id = id_of(&url, json!({"_method": "POST", "_body": {"cursor": "c2"}}));
+    assert_eq!(by_url["task_id"], id.as_str(), "{by_url}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

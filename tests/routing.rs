@@ -242,6 +242,29 @@ async fn urls_giving_one_dedup_key_by_a_route_or_a_seed_line_are_fetched_once() 
     assert_eq!(key_of("/item/1"), Some(json!("product-1")), "{manifest:?}");
     assert_eq!(key_of("/a/7"), Some(json!("sku-7")));
 
+    // AND `tasks show` finds a keyed task by any URL its route keys alike, and a seed line's
+    // by its URL and key
+    let show = |url: String, extra: &'static [&'static str]| {
+        let (dir, data) = (dir.clone(), data.clone());
+        async move {
+            let mut args = vec!["tasks", "show", url.as_str(), "--json", "--data-dir"];
+            args.push(data.to_str().unwrap());
+            args.extend_from_slice(extra);
+            trawl(&args, &dir).await
+        }
+    };
+    let shown = json_of(&show(site.url("/goods/1"), &[]).await);
+    assert_eq!(shown["url"], site.url("/item/1").as_str(), "{shown}");
+    let shown = json_of(&show(site.url("/b/7"), &["--key", "sku-7"]).await);
+    assert_eq!(shown["url"], site.url("/a/7").as_str(), "{shown}");
+    let unkeyed = show(site.url("/b/7"), &[]).await;
+    assert_eq!(unkeyed.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unkeyed.stderr).contains("--key"),
+        "{}",
+        String::from_utf8_lossy(&unkeyed.stderr)
+    );
+
     // AND a seed line whose key is not a string is refused before anything runs, naming it
     std::fs::write(
         &seeds,

@@ -16,12 +16,14 @@ use trawl_core::backoff::{Backoff, persist};
 use trawl_core::deliver::{
     Deliverer, DeliveryLimits, DeliveryReport, purge, release_dead_delivery,
 };
+use trawl_core::discover::ScopeMatcher;
 use trawl_core::operate::{self, Operation, Rewind, Selection};
 use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
+use trawl_domain::chain::{self, BODY_KEY, KEY_KEY, METHOD_KEY, TaskRequest};
 use trawl_domain::crawl::Crawl;
 use trawl_domain::host::Host;
-use trawl_domain::task::{Status, now_ms};
+use trawl_domain::task::{Status, UserData, now_ms};
 
 pub async fn dispatch<P: Ports>(
     backend: Backend<P>,
@@ -194,6 +196,42 @@ pub fn task_id_of(raw: &str) -> Result<TaskId, CliError> {
     }
 }
 
+/// The task `trawl tasks show` names: a task id, or a URL with what else is part of its
+/// identity (`trawl_domain::chain::task_id`): its method and body, and its dedup key, given,
+/// or the one the crawl's routes give the URL.
+fn shown_task_id(crawl: &Crawl, args: &TasksShowArgs) -> Result<TaskId, CliError> {
+    if let Some(id) = TaskId::parse(&args.task) {
+        return Ok(id);
+    }
+    let url = CanonicalUrl::parse(&args.task)
+        .map_err(|e| CliError::Usage(format!("{e}: give a URL or a task id")))?;
+    let mut data = UserData::new();
+    if let Some(method) = &args.method {
+        data.insert(METHOD_KEY.to_owned(), json!(method));
+    }
+    let body = match (&args.body, &args.body_json) {
+        (Some(text), _) => Some(json!(text)),
+        (None, Some(raw)) => Some(
+            serde_json::from_str(raw)
+                .map_err(|e| CliError::Usage(format!("--body-json is not JSON: {e}")))?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(body) = body {
+        data.insert(BODY_KEY.to_owned(), body);
+    }
+    let routed = || {
+        ScopeMatcher::new(&crawl.config.scope)
+            .ok()?
+            .key_of(url.as_str())
+    };
+    if let Some(key) = args.key.clone().or_else(routed) {
+        data.insert(KEY_KEY.to_owned(), json!(key));
+    }
+    TaskRequest::of_data(Some(&data)).map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(chain::task_id(&url, Some(&data)))
+}
+
 fn count(counts: &StatusCounts, status: Status) -> u64 {
     counts.get(&status).copied().unwrap_or(0)
 }
@@ -306,14 +344,15 @@ async fn task_show<P: Ports>(
     json: bool,
 ) -> Result<(), CliError> {
     let crawl = resolve_crawl(&backend.store, args.crawl_id.as_deref()).await?;
-    let task_id = task_id_of(&args.task)?;
+    let task_id = shown_task_id(&crawl, args)?;
     let task = backend
         .store
         .get(&crawl.id, &task_id)
         .await?
         .ok_or_else(|| {
             CliError::Usage(format!(
-                "crawl {} has no task {:?}: `trawl tasks list --status STATUS` lists its tasks",
+                "crawl {} has no task {:?}: `trawl tasks list --status STATUS` lists its tasks \
+                 (a POST or a keyed task of a URL is found with --method and --body, or --key)",
                 crawl.id, args.task
             ))
         })?;

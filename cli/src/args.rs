@@ -731,6 +731,20 @@ pub struct TasksShowArgs {
     pub task: String,
     #[arg(long)]
     pub crawl_id: Option<String>,
+    /// The task's method, when it is not a GET (part of its identity, as a seed line's
+    /// `_method`).
+    #[arg(long, value_name = "METHOD")]
+    pub method: Option<String>,
+    /// The task's request body, as text (a seed line's `_body` string).
+    #[arg(long, value_name = "TEXT", conflicts_with = "body_json")]
+    pub body: Option<String>,
+    /// The task's request body, as JSON (a seed line's `_body` object).
+    #[arg(long, value_name = "JSON")]
+    pub body_json: Option<String>,
+    /// The task's dedup key (a seed line's `_key`); a URL the crawl's routes give a key is
+    /// found by it without this.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Args)]
