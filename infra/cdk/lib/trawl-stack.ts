@@ -737,7 +737,7 @@ export class TrawlStack extends Stack {
     );
     alarm(
       'CrawlerThrottlesAlarm',
-      'The crawler was throttled (account concurrency below MaxConcurrency).',
+      'The crawler was throttled (account concurrency below MaxConcurrency plus PriorityMaxConcurrency, its two event source mappings together).',
       crawler.fn.metricThrottles({ statistic: 'Sum', period }),
     );
 
