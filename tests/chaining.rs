@@ -209,6 +209,17 @@ async fn an_apis_answers_chain_its_next_requests_with_their_values_and_a_bad_pag
         shown.insert(id.clone(), succeeded(&args, &dir).await);
     }
     check_tasks(&site, |id| shown[id].clone());
+    // AND the delivery counts the pages whose chains stopped, by why: the cursor's page and
+    // the listing's second, both without a `next`
+    let delivery = Path::new(
+        done["delivery"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{done}")),
+    );
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(delivery.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["chain_stops"], json!({"empty": 2}), "{summary}");
     // AND a POSTed task is found by its URL with its method and body too
     let url = site.url("/api/page");
     let args = [
@@ -301,6 +312,7 @@ async fn through_the_functions_an_apis_answers_chain_and_a_bad_page_is_tried_aga
     // THEN the site saw what the CLI's crawl sent, and the stored tasks say the same
     assert_eq!(summary["statuses"]["succeeded"], 7, "{summary}");
     assert_eq!(summary["statuses"]["ignored"], 1, "{summary}");
+    assert_eq!(summary["chain_stops"], json!({"empty": 2}), "{summary}");
     check_requests(&site);
     let store = trawl_aws::dynamodb::DynamoStore::new(
         deployed.clients.dynamodb.clone(),

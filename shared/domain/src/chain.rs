@@ -483,6 +483,16 @@ pub enum ChainStop {
 }
 
 impl ChainStop {
+    /// Its `reason`, as it is serialised.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ChainStop::Empty { .. } => "empty",
+            ChainStop::Cap { .. } => "cap",
+            ChainStop::NotJson => "not_json",
+            ChainStop::Invalid { .. } => "invalid",
+        }
+    }
+
     fn invalid(detail: impl Into<String>) -> Self {
         ChainStop::Invalid {
             detail: crate::canonical::truncate(&detail.into(), 200).to_owned(),

@@ -598,6 +598,9 @@ struct Tally {
     /// The chains of open-ended pagination templates.
     #[serde(default)]
     paging: PagingTally,
+    /// Pages whose chain rules stopped, by why.
+    #[serde(default)]
+    chain_stops: BTreeMap<String, u64>,
 }
 
 impl Tally {
@@ -622,6 +625,9 @@ impl Tally {
             self.segments.entry(key).or_default().live += used.live;
         }
         self.paging.absorb(segment.paging);
+        for (reason, n) in segment.chain_stops {
+            *self.chain_stops.entry(reason).or_default() += n;
+        }
     }
 }
 
@@ -1661,6 +1667,12 @@ impl<P: Ports> Deliverer<P> {
         if let Some((key, span)) = fetch.and_then(|f| Some((f.object_key.clone()?, f.span?))) {
             tally.segments.entry(key).or_default().live += span.length;
         }
+        if let Some(stop) = fetch.and_then(|f| f.chain_stop.as_ref()) {
+            *tally
+                .chain_stops
+                .entry(stop.reason().to_owned())
+                .or_default() += 1;
+        }
         let analysis = fetch.and_then(|f| f.analysis.as_ref());
         let line = ManifestLine {
             url: task.url.clone(),
@@ -1948,6 +1960,7 @@ impl<P: Ports> Deliverer<P> {
             orphans_removed: tally.orphans_removed,
             segments: SegmentsSummary::of(tally.segments),
             paging: tally.paging.summary(),
+            chain_stops: tally.chain_stops,
         }
     }
 

@@ -58,6 +58,10 @@ pub struct Summary {
     /// pages, its last one, and why it ended there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paging: Vec<ChainSummary>,
+    /// Pages at which a rule of `chains` made no next request, by why (`empty`, `cap`,
+    /// `not_json`, `invalid`: each page's `chain_stop`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub chain_stops: BTreeMap<String, u64>,
 }
 
 /// One chain of an open-ended pagination template, as `summary.json` gives it.

@@ -479,3 +479,18 @@ fn a_routes_key_does_not_replace_a_seeds_own_and_a_link_does_not_inherit_one() {
     assert_eq!(keyed(None, None), None);
     assert_eq!(without_request(own), data(json!({"n": 1})));
 }
+
+#[test]
+fn a_chain_stops_reason_is_its_serialised_tag() {
+    for stop in [
+        ChainStop::Empty {
+            field: "next".into(),
+        },
+        ChainStop::Cap { max_steps: 3 },
+        ChainStop::NotJson,
+        ChainStop::invalid("a list"),
+    ] {
+        let json = serde_json::to_value(&stop).unwrap();
+        assert_eq!(json["reason"], stop.reason(), "{json}");
+    }
+}
