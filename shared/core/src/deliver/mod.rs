@@ -951,9 +951,10 @@ impl<P: Ports> Deliverer<P> {
         now: Millis,
         deadline: Option<Instant>,
     ) -> Result<Delivery, DeliverError> {
-        let delivered = self
-            .deliver_unreported(crawl_id, generation, now, deadline)
-            .await;
+        // On the heap: a delivery's frame is large (~320 KB in a debug build), and the
+        // deliverer's handler and the CLI's runner nest it.
+        let delivered =
+            Box::pin(self.deliver_unreported(crawl_id, generation, now, deadline)).await;
         crate::calls::report(&self.store, &self.calls, crawl_id).await;
         delivered
     }
