@@ -376,6 +376,57 @@ async fn a_jar_per_host_keeps_a_hosts_cookie_from_the_other_hosts_of_the_crawl()
 }
 
 #[tokio::test]
+async fn each_session_of_a_host_keeps_its_own_cookies_and_the_pages_found_in_it_stay_in_it() {
+    // GIVEN two logins to one site, each setting its own session cookie and linking to the
+    // account page, seeded in two sessions
+    let site = Site::start().await;
+    for who in ["a", "b"] {
+        site.route(
+            &format!("/login/{who}"),
+            Route::html(format!(r#"<a href="/me/{who}">me</a>"#))
+                .header("set-cookie", &format!("sid={who}; Path=/")),
+        );
+        site.route(&format!("/me/{who}"), Route::html("<p>me</p>"));
+    }
+    let dir = crate::cli::temp_dir("sessions");
+    let seeds = dir.join("seeds.jsonl");
+    let lines: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|who| {
+            json!({"url": site.url(&format!("/login/{who}")), "data": {"_session": who}})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+
+    // WHEN the CLI crawls them keeping a cookie jar per host
+    let output = crate::cli::trawl(
+        &[
+            "crawl",
+            "--seeds-file",
+            seeds.to_str().unwrap(),
+            "--allow-private-networks",
+            "--cookies-per-host",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // THEN each account page was asked for with its own session's cookie, not the last set
+    assert_eq!(cookie_sent(&site, "/me/a").as_deref(), Some("sid=a"));
+    assert_eq!(cookie_sent(&site, "/me/b").as_deref(), Some("sid=b"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn the_cli_seeds_its_cookies_from_a_netscape_cookies_file() {
     // GIVEN a page that wants a session cookie, and a cookies.txt holding it (and an expired
     // cookie that must not be sent)

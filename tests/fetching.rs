@@ -53,6 +53,7 @@ async fn fetch_with(
             redirects: trawl_core::fetch::Redirects::Follow,
             content_type: None,
             image: false,
+            session: None,
             request: None,
         })
         .await

@@ -506,6 +506,7 @@ async fn fetch_once(fetcher: &Fetcher, config: &CrawlConfig, url: &str) -> Fetch
             redirects: trawl_core::fetch::Redirects::Follow,
             content_type: None,
             image: false,
+            session: None,
             request: None,
         }),
     )

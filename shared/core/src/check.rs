@@ -82,6 +82,7 @@ pub async fn check(
         redirects: Redirects::Report,
         content_type: None,
         image: false,
+        session: None,
         request: None,
     };
     let fail = |failure: &Failure, revisit: &Revisit| {
@@ -300,6 +301,7 @@ async fn reference_outcome(
         redirects: Redirects::Report,
         content_type: None,
         image: false,
+        session: None,
         request: None,
     };
     match fetcher.fetch(request).await {

@@ -472,6 +472,29 @@ pub type UserData = serde_json::Map<String, serde_json::Value>;
 /// the response's Content-Type: a file served as `application/octet-stream` that is a PDF.
 pub const MIME_TYPE_KEY: &str = "_mime_type";
 
+/// The user data key that names a task's session (a seed line's `"_session": "a"`): a crawl
+/// keeping cookies keeps a jar per session (per host and session with jars per host), and
+/// sticky proxy rotation pins a host's session, not the whole host, to a proxy; the pages
+/// found on a page stay in its session. Not part of the task's identity.
+pub const SESSION_KEY: &str = "_session";
+
+/// Longest session name.
+pub const MAX_SESSION_BYTES: usize = 64;
+
+/// The session a task's user data names (`SESSION_KEY`): None when it names none; an error
+/// naming the value when it is not a string of 1 to `MAX_SESSION_BYTES` bytes.
+pub fn session_of(data: Option<&UserData>) -> Result<Option<&str>, String> {
+    match data.and_then(|d| d.get(SESSION_KEY)) {
+        None => Ok(None),
+        Some(serde_json::Value::String(s)) if !s.is_empty() && s.len() <= MAX_SESSION_BYTES => {
+            Ok(Some(s))
+        }
+        Some(other) => Err(format!(
+            "{SESSION_KEY} {other} is not a string of 1 to {MAX_SESSION_BYTES} bytes"
+        )),
+    }
+}
+
 /// The media type a task's user data gives its body (`MIME_TYPE_KEY`): None when it gives
 /// none; an error naming the value when it is not a string of the form `type/subtype`.
 pub fn given_content_type(data: Option<&UserData>) -> Result<Option<&str>, String> {

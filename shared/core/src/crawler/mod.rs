@@ -61,7 +61,8 @@ use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{
-    ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, Task, UserData, given_content_type,
+    ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, SESSION_KEY, Task, UserData,
+    given_content_type, session_of,
 };
 use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
@@ -1191,6 +1192,16 @@ impl<P: Ports> Crawler<P> {
                 ));
             }
         };
+        let session = match session_of(task.data.as_ref()) {
+            Ok(session) => session,
+            Err(e) => {
+                let failure = Failure::new(ErrorKind::InvalidContent, e);
+                return Ok((
+                    self.fail(context, lease, &failure, &revisit).await?.into(),
+                    None,
+                ));
+            }
+        };
         let now = self.clock.now_ms();
         // An image is a leaf: fetched through its redirects (each hop in the image scope),
         // never read for links or items.
@@ -1219,6 +1230,7 @@ impl<P: Ports> Crawler<P> {
             },
             content_type: given_type,
             image,
+            session,
             request: own.as_ref(),
         };
         let previous = task.fetch.as_ref();
@@ -1788,11 +1800,15 @@ fn link_priority(context: &CrawlContext, url: &CanonicalUrl, data: Option<&UserD
 /// The user data a task found on `task`'s page starts with (`scope.inherit_data`): a link (or a
 /// reported redirect's target) is a GET, whatever request its page was (a POST follows its
 /// redirects within its fetch, as `RequestPlan::follow` says).
+/// What a page found on `task`'s page carries of its data: all of it with `scope.inherit_data`
+/// (but its request and key), else its session alone (a session's pages stay in it).
 fn inherited_data(config: &CrawlConfig, task: &Task) -> Option<UserData> {
-    task.data
-        .clone()
-        .filter(|_| config.scope.inherit_data)
-        .map(without_request)
+    let data = task.data.clone()?;
+    if config.scope.inherit_data {
+        return Some(without_request(data));
+    }
+    let session = data.get(SESSION_KEY)?.clone();
+    Some(UserData::from_iter([(SESSION_KEY.to_owned(), session)]))
 }
 
 #[cfg(test)]

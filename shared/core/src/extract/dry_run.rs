@@ -54,6 +54,7 @@ pub async fn dry_run(
         redirects: Redirects::Follow,
         content_type: None,
         image: false,
+        session: None,
         request: None,
     };
     let page = match fetcher.fetch(request).await {

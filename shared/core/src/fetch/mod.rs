@@ -72,6 +72,9 @@ pub struct FetchRequest<'a> {
     /// The URL is an image (`trawl_domain::image`): only an `image/*` body is kept, up to
     /// `fetch.max_image_bytes`, and redirect hops are checked against the image scope.
     pub image: bool,
+    /// The task's session (`trawl_domain::task::SESSION_KEY`): its own cookie jar, and its
+    /// own sticky proxy.
+    pub session: Option<&'a str>,
     /// The task's own method and body (`trawl_domain::chain::TaskRequest`), over the crawl's.
     pub request: Option<&'a trawl_domain::chain::TaskRequest>,
 }
@@ -275,9 +278,19 @@ impl Fetcher {
             let previous = req
                 .previous
                 .filter(|_| url.as_str() == conditional_url && plan.method == Method::GET);
-            let jar = self.jars.of(req.crawl_id, &url, &limits.cookies);
+            let jar = self
+                .jars
+                .of(req.crawl_id, &url, &limits.cookies, req.session);
             let (response, sent) = self
-                .send(&url, req.config, &plan, previous, jar.as_deref(), deadline)
+                .send(
+                    &url,
+                    req.config,
+                    req.session,
+                    &plan,
+                    previous,
+                    jar.as_deref(),
+                    deadline,
+                )
                 .await?;
             let status = response.status();
             let next = match Hop::of(&response, &url) {
@@ -445,10 +458,12 @@ impl Fetcher {
     /// Sends one request (no redirect following), directly or through the crawl's proxies,
     /// after checking the target against the network guard; keeps the cookies it sets in `jar`
     /// (the crawl's, when it keeps one). Answers what the request sent too.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         url: &CanonicalUrl,
         config: &CrawlConfig,
+        session: Option<&str>,
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
         jar: Option<&Jar>,
@@ -469,7 +484,7 @@ impl Fetcher {
                 Ok(Ok(response)) => (response, sent),
             }
         } else {
-            self.send_through_proxies(url, config, plan, previous, jar, deadline)
+            self.send_through_proxies(url, config, session, plan, previous, jar, deadline)
                 .await?
         };
         if let Some(jar) = jar {
@@ -481,10 +496,12 @@ impl Fetcher {
 
     /// Sends through the first healthy proxy in the crawl's rotation order; a proxy that fails
     /// is benched and the next one tried at once (each at most once).
+    #[allow(clippy::too_many_arguments)]
     async fn send_through_proxies(
         &self,
         url: &CanonicalUrl,
         config: &CrawlConfig,
+        session: Option<&str>,
         plan: &RequestPlan,
         previous: Option<&FetchRecord>,
         jar: Option<&Jar>,
@@ -498,7 +515,7 @@ impl Fetcher {
                 .await
                 .map_err(|_| timed_out())??;
         }
-        for index in self.proxies.order(fetch, url.host()) {
+        for index in self.proxies.order(fetch, url.host(), session) {
             let Some(entry) = fetch.proxies.get(index) else {
                 continue;
             };
@@ -788,6 +805,7 @@ mod tests {
             redirects: Redirects::Report,
             content_type: None,
             image: false,
+            session: None,
             request: None,
         });
         assert_send(&fetch);

@@ -107,16 +107,27 @@ pub(crate) struct ProxyPool {
 }
 
 impl ProxyPool {
-    /// The indices of `fetch.proxies` in the order a request to `host` tries them: from the
-    /// next in turn, or from the host's own.
-    pub(crate) fn order(&self, fetch: &FetchLimits, host: &str) -> Vec<usize> {
+    /// The indices of `fetch.proxies` in the order a request to `host` (in `session`) tries
+    /// them: from the next in turn, or from the host's own (the host's session's).
+    pub(crate) fn order(
+        &self,
+        fetch: &FetchLimits,
+        host: &str,
+        session: Option<&str>,
+    ) -> Vec<usize> {
         let n = fetch.proxies.len();
         if n == 0 {
             return Vec::new();
         }
         let start = match fetch.proxy_rotation {
             ProxyRotation::PerRequest => self.cursor.fetch_add(1, Ordering::Relaxed) % n,
-            ProxyRotation::Sticky => usize::try_from(stable_hash(host) % n as u64).unwrap_or(0),
+            ProxyRotation::Sticky => {
+                let pinned = match session {
+                    Some(session) => stable_hash(&format!("{host}\n{session}")),
+                    None => stable_hash(host),
+                };
+                usize::try_from(pinned % n as u64).unwrap_or(0)
+            }
         };
         (0..n).map(|i| (start + i) % n).collect()
     }
@@ -437,25 +448,31 @@ mod tests {
         let fetch =
             fetch_with(serde_json::json!({"proxies": ["http://a:1", "http://b:1", "http://c:1"]}));
         let pool = ProxyPool::default();
-        let firsts: Vec<usize> = (0..6).map(|_| pool.order(&fetch, "h")[0]).collect();
+        let firsts: Vec<usize> = (0..6).map(|_| pool.order(&fetch, "h", None)[0]).collect();
         assert_eq!(firsts, [0, 1, 2, 0, 1, 2]);
-        assert_eq!(pool.order(&fetch, "h"), [0, 1, 2]);
+        assert_eq!(pool.order(&fetch, "h", None), [0, 1, 2]);
     }
 
     #[test]
-    fn sticky_rotation_pins_a_host_and_spreads_hosts() {
+    fn sticky_rotation_pins_a_host_or_its_session_and_spreads_them() {
         let fetch = fetch_with(serde_json::json!({
             "proxies": ["http://a:1", "http://b:1", "http://c:1"],
             "proxy_rotation": "sticky"
         }));
         let pool = ProxyPool::default();
-        let host = |h: &str| pool.order(&fetch, h)[0];
+        let host = |h: &str| pool.order(&fetch, h, None)[0];
         for h in ["example.com", "127.0.0.1", "a.b.c"] {
             let first = host(h);
             assert!((0..5).all(|_| host(h) == first), "{h}");
         }
         let used: std::collections::BTreeSet<usize> =
             (0..30).map(|i| host(&format!("host{i}.example"))).collect();
+        assert_eq!(used.len(), 3);
+        // A host's sessions are pinned each, and spread too.
+        let session = |s: &str| pool.order(&fetch, "example.com", Some(s))[0];
+        assert!((0..5).all(|_| session("s1") == session("s1")));
+        let used: std::collections::BTreeSet<usize> =
+            (0..30).map(|i| session(&format!("s{i}"))).collect();
         assert_eq!(used.len(), 3);
         // Stable across processes and versions: FNV-1a of the host.
         assert_eq!(stable_hash("example.com"), 0x5768_4663_4e27_14c6);

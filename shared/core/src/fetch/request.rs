@@ -293,27 +293,29 @@ pub(crate) struct Jars {
     jars: Mutex<HashMap<JarKey, Arc<Jar>>>,
 }
 
-/// A crawl, and the host for a crawl whose jars are per host.
-type JarKey = (CrawlId, Option<String>);
+/// A crawl, the host for a crawl whose jars are per host, and the task's session.
+type JarKey = (CrawlId, Option<String>, Option<String>);
 
 impl Jars {
-    /// The jar a request of `crawl` to `url` uses; None when the crawl keeps none.
+    /// The jar a request of `crawl` to `url` in `session` uses; None when the crawl keeps none.
     pub(crate) fn of(
         &self,
         crawl: Option<&CrawlId>,
         url: &CanonicalUrl,
         cookies: &Cookies,
+        session: Option<&str>,
     ) -> Option<Arc<Jar>> {
         let crawl = crawl.filter(|_| cookies.jar)?;
         let host = match cookies.scope {
             JarScope::Crawl => None,
             JarScope::Host => Some(host_key_of(url.as_str())),
         };
+        let key = (crawl.clone(), host, session.map(str::to_owned));
         let mut jars = self.jars.lock().unwrap_or_else(PoisonError::into_inner);
-        if jars.len() >= MAX_JARS && !jars.contains_key(&(crawl.clone(), host.clone())) {
+        if jars.len() >= MAX_JARS && !jars.contains_key(&key) {
             jars.clear();
         }
-        Some(Arc::clone(jars.entry((crawl.clone(), host)).or_default()))
+        Some(Arc::clone(jars.entry(key).or_default()))
     }
 }
 
@@ -710,7 +712,7 @@ mod tests {
     }
 
     #[test]
-    fn jars_are_kept_per_crawl_or_per_crawl_and_host() {
+    fn jars_are_kept_per_crawl_or_per_crawl_and_host_and_per_session() {
         let jars = Jars::default();
         let (a, b) = (CrawlId::parse("a").unwrap(), CrawlId::parse("b").unwrap());
         let (www, shop) = (
@@ -723,25 +725,41 @@ mod tests {
         };
         let same = |x: Option<Arc<Jar>>, y: Option<Arc<Jar>>| Arc::ptr_eq(&x.unwrap(), &y.unwrap());
         assert!(same(
-            jars.of(Some(&a), &www, &cookies),
-            jars.of(Some(&a), &shop, &cookies)
+            jars.of(Some(&a), &www, &cookies, None),
+            jars.of(Some(&a), &shop, &cookies, None)
         ));
         assert!(!same(
-            jars.of(Some(&a), &www, &cookies),
-            jars.of(Some(&b), &www, &cookies)
+            jars.of(Some(&a), &www, &cookies, None),
+            jars.of(Some(&b), &www, &cookies, None)
         ));
         cookies.scope = JarScope::Host;
         assert!(!same(
-            jars.of(Some(&a), &www, &cookies),
-            jars.of(Some(&a), &shop, &cookies)
+            jars.of(Some(&a), &www, &cookies, None),
+            jars.of(Some(&a), &shop, &cookies, None)
         ));
         assert!(same(
-            jars.of(Some(&a), &www, &cookies),
-            jars.of(Some(&a), &www, &cookies)
+            jars.of(Some(&a), &www, &cookies, None),
+            jars.of(Some(&a), &www, &cookies, None)
         ));
-        assert!(jars.of(None, &www, &cookies).is_none(), "no crawl, no jar");
+        // A session has a jar of its own, on the crawl's or host's.
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies, Some("s1")),
+            jars.of(Some(&a), &www, &cookies, Some("s2"))
+        ));
+        assert!(!same(
+            jars.of(Some(&a), &www, &cookies, Some("s1")),
+            jars.of(Some(&a), &www, &cookies, None)
+        ));
+        assert!(same(
+            jars.of(Some(&a), &www, &cookies, Some("s1")),
+            jars.of(Some(&a), &www, &cookies, Some("s1"))
+        ));
+        assert!(
+            jars.of(None, &www, &cookies, None).is_none(),
+            "no crawl, no jar"
+        );
         cookies.jar = false;
-        assert!(jars.of(Some(&a), &www, &cookies).is_none());
+        assert!(jars.of(Some(&a), &www, &cookies, None).is_none());
     }
 
     #[test]

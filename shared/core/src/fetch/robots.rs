@@ -157,7 +157,7 @@ impl Fetcher {
         };
         for hop in 0..=MAX_ROBOTS_REDIRECTS {
             let response = match self
-                .send(&robots_url, config, &plan, None, None, deadline)
+                .send(&robots_url, config, None, &plan, None, None, deadline)
                 .await
             {
                 Ok((response, _sent)) => response,

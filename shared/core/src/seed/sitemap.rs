@@ -74,6 +74,7 @@ pub(crate) async fn fetch(
             redirects: Redirects::Follow,
             content_type: None,
             image: false,
+            session: None,
             request: None,
         })
         .await;
