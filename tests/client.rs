@@ -427,6 +427,72 @@ async fn each_session_of_a_host_keeps_its_own_cookies_and_the_pages_found_in_it_
 }
 
 #[tokio::test]
+async fn content_handed_over_in_a_seed_line_is_stored_read_for_links_and_never_fetched() {
+    // GIVEN a seed line handing over a page's content (which links to a real page of the site),
+    // one handing over content that is not text, and a site that serves neither
+    let site = Site::start().await;
+    site.route("/real", Route::html("<p>real</p>"));
+    let pushed = format!(
+        r#"<html><body><a href="{}">real</a></body></html>"#,
+        site.url("/real")
+    );
+    let dir = crate::cli::temp_dir("pushed");
+    let seeds = dir.join("seeds.jsonl");
+    let lines = [
+        json!({"url": site.url("/pushed"), "data": {"_content": pushed}}),
+        json!({"url": site.url("/too-big"), "data": {"_content": 42}}),
+    ];
+    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&seeds, lines.join("\n")).unwrap();
+
+    // WHEN the CLI crawls them
+    let output = crate::cli::trawl(
+        &[
+            "crawl",
+            "--seeds-file",
+            seeds.to_str().unwrap(),
+            "--allow-private-networks",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run = crate::cli::json_of(&output);
+
+    // THEN the handed-over page is stored by the md5 of its content without a request, its
+    // link fetched; the other is given up naming why, unfetched too
+    assert_eq!((site.hits("/pushed"), site.hits("/too-big")), (0, 0));
+    assert_eq!(site.hits("/real"), 1);
+    let manifest = crate::freshness::delivered_lines(&run, "manifest-");
+    let line = |path: &str| {
+        manifest
+            .iter()
+            .find(|l| l["url"] == site.url(path).as_str())
+            .unwrap_or_else(|| panic!("{path}: {manifest:?}"))
+            .clone()
+    };
+    let page = line("/pushed");
+    assert_eq!(page["status"], "succeeded", "{page}");
+    let md5: String = <md5::Md5 as md5::Digest>::digest(pushed.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(page["md5"], md5.as_str(), "{page}");
+    let big = line("/too-big");
+    assert_eq!(big["status"], "ignored", "{big}");
+    let error = big["last_error"]["message"].as_str().unwrap_or_default();
+    assert!(error.contains("_content"), "{big}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn the_cli_seeds_its_cookies_from_a_netscape_cookies_file() {
     // GIVEN a page that wants a session cookie, and a cookies.txt holding it (and an expired
     // cookie that must not be sent)

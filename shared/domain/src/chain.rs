@@ -190,6 +190,7 @@ pub fn without_request(mut data: UserData) -> UserData {
     data.remove(METHOD_KEY);
     data.remove(BODY_KEY);
     data.remove(KEY_KEY);
+    data.remove(crate::task::CONTENT_KEY);
     data
 }
 

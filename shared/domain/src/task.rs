@@ -472,6 +472,23 @@ pub type UserData = serde_json::Map<String, serde_json::Value>;
 /// the response's Content-Type: a file served as `application/octet-stream` that is a PDF.
 pub const MIME_TYPE_KEY: &str = "_mime_type";
 
+/// The user data key that hands trawl a page's content (Docido's pushed `bytes`): a task whose
+/// data has it is not fetched; its content is taken as the page's body (of `MIME_TYPE_KEY`'s
+/// type, else HTML), stored, read for links and items and delivered like a fetched page. It
+/// travels in the task's data, within its bound (`MAX_USER_DATA_BYTES`): each write of the
+/// task carries it.
+pub const CONTENT_KEY: &str = "_content";
+
+/// The content a task's user data hands over (`CONTENT_KEY`): None when it gives none; an
+/// error naming it when it is not a string.
+pub fn pushed_content(data: Option<&UserData>) -> Result<Option<&str>, String> {
+    match data.and_then(|d| d.get(CONTENT_KEY)) {
+        None => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(format!("{CONTENT_KEY} {other} is not a string")),
+    }
+}
+
 /// The user data key that names a task's session (a seed line's `"_session": "a"`): a crawl
 /// keeping cookies keeps a jar per session (per host and session with jars per host), and
 /// sticky proxy rotation pins a host's session, not the whole host, to a proxy; the pages

@@ -62,7 +62,7 @@ use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
 use trawl_domain::task::{
     ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, SESSION_KEY, Task, UserData,
-    given_content_type, session_of,
+    given_content_type, pushed_content, session_of,
 };
 use trawl_domain::turn::{Admit, TaskEnd, TurnPlan, due_now, hold_ms, next_work};
 
@@ -1192,8 +1192,10 @@ impl<P: Ports> Crawler<P> {
                 ));
             }
         };
-        let session = match session_of(task.data.as_ref()) {
-            Ok(session) => session,
+        let given = session_of(task.data.as_ref())
+            .and_then(|s| Ok((s, pushed_content(task.data.as_ref())?)));
+        let (session, content) = match given {
+            Ok(given) => given,
             Err(e) => {
                 let failure = Failure::new(ErrorKind::InvalidContent, e);
                 return Ok((
@@ -1235,7 +1237,11 @@ impl<P: Ports> Crawler<P> {
         };
         let previous = task.fetch.as_ref();
         tracing::debug!(url = %task.url, token = lease.token, "fetch");
-        match self.fetcher.fetch(request).await {
+        let answered = match content {
+            Some(content) => crate::fetch::pushed(&request, content),
+            None => self.fetcher.fetch(request).await,
+        };
+        match answered {
             FetchOutcome::Failed(failure) => {
                 let signal = HostSignal::of_failure(&failure);
                 if signal.spends_retry() || singled_out(answered_at, &task.errors) {

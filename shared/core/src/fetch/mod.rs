@@ -136,6 +136,52 @@ impl FetchedPage {
 /// A downloaded body (after decompression) and its md5, computed once, as it is downloaded.
 pub use crate::blob::Body;
 
+/// Whether a body of `content_type` is kept for `req`: an image's when it is an image, a page's
+/// when it is HTML or one of `fetch.store_content_types`.
+fn stores(req: &FetchRequest<'_>, content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        let media = media_type(ct);
+        match req.image {
+            true => trawl_domain::image::is_image_type(&media),
+            false => {
+                is_html_type(&media)
+                    || req
+                        .config
+                        .fetch
+                        .store_content_types
+                        .iter()
+                        .any(|t| t.trim().eq_ignore_ascii_case(&media))
+            }
+        }
+    })
+}
+
+/// The answer for `req` whose content was handed over (`trawl_domain::task::CONTENT_KEY`):
+/// nothing is sent; `content` is the body, of the task's given type (else HTML), kept as a
+/// fetched body would be.
+pub fn pushed(req: &FetchRequest<'_>, content: &str) -> FetchOutcome {
+    let content_type = req.content_type.unwrap_or("text/html; charset=utf-8");
+    let bytes = content.len() as u64;
+    if bytes > req.config.fetch.max_body_bytes {
+        return FetchOutcome::Failed(Failure::new(
+            ErrorKind::TooLarge,
+            format!("content of {bytes} bytes over fetch.max_body_bytes"),
+        ));
+    }
+    let body = stores(req, Some(content_type)).then(|| Body::new(content.to_owned()));
+    FetchOutcome::Fetched(FetchedPage {
+        status: 200,
+        final_url: req.url.clone(),
+        redirects: 0,
+        content_type: Some(content_type.to_owned()),
+        content_length: Some(bytes),
+        etag: None,
+        last_modified: None,
+        body,
+        sent: None,
+    })
+}
+
 /// A 304 answer to a conditional GET.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotModified {
@@ -397,19 +443,7 @@ impl Fetcher {
         };
         let declared_length = response.content_length();
         let limits = &req.config.fetch;
-        let stored = content_type.as_deref().is_some_and(|ct| {
-            let media = media_type(ct);
-            match req.image {
-                true => trawl_domain::image::is_image_type(&media),
-                false => {
-                    is_html_type(&media)
-                        || limits
-                            .store_content_types
-                            .iter()
-                            .any(|t| t.trim().eq_ignore_ascii_case(&media))
-                }
-            }
-        });
+        let stored = stores(req, content_type.as_deref());
         let max_bytes = match req.image {
             true => limits.max_image_bytes,
             false => limits.max_body_bytes,
