@@ -36,6 +36,7 @@ pub fn crawl_id() -> CrawlId {
 
 pub fn new_task(url: &str) -> NewTask {
     NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(url).unwrap(),
         depth: 0,
