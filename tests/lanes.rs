@@ -117,11 +117,22 @@ async fn a_backlog_of_detail_pages_never_holds_the_listings_back_and_the_hosts_p
     // AND with lanes, the listings found with the 30 higher-priority details are fetched
     // within the turn that found them, alternating with the details
     let order = fetch_order(&laned, &refs);
+    let at = |order: &[String], path| position(order, path) + 1;
+    eprintln!(
+        "lanes: /list/1 and /list/2 fetched {} and {} of 33",
+        at(&order, "/list/1"),
+        at(&order, "/list/2")
+    );
     assert_eq!(order[0], "/list/0", "{order:?}");
     assert!(position(&order, "/list/1") < TURN_PAGES, "{order:?}");
     assert!(position(&order, "/list/2") < TURN_PAGES, "{order:?}");
     // AND without lanes they wait for the whole backlog, six turns later
     let order = fetch_order(&plain, &refs);
+    eprintln!(
+        "no lanes: /list/1 and /list/2 fetched {} and {} of 33",
+        at(&order, "/list/1"),
+        at(&order, "/list/2")
+    );
     assert!(position(&order, "/list/1") > DETAILS, "{order:?}");
     assert!(position(&order, "/list/2") > DETAILS, "{order:?}");
     // AND the lanes share the host's one pace: its 33 requests are spread over 32 delays at
@@ -236,6 +247,11 @@ async fn through_the_functions_a_backlog_of_detail_pages_never_holds_the_listing
     assert_eq!(seeded.accepted, 32, "{seeded:?}");
     assert_eq!(summary["statuses"]["succeeded"], 32, "{summary}");
     let order = fetch_order(&site, &refs);
+    eprintln!(
+        "through the functions: /list/1 and /list/2 fetched {} and {} of 32",
+        position(&order, "/list/1") + 1,
+        position(&order, "/list/2") + 1
+    );
     assert!(position(&order, "/list/1") < TURN_PAGES, "{order:?}");
     assert!(position(&order, "/list/2") < TURN_PAGES, "{order:?}");
 }
