@@ -1168,6 +1168,72 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_version_12_file_gains_lanes_when_opened_and_its_tasks_stay_in_no_lane() {
+        // GIVEN a file of the schema before lanes, holding a pending task
+        let dir = TempDir::new("v12");
+        let old = CanonicalUrl::parse("http://example.com/old")
+            .unwrap()
+            .task_id();
+        {
+            let conn = Connection::open(dir.db()).unwrap();
+            for part in [
+                SCHEMA,
+                CALLS_SCHEMA,
+                HOSTS_SCHEMA,
+                CHECKPOINT_SCHEMA,
+                REFERENCE_MISSES_SCHEMA,
+                DATA_SCHEMA,
+                DELIVERY_SCHEMA,
+                COMPLETER_SCHEMA,
+                HOST_COUNTS_SCHEMA,
+                LEVEL_SCHEMA,
+                GENERATION_SCHEMA,
+                PRIORITY_SCHEMA,
+            ] {
+                conn.execute_batch(part).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 12).unwrap();
+            conn.execute(
+                "INSERT INTO tasks (crawl_id, task_id, url, status, created, updated, depth, \
+                 host, due) VALUES ('c', ?1, 'http://example.com/old', ?2, 0, 0, 0, \
+                 'example.com', 0)",
+                params![old.as_str(), code(Status::Pending)],
+            )
+            .unwrap();
+        }
+
+        // WHEN it is opened and a task is seeded in a lane
+        let store = SqliteStore::open(dir.db(), Arc::new(CallCounts::default())).unwrap();
+        let id = CrawlId::parse("c").unwrap();
+        let new = NewTask {
+            lane: Some("details".to_owned()),
+            priority: Default::default(),
+            url: CanonicalUrl::parse("http://example.com/new").unwrap(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        store
+            .seed(&id, std::slice::from_ref(&new), T0)
+            .await
+            .unwrap();
+
+        // THEN the old task reads in no lane and stays in its host's due list; the new one is
+        // in its lane's
+        assert_eq!(store.get(&id, &old).await.unwrap().unwrap().lane, None);
+        assert_eq!(
+            store.due_tasks(&id, "example.com", 10).await.unwrap().len(),
+            2
+        );
+        let lane = store
+            .due_in_lane(&id, "example.com", "details", 10)
+            .await
+            .unwrap();
+        assert_eq!(lane.len(), 1);
+        assert_eq!(lane[0].task_id, new.url.task_id());
+    }
+
+    #[tokio::test]
     async fn a_version_7_file_gains_completers_when_opened() {
         // GIVEN a file of the schema before completers, holding a running crawl
         let dir = TempDir::new("v7");
