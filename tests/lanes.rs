@@ -231,6 +231,16 @@ async fn through_the_functions_a_backlog_of_detail_pages_never_holds_the_listing
         "source": {"urls": paths.iter().map(|p| site.url(p)).collect::<Vec<_>>()},
     });
 
+    // WHEN the seeder is first handed a crawl whose route names a lane it does not have
+    let mut unknown = request.clone();
+    unknown["crawl_id"] = json!(unique("lanes-unknown"));
+    unknown["config"]["scope"]["lanes"] = json!(["listings"]);
+    let refused = functions.seeder.dispatch(unknown, None, now_ms()).await;
+    // THEN it is refused, naming the lane, and nothing is fetched
+    let refused = format!("{:?}", refused.err());
+    assert!(refused.contains("no lane named"), "{refused}");
+    assert!(site.received("/list/1").is_empty());
+
     // WHEN the seeder is handed them and the functions run the crawl until it is delivered
     let seeded = functions
         .seeder
