@@ -490,6 +490,7 @@ async fn a_turn_claim_whose_answer_was_lost_is_recognised_and_the_turn_runs_at_o
     store.create_crawl(&crawl).await.unwrap();
     let tasks = (0..3)
         .map(|i| NewTask {
+            lane: None,
             priority: Default::default(),
             url: CanonicalUrl::parse(&site.url(&format!("/p/{i}.html"))).unwrap(),
             depth: 0,
@@ -592,6 +593,7 @@ async fn a_lost_answer_then_a_retry_counts_once<S: trawl_core::app::Store>(inner
     let calls = Arc::new(CallCounts::default());
     let queue = LocalQueue::new(Duration::from_secs(60), calls);
     let task = |path: &str| NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&format!("http://lost.example{path}")).unwrap(),
         depth: 0,

@@ -53,6 +53,7 @@ async fn seed(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
     let tasks = urls
         .iter()
         .map(|u| NewTask {
+            lane: None,
             priority: Default::default(),
             url: CanonicalUrl::parse(u).unwrap(),
             depth: 0,
@@ -765,6 +766,7 @@ async fn a_finish_refused_for_seconds_is_waited_out_on_the_clock_given_not_in_re
     store.create_crawl(&crawl).await.unwrap();
     let url = CanonicalUrl::parse("http://example.com/a").unwrap();
     let new = NewTask {
+        lane: None,
         priority: Default::default(),
         url: url.clone(),
         depth: 0,

@@ -167,6 +167,7 @@ impl<P: Ports> Backend<P> {
         let tasks: Vec<NewTask> = urls
             .iter()
             .map(|u| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,

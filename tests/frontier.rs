@@ -71,6 +71,7 @@ impl<P: Ports> Run<P> {
         let tasks = urls
             .iter()
             .map(|u| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
@@ -628,6 +629,7 @@ impl<P: Ports> Rivals<P> {
         let tasks = urls
             .iter()
             .map(|u| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,

@@ -19,6 +19,7 @@ mod frontier;
 mod generations;
 mod images;
 mod items;
+mod lanes;
 mod links;
 mod migration;
 mod operator;

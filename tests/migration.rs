@@ -91,6 +91,7 @@ async fn an_old_table_is_migrated_to_the_hosts_due_lists_once() {
         .map(|i| CanonicalUrl::parse(&format!("http://old.test/{i}")).unwrap())
         .collect();
     let tasks = urls.iter().map(|url| NewTask {
+        lane: None,
         priority: Default::default(),
         url: url.clone(),
         depth: 0,

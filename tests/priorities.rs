@@ -20,7 +20,7 @@ use trawl_domain::priority::Priority;
 use trawl_domain::task::now_ms;
 
 /// A site that serves `paths` as small pages (the first linking to `links`) and allows robots.
-fn site_of(site: &Site, paths: &[&str], links: &[&str]) {
+pub(crate) fn site_of(site: &Site, paths: &[&str], links: &[&str]) {
     site.route(
         "/robots.txt",
         Route::content("text/plain", "User-agent: *\nAllow: /\n"),
@@ -39,7 +39,7 @@ fn site_of(site: &Site, paths: &[&str], links: &[&str]) {
 }
 
 /// `paths` in the order the site received them (each once: the first request).
-fn fetch_order(site: &Site, paths: &[&str]) -> Vec<String> {
+pub(crate) fn fetch_order(site: &Site, paths: &[&str]) -> Vec<String> {
     let mut seen: Vec<(std::time::Instant, String)> = paths
         .iter()
         .filter_map(|p| Some((site.received(p).first()?.at, (*p).to_owned())))
@@ -48,7 +48,7 @@ fn fetch_order(site: &Site, paths: &[&str]) -> Vec<String> {
     seen.into_iter().map(|(_, p)| p).collect()
 }
 
-fn position(order: &[String], path: &str) -> usize {
+pub(crate) fn position(order: &[String], path: &str) -> usize {
     order
         .iter()
         .position(|p| p == path)

@@ -72,6 +72,7 @@ fn host_url(path: &str) -> CanonicalUrl {
 /// Adds `path`'s URL the way the seeder does: its host is told first, and woken.
 async fn add<S: Store>(store: &S, crawl: &Crawl, path: &str, at: Millis) {
     let task = NewTask {
+        lane: None,
         priority: Default::default(),
         url: host_url(path),
         depth: 0,
@@ -520,6 +521,7 @@ async fn turns_waiting_in_a_deep_queue_are_not_reissued_and_a_lost_one_still_is(
     let tasks = paths
         .iter()
         .map(|p| NewTask {
+            lane: None,
             priority: Default::default(),
             url: host_url(p),
             depth: 0,
@@ -623,6 +625,7 @@ async fn a_crawl_whose_messages_are_gone_is_not_held_by_another_crawls_deep_queu
         paths
             .iter()
             .map(|p| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: host_url(p),
                 depth: 0,

@@ -285,6 +285,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
     // Fresh: the seed write of the start page apart, then the crawl.
     CallProfile::take(calls, meter, 0);
     let start = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
@@ -341,6 +342,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         crawler.queue(),
         &crawl,
         vec![NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,
@@ -415,6 +417,7 @@ async fn fresh_on_segments(
     )
     .await?;
     let start = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
@@ -468,6 +471,7 @@ async fn contention(
     .await?;
     site.reset(client).await?;
     let start = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&site.page_url(0)).step("start url")?,
         depth: 0,
@@ -566,6 +570,7 @@ async fn contention(
     let tasks: Vec<NewTask> = ids
         .iter()
         .map(|url| NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,

@@ -183,6 +183,7 @@ async fn store_backed(work: &Workload, workers: usize) -> BenchResult<StoreRun> 
             .iter()
             .map(|&(h, n)| {
                 Ok(NewTask {
+                    lane: None,
                     priority: Default::default(),
                     url: CanonicalUrl::parse(&url(h as usize, u64::from(n))).step("url")?,
                     depth: 0,

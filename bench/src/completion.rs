@@ -233,6 +233,7 @@ async fn crawled(store: &DynamoStore, hosts: usize) -> BenchResult<Crawl> {
         let tasks = chunk
             .iter()
             .map(|url| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: url.clone(),
                 depth: 0,

@@ -99,6 +99,7 @@ async fn fill_as<S: Store, B: BlobStore>(
         let tasks = chunk
             .iter()
             .map(|url| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: url.clone(),
                 depth: 0,

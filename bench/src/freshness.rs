@@ -563,6 +563,7 @@ async fn crawl_site(
         .map(|i| {
             let port = ports[i % ports.len()];
             CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/p/{i}")).map(|url| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url,
                 depth: 0,

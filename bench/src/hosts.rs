@@ -40,6 +40,7 @@ pub async fn run(quick: bool, runs: usize, cli: &Path) -> BenchResult<Vec<Figure
             .map(|i| {
                 let url = format!("http://h{}.hosts.invalid/p/{i}", i % hosts);
                 CanonicalUrl::parse(&url).map(|url| NewTask {
+                    lane: None,
                     priority: Default::default(),
                     url,
                     depth: 0,

@@ -278,6 +278,7 @@ async fn spawn_once(
     let tasks: Vec<NewTask> = urls
         .iter()
         .map(|u| NewTask {
+            lane: None,
             priority: Default::default(),
             url: u.clone(),
             depth: 0,

@@ -148,6 +148,7 @@ async fn crawl_embedded(
     let cpu_before = machine::cpu_seconds("self")?;
     let started = Instant::now();
     let seed = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(start).step("start url")?,
         depth: 0,

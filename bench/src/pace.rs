@@ -76,6 +76,7 @@ pub async fn run(quick: bool) -> BenchResult<Vec<Figure>> {
         let pages = if host == 0 { fast_pages } else { 20 };
         for i in 0..pages {
             tasks.push(NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(&site.url(host, &format!("/p/{i}.html")))
                     .step("page url")?,

@@ -71,6 +71,7 @@ async fn fill<S: Store>(store: &S, crawl: &Crawl, size: usize) -> BenchResult<()
                 format!("http://sweep.invalid/{}/{i}", crawl.id)
             };
             CanonicalUrl::parse(&url).map(|url| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url,
                 depth: 0,
@@ -171,6 +172,7 @@ async fn weekly_recrawl(store: &MemoryStore, work: &Workload) -> BenchResult<Rec
         let urls = (0..size)
             .map(|n| {
                 CanonicalUrl::parse(&format!("http://w{h}.sweep.invalid/{n}")).map(|url| NewTask {
+                    lane: None,
                     priority: Default::default(),
                     url,
                     depth: 0,

@@ -50,8 +50,17 @@ HOST_INDEX = {
     "KeySchema": [("hk", "HASH"), ("due", "RANGE")],
     "NonKeyAttributes": STATUS_INDEX["NonKeyAttributes"] + ["updated"],
 }
-INDEXES = [STATUS_INDEX, HOST_INDEX]
-ATTRIBUTE_TYPES = {"pk": "S", "gsi_pk": "S", "updated": "N", "hk": "S", "due": "N"}
+# One lane's tasks of a host by due time (a turn's work in a crawl with lanes); the host
+# index's range key and summary.
+LANE_INDEX = {
+    "IndexName": "lane-index",
+    "KeySchema": [("lk", "HASH"), ("due", "RANGE")],
+    "NonKeyAttributes": HOST_INDEX["NonKeyAttributes"],
+}
+INDEXES = [STATUS_INDEX, HOST_INDEX, LANE_INDEX]
+ATTRIBUTE_TYPES = {
+    "pk": "S", "gsi_pk": "S", "updated": "N", "hk": "S", "due": "N", "lk": "S",
+}
 
 # The AWS actions each function's code uses; its role may grant these and nothing else.
 ALLOWED_ACTIONS = {
@@ -408,13 +417,19 @@ def check_table(template):
 
 
 def check_adapter_schema(template):
-    """The adapter's index constants (STATUS_INDEX / PROJECTED, HOST_INDEX / HOST_PROJECTED) and
+    """The adapter's index constants (STATUS_INDEX / PROJECTED, HOST_INDEX and LANE_INDEX /
+    HOST_PROJECTED) and
     the attributes its create_table defines equal the template's."""
     text = SCHEMA_RS.read_text(encoding="utf-8")
     (table,) = cfn.resources_of_type(template, "AWS::DynamoDB::Table").values()
     indexes = {i["IndexName"]: i for i in table["Properties"]["GlobalSecondaryIndexes"]}
     problems = []
-    for name_const, projected_const in (("STATUS_INDEX", "PROJECTED"), ("HOST_INDEX", "HOST_PROJECTED")):
+    pairs = (
+        ("STATUS_INDEX", "PROJECTED"),
+        ("HOST_INDEX", "HOST_PROJECTED"),
+        ("LANE_INDEX", "HOST_PROJECTED"),
+    )
+    for name_const, projected_const in pairs:
         name = re.search(rf'pub const {name_const}\s*:\s*&str\s*=\s*"([^"]+)"', text)
         projected = re.search(
             rf"pub const {projected_const}\s*:\s*\[&str;\s*\d+\]\s*=\s*\[([^\]]*)\]", text
@@ -438,8 +453,8 @@ def check_adapter_schema(template):
         wanted = {"S": "ScalarAttributeType::S", "N": "ScalarAttributeType::N"}[attribute["AttributeType"]]
         if f'attr("{attribute["AttributeName"]}", {wanted})' not in text:
             problems.append(f"schema.rs does not define {attribute['AttributeName']!r} as {wanted}")
-    if len(indexes) != 2:
-        problems.append(f"the template has {len(indexes)} indexes; schema.rs creates 2")
+    if len(indexes) != 3:
+        problems.append(f"the template has {len(indexes)} indexes; schema.rs creates 3")
     return problems
 
 
@@ -684,7 +699,7 @@ CHECKS = [
     ("bucket: public access blocked, encrypted, TLS only", check_bucket),
     ("functions: arm64, provided.al2023, rust-cargolambda", check_functions),
     ("each function's environment == what its settings.rs struct reads", check_environment),
-    ("table, status-index and host-index", check_table),
+    ("table, status-index, host-index and lane-index", check_table),
     ("indexes == the DynamoDB adapter's schema.rs", check_adapter_schema),
     ("queues == create_stack's (stack.rs)", check_stack_queues),
     ("outputs that --stack reads (stack.rs)", check_outputs),

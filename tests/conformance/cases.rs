@@ -36,6 +36,7 @@ pub fn crawl_id() -> CrawlId {
 
 pub fn new_task(url: &str) -> NewTask {
     NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(url).unwrap(),
         depth: 0,
@@ -1839,6 +1840,89 @@ pub async fn due_tasks_are_per_host_in_due_order<S: TaskStore>(store: &S) {
     ];
     want.sort_by_key(|(_, due)| *due);
     assert_eq!(due("a.example", 10).await, want);
+}
+
+pub async fn a_lanes_due_list_holds_its_own_tasks_and_follows_them_out<S: TaskStore>(store: &S) {
+    // GIVEN one host's tasks in two lanes and one created without a lane, seeded one after
+    // another, the last detail at priority 4, and a task of another host in the same lane
+    let crawl = crawl_id();
+    let url = |name: &str| format!("http://l.example/{name}");
+    let mut seeded = Vec::new();
+    for (i, (name, lane, priority)) in [
+        ("d1", Some("details"), 0),
+        ("l1", Some("listings"), 0),
+        ("none", None, 0),
+        ("d2", Some("details"), 0),
+        ("l2", Some("listings"), 0),
+        ("d3", Some("details"), 4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let new = NewTask {
+            lane: lane.map(str::to_owned),
+            priority: Priority::new(priority).unwrap(),
+            ..new_task(&url(name))
+        };
+        seeded.push(Tracked::seed_new(store, &crawl, new, T0 + i as Millis).await);
+    }
+    let other = NewTask {
+        lane: Some("details".to_owned()),
+        ..new_task("http://m.example/d")
+    };
+    Tracked::seed_new(store, &crawl, other, T0).await;
+    let crawl_ref = &crawl;
+    let lane = |lane: &'static str, limit: u32| async move {
+        store
+            .due_in_lane(crawl_ref, "l.example", lane, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.url.rsplit('/').next().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // THEN a lane's due list holds its host's tasks of that lane only, in due order (a pending
+    // task moved earlier by its priority), up to the limit; a task keeps its lane as stored;
+    // the host's own due list still holds them all
+    assert_eq!(lane("details", 10).await, ["d3", "d1", "d2"]);
+    assert_eq!(lane("details", 2).await, ["d3", "d1"]);
+    assert_eq!(lane("listings", 10).await, ["l1", "l2"]);
+    assert!(lane("default", 10).await.is_empty());
+    assert_eq!(seeded[0].task.lane.as_deref(), Some("details"));
+    assert_eq!(seeded[2].task.lane, None);
+    let read = store
+        .get(&crawl, &seeded[1].task.task_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.lane.as_deref(), Some("listings"));
+    assert_eq!(
+        store
+            .due_tasks(&crawl, "l.example", 10)
+            .await
+            .unwrap()
+            .len(),
+        6
+    );
+
+    // WHEN a listing is fetched (no longer due) and a detail fails (due at its next attempt)
+    let [d1, l1, ..] = &mut seeded[..] else {
+        unreachable!()
+    };
+    let lease = l1.claim(T0 + 10).await;
+    l1.finish(&lease, &record("v1", T0 + 10), T0 + 10).await;
+    let lease = d1.claim(T0 + 11).await;
+    d1.fail(
+        &lease,
+        &Failure::from_http_status(500, None),
+        &policy(),
+        T0 + 11,
+    )
+    .await;
+    // THEN the lanes follow: the fetched listing waits for its recrawl, the failed detail
+    // for its retry, behind the pending ones
+    assert_eq!(lane("listings", 10).await, ["l2", "l1"]);
+    assert_eq!(lane("details", 10).await, ["d3", "d2", "d1"]);
 }
 
 pub async fn a_hosts_pending_tasks_are_due_highest_priority_first<S: TaskStore>(store: &S) {

@@ -57,6 +57,7 @@ macro_rules! suite {
             release_gives_the_task_back [],
             due_tasks_are_per_host_in_due_order [],
             a_hosts_pending_tasks_are_due_highest_priority_first [],
+            a_lanes_due_list_holds_its_own_tasks_and_follows_them_out [],
             host_records_are_written_only_over_the_version_read [],
             a_page_of_hundreds_of_hosts_holds_every_record_as_written [],
             known_tasks_are_told_apart_in_one_batched_read [],

@@ -122,6 +122,7 @@ struct Sim<'g> {
 
 fn new_task(host: usize, page: u64) -> BenchResult<NewTask> {
     Ok(NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&url(host, page)).step("url")?,
         depth: 0,

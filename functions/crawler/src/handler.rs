@@ -267,6 +267,7 @@ mod tests {
         let tasks: Vec<NewTask> = urls
             .iter()
             .map(|u| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,

@@ -297,6 +297,7 @@ mod tests {
         let tasks: Vec<NewTask> = urls
             .iter()
             .map(|u| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(u).unwrap(),
                 depth: 0,
@@ -522,6 +523,7 @@ mod tests {
         let crawl = CrawlId::parse("news-2026").unwrap();
         let more: Vec<NewTask> = (0..300)
             .map(|i| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://example.com/more/{i}")).unwrap(),
                 depth: 1,

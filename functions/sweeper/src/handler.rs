@@ -162,6 +162,7 @@ mod tests {
             .unwrap();
         let url = CanonicalUrl::parse("http://example.com/").unwrap();
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,

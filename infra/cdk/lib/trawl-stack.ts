@@ -259,6 +259,15 @@ export class TrawlStack extends Stack {
       projectionType: dynamodb.ProjectionType.INCLUDE,
       nonKeyAttributes: HOST_INDEX_ATTRIBUTES,
     });
+    // One lane's tasks of a host with work left (scope.lanes): lk = {crawl_id}#{host}#{lane},
+    // written at seed for a task created in a lane, and host-index's `due` (a sparse index).
+    table.addGlobalSecondaryIndex({
+      indexName: 'lane-index',
+      partitionKey: { name: 'lk', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'due', type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.INCLUDE,
+      nonKeyAttributes: HOST_INDEX_ATTRIBUTES,
+    });
     samLogicalId(table, 'Table');
 
     const bucket = new s3.Bucket(this, 'Bucket', {

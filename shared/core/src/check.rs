@@ -58,6 +58,7 @@ pub async fn check(
         Some(task) => task.clone(),
         None => {
             let new = NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: url.clone(),
                 depth: 0,

@@ -517,6 +517,9 @@ async fn move_work<S: Store, Q: WorkQueue>(
         .get_crawl(to)
         .await?
         .ok_or_else(|| OperateError::Invalid(format!("move to crawl {to}: no such crawl")))?;
+    // A moved task takes the lane its URL's route gives it in `to`.
+    let scope = ScopeMatcher::new(&target.config.scope)
+        .map_err(|e| OperateError::Invalid(format!("crawl {to}'s stored scope: {e}")))?;
     let mut tasks = Vec::new();
     for name in names {
         let due = store.due_tasks(&crawl.id, name, MOVED_PER_HOST + 1).await?;
@@ -537,6 +540,7 @@ async fn move_work<S: Store, Q: WorkQueue>(
             let url = CanonicalUrl::parse(&task.url)
                 .map_err(|e| OperateError::Invalid(format!("stored URL {}: {e}", task.url)))?;
             tasks.push(NewTask {
+                lane: scope.lane_of(url.as_str()),
                 priority: task.priority,
                 url,
                 depth: task.depth,

@@ -45,6 +45,10 @@ pub struct Scope {
     /// pattern matches a task's URL applies.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    /// The crawl's lanes (`crate::lane`), by name: the kinds of page that share their host's
+    /// turns in rotation. Empty: no lanes (a host's due pages are taken in due order alone).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<String>,
     /// Which images of the pages become tasks (`crate::image`).
     #[serde(skip_serializing_if = "ImageScope::is_default")]
     pub images: ImageScope,
@@ -104,6 +108,10 @@ pub struct Route {
     /// URLs giving one key are one task. Else a URL is its own key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The lane of the URLs it matches (`crate::lane`; one of `scope.lanes`, or `default`),
+    /// fixed when their tasks are created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
 }
 
 impl Default for Scope {
@@ -119,6 +127,7 @@ impl Default for Scope {
             sitemaps_from_robots: true,
             inherit_data: false,
             routes: Vec::new(),
+            lanes: Vec::new(),
             images: ImageScope::default(),
         }
     }

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod fetched;
 pub mod host;
 pub mod image;
+pub mod lane;
 pub mod paging;
 pub mod price;
 pub mod priority;

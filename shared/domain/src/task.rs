@@ -463,6 +463,9 @@ pub struct Task {
     pub data: Option<UserData>,
     /// Its priority (`crate::priority`), given at seed time; never changed afterwards.
     pub priority: Priority,
+    /// Its lane (`crate::lane`), given at seed time; never changed afterwards. None: its crawl
+    /// had no lanes when it was created.
+    pub lane: Option<String>,
 }
 
 /// A task's user data: any JSON object, kept with the task and delivered with it.
@@ -610,6 +613,8 @@ pub struct NewTask {
     pub data: Option<UserData>,
     /// Its priority (`crate::priority`: `Priority::of_seed`, `Priority::of_link`).
     pub priority: Priority,
+    /// Its lane (`crate::lane::of_task`); None in a crawl without lanes.
+    pub lane: Option<String>,
 }
 
 impl NewTask {

@@ -310,6 +310,7 @@ pub fn seed(crawl_id: &CrawlId, new: &NewTask, now: Millis) -> Insert {
             parent: new.parent.clone(),
             data: new.data.clone(),
             priority: new.priority,
+            lane: new.lane.clone(),
             token: 0,
             lease_expires_at: None,
             retries: 0,

@@ -166,6 +166,7 @@ pub async fn run_links(stack: LinkStack, plan: LinkPlan, id: &str) -> Result<Lin
     ));
     let new_crawler = || Crawler::new(app.clone(), fetcher.clone(), plan.concurrency);
     let start = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse(&site.url(0, "/p/0.html")).map_err(|e| e.to_string())?,
         depth: 0,

@@ -65,6 +65,7 @@ pub async fn crawl_to_delivery(
         if created {
             let url = CanonicalUrl::parse(start).map_err(|e| e.to_string())?;
             let seed = NewTask {
+                lane: None,
                 priority: Default::default(),
                 url,
                 depth: 0,

@@ -398,6 +398,7 @@ mod tests {
         metered.create_crawl(&crawl).await.unwrap();
         let url = CanonicalUrl::parse("http://a.test/x").unwrap();
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,

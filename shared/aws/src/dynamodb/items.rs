@@ -76,6 +76,12 @@ pub(super) fn host_key(crawl_id: &CrawlId, host: &str) -> String {
     format!("{crawl_id}#{host}")
 }
 
+/// The lane-index key of a task created in a lane: `{crawl_id}#{host}#{lane}`, written once
+/// at seed.
+pub(super) fn lane_key(crawl_id: &CrawlId, host: &str, lane: &str) -> String {
+    format!("{crawl_id}#{host}#{lane}")
+}
+
 /// A host record's key. Never a task's (32 hex digits) nor a crawl's (`crawl`).
 pub(super) fn host_pk(crawl_id: &CrawlId, name: &str) -> String {
     format!("{crawl_id}#host#{name}")
@@ -211,6 +217,14 @@ pub(super) struct TaskItem {
     /// (an update expression adds and subtracts, but does not multiply).
     #[serde(default, skip_serializing_if = "is_zero")]
     lead: Millis,
+    /// The task's lane (`Task::lane`), written at seed and never updated; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lane: Option<String>,
+    /// The lane-index hash key (`lane_key`), written at seed with the lane, never changed: the
+    /// lane index shares the host index's range key, `due`, so the writes that move a task in
+    /// its host's due list move it in its lane's too, and take it out of both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lk: Option<String>,
 }
 
 fn is_zero(n: &Millis) -> bool {
@@ -244,6 +258,11 @@ impl TaskItem {
             due: host_due(task.status, task.due_key()),
             data: task.data.clone(),
             lead: task.priority.lead_ms(),
+            lane: task.lane.clone(),
+            lk: task
+                .lane
+                .as_deref()
+                .map(|lane| lane_key(&task.crawl_id, &task.host(), lane)),
         }
     }
 
@@ -261,6 +280,7 @@ impl TaskItem {
             reason: format!("lead {} is no priority's", self.lead),
         })?;
         Ok(Task {
+            lane: self.lane,
             crawl_id: self.crawl_id,
             task_id: self.task_id,
             url: self.url,

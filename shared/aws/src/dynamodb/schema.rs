@@ -32,6 +32,10 @@ pub const PROJECTED: [&str; 10] = [
 /// that reached a terminal status has no `due` and is not in it.
 pub const HOST_INDEX: &str = "host-index";
 
+/// The per-lane due index (`trawl_domain::lane`): hash `lk` (`{crawl_id}#{host}#{lane}`), range
+/// `due`, the host index's. Sparse: only the tasks created in a lane are in it.
+pub const LANE_INDEX: &str = "lane-index";
+
 /// Attributes the host index projects: the status index's, and `updated` (its key there), so
 /// that a task summary is read from either index alike.
 pub const HOST_PROJECTED: [&str; 11] = [
@@ -63,6 +67,12 @@ pub const TABLE: TableDef = TableDef {
         IndexDef {
             name: HOST_INDEX,
             hash: "hk",
+            range: Some("due"),
+            projection: Projected::Include(&HOST_PROJECTED),
+        },
+        IndexDef {
+            name: LANE_INDEX,
+            hash: "lk",
             range: Some("due"),
             projection: Projected::Include(&HOST_PROJECTED),
         },
@@ -123,6 +133,7 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
         .attribute_definitions(attr("updated", ScalarAttributeType::N)?)
         .attribute_definitions(attr("hk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("due", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("lk", ScalarAttributeType::S)?)
         .key_schema(key(TABLE.hash, KeyType::Hash)?)
         .set_global_secondary_indexes(Some(indexes))
         .send()

@@ -4,6 +4,7 @@
 use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
+use super::schema::LANE_INDEX;
 use super::{BATCH_GET_KEYS, Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
@@ -268,40 +269,19 @@ impl TaskRecords for DynamoStore {
         host: &str,
         limit: u32,
     ) -> StoreResult<Vec<TaskSummary>> {
-        let limit = limit.max(1) as usize;
-        let mut tasks = Vec::with_capacity(limit.min(1000));
-        let mut start = None;
-        // A page can come back short (1 MB): go on until `limit` or the end of the host.
-        loop {
-            self.calls.record(Call::DynamoQuery);
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(HOST_INDEX)
-                // Succeeded pages never fetched again sit after every due time: not work.
-                .key_condition_expression("#hk = :hk AND #due < :never")
-                .expression_attribute_names("#hk", "hk")
-                .expression_attribute_values(":hk", s(items::host_key(crawl_id, host)))
-                .expression_attribute_names("#due", "due")
-                .expression_attribute_values(":never", n(items::NEVER_DUE))
-                .scan_index_forward(true)
-                .limit(i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| map_err("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                tasks.push(items::summary_from_item(item)?);
-            }
-            match out.last_evaluated_key {
-                Some(key) if tasks.len() < limit => start = Some(key),
-                _ => break,
-            }
-        }
-        // The index orders by place only; ties in task id order, as the other stores.
-        tasks.sort_by(|a, b| (a.due_key(), &a.task_id).cmp(&(b.due_key(), &b.task_id)));
-        Ok(tasks)
+        let key = items::host_key(crawl_id, host);
+        self.due_in(HOST_INDEX, "hk", key, limit).await
+    }
+
+    async fn due_in_lane(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        lane: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let key = items::lane_key(crawl_id, host, lane);
+        self.due_in(LANE_INDEX, "lk", key, limit).await
     }
 
     /// The crawl item's counts (`task_counts`: one read) for a crawl created with them, else
@@ -411,5 +391,52 @@ impl DynamoStore {
             Err(e) if is_conditional_failure(&e) => Ok(Seeded::AlreadyKnown),
             Err(e) => Err(map_err("PutItem", e)),
         }
+    }
+}
+
+impl DynamoStore {
+    /// The due list under `key` of `index` (the host index, or a lane's): tasks with work left,
+    /// soonest due first, at most `limit`.
+    async fn due_in(
+        &self,
+        index: &str,
+        hash: &str,
+        key: String,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let limit = limit.max(1) as usize;
+        let mut tasks = Vec::with_capacity(limit.min(1000));
+        let mut start = None;
+        // A page can come back short (1 MB): go on until `limit` or the end of the list.
+        loop {
+            self.calls.record(Call::DynamoQuery);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(index)
+                // Succeeded pages never fetched again sit after every due time: not work.
+                .key_condition_expression("#hk = :hk AND #due < :never")
+                .expression_attribute_names("#hk", hash)
+                .expression_attribute_values(":hk", s(key.clone()))
+                .expression_attribute_names("#due", "due")
+                .expression_attribute_values(":never", n(items::NEVER_DUE))
+                .scan_index_forward(true)
+                .limit(i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| map_err("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                tasks.push(items::summary_from_item(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(key) if tasks.len() < limit => start = Some(key),
+                _ => break,
+            }
+        }
+        // The index orders by place only; ties in task id order, as the other stores.
+        tasks.sort_by(|a, b| (a.due_key(), &a.task_id).cmp(&(b.due_key(), &b.task_id)));
+        Ok(tasks)
     }
 }

@@ -89,6 +89,7 @@ impl<P: Ports> Crawler<P> {
             return;
         }
         let again = NewTask {
+            lane: context.scope.lane_of(url.as_str()),
             priority: task.priority,
             url,
             depth: task.depth,
@@ -144,6 +145,7 @@ fn chained_tasks(
             continue;
         }
         tasks.push(NewTask {
+            lane: context.scope.lane_of(url.as_str()),
             priority: link_priority(context, &url, Some(&data)),
             url,
             depth: task.depth,

@@ -42,7 +42,7 @@ use crate::store::{
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -51,7 +51,7 @@ use tokio::sync::RwLock;
 use tokio::time::Instant;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
-use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::chain::{TaskRequest, keyed, without_request};
 use trawl_domain::crawl::{Crawl, CrawlConfig};
 use trawl_domain::fetched::{self, Answer};
@@ -835,7 +835,7 @@ impl<P: Ports> Crawler<P> {
                         }
                     }
                     let now = self.clock.now_ms();
-                    let page = match self.store.due_tasks(&crawl.id, name, DUE_PAGE).await {
+                    let page = match self.due_page(crawl, name).await {
                         Ok(page) => page,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot read the host's due tasks");
@@ -846,11 +846,17 @@ impl<P: Ports> Crawler<P> {
                         }
                     };
                     let plan = &lock(state).plan;
-                    buffer = page
-                        .into_iter()
-                        .filter(|t| due_now(t.claimable_from(), now))
-                        .filter(|t| plan.is_new(&t.task_id))
-                        .collect();
+                    let takes = |t: &TaskSummary| {
+                        due_now(t.claimable_from(), now) && plan.is_new(&t.task_id)
+                    };
+                    // Each lane's due work is kept before the lanes are taken in rotation, so
+                    // that a lane's rotation slots go to work the turn may start.
+                    buffer = trawl_domain::lane::rotate(
+                        page.into_iter()
+                            .map(|list| list.into_iter().filter(takes).collect())
+                            .collect(),
+                    )
+                    .into();
                     if buffer.is_empty() {
                         return None;
                     }
@@ -907,6 +913,35 @@ impl<P: Ports> Crawler<P> {
         let TurnState { plan, outcomes } =
             owned.into_inner().unwrap_or_else(PoisonError::into_inner);
         (plan.into_host(), outcomes)
+    }
+
+    /// A page of `host`'s due tasks as a turn reads them, as lists to be taken in rotation
+    /// (`trawl_domain::lane::rotate`): the host's due list alone in a crawl without lanes; in
+    /// a crawl with lanes, each lane's (`TaskRecords::due_in_lane`), and the host's tasks that
+    /// are in none of them (created before the crawl had lanes, or in a lane it no longer
+    /// names) as one more.
+    async fn due_page(&self, crawl: &Crawl, host: &str) -> StoreResult<Vec<Vec<TaskSummary>>> {
+        let lanes = trawl_domain::lane::lanes_of(&crawl.config.scope.lanes);
+        let all = self.store.due_tasks(&crawl.id, host, DUE_PAGE).await?;
+        if lanes.is_empty() {
+            return Ok(vec![all]);
+        }
+        let mut lists = Vec::with_capacity(lanes.len() + 1);
+        for lane in &lanes {
+            lists.push(
+                self.store
+                    .due_in_lane(&crawl.id, host, lane, DUE_PAGE)
+                    .await?,
+            );
+        }
+        let laned: HashSet<&TaskId> = lists.iter().flatten().map(|t| &t.task_id).collect();
+        let rest: Vec<TaskSummary> = all
+            .iter()
+            .filter(|t| !laned.contains(&t.task_id))
+            .cloned()
+            .collect();
+        lists.push(rest);
+        Ok(lists)
     }
 
     /// Waits until `at` (the clock's monotonic time), renewing the turn's hold on its host
@@ -1263,6 +1298,7 @@ impl<P: Ports> Crawler<P> {
                 // The redirect is recorded here; its target is a task of its own (seeded at this
                 // task's depth), fetched once however many redirects and links lead to it.
                 let target = NewTask {
+                    lane: context.scope.lane_of(location.as_str()),
                     priority: task.priority,
                     url: location.clone(),
                     depth: task.depth,
@@ -1545,6 +1581,7 @@ impl<P: Ports> Crawler<P> {
                     context.scope.key_of(url.as_str()),
                 );
                 NewTask {
+                    lane: context.scope.lane_of(url.as_str()),
                     priority: link_priority(context, &url, data.as_ref()),
                     url,
                     depth,
@@ -1572,6 +1609,7 @@ impl<P: Ports> Crawler<P> {
             .map(|url| context.scope.normalise(url))
             .filter(|url| context.scope.check_image(url).is_ok())
             .map(|url| NewTask {
+                lane: context.scope.lane_of(url.as_str()),
                 priority: link_priority(context, &url, Some(&data)),
                 url,
                 depth: task.depth + 1,
@@ -1601,6 +1639,7 @@ impl<P: Ports> Crawler<P> {
         }
         let data = inherited_data(&context.crawl.config, task);
         let found = NewTask {
+            lane: context.scope.lane_of(url.as_str()),
             priority: link_priority(context, &url, data.as_ref()),
             url,
             depth: task.depth,
@@ -1896,6 +1935,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
@@ -1975,6 +2015,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/a")).unwrap();
         let _ = host.set(trawl_domain::canonical::host_key_of(url.as_str()));
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,
@@ -2027,6 +2068,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
@@ -2081,6 +2123,7 @@ mod tests {
         let queue = LocalQueue::new(Duration::from_secs(30), calls.clone());
         let tasks = (0..6)
             .map(|i| NewTask {
+                lane: None,
                 priority: Default::default(),
                 url: CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/{i}")).unwrap(),
                 depth: 0,
@@ -2155,6 +2198,7 @@ mod tests {
 
         // WHEN the task lands, and the next turn comes once it settled
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,
@@ -2212,6 +2256,7 @@ mod tests {
         let url = CanonicalUrl::parse(&format!("http://127.0.0.1:{port}/page")).unwrap();
         let host = url.host_key();
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,

@@ -524,6 +524,7 @@ mod tests {
         store.create_crawl(&crawl).await.unwrap();
         let url = CanonicalUrl::parse("http://example.com/a").unwrap();
         let new = NewTask {
+            lane: None,
             priority: Default::default(),
             url: url.clone(),
             depth: 0,

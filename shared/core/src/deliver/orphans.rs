@@ -169,6 +169,7 @@ mod tests {
     fn task_with(object_key: Option<&str>) -> Task {
         let url = CanonicalUrl::parse("http://example.com/a").unwrap();
         Task {
+            lane: None,
             crawl_id: CrawlId::parse("c").unwrap(),
             task_id: url.task_id(),
             url: url.to_string(),

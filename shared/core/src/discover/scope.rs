@@ -68,6 +68,8 @@ pub struct ScopeMatcher {
     image_domains: Vec<String>,
     /// Whether every page's images are fetched (`scope.images.discover`).
     discover_images: bool,
+    /// The lanes the crawl names (`scope.lanes`; empty: no lanes).
+    lanes: Vec<String>,
 }
 
 impl ScopeMatcher {
@@ -115,6 +117,7 @@ impl ScopeMatcher {
                 .map(|d| normalise_domain(d))
                 .collect::<Result<_, _>>()?,
             discover_images: scope.images.discover,
+            lanes: scope.lanes.clone(),
         })
     }
 
@@ -143,6 +146,12 @@ impl ScopeMatcher {
         let groups = pattern.captures(url)?;
         let key = fill_key(template, |n| groups.get(n).map(|m| m.as_str()));
         (!key.is_empty() && key.len() <= MAX_KEY_BYTES).then_some(key)
+    }
+
+    /// The lane of a new task for `url` (`trawl_domain::lane::of_task`): its route's, else the
+    /// default lane; None in a crawl without lanes.
+    pub fn lane_of(&self, url: &str) -> Option<String> {
+        trawl_domain::lane::of_task(&self.lanes, self.route(url).and_then(|r| r.lane.as_deref()))
     }
 
     /// The route of the pages at `url`: the first whose pattern matches.

@@ -363,6 +363,11 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if let Err(e) = crate::extract::Extractors::new(&config.extract) {
         problems.push(e.to_string());
     }
+    problems.extend(
+        trawl_domain::lane::problems(&config.scope.lanes, &config.scope.routes)
+            .iter()
+            .map(ToString::to_string),
+    );
     for (i, route) in config.scope.routes.iter().enumerate() {
         match &route.extractor {
             Some(_) if route.store == Some(false) => problems.push(format!(
@@ -949,6 +954,7 @@ impl<P: Ports> Sink<'_, P> {
                     let route = self.scope.route(url.as_str()).and_then(|r| r.priority);
                     let data = keyed(data, self.scope.key_of(url.as_str()));
                     let task = NewTask {
+                        lane: self.scope.lane_of(url.as_str()),
                         priority: Priority::of_seed(own, self.priority, route),
                         url,
                         depth: 0,

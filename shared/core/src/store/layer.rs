@@ -65,9 +65,11 @@ pub enum Call<'a> {
         task_id: &'a TaskId,
         update: &'a Update,
     },
+    /// `due_tasks`, or `due_in_lane` of `lane`.
     DueTasks {
         crawl_id: &'a CrawlId,
         host: &'a str,
+        lane: Option<&'a str>,
         limit: u32,
     },
     Query {
@@ -354,9 +356,27 @@ impl<S: TaskRecords, L: Layer> TaskRecords for Layered<S, L> {
         let call = Call::DueTasks {
             crawl_id,
             host,
+            lane: None,
             limit,
         };
         let read = || self.inner.due_tasks(crawl_id, host, limit);
+        self.around(call, read, other).await
+    }
+
+    async fn due_in_lane(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        lane: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let call = Call::DueTasks {
+            crawl_id,
+            host,
+            lane: Some(lane),
+            limit,
+        };
+        let read = || self.inner.due_in_lane(crawl_id, host, lane, limit);
         self.around(call, read, other).await
     }
 

@@ -324,6 +324,33 @@ impl TaskRecords for MemoryStore {
         })
     }
 
+    async fn due_in_lane(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        lane: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        self.with("due_tasks", |t| {
+            let (Some(due), Some(tasks)) = (
+                t.due.get(crawl_id).and_then(|hosts| hosts.get(host)),
+                t.tasks.get(crawl_id),
+            ) else {
+                return Ok(Vec::new());
+            };
+            Ok(due
+                .values()
+                .filter(|s| {
+                    tasks
+                        .get(&s.task_id)
+                        .is_some_and(|task| task.lane.as_deref() == Some(lane))
+                })
+                .take(limit as usize)
+                .cloned()
+                .collect())
+        })
+    }
+
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         self.with("delete_tasks", |t| {
             t.due.remove(crawl_id);

@@ -82,6 +82,17 @@ pub trait TaskRecords: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
 
+    /// `due_tasks` of one lane (`trawl_domain::lane`): the host's tasks with work left that were
+    /// created in `lane`, in the host's due order, at most `limit`, through an index of their
+    /// own (never a read of the other lanes' tasks). A task created without a lane is in none.
+    fn due_in_lane(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        lane: &str,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send;
+
     /// Tasks of one crawl in one status, through the status index, or, for a status a store
     /// does not list there (DynamoDB: pending and in progress), through the crawl's hosts' due
     /// lists, host after host.

@@ -41,6 +41,7 @@ fn record(md5: &str, at: Millis) -> FetchRecord {
 
 fn pending() -> Task {
     let new = NewTask {
+        lane: None,
         priority: Default::default(),
         url: CanonicalUrl::parse("http://example.com/a").unwrap(),
         depth: 2,
@@ -85,6 +86,7 @@ fn seed_creates_a_pending_task_where_none_exists() {
     let Insert { requires, task } = seed(
         &CrawlId::parse("c").unwrap(),
         &NewTask {
+            lane: None,
             priority: Default::default(),
             url: CanonicalUrl::parse("http://example.com/a").unwrap(),
             depth: 2,

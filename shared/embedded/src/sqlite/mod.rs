@@ -41,8 +41,8 @@ use trawl_domain::task::{Millis, Priority, Status, Task};
 /// checkpoints, version 5 their soft-404 reference misses, version 6 the tasks' user data,
 /// version 7 their delivery leases, version 8 their completers, version 9 the host counts,
 /// version 10 the crawls' water levels, version 11 their generations' start times, version 12
-/// the tasks' priorities; an older file gets what it lacks when opened.
-const SCHEMA_VERSION: i64 = 12;
+/// the tasks' priorities, version 13 their lanes; an older file gets what it lacks when opened.
+const SCHEMA_VERSION: i64 = 13;
 
 /// Prepared statements kept per connection (more than the store has).
 const STATEMENT_CACHE: usize = 64;
@@ -156,6 +156,14 @@ const DATA_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN data TEXT;";
 /// `due` is its due time: nothing to fill.
 const PRIORITY_SCHEMA: &str = "ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;";
 
+/// Each task's lane (`Task::lane`, NULL without one), and a lane's due list (`due_in_lane`):
+/// the host's due index with the lane before the due time, partial to the tasks with a lane.
+const LANE_SCHEMA: &str = "
+ALTER TABLE tasks ADD COLUMN lane TEXT;
+CREATE INDEX IF NOT EXISTS tasks_by_lane_due ON tasks (crawl_id, host, lane, due, task_id)
+    WHERE due IS NOT NULL AND lane IS NOT NULL;
+";
+
 /// The requests this store applied (`trawl_domain::request`), kept for the request window: a
 /// table of the store's one connection (`TEMP`), not of the file — a request is tried again
 /// only by the process that made it, within seconds, so no other process, and no later run,
@@ -171,7 +179,7 @@ CREATE INDEX IF NOT EXISTS temp.requests_by_at ON requests (at);
 ";
 
 const TASK_COLUMNS: &str = "crawl_id, task_id, url, status, created, updated, depth, parent, \
-     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data, priority";
+     token, lease_until, retries, next_attempt, enqueued, errors, fetch, stale, data, priority, lane";
 
 /// Marks cursors this store issued (and versions their format).
 const CURSOR_TAG: &str = "sqlite1";
@@ -457,7 +465,7 @@ impl SqliteStore {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(schema)?;
         match version {
-            0..=11 => {
+            0..=12 => {
                 if version == 0 {
                     tx.execute_batch(SCHEMA).map_err(schema)?;
                 }
@@ -490,7 +498,10 @@ impl SqliteStore {
                 if version < 11 {
                     tx.execute_batch(GENERATION_SCHEMA).map_err(schema)?;
                 }
-                tx.execute_batch(PRIORITY_SCHEMA).map_err(schema)?;
+                if version < 12 {
+                    tx.execute_batch(PRIORITY_SCHEMA).map_err(schema)?;
+                }
+                tx.execute_batch(LANE_SCHEMA).map_err(schema)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(schema)?;
             }
@@ -643,6 +654,7 @@ struct TaskRow {
     stale: String,
     data: Option<String>,
     priority: i64,
+    lane: Option<String>,
 }
 
 impl TaskRow {
@@ -667,6 +679,7 @@ impl TaskRow {
             stale: row.get(15)?,
             data: row.get(16)?,
             priority: row.get(17)?,
+            lane: row.get(18)?,
         })
     }
 
@@ -674,6 +687,7 @@ impl TaskRow {
         let key = format!("{}/{}", self.crawl_id, self.task_id);
         let key = key.as_str();
         Ok(Task {
+            lane: self.lane,
             crawl_id: crawl_id_of(key, &self.crawl_id)?,
             task_id: task_id_of(key, &self.task_id)?,
             url: self.url,
@@ -730,7 +744,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
         .prepare_cached(&format!(
             "{verb} tasks ({TASK_COLUMNS}, next_fetch, host, due)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                     ?18, ?19, ?20, ?21)"
+                     ?18, ?19, ?20, ?21, ?22)"
         ))?
         .execute(params![
             task.crawl_id.as_str(),
@@ -754,6 +768,7 @@ fn write_task(conn: &Connection, task: &Task, insert: bool) -> DbResult<usize> {
             encode("stale", &task.stale)?,
             task.data.as_ref().map(|d| encode("data", d)).transpose()?,
             task.priority.get(),
+            task.lane,
             task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             task.host(),
             task.due_key(),
@@ -885,6 +900,7 @@ mod tests {
 
     async fn seeded_task(store: &SqliteStore) -> TaskId {
         let task = NewTask {
+            lane: None,
             priority: Default::default(),
             url: CanonicalUrl::parse("http://example.com/page").unwrap(),
             depth: 1,
@@ -1136,6 +1152,7 @@ mod tests {
         assert_eq!(store.get(&id, &old).await.unwrap().unwrap().data, None);
         let data = serde_json::json!({"k": [1, "two"]}).as_object().cloned();
         let new = NewTask {
+            lane: None,
             priority: Default::default(),
             url: CanonicalUrl::parse("http://example.com/new").unwrap(),
             depth: 0,
@@ -1148,6 +1165,72 @@ mod tests {
             .unwrap();
         let stored = store.get(&id, &new.url.task_id()).await.unwrap().unwrap();
         assert_eq!(stored.data, data);
+    }
+
+    #[tokio::test]
+    async fn a_version_12_file_gains_lanes_when_opened_and_its_tasks_stay_in_no_lane() {
+        // GIVEN a file of the schema before lanes, holding a pending task
+        let dir = TempDir::new("v12");
+        let old = CanonicalUrl::parse("http://example.com/old")
+            .unwrap()
+            .task_id();
+        {
+            let conn = Connection::open(dir.db()).unwrap();
+            for part in [
+                SCHEMA,
+                CALLS_SCHEMA,
+                HOSTS_SCHEMA,
+                CHECKPOINT_SCHEMA,
+                REFERENCE_MISSES_SCHEMA,
+                DATA_SCHEMA,
+                DELIVERY_SCHEMA,
+                COMPLETER_SCHEMA,
+                HOST_COUNTS_SCHEMA,
+                LEVEL_SCHEMA,
+                GENERATION_SCHEMA,
+                PRIORITY_SCHEMA,
+            ] {
+                conn.execute_batch(part).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 12).unwrap();
+            conn.execute(
+                "INSERT INTO tasks (crawl_id, task_id, url, status, created, updated, depth, \
+                 host, due) VALUES ('c', ?1, 'http://example.com/old', ?2, 0, 0, 0, \
+                 'example.com', 0)",
+                params![old.as_str(), code(Status::Pending)],
+            )
+            .unwrap();
+        }
+
+        // WHEN it is opened and a task is seeded in a lane
+        let store = SqliteStore::open(dir.db(), Arc::new(CallCounts::default())).unwrap();
+        let id = CrawlId::parse("c").unwrap();
+        let new = NewTask {
+            lane: Some("details".to_owned()),
+            priority: Default::default(),
+            url: CanonicalUrl::parse("http://example.com/new").unwrap(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        store
+            .seed(&id, std::slice::from_ref(&new), T0)
+            .await
+            .unwrap();
+
+        // THEN the old task reads in no lane and stays in its host's due list; the new one is
+        // in its lane's
+        assert_eq!(store.get(&id, &old).await.unwrap().unwrap().lane, None);
+        assert_eq!(
+            store.due_tasks(&id, "example.com", 10).await.unwrap().len(),
+            2
+        );
+        let lane = store
+            .due_in_lane(&id, "example.com", "details", 10)
+            .await
+            .unwrap();
+        assert_eq!(lane.len(), 1);
+        assert_eq!(lane[0].task_id, new.url.task_id());
     }
 
     #[tokio::test]

@@ -215,6 +215,36 @@ impl TaskRecords for SqliteStore {
         .await
     }
 
+    async fn due_in_lane(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        lane: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let crawl = crawl_id.as_str().to_owned();
+        let host = host.to_owned();
+        let lane = lane.to_owned();
+        self.run("due_tasks", Call::SqliteRead, move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT crawl_id, task_id, url, status, updated, depth, retries, lease_until,
+                        next_attempt, next_fetch, enqueued, priority
+                 FROM tasks INDEXED BY tasks_by_lane_due
+                 WHERE crawl_id = ?1 AND host = ?2 AND lane = ?3 AND due IS NOT NULL
+                 ORDER BY due, task_id
+                 LIMIT ?4",
+            )?;
+            let rows = stmt
+                .query_map(params![crawl, host, lane, limit.max(1)], summary_of)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows
+                .into_iter()
+                .map(SummaryRow::into_summary)
+                .collect::<StoreResult<Vec<_>>>()?)
+        })
+        .await
+    }
+
     async fn delete_tasks(&self, crawl_id: &CrawlId) -> StoreResult<u64> {
         let crawl = crawl_id.as_str().to_owned();
         self.run("delete_tasks", Call::SqliteWrite, move |conn| {
