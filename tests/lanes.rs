@@ -265,3 +265,90 @@ async fn through_the_functions_a_backlog_of_detail_pages_never_holds_the_listing
     assert!(position(&order, "/list/1") < TURN_PAGES, "{order:?}");
     assert!(position(&order, "/list/2") < TURN_PAGES, "{order:?}");
 }
+
+/// Detail pages on each of three hosts, slow to answer.
+const SLOW_MS: u64 = 150;
+
+/// The least time between two detail requests' arrivals over three hosts, crawled with the
+/// details lane limited to `limit` fetches at once (None: no limit).
+async fn least_gap_between_details(limit: Option<u32>) -> std::time::Duration {
+    let sites = [
+        Site::start().await,
+        Site::start().await,
+        Site::start().await,
+    ];
+    let mut seeds = Vec::new();
+    for site in &sites {
+        site.route(
+            "/robots.txt",
+            crate::site::Route::content("text/plain", "User-agent: *\nAllow: /\n"),
+        );
+        for i in 0..3 {
+            let path = format!("/item/{i}");
+            site.route(
+                &path,
+                crate::site::Route::html("<p>item</p>")
+                    .delayed(std::time::Duration::from_millis(SLOW_MS)),
+            );
+            seeds.push(site.url(&path));
+        }
+    }
+    let dir = temp_dir("lane-limit");
+    let mut config = json!({
+        "politeness": {"delay_ms": 0},
+        "fetch": {"allow_private_networks": true},
+        "scope": {"lanes": ["details"], "routes": [{"glob": "*/item/*", "lane": "details"}]},
+    });
+    if let Some(limit) = limit {
+        config["scope"]["lane_limits"] = json!({"details": limit});
+    }
+    let (file, list) = (dir.join("config.json"), dir.join("seeds.txt"));
+    std::fs::write(&file, config.to_string()).unwrap();
+    std::fs::write(&list, seeds.join("\n")).unwrap();
+    let output = trawl(
+        &[
+            "crawl",
+            "--seeds-file",
+            list.to_str().unwrap(),
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+            "--json",
+        ],
+        &dir,
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut arrivals: Vec<std::time::Instant> = sites
+        .iter()
+        .flat_map(|s| (0..3).flat_map(move |i| s.received(&format!("/item/{i}"))))
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(arrivals.len(), 9);
+    arrivals.sort();
+    let _ = std::fs::remove_dir_all(dir);
+    arrivals
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .min()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_lane_with_a_limit_fetches_no_more_of_its_pages_at_once_over_all_hosts() {
+    // GIVEN three hosts of slow detail pages in one lane
+    // WHEN they are crawled with the lane limited to one fetch at once, and without a limit
+    let limited = least_gap_between_details(Some(1)).await;
+    let free = least_gap_between_details(None).await;
+
+    // THEN with the limit each detail request waits for the one before to be answered; without
+    // it the hosts' requests overlap
+    let answer = std::time::Duration::from_millis(SLOW_MS);
+    assert!(limited >= answer * 9 / 10, "{limited:?}");
+    assert!(free < answer / 2, "{free:?}");
+}

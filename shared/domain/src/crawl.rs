@@ -49,6 +49,10 @@ pub struct Scope {
     /// turns in rotation. Empty: no lanes (a host's due pages are taken in due order alone).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lanes: Vec<String>,
+    /// The most pages of a lane fetched at once by one process (a CLI run, a crawler
+    /// container), over all hosts: the lane's own concurrency limit. A lane not listed has none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lane_limits: BTreeMap<String, u32>,
     /// Which images of the pages become tasks (`crate::image`).
     #[serde(skip_serializing_if = "ImageScope::is_default")]
     pub images: ImageScope,
@@ -128,6 +132,7 @@ impl Default for Scope {
             inherit_data: false,
             routes: Vec::new(),
             lanes: Vec::new(),
+            lane_limits: BTreeMap::new(),
             images: ImageScope::default(),
         }
     }

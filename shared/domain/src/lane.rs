@@ -19,7 +19,7 @@
 //! priority (a priority-9 page of one lane alternates with the other lanes' due pages).
 
 use crate::crawl::Route;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 /// The lane of the URLs no route places, in a crawl with lanes. It may be named in
 /// `scope.lanes` (or by a route), and is there whether named or not.
@@ -43,7 +43,14 @@ pub enum LaneError {
     TooMany(usize),
     #[error("scope.routes[{route}]: no lane named {lane:?} in scope.lanes")]
     Unknown { route: usize, lane: String },
+    #[error("scope.lane_limits: no lane named {0:?} in scope.lanes")]
+    UnknownLimited(String),
+    #[error("scope.lane_limits: {lane:?} at {limit}; a limit is 1 to {MAX_LIMIT}")]
+    BadLimit { lane: String, limit: u32 },
 }
+
+/// The largest concurrency limit of a lane (`Scope::lane_limits`).
+pub const MAX_LIMIT: u32 = 1_000;
 
 fn valid_name(name: &str) -> bool {
     (1..=MAX_NAME_LEN).contains(&name.len())
@@ -52,8 +59,13 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-/// What is wrong with a crawl's lanes and its routes' lanes (nothing: an empty list).
-pub fn problems(lanes: &[String], routes: &[Route]) -> Vec<LaneError> {
+/// What is wrong with a crawl's lanes, their limits and its routes' lanes (nothing: an empty
+/// list).
+pub fn problems(
+    lanes: &[String],
+    limits: &BTreeMap<String, u32>,
+    routes: &[Route],
+) -> Vec<LaneError> {
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
     for name in lanes {
@@ -66,6 +78,17 @@ pub fn problems(lanes: &[String], routes: &[Route]) -> Vec<LaneError> {
     let count = lanes_of(lanes).len();
     if count > MAX_LANES {
         problems.push(LaneError::TooMany(count));
+    }
+    let known = lanes_of(lanes);
+    for (lane, &limit) in limits {
+        if !known.contains(lane) {
+            problems.push(LaneError::UnknownLimited(lane.clone()));
+        } else if !(1..=MAX_LIMIT).contains(&limit) {
+            problems.push(LaneError::BadLimit {
+                lane: lane.clone(),
+                limit,
+            });
+        }
     }
     for (route, r) in routes.iter().enumerate() {
         if let Some(lane) = &r.lane
@@ -171,10 +194,24 @@ mod tests {
     #[test]
     fn bad_names_duplicates_too_many_and_unknown_lanes_are_refused_with_their_reason() {
         let named = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert!(problems(&named(&["listings", "details"]), &[route(Some("details"))]).is_empty());
-        assert!(problems(&named(&["a"]), &[route(Some("default")), route(None)]).is_empty());
+        assert!(
+            problems(
+                &named(&["listings", "details"]),
+                &BTreeMap::new(),
+                &[route(Some("details"))]
+            )
+            .is_empty()
+        );
+        assert!(
+            problems(
+                &named(&["a"]),
+                &BTreeMap::new(),
+                &[route(Some("default")), route(None)]
+            )
+            .is_empty()
+        );
         assert_eq!(
-            problems(&named(&["Listings", "", "a b"]), &[]),
+            problems(&named(&["Listings", "", "a b"]), &BTreeMap::new(), &[]),
             [
                 LaneError::BadName("Listings".into()),
                 LaneError::BadName("".into()),
@@ -182,13 +219,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            problems(&named(&["a", "a"]), &[]),
+            problems(&named(&["a", "a"]), &BTreeMap::new(), &[]),
             [LaneError::Duplicate("a".into())]
         );
         let nine: Vec<String> = (0..9).map(|i| format!("l{i}")).collect();
-        assert_eq!(problems(&nine, &[]), [LaneError::TooMany(10)]);
         assert_eq!(
-            problems(&named(&["a"]), &[route(None), route(Some("b"))]),
+            problems(&nine, &BTreeMap::new(), &[]),
+            [LaneError::TooMany(10)]
+        );
+        assert_eq!(
+            problems(
+                &named(&["a"]),
+                &BTreeMap::new(),
+                &[route(None), route(Some("b"))]
+            ),
             [LaneError::Unknown {
                 route: 1,
                 lane: "b".into()
@@ -196,8 +240,26 @@ mod tests {
         );
         // A route's lane in a crawl naming none is unknown too.
         assert_eq!(
-            problems(&[], &[route(Some("a"))])[0].to_string(),
+            problems(&[], &BTreeMap::new(), &[route(Some("a"))])[0].to_string(),
             "scope.routes[0]: no lane named \"a\" in scope.lanes"
+        );
+        // A limit is for a lane the crawl has (the default one too), from 1 to MAX_LIMIT.
+        let limits = |v: &[(&str, u32)]| {
+            v.iter()
+                .map(|(l, n)| ((*l).to_owned(), *n))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let ok = limits(&[("a", 2), ("default", MAX_LIMIT)]);
+        assert!(problems(&named(&["a"]), &ok, &[]).is_empty());
+        assert_eq!(
+            problems(&named(&["a"]), &limits(&[("b", 1), ("a", 0)]), &[]),
+            [
+                LaneError::BadLimit {
+                    lane: "a".into(),
+                    limit: 0
+                },
+                LaneError::UnknownLimited("b".into()),
+            ]
         );
     }
 }

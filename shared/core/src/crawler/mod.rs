@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
-use tokio::sync::RwLock;
+use tokio::sync::{OwnedSemaphorePermit, RwLock, Semaphore};
 use tokio::time::Instant;
 use tracing::Instrument;
 use trawl_domain::calls::CallCounts;
@@ -293,6 +293,32 @@ pub struct Crawler<P: Ports> {
     faults: FaultStreak,
     halt: Arc<Halt>,
     references: ReferenceChecks,
+    lane_slots: LaneSlots,
+}
+
+/// The fetches in flight of each lane with a limit (`Scope::lane_limits`), in this process: a
+/// semaphore per crawl and lane, made anew when its limit changes.
+#[derive(Default)]
+struct LaneSlots(Mutex<HashMap<(CrawlId, String), LimitedSlots>>);
+
+/// A lane's limit, and its slots.
+type LimitedSlots = (u32, Arc<Semaphore>);
+
+impl LaneSlots {
+    /// Waits for a slot of `lane` of `crawl`, whose limit is `limit`; held until dropped.
+    async fn take(&self, crawl: &CrawlId, lane: &str, limit: u32) -> Option<OwnedSemaphorePermit> {
+        let slots = {
+            let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let entry = all
+                .entry((crawl.clone(), lane.to_owned()))
+                .or_insert_with(|| (limit, Arc::new(Semaphore::new(limit as usize))));
+            if entry.0 != limit {
+                *entry = (limit, Arc::new(Semaphore::new(limit as usize)));
+            }
+            Arc::clone(&entry.1)
+        };
+        slots.acquire_owned().await.ok()
+    }
 }
 
 /// A request to stop every turn of a crawler soon (`Crawler::stop_turns`): no fetch starts after
@@ -380,6 +406,7 @@ impl<P: Ports> Crawler<P> {
             faults: FaultStreak::default(),
             halt: Arc::default(),
             references: ReferenceChecks::default(),
+            lane_slots: LaneSlots::default(),
         }
     }
 
@@ -1272,9 +1299,20 @@ impl<P: Ports> Crawler<P> {
         };
         let previous = task.fetch.as_ref();
         tracing::debug!(url = %task.url, token = lease.token, "fetch");
-        let answered = match content {
-            Some(content) => crate::fetch::pushed(&request, content),
-            None => self.fetcher.fetch(request).await,
+        let answered = {
+            // A lane with a limit: a slot of it for the fetch.
+            let limited = task
+                .lane
+                .as_deref()
+                .and_then(|lane| Some((lane, *config.scope.lane_limits.get(lane)?)));
+            let _slot = match limited {
+                Some((lane, limit)) => self.lane_slots.take(&context.crawl.id, lane, limit).await,
+                None => None,
+            };
+            match content {
+                Some(content) => crate::fetch::pushed(&request, content),
+                None => self.fetcher.fetch(request).await,
+            }
         };
         match answered {
             FetchOutcome::Failed(failure) => {

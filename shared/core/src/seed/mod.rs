@@ -364,9 +364,13 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
         problems.push(e.to_string());
     }
     problems.extend(
-        trawl_domain::lane::problems(&config.scope.lanes, &config.scope.routes)
-            .iter()
-            .map(ToString::to_string),
+        trawl_domain::lane::problems(
+            &config.scope.lanes,
+            &config.scope.lane_limits,
+            &config.scope.routes,
+        )
+        .iter()
+        .map(ToString::to_string),
     );
     for (i, route) in config.scope.routes.iter().enumerate() {
         match &route.extractor {
