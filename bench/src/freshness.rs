@@ -683,11 +683,13 @@ fn fixed(interval: Millis) -> RecrawlPolicy {
     }
 }
 
-/// The change-rate estimator's settings with `budget_per_day` fetches a day, the others the
-/// defaults (15 min to 7 days, a day until the crawl has a water level).
+/// The change-rate estimator's settings with `budget_per_day` fetches a day, told that the
+/// sitemaps are read every `SITEMAP_EVERY` (as an operator sets it beside the reseed rate), the
+/// others the defaults (15 min to 7 days, a day until the crawl has a water level).
 fn estimator_settings(budget_per_day: u64) -> Estimator {
     Estimator {
         budget_per_day,
+        sitemaps_every_ms: Some(SITEMAP_EVERY as u64),
         ..Estimator::default()
     }
 }

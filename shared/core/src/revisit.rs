@@ -41,6 +41,9 @@ impl RevisitRules {
             if estimator.initial_ms == 0 {
                 return Err("recrawl.estimator: initial_ms must be positive".to_owned());
             }
+            if estimator.sitemaps_every_ms.is_some_and(|ms| ms < 60_000) {
+                return Err("recrawl.estimator: sitemaps_every_ms is at least 60000".to_owned());
+            }
         }
         if policy.estimator_budget() == Some(0) {
             return Err("recrawl.estimator: give a budget_per_day (fetches per day)".to_owned());
@@ -322,5 +325,13 @@ mod tests {
         bad.soft_404[0].xpath = Some("//h1[".into());
         let e = RevisitRules::new(&bad).unwrap_err();
         assert!(e.contains("recrawl.soft_404[0]: invalid XPath"), "{e}");
+        let mut bad = policy();
+        bad.estimator = Some(trawl_domain::estimate::Estimator {
+            budget_per_day: 10,
+            sitemaps_every_ms: Some(1_000),
+            ..Default::default()
+        });
+        let e = RevisitRules::new(&bad).unwrap_err();
+        assert!(e.contains("sitemaps_every_ms"), "{e}");
     }
 }

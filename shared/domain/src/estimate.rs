@@ -61,6 +61,21 @@
 //! `[min_ms, max_ms]`: `max_ms` is the floor of attention a page never seen to change (or given
 //! up) still gets, and until the crawl has a water level a page is fetched every `initial_ms`.
 //!
+//! **Sitemaps read for free** ([`Objective::read_interval_ms`]). A crawl whose sitemaps are
+//! read every `S` (`sitemaps_every_ms`, set beside the reseed rate) finds a change of a page
+//! whose `<lastmod>` is honest at the next reading, without a scheduled check: a fetch then
+//! helps only when it comes before the reading. A change waits `E[min(U·I, V·S)]` for the
+//! first of the two, and minimising `λ·wait + μ/I` gives such a page no scheduled fetch at
+//! all (the longest interval) unless its plain interval is below `S/√3`, and then one a little
+//! longer than plain (below `S`); the budget it leaves goes to the pages the readings do not
+//! cover, through the water level ([`Demand::add_history`] counts each sampled page as it is
+//! scheduled). It counts only for a page whose `<lastmod>` has made it due and been right at
+//! least once and is still believed ([`ChangeHistory::lastmod_proven`]): a page no sitemap
+//! lists, one whose `<lastmod>` never moves, and one whose sitemap lies keep the allocation
+//! without it, so a lying sitemap earns nothing. Not counted: a page whose `<lastmod>` was
+//! right once and whose sitemap then stops being read or listing it keeps the longest
+//! interval until its scheduled checks, finding its changes, raise its rate.
+//!
 //! **The water level scales.** A page's interval needs only its own history and `μ`. `μ` is set
 //! per crawl ([`level_ms`]) from aggregate figures, at most every [`LEVEL_EVERY_MS`], by the
 //! sweeper: the rates of a bounded sample of pages, each weighted by the pages it stands for
@@ -106,6 +121,11 @@ pub struct Estimator {
     pub initial_ms: u64,
     /// What the budget is spent to minimise.
     pub objective: Objective,
+    /// How often the crawl's sitemaps are read (the reseed rate), if they are: a page whose
+    /// `<lastmod>` has been right ([`ChangeHistory::lastmod_proven`]) is then found changed
+    /// within about that long without a scheduled check ([`Objective::read_interval_ms`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sitemaps_every_ms: Option<u64>,
 }
 
 /// What a crawl's fetch budget is spent on (`Estimator::objective`).
@@ -130,6 +150,37 @@ impl Objective {
             Objective::Freshness => interval_ms(rate, level),
         }
     }
+
+    /// `interval_ms` for a page whose changes its sitemap's reading, every `reading` ms (None:
+    /// none), finds anyway. A change then waits for the scheduled fetch or the reading,
+    /// whichever comes first: `E[min(U·I, V·S)]`, `I/2 − I²/6S` for `I ≤ S`, `S/2 − S²/6I`
+    /// beyond. Minimising `λ·wait + μ/I` (staleness): past `S` the fetches' worth `λS²/6I²`
+    /// falls as their cost `μ/I²` does, so a page worth `μ` at `S` (`λS²/6 > μ`, i.e. the
+    /// plain interval below `S/√3`) gets the `I < S` with `λI²(1/2 − I/3S) = μ` — longer than
+    /// the plain `√(2μ/λ)`, a fetch now being worth less — and any other page none at all
+    /// (infinite: the longest interval). The freshness objective ignores the reading.
+    pub fn read_interval_ms(self, rate: f64, level: f64, reading: Option<f64>) -> f64 {
+        let plain = self.interval_ms(rate, level);
+        let Some(s) = reading.filter(|_| self == Objective::Staleness) else {
+            return plain;
+        };
+        if plain.is_nan() || plain >= s / 3f64.sqrt() {
+            return f64::INFINITY;
+        }
+        // I²(1 − 2I/3S) rises from plain²(1 − 2·plain/3S) < plain² at `plain` to S²/3 > plain²
+        // at `S`: bisected in between.
+        let target = plain * plain;
+        let (mut lo, mut hi) = (plain, s);
+        for _ in 0..48 {
+            let mid = 0.5 * (lo + hi);
+            if mid * mid * (1.0 - 2.0 * mid / (3.0 * s)) < target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    }
 }
 
 impl Default for Estimator {
@@ -140,6 +191,7 @@ impl Default for Estimator {
             max_ms: 7 * DAY,
             initial_ms: DAY,
             objective: Objective::Staleness,
+            sitemaps_every_ms: None,
         }
     }
 }
@@ -160,6 +212,28 @@ impl Estimator {
         match level_ms {
             None => self.bound(self.initial_ms as f64),
             Some(level) => self.bound(self.objective.interval_ms(rate, level as f64)),
+        }
+    }
+
+    /// How often the sitemap reading finds a page's changes, if it counts for the page: the
+    /// crawl's sitemaps are read every `sitemaps_every_ms` and the page's `<lastmod>` has been
+    /// right and is believed.
+    pub fn reading_ms(&self, history: &ChangeHistory) -> Option<u64> {
+        self.sitemaps_every_ms
+            .filter(|&ms| ms > 0 && history.lastmod_proven())
+    }
+
+    /// The interval to a page's next fetch by its `history` (its estimated rate, and the
+    /// sitemap reading that counts for it, `reading_ms`) and the crawl's water level (None:
+    /// `initial_ms`).
+    pub fn allocated_ms(&self, history: &ChangeHistory, level_ms: Option<u64>) -> u64 {
+        let rate = history.rate(self.initial_ms);
+        match level_ms {
+            None => self.bound(self.initial_ms as f64),
+            Some(level) => {
+                let reading = self.reading_ms(history).map(|ms| ms as f64);
+                self.bound(self.objective.read_interval_ms(rate, level as f64, reading))
+            }
         }
     }
 
@@ -305,6 +379,14 @@ impl ChangeHistory {
         self.prompted < 2 || 2 * self.prompted_changed >= self.prompted
     }
 
+    /// Whether the page's `<lastmod>` has made it due and been right (a change found) at least
+    /// once, and is believed: its sitemap lists it with dates that follow its changes. A page
+    /// never made due by its sitemap (none lists it, or its `<lastmod>` never moves) has shown
+    /// nothing, and is scheduled as if there were no sitemap.
+    pub fn lastmod_proven(&self) -> bool {
+        self.prompted_changed > 0 && self.trusts_lastmod()
+    }
+
     /// The estimated change rate, in changes per ms (always positive and finite), with the
     /// prior of half a change in one check of `prior_ms`.
     pub fn rate(&self, prior_ms: u64) -> f64 {
@@ -323,7 +405,8 @@ impl ChangeHistory {
 /// eighth of an octave wide (per settings): what the water level is solved over.
 #[derive(Debug, Clone, Default)]
 pub struct Demand {
-    bins: std::collections::BTreeMap<(i32, Estimator), f64>,
+    /// By (rate bin, settings, the sitemap reading counts for the pages).
+    bins: std::collections::BTreeMap<(i32, Estimator, bool), f64>,
 }
 
 // Settings as a map key: `Estimator` has only integers.
@@ -336,6 +419,7 @@ impl Ord for Estimator {
                 e.max_ms,
                 e.initial_ms,
                 e.objective,
+                e.sitemaps_every_ms,
             )
         };
         key(self).cmp(&key(other))
@@ -351,14 +435,26 @@ impl PartialOrd for Estimator {
 const BINS_PER_OCTAVE: f64 = 8.0;
 
 impl Demand {
-    /// Adds `weight` pages changing at `rate` per ms, scheduled with `settings`.
+    /// Adds `weight` pages changing at `rate` per ms, scheduled with `settings`, whose sitemap
+    /// reading does not count (`Estimator::reading_ms`).
     pub fn add(&mut self, rate: f64, settings: Estimator, weight: f64) {
+        self.add_read(rate, settings, false, weight);
+    }
+
+    /// Adds `weight` pages with `history`, scheduled with `settings`: at their estimated rate,
+    /// with their sitemap reading when it counts for them.
+    pub fn add_history(&mut self, history: &ChangeHistory, settings: Estimator, weight: f64) {
+        let read = settings.reading_ms(history).is_some();
+        self.add_read(history.rate(settings.initial_ms), settings, read, weight);
+    }
+
+    fn add_read(&mut self, rate: f64, settings: Estimator, read: bool, weight: f64) {
         let counted = rate > 0.0 && rate.is_finite() && weight > 0.0;
         if !counted {
             return;
         }
         let bin = (rate.log2() * BINS_PER_OCTAVE).round() as i32;
-        *self.bins.entry((bin, settings)).or_default() += weight;
+        *self.bins.entry((bin, settings, read)).or_default() += weight;
     }
 
     /// Pages added.
@@ -370,9 +466,14 @@ impl Demand {
     pub fn fetches_per_day(&self, level: f64) -> f64 {
         self.bins
             .iter()
-            .map(|(&(bin, settings), &weight)| {
+            .map(|(&(bin, settings, read), &weight)| {
                 let rate = (f64::from(bin) / BINS_PER_OCTAVE).exp2();
-                let interval = settings.bound(settings.objective.interval_ms(rate, level));
+                let reading = settings
+                    .sitemaps_every_ms
+                    .filter(|&ms| read && ms > 0)
+                    .map(|ms| ms as f64);
+                let objective = settings.objective;
+                let interval = settings.bound(objective.read_interval_ms(rate, level, reading));
                 weight * DAY as f64 / interval as f64
             })
             .sum()

@@ -229,10 +229,10 @@ impl Estimated {
         self.at(history, interval, now)
     }
 
-    /// The interval a page with `history` is given by its estimate and the water level.
+    /// The interval a page with `history` is given by its estimate (and its sitemap's reading,
+    /// when it counts) and the water level.
     fn allocated(&self, history: &ChangeHistory) -> u64 {
-        let rate = history.rate(self.settings.initial_ms);
-        self.settings.interval_ms(rate, self.level_ms)
+        self.settings.allocated_ms(history, self.level_ms)
     }
 
     fn explore(&self, history: &ChangeHistory, check: Option<Check>) -> u64 {

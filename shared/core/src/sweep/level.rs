@@ -87,7 +87,7 @@ impl<P: Ports> Sweeper<P> {
                     .unwrap_or_default();
                 let settings = estimated.settings;
                 let weight = hosts / sampled * due_weight(interval, window);
-                demand.add(history.rate(settings.initial_ms), settings, weight);
+                demand.add_history(&history, settings, weight);
             }
         }
         if demand.pages() == 0.0 {

@@ -344,3 +344,160 @@ fn a_page_never_seen_to_change_is_estimated_at_a_tenth_of_a_change_over_its_time
         "no check: nothing censored"
     );
 }
+
+/// `E[min(U·I, V·S)]`: how long a change waits for a fetch every `interval` or a sitemap
+/// reading every `reading`, at independent phases.
+fn read_wait(interval: f64, reading: f64) -> f64 {
+    let (short, long) = (interval.min(reading), interval.max(reading));
+    short / 2.0 - short * short / (6.0 * long)
+}
+
+fn read_settings() -> Estimator {
+    Estimator {
+        sitemaps_every_ms: Some(12 * HOUR),
+        ..settings()
+    }
+}
+
+/// `start` after 40 checks `every` ms apart, of which those at `i % 5 < changed` found a change.
+fn observed(start: ChangeHistory, every: u64, changed: u32) -> ChangeHistory {
+    (0..40).fold(start, |h, i| h.observe(every, i % 5 < changed))
+}
+
+#[test]
+fn a_page_whose_sitemap_has_been_right_is_scheduled_around_its_reading() {
+    // GIVEN sitemaps read every 12 h, a water level of 2 h, and a page whose lastmod made it
+    // due once and was right
+    let s = read_settings();
+    let level = Some(2 * HOUR);
+    let proven = ChangeHistory::default().prompted(true);
+    assert!(proven.lastmod_proven() && !ChangeHistory::default().lastmod_proven());
+    // WHEN it changes about daily (at 1 in 5 checks 6 h apart): its plain interval is past
+    // 12 h / √3, so the reading finds its changes for free and no scheduled fetch is worth
+    // its cost
+    let daily = observed(proven, 6 * HOUR, 1);
+    assert_eq!(s.allocated_ms(&daily, level), s.max_ms);
+    let plain = s.interval_ms(daily.rate(s.initial_ms), level);
+    assert!(plain > 12 * HOUR * 10 / 17 && plain < s.max_ms, "{plain}");
+    // AND a page changing about hourly (at 2 in 5 checks 30 min apart) is still fetched on its
+    // schedule, a little less often than without the reading (each fetch is worth less),
+    // more often than the reading
+    let hourly = observed(proven, 30 * MINUTE, 2);
+    let read = s.allocated_ms(&hourly, level);
+    let plain = s.interval_ms(hourly.rate(s.initial_ms), level);
+    assert!(read > plain && read < 12 * HOUR, "{read} vs {plain}");
+    // AND a page whose lastmod has never been right, or was found lying, or a crawl that does
+    // not say its sitemaps are read, keeps the allocation without the reading
+    let unproven = observed(ChangeHistory::default(), 6 * HOUR, 1);
+    let lying = observed(proven.prompted(false).prompted(false), 6 * HOUR, 1);
+    assert!(!lying.trusts_lastmod());
+    for h in [unproven, lying] {
+        let alone = s.interval_ms(h.rate(s.initial_ms), level);
+        assert_eq!(s.allocated_ms(&h, level), alone);
+    }
+    assert_eq!(
+        settings().allocated_ms(&daily, level),
+        settings().interval_ms(daily.rate(s.initial_ms), level)
+    );
+    // AND before the crawl has a level, every page waits its initial interval
+    assert_eq!(s.allocated_ms(&daily, None), s.initial_ms);
+}
+
+#[test]
+fn the_level_gives_what_the_read_pages_leave_to_the_others() {
+    // GIVEN 100 pages, half changing about daily, half about hourly
+    let s = read_settings();
+    let watched = |hourly: bool, proven: bool| {
+        let start = if proven {
+            ChangeHistory::default().prompted(true)
+        } else {
+            ChangeHistory::default()
+        };
+        if hourly {
+            observed(start, 30 * MINUTE, 2)
+        } else {
+            observed(start, 6 * HOUR, 1)
+        }
+    };
+    let level = |proven: bool| {
+        let mut demand = Demand::default();
+        for _ in 0..50 {
+            demand.add_history(&watched(false, proven), s, 1.0);
+            demand.add_history(&watched(true, proven), s, 1.0);
+        }
+        let level = level_ms(&demand, 400.0);
+        let spent = demand.fetches_per_day(level as f64);
+        assert!((spent / 400.0 - 1.0).abs() < 0.01, "{spent}");
+        level
+    };
+    // WHEN their sitemaps have been right, THEN the daily pages are left to the reading and
+    // the budget they leave makes the hourly ones fetched more often than when no reading
+    // counts
+    let (read, alone) = (level(true), level(false));
+    let every = |hourly: bool, proven: bool, level: u64| {
+        s.allocated_ms(&watched(hourly, proven), Some(level))
+    };
+    assert_eq!(every(false, true, read), s.max_ms);
+    assert!(every(false, false, alone) < s.max_ms);
+    assert!(
+        every(true, true, read) < every(true, false, alone),
+        "{read} vs {alone}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn with_a_reading_the_interval_minimises_staleness_plus_cost(
+        log_rate in -12.0f64..-5.0,
+        log_level in 2.0f64..8.0,
+        reading_hours in 1.0f64..48.0,
+    ) {
+        let (rate, level) = (10f64.powf(log_rate), 10f64.powf(log_level));
+        let reading = reading_hours * HOUR as f64;
+        // λ·wait + μ/I: the staleness a page adds plus its fetches at the level's price.
+        let cost = |interval: f64| rate * read_wait(interval, reading) + level / interval;
+        let chosen = Objective::Staleness.read_interval_ms(rate, level, Some(reading));
+        let plain = Objective::Staleness.interval_ms(rate, level);
+        // Never fetched more often than without the reading.
+        prop_assert!(chosen >= plain * (1.0 - 1e-9), "{chosen} vs {plain}");
+        // No interval does better: none at all (the limit λS/2), or a nearby one.
+        let none = rate * reading / 2.0;
+        if chosen.is_finite() {
+            prop_assert!(chosen < reading);
+            prop_assert!(cost(chosen) <= none * (1.0 + 1e-9), "{} vs {none}", cost(chosen));
+            for step in [0.99, 1.01] {
+                prop_assert!(cost(chosen) <= cost(chosen * step) * (1.0 + 1e-9));
+            }
+        } else {
+            for interval in [plain, reading / 4.0, reading / 2.0, reading, 4.0 * reading] {
+                prop_assert!(none <= cost(interval) * (1.0 + 1e-9), "{interval}");
+            }
+        }
+        // The freshness objective ignores the reading.
+        prop_assert_eq!(
+            Objective::Freshness.read_interval_ms(rate, level, Some(reading)).to_bits(),
+            Objective::Freshness.interval_ms(rate, level).to_bits()
+        );
+    }
+
+    #[test]
+    fn an_unproven_lastmod_leaves_the_allocation_as_it_was(
+        h in history(),
+        prompted in proptest::collection::vec(any::<bool>(), 0..10),
+        log_level in 0.0f64..10.0,
+    ) {
+        let h = prompted.iter().fold(h, |h, &c| h.prompted(c));
+        let s = read_settings();
+        let level = Some(10f64.powf(log_level) as u64);
+        let alone = s.interval_ms(h.rate(s.initial_ms), level);
+        let allocated = s.allocated_ms(&h, level);
+        if h.lastmod_proven() {
+            prop_assert!(allocated >= alone);
+        } else {
+            prop_assert_eq!(allocated, alone);
+        }
+        prop_assert_eq!(settings().allocated_ms(&h, level), settings().interval_ms(h.rate(s.initial_ms), level));
+    }
+}
