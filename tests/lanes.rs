@@ -349,6 +349,7 @@ async fn a_lane_with_a_limit_fetches_no_more_of_its_pages_at_once_over_all_hosts
     // THEN with the limit each detail request waits for the one before to be answered; without
     // it the hosts' requests overlap
     let answer = std::time::Duration::from_millis(SLOW_MS);
+    eprintln!("least gap between detail requests: limited to 1 {limited:?}, unlimited {free:?}");
     assert!(limited >= answer * 9 / 10, "{limited:?}");
     assert!(free < answer / 2, "{free:?}");
 }
