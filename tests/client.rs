@@ -326,6 +326,36 @@ async fn a_cookie_set_by_the_login_page_is_sent_back_when_the_crawl_keeps_a_jar(
     assert_eq!(members.errors.last().unwrap().message, "HTTP 403");
 }
 
+/// Runs `trawl crawl` over seed `lines` (with `extra` flags) in `dir`, private addresses
+/// allowed: its `--json` report, the run having succeeded.
+async fn crawl_seed_lines(
+    dir: &std::path::Path,
+    lines: &[serde_json::Value],
+    extra: &[&str],
+) -> serde_json::Value {
+    let seeds = dir.join("seeds.jsonl");
+    let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    std::fs::write(&seeds, text.join("\n")).unwrap();
+    let data = dir.join("data");
+    let mut args = vec![
+        "crawl",
+        "--seeds-file",
+        seeds.to_str().unwrap(),
+        "--allow-private-networks",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let output = crate::cli::trawl(&args, dir).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    crate::cli::json_of(&output)
+}
+
 /// The Cookie header `site` received for `path` (None: it got none).
 fn cookie_sent(site: &Site, path: &str) -> Option<String> {
     let received = site.received(path);
@@ -389,36 +419,11 @@ async fn each_session_of_a_host_keeps_its_own_cookies_and_the_pages_found_in_it_
         site.route(&format!("/me/{who}"), Route::html("<p>me</p>"));
     }
     let dir = crate::cli::temp_dir("sessions");
-    let seeds = dir.join("seeds.jsonl");
-    let lines: Vec<String> = ["a", "b"]
-        .iter()
-        .map(|who| {
-            json!({"url": site.url(&format!("/login/{who}")), "data": {"_session": who}})
-                .to_string()
-        })
-        .collect();
-    std::fs::write(&seeds, lines.join("\n")).unwrap();
+    let lines = ["a", "b"]
+        .map(|who| json!({"url": site.url(&format!("/login/{who}")), "data": {"_session": who}}));
 
     // WHEN the CLI crawls them keeping a cookie jar per host
-    let output = crate::cli::trawl(
-        &[
-            "crawl",
-            "--seeds-file",
-            seeds.to_str().unwrap(),
-            "--allow-private-networks",
-            "--cookies-per-host",
-            "--data-dir",
-            dir.join("data").to_str().unwrap(),
-            "--json",
-        ],
-        &dir,
-    )
-    .await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    crawl_seed_lines(&dir, &lines, &["--cookies-per-host"]).await;
 
     // THEN each account page was asked for with its own session's cookie, not the last set
     assert_eq!(cookie_sent(&site, "/me/a").as_deref(), Some("sid=a"));
@@ -437,34 +442,13 @@ async fn content_handed_over_in_a_seed_line_is_stored_read_for_links_and_never_f
         site.url("/real")
     );
     let dir = crate::cli::temp_dir("pushed");
-    let seeds = dir.join("seeds.jsonl");
     let lines = [
         json!({"url": site.url("/pushed"), "data": {"_content": pushed}}),
         json!({"url": site.url("/too-big"), "data": {"_content": 42}}),
     ];
-    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    std::fs::write(&seeds, lines.join("\n")).unwrap();
 
     // WHEN the CLI crawls them
-    let output = crate::cli::trawl(
-        &[
-            "crawl",
-            "--seeds-file",
-            seeds.to_str().unwrap(),
-            "--allow-private-networks",
-            "--data-dir",
-            dir.join("data").to_str().unwrap(),
-            "--json",
-        ],
-        &dir,
-    )
-    .await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let run = crate::cli::json_of(&output);
+    let run = crawl_seed_lines(&dir, &lines, &[]).await;
 
     // THEN the handed-over page is stored by the md5 of its content without a request, its
     // link fetched; the other is given up naming why, unfetched too
