@@ -21,6 +21,8 @@ SWEEPER_EVENT = cfn.REPO_ROOT / "events" / "sweeper-schedule.json"
 # The DynamoDB adapter's own copy of the index definition (used for tests and local tables).
 SCHEMA_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs"
 STACK_RS = cfn.REPO_ROOT / "shared" / "aws" / "src" / "stack.rs"
+# The cost model's crawler (`LAMBDA`): priced as the template deploys it.
+COST_RS = cfn.REPO_ROOT / "bench" / "src" / "cost.rs"
 DASHBOARD_JSON = cfn.INFRA_DIR / "dashboard.json"
 # What the functions write (kept equal to the code by a unit test in shared/lambda/src/metrics.rs)
 # and the EMF structure CloudWatch requires of it.
@@ -691,6 +693,32 @@ def check_alarms(template):
     return problems
 
 
+def check_cost_model(template):
+    """The bench prices the crawler as deployed: its memory size and a full batch of turns, all
+    run at once; batches past 10 messages need a batching window."""
+    problems = []
+    source = COST_RS.read_text()
+    model = {
+        name: float(m.group(1))
+        for name in ("memory_mb", "turns")
+        if (m := re.search(rf"\b{name}: ([0-9.]+),", source))
+    }
+    crawler = _crawler(template)
+    params = template["Parameters"]
+    deployed = {"memory_mb": float(crawler["MemorySize"]), "turns": float(params["BatchSize"]["Default"])}
+    for name, value in deployed.items():
+        if model.get(name) != value:
+            problems.append(f"bench/src/cost.rs LAMBDA.{name} is {model.get(name)}, the template deploys {value}")
+    if params["BatchConcurrency"]["Default"] < params["BatchSize"]["Default"]:
+        problems.append("BatchConcurrency's default is below BatchSize's: a batch's turns would wait for each other")
+    if params["BatchSize"]["MaxValue"] > 10:
+        for name in CRAWLER_QUEUES:
+            window = crawler["Events"][name]["Properties"].get("MaximumBatchingWindowInSeconds", 0)
+            if window < 1:
+                problems.append(f"crawler event {name}: batches over 10 need MaximumBatchingWindowInSeconds >= 1")
+    return problems
+
+
 CHECKS = [
     ("no wildcard resources for DynamoDB/S3/SQS; only used actions", check_no_wildcard_data_resources),
     ("SQS events report batch item failures", check_report_batch_item_failures),
@@ -706,6 +734,7 @@ CHECKS = [
     ("sweeper schedule input == events/sweeper-schedule.json", check_sweeper_schedule),
     ("optional re-seed schedule: conditional, invokes only the seeder", check_reseed_schedule),
     ("alarms", check_alarms),
+    ("the cost model's crawler == the deployed one (memory, turns per batch)", check_cost_model),
     ("dashboard == the functions' EMF metrics (schema-checked), queues, Lambda, DynamoDB", check_dashboard),
 ]
 
@@ -757,6 +786,14 @@ def _public_bucket(t):
 
 def _no_delivery_signal(t):
     del t["Resources"]["Bucket"]["Properties"]["NotificationConfiguration"]
+
+
+def _bigger_crawler(t):
+    _crawler(t)["MemorySize"] = 1024
+
+
+def _no_batch_window(t):
+    del _crawler(t)["Events"]["PriorityCrawlQueue"]["Properties"]["MaximumBatchingWindowInSeconds"]
 
 
 def _x86(t):
@@ -860,6 +897,8 @@ BROKEN = [
     ("RestrictPublicBuckets false", _public_bucket, check_bucket),
     ("a bucket that sends no events to EventBridge", _no_delivery_signal, check_bucket),
     ("an x86_64 function", _x86, check_functions),
+    ("a crawler of more memory than the cost model's", _bigger_crawler, check_cost_model),
+    ("a batch of 50 turns without a batching window", _no_batch_window, check_cost_model),
     ("an env name settings.rs does not read", _extra_env, check_environment),
     ("a variable its function reads missing", _missing_env, check_environment),
     ("a variable the deliverer never reads", _unread_env, check_environment),

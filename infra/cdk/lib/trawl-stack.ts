@@ -117,18 +117,20 @@ export class TrawlStack extends Stack {
     });
     const batchSize = new CfnParameter(this, 'BatchSize', {
       type: 'Number',
-      default: 10,
+      default: 50,
       minValue: 1,
-      maxValue: 10,
+      maxValue: 100,
       description:
-        'Crawl-queue messages (host turns) per crawler invocation (at most 10 without a batching window).',
+        'Crawl-queue messages (host turns) per crawler invocation. An invocation is billed for its ' +
+        "wall time, mostly spent waiting on its hosts' politeness delays: more turns share it.",
     });
     const batchConcurrency = new CfnParameter(this, 'BatchConcurrency', {
       type: 'Number',
-      default: 10,
+      default: 50,
       minValue: 1,
       maxValue: 100,
-      description: 'Messages of one batch the crawler fetches at once.',
+      description:
+        'Messages of one batch the crawler fetches at once (BatchSize or more, so that no turn of a batch waits for another).',
     });
     const shards = new CfnParameter(this, 'Shards', {
       type: 'Number',
@@ -597,6 +599,8 @@ export class TrawlStack extends Stack {
     const crawlerTrigger = crawler.fn.addEventSourceMapping('CrawlQueue', {
       eventSourceArn: crawlQueue.queueArn,
       batchSize: batchSize.valueAsNumber,
+      // Required past 10 messages a batch; 1 s is the least Lambda allows.
+      maxBatchingWindow: Duration.seconds(1),
       reportBatchItemFailures: true,
       maxConcurrency: maxConcurrency.valueAsNumber,
     });
@@ -605,6 +609,8 @@ export class TrawlStack extends Stack {
     const priorityTrigger = crawler.fn.addEventSourceMapping('PriorityCrawlQueue', {
       eventSourceArn: priorityCrawlQueue.queueArn,
       batchSize: batchSize.valueAsNumber,
+      // Required past 10 messages a batch; 1 s is the least Lambda allows.
+      maxBatchingWindow: Duration.seconds(1),
       reportBatchItemFailures: true,
       maxConcurrency: priorityMaxConcurrency.valueAsNumber,
     });

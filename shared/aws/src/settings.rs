@@ -37,7 +37,8 @@ pub const ENV_USER_AGENT: &str = "TRAWL_USER_AGENT";
 pub const ENV_PER_HOST: &str = "TRAWL_PER_HOST";
 
 pub const DEFAULT_SHARDS: u32 = 4;
-pub const DEFAULT_CONCURRENCY: usize = 10;
+/// The template's `BatchConcurrency` default: a full batch (`BatchSize`) of turns at once.
+pub const DEFAULT_CONCURRENCY: usize = 50;
 pub const DEFAULT_PER_HOST: u32 = 1;
 
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -22,6 +22,16 @@ use crate::crawler::Crawler;
 use crate::store::TaskStore;
 use std::sync::{Mutex, PoisonError};
 
+/// What the turns of one process gather at most, all together: each turn's bound is the store's
+/// (`BlobStore::gather_bytes`), or its share of this when that is less. A crawler Lambda runs a
+/// whole batch of turns at once (50 by default), and 50 turns of 8 MiB would not fit its 512 MB.
+pub(super) const GATHERED_PER_PROCESS: u64 = 128 << 20;
+
+/// A turn's bound when `turns` run at once over a store that gathers up to `store_bound`.
+pub(super) fn turn_bound(store_bound: u64, turns: usize) -> u64 {
+    store_bound.min(GATHERED_PER_PROCESS / turns.max(1) as u64)
+}
+
 /// A page gathered by a turn, and whether its task was fetched before (what its end means to
 /// the turn's plan).
 pub(super) struct Waiting {
@@ -172,5 +182,21 @@ impl<P: Ports> Crawler<P> {
         if let Err(e) = self.store.release(&page.lease, self.clock.now_ms()).await {
             tracing::warn!(task = %page.task.task_id, error = %e, "release failed; the lease will expire");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_gathers_the_stores_bound_or_its_share_of_the_process_budget() {
+        // S3's 8 MiB for the 10 turns of a small batch; a 50-turn batch shares 128 MiB.
+        assert_eq!(turn_bound(8 << 20, 10), 8 << 20);
+        assert_eq!(turn_bound(8 << 20, 50), (128 << 20) / 50);
+        assert!(turn_bound(8 << 20, 50) * 50 <= GATHERED_PER_PROCESS);
+        // A local store appends each page as it comes, whatever the concurrency.
+        assert_eq!(turn_bound(0, 50), 0);
+        assert_eq!(turn_bound(8 << 20, 0), 8 << 20);
     }
 }

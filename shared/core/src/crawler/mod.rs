@@ -656,7 +656,10 @@ impl<P: Ports> Crawler<P> {
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
-            segment: gather::OpenSegment::new(self.blobs.gather_bytes()),
+            segment: gather::OpenSegment::new(gather::turn_bound(
+                self.blobs.gather_bytes(),
+                self.concurrency,
+            )),
         };
         let (holder, mut outcomes) = self
             .run_turn(&context, host, &turn, now, deadline, outbox, &held)
@@ -947,20 +950,22 @@ impl<P: Ports> Crawler<P> {
     /// a crawl with lanes, each lane's (`TaskRecords::due_in_lane`), and the host's tasks that
     /// are in none of them (created before the crawl had lanes, or in a lane it no longer
     /// names) as one more.
+    /// The queries run at once: a refill waits for one round trip, not one per lane.
     async fn due_page(&self, crawl: &Crawl, host: &str) -> StoreResult<Vec<Vec<TaskSummary>>> {
         let lanes = trawl_domain::lane::lanes_of(&crawl.config.scope.lanes);
-        let all = self.store.due_tasks(&crawl.id, host, DUE_PAGE).await?;
         if lanes.is_empty() {
-            return Ok(vec![all]);
+            return Ok(vec![self.store.due_tasks(&crawl.id, host, DUE_PAGE).await?]);
         }
-        let mut lists = Vec::with_capacity(lanes.len() + 1);
-        for lane in &lanes {
-            lists.push(
-                self.store
-                    .due_in_lane(&crawl.id, host, lane, DUE_PAGE)
-                    .await?,
-            );
-        }
+        let (all, lists) = futures_util::future::join(
+            self.store.due_tasks(&crawl.id, host, DUE_PAGE),
+            futures_util::future::try_join_all(
+                lanes
+                    .iter()
+                    .map(|lane| self.store.due_in_lane(&crawl.id, host, lane, DUE_PAGE)),
+            ),
+        )
+        .await;
+        let (all, mut lists) = (all?, lists?);
         let laned: HashSet<&TaskId> = lists.iter().flatten().map(|t| &t.task_id).collect();
         let rest: Vec<TaskSummary> = all
             .iter()
