@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps fmt-check clippy cargo-test bench chaos delivery-2m
+.PHONY: test deps fmt-check clippy cargo-test functions-alone bench chaos delivery-2m
 
 ## Everything CI runs: formatting, the SAM and CDK checks, and all tests built with the lints on.
 ## The SAM and CDK checks (about a minute, mostly npm's download and node) run beside the build,
@@ -55,10 +55,16 @@ LINTED := RUSTC_WORKSPACE_WRAPPER="$$(rustc --print sysroot)/bin/clippy-driver" 
 ## subprocesses); measured 2026-11-27 under load, the integration binary took 594 s at 2 threads,
 ## 438 s at 4 and 365 s at 6. The slowest tests' time limits bound each wait, not the whole test
 ## (the items handler test's 180 s, each delivery) or leave half their time (end_to_end's 300 s).
-cargo-test:
+cargo-test: functions-alone
 	$(LINTED) cargo build --workspace --all-targets
 	$(LINTED) cargo build --workspace --all-targets $(CLI_AWS)
 	$(LINTED) cargo test --workspace --all-targets $(CLI_AWS) -- --test-threads 6
+
+## Each function checked (and linted) on its own, with only its own features, as `sam build` and
+## `make bench` build it: the workspace build unifies every crate's features, so an import or a
+## feature one function lacks alone would otherwise first fail at deploy time.
+functions-alone:
+	for f in $(FUNCTIONS); do $(LINTED) cargo check -p $$f || exit 1; done
 
 ## The 2,000,000-page delivery (#13): segmented, paused and resumed on the embedded backend.
 delivery-2m:
