@@ -456,3 +456,128 @@ async fn the_lambda_handlers_store_the_images_items_name_and_remove_them_with_th
     assert!(left.is_none(), "{key} kept");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A real PNG of `width` × `height`, one colour.
+fn real_png(width: u32, height: u32) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::RgbImage::from_pixel(width, height, image::Rgb([30, 60, 200]))
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    out.into_inner()
+}
+
+#[tokio::test]
+async fn with_a_thumbnail_box_an_image_is_stored_as_a_jpeg_thumbnail_instead_of_the_original() {
+    // GIVEN products whose photos are a 400 x 200 PNG and bytes that only start like a PNG,
+    // crawled with a 100 x 100 thumbnail box
+    let site = Site::start().await;
+    site.route(
+        "/p/1.html",
+        Route::html(product("One", r#"<img class="photo" src="/img/1.png">"#)),
+    );
+    site.route(
+        "/p/2.html",
+        Route::html(product("Two", r#"<img class="photo" src="/img/2.png">"#)),
+    );
+    site.route(
+        "/img/1.png",
+        Route::content("image/png", real_png(400, 200)),
+    );
+    site.route("/img/2.png", Route::content("image/png", png(2, 900)));
+    site.route(
+        "/",
+        Route::html(r#"<a href="/p/1.html">1</a> <a href="/p/2.html">2</a>"#),
+    );
+    let dir = temp_dir("images-thumbnails");
+    let data = dir.join("data");
+    let config = dir.join("config.json");
+    let mut with_box: Value = serde_json::from_str(CONFIG).unwrap();
+    with_box["scope"]["images"] = json!({"thumbnail": {"width": 100, "height": 100}});
+    std::fs::write(&config, with_box.to_string()).unwrap();
+    let crawl = succeeded(
+        trawl(
+            &[
+                "crawl",
+                &site.url("/"),
+                "--allow-private-networks",
+                "--layout",
+                "objects",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--json",
+            ],
+            &dir,
+        )
+        .await,
+    );
+    let run = json_of(&crawl);
+    let delivery = Path::new(run["delivery"].as_str().unwrap());
+    let items = gunzip_lines(&delivery.join("items.jsonl.gz"));
+    let named = |path: &str| {
+        items
+            .iter()
+            .find(|i| i["page_url"] == site.url(path))
+            .unwrap_or_else(|| panic!("no item of {path}: {items:?}"))["images"]["photo"]
+            .clone()
+    };
+    // THEN the item names a JPEG that fits the box with the photo's aspect, stored by its md5
+    let photo = named("/p/1.html");
+    assert_eq!(photo["state"], "stored", "{photo}");
+    assert_eq!(photo["content_type"], "image/jpeg", "{photo}");
+    let stored = stored_bytes(&photo);
+    assert_eq!(photo["md5"], json!(md5_hex(&stored)));
+    let thumbnail = image::load_from_memory_with_format(&stored, image::ImageFormat::Jpeg).unwrap();
+    assert_eq!((thumbnail.width(), thumbnail.height()), (100, 50));
+    // AND the original's bytes are stored nowhere
+    let original = real_png(400, 200);
+    let kept = walk(&data)
+        .into_iter()
+        .any(|file| holds(&inflated(std::fs::read(&file).unwrap()), &original));
+    assert!(!kept, "the original PNG is stored under {}", data.display());
+    // AND bytes that do not decode are the image's failed state, their item still delivered
+    let broken = named("/p/2.html");
+    assert_eq!(broken["state"], "failed", "{broken}");
+    assert!(
+        broken["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no thumbnail")),
+        "{broken}"
+    );
+    // AND a box of 0 is refused before anything runs
+    with_box["scope"]["images"]["thumbnail"]["width"] = json!(0);
+    std::fs::write(&config, with_box.to_string()).unwrap();
+    let refused = trawl(
+        &[
+            "crawl",
+            &site.url("/"),
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            dir.join("refused").to_str().unwrap(),
+        ],
+        &dir,
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("scope.images.thumbnail"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}

@@ -72,6 +72,9 @@ pub struct ImageScope {
     pub discover: bool,
     /// Hosts or domains images are fetched from (their subdomains too). Empty: any host.
     pub allowed_domains: Vec<String>,
+    /// Store a thumbnail instead of the original (`crate::image::Thumbnail`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thumbnail: Option<crate::image::Thumbnail>,
 }
 
 impl ImageScope {

@@ -34,6 +34,55 @@ pub fn image_data(inherited: Option<UserData>) -> UserData {
     data
 }
 
+/// A thumbnail box (`scope.images.thumbnail`, Scrapy's and DDS's `IMAGES_THUMBS`): an image
+/// fetched as an image is decoded, scaled down to fit within `width` × `height` (its aspect
+/// kept, never enlarged) and stored as a JPEG instead of the original, whose bytes are not
+/// kept. Its md5 is the thumbnail's; an unchanged original (304, or the same bytes) gives the
+/// same thumbnail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thumbnail {
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The largest side a thumbnail box may have.
+pub const MAX_THUMBNAIL_SIDE: u32 = 4096;
+
+impl Thumbnail {
+    /// What is wrong with this box, if anything.
+    pub fn problem(&self) -> Option<String> {
+        let sides = 1..=MAX_THUMBNAIL_SIDE;
+        (!sides.contains(&self.width) || !sides.contains(&self.height)).then(|| {
+            format!(
+                "scope.images.thumbnail: width and height must be 1 to {MAX_THUMBNAIL_SIDE} (got {} x {})",
+                self.width, self.height
+            )
+        })
+    }
+
+    /// The size an image of `width` × `height` is scaled to: the largest that fits the box
+    /// with the image's aspect (each side at least 1); None when it fits already.
+    pub fn fit(&self, width: u32, height: u32) -> Option<(u32, u32)> {
+        if width <= self.width && height <= self.height {
+            return None;
+        }
+        let (w, h, bw, bh) = (
+            u64::from(width.max(1)),
+            u64::from(height.max(1)),
+            u64::from(self.width),
+            u64::from(self.height),
+        );
+        // Scale by the tighter side: w/h compared with bw/bh without floating point.
+        let (nw, nh) = if w * bh >= h * bw {
+            (bw, (h * bw / w).max(1))
+        } else {
+            ((w * bh / h).max(1), bh)
+        };
+        Some((nw as u32, nh as u32))
+    }
+}
+
 /// Whether a `Content-Type` names an image (`image/png; q=1` too).
 pub fn is_image_type(content_type: &str) -> bool {
     content_type
@@ -280,6 +329,32 @@ pub fn removed<'a>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_thumbnail_fits_its_box_keeping_the_aspect_and_never_enlarges() {
+        let small = Thumbnail {
+            width: 100,
+            height: 100,
+        };
+        assert_eq!(small.fit(400, 200), Some((100, 50)));
+        assert_eq!(small.fit(200, 400), Some((50, 100)));
+        assert_eq!(small.fit(1000, 1), Some((100, 1)));
+        assert_eq!(small.fit(100, 100), None);
+        assert_eq!(small.fit(40, 30), None);
+        let wide = Thumbnail {
+            width: 300,
+            height: 100,
+        };
+        assert_eq!(wide.fit(600, 600), Some((100, 100)));
+        assert_eq!(wide.fit(900, 200), Some((300, 66)));
+        assert_eq!(small.problem(), None);
+        let zero = Thumbnail {
+            width: 0,
+            height: 10,
+        };
+        assert!(zero.problem().is_some_and(|p| p.contains("1 to 4096")));
+    }
+
     use super::*;
 
     fn urls<'a>(c: &[Candidate<'a>]) -> Vec<&'a str> {

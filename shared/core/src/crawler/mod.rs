@@ -17,6 +17,7 @@ mod chain;
 mod gather;
 mod record;
 mod seen;
+mod thumbnail;
 
 use record::{Gathered, Recorded, record_or_gather};
 pub use record::{PageBody, RecordError, StoredPage, WithItems, record_page};
@@ -1318,6 +1319,10 @@ impl<P: Ports> Crawler<P> {
                 Some(content) => crate::fetch::pushed(&request, content),
                 None => self.fetcher.fetch(request).await,
             }
+        };
+        let answered = match config.scope.images.thumbnail.filter(|_| image) {
+            Some(fit) => thumbnail::of(answered, fit).await,
+            None => answered,
         };
         match answered {
             FetchOutcome::Failed(failure) => {

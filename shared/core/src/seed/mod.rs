@@ -320,6 +320,9 @@ pub fn validate_config(config: &CrawlConfig) -> Vec<String> {
     if fetch.max_image_bytes == 0 {
         problems.push("fetch.max_image_bytes must be at least 1".into());
     }
+    if let Some(problem) = config.scope.images.thumbnail.and_then(|t| t.problem()) {
+        problems.push(problem);
+    }
     problems.extend(crate::fetch::validate_request_settings(fetch));
     for exempt in &fetch.guard_exempt {
         if exempt.parse::<std::net::SocketAddr>().is_err() {
