@@ -469,6 +469,8 @@ async fn content_handed_over_in_a_seed_line_is_stored_read_for_links_and_never_f
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(page["md5"], md5.as_str(), "{page}");
+    // AND the content is delivered once, as the page's body, not again in its line's data
+    assert!(page.get("data").is_none(), "{page}");
     let big = line("/too-big");
     assert_eq!(big["status"], "ignored", "{big}");
     let error = big["last_error"]["message"].as_str().unwrap_or_default();

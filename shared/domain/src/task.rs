@@ -482,6 +482,15 @@ pub const MIME_TYPE_KEY: &str = "_mime_type";
 /// task carries it.
 pub const CONTENT_KEY: &str = "_content";
 
+/// A task's user data as its manifest line gives it: without the content it handed over
+/// (`CONTENT_KEY`), which the delivery holds as the page's body already; None when nothing is
+/// left.
+pub fn delivered_data(data: Option<&UserData>) -> Option<UserData> {
+    let mut data = data?.clone();
+    data.remove(CONTENT_KEY);
+    (!data.is_empty()).then_some(data)
+}
+
 /// The content a task's user data hands over (`CONTENT_KEY`): None when it gives none; an
 /// error naming it when it is not a string.
 pub fn pushed_content(data: Option<&UserData>) -> Result<Option<&str>, String> {
@@ -659,6 +668,21 @@ pub enum LeaseKind {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_delivered_data_leaves_the_pushed_content_out() {
+        let data: UserData = serde_json::from_value(serde_json::json!(
+            {"_content": "<html>body</html>", "_mime_type": "text/html", "shop": 3}
+        ))
+        .unwrap();
+        let delivered = delivered_data(Some(&data)).unwrap();
+        assert!(!delivered.contains_key(CONTENT_KEY));
+        assert_eq!(delivered.len(), 2);
+        let only: UserData = serde_json::from_value(serde_json::json!({"_content": "x"})).unwrap();
+        assert_eq!(delivered_data(Some(&only)), None);
+        assert_eq!(delivered_data(None), None);
+    }
+
     use super::*;
 
     #[test]

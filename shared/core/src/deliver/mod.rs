@@ -330,7 +330,8 @@ pub struct ManifestLine {
     pub depth: u32,
     pub retries: u32,
     pub last_error: Option<ManifestError>,
-    /// The task's user data (given at seed time, or inherited), when it has some.
+    /// The task's user data (given at seed time, or inherited), when it has some; a pushed
+    /// content (`_content`) is the page's body, not repeated here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<UserData>,
 }
@@ -1709,7 +1710,7 @@ impl<P: Ports> Deliverer<P> {
                 at: warc::rfc3339(e.at),
                 times: times_in_a_row(&task.errors),
             }),
-            data: task.data.clone(),
+            data: trawl_domain::task::delivered_data(task.data.as_ref()),
         };
         segment.manifest.write(&json_line(&line)?).await?;
         segment.lines += 1;
