@@ -3,10 +3,22 @@
 
 use crate::cli::{json_of, linked_site, temp_dir, trawl, warcio_check};
 use crate::site::{Route, Site};
+use crate::support::{aws_stack, moto, unique};
+use deliverer::handler::{DelivererResponse, Handler};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use trawl_aws::app::AwsPorts;
+use trawl_core::app::App;
+use trawl_core::blob::{BlobStore, Body, Layout, segment};
+use trawl_core::deliver::{Deliverer, DeliveryLimits, DeliveryReport};
+use trawl_core::store::{ClaimOutcome, CrawlStore, FinishOutcome, TaskRecords, TaskStore};
+use trawl_core::sweep::LocalDeliveryTrigger;
+use trawl_domain::canonical::{CanonicalUrl, CrawlId};
+use trawl_domain::crawl::{Crawl, CrawlConfig, StorageLayout};
+use trawl_domain::task::{FetchRecord, NewTask, Span, Status, now_ms};
 
 const PAGES: usize = 20;
 
@@ -293,4 +305,277 @@ async fn a_compaction_stopped_by_its_budget_goes_on_at_the_next_pass() {
     let delivered = Path::new(third["delivery"].as_str().unwrap()).to_path_buf();
     assert_eq!(warcio_check(&delivered).await["manifest_offsets"], PAGES);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Pages of the S3 test: their URLs on a host nobody fetches (the test stores them itself).
+const S3_PAGES: usize = 8;
+
+fn s3_url(i: usize) -> String {
+    format!("http://compaction.example/p/{i}")
+}
+
+/// One generation of `crawl` stored on the stack as the crawler stores it: the pages whose
+/// version is `version` (the others keep theirs) appended together in one segment PUT, then
+/// each task finished with its place (an unchanged page keeps the place it had); the crawl
+/// completed for `generation`.
+async fn store_generation(
+    app: &App<AwsPorts>,
+    crawl: &CrawlId,
+    generation: u64,
+    changed: &[usize],
+    version: usize,
+) {
+    let now = now_ms();
+    let store = &app.store;
+    let mut leases = Vec::new();
+    for i in 0..S3_PAGES {
+        let id = CanonicalUrl::parse(&s3_url(i)).unwrap().task_id();
+        if generation > 0 {
+            assert!(
+                store
+                    .reschedule(crawl, &id, &[Status::Succeeded], now)
+                    .await
+                    .unwrap()
+            );
+        }
+        let ClaimOutcome::Claimed { lease, task } =
+            store.claim(crawl, &id, 60_000, now).await.unwrap()
+        else {
+            panic!("claim refused");
+        };
+        leases.push((i, lease, task.fetch));
+    }
+    let mut records = Vec::new();
+    let mut bodies = Vec::new();
+    for (i, _, _) in leases.iter().filter(|(i, _, _)| changed.contains(i)) {
+        let text: String = (0..200)
+            .map(|w| format!("w{}-{version} ", w * (i + 3)))
+            .collect();
+        let body = Body::new(format!("<p>page {i} v{version}</p>{text}"));
+        let url = s3_url(*i);
+        let page = segment::Page {
+            target_uri: &url,
+            fetched_at: now,
+            http_status: 200,
+            content_type: Some("text/html"),
+            body: &body,
+            items: None,
+        };
+        records.push((*i, segment::encode(&page).unwrap().records));
+        bodies.push(body);
+    }
+    let all: Vec<u8> = records.iter().flat_map(|(_, r)| r.to_vec()).collect();
+    let dir = app.layout.segments_prefix(crawl);
+    let appended = app.blobs.append(&dir, all.into()).await.unwrap();
+    let mut offset = appended.span.offset;
+    let mut placed = BTreeMap::new();
+    for ((i, r), body) in records.iter().zip(&bodies) {
+        let span = Span {
+            offset,
+            length: r.len() as u64,
+            items: 0,
+        };
+        offset += r.len() as u64;
+        let record = FetchRecord {
+            object_key: Some(appended.key.clone()),
+            span: Some(span),
+            md5: Some(body.md5_hex()),
+            http_status: 200,
+            content_type: Some("text/html".into()),
+            content_length: body.bytes().len() as u64,
+            fetched_at: now,
+            ..FetchRecord::default()
+        };
+        placed.insert(*i, record);
+    }
+    for (i, lease, before) in leases {
+        let record = match placed.remove(&i) {
+            Some(record) => record,
+            None => FetchRecord {
+                fetched_at: now,
+                ..before.expect("an unchanged page was fetched before")
+            },
+        };
+        let finished = store.finish(&lease, &record, now).await.unwrap();
+        assert!(
+            matches!(finished, FinishOutcome::Finished { .. }),
+            "{finished:?}"
+        );
+    }
+    assert!(
+        store
+            .complete_crawl(crawl, generation, "test", now)
+            .await
+            .unwrap()
+    );
+}
+
+/// Asserts that every task's page reads back from S3 where its fetch record points, md5 checked.
+async fn assert_every_page_reads_back_from_s3(app: &App<AwsPorts>, crawl: &CrawlId) {
+    for i in 0..S3_PAGES {
+        let id = CanonicalUrl::parse(&s3_url(i)).unwrap().task_id();
+        let task = app.store.get(crawl, &id).await.unwrap().unwrap();
+        let fetch = task.fetch.unwrap();
+        let page = segment::read_page(&app.blobs, &fetch)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("page {i} points at missing bytes: {fetch:?}"));
+        assert_eq!(Some(Body::new(page.body).md5_hex()), fetch.md5, "page {i}");
+    }
+}
+
+/// Delivers `crawl` through the deliverer Lambda's handler (a direct event), as if `later_ms`
+/// from now (its segments then older than the crawl's lease).
+async fn deliver_on_lambda(
+    handler: &Handler<AwsPorts, LocalDeliveryTrigger>,
+    crawl: &CrawlId,
+    later_ms: i64,
+) -> DeliveryReport {
+    let event = serde_json::json!({"crawl_id": crawl.as_str()});
+    let response = handler
+        .deliver(event, now_ms() + later_ms, None)
+        .await
+        .unwrap();
+    let DelivererResponse::Delivery(report) = response else {
+        panic!("a direct event answers with its delivery");
+    };
+    *report
+}
+
+#[tokio::test]
+async fn the_deliverer_lambda_keeps_one_delivery_and_compacts_segments_on_s3() {
+    // GIVEN a crawl on segments in S3 and DynamoDB (moto) keeping its last delivery, its 8
+    // pages stored in one segment, delivered by the deliverer's handler
+    let stack = aws_stack(&moto::shared().endpoint).await;
+    // Only the manifest's object URIs are made of it.
+    let bucket = "the-bucket";
+    let app = App::new(stack.store, stack.blobs, stack.queue, stack.calls)
+        .with_layout(Layout::new("pages"));
+    let app = Arc::new(app);
+    let handler = Handler {
+        deliverer: Deliverer::new(
+            app.clone(),
+            format!("s3://{bucket}"),
+            DeliveryLimits::DEFAULT,
+        ),
+        continuation: LocalDeliveryTrigger::default(),
+    };
+    let crawl = CrawlId::parse(&unique("compact")).unwrap();
+    let mut config = CrawlConfig::default();
+    config.storage.layout = StorageLayout::Segments;
+    config.delivery.keep_generations = Some(1);
+    let store = &app.store;
+    let record = Crawl::new(crawl.clone(), config, now_ms());
+    store.create_crawl(&record).await.unwrap();
+    let tasks: Vec<NewTask> = (0..S3_PAGES)
+        .map(|i| NewTask {
+            lane: None,
+            priority: Default::default(),
+            url: CanonicalUrl::parse(&s3_url(i)).unwrap(),
+            depth: 0,
+            parent: None,
+            data: None,
+        })
+        .collect();
+    // Seeded as the seeder seeds (their host's due list written; its turn message sent to a
+    // queue nobody reads here).
+    trawl_core::frontier::add_tasks(store, &app.queue, &record, tasks, now_ms())
+        .await
+        .unwrap();
+    let all: Vec<usize> = (0..S3_PAGES).collect();
+    store_generation(&app, &crawl, 0, &all, 1).await;
+    let segments_dir = app.layout.segments_prefix(&crawl);
+    // Within the crawl's lease a segment may still be about to be pointed at: left alone.
+    let first = deliver_on_lambda(&handler, &crawl, 0).await;
+    let c = first.upkeep.unwrap().compaction.unwrap();
+    assert_eq!((c.segments, c.rewritten, c.deleted), (1, 0, 0), "{c:?}");
+    let gen0 = app.blobs.list(&segments_dir).await.unwrap();
+
+    // WHEN 6 of the 8 pages change in the next generation, delivered once the segments are
+    // older than the lease
+    app.store.reopen_crawl(&crawl, now_ms()).await.unwrap();
+    store_generation(&app, &crawl, 1, &all[2..], 2).await;
+    let later = i64::try_from(CrawlConfig::default().lease_ms).unwrap() + 60_000;
+    let second = deliver_on_lambda(&handler, &crawl, later).await;
+
+    // THEN the first delivery is gone from the bucket; the first segment, a quarter live, is
+    // rewritten (its 2 live pages in a PUT of their own) and held by the second delivery
+    let upkeep = second.upkeep.unwrap();
+    assert_eq!(upkeep.retention.unwrap().removed, ["gen-000000"]);
+    let run = trawl_core::deliver::run_prefix(
+        &app.layout,
+        &store.get_crawl(&crawl).await.unwrap().unwrap(),
+    );
+    let delivered = app.blobs.list(&run).await.unwrap();
+    assert!(
+        delivered.iter().all(|k| k.contains("/gen-000001/")),
+        "{delivered:?}"
+    );
+    let c = upkeep.compaction.unwrap();
+    assert_eq!(
+        (c.rewritten, c.pages_moved, c.pages_refused, c.deleted),
+        (1, 2, 0, 0),
+        "{c:?}"
+    );
+    assert_every_page_reads_back_from_s3(&app, &crawl).await;
+    let gen1 = app.blobs.list(&segments_dir).await.unwrap();
+    assert_eq!(gen1.len(), 3, "{gen1:?}");
+
+    // WHEN the same pages change again
+    app.store.reopen_crawl(&crawl, now_ms()).await.unwrap();
+    store_generation(&app, &crawl, 2, &all[2..], 3).await;
+    let third = deliver_on_lambda(&handler, &crawl, later).await;
+
+    // THEN the first segment (emptied) and the second (all replaced) are deleted with the
+    // delivery that pointed into them: what is left is the copies' segment and the third's
+    let c = third.upkeep.unwrap().compaction.unwrap();
+    assert_eq!(c.deleted, 2, "{c:?}");
+    let left = app.blobs.list(&segments_dir).await.unwrap();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(!left.contains(&gen0[0]), "{left:?}");
+    assert_eq!(
+        c.bytes_freed + left_bytes(&app, &left).await,
+        c.bytes,
+        "{c:?}"
+    );
+    assert_every_page_reads_back_from_s3(&app, &crawl).await;
+    // AND the kept delivery's manifest opens each page where it names it
+    let manifest = app
+        .blobs
+        .get(&format!("{}manifest-00000.jsonl.gz", third.prefix))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut opened = 0;
+    for line in crate::delivering::gz_lines(&manifest) {
+        let line: Value = serde_json::from_str(&line).unwrap();
+        let key = line["object"].as_str().unwrap();
+        let key = key.strip_prefix(&format!("s3://{bucket}/")).unwrap();
+        let (offset, length) = (
+            line["offset"].as_u64().unwrap(),
+            line["length"].as_u64().unwrap(),
+        );
+        let span = app
+            .blobs
+            .get_range(key, offset, length)
+            .await
+            .unwrap()
+            .unwrap();
+        let page = segment::decode(key, &span).unwrap();
+        assert_eq!(
+            Some(Body::new(page.body).md5_hex().as_str()),
+            line["md5"].as_str()
+        );
+        opened += 1;
+    }
+    assert_eq!(opened, S3_PAGES);
+}
+
+/// The bytes of the segments `keys`.
+async fn left_bytes(app: &App<AwsPorts>, keys: &[String]) -> u64 {
+    let mut bytes = 0;
+    for key in keys {
+        bytes += app.blobs.get(key).await.unwrap().unwrap().len() as u64;
+    }
+    bytes
 }

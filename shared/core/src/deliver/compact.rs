@@ -16,7 +16,8 @@
 //!    at the old place, no lease out). A refused write leaves the copy as garbage, never a task
 //!    pointing at nothing;
 //! 4. deletes a segment no task points into (step 2) that no delivery kept points into
-//!    (`summary.json`'s `segments`), while no delivery of the run is half-written.
+//!    (`summary.json`'s `segments`), while no delivery of the run is half-written, and only
+//!    when step 2 read at least as many tasks as the crawl counts.
 //!
 //! A segment emptied in step 3 is deleted by a later pass, once the deliveries that pointed
 //! into it are gone. Nothing is carried from one pass to the next: a pass stopped anywhere (its
@@ -268,7 +269,11 @@ pub(crate) async fn compact<S: TaskStore, B: BlobStore>(
         .filter(|s| old_enough(s) && !blobs.is_appending(&s.key))
         .map(|s| (s.key.as_str(), s))
         .collect();
-    let (pointers, live) = scan(store, &crawl.id, &eligible).await?;
+    let counted: u64 = patiently("count the tasks", &READ, || store.counts(&crawl.id))
+        .await?
+        .values()
+        .sum();
+    let (pointers, live, scanned) = scan(store, &crawl.id, &eligible).await?;
     let mut report = CompactionReport {
         segments: listed.len() as u64,
         bytes: listed.iter().map(|s| s.bytes).sum(),
@@ -312,7 +317,14 @@ pub(crate) async fn compact<S: TaskStore, B: BlobStore>(
         report.rewritten += 1;
     }
     // Deletable: no task pointed into it when the pass began, no delivery kept points into it.
-    let referenced = if deliveries.half_written(run) {
+    // A scan that read fewer tasks than the crawl counts (a store whose listing missed some)
+    // cannot tell an empty segment: none is deleted.
+    let complete_scan = scanned >= counted;
+    if !complete_scan {
+        tracing::warn!(crawl = %crawl.id, scanned, counted,
+            "the task scan read fewer tasks than the crawl counts: no segment deleted");
+    }
+    let referenced = if deliveries.half_written(run) || !complete_scan {
         None
     } else {
         deliveries.referenced(blobs).await?
@@ -356,14 +368,19 @@ async fn list_segments<B: BlobStore>(blobs: &B, dir: &str) -> Result<Vec<Listed>
     }
 }
 
-/// Every task pointing into one of `segments`: the pages per segment, and their live bytes.
+/// What a scan of the tasks found.
+type Scanned = (HashMap<String, Vec<Pointer>>, HashMap<String, u64>, u64);
+
+/// Every task pointing into one of `segments`: the pages per segment, their live bytes, and
+/// the tasks read.
 async fn scan<S: TaskStore>(
     store: &S,
     crawl_id: &CrawlId,
     segments: &HashMap<&str, &Listed>,
-) -> Result<(HashMap<String, Vec<Pointer>>, HashMap<String, u64>), DeliverError> {
+) -> Result<Scanned, DeliverError> {
     let mut pointers: HashMap<String, Vec<Pointer>> = HashMap::new();
     let mut live: HashMap<String, u64> = HashMap::new();
+    let mut tasks_read = 0u64;
     for status in Status::ALL {
         let mut cursor = None;
         loop {
@@ -380,6 +397,7 @@ async fn scan<S: TaskStore>(
                 let read = |id| patiently("read a task", &READ, move || store.get(crawl_id, id));
                 let tasks = try_join_all(chunk.iter().map(|t| read(&t.task_id))).await?;
                 for task in tasks.into_iter().flatten() {
+                    tasks_read += 1;
                     let Some((key, span)) = task
                         .fetch
                         .as_ref()
@@ -403,7 +421,7 @@ async fn scan<S: TaskStore>(
             }
         }
     }
-    Ok((pointers, live))
+    Ok((pointers, live, tasks_read))
 }
 
 /// Copies the pages `pages` of the segment `key` to a new segment under `dir` and moves
