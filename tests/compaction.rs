@@ -137,6 +137,24 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
     ]);
     args.extend(["--keep-deliveries", "1", "--data-dir", data]);
     let first = run(&args, &dir).await;
+    // AND the same crawl keeping every delivery (the default), in a data directory of its own
+    let kept_dir = dir.join("kept");
+    let kept = kept_dir.to_str().unwrap();
+    let mut twin = vec!["crawl", &start, "--allow-private-networks", "--json"];
+    twin.extend([
+        "--crawl-id",
+        "c",
+        "--recrawl-every",
+        "1d",
+        "--layout",
+        "segments",
+    ]);
+    twin.extend(["--data-dir", kept]);
+    let recrawl_kept = || async {
+        let ran = run(&["recrawl", "--json", "--data-dir", kept], &dir).await;
+        assert!(ran["upkeep"].is_null(), "{ran}");
+    };
+    assert!(run(&twin, &dir).await["upkeep"].is_null());
     // The segment the crawl appended to is still open in its process: left alone.
     let compaction = &upkeep(&first)["compaction"];
     assert_eq!(
@@ -151,6 +169,7 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
     // WHEN 15 of its pages change and the next generation runs
     serve(&site, 5..PAGES, 2);
     let second = run(&["recrawl", "--json", "--data-dir", data], &dir).await;
+    recrawl_kept().await;
 
     // THEN the first delivery is removed, the second kept
     let up = upkeep(&second);
@@ -185,6 +204,7 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
     // WHEN the same pages change again and a third generation runs
     serve(&site, 5..PAGES, 3);
     let third = run(&["recrawl", "--json", "--data-dir", data], &dir).await;
+    recrawl_kept().await;
 
     // THEN the second delivery is removed, and with it the last pointer into the first
     // segment: that segment is deleted, its bytes freed
@@ -209,6 +229,7 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
 
     // WHEN a fourth generation finds nothing changed
     let fourth = run(&["recrawl", "--json", "--data-dir", data], &dir).await;
+    recrawl_kept().await;
 
     // THEN the second segment goes too: what is left is the live pages, and the garbage of
     // the last segment only
@@ -216,12 +237,17 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
     assert_eq!(c["deleted"], 1, "{fourth}");
     let gen3 = segments(&data_dir);
     let on_disk: u64 = gen3.values().sum();
+    let kept_bytes: u64 = segments(&kept_dir).values().sum();
     eprintln!(
-        "segment bytes on disk: gen 0 {gen0_bytes}, gen 1 {}, gen 2 {}, gen 3 {on_disk}; live {}",
+        "segment bytes on disk: gen 0 {gen0_bytes}, gen 1 {}, gen 2 {}, gen 3 {on_disk}; live {}; keeping every delivery: {kept_bytes} in {} deliveries",
         gen1.values().sum::<u64>(),
         gen2.values().sum::<u64>(),
-        c["live_bytes"]
+        c["live_bytes"],
+        deliveries(&kept_dir, "c").len()
     );
+    // AND the crawl keeping every delivery deleted nothing: it holds every version stored
+    assert!(kept_bytes > on_disk * 2, "{kept_bytes} against {on_disk}");
+    assert_eq!(deliveries(&kept_dir, "c").len(), 4);
     assert_eq!(gen3.len(), 1, "{gen3:?}");
     assert_every_page_reads_back(&site, data, &dir).await;
     let delivered = Path::new(fourth["delivery"].as_str().unwrap()).to_path_buf();
@@ -442,22 +468,20 @@ async fn deliver_on_lambda(
     *report
 }
 
-#[tokio::test]
-async fn the_deliverer_lambda_keeps_one_delivery_and_compacts_segments_on_s3() {
-    // GIVEN a crawl on segments in S3 and DynamoDB (moto) keeping its last delivery, its 8
-    // pages stored in one segment, delivered by the deliverer's handler
+/// The S3 test's stack: the deliverer's handler over moto, and a crawl on segments keeping its
+/// last delivery, its pages seeded as the seeder seeds them (their host's due list written;
+/// its turn message sent to a queue nobody reads here).
+async fn s3_crawl() -> (
+    Arc<App<AwsPorts>>,
+    Handler<AwsPorts, LocalDeliveryTrigger>,
+    CrawlId,
+) {
     let stack = aws_stack(&moto::shared().endpoint).await;
-    // Only the manifest's object URIs are made of it.
-    let bucket = "the-bucket";
     let app = App::new(stack.store, stack.blobs, stack.queue, stack.calls)
         .with_layout(Layout::new("pages"));
     let app = Arc::new(app);
     let handler = Handler {
-        deliverer: Deliverer::new(
-            app.clone(),
-            format!("s3://{bucket}"),
-            DeliveryLimits::DEFAULT,
-        ),
+        deliverer: Deliverer::new(app.clone(), S3_BASE, DeliveryLimits::DEFAULT),
         continuation: LocalDeliveryTrigger::default(),
     };
     let crawl = CrawlId::parse(&unique("compact")).unwrap();
@@ -477,11 +501,21 @@ async fn the_deliverer_lambda_keeps_one_delivery_and_compacts_segments_on_s3() {
             data: None,
         })
         .collect();
-    // Seeded as the seeder seeds (their host's due list written; its turn message sent to a
-    // queue nobody reads here).
     trawl_core::frontier::add_tasks(store, &app.queue, &record, tasks, now_ms())
         .await
         .unwrap();
+    (app, handler, crawl)
+}
+
+/// Only the manifest's object URIs are made of it.
+const S3_BASE: &str = "s3://the-bucket";
+
+#[tokio::test]
+async fn the_deliverer_lambda_keeps_one_delivery_and_compacts_segments_on_s3() {
+    // GIVEN a crawl on segments in S3 and DynamoDB (moto) keeping its last delivery, its 8
+    // pages stored in one segment, delivered by the deliverer's handler
+    let (app, handler, crawl) = s3_crawl().await;
+    let store = &app.store;
     let all: Vec<usize> = (0..S3_PAGES).collect();
     store_generation(&app, &crawl, 0, &all, 1).await;
     let segments_dir = app.layout.segments_prefix(&crawl);
@@ -550,7 +584,7 @@ async fn the_deliverer_lambda_keeps_one_delivery_and_compacts_segments_on_s3() {
     for line in crate::delivering::gz_lines(&manifest) {
         let line: Value = serde_json::from_str(&line).unwrap();
         let key = line["object"].as_str().unwrap();
-        let key = key.strip_prefix(&format!("s3://{bucket}/")).unwrap();
+        let key = key.strip_prefix(&format!("{S3_BASE}/")).unwrap();
         let (offset, length) = (
             line["offset"].as_u64().unwrap(),
             line["length"].as_u64().unwrap(),
