@@ -539,3 +539,103 @@ async fn move_page<S: TaskStore>(
     let apply = || store.apply(crawl_id, &page.task, &update);
     Ok(patiently("move a task", &READ, apply).await?.is_done())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{ClaimOutcome, CrawlStore, FinishOutcome, TaskRecords};
+    use trawl_domain::canonical::CanonicalUrl;
+    use trawl_domain::crawl::CrawlConfig;
+    use trawl_domain::task::{FetchRecord, NewTask};
+
+    const T0: Millis = 1_800_000_000_000;
+
+    #[tokio::test]
+    async fn a_task_moves_only_from_the_place_it_was_read_at_and_never_under_a_lease() {
+        // GIVEN a task finished with its page at offset 0 of segment `old`
+        let store = MemoryStore::new();
+        let crawl = CrawlId::parse("c").unwrap();
+        let config = CrawlConfig::default();
+        store
+            .create_crawl(&Crawl::new(crawl.clone(), config, T0))
+            .await
+            .unwrap();
+        let url = CanonicalUrl::parse("http://example.com/a").unwrap();
+        let new = NewTask {
+            lane: None,
+            priority: Default::default(),
+            url: url.clone(),
+            depth: 0,
+            parent: None,
+            data: None,
+        };
+        store.seed(&crawl, &[new], T0).await.unwrap();
+        let id = url.task_id();
+        let claim = |at| store.claim(&crawl, &id, 60_000, at);
+        let Ok(ClaimOutcome::Claimed { lease, .. }) = claim(T0).await else {
+            panic!("claim refused");
+        };
+        let span = Span {
+            offset: 0,
+            length: 10,
+            items: 0,
+        };
+        let record = FetchRecord {
+            object_key: Some("segs/old".into()),
+            span: Some(span),
+            md5: Some("aa".into()),
+            http_status: 200,
+            fetched_at: T0,
+            ..FetchRecord::default()
+        };
+        let finished = store.finish(&lease, &record, T0).await.unwrap();
+        assert!(matches!(finished, FinishOutcome::Finished { .. }));
+        let read = Pointer {
+            task: id.clone(),
+            span,
+        };
+        let place = |task: Option<trawl_domain::task::Task>| {
+            let fetch = task.and_then(|t| t.fetch).unwrap();
+            (fetch.object_key.unwrap(), fetch.span.unwrap().offset)
+        };
+
+        // WHEN it is moved from where it was read
+        let moved = move_page(&store, &crawl, "segs/old", &read, "segs/new", 5).await;
+
+        // THEN it points at the copy, the rest of its record as it was
+        assert!(moved.unwrap());
+        let task = store.get(&crawl, &id).await.unwrap();
+        assert_eq!(
+            task.as_ref()
+                .and_then(|t| t.fetch.as_ref())
+                .and_then(|f| f.md5.as_deref()),
+            Some("aa")
+        );
+        assert_eq!(place(task), ("segs/new".to_owned(), 5));
+        // AND a second move from the place read before is refused: it points elsewhere now
+        let again = move_page(&store, &crawl, "segs/old", &read, "segs/other", 0).await;
+        assert!(!again.unwrap());
+        assert_eq!(
+            place(store.get(&crawl, &id).await.unwrap()),
+            ("segs/new".to_owned(), 5)
+        );
+        // AND a task under a lease keeps its place: its holder may finish with it
+        let from = [trawl_domain::task::Status::Succeeded];
+        assert!(store.reschedule(&crawl, &id, &from, T0).await.unwrap());
+        assert!(matches!(
+            claim(T0 + 1).await,
+            Ok(ClaimOutcome::Claimed { .. })
+        ));
+        let at_new = Pointer {
+            task: id.clone(),
+            span: Span { offset: 5, ..span },
+        };
+        let leased = move_page(&store, &crawl, "segs/new", &at_new, "segs/other", 0).await;
+        assert!(!leased.unwrap());
+        assert_eq!(
+            place(store.get(&crawl, &id).await.unwrap()),
+            ("segs/new".to_owned(), 5)
+        );
+    }
+}
