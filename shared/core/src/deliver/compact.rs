@@ -65,7 +65,8 @@ pub struct CompactionReport {
     pub segments: u64,
     pub bytes: u64,
     pub live_bytes: u64,
-    /// Segments whose live records were copied, the pages moved and their bytes.
+    /// Segments whose live records were copied (at the deadline, part of them), the pages
+    /// moved and the bytes copied.
     pub rewritten: u64,
     pub pages_moved: u64,
     pub bytes_copied: u64,
