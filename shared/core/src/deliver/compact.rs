@@ -274,14 +274,17 @@ pub(crate) async fn compact<S: TaskStore, B: BlobStore>(
         .await?
         .values()
         .sum();
-    let (pointers, live, scanned) = scan(store, &crawl.id, &eligible).await?;
     let mut report = CompactionReport {
         segments: listed.len() as u64,
         bytes: listed.iter().map(|s| s.bytes).sum(),
-        live_bytes: live.values().sum(),
-        complete: true,
         ..CompactionReport::default()
     };
+    let Some((pointers, live, scanned)) = scan(store, &crawl.id, &eligible, limits).await? else {
+        // The deadline came first: nothing is known yet, nothing is done.
+        tracing::info!(crawl = %crawl.id, "compaction stopped at its deadline while reading tasks");
+        return Ok(report);
+    };
+    report.live_bytes = live.values().sum();
     let uses: Vec<SegmentUse> = eligible
         .values()
         .map(|s| SegmentUse {
@@ -373,12 +376,13 @@ async fn list_segments<B: BlobStore>(blobs: &B, dir: &str) -> Result<Vec<Listed>
 type Scanned = (HashMap<String, Vec<Pointer>>, HashMap<String, u64>, u64);
 
 /// Every task pointing into one of `segments`: the pages per segment, their live bytes, and
-/// the tasks read.
+/// the tasks read; None when the deadline passes first.
 async fn scan<S: TaskStore>(
     store: &S,
     crawl_id: &CrawlId,
     segments: &HashMap<&str, &Listed>,
-) -> Result<Scanned, DeliverError> {
+    limits: &Limits<'_>,
+) -> Result<Option<Scanned>, DeliverError> {
     let mut pointers: HashMap<String, Vec<Pointer>> = HashMap::new();
     let mut live: HashMap<String, u64> = HashMap::new();
     let mut tasks_read = 0u64;
@@ -416,13 +420,16 @@ async fn scan<S: TaskStore>(
                     });
                 }
             }
+            if limits.past_deadline() {
+                return Ok(None);
+            }
             match page.cursor {
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
     }
-    Ok((pointers, live, tasks_read))
+    Ok(Some((pointers, live, tasks_read)))
 }
 
 /// Copies the pages `pages` of the segment `key` to a new segment under `dir` and moves

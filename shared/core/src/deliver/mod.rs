@@ -36,7 +36,7 @@
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod changed;
-pub mod compact;
+mod compact;
 mod compare;
 #[cfg(test)]
 mod cut;
