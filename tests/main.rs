@@ -5,6 +5,7 @@ mod chaining;
 mod chaos;
 mod cli;
 mod client;
+mod compaction;
 mod conformance;
 mod crawling;
 mod delivered;

@@ -172,6 +172,10 @@ impl<B: BlobStore> BlobStore for LatentBlobs<B> {
         self.inner.gather_bytes()
     }
 
+    fn is_appending(&self, key: &str) -> bool {
+        self.inner.is_appending(key)
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         self.latency.wait(1).await;
         self.inner.append(dir, records).await

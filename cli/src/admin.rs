@@ -3,8 +3,8 @@
 #[cfg(feature = "aws")]
 use crate::args::SetupArgs;
 use crate::args::{
-    Command, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand, PurgeArgs,
-    RetryArgs, TasksCommand, TasksListArgs, TasksShowArgs,
+    Command, CompactArgs, CrawlSelector, DeliveriesCommand, HostSort, HostsArgs, HostsCommand,
+    PurgeArgs, RetryArgs, TasksCommand, TasksListArgs, TasksShowArgs,
 };
 use crate::backend::Backend;
 use crate::error::CliError;
@@ -14,7 +14,7 @@ use serde_json::json;
 use trawl_core::app::Ports;
 use trawl_core::backoff::{Backoff, persist};
 use trawl_core::deliver::{
-    Deliverer, DeliveryLimits, DeliveryReport, purge, release_dead_delivery,
+    Deliverer, DeliveryLimits, DeliveryReport, Upkeep, purge, release_dead_delivery,
 };
 use trawl_core::discover::ScopeMatcher;
 use trawl_core::operate::{self, Operation, Rewind, Selection};
@@ -73,6 +73,7 @@ pub async fn dispatch<P: Ports>(
             Ok(())
         }
         Command::Purge(args) => purge_crawl(&backend, &args, json).await,
+        Command::Compact(args) => compact(&backend, &args, json).await,
         Command::Setup(_) => Err(CliError::Usage("`trawl setup` needs --backend aws".into())),
         Command::Migrate(_) => Err(CliError::Usage(
             "`trawl migrate` needs --backend aws".into(),
@@ -497,6 +498,86 @@ pub async fn deliver<P: Ports>(
         crate::hook::on_delivered(command, &report).await?;
     }
     Ok(report)
+}
+
+/// `trawl compact`: retention and compaction now, as after a delivery, on the local backend
+/// with the data directory to itself (no young segment spared, as in `deliver`).
+async fn compact<P: Ports>(
+    backend: &Backend<P>,
+    args: &CompactArgs,
+    json: bool,
+) -> Result<(), CliError> {
+    let crawl = resolve_crawl(&backend.store, args.selector.crawl_id.as_deref()).await?;
+    let retries = std::sync::atomic::AtomicU64::new(0);
+    if backend.local {
+        persist(
+            backend.app.clock.as_ref(),
+            "take over a dead process's delivery",
+            &Backoff::RUN,
+            &retries,
+            || release_dead_delivery(&backend.store, &crawl.id),
+        )
+        .await?;
+    }
+    let limits = DeliveryLimits {
+        compact_bytes: args
+            .max_bytes
+            .unwrap_or(DeliveryLimits::DEFAULT.compact_bytes),
+        ..DeliveryLimits::DEFAULT
+    };
+    let mut deliverer = Deliverer::new(backend.app.clone(), backend.uri_base.clone(), limits);
+    if backend.local {
+        deliverer = deliverer.sole_writer();
+    }
+    let upkeep = deliverer.upkeep(&crawl.id, now_ms()).await?;
+    if json {
+        output::json(&json!({"crawl_id": crawl.id.as_str(), "upkeep": upkeep}));
+    } else if crawl.config.delivery.keep_generations.is_none() {
+        output::line(
+            "nothing to do: the crawl keeps every delivery (delivery.keep_generations), so every segment stays",
+        );
+    } else {
+        print_upkeep(&upkeep);
+    }
+    Ok(())
+}
+
+/// Retention and compaction, for a human.
+pub fn print_upkeep(upkeep: &Upkeep) {
+    if let Some(retention) = &upkeep.retention {
+        output::line(format_args!(
+            "deliveries kept from generation {}; removed {} ({} file(s))",
+            retention.kept_from,
+            retention.removed.len(),
+            retention.files_removed
+        ));
+    }
+    if let Some(c) = &upkeep.compaction {
+        output::line(format_args!(
+            "segments: {} ({} bytes, {} live); rewritten {} ({} page(s), {} bytes copied, {} refused); deleted {} ({} bytes freed); held by deliveries {} ({} bytes){}",
+            c.segments,
+            c.bytes,
+            c.live_bytes,
+            c.rewritten,
+            c.pages_moved,
+            c.bytes_copied,
+            c.pages_refused,
+            c.deleted,
+            c.bytes_freed,
+            c.held,
+            c.held_bytes,
+            if c.complete {
+                ""
+            } else {
+                "; stopped by its budget: run again to go on"
+            }
+        ));
+    }
+    if let Some(error) = &upkeep.error {
+        output::line(format_args!(
+            "upkeep stopped short (the next delivery tries again): {error}"
+        ));
+    }
 }
 
 async fn purge_crawl<P: Ports>(

@@ -71,6 +71,9 @@ pub enum Command {
     Retry(RetryArgs),
     /// Write a delivery (manifest, WARC, summary, delta) for a crawl.
     Deliver(CrawlSelector),
+    /// Remove deliveries beyond the crawl's retention and compact its segments now (what
+    /// follows each delivery of a crawl with `delivery.keep_generations`).
+    Compact(CompactArgs),
     /// Delete a crawl's tasks and stored pages (refuses a running crawl unless --force).
     Purge(PurgeArgs),
     /// Create the AWS table, bucket and queues (for moto and development accounts).
@@ -341,6 +344,14 @@ pub struct CrawlArgs {
     /// (`delivery.purge_after`).
     #[arg(long)]
     pub purge_after_delivery: bool,
+    /// Keep the deliveries of the last N generations, removing older ones after each delivery
+    /// (`delivery.keep_generations`; default: keep all). Lets compaction free segments.
+    #[arg(long, value_name = "N")]
+    pub keep_deliveries: Option<u32>,
+    /// Rewrite a segment whose live bytes fall below this percentage of its size (with
+    /// --keep-deliveries; 0: never; default 50) (`storage.compact_below_percent`).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub compact_below: Option<u8>,
     /// Give a page's user data (from its seed line) to the pages it links to, and so on.
     #[arg(long)]
     pub inherit_data: bool,
@@ -757,6 +768,15 @@ pub struct RetryArgs {
     /// Only this host's tasks (`example.com`, or `host:port`; `trawl hosts` lists them).
     #[arg(long)]
     pub host: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    pub selector: CrawlSelector,
+    /// Live bytes copied at most in this pass (default 1 GiB); a later pass goes on.
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -224,6 +224,12 @@ fn config_from(args: &CrawlArgs, hosts: &BTreeSet<String>) -> Result<CrawlConfig
         config.delivery.pages = args.deliver_pages;
     }
     config.delivery.purge_after |= args.purge_after_delivery;
+    if args.keep_deliveries.is_some() {
+        config.delivery.keep_generations = args.keep_deliveries;
+    }
+    if let Some(percent) = args.compact_below {
+        config.storage.compact_below_percent = percent;
+    }
     config.scope.inherit_data |= args.inherit_data;
     config.analysis.page |= args.analyse_pages;
     config.analysis.text |= args.analyse_text;
@@ -836,6 +842,7 @@ impl Outcome<'_> {
             "dead_lettered": self.dead_lettered(),
             "delivery": self.delivery.map(|d| d.location.as_str()),
             "purged": self.delivery.and_then(|d| d.purged.as_ref()),
+            "upkeep": self.delivery.and_then(|d| d.upkeep.as_ref()),
             "stopped": self.stopped.map(stopped_json),
             "items_from_current_extractors": self.items().map(|i| i.from_current_extractors),
             "paging": self.delivery.map(|d| &d.summary.paging),
@@ -868,6 +875,9 @@ impl Outcome<'_> {
                         "purged after the delivery: {} task(s), {} object(s)",
                         purged.tasks_deleted, purged.objects_deleted
                     ));
+                }
+                if let Some(upkeep) = &delivery.upkeep {
+                    crate::admin::print_upkeep(upkeep);
                 }
             }
             (None, Some(StopReason::MaxFetches(n))) => output::line(format_args!(

@@ -204,6 +204,7 @@ fn local_access(command: &Command) -> LocalAccess {
         | Command::Submit(_) => LocalAccess::Read,
         Command::Retry(_)
         | Command::Deliver(_)
+        | Command::Compact(_)
         | Command::Purge(_)
         | Command::Hosts(HostsArgs {
             show: Some(HostsCommand::Drop { .. } | HostsCommand::Move { .. }),

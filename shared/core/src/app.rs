@@ -133,6 +133,10 @@ impl BlobStore for Unwired {
         0
     }
 
+    fn is_appending(&self, _: &str) -> bool {
+        false
+    }
+
     async fn append(&self, dir: &str, _: Bytes) -> BlobResult<Appended> {
         Err(Self::blob_error("append", dir))
     }

@@ -837,6 +837,11 @@ pub struct DeliveryOutput {
     /// that does not recrawl: the next generation would need its tasks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub purge_after: bool,
+    /// Keep the deliveries of the last N generations of the run and remove older ones (their
+    /// files), after each delivery (`crate::compaction::retention_cutoff`). None: keep all.
+    /// What lets compaction delete a segment that older deliveries point into.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_generations: Option<u32>,
 }
 
 impl DeliveryOutput {
@@ -948,7 +953,7 @@ impl CheckpointFormat {
 }
 
 /// How page bodies are kept.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Storage {
     /// Keep bodies gzip-compressed at rest (S3: `Content-Encoding: gzip`). Readers see the
@@ -957,6 +962,20 @@ pub struct Storage {
     /// Where bodies go: one object per page, or appended to segments. Kept for the crawl's
     /// life: a crawl stored before the choice existed has `objects`.
     pub layout: StorageLayout,
+    /// On segments: a segment whose live bytes (those its tasks point at) are below this
+    /// percentage of its size is rewritten by compaction (`crate::compaction`); 0: never.
+    /// Effective only with `delivery.keep_generations`: deliveries point into segments.
+    pub compact_below_percent: u8,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Self {
+            compress_bodies: false,
+            layout: StorageLayout::default(),
+            compact_below_percent: crate::compaction::DEFAULT_COMPACT_BELOW_PERCENT,
+        }
+    }
 }
 
 /// How a crawl's page bodies are laid out in the blob store (`trawl_core::blob`).

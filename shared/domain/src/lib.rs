@@ -6,6 +6,7 @@ pub mod calls;
 pub mod canonical;
 pub mod capacity;
 pub mod chain;
+pub mod compaction;
 pub mod crawl;
 pub mod estimate;
 pub mod extract;

@@ -26,6 +26,7 @@
 //! |                 | sitemap's lastmod, not claimed since              |                      |
 //! | `retire`        | not in_progress, not claimed since it was read    | ignored              |
 //! | `add_stale`     | exists; md5 neither its current object nor listed | unchanged            |
+//! | `repoint`       | not in_progress, not claimed since it was read    | unchanged            |
 //!
 //! Lease expiry is a `claim` of an `in_progress` task whose lease has run out: the same write
 //! as any claim, and since every claim moves the token by one, the old holder's `finish`,
@@ -225,6 +226,7 @@ pub enum Event {
     Refresh,
     Retire,
     AddStale,
+    Repoint,
 }
 
 impl Event {
@@ -240,6 +242,7 @@ impl Event {
             Event::Refresh => "refresh",
             Event::Retire => "retire",
             Event::AddStale => "add_stale",
+            Event::Repoint => "repoint",
         }
     }
 }
@@ -696,6 +699,32 @@ pub fn add_stale(md5: &str) -> Update {
             ..Changes::default()
         },
     }
+}
+
+/// Moves `task`'s stored page to `key` at `offset` (compaction copied its bytes there, the
+/// same length): the fetch record as read, with a new place. None when it has no page in a
+/// segment. Conditioned on the token and on no lease being out (`Settled`), so that the place
+/// replaced is the one read; and the token moves, so that a worker that took a lease in a turn
+/// (no write) is fenced out: its finish of an unchanged page would keep the old place, which
+/// compaction is about to delete. `updated_at` stays: the task keeps its place in its index.
+pub fn repoint(task: &Task, key: &str, offset: u64) -> Option<Update> {
+    let fetch = task.fetch.as_ref()?;
+    let span = fetch.span?;
+    fetch.object_key.as_ref()?;
+    let moved = FetchRecord {
+        object_key: Some(key.to_owned()),
+        span: Some(crate::task::Span { offset, ..span }),
+        ..fetch.clone()
+    };
+    Some(Update {
+        event: Event::Repoint,
+        requires: Condition::Settled { token: task.token },
+        changes: Changes {
+            token: TokenChange::Increment,
+            fetch: Change::Set(Some(moved)),
+            ..Changes::default()
+        },
+    })
 }
 
 #[cfg(test)]

@@ -389,6 +389,10 @@ impl<B: BlobStore> BlobStore for FaultyBlobs<B> {
         self.inner.gather_bytes()
     }
 
+    fn is_appending(&self, key: &str) -> bool {
+        self.inner.is_appending(key)
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         self.faults.blob_call("append", dir).await?;
         let appended = self.inner.append(dir, records).await?;

@@ -126,6 +126,11 @@ impl BlobStore for S3BlobStore {
         segments::TURN_SEGMENT_BYTES
     }
 
+    /// Each segment PUT is a whole object, never appended to.
+    fn is_appending(&self, _: &str) -> bool {
+        false
+    }
+
     /// Group-committed (`segments`): the appends waiting while a PUT is in flight share the
     /// next one.
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {

@@ -64,6 +64,20 @@ impl BlobStore for MemoryBlobStore {
         self.gather
     }
 
+    /// The last segment of its directory takes the next appends (`append`).
+    fn is_appending(&self, key: &str) -> bool {
+        let Some((dir, _)) = key.rsplit_once('/') else {
+            return false;
+        };
+        let dir = format!("{dir}/");
+        let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        objects
+            .range(dir.clone()..)
+            .take_while(|(k, _)| k.starts_with(&dir))
+            .last()
+            .is_some_and(|(k, _)| k == key)
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         let mut objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
         // The open segment is the last one under `dir`, while it has room.

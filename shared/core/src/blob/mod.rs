@@ -306,6 +306,11 @@ pub trait BlobStore: Send + Sync {
     /// a turn's pages go up in one request, and are fetched again if the turn dies before it.
     fn gather_bytes(&self) -> u64;
 
+    /// Whether this store may still append to the segment at `key` (a local file it holds
+    /// open): compaction must not rewrite or delete it. A store whose appends each write a
+    /// whole object of their own (S3) appends to none.
+    fn is_appending(&self, key: &str) -> bool;
+
     /// `length` bytes of the object at `key` from `offset`, or None when there is no such
     /// object. Fewer bytes than asked for is an error: a span never reaches past its segment.
     fn get_range(

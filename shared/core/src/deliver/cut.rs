@@ -62,6 +62,10 @@ impl BlobStore for CutStore {
         self.inner.gather_bytes()
     }
 
+    fn is_appending(&self, key: &str) -> bool {
+        self.inner.is_appending(key)
+    }
+
     async fn append(&self, dir: &str, records: Bytes) -> BlobResult<Appended> {
         self.inner.append(dir, records).await
     }

@@ -36,6 +36,7 @@
 //! Delivering one generation twice returns the existing delivery instead of writing a second one.
 
 mod changed;
+mod compact;
 mod compare;
 #[cfg(test)]
 mod cut;
@@ -47,6 +48,7 @@ mod purge;
 mod runs;
 mod summary;
 
+pub use compact::{CompactionReport, RetentionReport};
 pub use compare::DeltaStats;
 pub use delta::{Change, DeltaLine};
 pub use items::{
@@ -79,7 +81,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
-use trawl_domain::crawl::{CheckpointFormat, Crawl, CrawlState, DeliveredPages, transition};
+use trawl_domain::crawl::{
+    CheckpointFormat, Crawl, CrawlState, DeliveredPages, StorageLayout, transition,
+};
 use trawl_domain::image::is_image_task;
 use trawl_domain::paging::PagePattern;
 use trawl_domain::task::{ErrorKind, ErrorRecord, FetchRecord, Millis, Status, Task, UserData};
@@ -154,6 +158,9 @@ pub struct DeliveryLimits {
     /// this), so that a small crawl is not spread over many small segments. A delivery keeps
     /// the number of writers it started with until it is done (its checkpoint says it).
     pub tasks_per_writer: u64,
+    /// Live bytes a compaction pass copies at most (`compact`): it rewrites segments until this
+    /// much is copied (the first one whatever its size), the rest left for the next pass.
+    pub compact_bytes: u64,
 }
 
 impl DeliveryLimits {
@@ -169,6 +176,8 @@ impl DeliveryLimits {
         // of 1 GB busy without holding more than 64 bodies.
         writers: 8,
         tasks_per_writer: 10_000,
+        // A few seconds of reads and writes, within a Lambda's memory a batch at a time.
+        compact_bytes: 1 << 30,
     };
 
     /// The writers of a delivery of `tasks` tasks.
@@ -380,6 +389,22 @@ pub struct DeliveryReport {
     /// What the purge that followed the delivery removed (`delivery.purge_after`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purged: Option<PurgeReport>,
+    /// Retention and compaction after the delivery (`compact`; a crawl with
+    /// `delivery.keep_generations`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upkeep: Option<Upkeep>,
+}
+
+/// What followed a delivery: old deliveries removed, segments compacted (`compact`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upkeep {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionReport>,
+    /// Why it stopped short after a delivery: left for the next one (the delivery stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// How far a delivery that stopped for its deadline got; the next call continues it.
@@ -1003,25 +1028,126 @@ impl<P: Ports> Deliverer<P> {
         if let Ok(Delivery::Done(report)) = &written {
             self.set_task_counts(&holder, report).await;
         }
-        // Tried again for a few seconds: a lease left behind holds every later call (a retry
-        // of this one included) off the delivery until it expires, minutes later.
+        self.release(crawl_id, &holder).await;
+        if let Ok(Delivery::Done(report)) = written {
+            return self.purge_after(crawl_purges, report).await;
+        }
+        written
+    }
+
+    /// Gives the delivery lease back, tried again for a few seconds: a lease left behind holds
+    /// every later call (a retry of this one included) off the delivery until it expires,
+    /// minutes later.
+    async fn release(&self, crawl_id: &CrawlId, holder: &str) {
         let retries = AtomicU64::new(0);
         let released = persist(
             self.clock.as_ref(),
             "release the delivery",
             &Backoff::BRIEF,
             &retries,
-            || self.store.release_delivery(crawl_id, &holder),
+            || self.store.release_delivery(crawl_id, holder),
         )
         .await;
         if let Err(e) = released {
             // The lease expires by itself.
             tracing::warn!(crawl = %crawl_id, error = %e, "delivery lease not released");
         }
-        if let Ok(Delivery::Done(report)) = written {
-            return self.purge_after(crawl_purges, report).await;
+    }
+
+    /// Retention and compaction now (`compact`; `trawl compact`), under the crawl's delivery
+    /// lease, so that no delivery reads a segment meanwhile. Nothing to do for a crawl that
+    /// keeps every delivery.
+    pub async fn upkeep(&self, crawl_id: &CrawlId, now: Millis) -> Result<Upkeep, DeliverError> {
+        let crawl = self
+            .store
+            .get_crawl(crawl_id)
+            .await?
+            .ok_or_else(|| DeliverError::NoSuchCrawl(crawl_id.clone()))?;
+        let holder = format!("{:016x}", fastrand::u64(..));
+        let until =
+            now.saturating_add(i64::try_from(DELIVERY_LEASE.as_millis()).unwrap_or(i64::MAX));
+        if !self
+            .store
+            .claim_delivery(crawl_id, &holder, until, now)
+            .await?
+        {
+            return Err(DeliverError::Busy {
+                crawl_id: crawl_id.clone(),
+                generation: crawl.generation,
+            });
         }
-        written
+        let run = run_prefix(&self.layout, &crawl);
+        let done = self.upkeep_of(&crawl, &run, now, None).await;
+        self.release(crawl_id, &holder).await;
+        crate::calls::report(&self.store, &self.calls, crawl_id).await;
+        done
+    }
+
+    /// The upkeep after a delivery of `crawl`: a failure is logged and reported, and left for
+    /// the next delivery (the delivery stands).
+    async fn upkeep_after(
+        &self,
+        crawl: &Crawl,
+        run: &str,
+        now: Millis,
+        deadline: Option<Instant>,
+    ) -> Option<Upkeep> {
+        crawl.config.delivery.keep_generations?;
+        Some(match self.upkeep_of(crawl, run, now, deadline).await {
+            Ok(upkeep) => upkeep,
+            Err(e) => {
+                tracing::warn!(crawl = %crawl.id, error = %e, "upkeep after the delivery failed");
+                Upkeep {
+                    error: Some(e.to_string()),
+                    ..Upkeep::default()
+                }
+            }
+        })
+    }
+
+    /// Retention, then compaction on segments (`compact`), by the holder of the delivery lease.
+    async fn upkeep_of(
+        &self,
+        crawl: &Crawl,
+        run: &str,
+        now: Millis,
+        deadline: Option<Instant>,
+    ) -> Result<Upkeep, DeliverError> {
+        let Some(keep) = crawl.config.delivery.keep_generations else {
+            return Ok(Upkeep::default());
+        };
+        let mut deliveries =
+            compact::Deliveries::list(&self.blobs, &self.layout, &crawl.id).await?;
+        let retention = compact::expire(&self.blobs, &mut deliveries, run, keep).await?;
+        let storage = &crawl.config.storage;
+        let compaction =
+            if storage.layout == StorageLayout::Segments && storage.compact_below_percent > 0 {
+                let limits = compact::Limits {
+                    below_percent: storage.compact_below_percent,
+                    max_bytes: self.limits.compact_bytes,
+                    min_age_ms: (!self.sole_writer).then_some(crawl.config.lease_ms),
+                    now,
+                    deadline,
+                    clock: self.clock.as_ref(),
+                };
+                let pass = compact::compact(
+                    &self.store,
+                    &self.blobs,
+                    &self.layout,
+                    crawl,
+                    &deliveries,
+                    run,
+                    &limits,
+                );
+                Some(Box::pin(pass).await?)
+            } else {
+                None
+            };
+        Ok(Upkeep {
+            retention,
+            compaction,
+            error: None,
+        })
     }
 
     /// The delivery `report`, once the crawl is purged when it asks for it
@@ -1197,7 +1323,8 @@ impl<P: Ports> Deliverer<P> {
             files = index.files.len(),
             "delivery written"
         );
-        let report = self.report(&crawl, generation, &prefix, false, summary);
+        let mut report = self.report(&crawl, generation, &prefix, false, summary);
+        report.upkeep = self.upkeep_after(&crawl, &run, now, deadline).await;
         Ok(Delivery::Done(Box::new(report)))
     }
 
@@ -1218,6 +1345,7 @@ impl<P: Ports> Deliverer<P> {
             already_delivered,
             summary,
             purged: None,
+            upkeep: None,
         }
     }
 

@@ -707,6 +707,50 @@ fn reset_forgets_the_fetch_and_hands_its_object_to_the_next_finisher() {
 }
 
 #[test]
+fn repoint_moves_a_settled_page_and_fences_out_a_lease_taken_since() {
+    let span = crate::task::Span {
+        offset: 10,
+        length: 20,
+        items: 5,
+    };
+    for status in Status::ALL {
+        let mut task = task_in(status);
+        if let Some(fetch) = task.fetch.as_mut() {
+            fetch.span = Some(span);
+        }
+        let after = repoint(&task, "segments/new", 700).and_then(|u| u.apply(&task));
+        if status == Status::InProgress {
+            assert_eq!(after, None, "a leased task keeps its place");
+            continue;
+        }
+        let mut want = task.clone();
+        if let Some(fetch) = want.fetch.as_mut() {
+            fetch.object_key = Some("segments/new".into());
+            fetch.span = Some(crate::task::Span {
+                offset: 700,
+                ..span
+            });
+        }
+        want.token += 1;
+        assert_eq!(after, Some(want), "{status}");
+    }
+    // Changed since it was read (claimed in a turn, finished): the place read is not current.
+    let mut read = task_in(Status::Succeeded);
+    if let Some(fetch) = read.fetch.as_mut() {
+        fetch.span = Some(span);
+    }
+    let mut since = read.clone();
+    since.token += 1;
+    let update = repoint(&read, "segments/new", 0).unwrap();
+    assert_eq!(update.apply(&since), None);
+    // A page stored as an object has no place in a segment to move.
+    assert_eq!(
+        repoint(&task_in(Status::Succeeded), "segments/new", 0),
+        None
+    );
+}
+
+#[test]
 fn add_stale_edges() {
     let mut task = task_in(Status::InProgress);
     task.stale = vec!["listed".into()];

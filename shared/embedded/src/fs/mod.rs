@@ -30,6 +30,8 @@ pub struct FsBlobStore {
     calls: Arc<CallCounts>,
     /// The segment writer thread, started by the first append (`segments`).
     segments: Arc<OnceLock<mpsc::Sender<segments::Append>>>,
+    /// The segments that writer has open.
+    appending: segments::Appending,
 }
 
 /// Validates `key` and returns its segments: relative, `/`-separated, nothing that could escape
@@ -74,6 +76,7 @@ impl FsBlobStore {
             root: root.into(),
             calls,
             segments: Arc::default(),
+            appending: Arc::default(),
         }
     }
 
@@ -81,7 +84,9 @@ impl FsBlobStore {
     fn segment_writer(&self) -> std::io::Result<&mpsc::Sender<segments::Append>> {
         if self.segments.get().is_none() {
             // Two first appends at once may both start one: the loser's thread ends at once.
-            let _ = self.segments.set(segments::start()?);
+            let _ = self
+                .segments
+                .set(segments::start(Arc::clone(&self.appending))?);
         }
         self.segments
             .get()
@@ -237,6 +242,13 @@ impl BlobStore for FsBlobStore {
             Ok(appended) => appended.map_err(|e| io_error("append", dir, e)),
             Err(_) => Err(stopped()),
         }
+    }
+
+    fn is_appending(&self, key: &str) -> bool {
+        self.appending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(key)
     }
 
     async fn get_range(&self, key: &str, offset: u64, length: u64) -> BlobResult<Option<Bytes>> {

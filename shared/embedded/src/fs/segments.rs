@@ -11,9 +11,10 @@
 //! appends fail; the next ones open a new segment).
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use tokio::sync::oneshot;
 use trawl_core::blob::Appended;
 use trawl_domain::task::Span;
@@ -30,12 +31,22 @@ pub(super) struct Append {
     pub reply: oneshot::Sender<std::io::Result<Appended>>,
 }
 
-/// The sending end of a store's writer thread; the thread ends when every clone is dropped.
-pub(super) fn start() -> std::io::Result<mpsc::Sender<Append>> {
+/// The keys of the segments a writer has open (may still append to): compaction leaves them.
+pub(super) type Appending = Arc<Mutex<HashSet<String>>>;
+
+/// The sending end of a store's writer thread, which keeps `appending` up to date; the thread
+/// ends when every clone is dropped.
+pub(super) fn start(appending: Appending) -> std::io::Result<mpsc::Sender<Append>> {
     let (sender, receiver) = mpsc::channel::<Append>();
     std::thread::Builder::new()
         .name("trawl-segments".to_owned())
-        .spawn(move || Writer::default().run(&receiver))?;
+        .spawn(move || {
+            Writer {
+                open: HashMap::new(),
+                appending,
+            }
+            .run(&receiver)
+        })?;
     Ok(sender)
 }
 
@@ -49,9 +60,9 @@ struct Open {
     new_dirs: Vec<PathBuf>,
 }
 
-#[derive(Default)]
 struct Writer {
     open: HashMap<PathBuf, Open>,
+    appending: Appending,
 }
 
 impl Writer {
@@ -82,7 +93,9 @@ impl Writer {
                 }
                 Err(e) => {
                     // The file's state is unknown: abandoned, its bytes garbage.
-                    self.open.remove(&dir);
+                    if let Some(abandoned) = self.open.remove(&dir) {
+                        self.closed(&abandoned.key);
+                    }
                     for append in appends {
                         let _ = append
                             .reply
@@ -91,6 +104,13 @@ impl Writer {
                 }
             }
         }
+    }
+
+    fn closed(&self, key: &str) {
+        self.appending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
     }
 
     fn write_dir(
@@ -104,7 +124,14 @@ impl Writer {
             .get(dir)
             .is_none_or(|open| open.len >= SEGMENT_BYTES)
         {
-            self.open.insert(dir.to_path_buf(), create(dir, dir_key)?);
+            let new = create(dir, dir_key)?;
+            self.appending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(new.key.clone());
+            if let Some(rolled) = self.open.insert(dir.to_path_buf(), new) {
+                self.closed(&rolled.key);
+            }
         }
         let open = self
             .open
