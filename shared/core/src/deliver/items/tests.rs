@@ -675,7 +675,8 @@ async fn a_bound_of_three_entries_spills_many_runs_and_writes_the_files_of_the_p
         assert_eq!(small.1, whole.1);
     }
     assert!(small[1].2.runs > 50, "{:?}", small[1].2);
-    assert_eq!(whole[1].2.runs, 4, "{:?}", whole[1].2);
+    // (the whole bound spills none: its sorters are merged from memory)
+    assert_eq!(whole[1].2.runs, 0, "{:?}", whole[1].2);
 }
 
 #[tokio::test]
