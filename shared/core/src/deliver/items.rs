@@ -1133,19 +1133,14 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     }
                 };
                 count(&mut self.summary, &line);
-                write_to(&mut files, 0, &json_line(&line)?).await?;
+                let json = json_line(&line)?;
+                write_to(&mut files, 0, &json).await?;
                 if let Some(columns) = &columns {
                     write_to(&mut files, 2, &columns.row(&line)?).await?;
                 }
                 if let Some(change) = change {
-                    let line = ItemDeltaLine {
-                        change,
-                        key: line.key.clone(),
-                        item: Some(line),
-                        reason: None,
-                        removed_images,
-                    };
-                    write_to(&mut files, 1, &json_line(&line)?).await?;
+                    let delta = delta_item_line(change, &line.key, &json, &removed_images)?;
+                    write_to(&mut files, 1, &delta).await?;
                 }
                 self.note_held(merge.held());
             }
@@ -1185,6 +1180,32 @@ async fn write_to<U: crate::blob::BlobUpload>(
         *records += 1;
     }
     Ok(())
+}
+
+/// The delta line of an item whose line in `items.jsonl.gz` is `item` (newline ended): the
+/// `ItemDeltaLine` serde writes, the item's JSON put in as it is rather than made again (in a
+/// first generation every item is in the delta).
+fn delta_item_line(
+    change: Change,
+    key: &str,
+    item: &[u8],
+    removed_images: &[ImageRef],
+) -> Result<Vec<u8>, DeliverError> {
+    let encode = |e: serde_json::Error| DeliverError::Encode(e.to_string());
+    let item = item.strip_suffix(b"\n").unwrap_or(item);
+    let mut line = Vec::with_capacity(item.len() + key.len() + 40);
+    line.extend_from_slice(b"{\"change\":");
+    serde_json::to_writer(&mut line, &change).map_err(encode)?;
+    line.extend_from_slice(b",\"key\":");
+    serde_json::to_writer(&mut line, key).map_err(encode)?;
+    line.extend_from_slice(b",\"item\":");
+    line.extend_from_slice(item);
+    if !removed_images.is_empty() {
+        line.extend_from_slice(b",\"removed_images\":");
+        serde_json::to_writer(&mut line, removed_images).map_err(encode)?;
+    }
+    line.extend_from_slice(b"}\n");
+    Ok(line)
 }
 
 fn parse_items(key: &str, body: &[u8]) -> Result<PageItems, DeliverError> {

@@ -478,7 +478,12 @@ pub fn xpath_truth(html: &[u8], expr: &str) -> Option<String> {
 /// A page parsed for extraction (html5ever, through `scraper`; bytes that are no UTF-8 are
 /// replaced).
 pub fn parse(html: &[u8]) -> Html {
-    Html::parse_document(&String::from_utf8_lossy(html))
+    // `from_utf8` checks ASCII a word at a time; `from_utf8_lossy` walks byte by byte even
+    // when there is nothing to replace (1.4% of the bench's crawl with extraction).
+    match std::str::from_utf8(html) {
+        Ok(text) => Html::parse_document(text),
+        Err(_) => Html::parse_document(&String::from_utf8_lossy(html)),
+    }
 }
 
 /// What the crawler reads of one fetched HTML page: its links (when it follows them) and its

@@ -11,6 +11,7 @@
 //! processing instructions are not in the copy), names as html5ever gives them.
 
 use ego_tree::NodeId;
+use ego_tree::iter::Edge;
 use scraper::{Html, Node};
 use std::collections::{HashMap, HashSet};
 
@@ -238,6 +239,19 @@ fn attr<'a>(doc: &'a Html, id: NodeId, name: &str) -> Option<&'a str> {
     }
 }
 
+/// Whether `predicates` keep the node `id`, the next of its siblings that passed the step's
+/// test: each predicate counts positions among the siblings the ones before it kept
+/// (`reached[k]`: the siblings so far that reached predicate `k`).
+fn kept(predicates: &[Predicate], doc: &Html, id: NodeId, reached: &mut [usize]) -> bool {
+    for (predicate, position) in predicates.iter().zip(reached) {
+        *position += 1;
+        if !predicate.keeps(doc, id, *position) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Whether the node is one the XPath copy holds (an element or text, or the document).
 fn in_copy(node: &Node) -> bool {
     matches!(node, Node::Element(_) | Node::Text(_) | Node::Document)
@@ -276,14 +290,33 @@ impl<'a> Evaluator<'a> {
             ctx
         };
         let mut current = vec![Selected::Node(start)];
-        for step in &path.steps {
+        let mut steps = path.steps.iter().peekable();
+        while let Some(step) = steps.next() {
+            // `//` and the child step after it are taken in one walk of the tree: listing
+            // every node first, then sorting what their children gave, was most of the cost
+            // of a field like `//p` (profile of the bench's crawl with extraction).
+            let fused = match (&step.axis, steps.peek()) {
+                (Axis::DescendantOrSelf, Some(child)) => match &child.axis {
+                    Axis::Child(test) => Some((*child, test)),
+                    _ => None,
+                },
+                _ => None,
+            };
             let mut next = Vec::new();
             for selected in &current {
                 let Selected::Node(id) = selected else {
                     continue;
                 };
-                self.step(step, *id, &mut next);
+                match fused {
+                    Some((child, test)) => self.under(child, test, *id, &mut next),
+                    None => self.step(step, *id, &mut next),
+                }
             }
+            if fused.is_some() {
+                steps.next();
+            }
+            // From one node a step (or a walk) gives document order without duplicates; from
+            // several they may interleave and overlap.
             if current.len() > 1 {
                 self.sort_unique(&mut next);
             }
@@ -292,26 +325,60 @@ impl<'a> Evaluator<'a> {
         current
     }
 
+    /// `//` then the child step `child` from `id`: the children `child` keeps of `id` and of
+    /// every node under it that the XPath copy holds, in document order, each once.
+    fn under(&self, child: &Step, test: &Test, id: NodeId, out: &mut Vec<Selected>) {
+        let Some(node) = self.doc.tree.get(id) else {
+            return;
+        };
+        // Per node open in the walk, whether the copy holds it (a node it does not hold has
+        // no children `//` reaches), and for each one held, its children that reached each
+        // predicate so far (`kept`), in one stack.
+        let k = child.predicates.len();
+        let mut open: Vec<bool> = Vec::new();
+        let mut reached: Vec<usize> = Vec::new();
+        for edge in node.traverse() {
+            match edge {
+                Edge::Open(n) => {
+                    let parent_held = open.last() == Some(&true);
+                    if parent_held
+                        && passes(test, n.value())
+                        && let Some(counts) =
+                            reached.len().checked_sub(k).map(|at| &mut reached[at..])
+                        && kept(&child.predicates, self.doc, n.id(), counts)
+                    {
+                        out.push(Selected::Node(n.id()));
+                    }
+                    let held = in_copy(n.value());
+                    if held {
+                        reached.extend(std::iter::repeat_n(0, k));
+                    }
+                    open.push(held);
+                }
+                Edge::Close(_) => {
+                    if open.pop() == Some(true) {
+                        reached.truncate(reached.len().saturating_sub(k));
+                    }
+                }
+            }
+        }
+    }
+
     fn step(&self, step: &Step, id: NodeId, out: &mut Vec<Selected>) {
         let Some(node) = self.doc.tree.get(id) else {
             return;
         };
         match &step.axis {
             Axis::Child(test) => {
-                let mut found: Vec<NodeId> = node
-                    .children()
-                    .filter(|c| passes(test, c.value()))
-                    .map(|c| c.id())
-                    .collect();
-                // Each predicate counts positions among the nodes the one before it kept.
-                for predicate in &step.predicates {
-                    let mut position = 0;
-                    found.retain(|&c| {
-                        position += 1;
-                        predicate.keeps(self.doc, c, position)
-                    });
-                }
-                out.extend(found.into_iter().map(Selected::Node));
+                let mut reached = vec![0; step.predicates.len()];
+                out.extend(
+                    node.children()
+                        .filter(|c| {
+                            passes(test, c.value())
+                                && kept(&step.predicates, self.doc, c.id(), &mut reached)
+                        })
+                        .map(|c| Selected::Node(c.id())),
+                );
             }
             Axis::DescendantOrSelf => out.extend(
                 node.descendants()

@@ -173,6 +173,11 @@ const TRICKY: &str = r#"<!doctype html><html><head><title> T </title></head><bod
   <nav><a href="/1">1</a> <a href="/2" class="k">2</a><a>3</a></nav>
   <p>five</p></body></html>"#;
 
+/// Markup the tree builder rearranges: a paragraph fostered out of a table, paragraphs closed
+/// by others and by a `div`, formatting elements reopened, an element left open.
+const MALFORMED: &str = r#"<title>M</title><table><p>foster</p><tr><td>x<p>a<p>b</table>
+  <p>c<div class="a"><p>d</div></p><b><p>e</b>f</p><div><p>g<p>h<span>i"#;
+
 impl CompiledExtractor {
     /// The same extractor with every XPath expression run by sxd-xpath on the copy.
     fn sxd_only(&self) -> Self {
@@ -219,6 +224,17 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
         "//title/text()",
         "//li[@class='item']/a",
         "//span[@class='price']/text()",
+        // Positions after `//` count among a node's children (`//` and its step are one walk).
+        "//p[@class='k'][1]",
+        "//p[1][@class='k']",
+        "//div[@class='a']//p[2]",
+        "//*[2]",
+        "//node()[2]",
+        "//text()[1]",
+        ".//p[2]",
+        "//div//node()[3]",
+        "//a[@href][1][@class='k']",
+        "count(//div//p[1])",
     ];
     for expr in simple {
         assert!(SimpleXpath::parse(expr).is_some(), "{expr} is simple");
@@ -238,40 +254,43 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
             "{expr} goes to sxd-xpath"
         );
     }
-    let fields: serde_json::Map<String, serde_json::Value> = simple
-        .iter()
-        .enumerate()
-        .flat_map(|(i, expr)| {
-            [
-                (
-                    format!("f{i:02}"),
-                    json!({"xpath": expr, "processors": [{"join": "|"}]}),
-                ),
-                (
-                    format!("h{i:02}"),
-                    json!({"xpath": expr, "value": "html", "processors": [{"join": "|"}]}),
-                ),
-            ]
-        })
-        .collect();
     let page = url::Url::parse("http://shop.test/list").unwrap();
-    for base in [
-        None,
-        Some(json!({"xpath": "//div"})),
-        Some(json!({"css": "div, li, nav"})),
-        Some(json!({"xpath": "//li[@class='item']"})),
-    ] {
-        let mut def = json!({"name": "x", "fields": fields});
-        if let Some(base) = &base {
-            def["base"] = base.clone();
-        }
-        let rules = extractors(json!([def])).unwrap();
-        let extractor = rules.for_url(page.as_str()).unwrap();
-        for html in [TRICKY, LISTING] {
-            let on_tree = extractor.extract(html.as_bytes(), &page);
-            let on_copy = extractor.sxd_only().extract(html.as_bytes(), &page);
-            assert!(!on_tree.items.is_empty() || base.is_some());
-            assert_eq!(on_tree, on_copy, "base {base:?} on {html}");
+    // Two fields an expression: an extractor holds `MAX_FIELDS` at most.
+    for (chunk, exprs) in simple.chunks(MAX_FIELDS / 2).enumerate() {
+        let fields: serde_json::Map<String, serde_json::Value> = exprs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, expr)| {
+                [
+                    (
+                        format!("f{i:02}"),
+                        json!({"xpath": expr, "processors": [{"join": "|"}]}),
+                    ),
+                    (
+                        format!("h{i:02}"),
+                        json!({"xpath": expr, "value": "html", "processors": [{"join": "|"}]}),
+                    ),
+                ]
+            })
+            .collect();
+        for base in [
+            None,
+            Some(json!({"xpath": "//div"})),
+            Some(json!({"css": "div, li, nav"})),
+            Some(json!({"xpath": "//li[@class='item']"})),
+        ] {
+            let mut def = json!({"name": "x", "fields": fields});
+            if let Some(base) = &base {
+                def["base"] = base.clone();
+            }
+            let rules = extractors(json!([def])).unwrap();
+            let extractor = rules.for_url(page.as_str()).unwrap();
+            for html in [TRICKY, LISTING, MALFORMED] {
+                let on_tree = extractor.extract(html.as_bytes(), &page);
+                let on_copy = extractor.sxd_only().extract(html.as_bytes(), &page);
+                assert!(!on_tree.items.is_empty() || base.is_some());
+                assert_eq!(on_tree, on_copy, "chunk {chunk}, base {base:?} on {html}");
+            }
         }
     }
 }
