@@ -306,7 +306,7 @@ async fn spawn_once(
 
     let mut runtime = LocalRuntime::start().await?;
     let spawned = Instant::now();
-    let mut child = start(binary, "crawler", runtime.addr, moto, stack, 1)?;
+    let child = start(binary, "crawler", runtime.addr, moto, stack, 1)?;
     let pid = child.id().to_string();
     let result = drive(
         &runtime.api,
@@ -322,22 +322,7 @@ async fn spawn_once(
         batches,
     )
     .await;
-    // Ours, by its own handle: the function never exits by itself.
-    let _ = child.kill();
-    let _ = child.wait();
-    let spawn = result?;
-    let counts = stack.probe.counts(&crawl.id).await.step("counts")?;
-    let succeeded = counts.get(&Status::Succeeded).copied().unwrap_or(0);
-    if succeeded < (batches * BATCH) as u64 {
-        return Err(check(
-            "lambda worker",
-            format!(
-                "{succeeded} of {} pages succeeded: {counts:?}",
-                batches * BATCH
-            ),
-        ));
-    }
-    Ok(spawn)
+    ended(child, result, stack, &crawl, batches * BATCH).await
 }
 
 /// One cold start of the function and one invocation of `WIDE_TURNS` host turns of `BATCH`
@@ -399,7 +384,7 @@ async fn wide_once(
 
     let mut runtime = LocalRuntime::start().await?;
     let spawned = Instant::now();
-    let mut child = start(binary, "crawler", runtime.addr, moto, stack, WIDE_TURNS)?;
+    let child = start(binary, "crawler", runtime.addr, moto, stack, WIDE_TURNS)?;
     let pid = child.id().to_string();
     let result = async {
         wait_ready(&runtime.api, &mut runtime.answers, spawned, "crawler").await?;
@@ -432,19 +417,27 @@ async fn wide_once(
         })
     }
     .await;
-    // Ours, by its own handle: the function never exits by itself.
+    ended(child, result, stack, &crawl, WIDE_TURNS * BATCH).await
+}
+
+/// Stops the function (ours, by its own handle: it never exits by itself) and hands back what
+/// its run measured, once `pages` of the crawl succeeded.
+async fn ended(
+    mut child: std::process::Child,
+    result: BenchResult<Spawn>,
+    stack: &crate::moto::Stack,
+    crawl: &Crawl,
+    pages: usize,
+) -> BenchResult<Spawn> {
     let _ = child.kill();
     let _ = child.wait();
     let spawn = result?;
     let counts = stack.probe.counts(&crawl.id).await.step("counts")?;
     let succeeded = counts.get(&Status::Succeeded).copied().unwrap_or(0);
-    if succeeded < (WIDE_TURNS * BATCH) as u64 {
+    if succeeded < pages as u64 {
         return Err(check(
-            "lambda wide invocation",
-            format!(
-                "{succeeded} of {} pages succeeded: {counts:?}",
-                WIDE_TURNS * BATCH
-            ),
+            "lambda worker",
+            format!("{succeeded} of {pages} pages succeeded: {counts:?}"),
         ));
     }
     Ok(spawn)
