@@ -43,6 +43,22 @@ fn serve(site: &Site, pages: impl IntoIterator<Item = usize>, v: usize) {
     }
 }
 
+/// `trawl crawl` of the site from `start` as crawl `c`, on segments, recrawled daily.
+fn crawl_args(start: &str) -> Vec<&str> {
+    vec![
+        "crawl",
+        start,
+        "--allow-private-networks",
+        "--json",
+        "--crawl-id",
+        "c",
+        "--recrawl-every",
+        "1d",
+        "--layout",
+        "segments",
+    ]
+}
+
 /// Runs trawl, asserting success; its JSON output.
 async fn run(args: &[&str], dir: &Path) -> Value {
     let output = trawl(args, dir).await;
@@ -126,29 +142,13 @@ async fn a_recrawled_crawl_keeping_one_delivery_frees_the_segments_its_changes_l
     let data_dir = dir.join("data");
     let data = data_dir.to_str().unwrap();
     let start = site.url(&page_path(0));
-    let mut args = vec!["crawl", &start, "--allow-private-networks", "--json"];
-    args.extend([
-        "--crawl-id",
-        "c",
-        "--recrawl-every",
-        "1d",
-        "--layout",
-        "segments",
-    ]);
+    let mut args = crawl_args(&start);
     args.extend(["--keep-deliveries", "1", "--data-dir", data]);
     let first = run(&args, &dir).await;
     // AND the same crawl keeping every delivery (the default), in a data directory of its own
     let kept_dir = dir.join("kept");
     let kept = kept_dir.to_str().unwrap();
-    let mut twin = vec!["crawl", &start, "--allow-private-networks", "--json"];
-    twin.extend([
-        "--crawl-id",
-        "c",
-        "--recrawl-every",
-        "1d",
-        "--layout",
-        "segments",
-    ]);
+    let mut twin = crawl_args(&start);
     twin.extend(["--data-dir", kept]);
     let recrawl_kept = || async {
         let ran = run(&["recrawl", "--json", "--data-dir", kept], &dir).await;
@@ -265,15 +265,7 @@ async fn a_compaction_stopped_by_its_budget_goes_on_at_the_next_pass() {
     let data_dir = dir.join("data");
     let data = data_dir.to_str().unwrap();
     let start = site.url(&page_path(0));
-    let mut args = vec!["crawl", &start, "--allow-private-networks", "--json"];
-    args.extend([
-        "--crawl-id",
-        "c",
-        "--recrawl-every",
-        "1d",
-        "--layout",
-        "segments",
-    ]);
+    let mut args = crawl_args(&start);
     args.extend(["--data-dir", data]);
     let first = run(&args, &dir).await;
     assert!(first.get("upkeep").is_none_or(Value::is_null), "{first}");
