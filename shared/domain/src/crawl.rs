@@ -628,6 +628,26 @@ impl RecrawlPolicy {
                 .any(|r| r.schedule().is_some() || r.estimator().is_some())
     }
 
+    /// The shortest time after a fetch that any page of the crawl can be due again (a recrawl,
+    /// a re-check of a page found missing): None when no page is ever fetched again. What a
+    /// host's pass can wait before its next (`crate::roster`), without reading its pages.
+    pub fn shortest_revisit_ms(&self) -> Option<u64> {
+        if !self.is_continuous() {
+            return None;
+        }
+        let schedules = self
+            .crawl_schedule()
+            .into_iter()
+            .chain(self.rules.iter().filter_map(RecrawlRule::schedule))
+            .map(|s| s.min_ms);
+        let estimated = self.estimators().map(|e| e.min_ms);
+        let checks = [
+            self.checker.min_ms,
+            self.missing_recheck_ms.unwrap_or(self.checker.min_ms),
+        ];
+        schedules.chain(estimated).chain(checks).min()
+    }
+
     /// Every estimator setting of the crawl (its own and its rules').
     pub fn estimators(&self) -> impl Iterator<Item = Estimator> + '_ {
         self.crawl_estimator()

@@ -171,10 +171,18 @@ pub struct Host {
     /// carries, for a queue that orders hosts (the local one). 0 when absent.
     #[serde(default, skip_serializing_if = "Priority::is_min")]
     pub priority: Priority,
+    /// Where the host's turns stand in their walk of its roster (`crate::roster`), in a store
+    /// that keeps rosters.
+    #[serde(default, skip_serializing_if = "is_unstarted")]
+    pub pass: crate::roster::Pass,
     /// Optimistic-concurrency version: the store bumps it on every write and writes only over
     /// the version the writer read, so concurrent changes are re-decided, never lost.
     #[serde(default)]
     pub version: u64,
+}
+
+fn is_unstarted(pass: &crate::roster::Pass) -> bool {
+    *pass == crate::roster::Pass::default()
 }
 
 /// Why a turn could not be claimed.
@@ -223,6 +231,7 @@ impl Host {
             answered_at: None,
             spoke_http: false,
             priority: Priority::MIN,
+            pass: crate::roster::Pass::default(),
             version: 0,
         }
     }

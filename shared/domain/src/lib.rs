@@ -21,6 +21,7 @@ pub mod report;
 pub mod request;
 pub mod retry;
 pub mod revisit;
+pub mod roster;
 pub mod schedule;
 pub mod task;
 pub mod transition;

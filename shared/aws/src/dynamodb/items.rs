@@ -11,12 +11,18 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::crawl::{Crawl, CrawlConfig, CrawlState, DeliveryLease};
 use trawl_domain::estimate::Level;
 use trawl_domain::host::{HOST_SHARDS, Host, host_shard};
+use trawl_domain::roster;
 use trawl_domain::task::{ErrorRecord, FetchRecord, Millis, Priority, Status, Task, UserData};
 
 type Item = HashMap<String, AttributeValue>;
 
 pub(super) fn task_pk(crawl_id: &CrawlId, task_id: &TaskId) -> String {
     format!("{crawl_id}#{task_id}")
+}
+
+/// The task id a task's key names (`task_pk`).
+pub(super) fn task_id_of_pk(crawl_id: &CrawlId, pk: &str) -> Option<TaskId> {
+    TaskId::parse(pk.strip_prefix(crawl_id.as_str())?.strip_prefix('#')?)
 }
 
 pub(super) fn crawl_pk(crawl_id: &CrawlId) -> String {
@@ -200,9 +206,16 @@ pub(super) struct TaskItem {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     stale: Vec<String>,
     /// The host-index hash key (`host_key`): written at seed, never changed nor removed.
-    /// Empty only on items written before the index existed.
+    /// Empty on a rostered task (`rk` instead: its `due` is then in no index), and on items
+    /// written before the index existed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     hk: String,
+    /// The roster-index hash key (`host_key`) of a rostered task (`roster::rostered`), and its
+    /// range key, its creation time: written at seed, never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rpos: Option<Millis>,
     /// The host-index range key: `host_due`. Absent once the task is ignored, or gone and not
     /// checked again, which takes it out of the (sparse) index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,6 +247,7 @@ fn is_zero(n: &Millis) -> bool {
 impl TaskItem {
     /// The item of `task` (a new one: later states are written by update expressions).
     pub(super) fn from_task(task: &Task, shards: u32) -> Self {
+        let rostered = roster::rostered(task.priority, task.lane.as_deref());
         Self {
             pk: task_pk(&task.crawl_id, &task.task_id),
             gsi_pk: gsi_pk(&task.crawl_id, task.status, task.task_id.shard(shards)),
@@ -254,7 +268,13 @@ impl TaskItem {
             fetch: task.fetch.clone(),
             next_fetch: task.fetch.as_ref().and_then(|f| f.next_fetch_at),
             stale: task.stale.clone(),
-            hk: host_key(&task.crawl_id, &task.host()),
+            hk: if rostered {
+                String::new()
+            } else {
+                host_key(&task.crawl_id, &task.host())
+            },
+            rk: rostered.then(|| host_key(&task.crawl_id, &task.host())),
+            rpos: rostered.then_some(task.created_at),
             due: host_due(task.status, task.due_key()),
             data: task.data.clone(),
             lead: task.priority.lead_ms(),

@@ -36,6 +36,12 @@ pub const HOST_INDEX: &str = "host-index";
 /// `due`, the host index's. Sparse: only the tasks created in a lane are in it.
 pub const LANE_INDEX: &str = "lane-index";
 
+/// The per-host roster (`trawl_domain::roster`): hash `rk` (`{crawl_id}#{host}`), range `rpos`
+/// (the task's creation time), keys only. Written once, when a rostered task is created, and
+/// never changed: a finish writes no index entry of it. Sparse: a task with a priority or a lane
+/// is in its host's due list instead (`hk`).
+pub const ROSTER_INDEX: &str = "roster-index";
+
 /// Attributes the host index projects: the status index's, and `updated` (its key there), so
 /// that a task summary is read from either index alike.
 pub const HOST_PROJECTED: [&str; 11] = [
@@ -75,6 +81,12 @@ pub const TABLE: TableDef = TableDef {
             hash: "lk",
             range: Some("due"),
             projection: Projected::Include(&HOST_PROJECTED),
+        },
+        IndexDef {
+            name: ROSTER_INDEX,
+            hash: "rk",
+            range: Some("rpos"),
+            projection: Projected::KeysOnly,
         },
     ],
 };
@@ -134,6 +146,8 @@ pub async fn create_table(client: &Client, table: &str) -> StoreResult<()> {
         .attribute_definitions(attr("hk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("due", ScalarAttributeType::N)?)
         .attribute_definitions(attr("lk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("rk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("rpos", ScalarAttributeType::N)?)
         .key_schema(key(TABLE.hash, KeyType::Hash)?)
         .set_global_secondary_indexes(Some(indexes))
         .send()

@@ -4,18 +4,19 @@
 use super::errors::{is_conditional_failure, map_err};
 use super::expression::Expression;
 use super::items::{self, TaskItem};
-use super::schema::LANE_INDEX;
+use super::schema::{LANE_INDEX, ROSTER_INDEX};
 use super::{BATCH_GET_KEYS, Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::future::join_all;
 use std::collections::{HashMap, HashSet};
 use trawl_core::store::{
-    Applied, InTurnClaims, Part, Seeded, StatusCounts, StoreError, StoreResult, TaskPage,
-    TaskQuery, TaskRecords, TaskSummary,
+    Applied, InTurnClaims, Part, RosterPage, Seeded, StatusCounts, StoreError, StoreResult,
+    TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use trawl_domain::calls::Call;
 use trawl_domain::canonical::{CrawlId, TaskId};
-use trawl_domain::task::{Status, Task};
+use trawl_domain::roster::Place;
+use trawl_domain::task::{Millis, Status, Task};
 use trawl_domain::transition::{Change, Insert, Update};
 
 impl DynamoStore {
@@ -50,6 +51,7 @@ impl TaskRecords for DynamoStore {
     /// A turn's claim is one consistent read: the lease is the token as read, and the finish,
     /// fail or release under it is the claim.
     const IN_TURN_CLAIMS: InTurnClaims = InTurnClaims::AsRead;
+    const ROSTERS: bool = true;
 
     async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         // Bounded parallelism, results in input order. A task repeated in the batch is put
@@ -263,6 +265,71 @@ impl TaskRecords for DynamoStore {
         Ok(TaskPage { tasks, cursor })
     }
 
+    /// One Query of the roster index (keys only, from `after`), then the tasks it names in one
+    /// BatchGetItem (eventually consistent: a turn's claim reads each task again, consistently,
+    /// before it fetches it; half a read unit a task).
+    async fn roster(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        after: Option<&Place>,
+        limit: u32,
+    ) -> StoreResult<RosterPage> {
+        let key = items::host_key(crawl_id, host);
+        let limit = limit.clamp(1, BATCH_GET_KEYS as u32);
+        let start = after.map(|place| {
+            HashMap::from([
+                ("pk".to_owned(), Self::task_key(crawl_id, &place.task_id)),
+                ("rk".to_owned(), s(key.clone())),
+                ("rpos".to_owned(), n(place.at)),
+            ])
+        });
+        self.calls.record(Call::DynamoQuery);
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(ROSTER_INDEX)
+            .key_condition_expression("#rk = :rk")
+            .expression_attribute_names("#rk", "rk")
+            .expression_attribute_values(":rk", s(key))
+            .scan_index_forward(true)
+            .limit(limit as i32)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| map_err("Query", e))?;
+        let at_end = out.last_evaluated_key.is_none();
+        let mut places = Vec::new();
+        for item in out.items.unwrap_or_default() {
+            let place = match (item.get("rpos"), item.get("pk")) {
+                (Some(AttributeValue::N(at)), Some(AttributeValue::S(pk))) => at
+                    .parse::<Millis>()
+                    .ok()
+                    .zip(items::task_id_of_pk(crawl_id, pk)),
+                _ => None,
+            };
+            let Some((at, task_id)) = place else {
+                return Err(StoreError::Corrupt {
+                    key: format!("{item:?}"),
+                    reason: "roster entry without its place".into(),
+                });
+            };
+            places.push(Place { at, task_id });
+        }
+        let ids: Vec<TaskId> = places.iter().map(|p| p.task_id.clone()).collect();
+        let mut tasks = self.batch_get_tasks(crawl_id, &ids).await?;
+        // A task deleted since the index listed it (a purge under way) is no entry.
+        let entries = places
+            .into_iter()
+            .filter_map(|place| {
+                let task = tasks.remove(&place.task_id)?;
+                Some((place, TaskSummary::from(&task)))
+            })
+            .collect();
+        Ok(RosterPage { entries, at_end })
+    }
+
     async fn due_tasks(
         &self,
         crawl_id: &CrawlId,
@@ -369,6 +436,57 @@ impl TaskRecords for DynamoStore {
 }
 
 impl DynamoStore {
+    /// The tasks of `ids` (at most `BATCH_GET_KEYS`), by id, in one BatchGetItem (and its
+    /// unprocessed keys again), eventually consistent; a task that does not exist is absent.
+    async fn batch_get_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        ids: &[TaskId],
+    ) -> StoreResult<HashMap<TaskId, Task>> {
+        let mut found = HashMap::with_capacity(ids.len());
+        let mut keys: Vec<HashMap<String, AttributeValue>> = ids
+            .iter()
+            .map(|id| HashMap::from([("pk".to_owned(), Self::task_key(crawl_id, id))]))
+            .collect();
+        for attempt in 0..8u32 {
+            if keys.is_empty() {
+                break;
+            }
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut keys)))
+                .build()
+                .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
+            self.calls.record(Call::DynamoBatchGetItem);
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, request)
+                .send()
+                .await
+                .map_err(|e| map_err("BatchGetItem", e))?;
+            let items = out.responses.and_then(|mut r| r.remove(&self.table));
+            for item in items.unwrap_or_default() {
+                let task = TaskItem::from_item(item)?.into_task()?;
+                found.insert(task.task_id.clone(), task);
+            }
+            keys = out
+                .unprocessed_keys
+                .and_then(|mut m| m.remove(&self.table))
+                .map(|k| k.keys)
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+            }
+        }
+        if !keys.is_empty() {
+            return Err(StoreError::unavailable(
+                "BatchGetItem",
+                "unprocessed keys remain",
+            ));
+        }
+        Ok(found)
+    }
+
     /// One conditional put: creates the task unless it exists.
     async fn insert_one(&self, insert: &Insert) -> StoreResult<Seeded> {
         let item = TaskItem::from_task(&insert.task, self.shards).to_item()?;

@@ -12,8 +12,8 @@
 
 use super::budget::PageBudget;
 use super::{
-    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, Seeded, StatusCounts,
-    StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
+    Applied, CrawlRecords, HostCounts, HostPage, HostStore, InTurnClaims, RosterPage, Seeded,
+    StatusCounts, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use trawl_domain::crawl::transition::CrawlUpdate;
 use trawl_domain::crawl::{Crawl, CrawlState};
 use trawl_domain::host::Host;
 use trawl_domain::request::RequestId;
+use trawl_domain::roster::Place;
 use trawl_domain::task::Task;
 use trawl_domain::transition::{Insert, Update};
 
@@ -70,6 +71,11 @@ pub enum Call<'a> {
         crawl_id: &'a CrawlId,
         host: &'a str,
         lane: Option<&'a str>,
+        limit: u32,
+    },
+    Roster {
+        crawl_id: &'a CrawlId,
+        host: &'a str,
         limit: u32,
     },
     Query {
@@ -133,6 +139,7 @@ impl Call<'_> {
             Call::Known { .. } => "known",
             Call::Apply { update, .. } => update.event.name(),
             Call::DueTasks { .. } => "due_tasks",
+            Call::Roster { .. } => "roster",
             Call::Query { .. } => "query",
             Call::Counts { .. } => "counts",
             Call::DeleteTasks { .. } => "delete_tasks",
@@ -308,6 +315,7 @@ impl<S: CrawlRecords, L: Layer> CrawlRecords for Layered<S, L> {
 
 impl<S: TaskRecords, L: Layer> TaskRecords for Layered<S, L> {
     const IN_TURN_CLAIMS: InTurnClaims = S::IN_TURN_CLAIMS;
+    const ROSTERS: bool = S::ROSTERS;
 
     async fn insert(&self, tasks: &[Insert]) -> StoreResult<Vec<Seeded>> {
         let call = Call::Insert { tasks };
@@ -360,6 +368,22 @@ impl<S: TaskRecords, L: Layer> TaskRecords for Layered<S, L> {
             limit,
         };
         let read = || self.inner.due_tasks(crawl_id, host, limit);
+        self.around(call, read, other).await
+    }
+
+    async fn roster(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        after: Option<&Place>,
+        limit: u32,
+    ) -> StoreResult<RosterPage> {
+        let call = Call::Roster {
+            crawl_id,
+            host,
+            limit,
+        };
+        let read = || self.inner.roster(crawl_id, host, after, limit);
         self.around(call, read, other).await
     }
 

@@ -212,6 +212,15 @@ pub struct TaskPage {
     pub cursor: Option<String>,
 }
 
+/// A page of a host's roster (`TaskRecords::roster`): entries in roster order, each with its
+/// task as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RosterPage {
+    pub entries: Vec<(trawl_domain::roster::Place, TaskSummary)>,
+    /// No entry follows the last one (as the index listed them).
+    pub at_end: bool,
+}
+
 /// What a status query returns: the attributes the status index projects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskSummary {

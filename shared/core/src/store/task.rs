@@ -11,13 +11,14 @@
 //! around these few methods (`super::layer`), and names a write by its update's `Event`.
 
 use super::{
-    Applied, ClaimOutcome, ClaimRejection, FailOutcome, FinishOutcome, Seeded, StatusCounts,
-    StoreError, StoreResult, TaskPage, TaskQuery, TaskSummary,
+    Applied, ClaimOutcome, ClaimRejection, FailOutcome, FinishOutcome, RosterPage, Seeded,
+    StatusCounts, StoreError, StoreResult, TaskPage, TaskQuery, TaskSummary,
 };
 use std::future::Future;
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::retry::{Failure, RetryPolicy};
 use trawl_domain::revisit::Revisit;
+use trawl_domain::roster::Place;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Event, Insert, Update};
 
@@ -70,6 +71,24 @@ pub trait TaskRecords: Send + Sync {
         task_id: &TaskId,
         update: &Update,
     ) -> impl Future<Output = StoreResult<Applied<Task>>> + Send;
+
+    /// Whether the store keeps rosters (`trawl_domain::roster`): a rostered task
+    /// (`roster::rostered`) is listed in its host's roster from its creation on, and in its
+    /// host's due list (`due_tasks`) only while it waits for a time of its own (a retry); a
+    /// host's turns walk the roster in passes. A store that keeps none lists every task in the
+    /// due lists.
+    const ROSTERS: bool = false;
+
+    /// Up to `limit` entries of `host`'s roster after `after` (from its start when None), in
+    /// roster order (`roster::Place`), each with its task as read; an empty page at its end
+    /// in a store that keeps no rosters.
+    fn roster(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        after: Option<&Place>,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<RosterPage>> + Send;
 
     /// Tasks of one host with work left (pending, in progress, failed), in their host's due
     /// order (`Task::due_key`: the soonest due first, a pending task moved earlier by its
