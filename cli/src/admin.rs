@@ -18,7 +18,7 @@ use trawl_core::deliver::{
 };
 use trawl_core::discover::ScopeMatcher;
 use trawl_core::operate::{self, Operation, Rewind, Selection};
-use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords};
+use trawl_core::store::{CrawlStore, HostStore, StatusCounts, TaskQuery, TaskRecords, TaskStore};
 use trawl_domain::canonical::{CanonicalUrl, CrawlId, TaskId};
 use trawl_domain::chain::{self, BODY_KEY, KEY_KEY, METHOD_KEY, TaskRequest};
 use trawl_domain::crawl::Crawl;
@@ -733,7 +733,7 @@ impl HostView {
     ) -> Result<Self, CliError> {
         let due = backend
             .store
-            .due_tasks(&crawl.id, &host.name, PENDING_READ)
+            .host_tasks(&crawl.id, &host.name, PENDING_READ)
             .await?;
         let open = due
             .iter()
@@ -910,7 +910,7 @@ async fn host_show<P: Ports>(
                 crawl.id
             ))
         })?;
-    let due = backend.store.due_tasks(&crawl.id, name, 10).await?;
+    let due = backend.store.host_tasks(&crawl.id, name, 10).await?;
     let view = HostView::counted(backend, host, crawl, now_ms()).await?;
     let next: Vec<serde_json::Value> = due
         .iter()

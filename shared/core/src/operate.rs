@@ -522,7 +522,9 @@ async fn move_work<S: Store, Q: WorkQueue>(
         .map_err(|e| OperateError::Invalid(format!("crawl {to}'s stored scope: {e}")))?;
     let mut tasks = Vec::new();
     for name in names {
-        let due = store.due_tasks(&crawl.id, name, MOVED_PER_HOST + 1).await?;
+        let due = store
+            .host_tasks(&crawl.id, name, MOVED_PER_HOST + 1)
+            .await?;
         if due.len() > MOVED_PER_HOST as usize {
             return Err(OperateError::Invalid(format!(
                 "host {name} has more than {MOVED_PER_HOST} tasks due: too many to move at once"

@@ -73,8 +73,8 @@ pub enum Verdict {
     /// A page whose next fetch, or a retry whose next attempt, has not come: passed, and the
     /// next pass is due by then.
     Later(Millis),
-    /// Held by a live lease: the cursor stops before it.
-    Held,
+    /// Held by a live lease until this time: the cursor stops before it.
+    Held(Millis),
 }
 
 impl Pass {
@@ -90,7 +90,7 @@ impl Pass {
         match status {
             Status::Pending => Verdict::Due,
             Status::InProgress => match lease_expires_at {
-                Some(until) if until > now => Verdict::Held,
+                Some(until) if until > now => Verdict::Held(until),
                 _ => Verdict::Due,
             },
             Status::Failed => match next_attempt_at {
@@ -163,7 +163,7 @@ impl Read {
             Verdict::Due => ended.contains(&self.place.task_id).then_some(revisit),
             Verdict::Passed => Some(None),
             Verdict::Later(at) => Some(Some(at)),
-            Verdict::Held => None,
+            Verdict::Held(_) => None,
         }
     }
 }
@@ -198,14 +198,25 @@ impl Walk {
                 next.cursor = Some(read.place.clone());
             }
         }
-        next.ended_at = (!self.leaves_work(ended)).then_some(now);
+        next.ended_at = self.work_left_at(ended, now).is_none().then_some(now);
         next
     }
 
-    /// Whether the walk leaves work the turn did not take: an entry due and not ended, one
-    /// held, or a roster not read to its end.
-    pub fn leaves_work(&self, ended: &Ended) -> bool {
-        !self.at_end || self.read.iter().any(|r| r.seen(ended, None).is_none())
+    /// When the walk leaves work the turn did not take: now for a roster not read to its end or
+    /// an entry due and not ended, else when the first lease held on an entry ends; None when
+    /// it leaves none.
+    pub fn work_left_at(&self, ended: &Ended, now: Millis) -> Option<Millis> {
+        if !self.at_end {
+            return Some(now);
+        }
+        self.read
+            .iter()
+            .filter_map(|r| match r.verdict {
+                Verdict::Due if !ended.contains(&r.place.task_id) => Some(now),
+                Verdict::Held(until) => Some(until),
+                _ => None,
+            })
+            .min()
     }
 }
 

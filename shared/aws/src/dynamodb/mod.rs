@@ -66,9 +66,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery};
+use trawl_core::store::{Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords};
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::roster::Place;
 use trawl_domain::task::{Millis, Status};
 
 pub use self::schema::{HOST_INDEX, LANE_INDEX, STATUS_INDEX, create_table};
@@ -299,6 +300,17 @@ struct HostWalk {
     pk: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due: Option<Millis>,
+    /// In the host's roster (after its due list), after the entry `pk` at `rpos` if given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    roster: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rpos: Option<Millis>,
+}
+
+/// Where a walk of one host stands: in its due list (from an index key), or in its roster.
+enum HostAt {
+    DueList(Option<Item>),
+    Roster(Option<Place>),
 }
 
 /// The crawl's hosts of one part after a point, in walk order (host list key by key; under a
@@ -438,13 +450,19 @@ impl DynamoStore {
         let (mut hosts, mut host, mut start) = match at {
             Some(at) if !query.part.holds(at.shard) => return Err(StoreError::InvalidCursor),
             Some(at) => {
-                let start = match (at.pk, at.due) {
-                    (Some(pk), Some(due)) => Some(HashMap::from([
+                let start = match (at.roster, at.pk, at.due, at.rpos) {
+                    (false, Some(pk), Some(due), _) => HostAt::DueList(Some(HashMap::from([
                         ("pk".to_owned(), s(pk)),
                         ("hk".to_owned(), s(items::host_key(crawl_id, &at.host))),
                         ("due".to_owned(), n(due)),
-                    ])),
-                    _ => None,
+                    ]))),
+                    (false, ..) => HostAt::DueList(None),
+                    (true, Some(pk), _, Some(rpos)) => {
+                        let task_id =
+                            items::task_id_of_pk(crawl_id, &pk).ok_or(StoreError::InvalidCursor)?;
+                        HostAt::Roster(Some(Place { at: rpos, task_id }))
+                    }
+                    (true, ..) => HostAt::Roster(None),
                 };
                 let hosts = Hosts::after(crawl_id, query.part, Some((at.shard, &at.host)));
                 (hosts, Some((at.shard, at.host)), start)
@@ -452,15 +470,16 @@ impl DynamoStore {
             None => {
                 let mut hosts = Hosts::after(crawl_id, query.part, None);
                 let first = hosts.next(self, crawl_id).await?;
-                (hosts, first, None)
+                (hosts, first, HostAt::DueList(None))
             }
         };
         let limit = query.limit.max(1) as usize;
         let mut tasks = Vec::new();
-        // Bounded: each round reads a page of one host's list (and, every `HOSTS_PAGE` hosts,
-        // a page of host keys), and a page ends after `HOST_WALK_ROUNDS` of them however few
-        // tasks it holds, so that a caller with a deadline (a delivery) checks it between
-        // pages: a status most hosts have none of is otherwise one call over every host.
+        // Bounded: each round reads a page of one host's list or roster (and, every
+        // `HOSTS_PAGE` hosts, a page of host keys), and a page ends after `HOST_WALK_ROUNDS` of
+        // them however few tasks it holds, so that a caller with a deadline (a delivery) checks
+        // it between pages: a status most hosts have none of is otherwise one call over every
+        // host.
         let mut rounds = 0;
         while let Some((_, name)) = host.clone() {
             if tasks.len() >= limit || rounds >= HOST_WALK_ROUNDS {
@@ -468,43 +487,81 @@ impl DynamoStore {
             }
             rounds += 1;
             let want = i32::try_from(limit - tasks.len()).unwrap_or(i32::MAX);
-            let (items, _, next) = self
-                .host_page(
-                    crawl_id,
-                    status,
-                    query.updated_before,
-                    &name,
-                    start.take(),
-                    Some(want),
-                    false,
-                )
-                .await?;
-            for item in items {
-                tasks.push(items::summary_from_item(item)?);
-            }
-            match next {
-                Some(key) => start = Some(key),
-                None => host = hosts.next(self, crawl_id).await?,
-            }
+            start = match start {
+                HostAt::DueList(from) => {
+                    let (items, _, next) = self
+                        .host_page(
+                            crawl_id,
+                            status,
+                            query.updated_before,
+                            &name,
+                            from,
+                            Some(want),
+                            false,
+                        )
+                        .await?;
+                    for item in items {
+                        tasks.push(items::summary_from_item(item)?);
+                    }
+                    match next {
+                        Some(key) => HostAt::DueList(Some(key)),
+                        None => HostAt::Roster(None),
+                    }
+                }
+                // The host's rostered tasks, each read (a roster holds keys only).
+                HostAt::Roster(after) => {
+                    let page = self
+                        .roster(crawl_id, &name, after.as_ref(), want.unsigned_abs())
+                        .await?;
+                    let last = page.entries.last().map(|(place, _)| place.clone());
+                    tasks.extend(page.entries.into_iter().map(|(_, t)| t).filter(|t| {
+                        status.is_none_or(|st| t.status == st)
+                            && query.updated_before.is_none_or(|at| t.updated_at <= at)
+                    }));
+                    match last {
+                        Some(place) if !page.at_end => HostAt::Roster(Some(place)),
+                        _ => {
+                            host = hosts.next(self, crawl_id).await?;
+                            HostAt::DueList(None)
+                        }
+                    }
+                }
+            };
         }
         let cursor = host
             .map(|(shard, host)| {
-                let key = |name: &str| start.as_ref().and_then(|k| k.get(name));
-                serde_json::to_string(&HostWalk {
-                    shard,
-                    host,
-                    pk: key("pk").and_then(|v| v.as_s().ok()).cloned(),
-                    due: key("due")
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|v| v.parse().ok()),
-                })
+                let walk = match &start {
+                    HostAt::DueList(key) => {
+                        let key = |name: &str| key.as_ref().and_then(|k| k.get(name));
+                        HostWalk {
+                            shard,
+                            host,
+                            pk: key("pk").and_then(|v| v.as_s().ok()).cloned(),
+                            due: key("due")
+                                .and_then(|v| v.as_n().ok())
+                                .and_then(|v| v.parse().ok()),
+                            roster: false,
+                            rpos: None,
+                        }
+                    }
+                    HostAt::Roster(place) => HostWalk {
+                        shard,
+                        host,
+                        pk: place.as_ref().map(|p| items::task_pk(crawl_id, &p.task_id)),
+                        due: None,
+                        roster: true,
+                        rpos: place.as_ref().map(|p| p.at),
+                    },
+                };
+                serde_json::to_string(&walk)
             })
             .transpose()
             .map_err(|e| StoreError::backend("Query", e.to_string()).caused_by(e))?;
         Ok(TaskPage { tasks, cursor })
     }
 
-    /// Tasks in a status the status index does not list, counted host by host.
+    /// Tasks in a status the status index does not list, counted host by host (its due list's
+    /// by the index, its roster's read).
     async fn count_on_hosts(&self, crawl_id: &CrawlId, status: Status) -> StoreResult<u64> {
         let mut total = 0u64;
         let mut hosts = Hosts::after(crawl_id, Part::WHOLE, None);
@@ -518,6 +575,16 @@ impl DynamoStore {
                 match next {
                     Some(key) => start = Some(key),
                     None => break,
+                }
+            }
+            let mut after = None;
+            loop {
+                let page = self.roster(crawl_id, &name, after.as_ref(), 100).await?;
+                let read = page.entries.iter().filter(|(_, t)| t.status == status);
+                total += read.count() as u64;
+                after = page.entries.last().map(|(place, _)| place.clone());
+                if page.at_end || after.is_none() {
+                    break;
                 }
             }
         }

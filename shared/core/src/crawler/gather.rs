@@ -170,10 +170,9 @@ impl<P: Ports> Crawler<P> {
         };
         let now = self.clock.now_ms();
         let mut turn = lock(state);
-        for (outcome, fetched_before) in ends {
-            turn.outcomes.push(outcome);
-            turn.plan
-                .finished(outcome.end_of(fetched_before), None, now);
+        for (waiting, (outcome, fetched_before)) in pages.iter().zip(ends) {
+            let end = outcome.end_of(fetched_before);
+            turn.ended(&waiting.page.task.task_id, outcome, end, None, now);
         }
     }
 

@@ -61,6 +61,7 @@ use trawl_domain::image::{image_data, is_image_task};
 use trawl_domain::paging::{PageOf, PagePattern, PageStep, PageYield, body_yields, next_page};
 use trawl_domain::retry::Failure;
 use trawl_domain::revisit::Revisit;
+use trawl_domain::roster::{Ended, Pass, Read, Walk};
 use trawl_domain::task::{
     ErrorKind, FetchRecord, Lease, Millis, NewTask, Priority, SESSION_KEY, Task, UserData,
     given_content_type, pushed_content, session_of,
@@ -79,6 +80,10 @@ const DUE_PAGE: u32 = 100;
 const NEXT_WORK_PAGE: u32 = 8;
 /// Tasks of a given-up host ended per turn.
 const DRAIN_PER_TURN: u32 = 500;
+
+/// Roster pages a turn reads at most in one refill while none holds due work (a pass that
+/// meets pages fetched already reads on to the next due one, within this bound).
+const ROSTER_PAGES_PER_READ: usize = 10;
 
 /// What to do with a message once processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +277,48 @@ impl CrawlContext {
 struct TurnState {
     plan: TurnPlan,
     outcomes: Vec<Outcome>,
+    /// In a store that keeps rosters.
+    roster: Option<RosterTurn>,
+}
+
+impl TurnState {
+    /// Records what became of a task the turn started.
+    fn ended(
+        &mut self,
+        task_id: &TaskId,
+        outcome: Outcome,
+        end: TaskEnd,
+        signal: Option<HostSignal>,
+        now: Millis,
+    ) {
+        self.outcomes.push(outcome);
+        if let (Some(roster), TaskEnd::Ended | TaskEnd::EndedAgain) = (&mut self.roster, end) {
+            roster.ended.insert(task_id.clone());
+        }
+        self.plan.finished(end, signal, now);
+    }
+}
+
+/// A turn's walk of its host's roster (`trawl_domain::roster`): the pass it walks, what it read
+/// and what it saw to an end.
+#[derive(Debug, Default)]
+struct RosterTurn {
+    pass: Pass,
+    walk: Walk,
+    ended: Ended,
+}
+
+impl RosterTurn {
+    /// The pass as the turn hands it back, and when the host has work from its roster next
+    /// (`revisit`: when a page the turn ended may be due again).
+    fn hand_back(&self, revisit: Option<Millis>, now: Millis) -> (Pass, Option<NextWork>) {
+        let pass = self.walk.hand_back(&self.pass, &self.ended, revisit, now);
+        let work = match self.walk.work_left_at(&self.ended, now) {
+            Some(at) => Some(NextWork::Task(at)),
+            None => pass.revisit_at().map(NextWork::Revisit),
+        };
+        (pass, work)
+    }
 }
 
 /// What renewing a running turn's hold on its host needs: the turn, and the host record as the
@@ -662,7 +709,8 @@ impl<P: Ports> Crawler<P> {
                 self.concurrency,
             )),
         };
-        let (holder, mut outcomes) = self
+        let claimed_at = now;
+        let (holder, mut outcomes, roster) = self
             .run_turn(&context, host, &turn, now, deadline, outbox, &held)
             .await;
         let seeded_by_turn = held.offered.into_inner();
@@ -712,6 +760,24 @@ impl<P: Ports> Crawler<P> {
                 Some(NextWork::Task(now + INTERNAL_RETRY_MS as Millis))
             }
         };
+        // The roster's work: a page the turn ended is due again no sooner than the crawl's
+        // shortest revisit after the turn began.
+        let revisit = config
+            .recrawl
+            .shortest_revisit_ms()
+            .map(|ms| claimed_at.saturating_add(Millis::try_from(ms).unwrap_or(Millis::MAX)));
+        let (pass, next_work) = match roster.map(|r| r.hand_back(revisit, now)) {
+            Some((pass, work)) => {
+                let at = |w: &NextWork| match w {
+                    NextWork::Task(at) | NextWork::Revisit(at) => *at,
+                };
+                (
+                    Some(pass),
+                    [next_work, work].into_iter().flatten().min_by_key(at),
+                )
+            }
+            None => (None, next_work),
+        };
         let holder = &holder;
         let hand_back = || {
             update_host(&self.store, crawl, &holder.name, now, |stored| {
@@ -730,7 +796,15 @@ impl<P: Ports> Crawler<P> {
                 ) {
                     Some((next, visible_at)) => {
                         let priority = priority.unwrap_or(next.priority);
-                        (Some(Host { priority, ..next }), visible_at)
+                        let pass = pass.clone().unwrap_or_else(|| next.pass.clone());
+                        (
+                            Some(Host {
+                                priority,
+                                pass,
+                                ..next
+                            }),
+                            visible_at,
+                        )
                     }
                     None => (None, None),
                 }
@@ -805,21 +879,45 @@ impl<P: Ports> Crawler<P> {
         deadline: Option<Instant>,
         outbox: &Outbox,
         held: &Held,
-    ) -> (Host, Vec<Outcome>) {
+    ) -> (Host, Vec<Outcome>, Option<RosterTurn>) {
         let crawl = &context.crawl;
         let config = &crawl.config;
         let name = &host.name.clone();
+        let mut roster = P::Store::ROSTERS.then(|| RosterTurn {
+            pass: host.pass.current(claimed_at),
+            ..RosterTurn::default()
+        });
         // robots.txt's Crawl-delay, read once per turn (the fetcher caches robots.txt per host,
-        // so this costs a request only for a host's first turn).
+        // so this costs a request only for a host's first turn). The first roster page read for
+        // it is the turn's first work.
+        let mut opening = VecDeque::new();
         let first = match self.store.due_tasks(&crawl.id, name, 1).await {
             Ok(due) => due.into_iter().next(),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the host's due tasks");
-                return (host, vec![Outcome::Error]);
+                return (host, vec![Outcome::Error], roster);
             }
         };
-        let Some(first) = first else {
-            return (host, Vec::new());
+        let first = match (first, &mut roster) {
+            (Some(first), _) => first,
+            (None, None) => return (host, Vec::new(), roster),
+            (None, Some(walking)) => {
+                let limit = config.politeness.host_policy(name).turn_pages;
+                match self
+                    .read_roster(&crawl.id, name, walking, limit.clamp(1, DUE_PAGE))
+                    .await
+                {
+                    Ok(due) => opening = due.into(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the host's roster");
+                        return (host, vec![Outcome::Error], roster);
+                    }
+                }
+                match opening.front() {
+                    Some(first) => first.clone(),
+                    None => return (host, Vec::new(), roster),
+                }
+            }
         };
         let robots_delay = match CanonicalUrl::parse(&first.url) {
             Ok(url) => self.fetcher.crawl_delay(&url, config).await,
@@ -839,6 +937,7 @@ impl<P: Ports> Crawler<P> {
         let owned = Mutex::new(TurnState {
             plan: TurnPlan::new(host, config, turn, claimed_at, robots_delay),
             outcomes: Vec::new(),
+            roster,
         });
         // Shared by the turn's concurrent fetches.
         let state = &owned;
@@ -853,7 +952,7 @@ impl<P: Ports> Crawler<P> {
                 }
                 plan.pages_left()
             };
-            let due = stream::unfold(VecDeque::<TaskSummary>::new(), |mut buffer| async move {
+            let due = stream::unfold(std::mem::take(&mut opening), |mut buffer| async move {
                 loop {
                     if lock(state).plan.stopped() {
                         return None;
@@ -866,7 +965,7 @@ impl<P: Ports> Crawler<P> {
                         }
                     }
                     let now = self.clock.now_ms();
-                    let page = match self.due_page(crawl, name).await {
+                    let page = match self.due_page(crawl, name, state).await {
                         Ok(page) => page,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot read the host's due tasks");
@@ -923,11 +1022,13 @@ impl<P: Ports> Crawler<P> {
                 {
                     let mut turn_state = lock(state);
                     // A page gathered ends when its segment is appended (`gather`).
-                    let end = outcome.map_or(TaskEnd::Open, |outcome| {
-                        turn_state.outcomes.push(outcome);
-                        outcome.end(&task)
-                    });
-                    turn_state.plan.finished(end, signal, now);
+                    match outcome {
+                        Some(outcome) => {
+                            let end = outcome.end(&task);
+                            turn_state.ended(&task.task_id, outcome, end, signal, now);
+                        }
+                        None => turn_state.plan.finished(TaskEnd::Open, signal, now),
+                    }
                 }
                 let full = held.segment.take_full();
                 self.seal(context, full, hold, state).await;
@@ -941,9 +1042,52 @@ impl<P: Ports> Crawler<P> {
                 break;
             }
         }
-        let TurnState { plan, outcomes } =
-            owned.into_inner().unwrap_or_else(PoisonError::into_inner);
-        (plan.into_host(), outcomes)
+        let TurnState {
+            plan,
+            outcomes,
+            roster,
+        } = owned.into_inner().unwrap_or_else(PoisonError::into_inner);
+        (plan.into_host(), outcomes, roster)
+    }
+
+    /// Reads `host`'s roster on from where `walking` stands, a page of at most `limit` entries
+    /// at a time, until one holds due work or the roster ends (at most `ROSTER_PAGES_PER_READ`
+    /// pages); records what each entry is to the pass. The due work, in roster order.
+    async fn read_roster(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        walking: &mut RosterTurn,
+        limit: u32,
+    ) -> StoreResult<Vec<TaskSummary>> {
+        let mut due = Vec::new();
+        for _ in 0..ROSTER_PAGES_PER_READ {
+            let after = walking.walk.next_from(&walking.pass).cloned();
+            let page = self
+                .store
+                .roster(crawl_id, host, after.as_ref(), limit)
+                .await?;
+            let now = self.clock.now_ms();
+            let read = page.entries.len();
+            for (place, task) in page.entries {
+                let verdict = walking.pass.verdict(
+                    task.status,
+                    task.next_attempt_at,
+                    task.next_fetch_at,
+                    task.lease_expires_at,
+                    now,
+                );
+                walking.walk.read.push(Read { place, verdict });
+                if verdict == trawl_domain::roster::Verdict::Due {
+                    due.push(task);
+                }
+            }
+            walking.walk.at_end = page.at_end;
+            if !due.is_empty() || page.at_end || read == 0 {
+                break;
+            }
+        }
+        Ok(due)
     }
 
     /// A page of `host`'s due tasks as a turn reads them, as lists to be taken in rotation
@@ -952,7 +1096,34 @@ impl<P: Ports> Crawler<P> {
     /// are in none of them (created before the crawl had lanes, or in a lane it no longer
     /// names) as one more.
     /// The queries run at once: a refill waits for one round trip, not one per lane.
-    async fn due_page(&self, crawl: &Crawl, host: &str) -> StoreResult<Vec<Vec<TaskSummary>>> {
+    async fn due_page(
+        &self,
+        crawl: &Crawl,
+        host: &str,
+        state: &Mutex<TurnState>,
+    ) -> StoreResult<Vec<Vec<TaskSummary>>> {
+        let mut lists = self.due_lists(crawl, host).await?;
+        // The roster's due work after the due lists' (a priority or a lane orders those), read
+        // on from where the turn's walk stands: taken out of the turn's state while read (one
+        // read at a time: the turn refills its work one page after another).
+        let walking = {
+            let mut turn = lock(state);
+            let limit = turn.plan.pages_left().clamp(1, DUE_PAGE);
+            turn.roster.take().map(|walking| (walking, limit))
+        };
+        if let Some((mut walking, limit)) = walking {
+            let read = self.read_roster(&crawl.id, host, &mut walking, limit).await;
+            lock(state).roster = Some(walking);
+            match lists.last_mut() {
+                Some(rest) => rest.extend(read?),
+                None => lists.push(read?),
+            }
+        }
+        Ok(lists)
+    }
+
+    /// The host's due lists (`due_page`): its own, or its lanes' and the rest.
+    async fn due_lists(&self, crawl: &Crawl, host: &str) -> StoreResult<Vec<Vec<TaskSummary>>> {
         let lanes = trawl_domain::lane::lanes_of(&crawl.config.scope.lanes);
         if lanes.is_empty() {
             return Ok(vec![self.store.due_tasks(&crawl.id, host, DUE_PAGE).await?]);
@@ -1121,7 +1292,7 @@ impl<P: Ports> Crawler<P> {
         let reason = host.given_up.clone().unwrap_or_default();
         let due = match self
             .store
-            .due_tasks(&crawl.id, &host.name, DRAIN_PER_TURN)
+            .host_tasks(&crawl.id, &host.name, DRAIN_PER_TURN)
             .await
         {
             Ok(due) => due,
@@ -1184,7 +1355,7 @@ impl<P: Ports> Crawler<P> {
         let (outcomes, ended) = self.end_tasks_of_given_up(context, &host).await;
         let now = self.clock.now_ms();
         // Pages due later (recrawls) are not left: the sweeper wakes the host when they are due.
-        let left = match self.store.due_tasks(&crawl.id, name, 1).await {
+        let left = match self.store.host_tasks(&crawl.id, name, 1).await {
             Ok(due) => due
                 .first()
                 .and_then(TaskSummary::claimable_from)

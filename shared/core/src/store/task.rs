@@ -22,6 +22,10 @@ use trawl_domain::roster::Place;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Event, Insert, Update};
 
+/// Roster pages `TaskStore::host_tasks` reads at most, and their size.
+const ROSTER_READS: usize = 100;
+const ROSTER_PAGE: u32 = 100;
+
 /// How a store takes a claim in a host turn (`TaskStore::claim_in_turn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InTurnClaims {
@@ -127,6 +131,40 @@ pub trait TaskRecords: Send + Sync {
 /// The task operations, each one `apply` of a transition decided in `trawl_domain::transition`
 /// (see `store` for the guarantees they give). Implemented for every [`TaskRecords`].
 pub trait TaskStore: TaskRecords {
+    /// A host's tasks with work left: its due list (`due_tasks`) and, in a store that keeps
+    /// rosters, the rostered ones read from its roster's start (at most `ROSTER_READS` pages),
+    /// at most `limit`, in due order. What reads a host's work outside its turns uses (an
+    /// operator's view or move, a given-up host's end, the estimator's sample); a turn walks
+    /// the roster from its pass's cursor instead.
+    fn host_tasks(
+        &self,
+        crawl_id: &CrawlId,
+        host: &str,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<TaskSummary>>> + Send {
+        async move {
+            let mut tasks = self.due_tasks(crawl_id, host, limit).await?;
+            if !Self::ROSTERS {
+                return Ok(tasks);
+            }
+            let mut after: Option<Place> = None;
+            for _ in 0..ROSTER_READS {
+                let page = self
+                    .roster(crawl_id, host, after.as_ref(), ROSTER_PAGE)
+                    .await?;
+                after = page.entries.last().map(|(place, _)| place.clone());
+                let with_work = page.entries.into_iter().map(|(_, task)| task);
+                tasks.extend(with_work.filter(|task| task.due_at().is_some()));
+                if page.at_end || after.is_none() || tasks.len() >= limit as usize {
+                    break;
+                }
+            }
+            tasks.sort_by(|a, b| (a.due_key(), &a.task_id).cmp(&(b.due_key(), &b.task_id)));
+            tasks.truncate(limit as usize);
+            Ok(tasks)
+        }
+    }
+
     /// Creates each task unless it exists; never modifies an existing one. Results in input order.
     fn seed(
         &self,

@@ -11,7 +11,7 @@
 
 use super::{SweepError, Sweeper};
 use crate::app::Ports;
-use crate::store::{CrawlStore, HostStore, TaskRecords};
+use crate::store::{CrawlStore, HostStore, TaskRecords, TaskStore};
 use crate::url_rules::RecrawlRules;
 use futures_util::StreamExt;
 use trawl_domain::crawl::Crawl;
@@ -56,7 +56,7 @@ impl<P: Ports> Sweeper<P> {
         for host in &page.hosts {
             let due = self
                 .store
-                .due_tasks(&crawl.id, &host.name, LEVEL_PAGES_PER_HOST)
+                .host_tasks(&crawl.id, &host.name, LEVEL_PAGES_PER_HOST)
                 .await?;
             // A host with more pages than were read is represented by those due within the
             // window the read covered.

@@ -50,7 +50,7 @@ fn pending_work_and_retries_are_due_ends_are_passed_a_live_lease_holds_the_curso
     );
     assert_eq!(
         pass.verdict(Status::InProgress, None, None, Some(now + 1), now),
-        Verdict::Held
+        Verdict::Held(now + 1)
     );
     assert_eq!(
         pass.verdict(Status::InProgress, None, None, Some(now), now),
@@ -98,7 +98,7 @@ fn the_cursor_moves_over_what_the_turn_saw_to_and_stops_at_the_first_it_did_not(
     assert_eq!(next.cursor, Some(walk.read[2].place.clone()));
     assert_eq!(next.next_at, Some(3 * DAY));
     assert_eq!(next.ended_at, None);
-    assert!(walk.leaves_work(&ended));
+    assert_eq!(walk.work_left_at(&ended, now), Some(now));
     // Once task 4 ends too, the pass reaches the roster's end; the pages it fetched may be
     // due again sooner than task 3.
     let all = Ended::from([id(1), id(4), id(5)]);
@@ -106,7 +106,7 @@ fn the_cursor_moves_over_what_the_turn_saw_to_and_stops_at_the_first_it_did_not(
     assert_eq!(next.cursor, Some(walk.read[4].place.clone()));
     assert_eq!(next.next_at, Some(DAY * 5 / 2));
     assert_eq!(next.ended_at, Some(now));
-    assert!(!walk.leaves_work(&all));
+    assert_eq!(walk.work_left_at(&all, now), None);
 }
 
 #[test]
@@ -116,17 +116,25 @@ fn a_held_entry_stops_the_cursor_and_a_roster_not_read_to_its_end_leaves_work() 
         ..Pass::default()
     };
     let walk = Walk {
-        read: vec![read(100, 1, Verdict::Held), read(200, 2, Verdict::Passed)],
+        read: vec![
+            read(100, 1, Verdict::Held(2 * DAY + 60_000)),
+            read(200, 2, Verdict::Passed),
+        ],
         at_end: true,
     };
     let next = walk.hand_back(&pass, &Ended::new(), None, 2 * DAY);
     assert_eq!(next.cursor, None);
-    assert!(walk.leaves_work(&Ended::new()));
+    assert_eq!(next.ended_at, None);
+    // Its next turn is due when the lease ends, not at once.
+    assert_eq!(
+        walk.work_left_at(&Ended::new(), 2 * DAY),
+        Some(2 * DAY + 60_000)
+    );
     let unread = Walk {
         read: vec![read(200, 2, Verdict::Passed)],
         at_end: false,
     };
-    assert!(unread.leaves_work(&Ended::new()));
+    assert_eq!(unread.work_left_at(&Ended::new(), 2 * DAY), Some(2 * DAY));
     assert_eq!(
         unread.hand_back(&pass, &Ended::new(), None, 2 * DAY).cursor,
         Some(unread.read[0].place.clone())
