@@ -582,7 +582,7 @@ async fn seed_crash_complete_deliver_recrawl() {
     assert!(matches!(turn, Some((_, Some(_)))), "{turn:?}");
     let first = stack
         .store
-        .due_tasks(&crawl, &message.host, 1)
+        .host_tasks(&crawl, &message.host, 1)
         .await
         .unwrap();
     let crashed = match stack

@@ -138,7 +138,7 @@ async fn hand_back<S: TaskStore + HostStore>(
     at: Millis,
 ) {
     let name = host_url(path).host_key();
-    let next = store.due_tasks(&crawl.id, &name, 1).await.unwrap();
+    let next = store.host_tasks(&crawl.id, &name, 1).await.unwrap();
     let next_work = next.first().and_then(TaskSummary::next_work);
     update_host(store, crawl, &name, at, |h| {
         match h.hand_back(&turn, next_work, Some(h.seeded), 0, 0, at) {

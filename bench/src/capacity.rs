@@ -513,15 +513,20 @@ mod tests {
             run.peak_rate
         );
         let kinds: Vec<&String> = run.crawl.kinds.keys().collect();
-        for expected in ["table: task", "table: host record", "host-index: host"] {
+        for expected in ["table: task", "table: host record"] {
             assert!(run.crawl.kinds.contains_key(expected), "{kinds:?}");
         }
+        // A finish writes its task alone: its host's roster entry was written at seed.
+        assert!(
+            !run.crawl.kinds.contains_key("roster-index: host"),
+            "{kinds:?}"
+        );
         // Every fetch succeeds: the status index, which lists failures only, is not written.
         assert!(
             !run.crawl.kinds.contains_key("status-index: status shard"),
             "{kinds:?}"
         );
-        assert!(run.seed.kinds.contains_key("host-index: host"));
+        assert!(run.seed.kinds.contains_key("roster-index: host"));
         assert!(run.crawl.over_limit.is_empty() && run.seed.over_limit.is_empty());
     }
 }

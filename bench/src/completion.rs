@@ -282,7 +282,7 @@ async fn crawl_host(store: &DynamoStore, crawl: &Crawl, url: &CanonicalUrl) -> B
     };
     store.finish(&lease, &record, at).await.step("finish")?;
     let due = store
-        .due_tasks(&crawl.id, &name, 1)
+        .host_tasks(&crawl.id, &name, 1)
         .await
         .step("due tasks")?;
     let next_work = due.first().and_then(TaskSummary::next_work);

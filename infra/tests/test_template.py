@@ -59,9 +59,16 @@ LANE_INDEX = {
     "KeySchema": [("lk", "HASH"), ("due", "RANGE")],
     "NonKeyAttributes": HOST_INDEX["NonKeyAttributes"],
 }
-INDEXES = [STATUS_INDEX, HOST_INDEX, LANE_INDEX]
+# A host's roster (host passes): keys only, written once when a task is created.
+ROSTER_INDEX = {
+    "IndexName": "roster-index",
+    "KeySchema": [("rk", "HASH"), ("rpos", "RANGE")],
+    "NonKeyAttributes": None,
+}
+INDEXES = [STATUS_INDEX, HOST_INDEX, LANE_INDEX, ROSTER_INDEX]
 ATTRIBUTE_TYPES = {
     "pk": "S", "gsi_pk": "S", "updated": "N", "hk": "S", "due": "N", "lk": "S",
+    "rk": "S", "rpos": "N",
 }
 
 # The AWS actions each function's code uses; its role may grant these and nothing else.
@@ -409,8 +416,9 @@ def check_table(template):
         if index_keys != wanted["KeySchema"]:
             problems.append(f"{logical}: {name} keys {index_keys}, expected {wanted['KeySchema']}")
         projection = index.get("Projection", {})
-        if projection.get("ProjectionType") != "INCLUDE":
-            problems.append(f"{logical}: {name} projection must be INCLUDE")
+        kind = "KEYS_ONLY" if wanted["NonKeyAttributes"] is None else "INCLUDE"
+        if projection.get("ProjectionType") != kind:
+            problems.append(f"{logical}: {name} projection must be {kind}")
         if projection.get("NonKeyAttributes") != wanted["NonKeyAttributes"]:
             problems.append(
                 f"{logical}: {name} attributes {projection.get('NonKeyAttributes')}, expected {wanted['NonKeyAttributes']}"
@@ -455,8 +463,13 @@ def check_adapter_schema(template):
         wanted = {"S": "ScalarAttributeType::S", "N": "ScalarAttributeType::N"}[attribute["AttributeType"]]
         if f'attr("{attribute["AttributeName"]}", {wanted})' not in text:
             problems.append(f"schema.rs does not define {attribute['AttributeName']!r} as {wanted}")
-    if len(indexes) != 3:
-        problems.append(f"the template has {len(indexes)} indexes; schema.rs creates 3")
+    roster = re.search(r'pub const ROSTER_INDEX\s*:\s*&str\s*=\s*"([^"]+)"', text)
+    if roster is None or roster.group(1) not in indexes:
+        problems.append("schema.rs ROSTER_INDEX is not an index of the template")
+    elif "projection: Projected::KeysOnly" not in text:
+        problems.append("schema.rs does not create the roster index keys only")
+    if len(indexes) != 4:
+        problems.append(f"the template has {len(indexes)} indexes; schema.rs creates 4")
     return problems
 
 

@@ -56,6 +56,7 @@ macro_rules! suite {
             stale_objects_are_handed_to_the_next_finisher [],
             release_gives_the_task_back [],
             due_tasks_are_per_host_in_due_order [],
+            a_rostered_task_stays_at_its_place_in_its_hosts_roster_from_seed_to_finish [],
             a_hosts_pending_tasks_are_due_highest_priority_first [],
             a_lanes_due_list_holds_its_own_tasks_and_follows_them_out [],
             host_records_are_written_only_over_the_version_read [],

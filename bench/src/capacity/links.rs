@@ -525,7 +525,7 @@ mod tests {
             "table: host counts",
             "table: crawl record",
             "status-index: hosts list",
-            "host-index: host",
+            "roster-index: host",
         ] {
             assert!(
                 run.peaks.kinds.contains_key(kind),

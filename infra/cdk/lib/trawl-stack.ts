@@ -270,6 +270,14 @@ export class TrawlStack extends Stack {
       projectionType: dynamodb.ProjectionType.INCLUDE,
       nonKeyAttributes: HOST_INDEX_ATTRIBUTES,
     });
+    // A host's roster (host passes): rk = {crawl_id}#{host}, rpos = the task's creation time,
+    // written once when a task placed by time alone is created; keys only.
+    table.addGlobalSecondaryIndex({
+      indexName: 'roster-index',
+      partitionKey: { name: 'rk', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'rpos', type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.KEYS_ONLY,
+    });
     samLogicalId(table, 'Table');
 
     const bucket = new s3.Bucket(this, 'Bucket', {

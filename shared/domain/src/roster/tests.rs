@@ -166,14 +166,13 @@ fn a_pass_ended_starts_again_from_the_roster_start_once_its_next_pass_is_due() {
     let first = Pass::default().current(DAY);
     assert_eq!(first.started_at, DAY);
     let ended = Pass {
-        started_at: DAY,
+        started_at: first.started_at,
         cursor: Some(Place {
             at: 5,
             task_id: id(5),
         }),
         next_at: Some(2 * DAY),
         ended_at: Some(DAY + 3 * HOUR),
-        ..first
     };
     assert_eq!(ended.revisit_at(), Some(2 * DAY));
     // Not yet due: the same pass (a new entry after the cursor is still read).
