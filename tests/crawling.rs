@@ -380,8 +380,9 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     );
     assert_eq!(
         calls.get(Call::DynamoBatchGetItem),
-        1,
-        "the crawl's config, once per worker (with its report lanes' calls)"
+        1 + batches,
+        "the crawl's config, once per worker (with its report lanes' calls), and each turn's \
+         page of its host's roster, its tasks in one read"
     );
 
     // WHEN both are recrawled (content unchanged: one by md5, one by 304)
@@ -417,9 +418,13 @@ const LOST_NOW: trawl_core::frontier::Reissue = trawl_core::frontier::Reissue::L
     known_work: true,
 };
 
-/// Wakes the hosts of known tasks (as the sweeper does for rescheduled ones).
+/// Wakes the hosts of known tasks made due again, their passes rewound (as an operator's
+/// rewind does: the tasks are behind their roster cursors).
 async fn seed_messages(crawler: &AwsCrawler, crawl: &Crawl, urls: &[String]) {
     let hosts = trawl_core::frontier::hosts_of(urls.iter().map(String::as_str));
+    trawl_core::frontier::rewind_hosts(crawler.store(), crawl, &hosts, now_ms())
+        .await
+        .unwrap();
     let messages =
         trawl_core::frontier::reissue_turns(crawler.store(), crawl, hosts, LOST_NOW, now_ms())
             .await

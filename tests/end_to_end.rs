@@ -739,7 +739,10 @@ async fn seed_crash_complete_deliver_recrawl() {
         "{reports:?} {outcomes:?}"
     );
     // (a removed page is checked twice: kept at its first 404, gone at its second in a row)
-    assert_eq!(count(&outcomes, |o| matches!(o, Outcome::Retrying)), 0);
+    assert_eq!(
+        count(&outcomes, |o| matches!(o, Outcome::Retrying { .. })),
+        0
+    );
     assert_eq!(
         count(&outcomes, |o| matches!(o, Outcome::GaveUp)),
         2 * REMOVED.len()

@@ -39,16 +39,23 @@ async fn write_the_old_way(
     before_host_index: bool,
 ) {
     let gsi = format!("{crawl}#{}#{}", status.code(), id.shard(SHARDS));
-    let remove = if before_host_index { "due, hk" } else { "due" };
-    client
+    // Old items were in no roster; those written after the host index have its hash key.
+    let update = if before_host_index {
+        "SET gsi_pk = :g REMOVE due, hk, rk, rpos"
+    } else {
+        "SET gsi_pk = :g, hk = :hk REMOVE due, rk, rpos"
+    };
+    let mut request = client
         .update_item()
         .table_name(table)
         .key("pk", AttributeValue::S(format!("{crawl}#{id}")))
-        .update_expression(format!("SET gsi_pk = :g REMOVE {remove}"))
-        .expression_attribute_values(":g", AttributeValue::S(gsi))
-        .send()
-        .await
-        .unwrap();
+        .update_expression(update)
+        .expression_attribute_values(":g", AttributeValue::S(gsi));
+    if !before_host_index {
+        request = request
+            .expression_attribute_values(":hk", AttributeValue::S(format!("{crawl}#old.test")));
+    }
+    request.send().await.unwrap();
 }
 
 async fn listed(store: &DynamoStore, crawl: &CrawlId, status: Status) -> Vec<TaskId> {

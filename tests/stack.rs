@@ -3,7 +3,7 @@
 
 use crate::support::{self, moto, unique};
 use aws_sdk_sqs::types::QueueAttributeName;
-use trawl_aws::dynamodb::{HOST_INDEX, LANE_INDEX, STATUS_INDEX};
+use trawl_aws::dynamodb::{HOST_INDEX, LANE_INDEX, ROSTER_INDEX, STATUS_INDEX};
 use trawl_aws::stack::{MAX_RECEIVE_COUNT, MESSAGE_RETENTION_SECONDS, create_stack};
 
 async fn queue_attributes(
@@ -44,7 +44,10 @@ async fn create_stack_makes_the_table_bucket_and_queues_with_dead_letter_queues(
         .filter_map(|i| i.index_name())
         .collect();
     indexes.sort_unstable();
-    assert_eq!(indexes, [HOST_INDEX, LANE_INDEX, STATUS_INDEX]);
+    assert_eq!(
+        indexes,
+        [HOST_INDEX, LANE_INDEX, ROSTER_INDEX, STATUS_INDEX]
+    );
 
     // AND the bucket exists
     clients

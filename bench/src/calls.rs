@@ -372,7 +372,7 @@ async fn profiles(moto: &Moto, site: &Site, client: &reqwest::Client) -> BenchRe
         }
         let results = crawler.process_batch(batch, None).await;
         attempts += outcomes(&results)
-            .filter(|o| matches!(o, Outcome::Retrying | Outcome::GaveUp))
+            .filter(|o| matches!(o, Outcome::Retrying { .. } | Outcome::GaveUp))
             .count() as u64;
         settle(&crawler, &results).await?;
     }

@@ -126,7 +126,7 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Succeeded { .. } => "succeeded",
         Outcome::Unchanged => "unchanged",
         Outcome::Redirected => "redirected",
-        Outcome::Retrying => "retrying",
+        Outcome::Retrying { .. } => "retrying",
         Outcome::GaveUp => "gave_up",
         Outcome::Snoozed => "snoozed",
         Outcome::Skipped => "skipped",

@@ -465,7 +465,8 @@ where
 }
 
 /// Gives the given-up ones among `hosts` another chance (an operator's retry): their trouble is
-/// forgotten, so their next turn fetches again.
+/// forgotten, so their next turn fetches again; and rewinds each one's pass (`Pass::rewound`),
+/// since the rewind made tasks due behind its roster cursor.
 pub async fn revive_hosts<S>(
     store: &S,
     crawl: &Crawl,
@@ -478,7 +479,33 @@ where
     for name in hosts {
         let policy = crawl.config.politeness.host_policy(name);
         update_host(store, crawl, name, now, |h| {
-            (h.given_up.is_some().then(|| h.revive(&policy)), ())
+            let revived = match h.given_up {
+                Some(_) => h.revive(&policy),
+                None => h.clone(),
+            };
+            let pass = h.pass.rewound();
+            (Some(Host { pass, ..revived }), ())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Rewinds the passes of `hosts` (`Pass::rewound`): their tasks were made due behind their
+/// roster cursors (a sitemap's newer lastmod), where their next turns would not read them.
+pub async fn rewind_hosts<S>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: &[String],
+    now: Millis,
+) -> StoreResult<()>
+where
+    S: HostStore,
+{
+    for name in hosts {
+        update_host(store, crawl, name, now, |h| {
+            let pass = h.pass.rewound();
+            (Some(Host { pass, ..h.clone() }), ())
         })
         .await?;
     }

@@ -102,7 +102,7 @@ impl RunStats {
             }
             Outcome::Unchanged => &self.unchanged,
             Outcome::Redirected => &self.redirected,
-            Outcome::Retrying | Outcome::Snoozed => &self.retrying,
+            Outcome::Retrying { .. } | Outcome::Snoozed => &self.retrying,
             Outcome::GaveUp => &self.gave_up,
             // A malformed message is no storage error: counted here, not as a stall.
             Outcome::Skipped | Outcome::Malformed => &self.skipped,

@@ -57,10 +57,23 @@ pub struct Pass {
     /// The soonest next fetch of the pages this pass left for later: when the next pass is due.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_at: Option<Millis>,
+    /// The soonest next attempt of the retries this pass left behind its cursor: the next
+    /// pass is due then too (sooner than a revisit, it is the host's next turn, not the
+    /// sweeper's wake-up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Millis>,
     /// When the walk last reached the roster's end with everything in it seen to (None: not
     /// yet in this pass).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<Millis>,
+    /// Rewinds so far ([`Pass::rewound`]): a turn that finds more at its hand-back than it read
+    /// at its claim hands the rewound pass back, not its own.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rewinds: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a rostered task, as read, is to a pass.
@@ -70,9 +83,10 @@ pub enum Verdict {
     Due,
     /// Not work in this pass (fetched in it, or never fetched again): the cursor may pass it.
     Passed,
-    /// A page whose next fetch, or a retry whose next attempt, has not come: passed, and the
-    /// next pass is due by then.
+    /// A page whose next fetch has not come: passed, and the next pass is due by then.
     Later(Millis),
+    /// A retry whose next attempt has not come: passed, and the next pass is due by then.
+    Retry(Millis),
     /// Held by a live lease until this time: the cursor stops before it.
     Held(Millis),
 }
@@ -94,7 +108,7 @@ impl Pass {
                 _ => Verdict::Due,
             },
             Status::Failed => match next_attempt_at {
-                Some(at) if at > now => Verdict::Later(at),
+                Some(at) if at > now => Verdict::Retry(at),
                 _ => Verdict::Due,
             },
             Status::Ignored => Verdict::Passed,
@@ -110,26 +124,37 @@ impl Pass {
     /// first), or, when this one reached the roster's end and its next pass is due, a new one
     /// from the roster's start.
     pub fn current(&self, now: Millis) -> Pass {
-        match (self.ended_at, self.next_at) {
+        let next = self.next_at.into_iter().chain(self.retry_at).min();
+        match (self.ended_at, next) {
             _ if self.started_at == 0 => Pass {
                 started_at: now,
                 ..self.clone()
             },
             (Some(_), Some(next)) if next <= now => Pass {
                 started_at: now,
-                cursor: None,
-                next_at: None,
-                ended_at: None,
+                rewinds: self.rewinds,
+                ..Pass::default()
             },
             _ => self.clone(),
         }
     }
 
-    /// When the host has work from its roster next, as this pass left it: None while the walk
-    /// has not reached the roster's end (its turns go on), else the next pass's start (None:
-    /// nothing to fetch again).
-    pub fn revisit_at(&self) -> Option<Millis> {
-        self.ended_at.and(self.next_at)
+    /// This pass walked again from the roster's start: what a write that makes tasks behind
+    /// the cursor due does to their host (an operator's rewind, a sitemap's newer lastmod).
+    pub fn rewound(&self) -> Pass {
+        Pass {
+            cursor: None,
+            ended_at: None,
+            rewinds: self.rewinds + 1,
+            ..self.clone()
+        }
+    }
+
+    /// When the host's roster has work next, as this pass left it, once the walk reached the
+    /// roster's end: a retry's next attempt (the host's next turn), and a page's next fetch (a
+    /// revisit, which the sweeper wakes the host for). None while the walk goes on.
+    pub fn next_work(&self) -> Option<(Option<Millis>, Option<Millis>)> {
+        self.ended_at.map(|_| (self.retry_at, self.next_at))
     }
 }
 
@@ -140,11 +165,18 @@ pub struct Read {
     pub verdict: Verdict,
 }
 
-/// The tasks a turn saw to an end (succeeded, unchanged, redirected, given up): their next
-/// fetch, if any, is no sooner than the crawl's shortest revisit after the turn began
-/// (`RecrawlPolicy::shortest_revisit_ms`). A retry is not among them: the next turn reads it
-/// again, and its next attempt then sets the next pass.
-pub type Ended = std::collections::HashSet<TaskId>;
+/// The tasks a turn saw to an end (succeeded, unchanged, redirected, given up: None; their
+/// next fetch, if any, is no sooner than the crawl's shortest revisit after the turn began,
+/// `RecrawlPolicy::shortest_revisit_ms`), or failed into a retry (its next attempt).
+pub type Ended = std::collections::HashMap<TaskId, Option<Millis>>;
+
+/// What an entry the turn is done with leaves for later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaves {
+    Nothing,
+    Revisit(Millis),
+    Retry(Millis),
+}
 
 /// A turn's walk of its host's roster: the entries it read, in roster order, from the pass's
 /// cursor on.
@@ -156,13 +188,18 @@ pub struct Walk {
 }
 
 impl Read {
-    /// Whether the turn is done with this entry, and the next fetch it leaves for later
-    /// (`revisit`: when a page it ended may be due again).
-    fn seen(&self, ended: &Ended, revisit: Option<Millis>) -> Option<Option<Millis>> {
+    /// Whether the turn is done with this entry, and what it leaves for later (`revisit`: when
+    /// a page the turn ended may be due again).
+    fn seen(&self, ended: &Ended, revisit: Option<Millis>) -> Option<Leaves> {
+        let revisit = revisit.map_or(Leaves::Nothing, Leaves::Revisit);
         match self.verdict {
-            Verdict::Due => ended.contains(&self.place.task_id).then_some(revisit),
-            Verdict::Passed => Some(None),
-            Verdict::Later(at) => Some(Some(at)),
+            Verdict::Due => match ended.get(&self.place.task_id)? {
+                Some(retry) => Some(Leaves::Retry(*retry)),
+                None => Some(revisit),
+            },
+            Verdict::Passed => Some(Leaves::Nothing),
+            Verdict::Later(at) => Some(Leaves::Revisit(at)),
+            Verdict::Retry(at) => Some(Leaves::Retry(at)),
             Verdict::Held(_) => None,
         }
     }
@@ -190,8 +227,11 @@ impl Walk {
         let mut moving = true;
         for read in &self.read {
             let seen = read.seen(ended, revisit);
-            if let Some(Some(at)) = seen {
-                next.next_at = Some(next.next_at.map_or(at, |n| n.min(at)));
+            let soonest = |n: Option<Millis>, at: Millis| Some(n.map_or(at, |n| n.min(at)));
+            match seen {
+                Some(Leaves::Revisit(at)) => next.next_at = soonest(next.next_at, at),
+                Some(Leaves::Retry(at)) => next.retry_at = soonest(next.retry_at, at),
+                Some(Leaves::Nothing) | None => {}
             }
             moving = moving && seen.is_some() && read.place.at.saturating_add(SETTLE_MS) <= now;
             if moving {
@@ -212,7 +252,7 @@ impl Walk {
         self.read
             .iter()
             .filter_map(|r| match r.verdict {
-                Verdict::Due if !ended.contains(&r.place.task_id) => Some(now),
+                Verdict::Due if !ended.contains_key(&r.place.task_id) => Some(now),
                 Verdict::Held(until) => Some(until),
                 _ => None,
             })

@@ -72,7 +72,7 @@ use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::roster::Place;
 use trawl_domain::task::{Millis, Status};
 
-pub use self::schema::{HOST_INDEX, LANE_INDEX, STATUS_INDEX, create_table};
+pub use self::schema::{HOST_INDEX, LANE_INDEX, ROSTER_INDEX, STATUS_INDEX, create_table};
 
 /// How long after a host's URLs are counted their tasks may still be missing from its due
 /// list (`App::seeds_settle_ms`): the seeder writes its tasks after the counts, and a global

@@ -122,7 +122,10 @@ pub enum Outcome {
     Unchanged,
     /// A redirect, recorded; its target became a task of its own.
     Redirected,
-    Retrying,
+    /// Failed, to be tried again from this time.
+    Retrying {
+        next_attempt_at: Millis,
+    },
     GaveUp,
     /// The host answered with host-wide trouble: the task went back untouched (no retry spent)
     /// and the host is snoozed.
@@ -155,7 +158,7 @@ impl Outcome {
             | Outcome::Redirected
             | Outcome::GaveUp => TaskEnd::Ended,
             Outcome::Error => TaskEnd::Failed,
-            Outcome::Retrying | Outcome::Snoozed | Outcome::Skipped | Outcome::Malformed => {
+            Outcome::Retrying { .. } | Outcome::Snoozed | Outcome::Skipped | Outcome::Malformed => {
                 TaskEnd::Open
             }
         }
@@ -292,8 +295,16 @@ impl TurnState {
         now: Millis,
     ) {
         self.outcomes.push(outcome);
-        if let (Some(roster), TaskEnd::Ended | TaskEnd::EndedAgain) = (&mut self.roster, end) {
-            roster.ended.insert(task_id.clone());
+        if let Some(roster) = &mut self.roster {
+            match (outcome, end) {
+                (Outcome::Retrying { next_attempt_at }, _) => {
+                    roster.ended.insert(task_id.clone(), Some(next_attempt_at));
+                }
+                (_, TaskEnd::Ended | TaskEnd::EndedAgain) => {
+                    roster.ended.insert(task_id.clone(), None);
+                }
+                _ => {}
+            }
         }
         self.plan.finished(end, signal, now);
     }
@@ -306,6 +317,10 @@ struct RosterTurn {
     pass: Pass,
     walk: Walk,
     ended: Ended,
+    /// The turn's links to its own host (`Held::offered`) when a read last reached the roster's
+    /// end: until more are seeded, no entry can follow it that the turn would see (others'
+    /// offers give the host one more turn at its hand-back).
+    offered_at_end: Option<u64>,
 }
 
 impl RosterTurn {
@@ -313,9 +328,11 @@ impl RosterTurn {
     /// (`revisit`: when a page the turn ended may be due again).
     fn hand_back(&self, revisit: Option<Millis>, now: Millis) -> (Pass, Option<NextWork>) {
         let pass = self.walk.hand_back(&self.pass, &self.ended, revisit, now);
-        let work = match self.walk.work_left_at(&self.ended, now) {
-            Some(at) => Some(NextWork::Task(at)),
-            None => pass.revisit_at().map(NextWork::Revisit),
+        let work = match (self.walk.work_left_at(&self.ended, now), pass.next_work()) {
+            (Some(at), _) => Some(NextWork::Task(at)),
+            (None, Some((Some(retry), _))) => Some(NextWork::Task(retry)),
+            (None, Some((None, revisit))) => revisit.map(NextWork::Revisit),
+            (None, None) => None,
         };
         (pass, work)
     }
@@ -766,6 +783,8 @@ impl<P: Ports> Crawler<P> {
             .recrawl
             .shortest_revisit_ms()
             .map(|ms| claimed_at.saturating_add(Millis::try_from(ms).unwrap_or(Millis::MAX)));
+        // A given-up host's tasks are ended by its drains, not walked.
+        let roster = roster.filter(|_| holder.given_up.is_none());
         let (pass, next_work) = match roster.map(|r| r.hand_back(revisit, now)) {
             Some((pass, work)) => {
                 let at = |w: &NextWork| match w {
@@ -786,6 +805,16 @@ impl<P: Ports> Crawler<P> {
                 if stored.handed_back_by(&turn) {
                     return (None, stored.queued_for);
                 }
+                // Tasks behind the turn's cursor made due meanwhile (`Pass::rewound`): the
+                // rewound pass stands, and its walk goes on at once.
+                let rewound = pass
+                    .as_ref()
+                    .filter(|p| p.rewinds != stored.pass.rewinds)
+                    .map(|_| stored.pass.clone());
+                let next_work = match rewound {
+                    Some(_) => Some(NextWork::Task(now)),
+                    None => next_work,
+                };
                 match stored.merge_turn(holder).hand_back(
                     &turn,
                     next_work,
@@ -796,7 +825,9 @@ impl<P: Ports> Crawler<P> {
                 ) {
                     Some((next, visible_at)) => {
                         let priority = priority.unwrap_or(next.priority);
-                        let pass = pass.clone().unwrap_or_else(|| next.pass.clone());
+                        let pass = rewound
+                            .or_else(|| pass.clone())
+                            .unwrap_or_else(|| next.pass.clone());
                         (
                             Some(Host {
                                 priority,
@@ -907,7 +938,10 @@ impl<P: Ports> Crawler<P> {
                     .read_roster(&crawl.id, name, walking, limit.clamp(1, DUE_PAGE))
                     .await
                 {
-                    Ok(due) => opening = due.into(),
+                    Ok(due) => {
+                        walking.offered_at_end = walking.walk.at_end.then_some(0);
+                        opening = due.into();
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the host's roster");
                         return (host, vec![Outcome::Error], roster);
@@ -965,7 +999,8 @@ impl<P: Ports> Crawler<P> {
                         }
                     }
                     let now = self.clock.now_ms();
-                    let page = match self.due_page(crawl, name, state).await {
+                    let offered = held.offered.load(Ordering::Relaxed);
+                    let page = match self.due_page(crawl, name, state, offered).await {
                         Ok(page) => page,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot read the host's due tasks");
@@ -1087,6 +1122,9 @@ impl<P: Ports> Crawler<P> {
                 break;
             }
         }
+        // In due order within what was read, as a due list gives them: a task that went back
+        // untouched (its host snoozed) comes after those not tried yet.
+        due.sort_by(|a, b| (a.due_key(), &a.task_id).cmp(&(b.due_key(), &b.task_id)));
         Ok(due)
     }
 
@@ -1094,13 +1132,15 @@ impl<P: Ports> Crawler<P> {
     /// (`trawl_domain::lane::rotate`): the host's due list alone in a crawl without lanes; in
     /// a crawl with lanes, each lane's (`TaskRecords::due_in_lane`), and the host's tasks that
     /// are in none of them (created before the crawl had lanes, or in a lane it no longer
-    /// names) as one more.
+    /// names) as one more. In a store that keeps rosters, the roster's due work follows, read on
+    /// from the turn's walk (`read_roster`).
     /// The queries run at once: a refill waits for one round trip, not one per lane.
     async fn due_page(
         &self,
         crawl: &Crawl,
         host: &str,
         state: &Mutex<TurnState>,
+        offered: u64,
     ) -> StoreResult<Vec<Vec<TaskSummary>>> {
         let mut lists = self.due_lists(crawl, host).await?;
         // The roster's due work after the due lists' (a priority or a lane orders those), read
@@ -1109,10 +1149,15 @@ impl<P: Ports> Crawler<P> {
         let walking = {
             let mut turn = lock(state);
             let limit = turn.plan.pages_left().clamp(1, DUE_PAGE);
-            turn.roster.take().map(|walking| (walking, limit))
+            let unchanged = |r: &RosterTurn| r.walk.at_end && r.offered_at_end == Some(offered);
+            match &turn.roster {
+                Some(walking) if unchanged(walking) => None,
+                _ => turn.roster.take().map(|walking| (walking, limit)),
+            }
         };
         if let Some((mut walking, limit)) = walking {
             let read = self.read_roster(&crawl.id, host, &mut walking, limit).await;
+            walking.offered_at_end = walking.walk.at_end.then_some(offered);
             lock(state).roster = Some(walking);
             match lists.last_mut() {
                 Some(rest) => rest.extend(read?),
@@ -1769,7 +1814,7 @@ impl<P: Ports> Crawler<P> {
                 .fail(lease, failure, &context.crawl.config.retry, revisit, now)
                 .await?
             {
-                FailOutcome::Retrying { .. } => Outcome::Retrying,
+                FailOutcome::Retrying { next_attempt_at } => Outcome::Retrying { next_attempt_at },
                 FailOutcome::GaveUp { .. } => Outcome::GaveUp,
                 FailOutcome::Rejected => Outcome::Skipped,
             },

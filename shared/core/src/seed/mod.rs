@@ -38,7 +38,7 @@ use crate::backoff::Transient;
 use crate::clock::Clock;
 use crate::discover::ScopeMatcher;
 use crate::fetch::Fetcher;
-use crate::frontier::{self, FrontierError, Reissue, reissue_turns};
+use crate::frontier::{self, FrontierError, Reissue, reissue_turns, rewind_hosts};
 use crate::operate::{self, OperateError, Rewind, Selection};
 use crate::queue::{QueueError, send_patiently};
 use crate::reextract::ReextractError;
@@ -1075,6 +1075,8 @@ impl<P: Ports> Sink<'_, P> {
             self.crawl.state = CrawlState::Running;
         }
         let hosts = std::mem::take(&mut self.refetched_hosts);
+        let hosts: Vec<String> = hosts.into_iter().collect();
+        rewind_hosts(self.store, &self.crawl, &hosts, self.now).await?;
         let which = Reissue::Lost {
             lost_after_ms: MIN_LOST_AFTER_MS,
             known_work: true,
