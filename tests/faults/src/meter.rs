@@ -424,24 +424,30 @@ mod tests {
         let ops = meter.by_operation();
         let units = |op: &str, index: &str| ops[op].indexes.get(index).copied().unwrap_or(0);
         let seed = &ops["seed"];
-        // Insert (1) + refused (1) on the table; the host index takes the new task (1), the
-        // status index does not list it while pending.
+        // Insert (1) + refused (1) on the table; the task enters its host's roster (1), and
+        // neither the host index (a task placed by time alone is not in it) nor the status
+        // index (not listed while pending).
         assert_eq!((seed.writes, seed.table), (2, 2));
         assert_eq!(
-            (units("seed", "status-index"), units("seed", "host-index")),
-            (0, 1)
+            (
+                units("seed", "status-index"),
+                units("seed", "host-index"),
+                units("seed", "roster-index")
+            ),
+            (0, 0, 1)
         );
         // A claim in a turn is a read on DynamoDB: no write.
         assert!(!ops.contains_key("claim"), "{ops:?}");
-        // The finish: the task is not listed as succeeded, and its place in its host's list
-        // moves after every due time (never fetched again: 2).
+        // The finish writes the task alone: not listed as succeeded, and its roster entry
+        // never changes (host passes).
         assert_eq!(ops["finish"].table, 1);
         assert_eq!(
             (
                 units("finish", "status-index"),
-                units("finish", "host-index")
+                units("finish", "host-index"),
+                units("finish", "roster-index")
             ),
-            (0, 2)
+            (0, 0, 0)
         );
     }
 }
