@@ -362,8 +362,8 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     calls.reset();
     let batches = drain_batches(&crawler).await.len() as u64;
 
-    // THEN each cost one claim in its host's turn (a read, no write), one finish (a conditional
-    // update) and one PUT; each batch one more write, adding its calls to the crawl (an update
+    // THEN each cost one claim in its host's turn (taken as its host's roster read it: no
+    // request of its own, no write), one finish (a conditional update) and one PUT; each batch one more write, adding its calls to the crawl (an update
     // of one of its report lanes, applied once per request, no read); each batch here is one
     // turn of the host, which costs a read and a write of the host record to claim it and the
     // same to hand it back, whatever its number of pages (a host record's write is an update:
@@ -375,14 +375,14 @@ async fn a_fresh_url_costs_one_read_one_put_one_finish_and_an_unchanged_recrawl_
     assert_eq!(calls.get(Call::DynamoPutItem), 0);
     assert_eq!(
         calls.get(Call::DynamoGetItem),
-        2 * batches + 2,
-        "the host record twice a turn, each task once"
+        2 * batches,
+        "the host record twice a turn; each task is claimed as the roster read it"
     );
     assert_eq!(
         calls.get(Call::DynamoBatchGetItem),
         1 + batches,
         "the crawl's config, once per worker (with its report lanes' calls), and each turn's \
-         page of its host's roster, its tasks in one read"
+         page of its host's roster, its tasks in one consistent read"
     );
 
     // WHEN both are recrawled (content unchanged: one by md5, one by 304)

@@ -1837,6 +1837,10 @@ pub async fn a_rostered_task_stays_at_its_place_in_its_hosts_roster_from_seed_to
             .iter()
             .all(|(_, t)| t.status == Status::Pending)
     );
+    assert_eq!(
+        first.entries[0].1, tracked[0].task,
+        "each task whole, as stored"
+    );
     let (rest, places) = roster(Some(place(1)), 10).await;
     assert_eq!(places, [place(3)]);
     assert!(rest.at_end);

@@ -66,7 +66,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use trawl_core::store::budget::PageBudget;
-use trawl_core::store::{Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords};
+use trawl_core::store::{
+    Applied, Part, StoreError, StoreResult, TaskPage, TaskQuery, TaskRecords, TaskSummary,
+};
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
 use trawl_domain::roster::Place;
@@ -514,7 +516,8 @@ impl DynamoStore {
                         .roster(crawl_id, &name, after.as_ref(), want.unsigned_abs())
                         .await?;
                     let last = page.entries.last().map(|(place, _)| place.clone());
-                    tasks.extend(page.entries.into_iter().map(|(_, t)| t).filter(|t| {
+                    let read = page.entries.iter().map(|(_, task)| TaskSummary::from(task));
+                    tasks.extend(read.filter(|t| {
                         status.is_none_or(|st| t.status == st)
                             && query.updated_before.is_none_or(|at| t.updated_at <= at)
                     }));

@@ -266,8 +266,8 @@ impl TaskRecords for DynamoStore {
     }
 
     /// One Query of the roster index (keys only, from `after`), then the tasks it names in one
-    /// BatchGetItem (eventually consistent: a turn's claim reads each task again, consistently,
-    /// before it fetches it; half a read unit a task).
+    /// BatchGetItem, consistent (a read unit a task): a turn's claim takes a task as read there,
+    /// where it would read it again (`InTurnClaims::AsRead`).
     async fn roster(
         &self,
         crawl_id: &CrawlId,
@@ -324,7 +324,7 @@ impl TaskRecords for DynamoStore {
             .into_iter()
             .filter_map(|place| {
                 let task = tasks.remove(&place.task_id)?;
-                Some((place, TaskSummary::from(&task)))
+                Some((place, task))
             })
             .collect();
         Ok(RosterPage { entries, at_end })
@@ -436,8 +436,8 @@ impl TaskRecords for DynamoStore {
 }
 
 impl DynamoStore {
-    /// The tasks of `ids` (at most `BATCH_GET_KEYS`), by id, in one BatchGetItem (and its
-    /// unprocessed keys again), eventually consistent; a task that does not exist is absent.
+    /// The tasks of `ids` (at most `BATCH_GET_KEYS`), by id, in one consistent BatchGetItem (and
+    /// its unprocessed keys again); a task that does not exist is absent.
     async fn batch_get_tasks(
         &self,
         crawl_id: &CrawlId,
@@ -454,6 +454,7 @@ impl DynamoStore {
             }
             let request = KeysAndAttributes::builder()
                 .set_keys(Some(std::mem::take(&mut keys)))
+                .consistent_read(true)
                 .build()
                 .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
             self.calls.record(Call::DynamoBatchGetItem);

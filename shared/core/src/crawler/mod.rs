@@ -37,8 +37,8 @@ use crate::queue::{
 };
 use crate::revisit::RevisitRules;
 use crate::store::{
-    ClaimOutcome, CrawlStore, FailOutcome, HostStore, StoreError, StoreResult, TaskRecords,
-    TaskStore, TaskSummary,
+    ClaimOutcome, CrawlStore, FailOutcome, HostStore, InTurnClaims, StoreError, StoreResult,
+    TaskRecords, TaskStore, TaskSummary, claimed_as_read,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -240,6 +240,10 @@ struct Held {
     host: String,
     offered: std::sync::atomic::AtomicU64,
     segment: gather::OpenSegment,
+    /// Tasks the turn read whole from its host's roster, consistently, not claimed yet: a store
+    /// that takes in-turn claims as read (`InTurnClaims::AsRead`) claims them without reading
+    /// them again.
+    as_read: Mutex<HashMap<TaskId, Task>>,
 }
 
 /// What became of a claimed task: it ended, or its records wait in its turn's open segment.
@@ -721,12 +725,12 @@ impl<P: Ports> Crawler<P> {
         let held = Held {
             host: host.name.clone(),
             offered: Default::default(),
+            as_read: Default::default(),
             segment: gather::OpenSegment::new(gather::turn_bound(
                 self.blobs.gather_bytes(),
                 self.concurrency,
             )),
         };
-        let claimed_at = now;
         let (holder, mut outcomes, roster) = self
             .run_turn(&context, host, &turn, now, deadline, outbox, &held)
             .await;
@@ -777,12 +781,13 @@ impl<P: Ports> Crawler<P> {
                 Some(NextWork::Task(now + INTERNAL_RETRY_MS as Millis))
             }
         };
-        // The roster's work: a page the turn ended is due again no sooner than the crawl's
-        // shortest revisit after the turn began.
+        // The roster's next pass: the pages the turn ended are due again the crawl's shortest
+        // revisit after their fetches, all of which it follows by at most the turn's length
+        // (sooner, the pass would wake to find them not due yet).
         let revisit = config
             .recrawl
             .shortest_revisit_ms()
-            .map(|ms| claimed_at.saturating_add(Millis::try_from(ms).unwrap_or(Millis::MAX)));
+            .map(|ms| now.saturating_add(Millis::try_from(ms).unwrap_or(Millis::MAX)));
         // A given-up host's tasks are ended by its drains, not walked.
         let roster = roster.filter(|_| holder.given_up.is_none());
         let (pass, next_work) = match roster.map(|r| r.hand_back(revisit, now)) {
@@ -935,7 +940,7 @@ impl<P: Ports> Crawler<P> {
             (None, Some(walking)) => {
                 let limit = config.politeness.host_policy(name).turn_pages;
                 match self
-                    .read_roster(&crawl.id, name, walking, limit.clamp(1, DUE_PAGE))
+                    .read_roster(&crawl.id, name, walking, limit.clamp(1, DUE_PAGE), held)
                     .await
                 {
                     Ok(due) => {
@@ -999,8 +1004,7 @@ impl<P: Ports> Crawler<P> {
                         }
                     }
                     let now = self.clock.now_ms();
-                    let offered = held.offered.load(Ordering::Relaxed);
-                    let page = match self.due_page(crawl, name, state, offered).await {
+                    let page = match self.due_page(crawl, name, state, held).await {
                         Ok(page) => page,
                         Err(e) => {
                             tracing::error!(error = %e, "cannot read the host's due tasks");
@@ -1087,13 +1091,15 @@ impl<P: Ports> Crawler<P> {
 
     /// Reads `host`'s roster on from where `walking` stands, a page of at most `limit` entries
     /// at a time, until one holds due work or the roster ends (at most `ROSTER_PAGES_PER_READ`
-    /// pages); records what each entry is to the pass. The due work, in roster order.
+    /// pages); records what each entry is to the pass, and keeps the due tasks as read for
+    /// their claims (`Held::as_read`). The due work, in due order.
     async fn read_roster(
         &self,
         crawl_id: &CrawlId,
         host: &str,
         walking: &mut RosterTurn,
         limit: u32,
+        held: &Held,
     ) -> StoreResult<Vec<TaskSummary>> {
         let mut due = Vec::new();
         for _ in 0..ROSTER_PAGES_PER_READ {
@@ -1108,13 +1114,14 @@ impl<P: Ports> Crawler<P> {
                 let verdict = walking.pass.verdict(
                     task.status,
                     task.next_attempt_at,
-                    task.next_fetch_at,
+                    task.fetch.as_ref().and_then(|f| f.next_fetch_at),
                     task.lease_expires_at,
                     now,
                 );
                 walking.walk.read.push(Read { place, verdict });
                 if verdict == trawl_domain::roster::Verdict::Due {
-                    due.push(task);
+                    due.push(TaskSummary::from(&task));
+                    lock(&held.as_read).insert(task.task_id.clone(), task);
                 }
             }
             walking.walk.at_end = page.at_end;
@@ -1140,8 +1147,9 @@ impl<P: Ports> Crawler<P> {
         crawl: &Crawl,
         host: &str,
         state: &Mutex<TurnState>,
-        offered: u64,
+        held: &Held,
     ) -> StoreResult<Vec<Vec<TaskSummary>>> {
+        let offered = held.offered.load(Ordering::Relaxed);
         let mut lists = self.due_lists(crawl, host).await?;
         // The roster's due work after the due lists' (a priority or a lane orders those), read
         // on from where the turn's walk stands: taken out of the turn's state while read (one
@@ -1156,7 +1164,9 @@ impl<P: Ports> Crawler<P> {
             }
         };
         if let Some((mut walking, limit)) = walking {
-            let read = self.read_roster(&crawl.id, host, &mut walking, limit).await;
+            let read = self
+                .read_roster(&crawl.id, host, &mut walking, limit, held)
+                .await;
             walking.offered_at_end = walking.walk.at_end.then_some(offered);
             lock(state).roster = Some(walking);
             match lists.last_mut() {
@@ -1278,12 +1288,20 @@ impl<P: Ports> Crawler<P> {
     ) -> (Option<Outcome>, Option<HostSignal>) {
         let config = &context.crawl.config;
         let now = self.clock.now_ms();
-        // The turn holds its host's lease: a store may take the task without a write.
-        let (task, lease) = match self
-            .store
-            .claim_in_turn(&context.crawl.id, &due.task_id, config.lease_ms, now)
-            .await
-        {
+        // The turn holds its host's lease: a store may take the task without a write, as read
+        // in the roster when it was.
+        let as_read = lock(&held.as_read)
+            .remove(&due.task_id)
+            .filter(|_| P::Store::IN_TURN_CLAIMS == InTurnClaims::AsRead);
+        let claimed = match as_read {
+            Some(task) => Ok(claimed_as_read(task, config.lease_ms, now)),
+            None => {
+                self.store
+                    .claim_in_turn(&context.crawl.id, &due.task_id, config.lease_ms, now)
+                    .await
+            }
+        };
+        let (task, lease) = match claimed {
             Ok(ClaimOutcome::Claimed { task, lease }) => (*task, lease),
             // Done, not due after all, or leased by another worker: nothing to do here.
             Ok(ClaimOutcome::Rejected(why)) => {

@@ -30,7 +30,7 @@ pub mod layer;
 pub mod memory;
 mod task;
 
-pub use self::task::{InTurnClaims, TaskRecords, TaskStore};
+pub use self::task::{InTurnClaims, TaskRecords, TaskStore, claimed_as_read};
 
 use crate::backoff::Transient;
 use crate::cause::Cause;
@@ -213,10 +213,10 @@ pub struct TaskPage {
 }
 
 /// A page of a host's roster (`TaskRecords::roster`): entries in roster order, each with its
-/// task as read.
+/// task as read (consistently: a turn's claim takes it as read).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RosterPage {
-    pub entries: Vec<(trawl_domain::roster::Place, TaskSummary)>,
+    pub entries: Vec<(trawl_domain::roster::Place, Task)>,
     /// No entry follows the last one (as the index listed them).
     pub at_end: bool,
 }

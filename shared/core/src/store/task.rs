@@ -22,6 +22,18 @@ use trawl_domain::roster::Place;
 use trawl_domain::task::{FetchRecord, Lease, Millis, NewTask, Status, Task};
 use trawl_domain::transition::{self, Event, Insert, Update};
 
+/// A claim in a turn of `task` as read consistently (`InTurnClaims::AsRead`): no write, its
+/// lease the task's token as read (`transition::claim_in_turn`).
+pub fn claimed_as_read(task: Task, lease_ms: u64, now: Millis) -> ClaimOutcome {
+    match transition::claim_in_turn(&task, lease_ms, now) {
+        Ok(lease) => ClaimOutcome::Claimed {
+            lease,
+            task: Box::new(task),
+        },
+        Err(why) => ClaimOutcome::Rejected(why),
+    }
+}
+
 /// Roster pages `TaskStore::host_tasks` reads at most, and their size.
 const ROSTER_READS: usize = 100;
 const ROSTER_PAGE: u32 = 100;
@@ -153,7 +165,7 @@ pub trait TaskStore: TaskRecords {
                     .roster(crawl_id, host, after.as_ref(), ROSTER_PAGE)
                     .await?;
                 after = page.entries.last().map(|(place, _)| place.clone());
-                let with_work = page.entries.into_iter().map(|(_, task)| task);
+                let with_work = page.entries.iter().map(|(_, task)| TaskSummary::from(task));
                 tasks.extend(with_work.filter(|task| task.due_at().is_some()));
                 if page.at_end || after.is_none() || tasks.len() >= limit as usize {
                     break;
@@ -221,13 +233,7 @@ pub trait TaskStore: TaskRecords {
             let Some(task) = self.get(crawl_id, task_id).await? else {
                 return Ok(ClaimOutcome::Rejected(ClaimRejection::Missing));
             };
-            Ok(match transition::claim_in_turn(&task, lease_ms, now) {
-                Ok(lease) => ClaimOutcome::Claimed {
-                    lease,
-                    task: Box::new(task),
-                },
-                Err(why) => ClaimOutcome::Rejected(why),
-            })
+            Ok(claimed_as_read(task, lease_ms, now))
         }
     }
 
