@@ -77,7 +77,7 @@ async fn fill<S: Store, B: BlobStore>(
 }
 
 /// `fill`, the crawl configured with `config` (its bodies laid out as it says).
-async fn fill_as<S: Store, B: BlobStore>(
+pub(crate) async fn fill_as<S: Store, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,
@@ -127,7 +127,7 @@ async fn fill_as<S: Store, B: BlobStore>(
 
 /// Claims and finishes `url`'s task with a stored body (`version` changes it).
 #[allow(clippy::too_many_arguments)]
-async fn finish_one<S: Store, B: BlobStore>(
+pub(crate) async fn finish_one<S: Store, B: BlobStore>(
     store: &S,
     blobs: &B,
     layout: &Layout,

@@ -10,6 +10,7 @@ mod chaos;
 mod chaos_lambda;
 mod chaos_local;
 mod child;
+mod compaction;
 mod completion;
 mod cost;
 mod delivery;
@@ -83,6 +84,8 @@ enum Section {
     /// Only one generation delivered by layout, pages copied or referenced (part of
     /// `delivery`).
     DeliveryLayouts,
+    /// One compaction pass on SQLite and files at 1,000 and 10,000 tasks: requests and time.
+    Compaction,
     /// The delivery's items pass at 10^5 and 10^6 items: time and peak memory, bounded and not.
     Items,
     /// A crawl of 500 and 5,000 hosts through the four Lambda handlers (moto; long: only when
@@ -403,6 +406,13 @@ async fn measure(args: &Args) -> Report {
                 Ok(figures) => report.figures.extend(figures),
                 Err(e) => failed(&mut report, "delivery by layout", e),
             }
+        }
+    }
+    if wanted(Section::Compaction) {
+        eprintln!("a compaction pass at two sizes …");
+        match compaction::run().await {
+            Ok(figures) => report.figures.extend(figures),
+            Err(e) => failed(&mut report, "compaction", e),
         }
     }
     if wanted(Section::Items) {

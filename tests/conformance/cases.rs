@@ -24,7 +24,7 @@ use trawl_domain::revisit::Revisit;
 use trawl_domain::roster::Place;
 use trawl_domain::schedule::{Pace, Schedule};
 use trawl_domain::task::{
-    ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Priority, Status, Task,
+    ErrorKind, FetchRecord, Lease, LeaseKind, Millis, NewTask, Priority, Span, Status, Task,
 };
 use trawl_domain::transition::{self, Update};
 
@@ -1659,6 +1659,93 @@ pub async fn reschedule_moves_a_task_back_to_pending<S: TaskStore>(store: &S) {
     );
     assert!(!store.add_stale(&crawl, &missing, "x").await.unwrap());
     assert_eq!(store.get(&crawl, &missing).await.unwrap(), None);
+}
+
+/// A fetch record whose page is `length` 100 at `offset` of segment `key`.
+fn in_segment(key: &str, offset: u64, at: Millis) -> FetchRecord {
+    FetchRecord {
+        object_key: Some(key.to_owned()),
+        span: Some(Span {
+            offset,
+            length: 100,
+            items: 0,
+        }),
+        ..record("seg", at)
+    }
+}
+
+/// Where a task's page is: its segment and offset.
+fn place(task: &Task) -> Option<(&str, u64)> {
+    let fetch = task.fetch.as_ref()?;
+    Some((fetch.object_key.as_deref()?, fetch.span?.offset))
+}
+
+/// `transition::repoint` (compaction moving a page to its copy), applied as the store applies it.
+async fn repoint<S: TaskStore>(task: &mut Tracked<'_, S>, read: &Task, key: &str) -> bool {
+    let update = transition::repoint(read, key, 0).unwrap();
+    let applied = task
+        .store
+        .apply(&read.crawl_id, &read.task_id, &update)
+        .await
+        .unwrap()
+        .is_done();
+    task.check(&update, applied).await;
+    applied
+}
+
+pub async fn a_repoint_lands_on_the_task_as_read_and_fences_a_lease_taken_before<S: TaskStore>(
+    store: &S,
+) {
+    // GIVEN a succeeded task whose page is in segment `a`
+    let crawl = crawl_id();
+    let mut task = Tracked::seed(store, &crawl, "http://example.com/compacted", T0).await;
+    let lease = task.claim(T0).await;
+    task.finish(&lease, &in_segment("segs/a", 40, T0), T0).await;
+
+    // WHEN it is repointed, unchanged and unleased since it was read: the page is at its copy,
+    // the rest of the record as it was
+    let read = task.task.clone();
+    assert!(repoint(&mut task, &read, "segs/b").await);
+    assert_eq!(place(&task.task), Some(("segs/b", 0)));
+    assert_eq!(task.task.updated_at, read.updated_at);
+    // AND a second repoint decided on the same read is refused: the task changed since
+    assert!(!repoint(&mut task, &read, "segs/c").await);
+    assert_eq!(place(&task.task), Some(("segs/b", 0)));
+
+    // WHEN it is leased by a written claim: a repoint of the task as read is refused, and the
+    // holder's finish lands
+    task.reschedule(&[Status::Succeeded], T0 + 1).await;
+    let lease = task.claim(T0 + 2).await;
+    let read = task.task.clone();
+    assert!(!repoint(&mut task, &read, "segs/c").await);
+    let outcome = task
+        .finish(&lease, &in_segment("segs/b", 0, T0 + 3), T0 + 3)
+        .await;
+    assert!(matches!(outcome, FinishOutcome::Finished { .. }));
+
+    // WHEN a host turn takes it before a repoint
+    task.reschedule(&[Status::Succeeded], T0 + 4).await;
+    let lease = task.claim_in_turn(T0 + 5).await;
+    let read = task.task.clone();
+    let moved = repoint(&mut task, &read, "segs/c").await;
+    let outcome = task
+        .finish(&lease, &in_segment("segs/b", 0, T0 + 6), T0 + 6)
+        .await;
+    match lease.kind {
+        // THEN a lease taken as read writes nothing: the repoint lands and moves the token, so
+        // the turn's finish with the old place is refused (compaction may delete it)
+        LeaseKind::InTurn => {
+            assert!(moved);
+            assert!(matches!(outcome, FinishOutcome::Rejected { .. }));
+            assert_eq!(place(&task.task), Some(("segs/c", 0)));
+        }
+        // THEN a written one is a lease out: the repoint is refused, the finish lands
+        LeaseKind::Written => {
+            assert!(!moved);
+            assert!(matches!(outcome, FinishOutcome::Finished { .. }));
+            assert_eq!(place(&task.task), Some(("segs/b", 0)));
+        }
+    }
 }
 
 pub async fn a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now<S: TaskStore>(

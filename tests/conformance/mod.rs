@@ -52,6 +52,7 @@ macro_rules! suite {
             reference_misses_add_up [],
             request_settings_are_stored_as_given [],
             reschedule_moves_a_task_back_to_pending [],
+            a_repoint_lands_on_the_task_as_read_and_fences_a_lease_taken_before [],
             a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_now [],
             stale_objects_are_handed_to_the_next_finisher [],
             release_gives_the_task_back [],

@@ -6,6 +6,8 @@
 //! records of a segment that is mostly garbage to a new segment, moves its tasks there, and
 //! deletes the old segment once nothing points into it any more.
 
+use crate::task::Millis;
+
 /// The live percentage under which a segment is rewritten, unless the crawl says otherwise:
 /// at most half of a rewritten segment is copied, so a pass frees at least as much as it writes.
 pub const DEFAULT_COMPACT_BELOW_PERCENT: u8 = 50;
@@ -29,6 +31,37 @@ pub fn retention_cutoff(
 pub fn worth_compacting(bytes: u64, live: u64, below_percent: u8) -> bool {
     let below = u128::from(below_percent.min(100));
     bytes > 0 && u128::from(live) * 100 < u128::from(bytes) * below
+}
+
+/// Slack for the two clocks `segment_settled` compares: the time a blob store lists a segment
+/// by (S3's `LastModified`, whole seconds in a listing, on S3's clock; a file's mtime, on the
+/// writer's machine) against the deliverer's clock that dated its task read. One second covers
+/// the truncation, the other a skew between NTP-synced hosts.
+pub const CLOCK_MARGIN_MS: u64 = 2_000;
+
+/// Whether a segment that no task was seen pointing into, and no kept delivery names, may be
+/// deleted: it was last written (`modified`) more than a lease (`lease_ms`) and the clocks'
+/// margin before `read_from`, the moment the newest kept delivery began reading its tasks.
+///
+/// Why: a task points into a segment from a write that follows its record's append (a finish,
+/// within its lease of the claim that came before the append, the bound the pass's young
+/// segments and orphan removal rest on too; a repoint, right after the copy's append), and
+/// keeps that pointer until it is moved elsewhere; nothing points back into a segment once
+/// moved away (a repoint fences the lease that read the old place). So a pointer into a segment written that long before the
+/// delivery's read already existed when the delivery read its task, and that delivery's
+/// `summary.json` names the segment, which is then held. A task the pass's own scan missed
+/// (it changed status mid-scan) therefore never costs its segment. Without a delivery that
+/// dates its read (`read_from` None), nothing is deleted. `lease_ms` None: the caller is the
+/// store's only writer, no task changes while it scans, and its scan alone decides.
+pub fn segment_settled(modified: Millis, lease_ms: Option<u64>, read_from: Option<Millis>) -> bool {
+    let Some(lease_ms) = lease_ms else {
+        return true;
+    };
+    let Some(read_from) = read_from else {
+        return false;
+    };
+    let settle = i128::from(lease_ms) + i128::from(CLOCK_MARGIN_MS);
+    i128::from(modified) + settle < i128::from(read_from)
 }
 
 /// A segment as a compaction pass sees it.
@@ -124,5 +157,29 @@ mod tests {
             ["x"]
         );
         assert!(pick(&segments, 0, 1_000).is_empty());
+    }
+
+    #[test]
+    fn a_segment_is_settled_only_when_written_a_lease_and_a_margin_before_the_delivery_read() {
+        let lease = 60_000;
+        let read = 1_800_000_000_000;
+        let edge = read - i64::try_from(lease + CLOCK_MARGIN_MS).unwrap();
+        // strictly before the edge only: at it, a finish may have landed as the read began
+        assert!(segment_settled(edge - 1, Some(lease), Some(read)));
+        assert!(!segment_settled(edge, Some(lease), Some(read)));
+        assert!(!segment_settled(read - 1, Some(lease), Some(read)));
+        // written after the delivery read: a task it holds may point there, unseen
+        assert!(!segment_settled(read + 1, Some(lease), Some(read)));
+        // no kept delivery dates its read: nothing is proven
+        assert!(!segment_settled(0, Some(lease), None));
+        assert!(!segment_settled(i64::MIN, Some(0), None));
+        // the only writer: its scan is exact, the rule does not apply
+        assert!(segment_settled(read + 1, None, None));
+        assert!(segment_settled(read, None, Some(read)));
+        // a lease of 0 still keeps the clocks' margin
+        assert!(!segment_settled(read - 1, Some(0), Some(read)));
+        // no overflow at the ends
+        assert!(!segment_settled(i64::MAX, Some(u64::MAX), Some(i64::MAX)));
+        assert!(segment_settled(i64::MIN, Some(lease), Some(i64::MAX)));
     }
 }

@@ -17,7 +17,11 @@
 //!    pointing at nothing;
 //! 4. deletes a segment no task points into (step 2) that no delivery kept points into
 //!    (`summary.json`'s `segments`), while no delivery of the run is half-written, and only
-//!    when step 2 read at least as many tasks as the crawl counts.
+//!    when step 2 read at least as many tasks as the crawl counts; unless the caller is the
+//!    only writer, only one last written more than a lease before the newest kept delivery
+//!    began reading its tasks (`compaction::segment_settled`): step 2 reads the tasks status
+//!    by status and misses one that changes status meanwhile, but a pointer that old was read
+//!    by that delivery, which then names the segment.
 //!
 //! A segment emptied in step 3 is deleted by a later pass, once the deliveries that pointed
 //! into it are gone. Nothing is carried from one pass to the next: a pass stopped anywhere (its
@@ -75,7 +79,8 @@ pub struct CompactionReport {
     /// Segments deleted, and their bytes.
     pub deleted: u64,
     pub bytes_freed: u64,
-    /// Segments no task points into, kept because a delivery kept does (or one is half-written).
+    /// Segments no task points into, kept because a delivery kept does (or one is half-written),
+    /// or because it was written too close to the newest kept delivery's read of its tasks.
     pub held: u64,
     pub held_bytes: u64,
     /// False when the budget or the deadline stopped the pass: the next one goes on.
@@ -95,7 +100,9 @@ pub(crate) struct Limits<'a> {
     pub below_percent: u8,
     /// Live bytes copied at most (the first segment is rewritten whatever its size).
     pub max_bytes: u64,
-    /// Segments younger than this are left alone (None: the caller is the only writer).
+    /// The crawl's lease: segments younger are left alone, and an empty one is deleted only
+    /// once written a lease before the newest kept delivery's read (None: the caller is the
+    /// only writer, its scan exact).
     pub min_age_ms: Option<u64>,
     pub now: Millis,
     pub deadline: Option<Instant>,
@@ -151,26 +158,24 @@ impl Deliveries {
         files.values().any(|complete| !complete)
     }
 
-    /// The segments the complete deliveries point into (every run's), or None when one of
-    /// them does not say (a summary without its `segments`, though it delivered pages).
-    async fn referenced<B: BlobStore>(
-        &self,
-        blobs: &B,
-    ) -> Result<Option<BTreeSet<String>>, DeliverError> {
-        let mut referenced = BTreeSet::new();
+    /// What the complete deliveries (every run's) say of segments: those they point into,
+    /// and when the newest of them began reading its tasks; None when one of them does not
+    /// say which segments (a summary without its `segments`, though it delivered pages).
+    async fn referenced<B: BlobStore>(&self, blobs: &B) -> Result<Option<Held>, DeliverError> {
+        let mut held = Held::default();
         for marker in self.keys.iter().filter(|k| k.ends_with(SUCCESS_FILE)) {
             let dir = &marker[..marker.len() - SUCCESS_FILE.len()];
             let key = format!("{dir}{SUMMARY_FILE}");
             let Some(body) = super::get_with_retry(blobs, &key).await? else {
                 return Ok(None);
             };
-            let summary: summary::Summary =
+            let summary: SummarySegments =
                 serde_json::from_slice(&body).map_err(|e| DeliverError::CorruptDelivery {
                     key: key.clone(),
                     reason: e.to_string(),
                 })?;
             match summary.segments {
-                Some(segments) => referenced.extend(
+                Some(segments) => held.segments.extend(
                     segments
                         .per_segment
                         .into_iter()
@@ -180,9 +185,28 @@ impl Deliveries {
                 None if summary.warc.referenced > 0 => return Ok(None),
                 None => {}
             }
+            held.read_from = held.read_from.max(summary.tasks_read_from_ms);
         }
-        Ok(Some(referenced))
+        Ok(Some(held))
     }
+}
+
+/// What the kept deliveries hold: the segments they name, and when the newest that says
+/// began reading its tasks (None: none says).
+#[derive(Debug, Default)]
+struct Held {
+    segments: BTreeSet<String>,
+    read_from: Option<Millis>,
+}
+
+/// The part of `summary.json` compaction reads.
+#[derive(Deserialize)]
+struct SummarySegments {
+    #[serde(default)]
+    segments: Option<summary::SegmentsSummary>,
+    warc: summary::WarcSummary,
+    #[serde(default)]
+    tasks_read_from_ms: Option<Millis>,
 }
 
 /// Removes the deliveries of `run` older than the last `keep` complete ones (None when every
@@ -320,7 +344,8 @@ pub(crate) async fn compact<S: TaskStore, B: BlobStore>(
         .await?;
         report.rewritten += 1;
     }
-    // Deletable: no task pointed into it when the pass began, no delivery kept points into it.
+    // Deletable: no task pointed into it when the pass began, no delivery kept points into it,
+    // written before the newest kept delivery read its tasks (`compaction::segment_settled`).
     // A scan that read fewer tasks than the crawl counts (a store whose listing missed some)
     // cannot tell an empty segment: none is deleted.
     let complete_scan = scanned >= counted;
@@ -336,9 +361,16 @@ pub(crate) async fn compact<S: TaskStore, B: BlobStore>(
     let empty: Vec<&SegmentUse> = uses.iter().filter(|s| s.live == 0).collect();
     let mut doomed = Vec::new();
     for segment in empty {
+        // A task the scan missed (it changed status meanwhile) may still point into an empty
+        // one: only one written well before the newest kept delivery read its tasks goes.
+        let settled = |held: &Held| {
+            eligible.get(segment.key.as_str()).is_some_and(|s| {
+                compaction::segment_settled(s.modified, limits.min_age_ms, held.read_from)
+            })
+        };
         if referenced
             .as_ref()
-            .is_some_and(|r| !r.contains(&segment.key))
+            .is_some_and(|r| !r.segments.contains(&segment.key) && settled(r))
         {
             doomed.push(segment.key.clone());
             report.deleted += 1;
@@ -551,10 +583,14 @@ async fn move_page<S: TaskStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blob::memory::MemoryBlobStore;
+    use crate::store::layer::{Call, Layer, Layered, Outcome};
     use crate::store::memory::MemoryStore;
     use crate::store::{ClaimOutcome, CrawlStore, FinishOutcome, TaskRecords};
+    use bytes::Bytes;
     use trawl_domain::canonical::CanonicalUrl;
     use trawl_domain::crawl::CrawlConfig;
+    use trawl_domain::task::now_ms;
     use trawl_domain::task::{FetchRecord, NewTask};
 
     const T0: Millis = 1_800_000_000_000;
@@ -645,5 +681,196 @@ mod tests {
             place(store.get(&crawl, &id).await.unwrap()),
             ("segs/new".to_owned(), 5)
         );
+    }
+
+    /// Around the scan's query of succeeded tasks, once: `moved` (succeeded) is put back to
+    /// pending, already read (a retry keeping its stored body), and `finished` (in progress,
+    /// already read) succeeds, read again: the scan misses one task and still reads as many as
+    /// the crawl counts.
+    struct MidScan {
+        store: MemoryStore,
+        moved: TaskId,
+        finished: std::sync::Mutex<Option<trawl_domain::task::Lease>>,
+    }
+
+    impl Layer for MidScan {
+        type Before = ();
+
+        async fn before(&self, call: &Call<'_>) -> crate::store::StoreResult<()> {
+            let Call::Query { query } = call else {
+                return Ok(());
+            };
+            if query.status != Status::Succeeded {
+                return Ok(());
+            }
+            let lease = self.finished.lock().unwrap().take();
+            if let Some(lease) = lease {
+                let crawl = &query.crawl_id;
+                let from = [Status::Succeeded];
+                assert!(self.store.reschedule(crawl, &self.moved, &from, T0).await?);
+                let record = FetchRecord {
+                    http_status: 200,
+                    ..FetchRecord::default()
+                };
+                self.store.finish(&lease, &record, T0).await?;
+            }
+            Ok(())
+        }
+
+        async fn after(
+            &self,
+            _: &Call<'_>,
+            (): (),
+            _: Outcome<'_>,
+        ) -> crate::store::StoreResult<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_segment_only_a_task_missed_by_the_scan_points_into_is_kept() {
+        // GIVEN a task X whose page is in segment S, the only pointer into it, while task Z is
+        // being fetched; and a kept delivery that began reading its tasks before S was written
+        // (X was re-fetched into S after it), so that its summary does not name S
+        let store = MemoryStore::new();
+        let blobs = MemoryBlobStore::new();
+        let layout = Layout::new("p");
+        let crawl_id = CrawlId::parse("c").unwrap();
+        let config = CrawlConfig::default();
+        let lease_ms = config.lease_ms;
+        let crawl = Crawl::new(crawl_id.clone(), config, T0);
+        store.create_crawl(&crawl).await.unwrap();
+        let run = format!("{}run=0/", layout.deliveries_prefix(&crawl_id));
+        let before_s = now_ms() - 1;
+        let summary = serde_json::json!({
+            "warc": summary::WarcSummary::default(),
+            "tasks_read_from_ms": before_s,
+        });
+        let plain = |bytes: Vec<u8>| crate::blob::Body::new(bytes);
+        let meta = crate::blob::ObjectMeta {
+            content_type: "application/json".into(),
+            source_url: String::new(),
+            compress: false,
+        };
+        let put = |key: String, body: Vec<u8>| {
+            let blobs = blobs.clone();
+            let meta = meta.clone();
+            async move { blobs.put(&key, plain(body), &meta).await.unwrap() }
+        };
+        put(
+            format!("{run}gen-000000/{SUMMARY_FILE}"),
+            summary.to_string().into_bytes(),
+        )
+        .await;
+        put(format!("{run}gen-000000/{SUCCESS_FILE}"), Vec::new()).await;
+        let urls = ["http://example.com/x", "http://example.com/z"]
+            .map(|u| CanonicalUrl::parse(u).unwrap());
+        let new = urls.clone().map(|url| NewTask {
+            lane: None,
+            priority: Default::default(),
+            url,
+            depth: 0,
+            parent: None,
+            data: None,
+        });
+        store.seed(&crawl_id, &new, T0).await.unwrap();
+        let [x, z] = urls.map(|u| u.task_id());
+        let dir = layout.segments_prefix(&crawl_id);
+        // S is full (another append opens the next segment): not the one being appended to
+        let page = Bytes::from(vec![b'x'; 4 << 20]);
+        let s = blobs.append(&dir, page.clone()).await.unwrap();
+        blobs
+            .append(&dir, Bytes::from_static(b"next"))
+            .await
+            .unwrap();
+        let claim = |id| store.claim(&crawl_id, id, lease_ms, T0);
+        let Ok(ClaimOutcome::Claimed { lease, .. }) = claim(&x).await else {
+            panic!("claim refused");
+        };
+        let record = FetchRecord {
+            object_key: Some(s.key.clone()),
+            span: Some(s.span),
+            http_status: 200,
+            fetched_at: T0,
+            ..FetchRecord::default()
+        };
+        store.finish(&lease, &record, T0).await.unwrap();
+        let Ok(ClaimOutcome::Claimed { lease: z_lease, .. }) = claim(&z).await else {
+            panic!("claim refused");
+        };
+        let racing = Layered::new(
+            store.clone(),
+            MidScan {
+                store: store.clone(),
+                moved: x.clone(),
+                finished: std::sync::Mutex::new(Some(z_lease)),
+            },
+        );
+        let deliveries = Deliveries::list(&blobs, &layout, &crawl_id).await.unwrap();
+        let clock = crate::clock::SystemClock;
+        let limits = |min_age_ms| Limits {
+            below_percent: 50,
+            max_bytes: 1 << 30,
+            min_age_ms,
+            // past the lease: S is old enough to be looked at
+            now: now_ms() + i64::try_from(lease_ms).unwrap() + 1,
+            deadline: None,
+            clock: &clock,
+        };
+
+        // WHEN a pass runs while X changes status under its scan
+        let ruled = limits(Some(lease_ms));
+        let pass = compact(&racing, &blobs, &layout, &crawl, &deliveries, &run, &ruled);
+
+        // THEN the scan missed X (S looks empty) yet S is held: written after the delivery's
+        // read, a task may point into it unseen; X's page reads back
+        let report = pass.await.unwrap();
+        assert_eq!(
+            (report.live_bytes, report.deleted, report.held),
+            (0, 0, 1),
+            "{report:?}"
+        );
+        let read = blobs
+            .get_range(&s.key, s.span.offset, s.span.length)
+            .await
+            .unwrap();
+        assert_eq!(read, Some(page));
+        let task = store.get(&crawl_id, &x).await.unwrap().unwrap();
+        assert_eq!(task.fetch.and_then(|f| f.object_key), Some(s.key.clone()));
+
+        // AND the same race again (X succeeded, Z in progress), decided without the rule (the
+        // scan and the deliveries alone, as before it): S is deleted under X, the loss closed
+        let Ok(ClaimOutcome::Claimed { lease, .. }) = claim(&x).await else {
+            panic!("claim refused");
+        };
+        store.finish(&lease, &record, T0).await.unwrap();
+        let from = [Status::Succeeded];
+        assert!(store.reschedule(&crawl_id, &z, &from, T0).await.unwrap());
+        let Ok(ClaimOutcome::Claimed { lease: z_lease, .. }) = claim(&z).await else {
+            panic!("claim refused");
+        };
+        let racing = Layered::new(
+            store.clone(),
+            MidScan {
+                store: store.clone(),
+                moved: x.clone(),
+                finished: std::sync::Mutex::new(Some(z_lease)),
+            },
+        );
+        let unruled = limits(None);
+        let pass = compact(
+            &racing,
+            &blobs,
+            &layout,
+            &crawl,
+            &deliveries,
+            &run,
+            &unruled,
+        );
+        let report = pass.await.unwrap();
+        assert_eq!((report.live_bytes, report.deleted), (0, 1), "{report:?}");
+        assert_eq!(blobs.get(&s.key).await.unwrap(), None);
+        let task = store.get(&crawl_id, &x).await.unwrap().unwrap();
+        assert_eq!(task.fetch.and_then(|f| f.object_key), Some(s.key));
     }
 }

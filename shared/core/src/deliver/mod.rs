@@ -712,6 +712,10 @@ struct Checkpoint {
     /// Files written, in order.
     files: Vec<IndexedFile>,
     tally: Tally,
+    /// When the first call of this delivery began, before it read any task (the summary's
+    /// `tasks_read_from_ms`). None in a checkpoint written before it was kept.
+    #[serde(default)]
+    began: Option<Millis>,
 }
 
 impl Checkpoint {
@@ -1239,6 +1243,7 @@ impl<P: Ports> Deliverer<P> {
                     phase: Phase::Writing { writers },
                     files: Vec::new(),
                     tally: Tally::default(),
+                    began: Some(now),
                 }
             }
         };
@@ -1296,7 +1301,9 @@ impl<P: Ports> Deliverer<P> {
             .iter()
             .map(|f| (f.name.clone(), f.bytes))
             .collect();
-        let summary = self.summary(&crawl, generation, &id, state.tally, files, now);
+        let began = state.began;
+        let mut summary = self.summary(&crawl, generation, &id, state.tally, files, now);
+        summary.tasks_read_from_ms = began;
         self.write_plain(
             &format!("{prefix}{SUMMARY_FILE}"),
             "application/json",
@@ -2079,6 +2086,7 @@ impl<P: Ports> Deliverer<P> {
             files,
             started_at: warc::rfc3339(crawl.created_at),
             finished_at: warc::rfc3339(now),
+            tasks_read_from_ms: None,
             duration_seconds,
             pages_per_second,
             warc: tally.warc,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use trawl_domain::calls::CallTally;
 use trawl_domain::paging::{ChainEnd, PagePattern, chain_end};
 use trawl_domain::price::{PRICES, UNIT_MODEL, Units};
-use trawl_domain::task::Task;
+use trawl_domain::task::{Millis, Task};
 
 /// The delivery's summary, as written to `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +28,11 @@ pub struct Summary {
     pub started_at: String,
     /// This delivery, RFC 3339.
     pub finished_at: String,
+    /// When this delivery began reading its tasks (ms since the epoch, the deliverer's clock):
+    /// a pointer into a segment that existed then is in `segments`, which compaction relies on
+    /// (`trawl_domain::compaction::segment_settled`). Absent from deliveries written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_read_from_ms: Option<Millis>,
     pub duration_seconds: f64,
     /// Succeeded tasks per second of the crawl's life.
     pub pages_per_second: f64,
