@@ -162,7 +162,7 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
         figures.push(match scenario.name {
             "fresh" => total.at_most(9.0),
             "fresh, segments layout" => total.at_most(3.0),
-            "unchanged recrawl" => total.at_most(3.0),
+            "unchanged recrawl" => total.at_most(2.0),
             _ => total,
         });
         let by_operation: serde_json::Map<String, serde_json::Value> = scenario

@@ -44,8 +44,8 @@ pub const PRICES: Prices = Prices {
 
 /// How calls become billing units, in words (reported beside every estimate).
 pub const UNIT_MODEL: &str = "items under 1 KB; a DynamoDB PutItem = 2 WRU (a new task and its \
-entry in its host's due index), an UpdateItem = 3 WRU (a task's finish moves its due-index entry: \
-a delete and a put), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such deletes, a \
+entry in its host's roster), an UpdateItem = 1 WRU (a task's finish writes the task alone: its \
+roster entry never changes), a DeleteItem = 2 WRU, a BatchWriteItem = 25 such deletes, a \
 TransactWriteItems = 4 WRU (a host record and its shard's counts), a GetItem or Query = 1 RRU, \
 a BatchGetItem (a page's links, before they are seeded) = 10 RRU (a claim inside a host turn is \
 a GetItem, no write); host and crawl records, \
@@ -53,11 +53,12 @@ a GetItem, no write); host and crawl records, \
 GetObject GET-class, deletes free; every SQS call one standard-queue request; SQLite, files and \
 the in-process queue free.";
 
-/// Write units of a PutItem: a new task and its host-index entry.
+/// Write units of a PutItem: a new task and its entry in its host's roster (or due list).
 const PUT_WRU: f64 = 2.0;
-/// Write units of an UpdateItem of a task: the item, and its host-index entry moved to its next
-/// due time (delete + put). Host- and crawl-record writes take 1; they are a small minority.
-const UPDATE_WRU: f64 = 3.0;
+/// Write units of an UpdateItem of a task: the item alone (host passes: a rostered task's finish
+/// writes no index; a task with a priority or a lane moves its due-list entry too, 2 more).
+/// Host- and crawl-record writes take 1 as well.
+const UPDATE_WRU: f64 = 1.0;
 /// Write units of a DeleteItem: the item and its index entry.
 const DELETE_WRU: f64 = 2.0;
 /// Read units of a BatchGetItem: a page's links checked before they are seeded, about 20
@@ -220,13 +221,13 @@ mod tests {
             (Call::SqsSendMessageBatch, 2_000_000.0),
             (Call::SqliteWrite, 1_000_000.0),
         ]);
-        assert_eq!(units.dynamodb_wru, 5_000_000.0);
+        assert_eq!(units.dynamodb_wru, 3_000_000.0);
         assert_eq!(units.dynamodb_rru, 2_000_000.0);
         let cost = PRICES.cost(&units);
-        assert!((cost.dynamodb - (3.125 + 0.25)).abs() < 1e-9, "{cost:?}");
+        assert!((cost.dynamodb - (1.875 + 0.25)).abs() < 1e-9, "{cost:?}");
         assert!((cost.s3 - (0.005 + 0.004)).abs() < 1e-9, "{cost:?}");
         assert!((cost.sqs - 0.8).abs() < 1e-9, "{cost:?}");
-        assert!((cost.total() - 4.184).abs() < 1e-9, "{cost:?}");
+        assert!((cost.total() - 2.934).abs() < 1e-9, "{cost:?}");
     }
 
     #[test]
