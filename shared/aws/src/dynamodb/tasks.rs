@@ -6,7 +6,7 @@ use super::expression::Expression;
 use super::items::{self, TaskItem};
 use super::schema::{LANE_INDEX, ROSTER_INDEX};
 use super::{BATCH_GET_KEYS, Cursor, DynamoStore, HOST_INDEX, SEED_PARALLELISM, n, s, task_counts};
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use std::collections::{HashMap, HashSet};
 use trawl_core::store::{
@@ -105,56 +105,19 @@ impl TaskRecords for DynamoStore {
             .transpose()
     }
 
-    /// BatchGetItem of the keys, 100 a call, eventually consistent, the key alone projected:
-    /// half a read unit a key, where a put of a known task would be a refused write unit.
+    /// BatchGetItem of the keys, 100 a call, eventually consistent: half a read unit a key,
+    /// where a put of a known task would be a refused write unit.
     async fn known(&self, crawl_id: &CrawlId, ids: &[TaskId]) -> StoreResult<Vec<bool>> {
         let mut unique: Vec<String> = ids.iter().map(|id| items::task_pk(crawl_id, id)).collect();
         unique.sort();
         unique.dedup();
         let mut found = HashSet::new();
         for chunk in unique.chunks(BATCH_GET_KEYS) {
-            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|pk| HashMap::from([("pk".to_owned(), s(pk.clone()))]))
-                .collect();
-            for attempt in 0..8u32 {
-                if keys.is_empty() {
-                    break;
+            // Eventually consistent: half a read unit a key (a projection would not make it less).
+            for item in self.batch_get(chunk.to_vec(), false).await? {
+                if let Some(AttributeValue::S(pk)) = item.get("pk") {
+                    found.insert(pk.clone());
                 }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut keys)))
-                    .projection_expression("#pk")
-                    .expression_attribute_names("#pk", "pk")
-                    .build()
-                    .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
-                self.calls.record(Call::DynamoBatchGetItem);
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| map_err("BatchGetItem", e))?;
-                let items = out.responses.and_then(|mut r| r.remove(&self.table));
-                for item in items.unwrap_or_default() {
-                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
-                        found.insert(pk.clone());
-                    }
-                }
-                keys = out
-                    .unprocessed_keys
-                    .and_then(|mut m| m.remove(&self.table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-                if !keys.is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-            }
-            if !keys.is_empty() {
-                return Err(StoreError::unavailable(
-                    "BatchGetItem",
-                    "unprocessed keys remain",
-                ));
             }
         }
         Ok(ids
@@ -444,46 +407,13 @@ impl DynamoStore {
         ids: &[TaskId],
     ) -> StoreResult<HashMap<TaskId, Task>> {
         let mut found = HashMap::with_capacity(ids.len());
-        let mut keys: Vec<HashMap<String, AttributeValue>> = ids
-            .iter()
-            .map(|id| HashMap::from([("pk".to_owned(), Self::task_key(crawl_id, id))]))
-            .collect();
-        for attempt in 0..8u32 {
-            if keys.is_empty() {
-                break;
-            }
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut keys)))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| StoreError::backend("BatchGetItem", e.to_string()).caused_by(e))?;
-            self.calls.record(Call::DynamoBatchGetItem);
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, request)
-                .send()
-                .await
-                .map_err(|e| map_err("BatchGetItem", e))?;
-            let items = out.responses.and_then(|mut r| r.remove(&self.table));
-            for item in items.unwrap_or_default() {
-                let task = TaskItem::from_item(item)?.into_task()?;
-                found.insert(task.task_id.clone(), task);
-            }
-            keys = out
-                .unprocessed_keys
-                .and_then(|mut m| m.remove(&self.table))
-                .map(|k| k.keys)
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-            }
+        if ids.is_empty() {
+            return Ok(found);
         }
-        if !keys.is_empty() {
-            return Err(StoreError::unavailable(
-                "BatchGetItem",
-                "unprocessed keys remain",
-            ));
+        let keys: Vec<String> = ids.iter().map(|id| items::task_pk(crawl_id, id)).collect();
+        for item in self.batch_get(keys, true).await? {
+            let task = TaskItem::from_item(item)?.into_task()?;
+            found.insert(task.task_id.clone(), task);
         }
         Ok(found)
     }
