@@ -320,6 +320,26 @@ pub trait BlobStore: Send + Sync {
         length: u64,
     ) -> impl Future<Output = BlobResult<Option<Bytes>>> + Send;
 
+    /// The ranges `(offset, length)` of the object at `key`, in the order asked, or None when
+    /// there is no such object: each as `get_range` reads it. A store may read them in one go
+    /// (a local file opened once, for all the pages' items a delivery reads from a segment).
+    fn get_ranges(
+        &self,
+        key: &str,
+        ranges: &[(u64, u64)],
+    ) -> impl Future<Output = BlobResult<Option<Vec<Bytes>>>> + Send {
+        async move {
+            let mut read = Vec::with_capacity(ranges.len());
+            for &(offset, length) in ranges {
+                let Some(bytes) = self.get_range(key, offset, length).await? else {
+                    return Ok(None);
+                };
+                read.push(bytes);
+            }
+            Ok(Some(read))
+        }
+    }
+
     /// Writes `body` at `key` (overwriting: keys are content-addressed).
     fn put(
         &self,

@@ -98,6 +98,36 @@ const RUNS: &str = "items-";
 /// Compressed bytes of the previous delivery's items read at once.
 const PREVIOUS_READ: u64 = 256 << 10;
 
+/// Manifest lines read ahead at most (`ItemsPass::add`), and bytes of their pages' items
+/// members: the members of a batch are read together.
+const BATCH_LINES: usize = 512;
+const BATCH_BYTES: u64 = 4 << 20;
+
+/// What the items pass does with a manifest line.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// An image task (or an image stored as a page) to the images' join.
+    Image(Option<Status>),
+    /// Gone: its URLs to the join, so that no listing item takes a detail page's fields.
+    Gone,
+    /// Present, an extractor's, but no longer HTML: counted, without items.
+    NotHtml,
+    /// A present HTML page an extractor applies to: its items are read.
+    Items,
+    /// Nothing to read.
+    Skip,
+}
+
+/// Where a page's items are in a segment.
+struct Member<'a> {
+    key: &'a str,
+    offset: u64,
+    length: u64,
+    /// The whole span (the response and the items' members), from a manifest line without
+    /// `items_length`.
+    whole_span: bool,
+}
+
 /// One line of `items.jsonl.gz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemLine {
@@ -452,26 +482,146 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         self.stats.peak_entries = self.stats.peak_entries.max(held);
     }
 
-    /// Reads the items of every present page of the manifest segment at `key` (step 1).
+    /// Reads the items of every present page of the manifest segment at `key` (step 1), a
+    /// batch of lines at a time: the items members of a batch's pages are read together, one
+    /// store call per segment (`BlobStore::get_ranges`), then each line is taken in order.
     pub async fn add(&mut self, key: &str, manifest: &[u8]) -> Result<(), DeliverError> {
-        for line in lines::<ManifestLine>(key, manifest) {
-            let line = line?;
-            let status = Status::ALL.iter().find(|s| s.name() == line.status);
-            // An image task has no items; an image stored as a page (`store_content_types`)
-            // joins the images too when items name images.
-            let marked = image::is_image_task(line.data.as_ref());
-            let typed = line
-                .content_type
-                .as_deref()
-                .is_some_and(image::is_image_type);
-            if (marked || typed) && !self.image_fields.is_empty() {
-                self.image_task(&line, status.copied()).await?;
-                continue;
+        let mut lines = lines::<ManifestLine>(key, manifest);
+        loop {
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            while batch.len() < BATCH_LINES && bytes < BATCH_BYTES {
+                let Some(line) = lines.next().transpose()? else {
+                    break;
+                };
+                let kind = self.kind_of(&line);
+                if let Kind::Items = kind {
+                    bytes += self.member_of(&line).map_or(0, |m| m.length);
+                }
+                batch.push((line, kind));
             }
-            if marked {
-                continue;
+            if batch.is_empty() {
+                return Ok(());
             }
-            if status == Some(&Status::Gone) {
+            let mut stored = self.read_members(&batch).await?.into_iter();
+            for (line, kind) in batch {
+                let member = match kind {
+                    Kind::Items => stored.next().flatten(),
+                    _ => None,
+                };
+                self.add_line(key, line, kind, member).await?;
+            }
+        }
+    }
+
+    /// What the pass does with a manifest line.
+    fn kind_of(&self, line: &ManifestLine) -> Kind {
+        let status = Status::ALL.iter().find(|s| s.name() == line.status);
+        // An image task has no items; an image stored as a page (`store_content_types`)
+        // joins the images too when items name images.
+        let marked = image::is_image_task(line.data.as_ref());
+        let typed = line
+            .content_type
+            .as_deref()
+            .is_some_and(image::is_image_type);
+        if (marked || typed) && !self.image_fields.is_empty() {
+            return Kind::Image(status.copied());
+        }
+        if marked {
+            return Kind::Skip;
+        }
+        if status == Some(&Status::Gone) {
+            return Kind::Gone;
+        }
+        let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
+        if !present || line.md5.is_none() || self.extractors.for_url(&line.url).is_none() {
+            return Kind::Skip;
+        }
+        // The items beside a body are those of its HTML: a page served the same bytes
+        // under another type since has none.
+        if !line.content_type.as_deref().is_some_and(is_html_type) {
+            return Kind::NotHtml;
+        }
+        Kind::Items
+    }
+
+    /// Where a page's items are in its segment (None: the page is in no segment). Only their
+    /// member when the manifest gives its length; a manifest line without it (written before
+    /// lines carried it) has the whole span read and the body inflated.
+    fn member_of<'l>(&self, line: &'l ManifestLine) -> Option<Member<'l>> {
+        let (Some(object), Some(offset), Some(length)) = (&line.object, line.offset, line.length)
+        else {
+            return None;
+        };
+        let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
+        Some(match line.items_length {
+            Some(items) if items <= length => Member {
+                key,
+                offset: offset + length - items,
+                length: items,
+                whole_span: false,
+            },
+            _ => Member {
+                key,
+                offset,
+                length,
+                whole_span: line.items_length.is_none(),
+            },
+        })
+    }
+
+    /// The stored members of the batch's pages with items, in the batch's order (None: its
+    /// page is in no segment, or its segment is missing).
+    async fn read_members(
+        &self,
+        batch: &[(ManifestLine, Kind)],
+    ) -> Result<Vec<Option<Bytes>>, DeliverError> {
+        let members: Vec<Option<Member<'_>>> = batch
+            .iter()
+            .filter(|(_, kind)| matches!(kind, Kind::Items))
+            .map(|(line, _)| self.member_of(line))
+            .collect();
+        let mut by_segment: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, member) in members.iter().enumerate() {
+            if let Some(member) = member {
+                by_segment.entry(member.key).or_default().push(i);
+            }
+        }
+        let mut stored = vec![None; members.len()];
+        for (key, at) in by_segment {
+            let ranges: Vec<(u64, u64)> = at
+                .iter()
+                .filter_map(|&i| members[i].as_ref().map(|m| (m.offset, m.length)))
+                .collect();
+            let read = || self.blobs.get_ranges(key, &ranges);
+            let Some(read) = super::patiently("read pages' items", &super::READ, read).await?
+            else {
+                continue;
+            };
+            for (&i, records) in at.iter().zip(read) {
+                let Some(member) = &members[i] else { continue };
+                stored[i] = match member.whole_span {
+                    false => Some(segment::decode_items(key, &records)?),
+                    true => segment::decode(key, &records)?.items,
+                };
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Takes one manifest line of the kind `kind`; `member` holds its page's items as read
+    /// from its segment.
+    async fn add_line(
+        &mut self,
+        key: &str,
+        line: ManifestLine,
+        kind: Kind,
+        member: Option<Bytes>,
+    ) -> Result<(), DeliverError> {
+        match kind {
+            Kind::Image(status) => return self.image_task(&line, status).await,
+            Kind::Skip => return Ok(()),
+            Kind::Gone => {
                 for u in line.final_url.into_iter().chain([line.url]) {
                     self.sorts
                         .by_url
@@ -479,59 +629,47 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                         .await?;
                 }
                 self.note_held(0);
-                continue;
+                return Ok(());
             }
-            let present = status.is_some_and(|&s| is_present(s, line.md5.is_some()));
-            let (Some(md5), true) = (line.md5.as_deref(), present) else {
-                continue;
-            };
-            if self.extractors.for_url(&line.url).is_none() {
-                continue;
-            }
-            // The items beside a body are those of its HTML: a page served the same bytes
-            // under another type since has none.
-            if !line.content_type.as_deref().is_some_and(is_html_type) {
+            Kind::NotHtml => {
                 self.summary.pages_without_items += 1;
-                continue;
+                return Ok(());
             }
-            let task_id =
-                TaskId::parse(&line.task_id).ok_or_else(|| DeliverError::CorruptDelivery {
-                    key: key.to_owned(),
-                    reason: format!("bad task id {:?}", line.task_id),
-                })?;
-            // Beside the body: in the object layout the items object (which `reextract`
-            // rewrites), in segments the page's metadata record — or, once `reextract` made
-            // them anew, the items object it wrote beside the segment.
-            let beside = Layout::items_key_of(&self.layout.html_key(self.crawl_id, &task_id, md5));
-            let mut items = match (&line.object, line.offset, line.length) {
-                (Some(object), Some(offset), Some(length)) => {
-                    let key = object.strip_prefix(&self.uri_base).unwrap_or(object);
-                    let stored = self
-                        .segment_items(key, offset, length, line.items_length)
-                        .await?;
-                    stored.map(|b| parse_items(key, &b)).transpose()?
-                }
-                _ => None,
-            };
-            if !items.as_ref().is_some_and(|i| self.is_current(i))
-                && let Some(body) = super::get_with_retry(self.blobs, &beside).await?
-            {
-                items = Some(parse_items(&beside, &body)?);
-            }
-            let Some(items) = items else {
-                // Its items were not stored (they did not serialise, or no extractor applied
-                // when it was fetched and none was run on it since).
-                self.summary.pages_without_items += 1;
-                continue;
-            };
-            if self.is_current(&items) {
-                self.summary.pages_current += 1;
-            } else {
-                self.summary.pages_older += 1;
-            }
-            self.found(line, items).await?;
+            Kind::Items => {}
         }
-        Ok(())
+        let Some(md5) = line.md5.as_deref() else {
+            return Ok(());
+        };
+        let task_id =
+            TaskId::parse(&line.task_id).ok_or_else(|| DeliverError::CorruptDelivery {
+                key: key.to_owned(),
+                reason: format!("bad task id {:?}", line.task_id),
+            })?;
+        // Beside the body: in the object layout the items object (which `reextract`
+        // rewrites), in segments the page's metadata record — or, once `reextract` made
+        // them anew, the items object it wrote beside the segment.
+        let beside = Layout::items_key_of(&self.layout.html_key(self.crawl_id, &task_id, md5));
+        let mut items = match (&member, self.member_of(&line)) {
+            (Some(bytes), Some(at)) => Some(parse_items(at.key, bytes)?),
+            _ => None,
+        };
+        if !items.as_ref().is_some_and(|i| self.is_current(i))
+            && let Some(body) = super::get_with_retry(self.blobs, &beside).await?
+        {
+            items = Some(parse_items(&beside, &body)?);
+        }
+        let Some(items) = items else {
+            // Its items were not stored (they did not serialise, or no extractor applied
+            // when it was fetched and none was run on it since).
+            self.summary.pages_without_items += 1;
+            return Ok(());
+        };
+        if self.is_current(&items) {
+            self.summary.pages_current += 1;
+        } else {
+            self.summary.pages_older += 1;
+        }
+        self.found(line, items).await
     }
 
     /// An image task of the manifest to the images' join, under its URL and final URL.
@@ -576,31 +714,6 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         items.version.as_deref() == Some(self.extractors.version())
     }
 
-    /// The items in a page's records in a segment (None: the page has none). Only their member
-    /// is read when the manifest gives its length; a manifest line without it (written before
-    /// lines carried it) has the whole span read and the body inflated.
-    async fn segment_items(
-        &self,
-        key: &str,
-        offset: u64,
-        length: u64,
-        items_length: Option<u64>,
-    ) -> Result<Option<Bytes>, DeliverError> {
-        let (offset, length) = match items_length {
-            Some(items) if items <= length => (offset + length - items, items),
-            _ => (offset, length),
-        };
-        let read = || self.blobs.get_range(key, offset, length);
-        let Some(records) = super::patiently("read a page's records", &super::READ, read).await?
-        else {
-            return Ok(None);
-        };
-        Ok(match items_length {
-            Some(_) => Some(segment::decode_items(key, &records)?),
-            None => segment::decode(key, &records)?.items,
-        })
-    }
-
     /// A page's items, read: a detail page goes to the join under its URLs; a listing's items
     /// are numbered, and those naming a detail page go to the join, the others on.
     async fn found(&mut self, page: ManifestLine, items: PageItems) -> Result<(), DeliverError> {
@@ -632,13 +745,13 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         }
         let def = self.extractors.named(&items.extractor).map(|e| &e.def);
         let link = def.and_then(|d| d.detail.clone());
-        for (position, item) in items.items.iter().enumerate() {
+        for (position, item) in items.items.into_iter().enumerate() {
             let n = self.items;
             self.items += 1;
             let mut line = item_line(&page, &items.extractor, item);
             line.key = format!("{}#{position}", page.url);
             if let Some(link) = &link {
-                let url = item
+                let url = line
                     .fields
                     .get(&link.url_field)
                     .and_then(|v| v.as_str())
@@ -1215,17 +1328,18 @@ fn parse_items(key: &str, body: &[u8]) -> Result<PageItems, DeliverError> {
     })
 }
 
-fn item_line(page: &ManifestLine, extractor: &str, item: &Item) -> ItemLine {
+fn item_line(page: &ManifestLine, extractor: &str, item: Item) -> ItemLine {
+    let valid = item.is_valid();
     ItemLine {
         key: String::new(),
         extractor: extractor.to_owned(),
         page_url: page.url.clone(),
         task_id: page.task_id.clone(),
         fetched_at: page.fetched_at.clone().unwrap_or_default(),
-        fields: item.fields.clone(),
+        fields: item.fields,
         detail: None,
-        valid: item.is_valid(),
-        errors: item.errors.clone(),
+        valid,
+        errors: item.errors,
         images: BTreeMap::new(),
     }
 }

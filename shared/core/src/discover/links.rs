@@ -391,4 +391,156 @@ mod tests {
         let html = r#"<meta name="robots" content="noindex"><a href="/x">x</a>"#;
         assert_eq!(links(page.as_str(), html).len(), 1);
     }
+    /// Both readings of `html` (links and images), as the crawler gets them: lol_html's scan
+    /// and the extractor's tree.
+    #[cfg(feature = "extract")]
+    fn both(page: &url::Url, html: &str) -> (Links, Links) {
+        let want = Want {
+            links: true,
+            images: true,
+        };
+        let stream = scan_page(page, html.as_bytes(), want);
+        let tree = links_in_tree(page, &crate::extract::parse(html.as_bytes()), want);
+        (stream, tree)
+    }
+
+    #[cfg(feature = "extract")]
+    fn urls(found: &[CanonicalUrl]) -> Vec<&str> {
+        found.iter().map(CanonicalUrl::as_str).collect()
+    }
+
+    /// The integration tests' fixture pages (`tests/site.rs`), a page of the bench's site, and
+    /// markup that is broken in the ways pages are: both readings agree, link for link.
+    #[cfg(feature = "extract")]
+    #[test]
+    fn the_tree_and_the_stream_read_the_same_links_and_images() {
+        let page = url::Url::parse("http://127.0.0.1:8080/index.html").unwrap();
+        let bench_page = format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>Page 7</title></head>\
+             <body><h1>Page 7</h1><nav>{}</nav>{}</body></html>\n",
+            [15, 16, 3, 4091, 12]
+                .map(|j| format!("<a href=\"/p/{j}.html\">Page {j}</a> "))
+                .concat(),
+            "<p>lambda queue crawler frontier </p>\n".repeat(40),
+        );
+        let pages = [
+            // tests/site.rs: the fixture's index, its base page, its stalled and tiny pages
+            r##"<!doctype html><html><head><title>index</title></head><body>
+            <a href="page1.html">relative</a>
+            <a href="http://127.0.0.1:8080/page2.html">absolute</a>
+            <a href="#section">fragment only</a>
+            <a href="page1.html#part">duplicate with fragment</a>
+            <a href="/page2.html?b=2&amp;a=1">query</a>
+            <a href="http://offsite.example/away">off scope</a>
+            <a href="http://127.0.0.1:8081/secret">internal host</a>
+            <a href="http://169.254.169.254/latest/meta-data/">metadata</a>
+            <a href="/private/page.html">robots-disallowed</a>
+            <a href="/page3.html" rel="nofollow">nofollow</a>
+            </body></html>"##,
+            r#"<head><base href="/docs/"></head><a href="a.html">a</a><a href="../b.html">b</a>"#,
+            "<html><body><p>the rest never comes",
+            "<p>page 1</p>",
+            "",
+            &bench_page,
+            // Unclosed, misnested and stray markup
+            r#"<a href="/1"><p>para</a> <a href="/2">2<a href="/3">3</a>"#,
+            r#"<p><a href="/1">one<table><tr><td><a href="/2">2</td></tr></table>"#,
+            r#"<table><a href="/1">fostered</a><tr><td><a href="/2">2</a></td></tr></table>"#,
+            r#"<a href="/1">x</a></body></html><a href="/2">after the end</a>"#,
+            r#"<b><i><a href="/1">x</b></i><div><a href="/2"></div>"#,
+            r#"<ul><li><a href=/1>one<li><a href=/2>two</ul><dl><dt><a href=/3></dl>"#,
+            // Tags cut off, attributes written every way
+            r#"<a href="/1"<a href="/2">x</a><a href="/3"#,
+            r#"<A HREF=/1>u</A><a href='/2'>q</a><a href=/3 >v</a><a href=/4/>w</a><a  href = "/5" >s</a>"#,
+            r#"<a href="/1" href="/2">dup</a><a rel=nofollow href=/3 rel=follow>n</a><a rel="NOFOLLOW" href=/4>"#,
+            "<a href=\"\t/1\n\">ws</a><a href=\" /2 \">sp</a><a href=\"\">empty</a><a href>bare</a>",
+            // Where a tag is text: comments, raw text and RCDATA, foreign content
+            r#"<a href="/1">x<!-- <a href="/2"> --><![CDATA[<a href="/3">]]><?php <a href="/4"> ?></a>"#,
+            r#"<textarea><a href="/1"></textarea><title><a href="/2"></title><style><a href="/3"></style><script><a href="/4"></script><xmp><a href="/5"></xmp><iframe><a href="/6"></iframe><noembed><a href="/7"></noembed><noframes><a href="/8"></noframes><a href="/9">"#,
+            r#"<script><!--<script></script><a href="/1"></script><a href="/2">x</a>"#,
+            r#"<a href="/1">x</a><plaintext><a href="/2">y</a>"#,
+            r#"<a href="/1">x</a><noscript><a href="/2">n</a></noscript>"#,
+            r#"<template><a href="/1">t</a></template><select><option><a href="/2">s</a></select>"#,
+            r#"<svg><a href="/1">s</a><a xlink:href="/2">x</a></svg><math><a href="/3">m</a></math>"#,
+            // Base, robots and images in odd places
+            r#"<a href="x">e</a><body><base href="/d/"><base href="/e/"><a href="y">y</a>"#,
+            r#"<body><a href="/1">x</a><META NAME="ROBOTS" CONTENT="noindex,nofollow"></body>"#,
+            r#"<img src="a.png" srcset="a.png 1x, b.png 2x"><picture><source srcset="c.webp"><img src=d.jpg></picture><img>"#,
+            // Character references the stream's decoding knows
+            r#"<a href="/p?a=1&amp;b=2&#38;c=3&#x26;d">r</a><a href="/caf&#233;">e</a><a href="/&lt;&gt;&quot;&apos;">n</a>"#,
+        ];
+        for html in pages {
+            let (stream, tree) = both(&page, html);
+            assert_eq!(stream, tree, "{html}");
+        }
+        let (found, _) = both(&page, pages[0]);
+        assert_eq!(found.urls.len(), 7, "the fixture's index gives its links");
+        let (found, _) = both(&page, &bench_page);
+        assert_eq!(found.urls.len(), 5, "the bench's page gives its links");
+    }
+
+    /// Where the two readings part: markup that the HTML tree builder rearranges or reads as a
+    /// browser does, and the stream cannot. The crawler reads an extracted page's links from
+    /// its tree, so on such a page they are a browser's links; any other page's are the
+    /// stream's.
+    #[cfg(feature = "extract")]
+    #[test]
+    fn the_tree_reads_broken_markup_as_a_browser_does() {
+        let page = url::Url::parse("http://example.com/a/b.html").unwrap();
+        // A link the table builder fosters out of the table comes before the table's links.
+        let (stream, tree) = both(
+            &page,
+            r#"<table><tr><td><a href="/1">1</a></td></tr><a href="/2">2</a></table>"#,
+        );
+        assert_eq!(
+            urls(&stream.urls),
+            ["http://example.com/1", "http://example.com/2"]
+        );
+        assert_eq!(
+            urls(&tree.urls),
+            ["http://example.com/2", "http://example.com/1"]
+        );
+        // The tree decodes every character reference as HTML has it (named ones without their
+        // `;`, numeric ones mapped or replaced); the stream decodes the few hrefs use.
+        let (stream, tree) = both(
+            &page,
+            r#"<a href="/caf&eacute;">e</a><a href="/?b&amp">a</a><a href="/&#x80;">c</a><a href="/&#0;">z</a>"#,
+        );
+        assert_eq!(
+            urls(&stream.urls),
+            [
+                "http://example.com/caf&eacute;",
+                "http://example.com/?amp&b",
+                "http://example.com/%C2%80",
+                "http://example.com/"
+            ]
+        );
+        assert_eq!(
+            urls(&tree.urls),
+            [
+                "http://example.com/caf%C3%A9",
+                "http://example.com/?b",
+                "http://example.com/%E2%82%AC",
+                "http://example.com/%EF%BF%BD"
+            ]
+        );
+        // A NUL in a value is U+FFFD in the tree.
+        let (stream, tree) = both(&page, "<a href=\"/1\0x\">n</a>");
+        assert_eq!(urls(&stream.urls), ["http://example.com/1%00x"]);
+        assert_eq!(urls(&tree.urls), ["http://example.com/1%EF%BF%BDx"]);
+        // A frameset page has no body: what follows it is dropped.
+        let (stream, tree) = both(
+            &page,
+            r#"<frameset><frame src="/1"></frameset><a href="/2">x</a>"#,
+        );
+        assert_eq!(urls(&stream.urls), ["http://example.com/2"]);
+        assert!(tree.urls.is_empty());
+        // `<image>` is an `<img>`.
+        let (stream, tree) = both(&page, r#"<image src="/i.png"><img src="/c.png">"#);
+        assert_eq!(urls(&stream.images), ["http://example.com/c.png"]);
+        assert_eq!(
+            urls(&tree.images),
+            ["http://example.com/i.png", "http://example.com/c.png"]
+        );
+    }
 }

@@ -197,3 +197,24 @@ pub(super) fn read_range(
     std::io::Read::read_exact(&mut file, &mut bytes)?;
     Ok(Some(bytes))
 }
+
+/// The ranges `(offset, length)` of the file at `path`, in the order asked; None when there is
+/// no such file.
+pub(super) fn read_ranges(
+    path: &Path,
+    ranges: &[(u64, u64)],
+) -> std::io::Result<Option<Vec<Vec<u8>>>> {
+    use std::os::unix::fs::FileExt;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut read = Vec::with_capacity(ranges.len());
+    for &(offset, length) in ranges {
+        let mut bytes = vec![0; usize::try_from(length).map_err(std::io::Error::other)?];
+        file.read_exact_at(&mut bytes, offset)?;
+        read.push(bytes);
+    }
+    Ok(Some(read))
+}

@@ -451,7 +451,7 @@ fn reference(
         }
         let def = extractors.named(&items.extractor).map(|e| &e.def).unwrap();
         for (position, item) in items.items.iter().enumerate() {
-            let mut line = item_line(page, &items.extractor, item);
+            let mut line = item_line(page, &items.extractor, item.clone());
             line.key = format!("{}#{position}", page.url);
             if let Some(link) = &def.detail {
                 let url = item
