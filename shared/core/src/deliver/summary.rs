@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(cost.s3_usd, expected.s3);
         assert_eq!(cost.sqs_usd, expected.sqs);
         assert!(
-            (cost.total_usd - (1.875 + 0.004 + 0.8)).abs() < 1e-9,
+            (cost.total_usd - (0.625 + 0.004 + 0.8)).abs() < 1e-9,
             "{cost:?}"
         );
         assert!(cost.basis.contains(PRICES.as_of));
