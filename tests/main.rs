@@ -27,6 +27,7 @@ mod operator;
 mod paging;
 mod priorities;
 mod proxy;
+mod read_units;
 mod refusals;
 mod routing;
 mod run_limits;

@@ -47,6 +47,9 @@ pub struct CallProfile {
     pub urls: u64,
     pub calls: BTreeMap<String, u64>,
     pub writes: BTreeMap<&'static str, WriteTally>,
+    /// DynamoDB read units, as the adapter metered them from the items read
+    /// (`trawl_domain::capacity::read_half_units`).
+    pub read_units: f64,
 }
 
 impl CallProfile {
@@ -61,6 +64,7 @@ impl CallProfile {
                 .map(|(c, n)| (format!("{}.{}", c.service(), c.operation()), n))
                 .collect(),
             writes: meter.by_operation().clone(),
+            read_units: calls.read_units(),
         };
         meter.reset();
         calls.reset();

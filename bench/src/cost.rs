@@ -4,7 +4,9 @@
 //! (`trawl_aws::dynamodb::capacity`) — and the Lambda worker's CPU per page (section 3), priced
 //! by `trawl_domain::price` (as `summary.json`).
 //!
-//! Reads are taken as 1 RRU per GetItem or Query (items under 4 KB, strongly consistent).
+//! Reads are metered too: the adapter prices each read from the items it returned, as DynamoDB
+//! bills them (`trawl_domain::capacity::read_half_units`: 4 KB blocks, half for an eventually
+//! consistent read, an absent key at the least).
 //! Excluded: S3 storage, CloudWatch Logs, data transfer, the seeder, sweeper and deliverer's own
 //! invocations (per crawl, not per page), and the event source mapping's empty polls.
 
@@ -17,6 +19,7 @@ use trawl_domain::price::{LambdaModel, PRICES, PageCost, Units};
 
 const SECTION: &str = "cost per 1M pages";
 const WRITES: &str = "DynamoDB write units";
+const READS: &str = "DynamoDB read units";
 const PAGES: f64 = 1e6;
 
 /// The Lambda the figures assume: the crawler function as the template deploys it (512 MB,
@@ -67,11 +70,17 @@ impl Scenario<'_> {
         )
     }
 
-    /// Billing units per page: calls as `Units::of` counts them, the write units as metered.
+    /// Read units per page, as metered.
+    fn reads_per_page(&self) -> f64 {
+        self.parts.iter().map(|p| p.read_units).sum::<f64>() / self.pages()
+    }
+
+    /// Billing units per page: calls as `Units::of` counts them, the DynamoDB units as metered.
     fn units(&self) -> Units {
         let (table, indexes) = self.writes_per_page();
         let mut units = Units::of(Call::ALL.iter().map(|&c| (c, self.calls_per_page(c))));
         units.dynamodb_wru = table + indexes.iter().map(|(_, n)| n).sum::<f64>();
+        units.dynamodb_rru = self.reads_per_page();
         units
     }
 }
@@ -123,6 +132,21 @@ pub fn run(calls: &CallsResult, lambda: &LambdaResult) -> (Vec<Figure>, serde_js
             ),
             "ratio",
             per_call.dynamodb_wru / units.dynamodb_wru.max(f64::MIN_POSITIVE),
+        ));
+        figures.push(Figure::single(
+            READS,
+            format!("{}: RRU per URL (metered)", scenario.name),
+            "RRU",
+            units.dynamodb_rru,
+        ));
+        figures.push(Figure::single(
+            READS,
+            format!(
+                "{}: summary.json's per-call estimate ÷ metered",
+                scenario.name
+            ),
+            "ratio",
+            per_call.dynamodb_rru / units.dynamodb_rru.max(f64::MIN_POSITIVE),
         ));
         figures.push(Figure::single(
             WRITES,

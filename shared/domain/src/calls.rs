@@ -95,6 +95,9 @@ pub type CallTally = BTreeMap<Call, u64>;
 pub struct CallCounts {
     counts: Vec<AtomicU64>,
     reported: Vec<AtomicU64>,
+    /// DynamoDB read units the reads consumed, in half units (`capacity::read_half_units`),
+    /// as DynamoDB would bill them: a measure for the cost bench, never reported to a crawl.
+    read_half_units: AtomicU64,
 }
 
 impl Default for CallCounts {
@@ -103,6 +106,7 @@ impl Default for CallCounts {
         Self {
             counts: zeros(),
             reported: zeros(),
+            read_half_units: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +165,17 @@ impl CallCounts {
         }
     }
 
+    /// Adds the half read units of a DynamoDB read.
+    pub fn add_read_half_units(&self, half_units: u64) {
+        self.read_half_units
+            .fetch_add(half_units, Ordering::Relaxed);
+    }
+
+    /// DynamoDB read units consumed since the last reset.
+    pub fn read_units(&self) -> f64 {
+        self.read_half_units.load(Ordering::Relaxed) as f64 / 2.0
+    }
+
     pub fn get(&self, call: Call) -> u64 {
         self.counts
             .get(call as usize)
@@ -186,7 +201,12 @@ impl CallCounts {
     }
 
     pub fn reset(&self) {
-        for c in self.counts.iter().chain(&self.reported) {
+        for c in self
+            .counts
+            .iter()
+            .chain(&self.reported)
+            .chain([&self.read_half_units])
+        {
             c.store(0, Ordering::SeqCst);
         }
     }

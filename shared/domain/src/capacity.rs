@@ -116,6 +116,19 @@ fn units(bytes: u64) -> u64 {
     bytes.div_ceil(WRITE_UNIT_BYTES).max(1)
 }
 
+/// Bytes one read unit reads.
+const READ_UNIT_BYTES: u64 = 4096;
+
+/// Read units of one read of `bytes`, in half units: 4 KB blocks, rounded up, at least one
+/// (an absent item costs one too); a strongly consistent read a unit a block, an eventually
+/// consistent one half. A read by key (a GetItem, each key of a BatchGetItem) is priced on its
+/// item's size, a Query on the sizes of the items it read added up (indexes read eventually
+/// consistent only).
+pub fn read_half_units(bytes: u64, consistent: bool) -> u64 {
+    let blocks = bytes.div_ceil(READ_UNIT_BYTES).max(1);
+    if consistent { 2 * blocks } else { blocks }
+}
+
 /// Write units of one write: the table's and each index's (in `TableDef::indexes` order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteUnits {
@@ -341,5 +354,14 @@ mod tests {
             TABLE.index_keys(&item),
             vec![("by-status", "c#0".to_owned())]
         );
+    }
+
+    #[test]
+    fn reads_are_priced_by_4_kb_blocks_halved_when_eventual() {
+        assert_eq!(read_half_units(0, true), 2, "an absent item costs a unit");
+        assert_eq!(read_half_units(0, false), 1);
+        assert_eq!(read_half_units(4096, true), 2);
+        assert_eq!(read_half_units(4097, true), 4);
+        assert_eq!(read_half_units(10_000, false), 3);
     }
 }

@@ -244,6 +244,7 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| map_err("GetItem", e))?;
+        self.meter_get(out.item.as_ref(), true);
         out.item
             .map(|item| CrawlItem::from_item(item).map(CrawlItem::into_crawl))
             .transpose()

@@ -222,6 +222,8 @@ impl HostStore for DynamoStore {
             .send()
             .await
             .map_err(|e| map_err("GetItem", e))?;
+        // Priced on what the projection returned: the whole item is billed (a small one).
+        self.meter_get(out.item.as_ref(), true);
         Ok(out
             .item
             .and_then(|mut item| item.remove("scan"))
@@ -394,6 +396,7 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| map_err("GetItem", e))?;
+        self.meter_get(out.item.as_ref(), consistent);
         out.item.map(items::host_from_item).transpose()
     }
 }

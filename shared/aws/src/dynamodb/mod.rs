@@ -52,6 +52,7 @@ pub mod schema;
 mod task_counts;
 mod tasks;
 
+use self::capacity::image_of;
 use self::errors::{conditional_item, is_conditional_failure, map_err};
 use self::expression::Expression;
 use self::items::{crawl_pk, host_pk, task_pk};
@@ -71,6 +72,7 @@ use trawl_core::store::{
 };
 use trawl_domain::calls::{Call, CallCounts, CallTally};
 use trawl_domain::canonical::{CrawlId, TaskId};
+use trawl_domain::capacity::{item_size, read_half_units};
 use trawl_domain::roster::Place;
 use trawl_domain::task::{Millis, Status};
 
@@ -269,7 +271,9 @@ impl DynamoStore {
         self.calls.record(Call::DynamoQuery);
         let out = req.send().await.map_err(|e| map_err("Query", e))?;
         let count = i64::from(out.count());
-        Ok((out.items.unwrap_or_default(), count, out.last_evaluated_key))
+        let items = out.items.unwrap_or_default();
+        self.meter_query_reads(&items, out.scanned_count);
+        Ok((items, count, out.last_evaluated_key))
     }
 }
 
@@ -694,7 +698,47 @@ impl DynamoStore {
     }
 }
 
+/// An index entry's usual size (keys and a few projected numbers): what an item a Query read
+/// without returning it (a filter's, a count's) is taken to weigh when none returned says more.
+/// An estimate, for the read meter only.
+const UNSEEN_ENTRY_BYTES: u64 = 100;
+
 impl DynamoStore {
+    /// Meters what a read by key consumed (a GetItem, a BatchGetItem's keys): each item found
+    /// on its own size, each key absent the least a read costs.
+    fn meter_key_reads(&self, found: &[Item], absent: usize, consistent: bool) {
+        let half = found
+            .iter()
+            .map(|item| read_half_units(item_size(&image_of(item)), consistent))
+            .sum::<u64>()
+            + absent as u64 * read_half_units(0, consistent);
+        self.calls.add_read_half_units(half);
+    }
+
+    /// Meters a GetItem: its item, or the least a read costs when there is none.
+    fn meter_get(&self, item: Option<&Item>, consistent: bool) {
+        match item {
+            Some(item) => self.meter_key_reads(std::slice::from_ref(item), 0, consistent),
+            None => self.meter_key_reads(&[], 1, consistent),
+        }
+    }
+
+    /// Meters what a Query of an index consumed (eventually consistent: an index reads no
+    /// other way): the items it read, together — those it returned, and those it evaluated
+    /// without returning (`evaluated` counts both) at the returned ones' mean size.
+    fn meter_query_reads(&self, returned: &[Item], evaluated: i32) {
+        let bytes: u64 = returned.iter().map(|item| item_size(&image_of(item))).sum();
+        let unseen = u64::try_from(evaluated)
+            .unwrap_or(0)
+            .saturating_sub(returned.len() as u64);
+        let mean = match returned.len() as u64 {
+            0 => UNSEEN_ENTRY_BYTES,
+            n => bytes / n,
+        };
+        self.calls
+            .add_read_half_units(read_half_units(bytes + unseen * mean, false));
+    }
+
     /// Deletes up to 25 items by key, retrying unprocessed ones (bounded).
     async fn batch_delete(&self, keys: Vec<AttributeValue>) -> StoreResult<()> {
         let requests = keys
@@ -771,6 +815,7 @@ impl DynamoStore {
         let mut found: Vec<Item> = Vec::new();
         for attempt in 0..8u32 {
             self.calls.record(Call::DynamoBatchGetItem);
+            let asked = wanted.keys().len();
             let out = self
                 .client
                 .batch_get_item()
@@ -778,12 +823,16 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(|e| map_err("BatchGetItem", e))?;
-            found.extend(
-                out.responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default(),
-            );
-            match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+            let read = out
+                .responses
+                .and_then(|mut r| r.remove(&self.table))
+                .unwrap_or_default();
+            let rest = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
+            let unprocessed = rest.as_ref().map_or(0, |r| r.keys().len());
+            let absent = asked.saturating_sub(read.len() + unprocessed);
+            self.meter_key_reads(&read, absent, consistent);
+            found.extend(read);
+            match rest {
                 Some(rest) if !rest.keys().is_empty() => {
                     wanted = rest;
                     tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;

@@ -100,6 +100,7 @@ impl TaskRecords for DynamoStore {
             .send()
             .await
             .map_err(|e| map_err("GetItem", e))?;
+        self.meter_get(out.item.as_ref(), true);
         out.item
             .map(|item| TaskItem::from_item(item)?.into_task())
             .transpose()
@@ -263,8 +264,10 @@ impl TaskRecords for DynamoStore {
             .await
             .map_err(|e| map_err("Query", e))?;
         let at_end = out.last_evaluated_key.is_none();
+        let entries = out.items.unwrap_or_default();
+        self.meter_query_reads(&entries, out.scanned_count);
         let mut places = Vec::new();
-        for item in out.items.unwrap_or_default() {
+        for item in entries {
             let place = match (item.get("rpos"), item.get("pk")) {
                 (Some(AttributeValue::N(at)), Some(AttributeValue::S(pk))) => at
                     .parse::<Millis>()
@@ -476,7 +479,9 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(|e| map_err("Query", e))?;
-            for item in out.items.unwrap_or_default() {
+            let read = out.items.unwrap_or_default();
+            self.meter_query_reads(&read, out.scanned_count);
+            for item in read {
                 tasks.push(items::summary_from_item(item)?);
             }
             match out.last_evaluated_key {
