@@ -20,7 +20,7 @@ use thiserror::Error;
 use trawl_domain::canonical::TaskId;
 use trawl_domain::canonical::UrlError;
 use trawl_domain::crawl::Crawl;
-use trawl_domain::host::{Host, Turn};
+use trawl_domain::host::{Host, HostPolicy, Turn};
 use trawl_domain::request::RequestId;
 use trawl_domain::task::{Millis, NewTask, Priority};
 
@@ -476,19 +476,11 @@ pub async fn revive_hosts<S>(
 where
     S: HostStore,
 {
-    for name in hosts {
-        let policy = crawl.config.politeness.host_policy(name);
-        update_host(store, crawl, name, now, |h| {
-            let revived = match h.given_up {
-                Some(_) => h.revive(&policy),
-                None => h.clone(),
-            };
-            let pass = h.pass.rewound();
-            (Some(Host { pass, ..revived }), ())
-        })
-        .await?;
-    }
-    Ok(())
+    rewind_each(store, crawl, hosts, now, |h, policy| match h.given_up {
+        Some(_) => h.revive(policy),
+        None => h.clone(),
+    })
+    .await
 }
 
 /// Rewinds the passes of `hosts` (`Pass::rewound`): their tasks were made due behind their
@@ -502,10 +494,32 @@ pub async fn rewind_hosts<S>(
 where
     S: HostStore,
 {
+    rewind_each(store, crawl, hosts, now, |h, _| h.clone()).await
+}
+
+/// Rewinds the pass of each of `hosts`, its record changed first by `change` (given the host's
+/// politeness).
+async fn rewind_each<S>(
+    store: &S,
+    crawl: &Crawl,
+    hosts: &[String],
+    now: Millis,
+    change: impl Fn(&Host, &HostPolicy) -> Host,
+) -> StoreResult<()>
+where
+    S: HostStore,
+{
     for name in hosts {
+        let policy = crawl.config.politeness.host_policy(name);
         update_host(store, crawl, name, now, |h| {
             let pass = h.pass.rewound();
-            (Some(Host { pass, ..h.clone() }), ())
+            (
+                Some(Host {
+                    pass,
+                    ..change(h, &policy)
+                }),
+                (),
+            )
         })
         .await?;
     }

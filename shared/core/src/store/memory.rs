@@ -310,20 +310,6 @@ impl TaskRecords for MemoryStore {
         })
     }
 
-    /// No rosters: every task is in its host's due list.
-    async fn roster(
-        &self,
-        _crawl_id: &CrawlId,
-        _host: &str,
-        _after: Option<&trawl_domain::roster::Place>,
-        _limit: u32,
-    ) -> StoreResult<crate::store::RosterPage> {
-        Ok(crate::store::RosterPage {
-            entries: Vec::new(),
-            at_end: true,
-        })
-    }
-
     async fn due_tasks(
         &self,
         crawl_id: &CrawlId,

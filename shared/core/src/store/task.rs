@@ -97,14 +97,19 @@ pub trait TaskRecords: Send + Sync {
 
     /// Up to `limit` entries of `host`'s roster after `after` (from its start when None), in
     /// roster order (`roster::Place`), each with its task as read; an empty page at its end
-    /// in a store that keeps no rosters.
+    /// in a store that keeps no rosters (this default).
     fn roster(
         &self,
-        crawl_id: &CrawlId,
-        host: &str,
-        after: Option<&Place>,
-        limit: u32,
-    ) -> impl Future<Output = StoreResult<RosterPage>> + Send;
+        _crawl_id: &CrawlId,
+        _host: &str,
+        _after: Option<&Place>,
+        _limit: u32,
+    ) -> impl Future<Output = StoreResult<RosterPage>> + Send {
+        std::future::ready(Ok(RosterPage {
+            entries: Vec::new(),
+            at_end: true,
+        }))
+    }
 
     /// Tasks of one host with work left (pending, in progress, failed), in their host's due
     /// order (`Task::due_key`: the soonest due first, a pending task moved earlier by its

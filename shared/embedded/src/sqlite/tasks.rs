@@ -187,20 +187,6 @@ impl TaskRecords for SqliteStore {
         .await
     }
 
-    /// No rosters: every task is in its host's due list.
-    async fn roster(
-        &self,
-        _crawl_id: &CrawlId,
-        _host: &str,
-        _after: Option<&trawl_domain::roster::Place>,
-        _limit: u32,
-    ) -> StoreResult<trawl_core::store::RosterPage> {
-        Ok(trawl_core::store::RosterPage {
-            entries: Vec::new(),
-            at_end: true,
-        })
-    }
-
     async fn due_tasks(
         &self,
         crawl_id: &CrawlId,
