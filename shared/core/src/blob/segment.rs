@@ -3,7 +3,8 @@
 //!
 //! A page is a `response` record (WARC/1.1, its HTTP header rebuilt from the fetch record, its
 //! payload digest the body's md5) in a gzip member of its own, followed, when an extractor took
-//! items out of it, by a `metadata` record holding them (JSON) in a second member. Its fetch
+//! items out of it, by a `metadata` record holding them (JSON) in a second member, stored
+//! uncompressed (`gz::stored_member`: a KB or two, cheaper to copy than to compress). Its fetch
 //! record names the segment (`object_key`) and the members' place in it (`span`): the span is
 //! valid WARC by itself, so a delivery can copy it as it is and a reader can fetch one page
 //! with one ranged read, like Common Crawl's (file, offset, length).
@@ -63,7 +64,7 @@ pub fn encode(page: &Page<'_>) -> BlobResult<Encoded> {
     crate::gz::fast_member(&[&head, body, warc::RECORD_END], &mut out).map_err(failed)?;
     let response = out.len();
     if let Some(items) = page.items {
-        crate::gz::fast_member(&[&stored.items_record(&id, items)], &mut out).map_err(failed)?;
+        crate::gz::stored_member(&stored.items_record(&id, items), &mut out);
     }
     out.shrink_to_fit();
     Ok(Encoded {

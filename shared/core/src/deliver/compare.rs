@@ -261,7 +261,7 @@ impl<'a, B: BlobStore> Comparison<'a, B> {
             runs::RUNS_PREFIX,
             runs.len()
         );
-        runs.push(runs::write(self.blobs, &key, &run).await?);
+        runs.push(runs::write(self.blobs, &key, &run, runs::held_line).await?);
         self.stats.runs += 1;
         Ok(true)
     }
@@ -713,9 +713,14 @@ mod tests {
             .unwrap();
             (task, json_line(&entry).unwrap())
         };
-        let run = runs::write(&blobs, "gen-1/_sort-previous-00000", &[entry(2), entry(1)])
-            .await
-            .unwrap();
+        let run = runs::write(
+            &blobs,
+            "gen-1/_sort-previous-00000",
+            &[entry(2), entry(1)],
+            runs::held_line,
+        )
+        .await
+        .unwrap();
         let mut progress = Progress::Merging(Merging {
             previous: vec![run],
             current: Vec::new(),

@@ -625,7 +625,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 for u in line.final_url.into_iter().chain([line.url]) {
                     self.sorts
                         .by_url
-                        .push(self.blobs, &ByUrl::Gone { u })
+                        .push(self.blobs, ByUrl::Gone { u })
                         .await?;
                 }
                 self.note_held(0);
@@ -703,7 +703,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 n,
                 i: i.clone(),
             };
-            self.sorts.by_image.push(self.blobs, &entry).await?;
+            self.sorts.by_image.push(self.blobs, entry).await?;
         }
         self.note_held(0);
         Ok(())
@@ -737,7 +737,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 let d = detail.clone();
                 self.sorts
                     .by_url
-                    .push(self.blobs, &ByUrl::Detail { u, n, d })
+                    .push(self.blobs, ByUrl::Detail { u, n, d })
                     .await?;
             }
             self.note_held(0);
@@ -761,7 +761,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     Some(u) => {
                         line.key = u.clone();
                         let listed = ByUrl::Listed { u, n, l: line };
-                        self.sorts.by_url.push(self.blobs, &listed).await?;
+                        self.sorts.by_url.push(self.blobs, listed).await?;
                         self.note_held(0);
                         continue;
                     }
@@ -794,10 +794,10 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
         }
         for (f, u) in wanted {
             let entry = ByImage::Wanted { u, n, f };
-            self.sorts.by_image.push(self.blobs, &entry).await?;
+            self.sorts.by_image.push(self.blobs, entry).await?;
         }
         let waiting = ByItem::Waiting { n, l: line };
-        self.sorts.by_item.push(self.blobs, &waiting).await
+        self.sorts.by_item.push(self.blobs, waiting).await
     }
 
     /// An item on to its key: sorted by its `key` fields' key when its extractor has some
@@ -808,10 +808,10 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             && let Some(k) = field_key(&mut line, key_fields)
         {
             let entry = ByFieldKey { k, n, l: line };
-            return self.sorts.by_field_key.push(self.blobs, &entry).await;
+            return self.sorts.by_field_key.push(self.blobs, entry).await;
         }
         let entry = ByKey::Current { n, l: line };
-        self.sorts.by_key.push(self.blobs, &entry).await
+        self.sorts.by_key.push(self.blobs, entry).await
     }
 
     fn key_fields(&self, extractor: &str) -> &[String] {
@@ -893,7 +893,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             if let (true, Some((n, _))) = (linked, &detail) {
                 self.sorts
                     .out
-                    .push(self.blobs, &Out::Linked { n: *n })
+                    .push(self.blobs, Out::Linked { n: *n })
                     .await?;
             }
         }
@@ -929,7 +929,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 return self
                     .sorts
                     .by_key
-                    .push(self.blobs, &ByKey::LeftOut { k })
+                    .push(self.blobs, ByKey::LeftOut { k })
                     .await
                     .map(|()| false);
             }
@@ -966,7 +966,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     ByImage::Wanted { u, n, f } => {
                         let i = task.clone().unwrap_or_else(|| ImageRef::not_fetched(&u));
                         let entry = ByItem::Image { n, f, i };
-                        self.sorts.by_item.push(self.blobs, &entry).await?;
+                        self.sorts.by_item.push(self.blobs, entry).await?;
                     }
                 }
                 self.note_held(merge.held());
@@ -1008,7 +1008,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
             last = Some((k, seen));
             self.sorts
                 .by_key
-                .push(self.blobs, &ByKey::Current { n, l })
+                .push(self.blobs, ByKey::Current { n, l })
                 .await?;
             self.note_held(merge.held());
         }
@@ -1077,7 +1077,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                 i: line.images,
             };
             *n += 1;
-            self.sorts.by_key.push(self.blobs, &entry).await?;
+            self.sorts.by_key.push(self.blobs, entry).await?;
             self.note_held(0);
         }
         Ok(())
@@ -1132,7 +1132,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     .map(|i| ImageUse::Named { u: i.url.clone() });
                 let removed = r.iter().map(|i| ImageUse::Removed { u: i.url.clone() });
                 for entry in named.chain(removed) {
-                    self.sorts.image_uses.push(self.blobs, &entry).await?;
+                    self.sorts.image_uses.push(self.blobs, entry).await?;
                 }
                 let entry = Out::Item {
                     n,
@@ -1140,7 +1140,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     c,
                     r,
                 };
-                self.sorts.out.push(self.blobs, &entry).await?;
+                self.sorts.out.push(self.blobs, entry).await?;
                 self.note_held(merge.held());
             }
             if let Some((_, _, images)) = before {
@@ -1152,7 +1152,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     let entry = ImageUse::Removed {
                         u: removed.url.clone(),
                     };
-                    self.sorts.image_uses.push(self.blobs, &entry).await?;
+                    self.sorts.image_uses.push(self.blobs, entry).await?;
                 }
                 let entry = Out::Gone {
                     n: gone,
@@ -1161,7 +1161,7 @@ impl<'a, B: BlobStore> ItemsPass<'a, B> {
                     i,
                 };
                 gone += 1;
-                self.sorts.out.push(self.blobs, &entry).await?;
+                self.sorts.out.push(self.blobs, entry).await?;
             }
         }
         Ok(())

@@ -141,7 +141,12 @@ enum Compiled {
         text: String,
         simple: Option<SimpleXpath>,
     },
-    Css(Selector),
+    Css {
+        selector: Selector,
+        /// A selector of element names and descendant combinators alone (`p`, `nav a`), as
+        /// written, outermost first: its elements are found by name (`Evaluator::named`).
+        names: Option<Vec<String>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -302,16 +307,32 @@ fn compile_expr(expr: &Expr, at: &str) -> Result<Compiled, ExtractConfigError> {
                 simple: SimpleXpath::parse(x),
             })
         }
-        Expr::Css(c) => {
-            Selector::parse(c)
-                .map(Compiled::Css)
-                .map_err(|e| ExtractConfigError::Css {
-                    at: at.to_owned(),
-                    expr: c.clone(),
-                    reason: crate::problem::selector(&e),
-                })
-        }
+        Expr::Css(c) => Selector::parse(c)
+            .map(|selector| Compiled::Css {
+                selector,
+                names: descendant_names(c),
+            })
+            .map_err(|e| ExtractConfigError::Css {
+                at: at.to_owned(),
+                expr: c.clone(),
+                reason: crate::problem::selector(&e),
+            }),
     }
+}
+
+/// The names of a selector that is element names joined by descendant combinators. Lower case
+/// only: a type selector matches an HTML element's name (which html5ever lowers) whatever its
+/// case, and any other element's only as written, so a name in lower case matches exactly the
+/// elements of that name.
+fn descendant_names(css: &str) -> Option<Vec<String>> {
+    let is_name = |name: &str| {
+        name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let names: Vec<String> = css.split_ascii_whitespace().map(str::to_owned).collect();
+    (!names.is_empty() && names.iter().all(|n| is_name(n))).then_some(names)
 }
 
 fn build_xpath(expr: &str) -> Result<XPath, String> {
@@ -640,9 +661,10 @@ impl<'a, 'd> PageTree<'a, 'd> {
         xpaths: &HashMap<&str, Option<XPath>>,
     ) -> Vec<Found<'a, 'd>> {
         match expr {
-            Compiled::Css(selector) => match self.element(ctx) {
-                Some(el) => el.select(selector).map(Found::Element).collect(),
-                None => self.html.select(selector).map(Found::Element).collect(),
+            Compiled::Css { selector, names } => match (self.element(ctx), names) {
+                (Some(el), _) => el.select(selector).map(Found::Element).collect(),
+                (None, Some(names)) => self.named(names),
+                (None, None) => self.html.select(selector).map(Found::Element).collect(),
             },
             Compiled::Xpath {
                 simple: Some(SimpleXpath::Count(path)),
@@ -684,6 +706,35 @@ impl<'a, 'd> PageTree<'a, 'd> {
                 }
             }
         }
+    }
+
+    /// The elements named by the last of `names` under elements named by the ones before
+    /// (each nearest first: for descendant combinators alone, the nearest match is as good as
+    /// any), in document order.
+    fn named(&self, names: &[String]) -> Vec<Found<'a, 'd>> {
+        let Some((last, outer)) = names.split_last() else {
+            return Vec::new();
+        };
+        self.paths
+            .named(last)
+            .iter()
+            .filter_map(|&id| self.element(id))
+            .filter(|el| {
+                let mut wanted = outer.iter().rev().peekable();
+                for ancestor in el.ancestors() {
+                    let Some(name) = wanted.peek() else { break };
+                    if ancestor
+                        .value()
+                        .as_element()
+                        .is_some_and(|e| e.name() == name.as_str())
+                    {
+                        wanted.next();
+                    }
+                }
+                wanted.peek().is_none()
+            })
+            .map(Found::Element)
+            .collect()
     }
 
     /// The elements a base expression selects: the items' contexts, in document order.

@@ -295,6 +295,79 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
     }
 }
 
+impl CompiledExtractor {
+    /// The same extractor with every CSS selector run by scraper's matching alone.
+    fn scraper_only(&self) -> Self {
+        let mut copy = self.clone();
+        let exprs = copy
+            .base
+            .iter_mut()
+            .chain(copy.fields.iter_mut().map(|f| &mut f.expr));
+        for expr in exprs {
+            if let Compiled::Css { names, .. } = expr {
+                *names = None;
+            }
+        }
+        copy
+    }
+}
+
+#[test]
+fn selectors_of_names_found_by_name_give_what_scraper_gives() {
+    let by_name = [
+        "p",
+        "a",
+        "title",
+        "nav a",
+        "div p",
+        "div  div p",
+        "html body p",
+        "table p",
+        "td p",
+        "b p",
+        "div span",
+        "nope",
+        "div nope",
+        "custom-el",
+        "svg title",
+    ];
+    for css in by_name {
+        assert!(descendant_names(css).is_some(), "{css} is found by name");
+    }
+    for css in [
+        "P",
+        "div > p",
+        "p.k",
+        "a[href]",
+        "div, p",
+        "*",
+        "nav a:first-child",
+        "",
+    ] {
+        assert!(descendant_names(css).is_none(), "{css} goes to scraper");
+    }
+    let svg = r#"<html><head><title>page</title></head><body><custom-el>c</custom-el>
+        <svg><title>icon</title><a href="/s">s</a><foreignObject><p>in</p></foreignObject></svg>
+        <div><svg><title>nested</title></svg></div></body></html>"#;
+    let page = url::Url::parse("http://shop.test/list").unwrap();
+    let fields: serde_json::Map<String, serde_json::Value> = by_name
+        .iter()
+        .enumerate()
+        .map(|(i, css)| {
+            let field = json!({"css": css, "value": "html", "processors": [{"join": "|"}]});
+            (format!("f{i:02}"), field)
+        })
+        .collect();
+    let rules = extractors(json!([{"name": "x", "fields": fields}])).unwrap();
+    let extractor = rules.for_url(page.as_str()).unwrap();
+    for html in [TRICKY, LISTING, MALFORMED, svg] {
+        let by_name = extractor.extract(html.as_bytes(), &page);
+        let by_scraper = extractor.scraper_only().extract(html.as_bytes(), &page);
+        assert_eq!(by_name, by_scraper, "on {html}");
+        assert!(by_name.items[0].fields.values().any(|v| v != &json!(null)));
+    }
+}
+
 #[test]
 fn a_field_without_join_is_its_first_kept_value_and_reads_no_further() {
     let page = url::Url::parse("http://shop.test/").unwrap();
