@@ -169,9 +169,10 @@ impl DeliveryLimits {
         pages_segment_bytes: 960 << 20,
         manifest_segment_bytes: 64 << 20,
         delta_index_entries: 1_000_000,
-        // At most three sorters fill at once: ~300,000 entries, ~300 MB at ~1 KB an item (an
-        // estimate; `trawl-bench --only items` measured 157 MiB for 200,000 held).
-        items_entries: 100_000,
+        // At most three sorters fill at once: ~150,000 entries. A sorter that does not spill
+        // holds its entries typed, ~1.7 KB an item of the bench's (`trawl-bench --only items`
+        // measured 365 MiB for 200,000 held; 157 MiB as JSON lines): ~260 MB.
+        items_entries: 50_000,
         // A writer waits on reads most of its time (a task, then its body): 8 keep a Lambda
         // of 1 GB busy without holding more than 64 bodies.
         writers: 8,
