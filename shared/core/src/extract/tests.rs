@@ -179,19 +179,33 @@ const MALFORMED: &str = r#"<title>M</title><table><p>foster</p><tr><td>x<p>a<p>b
   <p>c<div class="a"><p>d</div></p><b><p>e</b>f</p><div><p>g<p>h<span>i"#;
 
 impl CompiledExtractor {
-    /// The same extractor with every XPath expression run by sxd-xpath on the copy.
-    fn sxd_only(&self) -> Self {
+    /// The same extractor with `change` made to each of its expressions.
+    fn with_each_expr(&self, change: impl Fn(&mut Compiled)) -> Self {
         let mut copy = self.clone();
         let exprs = copy
             .base
             .iter_mut()
             .chain(copy.fields.iter_mut().map(|f| &mut f.expr));
-        for expr in exprs {
+        exprs.for_each(change);
+        copy
+    }
+
+    /// The same extractor with every XPath expression run by sxd-xpath on the copy.
+    fn sxd_only(&self) -> Self {
+        self.with_each_expr(|expr| {
             if let Compiled::Xpath { simple, .. } = expr {
                 *simple = None;
             }
-        }
-        copy
+        })
+    }
+
+    /// The same extractor with every CSS selector run by scraper's matching alone.
+    fn scraper_only(&self) -> Self {
+        self.with_each_expr(|expr| {
+            if let Compiled::Css { names, .. } = expr {
+                *names = None;
+            }
+        })
     }
 }
 
@@ -292,23 +306,6 @@ fn simple_xpaths_on_the_html_tree_give_what_sxd_xpath_gives() {
                 assert_eq!(on_tree, on_copy, "chunk {chunk}, base {base:?} on {html}");
             }
         }
-    }
-}
-
-impl CompiledExtractor {
-    /// The same extractor with every CSS selector run by scraper's matching alone.
-    fn scraper_only(&self) -> Self {
-        let mut copy = self.clone();
-        let exprs = copy
-            .base
-            .iter_mut()
-            .chain(copy.fields.iter_mut().map(|f| &mut f.expr));
-        for expr in exprs {
-            if let Compiled::Css { names, .. } = expr {
-                *names = None;
-            }
-        }
-        copy
     }
 }
 
