@@ -288,7 +288,7 @@ impl<'a> Evaluator<'a> {
 
     /// The page's elements named `name`, in document order. Fields like `//p`, `count(//p)`,
     /// `//nav/a[1]` or the selector `p` each walked the whole tree: ten fields were ten walks
-    /// (a fifth of the extraction's CPU on the bench's pages, perf); now they share one.
+    /// (~13% of the extraction's extra CPU on the bench's pages, perf); now they share one.
     pub fn named(&self, name: &str) -> &[NodeId] {
         let names = self.names.get_or_init(|| {
             let mut names: HashMap<&'a str, Vec<NodeId>> = HashMap::new();
